@@ -1,0 +1,33 @@
+"""Helpers for the lessons of "Where does my GPU memory go?".
+
+Each module is introduced in a lesson and named in its docstring:
+
+* :mod:`helpers.memory`: measure bytes on a GPU or simulated (lesson 00);
+* :mod:`helpers.models`: torchvision models by name (lesson 03);
+* :mod:`helpers.trace`: per-module events of one step (lesson 03);
+* :mod:`helpers.accounting`: memory by category (lesson 03);
+* :mod:`helpers.step`: one training step, profiled (lesson 03);
+* :mod:`helpers.plots`: figures of a profiled step (lesson 03).
+"""
+
+from .accounting import CATEGORIES
+from .memory import GiB, MiB, Meter, fmt_bytes, resolve_backend, round_up, tensor_bytes
+from .models import build_model, classification_models, sequential_form
+from .step import DoesNotFit, StepProfile, profile_step
+
+__all__ = [
+    "CATEGORIES",
+    "DoesNotFit",
+    "GiB",
+    "Meter",
+    "MiB",
+    "StepProfile",
+    "build_model",
+    "classification_models",
+    "fmt_bytes",
+    "profile_step",
+    "resolve_backend",
+    "round_up",
+    "sequential_form",
+    "tensor_bytes",
+]

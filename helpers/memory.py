@@ -1,0 +1,298 @@
+"""Measure the bytes that PyTorch code allocates, on a real GPU or simulated.
+
+Introduced in lesson 00 (setup check); every other lesson measures with it.
+
+Two backends answer the same questions (bytes allocated now, peak allocated):
+
+* ``cuda``: the real counters of PyTorch's CUDA caching allocator
+  (``torch.cuda.memory_allocated``, ``max_memory_allocated``,
+  ``memory_reserved``), see https://pytorch.org/docs/stable/notes/cuda.html.
+* ``simulated``: the code runs on CPU *fake tensors*
+  (``torch._subclasses.fake_tensor.FakeTensorMode``): every tensor has its
+  shape, dtype and lifetime, but no data is allocated.  :class:`StorageTracker`
+  sees every tensor an operation creates, counts its storage once, rounded up to
+  512 bytes as the CUDA caching allocator does, and subtracts it again when the
+  storage is freed.  The result is the number ``torch.cuda.memory_allocated()``
+  would report for tensor data.  It does not model the CUDA context, cuDNN and
+  cuBLAS workspaces, or the cached-but-free memory that the allocator keeps
+  *reserved*.
+
+All sizes are in bytes; 1 MiB = 2**20 bytes (not 1 MB = 10**6 bytes).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+MiB = 2**20
+GiB = 2**30
+
+#: The CUDA caching allocator hands out blocks in multiples of 512 bytes
+#: (``kMinBlockSize`` in c10/cuda/CUDACachingAllocator.cpp), so a 4-byte
+#: tensor occupies 512 bytes of ``memory_allocated``.
+BLOCK_BYTES = 512
+
+BACKENDS = ("cuda", "simulated")
+
+
+def round_up(nbytes: int, block: int = BLOCK_BYTES) -> int:
+    """Round ``nbytes`` up to a whole number of allocator blocks.
+
+    Args:
+        nbytes: a size in bytes, >= 0.
+        block: the block size in bytes (default 512, the CUDA caching
+            allocator's minimum block).
+
+    Returns:
+        The smallest multiple of ``block`` that is >= ``nbytes`` (0 stays 0:
+        an empty tensor allocates nothing).
+
+    Raises:
+        ValueError: if ``nbytes`` is negative or ``block`` is not positive.
+    """
+    if nbytes < 0 or block <= 0:
+        raise ValueError(f"round_up needs nbytes >= 0 and block > 0, got {nbytes}, {block}")
+    return -(-nbytes // block) * block
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of GPU memory that the storage holding ``t`` occupies.
+
+    This is the storage's size (``t.untyped_storage().nbytes()``) rounded up to
+    512 bytes.  A view shares its base's storage, so a view of a big tensor
+    reports the big storage: that is what stays allocated while the view lives.
+
+    Example: a float32 tensor of shape (128, 64, 112, 112) occupies
+    128 * 64 * 112 * 112 * 4 bytes = 392 MiB.
+
+    Raises:
+        TypeError: if ``t`` is not a tensor.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"tensor_bytes expects a torch.Tensor, got {type(t).__name__}")
+    return round_up(t.untyped_storage().nbytes())
+
+
+def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
+    """Format a byte count, e.g. ``fmt_bytes(411041792) == '392.0 MiB'``.
+
+    Args:
+        nbytes: bytes (may be negative, for a change).
+        unit: one of ``B``, ``KiB``, ``MiB``, ``GiB``, ``MB``, ``GB``.
+            The ``i`` units are powers of 2 (as PyTorch and nvidia-smi use),
+            ``MB`` and ``GB`` powers of 10.
+        sign: show ``+`` for positive values (for deltas).
+
+    Raises:
+        ValueError: for an unknown unit.
+    """
+    scale = {"B": 1, "KiB": 2**10, "MiB": MiB, "GiB": GiB, "MB": 10**6, "GB": 10**9}
+    if unit not in scale:
+        raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(scale)}")
+    value = nbytes / scale[unit]
+    digits = 0 if unit == "B" else 1
+    return f"{value:{'+' if sign else ''}.{digits}f} {unit}"
+
+
+def resolve_backend(device: str = "auto") -> str:
+    """Turn a ``device`` argument into a backend name: ``cuda`` or ``simulated``.
+
+    ``auto`` picks ``cuda`` when ``torch.cuda.is_available()``, else
+    ``simulated``.
+
+    Raises:
+        ValueError: for an unknown name, or ``cuda`` on a machine without a GPU.
+    """
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "simulated"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "device 'cuda' was asked for, but PyTorch sees no GPU here "
+                "(torch.cuda.is_available() is False); use 'auto' or 'simulated'"
+            )
+        return "cuda"
+    if device == "simulated":
+        return "simulated"
+    raise ValueError(f"unknown device {device!r}; use 'auto', 'cuda' or 'simulated'")
+
+
+class StorageTracker(TorchDispatchMode):
+    """Count the bytes of every tensor storage that operations create, while alive.
+
+    A ``TorchDispatchMode`` sees the outputs of every ATen operation.  Each new
+    storage is counted once (views and in-place results share a storage and
+    add nothing), rounded up to 512 bytes, and a ``weakref.finalize`` on the
+    storage subtracts it again when autograd or Python frees it.
+
+    Every storage gets a serial number, so that a snapshot (the serials alive
+    at some moment) can be labelled later, e.g. as parameters or gradients.
+
+    Args:
+        device_type: count only storages on this device type (``"cuda"``), or
+            every storage when ``None`` (simulated mode, where all are fake).
+
+    Attributes:
+        allocated: bytes alive now.
+        peak: the highest ``allocated`` since creation or :meth:`reset_peak`.
+        peak_serials: serials alive at that peak.
+        sizes: serial -> bytes, for every storage ever counted.
+
+    Limits: memory allocated inside a kernel without creating a tensor
+    (cuDNN/cuBLAS workspaces) is invisible here, and so are tensors created
+    before the mode was entered unless passed to :meth:`track`.
+    """
+
+    def __init__(self, device_type: str | None = None):
+        super().__init__()
+        self.device_type = device_type
+        self.allocated = 0
+        self.peak = 0
+        self.peak_serials: tuple[int, ...] = ()
+        self.sizes: dict[int, int] = {}
+        self._live: dict[int, int] = {}  # id(storage) -> serial
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.track(t)
+        return out
+
+    def track(self, t: torch.Tensor) -> int | None:
+        """Count ``t``'s storage if it is new; return its serial (None if ignored)."""
+        if self.device_type is not None and t.device.type != self.device_type:
+            return None
+        st = t.untyped_storage()
+        key = id(st)
+        serial = self._live.get(key)
+        if serial is not None:
+            return serial
+        serial = len(self.sizes)
+        nbytes = round_up(st.nbytes())
+        self.sizes[serial] = nbytes
+        self._live[key] = serial
+        self.allocated += nbytes
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+            self.peak_serials = tuple(self._live.values())
+        weakref.finalize(st, self._free, key)
+        return serial
+
+    def _free(self, key: int) -> None:
+        serial = self._live.pop(key)
+        self.allocated -= self.sizes[serial]
+
+    def serial_of(self, t: torch.Tensor) -> int | None:
+        """Serial of the live storage holding ``t``, or None if not counted."""
+        return self._live.get(id(t.untyped_storage()))
+
+    def live_serials(self) -> tuple[int, ...]:
+        """Serials of all storages alive now."""
+        return tuple(self._live.values())
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes alive now."""
+        self.peak = self.allocated
+        self.peak_serials = self.live_serials()
+
+
+class Meter:
+    """One API over both backends: bytes allocated now and at peak.
+
+    Use it as a context manager.  Tensors and models made inside it on
+    ``meter.device`` are measured::
+
+        with Meter("auto") as meter:
+            x = torch.ones(1024, 1024, device=meter.device)   # 4 MiB
+            y = x * 2                                          # 4 MiB more
+            del y
+        meter.peak()  # 8 MiB: 8388608 bytes, on either backend
+
+    In simulated mode the ``with`` block runs under ``FakeTensorMode``: tensors
+    have no values, and data-dependent operations (``.item()``, printing
+    values) are not possible inside it.
+
+    Counts are relative to entering the block: on a GPU, memory that other
+    code already held is not included.  After the block, :meth:`allocated`,
+    :meth:`peak` and :meth:`reserved` return the values at exit.
+
+    Args:
+        device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or
+            ``"simulated"``.
+
+    Attributes:
+        backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
+        device: the ``torch.device`` to create tensors on inside the block.
+        tracker: the :class:`StorageTracker` counting storages (both backends;
+            on cuda it explains the real counters by category).
+
+    Raises:
+        ValueError: for an unknown device, or ``"cuda"`` without a GPU.
+    """
+
+    def __init__(self, device: str = "auto"):
+        self.backend = resolve_backend(device)
+        self.device = torch.device("cuda" if self.backend == "cuda" else "cpu")
+        self.tracker = StorageTracker("cuda" if self.backend == "cuda" else None)
+        self._fake: FakeTensorMode | None = None
+        self._base = 0
+        self._frozen: tuple[int, int, int | None] | None = None
+
+    def __enter__(self) -> "Meter":
+        if self.backend == "cuda":
+            torch.cuda.synchronize()
+            self._base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._fake = FakeTensorMode()
+            self._fake.__enter__()
+        self.tracker.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.tracker.__exit__(*exc)
+        if self._fake is not None:
+            self._fake.__exit__(*exc)
+        self._frozen = (self._allocated(), self._peak(), self._reserved())
+
+    def _allocated(self) -> int:
+        if self.backend == "cuda":
+            return torch.cuda.memory_allocated() - self._base
+        return self.tracker.allocated
+
+    def _peak(self) -> int:
+        if self.backend == "cuda":
+            return torch.cuda.max_memory_allocated() - self._base
+        return self.tracker.peak
+
+    def _reserved(self) -> int | None:
+        return torch.cuda.memory_reserved() if self.backend == "cuda" else None
+
+    def allocated(self) -> int:
+        """Bytes of tensor memory allocated now, since the block was entered."""
+        return self._frozen[0] if self._frozen else self._allocated()
+
+    def peak(self) -> int:
+        """Highest :meth:`allocated` since entry or the last :meth:`reset_peak`."""
+        return self._frozen[1] if self._frozen else self._peak()
+
+    def reserved(self) -> int | None:
+        """Bytes the caching allocator holds from the driver (cuda only).
+
+        This is ``torch.cuda.memory_reserved()`` for the whole process, not
+        relative to entry.  ``None`` in simulated mode: without a GPU there is
+        no allocator cache to read.
+        """
+        return self._frozen[2] if self._frozen else self._reserved()
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes allocated now."""
+        self.tracker.reset_peak()
+        if self.backend == "cuda":
+            torch.cuda.reset_peak_memory_stats()

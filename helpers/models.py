@@ -1,0 +1,100 @@
+"""Models the lessons trace: torchvision classification models, by name.
+
+Introduced in lesson 03 (ResNet18 layer by layer).  Models are always built
+with random weights (``weights=None``): nothing is downloaded, and memory does
+not depend on the values of the weights.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torchvision
+from torch import nn
+
+
+def classification_models() -> list[str]:
+    """Names of all torchvision classification model builders, sorted.
+
+    These are the names ``torchvision.models.get_model`` accepts that build an
+    image classifier (``resnet18``, ``vgg11``, ``vit_b_16``, ...); detection,
+    segmentation, video and quantized models are not included.
+    """
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def build_model(name: str, num_classes: int = 1000) -> nn.Module:
+    """Build the torchvision classification model ``name`` with random weights.
+
+    Args:
+        name: a builder name from :func:`classification_models`.
+        num_classes: size of the classifier's output (1000, as ImageNet).
+
+    Returns:
+        The model, in training mode, on the current default device.  Under a
+        simulated :class:`helpers.memory.Meter` it is made of fake tensors.
+
+    Raises:
+        ValueError: if ``name`` is not a torchvision classification model, or
+            ``num_classes`` < 1.
+    """
+    known = classification_models()
+    if name not in known:
+        close = [n for n in known if n.startswith(name[:3])][:6] or known[:6]
+        raise ValueError(
+            f"unknown model {name!r}: not a torchvision classification model "
+            f"(for example: {', '.join(close)})"
+        )
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+    kwargs = {"weights": None, "num_classes": num_classes}
+    if name in ("googlenet", "inception_v3"):
+        kwargs["aux_logits"] = False  # one output tensor, as in the other models
+        kwargs["init_weights"] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchvision's notes on default init
+        model = torchvision.models.get_model(name, **kwargs)
+    return model.train()
+
+
+def sequential_form(model: nn.Module) -> nn.Sequential:
+    """The model as one ``nn.Sequential`` of its own submodules, for checkpointing.
+
+    ``torch.utils.checkpoint.checkpoint_sequential`` splits a sequence of
+    modules into segments.  This returns such a sequence that computes exactly
+    what ``model(x)`` computes, sharing the same parameter tensors:
+
+    * ResNet, ResNeXt, Wide ResNet: stem (conv1, bn1, relu, maxpool), then each
+      residual block of layer1..layer4 as its own unit, avgpool, flatten, fc;
+    * VGG, AlexNet, MobileNet V2/V3, EfficientNet: each module of
+      ``features``, then the pooling, flatten, and ``classifier``.
+
+    Args:
+        model: a model from :func:`build_model`.
+
+    Raises:
+        ValueError: for a model family whose forward is not such a sequence
+            (DenseNet, Inception, ViT, Swin, ...).
+    """
+    models = torchvision.models
+    if isinstance(model, models.ResNet):
+        stem = [model.conv1, model.bn1, model.relu, model.maxpool]
+        blocks = [b for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for b in layer]
+        return nn.Sequential(*stem, *blocks, model.avgpool, nn.Flatten(1), model.fc)
+    if isinstance(model, (models.VGG, models.AlexNet, models.MobileNetV3, models.EfficientNet)):
+        return nn.Sequential(*model.features, model.avgpool, nn.Flatten(1), *model.classifier)
+    if isinstance(model, models.MobileNetV2):
+        return nn.Sequential(*model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1), *model.classifier)
+    raise ValueError(
+        f"activation checkpointing by segments needs the model as a sequence of modules; "
+        f"{type(model).__name__} is not one (supported: ResNet/ResNeXt/Wide ResNet, VGG, "
+        f"AlexNet, MobileNet V2/V3, EfficientNet)"
+    )
+
+
+def output_logits(output) -> torch.Tensor:
+    """The logits tensor from a model's output (a tensor, or a named tuple)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    return output[0]

@@ -1,0 +1,217 @@
+"""Record memory, module by module, over one training step.
+
+Introduced in lesson 03 (ResNet18 layer by layer).
+
+For every call of every submodule the tracer records three events, each with
+the bytes allocated at that moment and the change since the previous event:
+
+* ``pre``: just before the module's forward runs;
+* ``fwd``: just after it, with the output's shape;
+* ``bwd``: once backward has computed the gradients of the module's inputs and
+  of all its parameters (the module's whole backward is done).
+
+``bwd`` events do not use ``register_full_backward_hook``: it wraps outputs in
+an autograd function that in-place operations (ResNet's ``ReLU(inplace=True)``
+and ``out += identity``) break.  Instead, at ``pre`` time the tracer puts a
+plain ``Tensor.register_hook`` on each input that requires grad and on each
+of the module's parameters, and counts down: when the last of them has its
+gradient, the module's backward is done.  A hook on a tensor stays bound to
+the autograd node that produced it, even if the tensor is later modified in
+place (PyTorch autograd notes, "Backward Hooks execution"), so in-place layers
+are handled.  (``register_multi_grad_hook`` would also work, but it keeps the
+gradients it has seen alive until the last one arrives, and so changes the
+memory it is meant to measure.)
+
+Under activation checkpointing the forward of checkpointed modules runs again
+during backward; those calls are recorded as ``recompute`` events.
+
+The tracer also notes which storages autograd saves for backward (through
+``torch.autograd.graph.saved_tensors_hooks``), so that memory can later be
+split into parameters, gradients, optimizer states and activations.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.autograd.graph import saved_tensors_hooks
+from torch.utils._pytree import tree_flatten
+
+from .memory import Meter
+
+#: Phases of module events, in the order they happen to one module.
+MODULE_PHASES = ("pre", "fwd", "bwd", "recompute")
+
+
+@dataclass
+class Event:
+    """One moment of a traced step.
+
+    Attributes:
+        index: position in the step's event list (0-based).
+        module: dotted name from ``model.named_modules()`` (the model itself is
+            ``""``), or ``None`` for a step event (``model``, ``input``,
+            ``loss``, ``backward``, ``optimizer.step``, ``zero_grad``).
+        type: the module's class name, or a description of the step event.
+        phase: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for modules; the
+            step event's name otherwise.
+        allocated_bytes: bytes allocated at this moment (backend's counter).
+        delta_bytes: change since the previous event, in bytes.
+        peak_bytes: highest allocation so far in the step, in bytes.
+        shape: output shape for ``fwd``/``recompute`` events, else ``None``.
+        depth: nesting depth of the module (the model is 0).
+        live: serials of the storages alive at this moment (see
+            :class:`helpers.memory.StorageTracker`); used to label memory.
+    """
+
+    index: int
+    module: str | None
+    type: str
+    phase: str
+    allocated_bytes: int
+    delta_bytes: int
+    peak_bytes: int
+    shape: tuple[int, ...] | None = None
+    depth: int = 0
+    live: tuple[int, ...] = field(default=(), repr=False)
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(obj)[0] if isinstance(t, torch.Tensor)]
+
+
+def _shape(output) -> tuple[int, ...] | None:
+    ts = _tensors(output)
+    return tuple(ts[0].shape) if ts else None
+
+
+class StepTracer:
+    """Context manager that records :class:`Event` objects for one step.
+
+    Args:
+        meter: the :class:`helpers.memory.Meter` the step runs under.
+        model: the model whose ``named_modules()`` give the names.
+        root: the module actually called for the forward pass, if not
+            ``model`` (e.g. a checkpointing wrapper); its events are
+            recorded under the model's name ``""``.
+
+    Attributes:
+        events: the recorded events, in order.
+        saved: serials of storages autograd saved for backward.
+        recomputed: ``(first, last)`` serial ranges of storages created while
+            checkpointed modules recomputed their forward.
+        in_backward: set it to True just before calling ``backward()``, so that
+            forward calls from then on are recorded as ``recompute``.
+    """
+
+    def __init__(self, meter: Meter, model: nn.Module, root: nn.Module | None = None):
+        self.meter = meter
+        self.events: list[Event] = []
+        self.saved: set[int] = set()
+        self.recomputed: list[tuple[int, int]] = []
+        self.in_backward = False
+        self._named = [(name, mod) for name, mod in model.named_modules()]
+        if root is not None:
+            self._named[0] = ("", root)
+        self._handles: list = []
+        self._grad_handles: list = []
+        self._grad_waiters: dict = {}
+        self._saved_hooks = saved_tensors_hooks(self._pack, self._unpack)
+        self._recompute_start: dict[int, int] = {}
+
+    # -- recording -----------------------------------------------------------------
+    def record(self, module: str | None, type_: str, phase: str, shape=None) -> Event:
+        """Append an event with the bytes allocated now; returns it."""
+        allocated = self.meter.allocated()
+        previous = self.events[-1].allocated_bytes if self.events else 0
+        event = Event(
+            index=len(self.events),
+            module=module,
+            type=type_,
+            phase=phase,
+            allocated_bytes=allocated,
+            delta_bytes=allocated - previous,
+            peak_bytes=self.meter.peak(),
+            shape=shape,
+            depth=0 if not module else module.count(".") + 1,
+            live=self.meter.tracker.live_serials(),
+        )
+        self.events.append(event)
+        return event
+
+    # -- hooks ---------------------------------------------------------------------
+    def _pre_hook(self, name: str):
+        def hook(mod, args):
+            if self.in_backward:
+                self._recompute_start[id(mod)] = len(self.meter.tracker.sizes)
+                return
+            self.record(name, type(mod).__name__, "pre")
+            wanted = [t for t in _tensors(args) if t.requires_grad]
+            wanted += [p for p in mod.parameters() if p.requires_grad]
+            if wanted:
+                waiter = [len(wanted), name, type(mod).__name__]
+                for t in wanted:
+                    self._waiters_of(t).append(waiter)
+
+        return hook
+
+    def _waiters_of(self, t: torch.Tensor) -> list:
+        """The modules waiting for ``t``'s gradient; hooks ``t`` on first use.
+
+        Keyed by the tensor and its version, so that a tensor modified in place
+        gets a second hook, bound to its new autograd node.
+        """
+        key = (id(t), t._version)
+        entry = self._grad_waiters.get(key)
+        if entry is None or entry[0]() is not t:
+            waiters: list = []
+            entry = (weakref.ref(t), waiters)
+            self._grad_waiters[key] = entry
+            self._grad_handles.append(t.register_hook(lambda grad: self._arrived(waiters)))
+        return entry[1]
+
+    def _arrived(self, waiters: list) -> None:
+        # Modules registered later are nested deeper: let them finish first.
+        for waiter in reversed(waiters):
+            waiter[0] -= 1
+            if waiter[0] == 0:
+                self.record(waiter[1], waiter[2], "bwd")
+
+    def _post_hook(self, name: str):
+        def hook(mod, args, output):
+            if self.in_backward:
+                first = self._recompute_start.pop(id(mod), len(self.meter.tracker.sizes))
+                self.recomputed.append((first, len(self.meter.tracker.sizes)))
+                self.record(name, type(mod).__name__, "recompute", _shape(output))
+            else:
+                self.record(name, type(mod).__name__, "fwd", _shape(output))
+
+        return hook
+
+    def _pack(self, t: torch.Tensor):
+        serial = self.meter.tracker.serial_of(t)
+        if serial is not None:
+            self.saved.add(serial)
+        return t
+
+    @staticmethod
+    def _unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def __enter__(self) -> "StepTracer":
+        for name, mod in self._named:
+            self._handles.append(mod.register_forward_pre_hook(self._pre_hook(name)))
+            self._handles.append(mod.register_forward_hook(self._post_hook(name)))
+        self._saved_hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._saved_hooks.__exit__(*exc)
+        for handle in self._handles + self._grad_handles:
+            handle.remove()
+        self._handles.clear()
+        self._grad_handles.clear()
+        self._grad_waiters.clear()
