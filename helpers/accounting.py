@@ -10,9 +10,11 @@ step labels each storage it saw with one category:
 * ``gradients``: the ``.grad`` tensors of the parameters;
 * ``optimizer_states``: everything in ``optimizer.state`` (momentum, Adam's
   two moments, step counters);
+* ``input``: the input batch and its targets (the data itself; conv1 also
+  saves the batch for backward, but it is counted here);
 * ``activations``: tensors autograd saved for backward (including tensors
   recomputed for backward under activation checkpointing);
-* ``other``: everything else alive: the targets, the loss, gradients of
+* ``other``: everything else alive: the loss, gradients of
   activations flowing through backward, temporary buffers.  On a GPU it also
   holds what the storage tracker cannot see (cuDNN/cuBLAS workspaces).
 
@@ -21,7 +23,7 @@ A storage has the first category that applies, in the order above.
 
 from __future__ import annotations
 
-CATEGORIES = ("parameters", "gradients", "optimizer_states", "activations", "other")
+CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")
 
 
 def label_storages(
@@ -29,13 +31,14 @@ def label_storages(
     parameters: set[int],
     gradients: set[int],
     optimizer_states: set[int],
+    inputs: set[int],
     activations: set[int],
 ) -> dict[int, str]:
     """Give every storage serial in ``sizes`` one category from :data:`CATEGORIES`.
 
     Args:
         sizes: serial -> bytes, as :attr:`helpers.memory.StorageTracker.sizes`.
-        parameters, gradients, optimizer_states, activations: serials known to
+        parameters, gradients, optimizer_states, inputs, activations: serials known to
             belong to each category; a serial in several sets gets the first.
 
     Returns:
@@ -49,6 +52,8 @@ def label_storages(
             labels[serial] = "gradients"
         elif serial in optimizer_states:
             labels[serial] = "optimizer_states"
+        elif serial in inputs:
+            labels[serial] = "input"
         elif serial in activations:
             labels[serial] = "activations"
         else:

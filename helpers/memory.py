@@ -22,6 +22,7 @@ All sizes are in bytes; 1 MiB = 2**20 bytes (not 1 MB = 10**6 bytes).
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import torch
@@ -38,6 +39,8 @@ GiB = 2**30
 BLOCK_BYTES = 512
 
 BACKENDS = ("cuda", "simulated")
+
+_FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 
 def round_up(nbytes: int, block: int = BLOCK_BYTES) -> int:
@@ -250,6 +253,10 @@ class Meter:
             self._base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         else:
+            # FakeTensorMode logs a full traceback before raising a shape
+            # error; the error itself reaches the caller, so keep the log quiet.
+            self._log_level = _FAKE_LOG.level
+            _FAKE_LOG.setLevel(logging.CRITICAL)
             self._fake = FakeTensorMode()
             self._fake.__enter__()
         self.tracker.__enter__()
@@ -259,6 +266,7 @@ class Meter:
         self.tracker.__exit__(*exc)
         if self._fake is not None:
             self._fake.__exit__(*exc)
+            _FAKE_LOG.setLevel(self._log_level)
         self._frozen = (self._allocated(), self._peak(), self._reserved())
 
     def _allocated(self) -> int:

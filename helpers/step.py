@@ -200,7 +200,8 @@ class StepProfile:
                 totals[stage] = totals.get(stage, 0) + e.delta_bytes
         return totals
 
-    def table(self, phases: tuple[str, ...] | None = None, min_delta: int = 0) -> str:
+    def table(self, phases: tuple[str, ...] | None = None, min_delta: int = 0,
+              events: slice | None = None) -> str:
         """The per-module log as text, one event per line, in MiB.
 
         Args:
@@ -208,9 +209,10 @@ class StepProfile:
                 always kept); all when ``None``.
             min_delta: hide module events whose change is smaller than this
                 many bytes in absolute value.
+            events: show only this slice of the events (e.g. ``slice(0, 40)``).
         """
         lines = [f"{'#':>4}  {'phase':<14} {'module':<34} {'type':<18} {'delta MiB':>10} {'alloc MiB':>10}  output shape"]
-        for e in self.events:
+        for e in self.events[events or slice(None)]:
             if e.module is not None:
                 if phases is not None and e.phase not in phases:
                     continue
@@ -224,6 +226,17 @@ class StepProfile:
                 f"{e.index:>4}  {e.phase:<14} {name:<34.34} {e.type if e.module is not None else '':<18.18} "
                 f"{e.delta_bytes / MiB:>+10.1f} {e.allocated_bytes / MiB:>10.1f}  {shape}"
             )
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """Memory by category at the peak, then the peak itself, as text."""
+        at = self.events[self.peak_event]
+        where = f"{at.phase} {at.module or '(model)'}" if at.module is not None else at.phase
+        lines = [f"at the peak (reached by event {self.peak_event}, {where}):"]
+        for name, nbytes in self.categories.items():
+            lines.append(f"  {name:<17} {fmt_bytes(nbytes):>12}")
+        if self.reserved_bytes is not None:
+            lines.append(f"reserved by the caching allocator after the step: {fmt_bytes(self.reserved_bytes)}")
         lines.append(f"peak allocated: {fmt_bytes(self.peak_allocated_bytes)} ({self.backend})")
         return "\n".join(lines)
 
@@ -327,6 +340,7 @@ def _profile(meter, name, builder, batch_size, sample_shape, amp, checkpoint, op
         tracer.record(None, "parameters and buffers", "model")
         x = torch.randn(batch_size, *sample_shape, device=dev)
         y = torch.randint(0, num_classes, (batch_size,), device=dev)
+        inputs = {tracker.serial_of(x), tracker.serial_of(y)}
         tracer.record(None, "input batch and targets", "input", tuple(x.shape))
         try:
             with autocast:
@@ -360,7 +374,7 @@ def _profile(meter, name, builder, batch_size, sample_shape, amp, checkpoint, op
     activations = set(tracer.saved)
     for first, last in tracer.recomputed:
         activations.update(range(first, last))
-    labels = label_storages(tracker.sizes, parameters, gradients, states, activations)
+    labels = label_storages(tracker.sizes, parameters, gradients, states, inputs, activations)
 
     def categories(serials, total: int) -> dict[str, int]:
         cats = bytes_by_category(serials, tracker.sizes, labels)

@@ -1,0 +1,83 @@
+"""Command line: ``python -m helpers profile --model resnet18 --batch-size 128``.
+
+Prints the per-module memory log of one training step (see
+:func:`helpers.step.profile_step`) and ends with
+``peak allocated: <X> MiB (<backend>)``.  ``--json`` prints one JSON object
+instead.  Bad input exits with status 2 and one line naming the problem; a
+step that does not fit on a real GPU exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .memory import resolve_backend
+from .models import classification_models
+from .step import OPTIMIZERS, DoesNotFit, profile_step
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _at_least(lowest: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"must be at least {lowest}, got {value}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m helpers", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("profile", help="memory of one training step, module by module")
+    p.add_argument("--model", default="resnet18", help="a torchvision classification model name (default resnet18)")
+    p.add_argument("--batch-size", type=_at_least(1), default=128, help="samples per batch (default 128)")
+    p.add_argument("--image-size", type=_at_least(1), default=224, help="image height and width (default 224)")
+    p.add_argument("--amp", action="store_true", help="automatic mixed precision (autocast)")
+    p.add_argument("--checkpoint", type=_at_least(0), default=0, metavar="SEGMENTS",
+                   help="activation checkpointing with this many segments (default 0: off)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="default sgd (with momentum)")
+    p.add_argument("--device", choices=("auto", "cuda", "simulated"), default="auto",
+                   help="auto: the GPU if there is one, else simulated (default)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    prog = "python -m helpers profile"
+    try:
+        resolve_backend(args.device)
+        if args.model not in classification_models():
+            raise ValueError(f"unknown model {args.model!r}: not a torchvision classification model "
+                             f"(see torchvision.models.list_models)")
+        profile = profile_step(
+            args.model, args.batch_size, args.image_size, amp=args.amp, checkpoint=args.checkpoint,
+            optimizer=args.optimizer, device=args.device,
+        )
+    except DoesNotFit as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(profile.to_dict()))
+    else:
+        print(profile.table())
+        print(profile.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
