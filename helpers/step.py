@@ -305,11 +305,12 @@ def profile_step(
     sample_shape = tuple(input_shape) if input_shape is not None else (3, image_size, image_size)
     backend = resolve_backend(device)
 
+    unplaced = _build(builder, backend)
     meter = Meter(backend)
     oom = None
     try:
         with meter:
-            return _profile(meter, name, builder, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes)
+            return _profile(meter, name, unplaced, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes)
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0]
     # Out of memory: the exception and its frames are gone now, so the step's
@@ -319,14 +320,40 @@ def profile_step(
     raise DoesNotFit(f"{name} at batch size {batch_size} does not fit: {oom}")
 
 
-def _profile(meter, name, builder, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes):
-    tracker = meter.tracker
-    dev = meter.device
-    model = builder()
+def _build(builder: Callable[[], nn.Module], backend: str) -> nn.Module:
+    """Build the model outside any measurement, without data where possible.
+
+    For a real GPU the model is built on the CPU and moved inside the
+    measurement.  For the simulation it is built on the ``meta`` device (shapes
+    only, no memory, no initialisation work); a constructor that reads tensor
+    values (RegNet's) falls back to a real CPU build.
+    """
+    model = None
+    if backend == "simulated":
+        try:
+            with torch.device("meta"):
+                model = builder()
+        except (NotImplementedError, RuntimeError):
+            model = None
+    if model is None:
+        model = builder()
     if not isinstance(model, nn.Module):
         raise ValueError(f"the model function must return an nn.Module, got {type(model).__name__}")
-    if dev.type == "cuda":
-        model.to(dev)  # simulated: built from fake tensors already
+    return model
+
+
+def _place(model: nn.Module, meter: Meter) -> nn.Module:
+    """Put the model's parameters and buffers on the meter's device, counted."""
+    if meter.backend == "cuda":
+        return model.to(meter.device)
+    # Simulated: every parameter and buffer gets a fake storage of its size.
+    return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=meter.device))
+
+
+def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes):
+    tracker = meter.tracker
+    dev = meter.device
+    model = _place(model, meter)
     runner = Checkpointed(sequential_form(model), checkpoint) if checkpoint else model
     opt = make_optimizer(optimizer, model.parameters())
     scaler = torch.amp.GradScaler("cuda") if amp and meter.backend == "cuda" else None
