@@ -1,0 +1,30 @@
+# Two commands for a fresh machine (see README.md):
+#   make lessons   set up .venv and open the lessons in JupyterLab
+#   make test      set up .venv and run the unit tests and strict nbval
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: lessons test setup refresh-notebooks benchmark
+
+$(BIN)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+setup: $(BIN)/.installed
+
+lessons: setup
+	$(BIN)/jupyter lab lessons/
+
+test: setup
+	$(BIN)/python -m pytest
+
+# Re-run every lesson top to bottom in a fresh kernel and store its outputs.
+refresh-notebooks: setup
+	for nb in lessons/*.ipynb; do $(BIN)/jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; done
+
+benchmark: setup
+	$(BIN)/python benchmarks/step_time.py
