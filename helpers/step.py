@@ -313,8 +313,10 @@ def profile_step(
             return _profile(meter, name, unplaced, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes)
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0]
-    # Out of memory: the exception and its frames are gone now, so the step's
-    # tensors can be freed and the allocator's cache returned to the driver.
+    # Out of memory: the exception and its frames are gone now; drop the model
+    # too, so that the step's tensors are freed and the allocator's cache can be
+    # returned to the driver.
+    del unplaced
     gc.collect()
     torch.cuda.empty_cache()
     raise DoesNotFit(f"{name} at batch size {batch_size} does not fit: {oom}")

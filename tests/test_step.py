@@ -150,3 +150,16 @@ def test_any_classification_model_and_a_custom_one():
 def test_bad_input_gives_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         profile_step(**{"device": "simulated", **kwargs})
+
+
+def test_out_of_memory_is_reported_as_does_not_fit(monkeypatch):
+    """A real OOM (injected here: CI has no GPU) becomes DoesNotFit, with CUDA's first line."""
+    import helpers.step
+    from helpers import DoesNotFit
+
+    def run_out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 392.00 MiB (GPU 0; ...)\nmore detail")
+
+    monkeypatch.setattr(helpers.step, "_profile", run_out_of_memory)
+    with pytest.raises(DoesNotFit, match=r"^resnet18 at batch size 8 does not fit: CUDA out of memory. Tried to allocate 392.00 MiB"):
+        profile_step("resnet18", 8, image_size=32, device="simulated")
