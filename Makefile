@@ -16,8 +16,9 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 
 setup: $(BIN)/.installed
 
+# JupyterLab refuses to run as root (common in containers) unless told to.
 lessons: setup
-	$(BIN)/jupyter lab lessons/
+	$(BIN)/jupyter lab lessons/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: setup
 	$(BIN)/python -m pytest
