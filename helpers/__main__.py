@@ -13,8 +13,6 @@ import argparse
 import json
 import sys
 
-from .memory import resolve_backend
-from .models import classification_models
 from .step import OPTIMIZERS, DoesNotFit, profile_step
 
 
@@ -57,10 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     prog = "python -m helpers profile"
     try:
-        resolve_backend(args.device)
-        if args.model not in classification_models():
-            raise ValueError(f"unknown model {args.model!r}: not a torchvision classification model "
-                             f"(see torchvision.models.list_models)")
         profile = profile_step(
             args.model, args.batch_size, args.image_size, amp=args.amp, checkpoint=args.checkpoint,
             optimizer=args.optimizer, device=args.device,
