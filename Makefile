@@ -29,3 +29,4 @@ refresh-notebooks: setup
 
 benchmark: setup
 	$(BIN)/python benchmarks/step_time.py
+	$(BIN)/python benchmarks/widget_latency.py

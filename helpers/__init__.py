@@ -7,23 +7,33 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.trace`: per-module events of one step (lesson 03);
 * :mod:`helpers.accounting`: memory by category (lesson 03);
 * :mod:`helpers.step`: one training step, profiled (lesson 03);
-* :mod:`helpers.plots`: figures of a profiled step (lesson 03).
+* :mod:`helpers.plots`: figures of a profiled step (lesson 03);
+* :mod:`helpers.data`: the digits data, offline (lesson 01);
+* :mod:`helpers.training`: train a small classifier, epoch by epoch (lesson 01);
+* :mod:`helpers.batch`: memory against batch size, the affine law (lesson 01);
+* :mod:`helpers.widgets`: the batch-size widget (lesson 01).
 """
 
 from .accounting import CATEGORIES
-from .memory import GiB, MiB, Meter, fmt_bytes, resolve_backend, round_up, tensor_bytes
-from .models import build_model, classification_models, sequential_form
+from .batch import AffineFit, PeakCurve, fit_affine
+from .memory import CUDA_OVERHEAD_BYTES, GiB, MiB, Meter, fmt_bytes, resolve_backend, round_up, tensor_bytes
+from .models import build_model, classification_models, mlp, sequential_form
 from .step import DoesNotFit, StepProfile, profile_step
 
 __all__ = [
+    "AffineFit",
     "CATEGORIES",
+    "CUDA_OVERHEAD_BYTES",
     "DoesNotFit",
     "GiB",
     "Meter",
     "MiB",
+    "PeakCurve",
     "StepProfile",
     "build_model",
     "classification_models",
+    "mlp",
+    "fit_affine",
     "fmt_bytes",
     "profile_step",
     "resolve_backend",

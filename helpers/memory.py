@@ -40,6 +40,13 @@ BLOCK_BYTES = 512
 
 BACKENDS = ("cuda", "simulated")
 
+#: Memory a training process holds on a GPU besides its tensors, *assumed* (not
+#: measured here) when a lesson asks whether a step fits a GPU of a given size:
+#: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the
+#: caching allocator's free-but-reserved blocks.  1 GiB is a round, deliberately
+#: generous figure; on a real GPU, measure instead.
+CUDA_OVERHEAD_BYTES = 1 * 2**30
+
 _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 
@@ -102,6 +109,44 @@ def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
     return f"{value:{'+' if sign else ''}.{digits}f} {unit}"
 
 
+def cuda_size(nbytes: int) -> str:
+    """Format bytes as the CUDA caching allocator's messages do.
+
+    ``bytes`` up to 1 KiB, then KiB, MiB or GiB with two decimals
+    (``format_size`` in c10/cuda/CUDACachingAllocator.cpp): ``cuda_size(3 * 2**29) == '1.50 GiB'``.
+    """
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 2**10)):
+        if nbytes > scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def oom_message(requested: int, capacity: int, in_use: int, allocated: int, reserved: int,
+                simulated: bool = True) -> str:
+    """The one-line message of a CUDA out-of-memory error, field by field.
+
+    Shaped like the message of ``torch.OutOfMemoryError`` from PyTorch 2.x
+    (c10/cuda/CUDACachingAllocator.cpp), so that a learner can read a real one.
+
+    Args:
+        requested: bytes the failing allocation asked for ("Tried to allocate").
+        capacity: total memory of the GPU ("total capacity").
+        in_use: memory the process holds on the GPU, tensors, cache and CUDA
+            context together; free memory is ``capacity - in_use``.
+        allocated: bytes in live tensors ("allocated by PyTorch").
+        reserved: bytes the caching allocator holds from the driver, >= ``allocated``.
+        simulated: say at the start that no GPU ran out.
+    """
+    prefix = "Simulated CUDA out of memory" if simulated else "CUDA out of memory"
+    return (
+        f"{prefix}. Tried to allocate {cuda_size(requested)}. GPU 0 has a total capacity of "
+        f"{cuda_size(capacity)} of which {cuda_size(max(capacity - in_use, 0))} is free. "
+        f"Including non-PyTorch memory, this process has {cuda_size(in_use)} memory in use. "
+        f"Of the allocated memory {cuda_size(allocated)} is allocated by PyTorch, and "
+        f"{cuda_size(reserved - allocated)} is reserved by PyTorch but unallocated."
+    )
+
+
 def resolve_backend(device: str = "auto") -> str:
     """Turn a ``device`` argument into a backend name: ``cuda`` or ``simulated``.
 
@@ -139,11 +184,18 @@ class StorageTracker(TorchDispatchMode):
     Args:
         device_type: count only storages on this device type (``"cuda"``), or
             every storage when ``None`` (simulated mode, where all are fake).
+        capacity: simulate a GPU of this many bytes: a new storage that would
+            take the tensor bytes above ``capacity - CUDA_OVERHEAD_BYTES`` raises
+            ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`oom_message`.
+            ``None``: no limit.
 
     Attributes:
         allocated: bytes alive now.
         peak: the highest ``allocated`` since creation or :meth:`reset_peak`.
         peak_serials: serials alive at that peak.
+        peak_at: serial of the allocation that reached the peak (which
+            allocation of the step it was; the same operation in a run at
+            another batch size has the same serial).
         sizes: serial -> bytes, for every storage ever counted.
 
     Limits: memory allocated inside a kernel without creating a tensor
@@ -151,12 +203,14 @@ class StorageTracker(TorchDispatchMode):
     before the mode was entered unless passed to :meth:`track`.
     """
 
-    def __init__(self, device_type: str | None = None):
+    def __init__(self, device_type: str | None = None, capacity: int | None = None):
         super().__init__()
         self.device_type = device_type
+        self.capacity = capacity
         self.allocated = 0
         self.peak = 0
         self.peak_serials: tuple[int, ...] = ()
+        self.peak_at = -1
         self.sizes: dict[int, int] = {}
         self._live: dict[int, int] = {}  # id(storage) -> serial
 
@@ -176,14 +230,19 @@ class StorageTracker(TorchDispatchMode):
         serial = self._live.get(key)
         if serial is not None:
             return serial
-        serial = len(self.sizes)
         nbytes = round_up(st.nbytes())
+        if self.capacity is not None and self.allocated + nbytes > self.capacity - CUDA_OVERHEAD_BYTES:
+            in_use = self.allocated + CUDA_OVERHEAD_BYTES
+            raise torch.OutOfMemoryError(
+                oom_message(nbytes, self.capacity, in_use, self.allocated, self.allocated))
+        serial = len(self.sizes)
         self.sizes[serial] = nbytes
         self._live[key] = serial
         self.allocated += nbytes
         if self.allocated > self.peak:
             self.peak = self.allocated
             self.peak_serials = tuple(self._live.values())
+            self.peak_at = serial
         weakref.finalize(st, self._free, key)
         return serial
 
@@ -203,6 +262,7 @@ class StorageTracker(TorchDispatchMode):
         """Start a new peak from the bytes alive now."""
         self.peak = self.allocated
         self.peak_serials = self.live_serials()
+        self.peak_at = len(self.sizes) - 1
 
 
 class Meter:
@@ -228,6 +288,12 @@ class Meter:
     Args:
         device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or
             ``"simulated"``.
+        capacity: behave as a GPU of this many bytes.  Simulated: see
+            :class:`StorageTracker` (the assumed :data:`CUDA_OVERHEAD_BYTES` is
+            taken off it).  On cuda: ``torch.cuda.set_per_process_memory_fraction``
+            limits the caching allocator to ``capacity`` (restored on exit),
+            so a large GPU fails as a smaller one would.  Exceeding it raises
+            ``torch.OutOfMemoryError``.
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
@@ -236,13 +302,22 @@ class Meter:
             on cuda it explains the real counters by category).
 
     Raises:
-        ValueError: for an unknown device, or ``"cuda"`` without a GPU.
+        ValueError: for an unknown device, ``"cuda"`` without a GPU, or a
+            capacity that is not a positive number of bytes (or, on cuda,
+            exceeds the GPU's memory).
     """
 
-    def __init__(self, device: str = "auto"):
+    def __init__(self, device: str = "auto", capacity: int | None = None):
         self.backend = resolve_backend(device)
         self.device = torch.device("cuda" if self.backend == "cuda" else "cpu")
-        self.tracker = StorageTracker("cuda" if self.backend == "cuda" else None)
+        if capacity is not None:
+            if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+                raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
+            if self.backend == "cuda" and capacity > torch.cuda.get_device_properties(0).total_memory:
+                raise ValueError(f"capacity {cuda_size(capacity)} exceeds this GPU's memory")
+        self.capacity = capacity
+        simulated_capacity = capacity if self.backend == "simulated" else None
+        self.tracker = StorageTracker("cuda" if self.backend == "cuda" else None, simulated_capacity)
         self._fake: FakeTensorMode | None = None
         self._base = 0
         self._frozen: tuple[int, int, int | None] | None = None
@@ -252,6 +327,9 @@ class Meter:
             torch.cuda.synchronize()
             self._base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
+            if self.capacity is not None:
+                total = torch.cuda.get_device_properties(0).total_memory
+                torch.cuda.set_per_process_memory_fraction(self.capacity / total)
         else:
             # FakeTensorMode logs a full traceback before raising a shape
             # error; the error itself reaches the caller, so keep the log quiet.
@@ -264,6 +342,8 @@ class Meter:
 
     def __exit__(self, *exc) -> None:
         self.tracker.__exit__(*exc)
+        if self.backend == "cuda" and self.capacity is not None:
+            torch.cuda.set_per_process_memory_fraction(1.0)
         if self._fake is not None:
             self._fake.__exit__(*exc)
             _FAKE_LOG.setLevel(self._log_level)

@@ -68,7 +68,8 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
     * ResNet, ResNeXt, Wide ResNet: stem (conv1, bn1, relu, maxpool), then each
       residual block of layer1..layer4 as its own unit, avgpool, flatten, fc;
     * VGG, AlexNet, MobileNet V2/V3, EfficientNet: each module of
-      ``features``, then the pooling, flatten, and ``classifier``.
+      ``features``, then the pooling, flatten, and ``classifier``;
+    * an ``nn.Sequential`` (such as :func:`mlp`): itself.
 
     Args:
         model: a model from :func:`build_model`.
@@ -78,6 +79,8 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
             (DenseNet, Inception, ViT, Swin, ...).
     """
     models = torchvision.models
+    if isinstance(model, nn.Sequential):
+        return model
     if isinstance(model, models.ResNet):
         stem = [model.conv1, model.bn1, model.relu, model.maxpool]
         blocks = [b for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for b in layer]
@@ -91,6 +94,27 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
         f"{type(model).__name__} is not one (supported: ResNet/ResNeXt/Wide ResNet, VGG, "
         f"AlexNet, MobileNet V2/V3, EfficientNet)"
     )
+
+
+def mlp(in_features: int = 64, hidden: tuple[int, ...] = (256, 256), num_classes: int = 10) -> nn.Sequential:
+    """A multi-layer perceptron: ``Linear -> ReLU`` per hidden layer, then a ``Linear``.
+
+    The default is the small network of lesson 01, for the 8x8 digits data
+    (64 input features, 10 classes): 64 -> 256 -> 256 -> 10, 85,002 parameters.
+
+    Input shape ``(batch, in_features)``; output ``(batch, num_classes)`` logits.
+
+    Raises:
+        ValueError: if a size is below 1.
+    """
+    sizes = (in_features, *hidden, num_classes)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"layer sizes must be integers >= 1, got {sizes}")
+    layers: list[nn.Module] = []
+    for n_in, n_out in zip(sizes[:-2], sizes[1:-1]):
+        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    layers.append(nn.Linear(sizes[-2], sizes[-1]))
+    return nn.Sequential(*layers)
 
 
 def output_logits(output) -> torch.Tensor:

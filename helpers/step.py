@@ -38,11 +38,14 @@ OPTIMIZERS = ("sgd", "adam")
 
 
 class DoesNotFit(RuntimeError):
-    """A real GPU ran out of memory during the step (``torch.OutOfMemoryError``).
+    """The step ran out of memory (``torch.OutOfMemoryError``), real or simulated.
 
-    The step's tensors have been released and the allocator cache emptied
-    before this is raised.  The message is CUDA's own first line.
+    On a real GPU the step's tensors have been released and the allocator
+    cache emptied before this is raised.  The message ends with CUDA's own
+    first line, which is also the attribute ``cuda_message``.
     """
+
+    cuda_message: str = ""
 
 
 def make_optimizer(name: str, params) -> torch.optim.Optimizer:
@@ -118,6 +121,12 @@ class StepProfile:
         reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda),
             ``None`` when simulated.
         params_without_grad: names of trainable parameters that got no gradient.
+        steady_state: the traced step is the second one (optimizer states exist
+            from the start; see :func:`profile_step`).
+        peak_allocation: simulated only: the serial number of the allocation
+            that reached the peak.  Two runs of one configuration at different
+            batch sizes whose peaks have the same serial peaked at the same
+            operation (see :class:`helpers.batch.PeakCurve`).  ``None`` on cuda.
     """
 
     backend: str
@@ -135,6 +144,8 @@ class StepProfile:
     categories: dict[str, int]
     reserved_bytes: int | None
     params_without_grad: list[str] = field(default_factory=list)
+    steady_state: bool = False
+    peak_allocation: int | None = None
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (what ``python -m helpers profile --json`` prints)."""
@@ -146,6 +157,7 @@ class StepProfile:
             "amp": self.amp,
             "checkpoint": self.checkpoint,
             "optimizer": self.optimizer,
+            "steady_state": self.steady_state,
             "parameter_count": self.parameter_count,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_event": self.peak_event,
@@ -257,6 +269,8 @@ def profile_step(
     device: str = "auto",
     num_classes: int = 1000,
     input_shape: tuple[int, ...] | None = None,
+    steady_state: bool = False,
+    capacity: int | None = None,
 ) -> StepProfile:
     """Run one training step and record its memory module by module.
 
@@ -278,6 +292,13 @@ def profile_step(
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
         num_classes: number of classes; targets are drawn from ``range(num_classes)``.
         input_shape: shape of one sample, default ``(3, image_size, image_size)``.
+        steady_state: trace the second step instead of the first.  One
+            untraced step runs first and creates the optimizer states, which
+            then stay allocated through every later step of a training loop
+            (lesson 01).  The first step has none until ``optimizer.step()``.
+        capacity: run as on a GPU of this many bytes (see
+            :class:`helpers.memory.Meter`); a step that needs more raises
+            :class:`DoesNotFit` with CUDA's (or a CUDA-shaped) message.
 
     Returns:
         A :class:`StepProfile`.
@@ -291,6 +312,8 @@ def profile_step(
     _check_int("image_size", image_size, 1)
     _check_int("checkpoint", checkpoint, 0)
     _check_int("num_classes", num_classes, 1)
+    if not isinstance(steady_state, bool):
+        raise ValueError(f"steady_state must be True or False, got {steady_state!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
     if isinstance(model, str):
@@ -306,11 +329,12 @@ def profile_step(
     backend = resolve_backend(device)
 
     unplaced = _build(builder, backend)
-    meter = Meter(backend)
+    meter = Meter(backend, capacity)
     oom = None
     try:
         with meter:
-            return _profile(meter, name, unplaced, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes)
+            return _profile(meter, name, unplaced, batch_size, sample_shape, amp, checkpoint, optimizer,
+                            num_classes, steady_state)
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0]
     # Out of memory: the exception and its frames are gone now; drop the model
@@ -319,7 +343,9 @@ def profile_step(
     del unplaced
     gc.collect()
     torch.cuda.empty_cache()
-    raise DoesNotFit(f"{name} at batch size {batch_size} does not fit: {oom}")
+    error = DoesNotFit(f"{name} at batch size {batch_size} does not fit: {oom}")
+    error.cuda_message = oom
+    raise error
 
 
 def _build(builder: Callable[[], nn.Module], backend: str) -> nn.Module:
@@ -352,7 +378,20 @@ def _place(model: nn.Module, meter: Meter) -> nn.Module:
     return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=meter.device))
 
 
-def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes):
+def _forward_loss(runner, x, y, autocast, name) -> torch.Tensor:
+    """Forward pass and cross-entropy loss; a model that cannot take ``x`` raises ValueError."""
+    try:
+        with autocast:
+            return F.cross_entropy(output_logits(runner(x)), y)
+    except RuntimeError as e:
+        if isinstance(e, torch.OutOfMemoryError):
+            raise
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise ValueError(f"{name} cannot run on input {tuple(x.shape)}: {first}") from e
+
+
+def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes,
+             steady_state=False):
     tracker = meter.tracker
     dev = meter.device
     model = _place(model, meter)
@@ -365,20 +404,27 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
         autocast = contextlib.nullcontext()
     parameters = {tracker.serial_of(t) for t in chain(model.parameters(), model.buffers())}
 
+    if steady_state:  # one untraced step, so that the optimizer states exist
+        x = torch.randn(batch_size, *sample_shape, device=dev)
+        y = torch.randint(0, num_classes, (batch_size,), device=dev)
+        loss = _forward_loss(runner, x, y, autocast, name)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, y, loss
+        meter.reset_peak()
+
     with StepTracer(meter, model, root=runner if checkpoint else None) as tracer:
-        tracer.record(None, "parameters and buffers", "model")
+        tracer.record(None, "parameters, buffers" + (", optimizer states" if steady_state else ""), "model")
         x = torch.randn(batch_size, *sample_shape, device=dev)
         y = torch.randint(0, num_classes, (batch_size,), device=dev)
         inputs = {tracker.serial_of(x), tracker.serial_of(y)}
         tracer.record(None, "input batch and targets", "input", tuple(x.shape))
-        try:
-            with autocast:
-                loss = F.cross_entropy(output_logits(runner(x)), y)
-        except RuntimeError as e:
-            if isinstance(e, torch.OutOfMemoryError):
-                raise
-            first = (str(e).strip() or type(e).__name__).splitlines()[0]
-            raise ValueError(f"{name} cannot run on input {tuple(x.shape)}: {first}") from e
+        loss = _forward_loss(runner, x, y, autocast, name)
         tracer.record(None, "cross-entropy loss", "loss", tuple(loss.shape))
         tracer.in_backward = True
         (scaler.scale(loss) if scaler else loss).backward()
@@ -428,5 +474,7 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
         categories=categories(tracker.peak_serials, peak),
         reserved_bytes=meter.reserved(),
         params_without_grad=missing,
+        steady_state=steady_state,
+        peak_allocation=tracker.peak_at if meter.backend == "simulated" else None,
     )
 

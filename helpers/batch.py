@@ -1,0 +1,207 @@
+"""Memory against batch size: the affine law, and the largest batch that fits.
+
+Introduced in lesson 01 (mini-batching); the batch-size widget
+(:mod:`helpers.widgets`) is built on :class:`PeakCurve`.
+
+During a training step every allocation is either independent of the batch
+size ``b`` (parameters, gradients, optimizer states) or proportional to it
+(activations, the input batch, their gradients).  So the memory alive at any
+one moment of the step is an affine function of ``b``, and the peak, the
+highest of those moments, is the maximum of affine functions:
+
+    M(b) = max over moments t of (c_t + b * s_t)
+
+For all but the smallest batches one moment wins (early in backward, when
+the activations are all still alive), and the peak is a straight line,
+``M(b) = M0 + b * m``: ``M0`` is the model state alive at that moment and
+``m`` the activation memory per sample.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Callable
+
+from torch import nn
+
+from .memory import CUDA_OVERHEAD_BYTES, resolve_backend
+from .step import DoesNotFit, StepProfile, profile_step
+
+
+@dataclass(frozen=True)
+class AffineFit:
+    """A least-squares line through (batch size, peak bytes) points.
+
+    Attributes:
+        m0_bytes: the intercept M0: bytes needed at batch size 0.
+        per_sample_bytes: the slope m: bytes each further sample adds.
+        batch_sizes, peak_bytes: the points the line was fitted to.
+        max_residual_bytes: the largest distance of a point from the line.
+    """
+
+    m0_bytes: float
+    per_sample_bytes: float
+    batch_sizes: tuple[int, ...]
+    peak_bytes: tuple[int, ...]
+    max_residual_bytes: float
+
+    def predict(self, batch_size: float) -> float:
+        """Peak bytes the line predicts at ``batch_size``."""
+        return self.m0_bytes + batch_size * self.per_sample_bytes
+
+    def largest_batch(self, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
+        """The largest batch size whose predicted peak fits ``capacity - overhead`` bytes.
+
+        Args:
+            capacity: GPU memory in bytes (e.g. ``16 * GiB``).
+            overhead: memory the process needs besides tensors (CUDA context,
+                workspaces, allocator slack); default the assumed
+                :data:`helpers.memory.CUDA_OVERHEAD_BYTES`.
+
+        Returns:
+            The batch size, 0 if not even the model state fits.
+
+        Raises:
+            ValueError: if the slope is not positive.
+        """
+        if self.per_sample_bytes <= 0:
+            raise ValueError("the fitted memory does not grow with the batch size")
+        return max(int((capacity - overhead - self.m0_bytes) // self.per_sample_bytes), 0)
+
+
+def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
+    """Fit ``peak = M0 + b * m`` by least squares.
+
+    Args:
+        batch_sizes: the batch sizes ``b`` (at least two different values).
+        peak_bytes: the peak allocated bytes measured at each.
+
+    Raises:
+        ValueError: for fewer than two different batch sizes, or lists of
+            different lengths.
+    """
+    xs, ys = [float(b) for b in batch_sizes], [float(p) for p in peak_bytes]
+    if len(xs) != len(ys):
+        raise ValueError(f"{len(xs)} batch sizes but {len(ys)} peaks")
+    if len(set(xs)) < 2:
+        raise ValueError("fitting a line needs at least two different batch sizes")
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    intercept = my - slope * mx
+    residual = max(abs(y - (intercept + slope * x)) for x, y in zip(xs, ys))
+    return AffineFit(intercept, slope, tuple(batch_sizes), tuple(peak_bytes), residual)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The peak of one training step at one batch size.  Bytes.
+
+    Attributes:
+        batch_size: the batch size.
+        peak_bytes: peak allocated bytes (None if it did not fit a real GPU).
+        categories: bytes by category at the peak (see
+            :data:`helpers.accounting.CATEGORIES`); empty if it did not fit.
+        where: the event at which the peak was reached, e.g. ``"bwd layer4.1.relu"``.
+        traced: True if this batch size was traced directly, False if
+            interpolated between two traced batch sizes.
+        backend: ``"cuda"`` or ``"simulated"``.
+        error: the out-of-memory message when a real GPU could not run it.
+    """
+
+    batch_size: int
+    peak_bytes: int | None
+    categories: dict[str, int] = field(default_factory=dict)
+    where: str = ""
+    traced: bool = True
+    backend: str = "simulated"
+    error: str | None = None
+
+
+def _where(profile: StepProfile) -> str:
+    event = profile.events[profile.peak_event]
+    return f"{event.phase} {event.module}" if event.module else event.phase
+
+
+class PeakCurve:
+    """The peak memory of one training configuration, for any batch size.
+
+    Simulated, a direct trace takes a fraction of a second whatever the
+    batch size, too slow for a slider.  This class traces some batch sizes and
+    interpolates between them where that is exact: if the traces at ``b1 < b2``
+    peaked at the same allocation (:attr:`StepProfile.peak_allocation`), then
+    that moment is the peak at every batch size between them, because each
+    moment's memory is affine in ``b`` and the peak is their maximum (a convex
+    function: if one affine piece is highest at both ends of an interval, it
+    is highest all along it).  Each category at the peak is then affine too.
+    The only inexactness is rounding each tensor up to 512 bytes.
+
+    Otherwise, and on a real GPU always, the batch size is traced directly and
+    kept for later.
+
+    Args:
+        model: model name or builder function, as for :func:`helpers.step.profile_step`.
+        device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
+        **options: the other keyword arguments of ``profile_step`` (``amp``,
+            ``checkpoint``, ``optimizer``, ``image_size``, ``input_shape``,
+            ``num_classes``); ``steady_state`` defaults to True here, because
+            what must fit is every step of a training loop.
+
+    Raises:
+        ValueError: as ``profile_step`` does, at the first estimate.
+    """
+
+    def __init__(self, model: str | Callable[[], nn.Module] = "resnet18", device: str = "auto", **options):
+        self.model = model
+        self.backend = resolve_backend(device)
+        self.options = {"steady_state": True, **options}
+        self.traces: dict[int, StepProfile] = {}
+        self._sizes: list[int] = []  # traced batch sizes, sorted
+
+    def trace(self, batch_size: int) -> StepProfile:
+        """The direct trace at ``batch_size`` (cached).
+
+        Raises:
+            DoesNotFit: if a real GPU runs out of memory.
+        """
+        if batch_size not in self.traces:
+            self.traces[batch_size] = profile_step(self.model, batch_size, device=self.backend, **self.options)
+            bisect.insort(self._sizes, batch_size)
+        return self.traces[batch_size]
+
+    def estimate(self, batch_size: int) -> Estimate:
+        """The peak at ``batch_size``, interpolated where exact, else traced.
+
+        On a real GPU an out-of-memory error is caught (the memory is released
+        by ``profile_step``) and returned as an estimate with ``error`` set.
+
+        Raises:
+            ValueError: for a batch size below 1 or a configuration
+                ``profile_step`` refuses.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if self.backend == "simulated" and batch_size not in self.traces:
+            i = bisect.bisect(self._sizes, batch_size)
+            if 0 < i < len(self._sizes):
+                lo, hi = self.traces[self._sizes[i - 1]], self.traces[self._sizes[i]]
+                if lo.peak_allocation == hi.peak_allocation:
+                    return _interpolate(lo, hi, batch_size)
+        try:
+            profile = self.trace(batch_size)
+        except DoesNotFit as e:
+            return Estimate(batch_size, None, backend=self.backend, error=e.cuda_message or str(e))
+        return Estimate(batch_size, profile.peak_allocated_bytes, dict(profile.categories),
+                        _where(profile), True, profile.backend)
+
+
+def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
+    t = (b - lo.batch_size) / (hi.batch_size - lo.batch_size)
+
+    def between(a: int, c: int) -> int:
+        return round(a + (c - a) * t)
+
+    categories = {k: between(lo.categories[k], hi.categories[k]) for k in lo.categories}
+    return Estimate(b, between(lo.peak_allocated_bytes, hi.peak_allocated_bytes), categories,
+                    _where(hi), False, lo.backend)
