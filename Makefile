@@ -25,7 +25,7 @@ test: setup
 
 # Re-run every lesson top to bottom in a fresh kernel and store its outputs.
 refresh-notebooks: setup
-	for nb in lessons/*.ipynb; do $(BIN)/jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; done
+	for nb in lessons/*.ipynb; do $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.store_widget_state=False "$$nb" || exit 1; done
 
 benchmark: setup
 	$(BIN)/python benchmarks/step_time.py
