@@ -11,7 +11,8 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.data`: the digits data, offline (lesson 01);
 * :mod:`helpers.training`: train a small classifier, epoch by epoch (lesson 01);
 * :mod:`helpers.batch`: memory against batch size, the affine law (lesson 01);
-* :mod:`helpers.widgets`: the batch-size widget (lesson 01).
+* :mod:`helpers.widgets`: the batch-size widget (lesson 01);
+* :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02).
 """
 
 from .accounting import CATEGORIES

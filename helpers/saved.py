@@ -1,0 +1,294 @@
+"""What autograd saves for backward, tensor by tensor; and ReLUs that save less.
+
+Introduced in lesson 02 (the linear-layer gradient argument).
+
+During the forward pass every differentiable operation stores the tensors its
+backward formula will need (its *saved tensors*) on its autograd node.
+:func:`inspect_saved` lists them using
+``torch.autograd.graph.saved_tensors_hooks``
+(https://pytorch.org/docs/stable/notes/autograd.html#hooks-for-saved-tensors):
+
+1. the *pack* hook sees every tensor as it is saved, and keeps it in a table;
+2. after the forward pass, the autograd graph is walked from the output and
+   each node's ``_saved_*`` attributes are read; reading one calls the *unpack*
+   hook with that tensor's table index, which names the node and the attribute
+   that saved it (``ReluBackward0._saved_result``).
+
+Each saved tensor's storage is then compared with the inputs, the outputs and
+the parameters: a saved tensor that *is* one of those (or a view of it) costs
+nothing beyond what exists anyway; only the other storages are extra memory,
+and each is counted once.
+
+:class:`BoolMaskReLU` and :class:`BitMaskReLU` are ReLUs whose backward keeps
+a 1-byte or a 1-bit mask instead of PyTorch's float output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor saved for backward.
+
+    Attributes:
+        node: the autograd node that saved it (``ConvolutionBackward0``).
+        attribute: what the node calls it (``self``, ``weight``, ``result``,
+            ``result1``, ...; from the node's ``_saved_<attribute>``).
+        module: the module whose forward was running (``""`` if none).
+        shape, dtype: the saved tensor's.
+        nbytes: bytes of its storage (the whole storage, when it is a view).
+        same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
+            ``"buffer <name>"``, ``"saved above"`` (another saved tensor's
+            storage), or ``"new"``: the only kind that costs extra memory.
+    """
+
+    node: str
+    attribute: str
+    module: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    nbytes: int
+    same_as: str
+
+    @property
+    def extra_bytes(self) -> int:
+        """Bytes this saved tensor adds: its storage if ``new``, else 0."""
+        return self.nbytes if self.same_as == "new" else 0
+
+
+@dataclass(frozen=True)
+class SavedReport:
+    """The saved tensors of one forward pass.  Bytes.
+
+    Attributes:
+        saved: every saved tensor, in the order the graph walk met them
+            (from the output back to the input).
+        input_bytes, output_bytes: storage bytes of the inputs and outputs.
+        parameter_bytes: storage bytes of the module's parameters and buffers.
+    """
+
+    saved: list[SavedTensor]
+    input_bytes: int
+    output_bytes: int
+    parameter_bytes: int
+
+    @property
+    def extra_bytes(self) -> int:
+        """Bytes that the saved tensors keep beyond inputs, outputs and parameters."""
+        return sum(s.extra_bytes for s in self.saved)
+
+    def table(self) -> str:
+        """The saved tensors as text, one per line."""
+        lines = [f"{'saved by':<40} {'module':<10} {'shape':<20} {'dtype':<9} {'bytes':>10}  same storage as"]
+        for s in self.saved:
+            where = f"{s.node}.{s.attribute}"
+            lines.append(f"{where:<40.40} {s.module:<10.10} {str(tuple(s.shape)):<20} "
+                         f"{str(s.dtype).replace('torch.', ''):<9} {s.nbytes:>10,}  {s.same_as}")
+        lines.append(f"extra memory kept for backward: {self.extra_bytes:,} bytes "
+                     f"(input {self.input_bytes:,}, output {self.output_bytes:,}, "
+                     f"parameters and buffers {self.parameter_bytes:,})")
+        return "\n".join(lines)
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.nbytes()
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _tensors(o)]
+    return []
+
+
+def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
+    """Run ``module(*inputs)`` once and list every tensor autograd saves.
+
+    Floating-point inputs are replaced by copies that require grad and are
+    not leaves, as activations inside a network are, so that every save
+    shows.  Run on real (CPU or GPU) tensors, not fake ones.
+
+    Args:
+        module: the layer or network to inspect, in the mode (train/eval) you want.
+        inputs: its inputs, e.g. one ``(batch, features)`` tensor.
+
+    Returns:
+        A :class:`SavedReport`.
+
+    Raises:
+        ValueError: if no input is a tensor, or the output does not require grad
+            (nothing would be saved).
+    """
+    if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise ValueError("inspect_saved needs the module's input tensors")
+    # Non-leaf copies that require grad, as activations inside a network are
+    # (in-place layers refuse leaves): CloneBackward0 itself saves nothing.
+    inputs = tuple(x.detach().requires_grad_().clone() if x.is_floating_point() else x for x in inputs)
+    packed: list[torch.Tensor] = []
+    modules: list[str] = []
+    seen: dict[int, tuple[str, str]] = {}
+    current = [""]
+    names = {m: n for n, m in module.named_modules()}
+
+    def pre(mod, args):
+        if not list(mod.children()):
+            current[0] = names[mod] or type(mod).__name__
+
+    handles = [m.register_forward_pre_hook(pre) for m in module.modules()]
+
+    def pack(t: torch.Tensor) -> int:
+        packed.append(t)
+        modules.append(current[0])
+        return len(packed) - 1
+
+    def unpack(i: int) -> torch.Tensor:
+        if i not in seen:
+            seen[i] = walking[0]
+            order.append(i)
+        return packed[i]
+
+    walking = [("", "")]
+    order: list[int] = []
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            output = module(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    outputs = _tensors(output)
+    if not any(o.grad_fn is not None for o in outputs):
+        raise ValueError("the output does not require grad: autograd saved nothing")
+
+    # Walk the graph from the outputs; reading a node's saved tensors unpacks them.
+    stack = [o.grad_fn for o in outputs if o.grad_fn is not None]
+    visited = set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in visited:
+            continue
+        visited.add(node)
+        attrs = sorted(a for a in dir(node) if a.startswith("_saved_"))
+        if "saved_tensors" in dir(node):  # a custom autograd.Function's ctx.save_for_backward
+            attrs.append("saved_tensors")
+        for attr in attrs:
+            walking[0] = (type(node).__name__, attr.removeprefix("_saved_"))
+            getattr(node, attr)  # a saved tensor calls unpack; other values do not
+        stack.extend(fn for fn, _ in reversed(node.next_functions))
+
+    for i in range(len(packed)):  # saved by a node the walk could not read
+        if i not in seen:
+            seen[i] = ("(unknown node)", "?")
+            order.append(i)
+
+    kinds: dict[int, str] = {}
+    for x in inputs:
+        kinds.setdefault(_storage(x)[0], "input")
+    for o in outputs:
+        ptr = _storage(o)[0]
+        kinds[ptr] = "input = output (in place)" if kinds.get(ptr) == "input" else kinds.get(ptr, "output")
+    for name, p in module.named_parameters():
+        kinds.setdefault(_storage(p)[0], f"parameter {name}")
+    for name, b in module.named_buffers():
+        kinds.setdefault(_storage(b)[0], f"buffer {name}")
+    saved = []
+    for i in order:
+        t = packed[i]
+        ptr, nbytes = _storage(t)
+        same_as = kinds.get(ptr, "new")
+        kinds.setdefault(ptr, "saved above")
+        node, attribute = seen[i]
+        saved.append(SavedTensor(node, attribute, modules[i], tuple(t.shape), t.dtype, nbytes, same_as))
+
+    def total(tensors) -> int:
+        return sum(nbytes for nbytes in {_storage(t)[0]: _storage(t)[1] for t in tensors}.values())
+
+    return SavedReport(saved, total(inputs), total(outputs),
+                       total(list(module.parameters()) + list(module.buffers())))
+
+
+class _BoolMaskReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        mask = x > 0
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        return grad * mask
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """Pack a bool tensor into uint8, 8 elements per byte (little-endian bits).
+
+    Shape: any ``mask`` -> ``(ceil(mask.numel() / 8),)`` uint8.
+    """
+    flat = mask.reshape(-1)
+    pad = (-flat.numel()) % 8
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad)])
+    bits = flat.view(-1, 8).to(torch.uint8) << torch.arange(8, dtype=torch.uint8, device=flat.device)
+    return bits.sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """Inverse of :func:`pack_bits`: uint8 ``(ceil(n / 8),)`` -> bool tensor of ``shape``."""
+    n = 1
+    for s in shape:
+        n *= s
+    bits = (packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8, device=packed.device)) & 1
+    return bits.reshape(-1)[:n].reshape(shape).bool()
+
+
+class _BitMaskReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        mask = x > 0
+        ctx.save_for_backward(pack_bits(mask))
+        ctx.shape = x.shape
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, grad):
+        (packed,) = ctx.saved_tensors
+        return grad * unpack_bits(packed, ctx.shape)
+
+
+class BoolMaskReLU(nn.Module):
+    """ReLU whose backward keeps a bool mask of ``x > 0``: 1 byte per element.
+
+    ``nn.ReLU`` keeps its float output (4 bytes per element in fp32).  The
+    gradient is the same: ``grad * (x > 0)``.  Shape: any -> same.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _BoolMaskReLU.apply(x)
+
+
+class BitMaskReLU(nn.Module):
+    """ReLU whose backward keeps the mask ``x > 0`` packed 8 per byte: 1/8 byte per element.
+
+    Packing costs a few elementwise operations in forward and backward; see
+    :func:`pack_bits`.  The gradient is the same as ``nn.ReLU``'s.  Shape: any -> same.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _BitMaskReLU.apply(x)
+
+
+def replace_relu(model: nn.Module, make: type[nn.Module]) -> nn.Module:
+    """Replace every ``nn.ReLU`` in ``model`` (in place) by ``make()``; return the model."""
+    for name, child in model.named_children():
+        if isinstance(child, nn.ReLU):
+            setattr(model, name, make())
+        else:
+            replace_relu(child, make)
+    return model
