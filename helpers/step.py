@@ -419,7 +419,7 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
         meter.reset_peak()
 
     with StepTracer(meter, model, root=runner if checkpoint else None) as tracer:
-        tracer.record(None, "parameters, buffers" + (", optimizer states" if steady_state else ""), "model")
+        tracer.record(None, "parameters, buffers, optimizer states" if steady_state else "parameters and buffers", "model")
         x = torch.randn(batch_size, *sample_shape, device=dev)
         y = torch.randint(0, num_classes, (batch_size,), device=dev)
         inputs = {tracker.serial_of(x), tracker.serial_of(y)}
