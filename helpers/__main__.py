@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--amp", action="store_true", help="automatic mixed precision (autocast)")
     p.add_argument("--checkpoint", type=_at_least(0), default=0, metavar="SEGMENTS",
                    help="activation checkpointing with this many segments (default 0: off)")
+    p.add_argument("--reentrant", action="store_true",
+                   help="with --checkpoint: the reentrant variant (lesson 04's trap: some parameters get no gradient)")
+    p.add_argument("--offload", action="store_true",
+                   help="keep tensors saved for backward in host memory (save_on_cpu)")
+    p.add_argument("--steady-state", action="store_true",
+                   help="trace the second step, when the optimizer states exist (lesson 01)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="default sgd (with momentum)")
     p.add_argument("--device", choices=("auto", "cuda", "simulated"), default="auto",
                    help="auto: the GPU if there is one, else simulated (default)")
@@ -57,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = profile_step(
             args.model, args.batch_size, args.image_size, amp=args.amp, checkpoint=args.checkpoint,
-            optimizer=args.optimizer, device=args.device,
+            optimizer=args.optimizer, device=args.device, reentrant=args.reentrant, offload=args.offload,
+            steady_state=args.steady_state,
         )
     except DoesNotFit as e:
         print(f"{prog}: {e}", file=sys.stderr)
@@ -65,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    if profile.params_without_grad:
+        print(f"{prog}: warning: {len(profile.params_without_grad)} parameters got no gradient "
+              f"(first: {profile.params_without_grad[0]}); this configuration does not train them",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(profile.to_dict()))
     else:

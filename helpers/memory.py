@@ -211,11 +211,14 @@ class StorageTracker(TorchDispatchMode):
         self.peak = 0
         self.peak_serials: tuple[int, ...] = ()
         self.peak_at = -1
+        self.paused = False  # True: new storages are not device memory (a simulated host copy)
         self.sizes: dict[int, int] = {}
         self._live: dict[int, int] = {}  # id(storage) -> serial
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.paused:
+            return out
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)

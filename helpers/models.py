@@ -65,10 +65,14 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
     modules into segments.  This returns such a sequence that computes exactly
     what ``model(x)`` computes, sharing the same parameter tensors:
 
-    * ResNet, ResNeXt, Wide ResNet: stem (conv1, bn1, relu, maxpool), then each
-      residual block of layer1..layer4 as its own unit, avgpool, flatten, fc;
+    * ResNet, ResNeXt, Wide ResNet: the stem (conv1, bn1, relu, maxpool) as
+      one unit, each residual block of layer1..layer4 as its own unit, and
+      the head (avgpool, flatten, fc): 10 units for ResNet18;
     * VGG, AlexNet, MobileNet V2/V3, EfficientNet: each module of
-      ``features``, then the pooling, flatten, and ``classifier``;
+      ``features``, then the pooling, flatten, and ``classifier``, with every
+      in-place module joined to the one before it (a checkpoint segment must
+      not start with an in-place operation, which would overwrite the
+      segment's kept input);
     * an ``nn.Sequential`` (such as :func:`mlp`): itself.
 
     Args:
@@ -82,13 +86,13 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
     if isinstance(model, nn.Sequential):
         return model
     if isinstance(model, models.ResNet):
-        stem = [model.conv1, model.bn1, model.relu, model.maxpool]
+        stem = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
         blocks = [b for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for b in layer]
-        return nn.Sequential(*stem, *blocks, model.avgpool, nn.Flatten(1), model.fc)
+        return nn.Sequential(stem, *blocks, nn.Sequential(model.avgpool, nn.Flatten(1), model.fc))
     if isinstance(model, (models.VGG, models.AlexNet, models.MobileNetV3, models.EfficientNet)):
-        return nn.Sequential(*model.features, model.avgpool, nn.Flatten(1), *model.classifier)
+        return _merge_inplace([*model.features, model.avgpool, nn.Flatten(1), *model.classifier])
     if isinstance(model, models.MobileNetV2):
-        return nn.Sequential(*model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1), *model.classifier)
+        return _merge_inplace([*model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1), *model.classifier])
     raise ValueError(
         f"activation checkpointing by segments needs the model as a sequence of modules; "
         f"{type(model).__name__} is not one (supported: ResNet/ResNeXt/Wide ResNet, VGG, "
@@ -115,6 +119,37 @@ def mlp(in_features: int = 64, hidden: tuple[int, ...] = (256, 256), num_classes
         layers += [nn.Linear(n_in, n_out), nn.ReLU()]
     layers.append(nn.Linear(sizes[-2], sizes[-1]))
     return nn.Sequential(*layers)
+
+
+def digits_cnn(num_classes: int = 10) -> nn.Sequential:
+    """A small CNN for the 8x8 digits (lesson 04), taking the 64 flattened pixels.
+
+    ``(batch, 64)`` -> view as ``(batch, 1, 8, 8)`` -> Conv 32 -> BatchNorm -> ReLU
+    -> Conv 64 -> BatchNorm -> ReLU -> MaxPool 2 -> Linear -> ``(batch, num_classes)``.
+    """
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 8, 8)),
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 4 * 4, num_classes),
+    )
+
+
+def _merge_inplace(units: list[nn.Module]) -> nn.Sequential:
+    """Join each in-place module (``ReLU(inplace=True)``, ...) to the unit before it.
+
+    A checkpoint segment keeps its input for recomputation; if the next
+    segment began with an in-place ReLU, that ReLU would overwrite the kept
+    input and backward would fail.  Keeping the pair in one unit avoids it.
+    """
+    merged: list[nn.Module] = []
+    for unit in units:
+        if merged and getattr(unit, "inplace", False):
+            previous = merged.pop()
+            merged.append(nn.Sequential(*(previous if isinstance(previous, nn.Sequential) else [previous]), unit))
+        else:
+            merged.append(unit)
+    return nn.Sequential(*merged)
 
 
 def output_logits(output) -> torch.Tensor:

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint_sequential
+from torch.utils.checkpoint import checkpoint
 
 from .accounting import bytes_by_category, label_storages
 from .memory import MiB, Meter, fmt_bytes, resolve_backend
@@ -69,35 +69,83 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
+@contextlib.contextmanager
+def frozen_batchnorm_stats(module: nn.Module):
+    """Keep BatchNorm running statistics unchanged while the block runs.
+
+    A checkpointed segment runs its forward twice in training: once in the
+    forward pass and once when backward recomputes it.  Each run of a
+    training-mode BatchNorm updates ``running_mean``/``running_var`` (and
+    ``num_batches_tracked``), so without this they are updated twice per step.
+    Inside this block every BatchNorm's ``momentum`` is 0 (the running values
+    are kept exactly) and ``num_batches_tracked`` is decremented back after.
+    The batch statistics used for the output, and so the gradients, do not change.
+    """
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    momenta = [m.momentum for m in norms]
+    for m in norms:
+        m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, momentum in zip(norms, momenta):
+            m.momentum = momentum
+            if m.training and m.num_batches_tracked is not None:
+                m.num_batches_tracked.sub_(1)
+
+
 class Checkpointed(nn.Module):
     """Run a sequence of modules with activation checkpointing in segments.
 
-    ``torch.utils.checkpoint.checkpoint_sequential(..., use_reentrant=False)``
-    splits the sequence into ``segments`` parts.  All parts but the last keep
-    only their input during the forward pass and recompute their activations
-    during backward; the last part runs normally, because backward needs its
-    activations at once.  So ``segments=1`` checkpoints nothing.
+    As ``torch.utils.checkpoint.checkpoint_sequential`` does, the sequence is
+    split into ``segments`` parts of ``len(sequence) // segments`` modules, the
+    last part taking the rest.  All parts but the last keep only their input
+    during the forward pass and recompute their activations during backward;
+    the last part runs normally, because backward needs its activations at
+    once.  So ``segments=1`` checkpoints nothing.
 
     Args:
         sequence: modules to run in order (see :func:`helpers.models.sequential_form`).
         segments: number of segments, from 1 to ``len(sequence)``.
+        reentrant: use the reentrant variant (``use_reentrant=True``), the old
+            default.  It gives no gradient to the parameters of a segment whose
+            inputs do not require grad (lesson 04 shows the trap).  Default:
+            the non-reentrant variant PyTorch recommends.
+        freeze_bn_stats: during recomputation, leave BatchNorm running
+            statistics alone (see :func:`frozen_batchnorm_stats`); non-reentrant only.
 
     Raises:
-        ValueError: if ``segments`` is out of that range.
+        ValueError: if ``segments`` is out of range, or ``freeze_bn_stats``
+            is asked of the reentrant variant.
     """
 
-    def __init__(self, sequence: nn.Sequential, segments: int):
+    def __init__(self, sequence: nn.Sequential, segments: int, reentrant: bool = False,
+                 freeze_bn_stats: bool = False):
         super().__init__()
         if not 1 <= segments <= len(sequence):
             raise ValueError(
                 f"checkpoint segments must be between 1 and {len(sequence)} "
                 f"(the model has {len(sequence)} sequential units), got {segments}"
             )
+        if reentrant and freeze_bn_stats:
+            raise ValueError("freeze_bn_stats needs the non-reentrant checkpoint (context_fn)")
         self.sequence = sequence
         self.segments = segments
+        self.reentrant = reentrant
+        self.freeze_bn_stats = freeze_bn_stats
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint_sequential(self.sequence, self.segments, x, use_reentrant=False)
+        units = list(self.sequence)
+        size = len(units) // self.segments
+        for start in range(0, size * (self.segments - 1), size):
+            part = nn.Sequential(*units[start:start + size])
+            options = {"use_reentrant": self.reentrant}
+            if self.freeze_bn_stats:
+                options["context_fn"] = lambda part=part: (contextlib.nullcontext(), frozen_batchnorm_stats(part))
+            x = checkpoint(part, x, **options)
+        for unit in units[size * (self.segments - 1):]:
+            x = unit(x)
+        return x
 
 
 @dataclass
@@ -127,6 +175,8 @@ class StepProfile:
             that reached the peak.  Two runs of one configuration at different
             batch sizes whose peaks have the same serial peaked at the same
             operation (see :class:`helpers.batch.PeakCurve`).  ``None`` on cuda.
+        reentrant: checkpointing used the reentrant variant.
+        offload: saved tensors were kept in host memory.
     """
 
     backend: str
@@ -146,6 +196,8 @@ class StepProfile:
     params_without_grad: list[str] = field(default_factory=list)
     steady_state: bool = False
     peak_allocation: int | None = None
+    reentrant: bool = False
+    offload: bool = False
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (what ``python -m helpers profile --json`` prints)."""
@@ -158,6 +210,8 @@ class StepProfile:
             "checkpoint": self.checkpoint,
             "optimizer": self.optimizer,
             "steady_state": self.steady_state,
+            "reentrant": self.reentrant,
+            "offload": self.offload,
             "parameter_count": self.parameter_count,
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "peak_event": self.peak_event,
@@ -271,6 +325,8 @@ def profile_step(
     input_shape: tuple[int, ...] | None = None,
     steady_state: bool = False,
     capacity: int | None = None,
+    reentrant: bool = False,
+    offload: bool = False,
 ) -> StepProfile:
     """Run one training step and record its memory module by module.
 
@@ -296,6 +352,13 @@ def profile_step(
             untraced step runs first and creates the optimizer states, which
             then stay allocated through every later step of a training loop
             (lesson 01).  The first step has none until ``optimizer.step()``.
+        reentrant: with ``checkpoint``, use the reentrant variant (see
+            :class:`Checkpointed`; lesson 04's trap).
+        offload: keep every tensor saved for backward in host memory
+            (``torch.autograd.graph.save_on_cpu(pin_memory=True)`` on cuda;
+            simulated: the saved copy is not counted as device memory, and
+            backward's copy back is).  Tensors saved inside checkpointed
+            segments are recomputed instead, so they are not offloaded.
         capacity: run as on a GPU of this many bytes (see
             :class:`helpers.memory.Meter`); a step that needs more raises
             :class:`DoesNotFit` with CUDA's (or a CUDA-shaped) message.
@@ -312,8 +375,12 @@ def profile_step(
     _check_int("image_size", image_size, 1)
     _check_int("checkpoint", checkpoint, 0)
     _check_int("num_classes", num_classes, 1)
-    if not isinstance(steady_state, bool):
-        raise ValueError(f"steady_state must be True or False, got {steady_state!r}")
+    if reentrant and not checkpoint:
+        raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
+    for flag, value in (("steady_state", steady_state), ("reentrant", reentrant), ("offload", offload),
+                        ("amp", amp)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{flag} must be True or False, got {value!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
     if isinstance(model, str):
@@ -334,7 +401,7 @@ def profile_step(
     try:
         with meter:
             return _profile(meter, name, unplaced, batch_size, sample_shape, amp, checkpoint, optimizer,
-                            num_classes, steady_state)
+                            num_classes, steady_state, reentrant, offload)
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0]
     # Out of memory: the exception and its frames are gone now; drop the model
@@ -378,10 +445,34 @@ def _place(model: nn.Module, meter: Meter) -> nn.Module:
     return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=meter.device))
 
 
-def _forward_loss(runner, x, y, autocast, name) -> torch.Tensor:
+def offload_saved_tensors(meter: Meter):
+    """A context in which autograd keeps saved tensors in host memory.
+
+    On cuda: ``torch.autograd.graph.save_on_cpu(pin_memory=True)``.  Simulated:
+    the same two hooks, where the host copy is made with the tracker paused
+    (host memory is not device memory) and the copy back in backward is counted.
+    """
+    if meter.backend == "cuda":
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+    tracker = meter.tracker
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        tracker.paused = True
+        try:
+            return t.detach().clone()  # the host copy
+        finally:
+            tracker.paused = False
+
+    def unpack(host: torch.Tensor) -> torch.Tensor:
+        return host.clone()  # copied back to the device for backward
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def _forward_loss(runner, x, y, autocast, name, offload=None) -> torch.Tensor:
     """Forward pass and cross-entropy loss; a model that cannot take ``x`` raises ValueError."""
     try:
-        with autocast:
+        with autocast, (offload or contextlib.nullcontext()):
             return F.cross_entropy(output_logits(runner(x)), y)
     except RuntimeError as e:
         if isinstance(e, torch.OutOfMemoryError):
@@ -391,11 +482,11 @@ def _forward_loss(runner, x, y, autocast, name) -> torch.Tensor:
 
 
 def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, optimizer, num_classes,
-             steady_state=False):
+             steady_state=False, reentrant=False, offload=False):
     tracker = meter.tracker
     dev = meter.device
     model = _place(model, meter)
-    runner = Checkpointed(sequential_form(model), checkpoint) if checkpoint else model
+    runner = Checkpointed(sequential_form(model), checkpoint, reentrant) if checkpoint else model
     opt = make_optimizer(optimizer, model.parameters())
     scaler = torch.amp.GradScaler("cuda") if amp and meter.backend == "cuda" else None
     if amp:
@@ -407,7 +498,7 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
     if steady_state:  # one untraced step, so that the optimizer states exist
         x = torch.randn(batch_size, *sample_shape, device=dev)
         y = torch.randint(0, num_classes, (batch_size,), device=dev)
-        loss = _forward_loss(runner, x, y, autocast, name)
+        loss = _forward_loss(runner, x, y, autocast, name, offload_saved_tensors(meter) if offload else None)
         (scaler.scale(loss) if scaler else loss).backward()
         if scaler:
             scaler.step(opt)
@@ -424,7 +515,7 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
         y = torch.randint(0, num_classes, (batch_size,), device=dev)
         inputs = {tracker.serial_of(x), tracker.serial_of(y)}
         tracer.record(None, "input batch and targets", "input", tuple(x.shape))
-        loss = _forward_loss(runner, x, y, autocast, name)
+        loss = _forward_loss(runner, x, y, autocast, name, offload_saved_tensors(meter) if offload else None)
         tracer.record(None, "cross-entropy loss", "loss", tuple(loss.shape))
         tracer.in_backward = True
         (scaler.scale(loss) if scaler else loss).backward()
@@ -475,6 +566,8 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
         reserved_bytes=meter.reserved(),
         params_without_grad=missing,
         steady_state=steady_state,
+        reentrant=reentrant,
+        offload=offload,
         peak_allocation=tracker.peak_at if meter.backend == "simulated" else None,
     )
 

@@ -19,6 +19,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from .data import Split
+from .models import sequential_form
+from .step import Checkpointed
 
 
 @dataclass
@@ -54,7 +56,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float,
 
 
 def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epochs: int,
-          lr: float = 0.05, seed: int = 0) -> tuple[nn.Module, History]:
+          lr: float = 0.05, seed: int = 0, amp: bool = False, checkpoint: int = 0) -> tuple[nn.Module, History]:
     """Train a fresh model with plain mini-batch SGD and record each epoch.
 
     The model is built after seeding, so every run starts from the same
@@ -68,6 +70,12 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
         epochs: passes over the training set, >= 1.
         lr: SGD learning rate (no momentum, so that batch size is the only difference).
         seed: seed for the initial weights and the shuffling.
+        amp: run forward and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``
+            (lesson 04; bfloat16 needs no ``GradScaler``).
+        checkpoint: activation checkpointing in this many segments (0: off), with
+            BatchNorm statistics updated once per step (see
+            :class:`helpers.step.Checkpointed`); the model must be an ``nn.Sequential``
+            or have a :func:`helpers.models.sequential_form`.
 
     Returns:
         The trained model and its :class:`History`.
@@ -83,6 +91,7 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
     torch.manual_seed(seed)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)
+    runner = Checkpointed(sequential_form(model), checkpoint, freeze_bn_stats=True) if checkpoint else model
     loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=batch_size,
                         shuffle=True, generator=torch.Generator().manual_seed(seed))
     history = History(batch_size)
@@ -90,7 +99,8 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
     for _ in range(epochs):
         start = time.perf_counter()
         for xb, yb in loader:
-            loss = F.cross_entropy(model(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                loss = F.cross_entropy(runner(xb), yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
