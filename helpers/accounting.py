@@ -25,6 +25,16 @@ from __future__ import annotations
 
 CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")
 
+#: One colour per category, shared by the figures (plots.py) and the widget.
+CATEGORY_COLORS = {
+    "parameters": "#4c72b0",
+    "gradients": "#dd8452",
+    "optimizer_states": "#8172b3",
+    "input": "#937860",
+    "activations": "#55a868",
+    "other": "#c7c7c7",
+}
+
 
 def label_storages(
     sizes: dict[int, int],

@@ -9,18 +9,9 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from .accounting import CATEGORIES
+from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
 from .memory import MiB
 from .step import StepProfile
-
-_COLORS = {
-    "parameters": "#4c72b0",
-    "gradients": "#dd8452",
-    "optimizer_states": "#8172b3",
-    "input": "#937860",
-    "activations": "#55a868",
-    "other": "#c7c7c7",
-}
 
 
 def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:

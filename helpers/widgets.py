@@ -23,7 +23,7 @@ import html
 import ipywidgets as widgets
 import torch
 
-from .accounting import CATEGORIES
+from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
 from .batch import Estimate, PeakCurve
 from .memory import CUDA_OVERHEAD_BYTES, GiB, MiB, resolve_backend
 from .models import classification_models, mlp
@@ -31,15 +31,6 @@ from .models import classification_models, mlp
 #: GPU sizes to compare against, in bytes: common cards (T4/V100 16 GiB,
 #: RTX 3090/4090 24 GiB, A100 40 GiB, A100/H100 80 GiB).
 CAPACITIES = {"16 GiB": 16 * GiB, "24 GiB": 24 * GiB, "40 GiB": 40 * GiB, "80 GiB": 80 * GiB}
-
-_COLORS = {
-    "parameters": "#4c72b0",
-    "gradients": "#dd8452",
-    "optimizer_states": "#8172b3",
-    "input": "#937860",
-    "activations": "#55a868",
-    "other": "#c7c7c7",
-}
 
 
 def digits_mlp() -> torch.nn.Module:
