@@ -15,30 +15,30 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02).
 """
 
-from .accounting import CATEGORIES
-from .batch import AffineFit, PeakCurve, fit_affine
-from .memory import CUDA_OVERHEAD_BYTES, GiB, MiB, Meter, fmt_bytes, resolve_backend, round_up, tensor_bytes
-from .models import build_model, classification_models, mlp, sequential_form
-from .step import DoesNotFit, StepProfile, profile_step
+import importlib
 
-__all__ = [
-    "AffineFit",
-    "CATEGORIES",
-    "CUDA_OVERHEAD_BYTES",
-    "DoesNotFit",
-    "GiB",
-    "Meter",
-    "MiB",
-    "PeakCurve",
-    "StepProfile",
-    "build_model",
-    "classification_models",
-    "mlp",
-    "fit_affine",
-    "fmt_bytes",
-    "profile_step",
-    "resolve_backend",
-    "round_up",
-    "sequential_form",
-    "tensor_bytes",
-]
+# Where each public name lives.  Modules are imported on first use (PEP 562),
+# so that ``python -m helpers check`` can diagnose a broken torch or
+# torchvision instead of failing on import.
+_HOME = {
+    "CATEGORIES": "accounting",
+    "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
+    "CUDA_OVERHEAD_BYTES": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
+    "fmt_bytes": "memory", "resolve_backend": "memory", "round_up": "memory", "tensor_bytes": "memory",
+    "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
+    "DoesNotFit": "step", "StepProfile": "step", "profile_step": "step",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME))

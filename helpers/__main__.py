@@ -1,10 +1,13 @@
-"""Command line: ``python -m helpers profile --model resnet18 --batch-size 128``.
+"""Command line: ``python -m helpers profile ...`` and ``python -m helpers check``.
 
-Prints the per-module memory log of one training step (see
+``profile`` prints the per-module memory log of one training step (see
 :func:`helpers.step.profile_step`) and ends with
 ``peak allocated: <X> MiB (<backend>)``.  ``--json`` prints one JSON object
 instead.  Bad input exits with status 2 and one line naming the problem; a
 step that does not fit on a real GPU exits with status 1.
+
+``check`` is the workshop pre-flight check (see :mod:`helpers.check`): exit
+status 0 when the lessons will run, 1 when the environment is broken.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import argparse
 import json
 import sys
 
-from .step import OPTIMIZERS, DoesNotFit, profile_step
+OPTIMIZERS = ("sgd", "adam")  # helpers.step.OPTIMIZERS, without importing torch here
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,11 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("auto", "cuda", "simulated"), default="auto",
                    help="auto: the GPU if there is one, else simulated (default)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "check":
+        from .check import run_check
+
+        return run_check()
+    from .step import DoesNotFit, profile_step
+
     prog = "python -m helpers profile"
     try:
         profile = profile_step(

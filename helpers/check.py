@@ -1,0 +1,133 @@
+"""Pre-flight check for a workshop: ``python -m helpers check``.
+
+Prints, for the attendee's machine: the versions of what the lessons use
+(against the pins of ``requirements.txt``), the device and its memory, the
+backend the lessons will use, and whether ResNet18 at batch 128 fits (one
+training step, measured on a GPU, simulated otherwise).
+
+Exit status 0 when the lessons will run, 1 when the environment is broken
+(a package that does not import, a GPU that fails), each problem printed
+with its fix.  A version that differs from the pin is a warning, not a
+failure: the lessons run, but some stored outputs may differ.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import platform
+import re
+import sys
+
+#: Packages the lessons import, with the fix to print when one fails to import.
+PACKAGES = {
+    "torch": "pip install torch==2.14.1 (or: make setup)",
+    "torchvision": "pip install torch==2.14.1 torchvision==0.29.1: the two must be a matching pair "
+                   "(a torchvision built for another torch fails on 'torchvision::nms')",
+    "matplotlib": "pip install -r requirements.txt",
+    "sklearn": "pip install scikit-learn==1.9.1",
+    "ipywidgets": "pip install ipywidgets==8.1.9",
+    "jupyterlab": "pip install jupyterlab==4.6.6",
+    "nbval": "pip install nbval==0.11.0 (needed by the tests only)",
+}
+#: Import name -> distribution name in requirements.txt.
+_DIST = {"sklearn": "scikit-learn"}
+
+
+def _pins() -> dict[str, str]:
+    """``name -> version`` pinned in the repository's requirements.txt (empty if not found)."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "requirements.txt"
+    if not path.exists():
+        return {}
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", path.read_text(), flags=re.M))
+
+
+def _try_import(name: str):
+    """Import a module by name; return it, or the exception it raised."""
+    try:
+        return importlib.import_module(name)
+    except Exception as e:  # any failure to import is what we diagnose
+        return e
+
+
+def run_check(out=print) -> int:
+    """Print the pre-flight report; return the exit status (0 ready, 1 broken).
+
+    Args:
+        out: where each line goes (``print`` by default).
+    """
+    problems: list[str] = []
+    warnings: list[str] = []
+    out('Pre-flight check for "Where does my GPU memory go?"')
+    out(f"  {'python':<12} {platform.python_version()} ({sys.executable})")
+    pins = _pins()
+    modules = {}
+    for name, fix in PACKAGES.items():
+        module = _try_import(name)
+        if isinstance(module, Exception):
+            first = (str(module).strip() or type(module).__name__).splitlines()[0]
+            out(f"  {name:<12} BROKEN: {type(module).__name__}: {first}")
+            problems.append(f"{name} does not import. Fix: {fix}")
+            continue
+        modules[name] = module
+        version = getattr(module, "__version__", "?")
+        pin = pins.get(_DIST.get(name, name))
+        note = ""
+        if pin and version.split("+")[0] != pin:
+            note = f"  (requirements.txt pins {pin})"
+            warnings.append(f"{name} {version} is not the pinned {pin}: the lessons run, "
+                            f"but stored outputs may differ. Fix: pip install -r requirements.txt")
+        out(f"  {name:<12} {version}{note}")
+
+    if "torch" in modules:
+        _device_report(modules["torch"], "torchvision" in modules, out, problems)
+
+    for w in warnings:
+        out(f"warning: {w}")
+    for p in problems:
+        out(f"problem: {p}")
+    out("result: " + ("BROKEN, see the problems above" if problems else "ready for the lessons"))
+    return 1 if problems else 0
+
+
+def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> None:
+    from .memory import CUDA_OVERHEAD_BYTES, fmt_bytes, resolve_backend
+
+    if torch.cuda.is_available():
+        try:
+            props = torch.cuda.get_device_properties(0)
+            out(f"  {'device':<12} {props.name}, {fmt_bytes(props.total_memory, 'GiB')} "
+                f"(CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s))")
+        except Exception as e:  # a driver or device problem
+            out(f"  {'device':<12} BROKEN: {e}")
+            problems.append("PyTorch sees a GPU but cannot use it. Fix: check the NVIDIA driver "
+                            "(nvidia-smi), or run the lessons without it: CUDA_VISIBLE_DEVICES= make lessons")
+            return
+    else:
+        out(f"  {'device':<12} no GPU visible to PyTorch (CPU only)")
+    backend = resolve_backend("auto")
+    meaning = ("real GPU counters" if backend == "cuda"
+               else "fake tensors on the CPU; exact for tensor bytes, see lesson 00")
+    out(f"  {'backend':<12} {backend} ({meaning})")
+    if not have_torchvision:
+        return
+    from .step import DoesNotFit, profile_step
+
+    try:
+        step = profile_step("resnet18", 128, device=backend)
+    except DoesNotFit as e:
+        out(f"  {'ResNet18':<12} batch 128 does NOT fit on this GPU: {e.cuda_message}")
+        return
+    except Exception as e:  # the engine itself failing is a broken environment
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        out(f"  {'ResNet18':<12} BROKEN: {type(e).__name__}: {first}")
+        problems.append("one ResNet18 training step failed. Fix: pip install -r requirements.txt "
+                        "in a fresh environment (make setup)")
+        return
+    peak = step.peak_allocated_bytes
+    if backend == "cuda":
+        out(f"  {'ResNet18':<12} batch 128 fits: peak {fmt_bytes(peak)} measured on this GPU")
+    else:
+        out(f"  {'ResNet18':<12} batch 128: peak {fmt_bytes(peak)} simulated; a GPU would need about "
+            f"{fmt_bytes(peak + CUDA_OVERHEAD_BYTES, 'GiB')} with the assumed "
+            f"{fmt_bytes(CUDA_OVERHEAD_BYTES, 'GiB')} of CUDA context and workspaces")
