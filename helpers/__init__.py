@@ -12,7 +12,11 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.training`: train a small classifier, epoch by epoch (lesson 01);
 * :mod:`helpers.batch`: memory against batch size, the affine law (lesson 01);
 * :mod:`helpers.widgets`: the batch-size widget (lesson 01);
-* :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02).
+* :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02);
+* :mod:`helpers.check`: the workshop pre-flight check, ``python -m helpers check``.
+
+Lesson 04 uses :mod:`helpers.step`'s AMP, checkpointing (``Checkpointed``,
+``frozen_batchnorm_stats``) and offloading (``offload_saved_tensors``).
 """
 
 import importlib

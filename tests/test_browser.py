@@ -166,7 +166,7 @@ def test_batch_size_widget_in_jupyterlab(jupyterlab):
                 _menu(page, "Edit", "Clear Outputs of All Cells")
                 page.wait_for_function(
                     """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
-                             .every(p => !/\[\d+\]/.test(p.textContent))""", timeout=PAGE_LOAD * 1000)
+                             .every(p => !/\\[\\d+\\]/.test(p.textContent))""", timeout=PAGE_LOAD * 1000)
                 _menu(page, "Run", "Run All Cells")
                 # Every code cell has an execution count once the kernel has run them all.
                 page.wait_for_function(
