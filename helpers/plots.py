@@ -91,3 +91,34 @@ def plot_stages(profile: StepProfile, title: str | None = None) -> Figure:
     ax.set_ylabel("added in forward (MiB)")
     ax.set_title(title or f"{profile.model}, batch {profile.batch_size}: memory kept by each stage ({profile.backend})")
     return fig
+
+
+def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | None = None) -> Figure:
+    """One bar per profile: the memory at its peak, stacked by category (lesson 04).
+
+    Args:
+        profiles: the steps to compare (e.g. baseline, AMP, checkpointing).
+        labels: one label per profile.
+        title: figure title.
+
+    Raises:
+        ValueError: if ``labels`` and ``profiles`` differ in length.
+    """
+    if len(labels) != len(profiles):
+        raise ValueError(f"{len(labels)} labels for {len(profiles)} profiles")
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    ax = fig.add_subplot()
+    bottoms = [0.0] * len(profiles)
+    for name in CATEGORIES:
+        heights = [p.categories[name] / MiB for p in profiles]
+        ax.bar(labels, heights, bottom=bottoms, color=_COLORS[name], label=name.replace("_", " "))
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for i, p in enumerate(profiles):
+        ax.annotate(f"{p.peak_allocated_bytes / MiB:.0f} MiB", (i, bottoms[i]), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=8)
+    ax.set_ylabel("allocated at the peak (MiB)")
+    ax.tick_params(axis="x", labelsize=8)
+    ax.legend(fontsize=8, loc="upper right")
+    if title:
+        ax.set_title(title)
+    return fig

@@ -474,7 +474,7 @@ def _forward_loss(runner, x, y, autocast, name, offload=None) -> torch.Tensor:
     try:
         with autocast, (offload or contextlib.nullcontext()):
             return F.cross_entropy(output_logits(runner(x)), y)
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:  # shape errors; BatchNorm raises ValueError on 1 value per channel
         if isinstance(e, torch.OutOfMemoryError):
             raise
         first = (str(e).strip() or type(e).__name__).splitlines()[0]

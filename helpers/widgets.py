@@ -144,8 +144,11 @@ class MemoryExplorer(widgets.VBox):
             curve = PeakCurve(builder, self.backend, amp=self.amp.value, checkpoint=self.checkpoint.value,
                               optimizer=self.optimizer.value, **options)
             if self.backend == "simulated":  # trace both ends, so most values interpolate
-                curve.trace(1)
-                curve.trace(self.batch_size.max)
+                for end in (1, self.batch_size.max):
+                    try:
+                        curve.trace(end)
+                    except ValueError:  # e.g. BatchNorm with one value per channel at batch 1;
+                        pass            # estimate() reports it for the batch sizes it concerns
             self._curves[key] = curve
         return self._curves[key]
 

@@ -109,6 +109,9 @@ def test_checkpoint_options_are_checked():
 
 
 def test_cli_gives_the_lesson_figures(peaks, capsys):
+    assert main(["profile", "--amp", "--checkpoint", "4", "--device", "simulated"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"peak allocated: {peaks['both'].peak_allocated_bytes / 2**20:.1f} MiB (simulated)"
     assert main(["profile", "--amp", "--offload", "--device", "simulated"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == f"peak allocated: {peaks['offload_amp'].peak_allocated_bytes / 2**20:.1f} MiB (simulated)"

@@ -108,3 +108,19 @@ def test_cuda_and_simulated_agree_on_plain_tensors():
         results[device] = (meter.allocated(), meter.peak())
         del x, y
     assert results["cuda"] == results["simulated"]
+
+
+def test_peak_bars_figure_checks_its_labels():
+    from helpers.plots import plot_peak_bars
+
+    p = profile_step_small()
+    fig = plot_peak_bars([p], ["one"])
+    assert len(fig.axes[0].patches) == 6  # one bar segment per category
+    with pytest.raises(ValueError, match="labels"):
+        plot_peak_bars([p], ["a", "b"])
+
+
+def profile_step_small():
+    from helpers import profile_step
+
+    return profile_step("resnet18", 2, image_size=32, num_classes=10, device="simulated")

@@ -145,6 +145,7 @@ def test_any_classification_model_and_a_custom_one():
     (dict(optimizer="lion"), "unknown optimizer 'lion'"),
     (dict(model="densenet121", checkpoint=2), "DenseNet is not one"),
     (dict(checkpoint=11), "between 1 and 10"),
+    (dict(batch_size=1, image_size=32), "cannot run on input .*1 value per channel"),
     (dict(model="vgg11", image_size=8), "vgg11 cannot run on input"),
 ])
 def test_bad_input_gives_a_clear_error(kwargs, message):
