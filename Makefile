@@ -1,31 +1,60 @@
 # Two commands for a fresh machine (see README.md):
-#   make lessons   set up .venv and open the lessons in JupyterLab
+#   make lessons   set up .venv and open the lessons in JupyterLab (a working copy in my-lessons/)
 #   make test      set up .venv and run the unit tests and strict nbval
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# Optional: another package index for torch and torchvision, e.g. PyTorch's
+# CPU-only wheels (same versions, about 1 GB instead of 6 GB; see README.md):
+#   make lessons TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
+# The learner's working copies: JupyterLab saves here, never over lessons/.
+WORK    = my-lessons
+# Which lessons `make refresh-notebooks` rebuilds (default: all).
+LESSONS ?= $(wildcard lessons/[0-9][0-9]_*.py)
 
-.PHONY: lessons test setup refresh-notebooks benchmark
+.PHONY: lessons test setup refresh-notebooks reset-lessons benchmark
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX_URL) \
+	    $$(grep -E '^(torch|torchvision)==' requirements.txt))
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 setup: $(BIN)/.installed
 
-# JupyterLab refuses to run as root (common in containers) unless told to.
+# Copy each lesson into $(WORK)/ unless the learner already has it there, then
+# open JupyterLab on the copies. JupyterLab refuses to run as root (common in
+# containers) unless told to.
 lessons: setup
-	$(BIN)/jupyter lab lessons/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	mkdir -p $(WORK)
+	for nb in lessons/*.ipynb; do [ -e "$(WORK)/$$(basename $$nb)" ] || cp "$$nb" $(WORK)/; done
+	$(BIN)/jupyter lab $(WORK)/ $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Start over: replace the working copies with the committed lessons.
+reset-lessons:
+	rm -rf $(WORK)
+	mkdir -p $(WORK)
+	cp lessons/*.ipynb $(WORK)/
 
 test: setup
 	$(BIN)/python -m pytest
 
-# Re-run every lesson top to bottom in a fresh kernel and store its outputs.
+# Each lesson's source is lessons/NN_topic.py (jupytext py:percent). Rebuild the
+# notebook from it (keeping cell ids) and run it top to bottom in a fresh kernel.
 refresh-notebooks: setup
-	for nb in lessons/*.ipynb; do $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.store_widget_state=False "$$nb" || exit 1; done
+	for src in $(LESSONS); do \
+	    nb=$${src%.py}.ipynb; \
+	    $(BIN)/jupytext --quiet --update --to ipynb --output "$$nb" "$$src" || exit 1; \
+	    $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level WARN \
+	        --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
+	        --CoalesceStreamsPreprocessor.enabled=True \
+	        --ClearMetadataPreprocessor.enabled=True --ClearMetadataPreprocessor.clear_notebook_metadata=False \
+	        "$$nb" || exit 1; \
+	done
 
 benchmark: setup
 	$(BIN)/python benchmarks/step_time.py

@@ -1,0 +1,575 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Mini-batches: why we use them, and how big one can be
+#
+# **Questions**
+# - Why do we train on mini-batches rather than one sample, or the whole data set, at a time?
+# - How does the memory of a training step grow with the batch size, and what is the largest batch a GPU can take?
+# - What does a CUDA out-of-memory message say, field by field?
+#
+# **Objectives**
+# - Train the same network with batch sizes 1, 16, 128 and the whole training set, and compare loss, accuracy and time per epoch.
+# - Measure the noise of a mini-batch gradient and relate it to the batch size.
+# - Measure peak memory against batch size, fit M(b) = M0 + b·m, and name M0 and m.
+# - Predict the largest batch that fits a 16, 24, 40 or 80 GiB GPU, and check the prediction.
+# - Read an out-of-memory message, and tell *allocated* from *reserved* memory.
+#
+# **Time:** 35 minutes teaching, 20 minutes exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+# %matplotlib inline
+import functools
+import math
+import re
+import time
+
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+
+from helpers import CUDA_OVERHEAD_BYTES, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp, profile_step
+from helpers.data import load_digits
+from helpers.training import train
+from helpers.widgets import MemoryExplorer, digits_mlp
+
+_ = torch.manual_seed(0)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import sklearn
+import torchvision
+print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, scikit-learn {sklearn.__version__}, "
+      f"GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+
+# %% [markdown]
+# ## 1. Real data, offline
+#
+# We use scikit-learn's handwritten digits: 1,797 grey-scale images of 8 × 8 pixels, ten classes. The data ships inside the scikit-learn package, so this lesson runs without a network. `load_digits` flattens each image to 64 features in [0, 1] and holds out a fifth of the images, stratified by class, for testing.
+
+# %%
+data = load_digits()
+n_train = len(data.x_train)
+print(f"training set: {tuple(data.x_train.shape)} features, {tuple(data.y_train.shape)} labels")
+print(f"test set:     {tuple(data.x_test.shape)} features")
+print(f"the whole training set is {fmt_bytes(data.x_train.nbytes, 'KiB')} of float32")
+assert n_train == 1437 and data.x_train.shape[1] == 64
+
+# %%
+fig = Figure(figsize=(8, 1.6), layout="constrained")
+for i, ax in enumerate(fig.subplots(1, 10)):
+    ax.imshow(data.x_train[i].reshape(8, 8), cmap="gray_r")
+    ax.set_title(int(data.y_train[i]), fontsize=9)
+    ax.axis("off")
+fig
+
+# %% [markdown]
+# If you are online and want a bigger data set, `helpers.data.load_mnist(download=True)` gives MNIST (60,000 training images of 28 × 28) in the same form. It is off by default and nothing in this lesson needs it:
+
+# %%
+ONLINE = False  # set to True to download MNIST (about 50 MB) into ./data
+if ONLINE:
+    from helpers.data import load_mnist
+    mnist = load_mnist("data", download=True)
+    print(tuple(mnist.x_train.shape))
+
+# %% [markdown]
+# ## 2. The same network, four batch sizes
+#
+# The network is a small multi-layer perceptron, 64 → 256 → 256 → 10 with ReLUs. We train it from the same initial weights, with plain SGD at the same learning rate (0.05) for 10 epochs, changing only the batch size: 1 sample, 16, 128, and all 1,437 training images at once (*full-batch* gradient descent). After every epoch we evaluate the loss on the whole training set and the accuracy on the test set.
+
+# %%
+model = digits_mlp()
+print(model)
+print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
+
+BATCH_SIZES = (1, 16, 128, n_train)
+EPOCHS = 10
+runs = {b: train(digits_mlp, data, batch_size=b, epochs=EPOCHS, lr=0.05, seed=0)[1] for b in BATCH_SIZES}
+
+# %%
+print(f"{'batch':>6} {'updates/epoch':>14} {'loss, epoch 1':>14} {'loss, epoch 10':>15} {'test accuracy':>14}")
+for b, h in runs.items():
+    print(f"{b:>6} {h.updates[0]:>14} {h.train_loss[0]:>14.3f} {h.train_loss[-1]:>15.3f} {100 * h.test_accuracy[-1]:>13.1f}%")
+
+assert [runs[b].updates[0] for b in BATCH_SIZES] == [1437, 90, 12, 1]
+assert runs[16].test_accuracy[-1] > 0.95 and runs[n_train].test_accuracy[-1] < 0.6
+assert runs[n_train].train_loss[-1] > 2.0  # ten full-batch steps barely move the loss (ln 10 = 2.30)
+ups = sum(later > earlier for earlier, later in zip(runs[1].train_loss, runs[1].train_loss[1:]))
+print(f"epochs after which the batch-1 loss went up: {ups} of {EPOCHS - 1}")
+assert ups >= 2
+
+# %%
+fig = Figure(figsize=(10, 3.6), layout="constrained")
+ax_epoch, ax_updates = fig.subplots(1, 2)
+for b, h in runs.items():
+    label = "whole set" if b == n_train else f"batch {b}"
+    ax_epoch.plot(range(1, EPOCHS + 1), h.train_loss, marker="o", label=label)
+    ax_updates.plot(h.updates, h.train_loss, marker="o", label=label)
+ax_epoch.set(xlabel="epoch (= 1,437 samples seen)", ylabel="training loss", title="loss per epoch")
+ax_updates.set(xlabel="optimizer updates (log scale)", xscale="log", title="loss per update")
+ax_epoch.legend()
+fig
+
+# %% [markdown]
+# Per **epoch**, that is per sample seen, small batches win by far: an epoch at batch 1 makes 1,437 updates, an epoch at full batch makes one. Per **update** (right), the curves nearly line up: at this learning rate, a step on 128 samples does little more than a step on 16. The larger batch computed a more accurate gradient, and the optimizer, taking one small step along it, could not use the extra accuracy. The batch-1 curve shows the price of very small batches: its loss goes up after several epochs, because each step follows the gradient of a single sample.
+#
+# How noisy is a mini-batch gradient? Take the gradient over the whole training set as the truth, and measure how far the gradients of random batches of size b fall from it. Sampling theory says the expected squared distance is σ²/b · (N − b)/(N − 1), where σ² is the variance of one sample's gradient and the second factor corrects for drawing without replacement from N samples. So b · distance / correction should be the same for every b:
+
+# %%
+torch.manual_seed(0)
+probe = digits_mlp()
+
+
+def gradient(x, y):
+    probe.zero_grad()
+    F.cross_entropy(probe(x), y).backward()
+    return torch.cat([p.grad.flatten() for p in probe.parameters()])
+
+
+full = gradient(data.x_train, data.y_train)
+generator = torch.Generator().manual_seed(0)
+sigma2 = {}
+print(f"{'batch':>6} {'E|g_b - g|^2':>13} {'b * E / (N-b)/(N-1)':>20}")
+for b in (1, 4, 16, 64, 256):
+    distances = []
+    for _ in range(200):
+        idx = torch.randperm(n_train, generator=generator)[:b]
+        distances.append(((gradient(data.x_train[idx], data.y_train[idx]) - full) ** 2).sum().item())
+    mean = sum(distances) / len(distances)
+    sigma2[b] = b * mean / ((n_train - b) / (n_train - 1))
+    print(f"{b:>6} {mean:>13.4f} {sigma2[b]:>20.2f}")
+assert max(sigma2.values()) / min(sigma2.values()) < 1.15  # the 1/b law, within sampling error
+
+# %% [markdown]
+# The noise falls as 1/b: sixteen times the batch buys a gradient four times closer (in norm) to the true one, for sixteen times the work. That is the trade-off: past some size, a bigger batch spends computation on precision the optimizer does not need. (Some noise even helps generalisation; see Keskar et al. in the further reading.)
+#
+# What a bigger batch *does* buy is **parallel hardware**: one step on 128 samples costs far less than 128 steps on one sample, because matrix products over a batch keep the processor's vector units (or the GPU's thousands of cores) busy. The wall-clock times of the runs above show it even on this CPU (times vary between machines, so this cell's output is not checked, but the ratio is asserted):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{'batch':>6} {'s per epoch':>12} {'us per sample':>14}")
+per_epoch = {}
+for b, h in runs.items():
+    per_epoch[b] = sum(h.seconds) / len(h.seconds)
+    print(f"{b:>6} {per_epoch[b]:>12.4f} {1e6 * per_epoch[b] / n_train:>14.1f}")
+assert per_epoch[1] > 5 * per_epoch[128]
+
+# %% [markdown]
+# So mini-batches are a compromise. Small batches make many cheap, noisy updates per epoch; large batches make few precise ones and use parallel hardware well. And large batches cost **memory**, which is what the rest of this lesson measures.
+
+# %% [markdown]
+# ## 3. Memory against batch size: a straight line
+#
+# We measure one training step (forward, loss, backward, optimizer step) with `profile_step`, simulated as in lesson 03. One change matters here: `steady_state=True` measures the *second* step of training. In the first step the optimizer's states (SGD's momentum, Adam's moments) do not exist until `optimizer.step()` creates them; from the second step on they stay allocated through every forward and backward. A batch size fits if every step fits.
+#
+# Start with the small MLP:
+
+# %%
+mlp_sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, n_train]
+mlp_curve = PeakCurve(digits_mlp, "simulated", input_shape=(64,), num_classes=10)
+print(f"{'batch':>6} {'peak KiB':>9}  peak reached at")
+for b in mlp_sizes:
+    p = mlp_curve.trace(b)
+    e = p.events[p.peak_event]
+    print(f"{b:>6} {p.peak_allocated_bytes / 1024:>9.1f}  {e.phase} of layer {e.module}")
+whole_mlp = mlp_curve.trace(n_train).peak_allocated_bytes
+assert whole_mlp < 8 * MiB
+
+big = [b for b in mlp_sizes if b >= 512]   # one moment wins from here on
+mlp_fit = fit_affine(big, [mlp_curve.trace(b).peak_allocated_bytes for b in big])
+state = mlp_curve.trace(512).categories
+mlp_state = state["parameters"] + state["gradients"] + state["optimizer_states"]
+print(f"for b >= 512: M0 = {mlp_fit.m0_bytes / 1024:.1f} KiB (model state at the peak: {mlp_state / 1024:.1f} KiB), "
+      f"m = {mlp_fit.per_sample_bytes:,.0f} bytes per sample, largest distance from the line {mlp_fit.max_residual_bytes:.0f} bytes")
+assert mlp_fit.max_residual_bytes < 4096 and abs(mlp_fit.m0_bytes - mlp_state) < 4096
+
+# %% [markdown]
+# Even the whole training set as one batch needs less than 8 MiB for this network: for a small model and small samples, memory is not what limits the batch. Above 512 samples the peak is a straight line, M0 + b·m: M0 is the model state (parameters, momentum, and the gradients already computed at the peak) and m a few KiB per sample: the 64 inputs and the 256-wide activations each sample leaves for backward. The peak also moves (the "peak reached at" column) for small batches; the ResNet18 case below shows why. Now ResNet18 on 224 × 224 images, the model of lesson 03:
+
+# %%
+sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+resnet = PeakCurve("resnet18", "simulated")
+traces = {b: resnet.trace(b) for b in sizes}
+print(f"{'batch':>6} {'peak MiB':>10}  peak reached at")
+for b, p in traces.items():
+    e = p.events[p.peak_event]
+    print(f"{b:>6} {p.peak_allocated_bytes / MiB:>10.1f}  {e.phase} {e.module}")
+
+# %% [markdown]
+# Fit a straight line M(b) = M0 + b·m through the large batches (128 and up), where the peak is always at the same moment, early in backward:
+
+# %%
+large = [b for b in sizes if b >= 128]
+fit = fit_affine(large, [traces[b].peak_allocated_bytes for b in large])
+at_peak = traces[128].categories
+model_state = at_peak["parameters"] + at_peak["gradients"] + at_peak["optimizer_states"]
+print(f"M0 = {fmt_bytes(fit.m0_bytes)}   m = {fmt_bytes(fit.per_sample_bytes)} per sample")
+print(f"largest distance of a point from the line: {fit.max_residual_bytes:.0f} bytes")
+print(f"model state alive at the peak: parameters {fmt_bytes(at_peak['parameters'])} + gradients "
+      f"{fmt_bytes(at_peak['gradients'])} + momentum {fmt_bytes(at_peak['optimizer_states'])} = {fmt_bytes(model_state)}")
+assert fit.max_residual_bytes < 4096
+assert abs(fit.m0_bytes - model_state) < 64 * 1024
+assert 21 * MiB < fit.per_sample_bytes < 22 * MiB
+
+# %% [markdown]
+# The line is exact to a few bytes (the rest is rounding each tensor up to 512 bytes). Its two numbers have names:
+#
+# * **M0**, the memory at batch size 0, is the *model state* alive at the peak: the parameters, the momentum buffers, and the few gradients backward has produced by then. It does not depend on the batch.
+# * **m**, the slope, is the memory of one sample: its activations (the saved tensors of every layer, lesson 02), its share of the input batch, and the gradients flowing back through them. Compare it with the image itself:
+
+# %%
+image = 3 * 224 * 224 * 4
+print(f"one image: {fmt_bytes(image, 'KiB')}; memory per image in training: {fmt_bytes(fit.per_sample_bytes)}, "
+      f"{fit.per_sample_bytes / image:.0f} times as much")
+assert fit.per_sample_bytes > 30 * image
+
+# %% [markdown]
+# Below batch 128 the points lie *above* the line:
+
+# %%
+for b in (1, 16, 64):
+    p = traces[b]
+    print(f"batch {b:>3}: measured {fmt_bytes(p.peak_allocated_bytes):>10}, line says {fmt_bytes(fit.predict(b)):>10}; "
+          f"gradients at the peak {fmt_bytes(p.categories['gradients']):>9}")
+    assert p.peak_allocated_bytes > fit.predict(b)
+print(f"batch 128: gradients at the peak {fmt_bytes(traces[128].categories['gradients'])}")
+
+fig = Figure(figsize=(10, 3.6), layout="constrained")
+ax_all, ax_gap = fig.subplots(1, 2)
+ax_all.plot(sizes, [traces[b].peak_allocated_bytes / MiB for b in sizes], "o", label="measured (simulated)")
+ax_all.plot(sizes, [fit.predict(b) / MiB for b in sizes], "-", lw=1, label="M0 + b·m (fit on b ≥ 128)")
+ax_all.set(xlabel="batch size", ylabel="peak allocated (MiB)", title="ResNet18, one steady-state training step")
+ax_all.legend()
+ax_gap.plot(sizes, [(traces[b].peak_allocated_bytes - fit.predict(b)) / MiB for b in sizes], "o-")
+ax_gap.set(xscale="log", xlabel="batch size (log scale)", ylabel="measured minus line (MiB)",
+           title="small batches lie above the line")
+fig
+
+# %% [markdown]
+# Why? The memory alive at *each* moment of the step is affine in b, with its own M0 and m. The peak is the highest of them. At large b the moment with the most activations alive wins (early in backward). At small b, activations are cheap and the winner is a later moment of backward, when most of the parameters' gradients have been allocated (42 MiB of them at batch 1, against 2 MiB at batch 128). A maximum of straight lines is convex, so the measured curve bends upward toward small b and is straight once one moment dominates. (This is also how the widget at the end of the lesson answers instantly: between two traced batch sizes whose peaks happened at the same moment, the straight line is exact.)
+#
+# ### How big a batch fits?
+#
+# Solve M0 + b·m ≤ capacity − overhead for b. The **overhead** is memory a process uses on a GPU besides its tensors: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the caching allocator's free-but-reserved blocks (section 6). The simulation cannot measure any of these; we *assume* 1 GiB, a round and generous figure, and say so next to every result.
+
+# %%
+print(f"assumed overhead: {fmt_bytes(CUDA_OVERHEAD_BYTES, 'GiB')}")
+largest = {}
+for gib in (16, 24, 40, 80):
+    largest[gib] = fit.largest_batch(gib * GiB)
+    print(f"{gib:>3} GiB GPU: largest ResNet18 batch {largest[gib]:>5}  (peak {fmt_bytes(fit.predict(largest[gib]), 'GiB')})")
+
+# %% [markdown]
+# Check the prediction against the simulation itself. `profile_step(..., capacity=16 * GiB)` behaves like a 16 GiB GPU: an allocation that would take the tensors above 16 GiB minus the overhead raises an out-of-memory error, as a real GPU would.
+
+# %%
+fits = profile_step("resnet18", largest[16], device="simulated", steady_state=True, capacity=16 * GiB)
+print(f"batch {largest[16]}: peak {fmt_bytes(fits.peak_allocated_bytes, 'GiB')}, fits")
+try:
+    profile_step("resnet18", largest[16] + 1, device="simulated", steady_state=True, capacity=16 * GiB)
+    raise AssertionError("expected the simulated GPU to run out of memory")
+except DoesNotFit:
+    print(f"batch {largest[16] + 1}: does not fit")
+
+# %% [markdown]
+# ## 4. The whole training set as one batch
+#
+# For our MLP, the whole training set as one batch needed less than 8 MiB (section 3). For an image network it is another story. Suppose we fine-tuned ResNet18 on the digits, scaled up to 224 × 224 as ImageNet models expect, and took all 1,437 images as one batch. The line predicts:
+
+# %%
+need = fit.predict(n_train)
+print(f"ResNet18, batch {n_train}: about {fmt_bytes(need, 'GiB')} at the peak, plus the overhead")
+assert need > 16 * GiB
+
+# %% [markdown]
+# On a 16 GiB GPU that fails. Here is the failure, from the simulated 16 GiB GPU (on a real GPU, section 5 shows the real one):
+
+# %%
+try:
+    profile_step("resnet18", n_train, device="simulated", steady_state=True, capacity=16 * GiB)
+except DoesNotFit as e:
+    oom = e.cuda_message
+print(oom)
+
+
+# %% [markdown]
+# Read it field by field:
+
+# %%
+def size(text):
+    """'1.07 GiB' -> bytes (the units CUDA's messages use)."""
+    value, unit = text.split()
+    return float(value) * {"bytes": 1, "KiB": 2**10, "MiB": MiB, "GiB": GiB}[unit]
+
+
+fields = {
+    "tried to allocate": r"Tried to allocate ([\d.]+ \w+)",
+    "total capacity": r"total capacity of ([\d.]+ \w+)",
+    "free": r"of which ([\d.]+ \w+) is free",
+    "in use by this process": r"this process has ([\d.]+ \w+) memory in use",
+    "allocated by PyTorch": r"Of the allocated memory ([\d.]+ \w+) is allocated",
+    "reserved but unallocated": r"and ([\d.]+ \w+|0 bytes) is reserved by PyTorch but unallocated",
+}
+value = {name: size(re.search(pattern, oom).group(1)) for name, pattern in fields.items()}
+for name, v in value.items():
+    print(f"{name:<25} {fmt_bytes(v, 'GiB'):>10}")
+
+assert abs(value["free"] - (value["total capacity"] - value["in use by this process"])) < 0.01 * GiB
+assert value["tried to allocate"] > value["free"]
+
+# %% [markdown]
+# * **Tried to allocate**: the one request that failed, here a single activation tensor of the forward pass. It is not the total the step needs; it is the straw that broke the camel's back.
+# * **Total capacity**: the GPU's memory.
+# * **Free**: what the *driver* still had; always total minus what all processes hold, and here smaller than the request.
+# * **This process has … in use**: everything this process holds on the GPU, PyTorch's tensors plus its cache plus the CUDA context (here the assumed 1 GiB overhead).
+# * **Allocated by PyTorch**: the bytes in live tensors, what `torch.cuda.memory_allocated()` reports.
+# * **Reserved by PyTorch but unallocated**: memory the caching allocator holds but no tensor uses (section 6). The simulation has no cache, so it is 0 here; on a real GPU it is often hundreds of MiB, and when it is large the message suggests `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
+#
+# Older PyTorch versions printed the same facts in another order. The HSF lesson quotes this one: *"Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)"*. Its numbers say more than it seems:
+
+# %%
+total, allocated, free, reserved, tried = 15.90, 8.84, 6.32, 8.86, 8.74  # GiB, from the quoted message
+print(f"reserved but unallocated: {reserved - allocated:.2f} GiB")
+print(f"held outside PyTorch's allocator (CUDA context, other processes): {total - reserved - free:.2f} GiB")
+print(f"the request needed {tried:.2f} GiB but only {free:.2f} GiB was free")
+assert tried > free and round(total - reserved - free, 2) == 0.72
+
+# %% [markdown]
+# 0.72 GiB of the 15.90 GiB was neither free nor PyTorch's: that is the CUDA context and whatever else ran on the GPU, the "overhead" we assumed. And the failing request alone was larger than all the free memory: halving the batch size would have halved it.
+#
+# ## 5. On a real GPU
+#
+# If this notebook runs on a GPU, the next cell does the same thing for real. `profile_step` catches `torch.OutOfMemoryError`, releases the step's memory (model, tensors, allocator cache) and raises `DoesNotFit` with CUDA's own message; a 16 GiB budget is imposed with `torch.cuda.set_per_process_memory_fraction` so that the result does not depend on how big your GPU is. Without a GPU the cell says so. (Its output is not checked: it depends on the GPU.)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+if torch.cuda.is_available():
+    try:
+        budget = min(16 * GiB, torch.cuda.get_device_properties(0).total_memory)  # a smaller GPU is its own limit
+        profile_step("resnet18", n_train, device="cuda", steady_state=True, capacity=budget)
+        print("it fit")
+    except DoesNotFit as e:
+        print(e.cuda_message)
+    print(f"after the error: {fmt_bytes(torch.cuda.memory_allocated())} allocated, "
+          f"{fmt_bytes(torch.cuda.memory_reserved())} reserved")
+else:
+    print("no GPU: the simulated message above is the one to read")
+
+# %% [markdown]
+# ## 6. Allocated versus reserved
+#
+# On a GPU, PyTorch does not return freed memory to the driver. Its **caching allocator** keeps freed blocks *reserved* and hands them to the next tensors of a fitting size, because asking the driver (`cudaMalloc`, `cudaFree`) is slow and synchronises the device. So there are two numbers:
+#
+# * `torch.cuda.memory_allocated()`: bytes in live tensors (what this lesson's peaks are);
+# * `torch.cuda.memory_reserved()`: bytes the allocator holds from the driver, allocated or cached. This is closer to what `nvidia-smi` shows, which also adds the CUDA context.
+#
+# **What the simulation cannot show.** Without a GPU there is no allocator and no cache: simulated memory is exactly the allocated bytes, and "reserved" has no value (`None`). The cell below shows the difference on a GPU; without one it prints nothing else. Lesson 06 studies the allocator, and its fragmentation, in depth.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+if torch.cuda.is_available():
+    def show(when):
+        print(f"{when:<34} allocated {fmt_bytes(torch.cuda.memory_allocated()):>10}   "
+              f"reserved {fmt_bytes(torch.cuda.memory_reserved()):>10}")
+    show("start")
+    x = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    show("after a 256 MiB tensor")
+    del x
+    show("after del: cached, still reserved")
+    y = torch.empty(128 * MiB, dtype=torch.uint8, device="cuda")
+    show("a 128 MiB tensor reuses the cache")
+    del y
+    torch.cuda.empty_cache()
+    show("after torch.cuda.empty_cache()")
+else:
+    print("no GPU: reserved memory cannot be shown here (simulated memory has no cache)")
+
+# %% [markdown]
+# ## 7. How deep can an MLP get?
+#
+# The HSF lesson asks: *how many hidden layers of 5,000 neurons can a network have at batch size 32 before a GPU runs out of memory?*, and answers that it typically happens at about 5 layers. Let us compute it for a 16 GiB GPU, with the Adam optimizer.
+#
+# A network with d hidden layers of 5,000 has d − 1 `Linear(5000, 5000)` layers between them, each with 5000 × 5000 weights and 5000 biases (the first and last layers, from the input and to the classes, are small). In fp32 training with Adam every parameter costs 4 bytes, its gradient 4 more, and Adam's two moment estimates 8 more: **16 bytes per parameter** (the figure the ZeRO paper uses for model states). Activations at batch 32 are small by comparison: 32 × 5000 × 4 bytes = 625 KiB per tensor.
+
+# %%
+per_layer = 5000 * 5000 + 5000
+print(f"parameters per hidden layer: {per_layer:,}")
+print(f"model states per layer at 16 bytes/parameter: {fmt_bytes(16 * per_layer)}")
+print(f"activation of one layer at batch 32: {fmt_bytes(32 * 5000 * 4, 'KiB')}")
+by_formula = 1 + int((16 * GiB - CUDA_OVERHEAD_BYTES) // (16 * per_layer))
+print(f"hidden layers that fit in 16 GiB minus the overhead, by the formula: {by_formula}")
+
+
+# %% [markdown]
+# The formula forgets one thing. Measure the real step instead, and search for the deepest network that fits the simulated 16 GiB GPU (the input is our 64 digit features, the output 10 classes):
+
+# %%
+def deep_mlp(depth):
+    builder = functools.partial(mlp, 64, (5000,) * depth, 10)
+    builder.__name__ = f"mlp with {depth} hidden layers of 5000"
+    return builder
+
+
+def fits(depth, capacity):
+    """Does a deep MLP's steady-state Adam step at batch 32 fit a simulated GPU of this capacity?"""
+    try:
+        profile_step(deep_mlp(depth), 32, input_shape=(64,), num_classes=10, optimizer="adam",
+                     steady_state=True, device="simulated", capacity=capacity)
+        return True
+    except DoesNotFit:
+        return False
+
+
+fits_16gib = functools.partial(fits, capacity=16 * GiB)
+
+
+low, high = 1, by_formula + 1  # fits, does not fit (checked below)
+assert fits_16gib(low) and not fits_16gib(high)
+while high - low > 1:
+    middle = (low + high) // 2
+    low, high = (middle, high) if fits_16gib(middle) else (low, middle)
+deepest = low
+step = profile_step(deep_mlp(deepest), 32, input_shape=(64,), num_classes=10, optimizer="adam",
+                    steady_state=True, device="simulated")
+print(f"deepest that fits: {deepest} hidden layers, peak {fmt_bytes(step.peak_allocated_bytes, 'GiB')} "
+      f"at {step.events[step.peak_event].phase}")
+print(step.summary())
+other = step.categories["other"]
+print(f"'other' at the peak: {other:,} bytes; parameters: {step.categories['parameters']:,} bytes")
+assert deepest < by_formula and deepest > 5 * 5
+assert abs(other - step.categories["parameters"]) < 1024
+
+# %% [markdown]
+# The peak is not in backward but in `optimizer.step()`, and "other" holds as many bytes as the parameters. PyTorch's Adam updates all parameters at once with `torch._foreach_*` operations (the default on GPUs, because it launches far fewer kernels), and one of them, the square root of the second moments, writes a temporary tensor as big as all the parameters together. So during the step Adam costs **20 bytes per parameter**, not 16.
+#
+# So is "about 5 layers" right? Five such layers need:
+
+# %%
+five = profile_step(deep_mlp(5), 32, input_shape=(64,), num_classes=10, optimizer="adam",
+                    steady_state=True, device="simulated")
+print(f"5 hidden layers: peak {fmt_bytes(five.peak_allocated_bytes, 'GiB')}; {deepest} layers fit in 16 GiB")
+assert five.peak_allocated_bytes < 2 * GiB
+
+# %% [markdown]
+# Less than 2 GiB. On a 16 GiB GPU the network can be more than six times deeper. For which GPU is "about 5" the answer?
+
+# %%
+for gib in (2, 3, 4):
+    cap = gib * GiB
+    depth = next(d for d in range(1, 50) if not fits(d, cap)) - 1
+    print(f"{gib} GiB GPU: {depth} hidden layers fit")
+    if gib == 3:
+        assert depth == 5
+
+# %% [markdown]
+# So the usual answer fits a GPU of about 3 GiB (with our assumed overhead), or a network whose layers are much wider. The lesson to keep is not the number, it is the method: count parameters × bytes per parameter for the model states, add batch × activations, and **measure** what the formula forgets (here Adam's temporary).
+#
+# ## 8. The batch-size widget
+#
+# Everything above in one place. Move the batch-size slider (or type a value), and choose the model, AMP, activation checkpointing (lesson 04), the optimizer and the GPU size. The bar shows the peak of one steady-state training step by category, the red line the GPU's capacity, and the verdict whether it fits with the assumed overhead. On a GPU each value is measured ("this GPU" compares with your card); elsewhere it is simulated, and most slider positions are interpolated exactly between traced batch sizes (the method of section 3), so the answer is immediate.
+
+# %%
+explorer = MemoryExplorer(model="resnet18", batch_size=128, device="simulated")
+explorer
+
+# %% [markdown]
+# Widgets can be driven from code too. Setting the slider to the largest batch found in section 3 shows "fits"; one more sample does not:
+
+# %%
+explorer.batch_size.value = largest[16]
+print(explorer.message)
+assert explorer.message.startswith("fits in 16 GiB")
+explorer.batch_size.value = largest[16] + 1
+print(explorer.message)
+assert explorer.message.startswith("does not fit in 16 GiB")
+explorer.batch_size.value = 128
+
+# %% [markdown]
+# (To measure your own GPU with the widget, build it with `device="auto"`.)
+#
+# ## Exercises
+#
+# **Exercise 1: the linear scaling rule.** Batch 128 lost to batch 16 after 10 epochs, at the same learning rate. Goyal et al. (2017) suggest scaling the learning rate with the batch size. Train batch 128 with 8 times the learning rate (0.4) and compare its final test accuracy with batch 16 at 0.05.
+
+# %%
+# Your code here: train(digits_mlp, data, batch_size=128, epochs=EPOCHS, lr=...)
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# _, scaled = train(digits_mlp, data, batch_size=128, epochs=EPOCHS, lr=0.4, seed=0)
+# print(f"batch 128, lr 0.4: {100 * scaled.test_accuracy[-1]:.1f}%  vs  batch 16, lr 0.05: "
+#       f"{100 * runs[16].test_accuracy[-1]:.1f}%")
+# ```
+#
+# With the learning rate scaled, batch 128 goes from about 77% to about 91% test accuracy after 10 epochs, most of the way to batch 16's 96%, with 12 updates per epoch instead of 90. It does not fully catch up: the rule assumes that one large step does what several small ones would, which holds less well early in training and for large factors (Goyal et al. warm the learning rate up for that reason). At the whole-set batch the rule breaks down: 0.05 × 1437/16 ≈ 4.5 makes the loss jump above 50 within 10 epochs, and the accuracy falls to chance (10%): try it.
+# </details>
+#
+# **Exercise 2: your GPU's largest batch.** Use `PeakCurve` and `fit_affine` (or the widget) to find the largest batch of `vgg16` with Adam that fits a 24 GiB GPU. Is its M0 larger or smaller than ResNet18's, and why?
+
+# %%
+# Your code here: curve = PeakCurve("vgg16", "simulated", optimizer="adam") ...
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# curve = PeakCurve("vgg16", "simulated", optimizer="adam")
+# points = [256, 512]
+# vgg_fit = fit_affine(points, [curve.trace(b).peak_allocated_bytes for b in points])
+# print(fmt_bytes(vgg_fit.m0_bytes), fmt_bytes(vgg_fit.per_sample_bytes), vgg_fit.largest_batch(24 * GiB))
+# ```
+#
+# VGG16 has 138 million parameters (ResNet18 has 11.7 million), so its M0 is far larger, about 2 GiB against ResNet18's 136 MiB with Adam: parameters (528 MiB) and Adam's two moments (1,056 MiB), most of them in the first fully connected layer (25088 × 4096 weights), plus the gradients already computed at the peak. Its activations per image are also larger, about 70 MiB against 21 MiB (VGG keeps 64 channels at full 224 × 224 resolution for two convolutions, where ResNet18 downsamples at once). Its largest batch on 24 GiB is about 300, against about 1,100 for ResNet18.
+# </details>
+#
+# **Exercise 3: reading a message.** A learner reports: *"CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free. Including non-PyTorch memory, this process has 22.45 GiB memory in use. Of the allocated memory 15.80 GiB is allocated by PyTorch, and 6.20 GiB is reserved by PyTorch but unallocated."* Would halving the batch size be the first thing to try?
+
+# %%
+# Your code here: compute what is free, cached, and outside PyTorch
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# total, free, in_use, allocated, cached = 23.65, 1.19, 22.45, 15.80, 6.20
+# print(f"outside PyTorch (context, libraries): {in_use - allocated - cached:.2f} GiB")
+# print(f"free plus cached: {free + cached:.2f} GiB, against a request of 2.00 GiB")
+# ```
+#
+# No. PyTorch holds 6.20 GiB of cached, unallocated memory, three times the failing request, but none of its free blocks is large enough: the cache is **fragmented**. Try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, as the full message advises, before giving up batch size (lesson 06 explains why it helps).
+# </details>
+#
+# ## Key points
+#
+# - Mini-batches trade gradient noise (which falls as 1/b) against the number of updates per epoch and the use of parallel hardware; with the same learning rate, small batches learn more per epoch, large ones more per update.
+# - The peak memory of a training step is affine in the batch size once one moment of the step dominates: **M(b) = M0 + b·m**, with M0 the model state alive at the peak (parameters, gradients, optimizer states) and m the activations of one sample. For ResNet18 at 224 × 224, m is about 21 MiB per image.
+# - The largest batch is (capacity − overhead − M0) / m. The overhead (CUDA context, workspaces, cache) is not in `memory_allocated()`: measure it on your GPU, or leave a margin.
+# - An out-of-memory message names one failing request, not the total need; compare it with *free* and with *reserved but unallocated* before deciding what to change.
+# - `memory_allocated` counts live tensors; `memory_reserved` adds the caching allocator's cache. Simulation can show only the first.
+# - Formulas for model states (16 bytes per parameter with Adam) are a floor: measure, because implementations add temporaries (20 bytes per parameter inside PyTorch's foreach Adam step).
+#
+# ## Further reading
+#
+# - HSF training, *Memory considerations* (the source of the deep-MLP challenge and the OOM example).
+# - PyTorch documentation, *CUDA semantics: memory management*, https://pytorch.org/docs/stable/notes/cuda.html#memory-management
+# - N. S. Keskar et al., *On Large-Batch Training for Deep Learning: Generalization Gap and Sharp Minima*, ICLR 2017, arXiv:1609.04836.
+# - P. Goyal et al., *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour*, 2017, arXiv:1706.02677 (the linear scaling rule).
+# - S. McCandlish et al., *An Empirical Model of Large-Batch Training*, 2018, arXiv:1812.06162 (the gradient noise scale).
