@@ -38,7 +38,8 @@ def _at_least(lowest: int):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m helpers", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m helpers",
+                     description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("profile", help="memory of one training step, module by module")
     p.add_argument("--model", default="resnet18", help="a torchvision classification model name (default resnet18)")
@@ -62,7 +63,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # no command: say what there is
+        parser.print_help()
+        return 2
+    args = parser.parse_args(argv)
     if args.command == "check":
         from .check import run_check
 
@@ -91,7 +97,22 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(profile.table())
         print(profile.summary())
+    beyond = _beyond_any_card(profile.peak_allocated_bytes)
+    if beyond:
+        print(f"{prog}: note: {beyond}", file=sys.stderr)
     return 0
+
+
+def _beyond_any_card(peak: int) -> str:
+    """A sentence when ``peak`` bytes exceed every card of ``helpers.memory.GPU_CARDS``, else ''."""
+    from .memory import GPU_CARDS, fmt_bytes
+
+    card, capacity = max(GPU_CARDS.items(), key=lambda item: item[1])
+    if peak <= capacity:
+        return ""
+    size = fmt_bytes(peak, "TiB" if peak >= 2**40 else "GiB")
+    return (f"this step needs {size} at its peak, more than any GPU in helpers' list has "
+            f"(the largest, {card}, has {fmt_bytes(capacity, 'GiB')}): it cannot run on one GPU as it is")
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ class Estimate:
         peak_bytes: peak allocated bytes (None if it did not fit a real GPU).
         categories: bytes by category at the peak (see
             :data:`helpers.accounting.CATEGORIES`); empty if it did not fit.
-        where: the event at which the peak was reached, e.g. ``"bwd layer4.1.relu"``.
+        where: the event at which the peak was reached, in words (its
+            :attr:`helpers.trace.Event.label`), e.g. ``"backward of ReLU 'layer4.1.relu'"``.
         traced: True if this batch size was traced directly, False if
             interpolated between two traced batch sizes.
         backend: ``"cuda"`` or ``"simulated"``.
@@ -120,8 +121,7 @@ class Estimate:
 
 
 def _where(profile: StepProfile) -> str:
-    event = profile.events[profile.peak_event]
-    return f"{event.phase} {event.module}" if event.module else event.phase
+    return profile.events[profile.peak_event].label
 
 
 class PeakCurve:

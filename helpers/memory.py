@@ -40,6 +40,37 @@ BLOCK_BYTES = 512
 
 BACKENDS = ("cuda", "simulated")
 
+# The caching allocator's size constants (c10/cuda/CUDACachingAllocator.cpp).
+#: Requests of at most 1 MiB are "small" (``kSmallSize``); they share 2 MiB segments.
+SMALL_REQUEST_BYTES = 2**20
+#: Segment size for small requests (``kSmallBuffer``).
+SMALL_SEGMENT_BYTES = 2 * 2**20
+#: Requests below 10 MiB (``kMinLargeAlloc``) get a 20 MiB segment (``kLargeBuffer``) ...
+MEDIUM_REQUEST_BYTES = 10 * 2**20
+MEDIUM_SEGMENT_BYTES = 20 * 2**20
+#: ... and larger ones a segment of their own size rounded up to 2 MiB (``kRoundLarge``).
+LARGE_ROUNDING_BYTES = 2 * 2**20
+
+#: ``total_memory`` of real cards, as ``torch.cuda.get_device_properties(0)``
+#: printed it in public logs (its repr shows whole MiB; the figure moves by a
+#: few tens of MiB with the driver and the ECC setting).  A card's nominal
+#: "16 GB" is 16 GiB of memory chips, and the driver keeps part of it: PyTorch
+#: sees 15.78 GiB on a "16 GB" V100, 79.19 GiB on an "80 GB" H100.
+#: Sources: V100-SXM2-16GB, 16160 MiB (Ultralytics YOLOv5 setup logs);
+#: RTX 4090, 24563 MiB, and H100 80GB HBM3, 81089 MiB (printed by
+#: ``get_device_properties`` with torch 2.x, the latter in S. Bekman's
+#: *Machine Learning Engineering* benchmarks); A100-SXM4-40GB, 40536 MiB
+#: (``get_device_properties`` in the PaddlePaddle documentation, same CUDA
+#: property); A100 80GB, 79.15 GiB (the "total capacity" of CUDA
+#: out-of-memory messages on that card).
+GPU_CARDS = {
+    "V100 16 GB": 16160 * 2**20,
+    "RTX 4090 24 GB": 24563 * 2**20,
+    "A100 40 GB": 40536 * 2**20,
+    "A100 80 GB": 81050 * 2**20,
+    "H100 80 GB": 81089 * 2**20,
+}
+
 #: Memory a training process holds on a GPU besides its tensors, *assumed* (not
 #: measured here) when a lesson asks whether a step fits a GPU of a given size:
 #: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the
@@ -70,6 +101,57 @@ def round_up(nbytes: int, block: int = BLOCK_BYTES) -> int:
     return -(-nbytes // block) * block
 
 
+def allocation_size(nbytes: int) -> int:
+    """Bytes the caching allocator asks the driver for when no cached block fits.
+
+    ``get_allocation_size`` in c10/cuda/CUDACachingAllocator.cpp, applied to
+    the request rounded up to 512 bytes (``round_size``): a request of at most
+    1 MiB gets a 2 MiB segment (shared by later small requests), one below
+    10 MiB a 20 MiB segment, and a larger one a segment of its own size rounded
+    up to 2 MiB.  This is also the size CUDA's out-of-memory message reports as
+    "Tried to allocate".
+
+    Example: ``allocation_size(49 * MiB) == 50 * MiB``.
+
+    Raises:
+        ValueError: if ``nbytes`` is negative.
+    """
+    size = max(round_up(nbytes), BLOCK_BYTES)
+    if size <= SMALL_REQUEST_BYTES:
+        return SMALL_SEGMENT_BYTES
+    if size < MEDIUM_REQUEST_BYTES:
+        return MEDIUM_SEGMENT_BYTES
+    return round_up(size, LARGE_ROUNDING_BYTES)
+
+
+def block_bytes(nbytes: int, free_block: int | None = None) -> int:
+    """Bytes of ``memory_allocated()`` a request of ``nbytes`` occupies.
+
+    The allocator hands out a free block (a cached one of ``free_block`` bytes,
+    or by default a new segment of :func:`allocation_size` bytes) and splits off
+    the rest only if the rest is worth keeping (``should_split`` in
+    c10/cuda/CUDACachingAllocator.cpp): for a request of at most 1 MiB, a rest of
+    at least 512 bytes; for a larger one, a rest of *more than* 1 MiB.  An
+    unsplit block counts whole in ``memory_allocated()``: a 49 MiB tensor in a
+    new 50 MiB segment occupies 50 MiB.
+
+    Args:
+        nbytes: the request in bytes, >= 0.
+        free_block: size of the free block that serves it, in bytes, at least
+            the request rounded up to 512 bytes; default a new segment.
+
+    Raises:
+        ValueError: for a negative request or a block too small for it.
+    """
+    size = max(round_up(nbytes), BLOCK_BYTES)
+    block = allocation_size(nbytes) if free_block is None else free_block
+    if block < size:
+        raise ValueError(f"a block of {block} bytes cannot hold a request of {size} bytes")
+    rest = block - size
+    keep_rest = rest >= BLOCK_BYTES if size <= SMALL_REQUEST_BYTES else rest > SMALL_REQUEST_BYTES
+    return size if keep_rest else block
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of GPU memory that the storage holding ``t`` occupies.
 
@@ -93,7 +175,7 @@ def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
 
     Args:
         nbytes: bytes (may be negative, for a change).
-        unit: one of ``B``, ``KiB``, ``MiB``, ``GiB``, ``MB``, ``GB``.
+        unit: one of ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``MB``, ``GB``.
             The ``i`` units are powers of 2 (as PyTorch and nvidia-smi use),
             ``MB`` and ``GB`` powers of 10.
         sign: show ``+`` for positive values (for deltas).
@@ -101,7 +183,7 @@ def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
     Raises:
         ValueError: for an unknown unit.
     """
-    scale = {"B": 1, "KiB": 2**10, "MiB": MiB, "GiB": GiB, "MB": 10**6, "GB": 10**9}
+    scale = {"B": 1, "KiB": 2**10, "MiB": MiB, "GiB": GiB, "TiB": 2**40, "MB": 10**6, "GB": 10**9}
     if unit not in scale:
         raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(scale)}")
     value = nbytes / scale[unit]
@@ -122,26 +204,34 @@ def cuda_size(nbytes: int) -> str:
 
 
 def oom_message(requested: int, capacity: int, in_use: int, allocated: int, reserved: int,
-                simulated: bool = True) -> str:
-    """The one-line message of a CUDA out-of-memory error, field by field.
+                simulated: bool = True, allowed: int | None = None, free: int | None = None) -> str:
+    """The first line of a CUDA out-of-memory error, field by field.
 
-    Shaped like the message of ``torch.OutOfMemoryError`` from PyTorch 2.x
-    (c10/cuda/CUDACachingAllocator.cpp), so that a learner can read a real one.
+    Shaped like the message of ``torch.OutOfMemoryError`` in PyTorch 2.x
+    (``DeviceCachingAllocator::malloc`` in c10/cuda/CUDACachingAllocator.cpp),
+    without its closing advice, so that a learner can read a real one.
 
     Args:
-        requested: bytes the failing allocation asked for ("Tried to allocate").
+        requested: bytes the failing allocation asked for ("Tried to allocate");
+            pass :func:`allocation_size` of the request, as PyTorch reports it.
         capacity: total memory of the GPU ("total capacity").
         in_use: memory the process holds on the GPU, tensors, cache and CUDA
-            context together; free memory is ``capacity - in_use``.
+            context together.
         allocated: bytes in live tensors ("allocated by PyTorch").
         reserved: bytes the caching allocator holds from the driver, >= ``allocated``.
         simulated: say at the start that no GPU ran out.
+        allowed: the cap set with ``torch.cuda.set_per_process_memory_fraction``
+            ("... allowed;"), or ``None`` when no cap is set.
+        free: what the driver reports free ("of which ... is free"); default
+            ``capacity - in_use`` (no other process on the GPU).
     """
     prefix = "Simulated CUDA out of memory" if simulated else "CUDA out of memory"
+    free = max(capacity - in_use, 0) if free is None else free
+    cap = f"{cuda_size(allowed)} allowed; " if allowed is not None else ""
     return (
         f"{prefix}. Tried to allocate {cuda_size(requested)}. GPU 0 has a total capacity of "
-        f"{cuda_size(capacity)} of which {cuda_size(max(capacity - in_use, 0))} is free. "
-        f"Including non-PyTorch memory, this process has {cuda_size(in_use)} memory in use. "
+        f"{cuda_size(capacity)} of which {cuda_size(free)} is free. "
+        f"Including non-PyTorch memory, this process has {cuda_size(in_use)} memory in use. {cap}"
         f"Of the allocated memory {cuda_size(allocated)} is allocated by PyTorch, and "
         f"{cuda_size(reserved - allocated)} is reserved by PyTorch but unallocated."
     )
@@ -197,6 +287,8 @@ class StorageTracker(TorchDispatchMode):
             allocation of the step it was; the same operation in a run at
             another batch size has the same serial).
         sizes: serial -> bytes, for every storage ever counted.
+        dtypes, shapes: serial -> dtype and shape of the tensor through which
+            the storage was first seen (what created it).
 
     Limits: memory allocated inside a kernel without creating a tensor
     (cuDNN/cuBLAS workspaces) is invisible here, and so are tensors created
@@ -213,6 +305,8 @@ class StorageTracker(TorchDispatchMode):
         self.peak_at = -1
         self.paused = False  # True: new storages are not device memory (a simulated host copy)
         self.sizes: dict[int, int] = {}
+        self.dtypes: dict[int, torch.dtype] = {}
+        self.shapes: dict[int, tuple[int, ...]] = {}
         self._live: dict[int, int] = {}  # id(storage) -> serial
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -237,9 +331,11 @@ class StorageTracker(TorchDispatchMode):
         if self.capacity is not None and self.allocated + nbytes > self.capacity - CUDA_OVERHEAD_BYTES:
             in_use = self.allocated + CUDA_OVERHEAD_BYTES
             raise torch.OutOfMemoryError(
-                oom_message(nbytes, self.capacity, in_use, self.allocated, self.allocated))
+                oom_message(allocation_size(nbytes), self.capacity, in_use, self.allocated, self.allocated))
         serial = len(self.sizes)
         self.sizes[serial] = nbytes
+        self.dtypes[serial] = t.dtype
+        self.shapes[serial] = tuple(t.shape)
         self._live[key] = serial
         self.allocated += nbytes
         if self.allocated > self.peak:

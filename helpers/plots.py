@@ -57,8 +57,10 @@ def plot_timeline(profiles: StepProfile | list[StepProfile], labels: list[str] |
                     textcoords="offset points", xytext=(6, 4), fontsize=8, color=line.get_color())
     ax.set_xlabel("event (pre / fwd / bwd of each module, in order)")
     ax.set_ylabel("allocated (MiB)")
-    ax.set_ylim(bottom=0)
-    ax.legend(loc="upper right", fontsize=8)
+    # Room above the highest peak for its label; the legend goes top left, where
+    # a step's memory is still low (the forward pass has just begun).
+    ax.set_ylim(0, 1.15 * max(p.peak_allocated_bytes for p in profiles) / MiB)
+    ax.legend(loc="upper left", fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

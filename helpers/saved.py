@@ -19,16 +19,26 @@ the parameters: a saved tensor that *is* one of those (or a view of it) costs
 nothing beyond what exists anyway; only the other storages are extra memory,
 and each is counted once.
 
+:func:`forward_saved_bytes` sums what a forward pass saves, on fake tensors
+of the CPU or of a CUDA GPU: lessons 00 and 04 use it to show where the two
+devices' kernels save different tensors (no GPU is needed for that).
+
 :class:`BoolMaskReLU` and :class:`BitMaskReLU` are ReLUs whose backward keeps
 a 1-byte or a 1-bit mask instead of PyTorch's float output.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .memory import round_up
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,9 @@ class SavedTensor:
             ``result1``, ...; from the node's ``_saved_<attribute>``).
         module: the module whose forward was running (``""`` if none).
         shape, dtype: the saved tensor's.
-        nbytes: bytes of its storage (the whole storage, when it is a view).
+        nbytes: bytes of its storage (the whole storage, when it is a view),
+            exact: not rounded up to the CUDA caching allocator's 512-byte
+            blocks as :mod:`helpers.memory` counts device memory.
         same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
             ``"buffer <name>"``, ``"saved above"`` (another saved tensor's
             storage), or ``"new"``: the only kind that costs extra memory.
@@ -63,7 +75,8 @@ class SavedTensor:
 
 @dataclass(frozen=True)
 class SavedReport:
-    """The saved tensors of one forward pass.  Bytes.
+    """The saved tensors of one forward pass.  Bytes of storage, exact (not
+    rounded up to 512-byte allocator blocks; see :func:`helpers.memory.tensor_bytes`).
 
     Attributes:
         saved: every saved tensor, in the order the graph walk met them
@@ -91,7 +104,8 @@ class SavedReport:
                          f"{str(s.dtype).replace('torch.', ''):<9} {s.nbytes:>10,}  {s.same_as}")
         lines.append(f"extra memory kept for backward: {self.extra_bytes:,} bytes "
                      f"(input {self.input_bytes:,}, output {self.output_bytes:,}, "
-                     f"parameters and buffers {self.parameter_bytes:,})")
+                     f"parameters and buffers {self.parameter_bytes:,}); "
+                     f"exact storage sizes, before the GPU allocator's 512-byte rounding")
         return "\n".join(lines)
 
 
@@ -211,6 +225,80 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
 
     return SavedReport(saved, total(inputs), total(outputs),
                        total(list(module.parameters()) + list(module.buffers())))
+
+
+@contextlib.contextmanager
+def _autocast(device: str, dtype: torch.dtype | None):
+    """Autocast for ``device`` (``torch.autocast("cuda")`` turns itself off without a GPU)."""
+    if dtype is None:
+        yield
+        return
+    enabled, previous = torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    torch.set_autocast_enabled(device, True)
+    torch.set_autocast_dtype(device, dtype)
+    try:
+        yield
+    finally:
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, previous)
+
+
+def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple[int, ...], *,
+                        device: str = "cpu", autocast_dtype: torch.dtype | None = None,
+                        num_classes: int | None = None, input_requires_grad: bool = False) -> dict[torch.dtype, int]:
+    """Bytes that autograd saves in one forward pass, by dtype, as ``device`` would save them.
+
+    The pass runs on fake tensors (``FakeTensorMode``) placed on ``device``:
+    ``"cpu"`` runs the CPU's kernels and autocast lists, ``"cuda"`` CUDA's
+    (dropout's ``native_dropout``, CUDA autocast), with no GPU needed.  Each
+    saved storage is counted once, rounded up to 512 bytes.  Only the forward:
+    backward on fake CUDA tensors needs a real GPU (pytorch/pytorch#92627).
+
+    Args:
+        model: a torchvision classification model name, or a function returning
+            a fresh module.
+        input_shape: shape of the whole input, e.g. ``(128, 3, 224, 224)``.
+        device: ``"cpu"`` or ``"cuda"``.
+        autocast_dtype: run under autocast with this dtype (``torch.float16``,
+            ``torch.bfloat16``); ``None``: no autocast.
+        num_classes: add a cross-entropy loss against targets of this many
+            classes (a training step's forward); ``None``: the module alone.
+        input_requires_grad: make the input require grad, as an activation
+            inside a network does (to inspect one operation on its own).
+
+    Returns:
+        ``{dtype: bytes}`` of the saved storages.
+
+    Raises:
+        ValueError: for a device other than ``"cpu"`` and ``"cuda"``.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if isinstance(model, str):
+        from .models import build_model
+
+        name = model
+        model = lambda: build_model(name, num_classes or 1000)  # noqa: E731
+    with torch.device("meta"):
+        module = model()
+    storages: dict[int, tuple] = {}  # id -> (storage, kept alive so that ids stay unique; dtype; bytes)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        storages.setdefault(id(st), (st, t.dtype, round_up(st.nbytes())))
+        return t
+
+    with FakeTensorMode():
+        module = module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
+        x = torch.randn(input_shape, device=device, requires_grad=input_requires_grad)
+        with _autocast(device, autocast_dtype), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = module(x.clone() if input_requires_grad else x)
+            if num_classes is not None:
+                F.cross_entropy(out, torch.randint(0, num_classes, (input_shape[0],), device=device))
+    totals: dict[torch.dtype, int] = {}
+    for _, dtype, nbytes in storages.values():
+        totals[dtype] = totals.get(dtype, 0) + nbytes
+    return totals
 
 
 class _BoolMaskReLU(torch.autograd.Function):

@@ -148,6 +148,25 @@ class Checkpointed(nn.Module):
         return x
 
 
+@dataclass(frozen=True)
+class Storage:
+    """One tensor storage that the step allocated (or placed, for the model).
+
+    Attributes:
+        serial: its number in allocation order (see
+            :class:`helpers.memory.StorageTracker`).
+        category: one of :data:`helpers.accounting.CATEGORIES`.
+        dtype, shape: of the tensor that created it.
+        nbytes: bytes it occupies, rounded up to 512.
+    """
+
+    serial: int
+    category: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+
 @dataclass
 class StepProfile:
     """The memory of one traced training step.  All sizes in bytes.
@@ -177,6 +196,9 @@ class StepProfile:
             operation (see :class:`helpers.batch.PeakCurve`).  ``None`` on cuda.
         reentrant: checkpointing used the reentrant variant.
         offload: saved tensors were kept in host memory.
+        storages: serial -> :class:`Storage`, for every storage the tracker
+            counted during the traced step (and the model's, placed before it).
+        peak_serials: serials of the storages alive at the peak.
     """
 
     backend: str
@@ -198,6 +220,16 @@ class StepProfile:
     peak_allocation: int | None = None
     reentrant: bool = False
     offload: bool = False
+    storages: dict[int, Storage] = field(default_factory=dict, repr=False)
+    peak_serials: tuple[int, ...] = field(default=(), repr=False)
+
+    def at_peak(self) -> list[Storage]:
+        """The storages alive at the peak, in allocation order.
+
+        Their bytes add up to :attr:`peak_allocated_bytes` in simulated mode
+        (on cuda, the counters also hold memory the tracker cannot see).
+        """
+        return [self.storages[s] for s in sorted(self.peak_serials)]
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (what ``python -m helpers profile --json`` prints)."""
@@ -277,7 +309,7 @@ class StepProfile:
                 many bytes in absolute value.
             events: show only this slice of the events (e.g. ``slice(0, 40)``).
         """
-        lines = [f"{'#':>4}  {'phase':<14} {'module':<34} {'type':<18} {'delta MiB':>10} {'alloc MiB':>10}  output shape"]
+        lines = [f"{'#':>4}  {'phase':<14} {'module':<40} {'type':<18} {'delta MiB':>10} {'alloc MiB':>10}  output shape"]
         for e in self.events[events or slice(None)]:
             if e.module is not None:
                 if phases is not None and e.phase not in phases:
@@ -289,16 +321,14 @@ class StepProfile:
                 name = f"[{e.type}]"
             shape = "" if e.shape is None else "(" + ", ".join(map(str, e.shape)) + ")"
             lines.append(
-                f"{e.index:>4}  {e.phase:<14} {name:<34.34} {e.type if e.module is not None else '':<18.18} "
+                f"{e.index:>4}  {e.phase:<14} {name:<40.40} {e.type if e.module is not None else '':<18.18} "
                 f"{e.delta_bytes / MiB:>+10.1f} {e.allocated_bytes / MiB:>10.1f}  {shape}"
             )
         return "\n".join(lines)
 
     def summary(self) -> str:
         """Memory by category at the peak, then the peak itself, as text."""
-        at = self.events[self.peak_event]
-        where = f"{at.phase} {at.module or '(model)'}" if at.module is not None else at.phase
-        lines = [f"at the peak (reached by event {self.peak_event}, {where}):"]
+        lines = [f"at the peak (reached by event {self.peak_event}, {self.events[self.peak_event].label}):"]
         for name, nbytes in self.categories.items():
             lines.append(f"  {name:<17} {fmt_bytes(nbytes):>12}")
         if self.reserved_bytes is not None:
@@ -569,5 +599,8 @@ def _profile(meter, name, model, batch_size, sample_shape, amp, checkpoint, opti
         reentrant=reentrant,
         offload=offload,
         peak_allocation=tracker.peak_at if meter.backend == "simulated" else None,
+        storages={serial: Storage(serial, labels[serial], tracker.dtypes[serial], tracker.shapes[serial], nbytes)
+                  for serial, nbytes in tracker.sizes.items()},
+        peak_serials=tuple(tracker.peak_serials),
     )
 

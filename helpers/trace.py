@@ -78,6 +78,15 @@ class Event:
     depth: int = 0
     live: tuple[int, ...] = field(default=(), repr=False)
 
+    @property
+    def label(self) -> str:
+        """The moment in words: ``"backward of ReLU 'layer4.1.relu'"``, ``"optimizer.step()"``."""
+        if self.module is None:
+            return self.type
+        words = {"pre": "before", "fwd": "forward of", "bwd": "backward of", "recompute": "recomputation of"}
+        name = f"the model ({self.type})" if self.module == "" else f"{self.type} '{self.module}'"
+        return f"{words[self.phase]} {name}"
+
 
 def _tensors(obj) -> list[torch.Tensor]:
     return [t for t in tree_flatten(obj)[0] if isinstance(t, torch.Tensor)]

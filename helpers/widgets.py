@@ -6,9 +6,10 @@ controls choose the model, batch size, AMP, activation checkpointing,
 optimizer and GPU capacity; its view shows the peak memory of one training
 step as a bar stacked by category, against the capacity, with a verdict.
 
-It follows the nbval-safe pattern of ``shared/NOTEBOOKS.md``: the widget is
-*returned* and its view is updated through traits (``HTML.value``) in
-``observe`` callbacks, never printed into an ``Output``.
+The widget is *returned* (the last expression of a cell) and its view is
+updated through traits (``HTML.value``) in ``observe`` callbacks, never by
+printing into an ``Output`` widget: that way a notebook that contains it still
+passes strict nbval, which compares printed output but not widget views.
 
 On a GPU every value is measured (an out-of-memory error is caught, shown as
 "does not fit", and its memory released); elsewhere it is simulated, with
@@ -25,12 +26,12 @@ import torch
 
 from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
 from .batch import Estimate, PeakCurve
-from .memory import CUDA_OVERHEAD_BYTES, GiB, MiB, resolve_backend
+from .memory import CUDA_OVERHEAD_BYTES, GPU_CARDS, MiB, resolve_backend
 from .models import classification_models, mlp
 
-#: GPU sizes to compare against, in bytes: common cards (T4/V100 16 GiB,
-#: RTX 3090/4090 24 GiB, A100 40 GiB, A100/H100 80 GiB).
-CAPACITIES = {"16 GiB": 16 * GiB, "24 GiB": 24 * GiB, "40 GiB": 40 * GiB, "80 GiB": 80 * GiB}
+#: GPUs to compare against: real cards and the memory PyTorch sees on them
+#: (:data:`helpers.memory.GPU_CARDS`), in bytes.
+CAPACITIES = dict(GPU_CARDS)
 
 
 def digits_mlp() -> torch.nn.Module:
@@ -57,7 +58,8 @@ class MemoryExplorer(widgets.VBox):
         amp: initial state of the AMP toggle.
         checkpoint: initial checkpoint segments (0: off; 2, 4 or 8).
         optimizer: ``"sgd"`` or ``"adam"``.
-        capacity: a key of :data:`CAPACITIES`, or ``"this GPU"`` (only on a GPU).
+        capacity: a card of :data:`CAPACITIES` (``"V100 16 GB"``, ...), or
+            ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
         image_size: input height and width for the image models.
 
@@ -75,7 +77,7 @@ class MemoryExplorer(widgets.VBox):
 
     def __init__(self, model: str = "resnet18", batch_size: int = 128, max_batch_size: int = 1024,
                  amp: bool = False, checkpoint: int = 0, optimizer: str = "sgd",
-                 capacity: str = "16 GiB", device: str = "auto", image_size: int = 224):
+                 capacity: str = "V100 16 GB", device: str = "auto", image_size: int = 224):
         self.backend = resolve_backend(device)
         self.image_size = image_size
         capacities = dict(CAPACITIES)
@@ -111,7 +113,7 @@ class MemoryExplorer(widgets.VBox):
                                            style=style)
         self.optimizer = widgets.Dropdown(options=[("SGD with momentum", "sgd"), ("Adam", "adam")],
                                           value=optimizer, description="optimizer", style=style)
-        self.capacity = widgets.Dropdown(options=list(capacities), value=capacity, description="GPU memory",
+        self.capacity = widgets.Dropdown(options=list(capacities), value=capacity, description="GPU",
                                          style=style)
         self.view = widgets.HTML()
         self.result: Estimate | None = None
@@ -184,32 +186,51 @@ class MemoryExplorer(widgets.VBox):
                 f'style="font-weight:bold;color:{"#1a7f37" if fits else "#b00"}">{html.escape(self.message)}</div>')
         if r.peak_bytes is None:
             return f'<div class="gm-explorer">{head}</div>'
-        scale = max(capacity, r.peak_bytes + overhead) * 1.05
-        left, bars, rows = 0.0, [], []
         parts = [(name, r.categories.get(name, 0)) for name in CATEGORIES]
         if overhead:
             parts.append(("overhead (assumed)", overhead))
+        total = r.peak_bytes + overhead
+        scale = max(capacity, total) * 1.05
+        line = (f'<div title="{html.escape(self.capacity.value)}: {_mib(capacity)}" style="position:absolute;'
+                f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
+        bars = _bar(parts, scale) + line
+        caption = f"against the GPU's {_mib(capacity)} (red line)"
+        if r.peak_bytes < 0.2 * capacity:  # too thin to read: show the step's peak on its own scale too
+            bars2 = _bar(parts[:len(CATEGORIES)], r.peak_bytes * 1.05)
+            zoom = (f'<div style="color:#555;font-size:90%">the peak alone, on its own scale:</div>'
+                    f'<div class="gm-zoom" style="{_BAR_STYLE}">{bars2}</div>')
+        else:
+            zoom = ""
+        rows = []
         for name, nbytes in parts:
-            width = 100 * nbytes / scale
-            color = _COLORS.get(name, "#eeeeee")
-            bars.append(f'<div title="{name}: {_mib(nbytes)}" style="position:absolute;top:0;bottom:0;'
-                        f'left:{left:.3f}%;width:{width:.3f}%;background:{color}"></div>')
-            left += width
-            swatch = f'<span style="display:inline-block;width:10px;height:10px;background:{color}"></span>'
-            rows.append(f'<tr><td>{swatch} {name.replace("_", " ")}</td>'
+            swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
+                      f'background:{_COLORS.get(name, "#eeeeee")}"></span>')
+            rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
                         f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
                         f'style="text-align:right">{_mib(nbytes)}</td></tr>')
-        line = (f'<div title="capacity {self.capacity.value}" style="position:absolute;top:-4px;bottom:-4px;'
-                f'left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
-        bar = (f'<div style="position:relative;height:26px;width:100%;max-width:640px;background:#f4f4f4;'
-               f'margin:6px 0">{"".join(bars)}{line}</div>')
         source = "traced" if r.traced else "interpolated between traced batch sizes"
-        rows.append(f'<tr><td><b>peak allocated</b></td><td class="gm-peak" data-bytes="{r.peak_bytes}" '
-                    f'style="text-align:right"><b>{_mib(r.peak_bytes)}</b></td></tr>')
+        rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated</b></td><td class="gm-peak" '
+                    f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_mib(r.peak_bytes)}</b></td></tr>')
         table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
-        note = (f'<div style="color:#555;font-size:90%">batch {r.batch_size}; peak at {html.escape(r.where)}; '
-                f'{r.backend}, {source}. Red line: {self.capacity.value}.</div>')
+        bar = (f'<div style="color:#555;font-size:90%">{caption}:</div>'
+               f'<div class="gm-bar" style="{_BAR_STYLE}">{bars}</div>{zoom}')
+        note = (f'<div style="color:#555;font-size:90%">batch {r.batch_size}; peak at the '
+                f'{html.escape(r.where)}; {r.backend}, {source}.</div>')
         return f'<div class="gm-explorer">{head}{bar}{table}{note}</div>'
+
+
+_BAR_STYLE = "position:relative;height:26px;width:100%;max-width:640px;background:#f4f4f4;margin:6px 0"
+
+
+def _bar(parts: list[tuple[str, int]], scale: float) -> str:
+    """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes."""
+    left, out = 0.0, []
+    for name, nbytes in parts:
+        width = 100 * nbytes / scale
+        out.append(f'<div title="{name}: {_mib(nbytes)}" style="position:absolute;top:0;bottom:0;'
+                   f'left:{left:.3f}%;width:{width:.3f}%;background:{_COLORS.get(name, "#eeeeee")}"></div>')
+        left += width
+    return "".join(out)
 
 
 def batch_size_widget(**options) -> MemoryExplorer:

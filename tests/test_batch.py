@@ -8,7 +8,7 @@ import torchvision
 
 from helpers import CUDA_OVERHEAD_BYTES, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, mlp, profile_step
 from helpers.data import load_digits, load_mnist
-from helpers.memory import Meter, cuda_size, oom_message, round_up
+from helpers.memory import GPU_CARDS, Meter, allocation_size, block_bytes, cuda_size, oom_message, round_up
 from helpers.training import train
 from helpers.widgets import MemoryExplorer, digits_mlp
 
@@ -67,8 +67,14 @@ def test_oom_message_fields():
     message = oom_message(3 * 2**29, 16 * GiB, 15 * GiB + 512 * MiB, 14 * GiB, 14 * GiB, simulated=False)
     assert message.startswith("CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 16.00 GiB")
     assert "of which 512.00 MiB is free" in message
-    assert "this process has 15.50 GiB memory in use" in message
+    assert "this process has 15.50 GiB memory in use. Of the allocated memory" in message
     assert "14.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated" in message
+    # Capped with set_per_process_memory_fraction: the card's total, its free memory, and the cap.
+    capped = oom_message(GiB, 80 * GiB, 15 * GiB, 14 * GiB, 14 * GiB + 5 * MiB, simulated=False,
+                         allowed=16 * GiB, free=64 * GiB)
+    assert ("GPU 0 has a total capacity of 80.00 GiB of which 64.00 GiB is free. Including non-PyTorch memory, "
+            "this process has 15.00 GiB memory in use. 16.00 GiB allowed; Of the allocated memory 14.00 GiB "
+            "is allocated by PyTorch, and 5.00 MiB is reserved") in capped
     assert [cuda_size(n) for n in (1024, 1025, MiB, MiB + 1, GiB + 1)] == [
         "1024 bytes", "1.00 KiB", "1024.00 KiB", "1.00 MiB", "1.00 GiB"]
 
@@ -79,7 +85,7 @@ def test_simulated_oom_reports_the_failing_allocation():
             a = torch.empty(6 * MiB, dtype=torch.uint8, device=meter.device)
             b = torch.empty(6 * MiB, dtype=torch.uint8, device=meter.device)  # noqa: F841
     message = str(info.value)
-    assert "Tried to allocate 6.00 MiB" in message
+    assert "Tried to allocate 20.00 MiB" in message  # a 1-10 MiB request asks for a 20 MiB segment
     assert "total capacity of 1.01 GiB of which 4.00 MiB is free" in message
     assert "6.00 MiB is allocated by PyTorch" in message
     del a
@@ -97,7 +103,7 @@ def test_peak_curve_interpolates_exactly(resnet_curve):
         assert abs(estimate.peak_bytes - direct.peak_allocated_bytes) < 4096
         for name, nbytes in direct.categories.items():
             assert abs(estimate.categories[name] - nbytes) < 4096, name
-        assert estimate.where == "bwd layer4.1.relu"
+        assert estimate.where == "backward of ReLU 'layer4.1.relu'"
     with pytest.raises(ValueError, match="batch_size"):
         resnet_curve.estimate(0)
 
@@ -107,7 +113,7 @@ def test_widget_shows_what_a_direct_measurement_gives():
     shown = [int(v) for v in re.findall(r'class="gm-peak" data-bytes="(\d+)"', w.view.value)]
     direct = profile_step("resnet18", 128, device="simulated", steady_state=True)
     assert shown == [direct.peak_allocated_bytes]
-    assert w.message.startswith("fits in 16 GiB")
+    assert w.message.startswith("fits in V100 16 GB")
 
     w.batch_size.value = 900  # the slider moves: the view follows
     direct = profile_step("resnet18", 900, device="simulated", steady_state=True)
@@ -117,9 +123,9 @@ def test_widget_shows_what_a_direct_measurement_gives():
     for name in ("parameters", "gradients", "optimizer_states", "activations"):
         value = int(re.search(rf'data-category="{name}" data-bytes="(\d+)"', w.view.value).group(1))
         assert abs(value - direct.categories[name]) < 4096
-    assert w.message.startswith("does not fit in 16 GiB")  # 900 * 21.3 MiB > 15 GiB
-    w.capacity.value = "24 GiB"
-    assert w.message.startswith("fits in 24 GiB")
+    assert w.message.startswith("does not fit in V100 16 GB")  # 900 * 21.3 MiB > 14.8 GiB
+    w.capacity.value = "RTX 4090 24 GB"
+    assert w.message.startswith("fits in RTX 4090 24 GB")
 
     w.amp.value = True
     amp = profile_step("resnet18", 900, device="simulated", steady_state=True, amp=True)
@@ -172,3 +178,23 @@ def test_training_is_seeded_and_checked():
         train(digits_mlp, data, 0, 1)
     with pytest.raises(ValueError, match="batch_size"):
         train(digits_mlp, data, 1438, 1)
+
+
+def test_allocation_and_block_sizes_follow_the_caching_allocator():
+    # get_allocation_size: 2 MiB segments up to 1 MiB, 20 MiB below 10 MiB, else rounded up to 2 MiB.
+    assert [allocation_size(n) for n in (1, 512, MiB, MiB + 1, 10 * MiB - 512, 10 * MiB - 1, 49 * MiB, 49 * MiB + 1)] == [
+        2 * MiB, 2 * MiB, 2 * MiB, 20 * MiB, 20 * MiB, 10 * MiB, 50 * MiB, 50 * MiB]  # 10 MiB - 1 rounds up to 10 MiB
+    # should_split: a large block keeps a rest of more than 1 MiB only; a small one of 512 bytes or more.
+    assert block_bytes(49 * MiB) == 50 * MiB          # rest 1 MiB: not split, counted whole
+    assert block_bytes(48 * MiB + 512) == 48 * MiB + 512  # rest 1.5 MiB: split off
+    assert block_bytes(4) == 512 and block_bytes(MiB) == MiB
+    assert block_bytes(5 * MiB) == 5 * MiB            # from a 20 MiB segment, 15 MiB split off
+    assert block_bytes(392 * MiB, free_block=393 * MiB) == 393 * MiB  # a cached block 1 MiB too big
+    with pytest.raises(ValueError, match="cannot hold"):
+        block_bytes(2 * MiB, free_block=MiB)
+
+
+def test_gpu_cards_report_less_than_their_nominal_size():
+    for name, capacity in GPU_CARDS.items():
+        nominal = int(name.split()[-2]) * GiB  # a "16 GB" card carries 16 GiB of memory chips
+        assert 0.95 * nominal < capacity < nominal, name

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 
+from helpers import profile_step
 from helpers.__main__ import main
 
 
@@ -32,8 +33,14 @@ def test_json_has_the_documented_fields(capsys):
     assert conv1["delta_bytes"] == 8 * 64 * 32 * 32 * 4
     for e in data["events"]:
         assert set(e) >= {"module", "phase", "allocated_bytes", "delta_bytes"}
-    assert data["peak_allocated_bytes"] == max(e["allocated_bytes"] for e in data["events"]) or \
-        data["peak_allocated_bytes"] > max(e["allocated_bytes"] for e in data["events"])
+    # The peak is reached inside an operation, between the event before peak_event and peak_event:
+    # at least the highest event, and above everything allocated before that moment.
+    allocated = [e["allocated_bytes"] for e in data["events"]]
+    peak, at = data["peak_allocated_bytes"], data["peak_event"]
+    assert peak >= max(allocated)
+    assert peak > max(allocated[:at]) and allocated[at - 1] <= peak
+    assert peak == profile_step("resnet18", 8, image_size=64, optimizer="adam",
+                                device="simulated").peak_allocated_bytes
 
 
 @pytest.mark.parametrize("args, message", [
@@ -62,3 +69,24 @@ def test_cuda_without_gpu_exits_with_one_line():
         "python -m helpers profile: error: device 'cuda' was asked for, but PyTorch sees no GPU here "
         "(torch.cuda.is_available() is False); use 'auto' or 'simulated'"]
     assert run.stdout == ""
+
+
+def test_no_command_prints_the_usage(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m helpers") and "profile" in out and "check" in out
+
+
+def test_a_step_no_gpu_can_hold_says_so(capsys):
+    assert main(["profile", "--device", "simulated", "--image-size", "100000"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m helpers profile: note: this step needs ")
+    assert "TiB at its peak, more than any GPU in helpers' list has (the largest, H100 80 GB" in err[0]
+    assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_step_event_labels_are_not_cut(capsys):
+    assert main(["profile", "--device", "simulated", "--batch-size", "2", "--image-size", "64",
+                 "--steady-state"]) == 0
+    assert "[parameters, buffers, optimizer states]" in capsys.readouterr().out

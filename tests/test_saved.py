@@ -108,3 +108,22 @@ def test_mask_relus_save_memory_only_where_nothing_else_keeps_the_output():
     resnet = peak(lambda: build_model("resnet18"), 8)
     masked = peak(lambda: replace_relu(build_model("resnet18"), BitMaskReLU), 8)
     assert masked > resnet
+
+
+def test_forward_saved_bytes_shows_where_cpu_and_cuda_kernels_differ():
+    from helpers.saved import forward_saved_bytes
+
+    dropout = {dev: forward_saved_bytes(lambda: nn.Dropout(0.5), (64, 512), device=dev, input_requires_grad=True)
+               for dev in ("cpu", "cuda")}
+    assert dropout == {"cpu": {torch.float32: 64 * 512 * 4}, "cuda": {torch.bool: 64 * 512}}
+    # CUDA autocast keeps softmax in fp32, CPU autocast does not; float16 and bfloat16 save the same bytes.
+    attention = lambda: nn.Sequential(nn.Linear(512, 512), nn.Softmax(dim=-1))  # noqa: E731
+    cpu = forward_saved_bytes(attention, (64, 512), device="cpu", autocast_dtype=torch.bfloat16)
+    fp16 = forward_saved_bytes(attention, (64, 512), device="cuda", autocast_dtype=torch.float16)
+    bf16 = forward_saved_bytes(attention, (64, 512), device="cuda", autocast_dtype=torch.bfloat16)
+    # The input does not require grad, so Linear keeps only its (16-bit) input, not the weight copy.
+    assert cpu == {torch.bfloat16: 2 * 64 * 512 * 2}  # input copy and softmax output, both bf16
+    assert fp16[torch.float32] == 64 * 512 * 4 and sum(fp16.values()) == sum(bf16.values())
+    assert not torch.is_autocast_enabled("cuda")  # switched back off
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        forward_saved_bytes(attention, (1, 512), device="mps")
