@@ -330,8 +330,10 @@ class StorageTracker(TorchDispatchMode):
         nbytes = round_up(st.nbytes())
         if self.capacity is not None and self.allocated + nbytes > self.capacity - CUDA_OVERHEAD_BYTES:
             in_use = self.allocated + CUDA_OVERHEAD_BYTES
-            raise torch.OutOfMemoryError(
+            error = torch.OutOfMemoryError(
                 oom_message(allocation_size(nbytes), self.capacity, in_use, self.allocated, self.allocated))
+            error.requested, error.allocated = allocation_size(nbytes), self.allocated  # for DoesNotFit
+            raise error
         serial = len(self.sizes)
         self.sizes[serial] = nbytes
         self.dtypes[serial] = t.dtype

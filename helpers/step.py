@@ -43,9 +43,17 @@ class DoesNotFit(RuntimeError):
     On a real GPU the step's tensors have been released and the allocator
     cache emptied before this is raised.  The message ends with CUDA's own
     first line, which is also the attribute ``cuda_message``.
+
+    Attributes:
+        cuda_message: the first line of CUDA's (or the simulated) message.
+        requested: simulated only: bytes the failing allocation asked the
+            driver for (:func:`helpers.memory.allocation_size`); else ``None``.
+        allocated: simulated only: bytes of live tensors when it failed; else ``None``.
     """
 
     cuda_message: str = ""
+    requested: int | None = None
+    allocated: int | None = None
 
 
 def make_optimizer(name: str, params) -> torch.optim.Optimizer:
@@ -434,6 +442,7 @@ def profile_step(
                             num_classes, steady_state, reentrant, offload)
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0]
+        requested, allocated = getattr(e, "requested", None), getattr(e, "allocated", None)
     # Out of memory: the exception and its frames are gone now; drop the model
     # too, so that the step's tensors are freed and the allocator's cache can be
     # returned to the driver.
@@ -441,7 +450,7 @@ def profile_step(
     gc.collect()
     torch.cuda.empty_cache()
     error = DoesNotFit(f"{name} at batch size {batch_size} does not fit: {oom}")
-    error.cuda_message = oom
+    error.cuda_message, error.requested, error.allocated = oom, requested, allocated
     raise error
 
 

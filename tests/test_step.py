@@ -154,17 +154,19 @@ def test_bad_input_gives_a_clear_error(kwargs, message):
         profile_step(**{"device": "simulated", **kwargs})
 
 
-def test_out_of_memory_is_reported_as_does_not_fit():
+def test_out_of_memory_is_reported_as_does_not_fit(resnet18_b128):
     """Running out of memory (a simulated 1.5 GiB GPU) becomes DoesNotFit, with CUDA's first line."""
     from helpers import DoesNotFit, GiB
 
     with pytest.raises(DoesNotFit) as info:
         profile_step("resnet18", 128, device="simulated", capacity=3 * GiB // 2)
-    # conv1's output, 392 MiB, is the first request that does not fit under 1.5 GiB - 1 GiB of overhead.
+    # 1.5 GiB - 1 GiB of assumed overhead: conv1's 392 MiB output fits, bn1's does not.
     assert str(info.value).startswith("resnet18 at batch size 128 does not fit: Simulated CUDA out of memory. "
                                       "Tried to allocate 392.00 MiB. GPU 0 has a total capacity of 1.50 GiB")
     assert info.value.cuda_message == str(info.value).split(" does not fit: ")[1]
     assert "\n" not in info.value.cuda_message
+    assert info.value.requested == 392 * MiB
+    assert info.value.allocated == resnet18_b128.find("conv1", "fwd").allocated_bytes
 
 
 def test_storages_at_the_peak_add_up_and_carry_dtypes(resnet18_b128):
