@@ -22,9 +22,9 @@
 # **Objectives**
 # - Run the environment check and read which backend (`cuda` or `simulated`) the lessons will use.
 # - Measure the bytes of a few tensors with `helpers.Meter`, and explain the 512-byte rounding.
-# - Say what the simulation counts exactly and what it cannot see.
+# - Say what the simulation counts exactly, where a GPU's kernels and allocator differ from it, and what it cannot see.
 #
-# **Time:** 10 minutes teaching, 5 minutes exercises. **GPU:** not needed; used if present.
+# **Time:** 15 minutes teaching, 5 minutes exercises. **GPU:** not needed; used if present.
 
 # %% [markdown]
 # ## Setup
@@ -37,7 +37,11 @@ import platform
 import torch
 import torchvision
 
+from torch import nn
+
 from helpers import GiB, Meter, MiB, fmt_bytes, profile_step, resolve_backend, round_up, tensor_bytes
+from helpers.memory import allocation_size, block_bytes
+from helpers.saved import forward_saved_bytes
 
 _ = torch.manual_seed(0)
 
@@ -108,7 +112,24 @@ for label, t in examples.items():
 assert tensor_bytes(torch.empty(1)) == 512 and round_up(4000) == 4096
 
 # %% [markdown]
-# Rounding matters for the many tiny tensors of a model (BatchNorm statistics, step counters), and not at all for the big activations, whose sizes are already multiples of 512.
+# Rounding to 512 bytes matters for the many tiny tensors of a model (BatchNorm statistics and counters, biases). The big activations are already multiples of 512 bytes, but a GPU can still count more for them, because of a second rule of the allocator. It gets memory from the driver in *segments* (`cudaMalloc`): a request above 10 MiB gets a segment of its own size rounded up to 2 MiB. The tensor takes a *block* at the start of the segment, and the rest of the segment is split off as a free block only if it is **more than 1 MiB**; otherwise the tensor's block keeps it, and `memory_allocated()` counts the whole block. Three activation sizes of ResNet18 at batch 128, each in a new segment (the rules are those of `c10/cuda/CUDACachingAllocator.cpp`, in `helpers.memory`):
+
+# %%
+activations = {
+    "conv1 output": (128, 64, 112, 112),
+    "layer2 output": (128, 128, 28, 28),
+    "layer3 output": (128, 256, 14, 14),
+}
+print(f"{'tensor':<14} {'shape':<20} {'simulated':>10} {'segment':>10} {'counted on a GPU':>17}")
+for label, shape in activations.items():
+    size = tensor_bytes(torch.empty(shape))
+    print(f"{label:<14} {str(shape):<20} {fmt_bytes(size):>10} {fmt_bytes(allocation_size(size)):>10} "
+          f"{fmt_bytes(block_bytes(size)):>17}")
+assert block_bytes(49 * MiB) == allocation_size(49 * MiB) == 50 * MiB   # 1 MiB rest: kept in the block
+assert block_bytes(int(24.5 * MiB)) == int(24.5 * MiB)                 # 1.5 MiB rest: split off
+
+# %% [markdown]
+# The 49 MiB tensor occupies 50 MiB on a GPU; the simulation counts 49 MiB, because it applies the 512-byte rule only. So a GPU's `memory_allocated()` can exceed the simulated figure by up to 1 MiB for each such tensor, and which block a tensor gets also depends on what the allocator has cached from earlier steps: the allocator lesson (06, in preparation) simulates that. The GPU cell of section 5 measures the 49 MiB case on your card.
 
 # %% [markdown]
 # ## 3. Fake tensors have no values
@@ -133,17 +154,52 @@ assert allocated == 100 * GiB
 # %% [markdown]
 # ## 4. What the simulation counts, and what it cannot see
 #
+# The simulation runs PyTorch's **CPU kernels** on fake tensors. Where a CUDA kernel keeps the same tensors for backward as the CPU kernel, the simulated bytes are the GPU's; where it keeps others, they are the CPU's. `forward_saved_bytes` runs one forward pass on fake tensors of either device (a forward pass on fake `cuda` tensors needs no GPU) and sums what autograd saves. Two places where the devices differ:
+
+# %%
+def saved(dtypes):
+    return ", ".join(f"{fmt_bytes(n, 'KiB')} {str(d).removeprefix('torch.')}" for d, n in dtypes.items())
+
+
+dropout = {dev: forward_saved_bytes(lambda: nn.Dropout(0.5), (64, 512), device=dev, input_requires_grad=True)
+           for dev in ("cpu", "cuda")}
+print(f"Dropout(0.5) on a (64, 512) float32 input keeps for backward:  CPU {saved(dropout['cpu'])};  "
+      f"CUDA {saved(dropout['cuda'])}")
+assert dropout["cpu"] == {torch.float32: 4 * 64 * 512} and dropout["cuda"] == {torch.bool: 64 * 512}
+
+print("\nUnder autocast, Linear(512, 512) on a (64, 512) input, then:")
+print(f"  {'':<10} {'CPU, bfloat16':>22} {'CUDA, float16':>22} {'CUDA, bfloat16':>22}   (bytes kept, of them float32)")
+followers = {"Softmax": nn.Softmax(dim=-1), "LogSoftmax": nn.LogSoftmax(dim=-1),
+             "LayerNorm": nn.LayerNorm(512, elementwise_affine=False), "GroupNorm": nn.GroupNorm(8, 512, affine=False)}
+for name, layer in followers.items():
+    row = [forward_saved_bytes(lambda layer=layer: nn.Sequential(nn.Linear(512, 512), layer), (64, 512),
+                               device=dev, autocast_dtype=dtype)
+           for dev, dtype in (("cpu", torch.bfloat16), ("cuda", torch.float16), ("cuda", torch.bfloat16))]
+    cells = [f"{fmt_bytes(sum(r.values()), 'KiB')}, {fmt_bytes(r.get(torch.float32, 0), 'KiB')}" for r in row]
+    print(f"  {name:<10} " + " ".join(f"{c:>22}" for c in cells))
+    cpu, fp16, bf16 = row
+    assert torch.float32 not in cpu and fp16[torch.float32] >= 64 * 512 * 4   # a float32 output on CUDA only
+    assert sum(fp16.values()) == sum(bf16.values()) > sum(cpu.values())
+
+# %% [markdown]
+# * **Dropout** keeps its mask: the CPU kernel keeps it as float32 (4 bytes per element), CUDA's `native_dropout` as bool (1 byte). A network full of dropout layers keeps less on a GPU than simulated.
+# * **Autocast** follows a list of operations per device. CUDA's autocast runs `softmax`, `log_softmax`, `layer_norm` and `group_norm` (and, in PyTorch's autocast op reference, `exp`, `sum` and others) in float32; the CPU's lets them run in 16 bits when their input is 16-bit. So a transformer under AMP keeps *more* on a GPU than simulated (lesson 04 measures a vision transformer). float16 and bfloat16 take the same 2 bytes: the difference comes from the device's list, not from the 16-bit type.
+# * **Attention**: `scaled_dot_product_attention` chooses among several kernels (backends) by device, dtype and shape, and they keep very different tensors: some keep the sequence × sequence scores, others do not (lesson 08, in preparation).
+#
+# For the convolutions, linear layers, BatchNorm, ReLU and pooling of lessons 01 to 04 the CPU and CUDA kernels keep the same tensors, so there the simulation gives the GPU's figure. In full:
+#
 # | | simulated | real GPU (`cuda`) |
 # |---|---|---|
 # | parameters, gradients, optimizer states | exact | exact |
-# | activations and every other tensor, with their lifetimes | exact | exact |
+# | activations and every other tensor, with their lifetimes | exact where CPU and CUDA kernels keep the same tensors (above) | exact |
 # | 512-byte rounding of each allocation | modelled | real |
+# | large blocks not split (section 2), cached blocks reused | **not modelled** | real |
 # | cuDNN / cuBLAS workspaces (scratch memory inside a kernel) | **not seen** | included |
 # | the CUDA context (a few hundred MiB per process, outside PyTorch's counters) | not seen | not in `memory_allocated` either; visible in `nvidia-smi` |
 # | memory *reserved* by the caching allocator but not in use | **not modelled** | `torch.cuda.memory_reserved()` |
 # | out-of-memory errors | only against a capacity you choose | real |
 #
-# So a simulated peak is what `torch.cuda.max_memory_allocated()` would report for the tensors of your code; on a real GPU expect a little more (workspaces), and plan for the reserved pool and the context on top. Lesson 06 is about the allocator; the lessons that show both backends say where they differ.
+# So for the networks of these lessons a simulated peak is what `torch.cuda.max_memory_allocated()` would report for the tensors of your code, to within the unsplit blocks of section 2; on a real GPU expect a little more (workspaces, blocks), plan for the reserved pool and the context on top, and for dropout, autocast and attention remember the differences above. The lessons that show both backends say where they differ.
 
 # %% [markdown]
 # ## 5. A first training step
@@ -160,7 +216,7 @@ assert step.peak_allocated_bytes > 60 * step.categories["parameters"]
 # %% [markdown]
 # Training needs about **62 times** the memory of the parameters. Finding out where the other 98% goes is what the lessons are for.
 #
-# If you have a GPU, this cell measures the same step for real (on a machine without one it says so):
+# If you have a GPU, this cell measures the same step for real, and the 49 MiB tensor of section 2 (on a machine without one it says so):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -169,6 +225,12 @@ if torch.cuda.is_available():
     print(f"measured on {torch.cuda.get_device_name(0)}: peak {fmt_bytes(real.peak_allocated_bytes)}, "
           f"reserved {fmt_bytes(real.reserved_bytes)}")
     print(f"simulated: peak {fmt_bytes(step.peak_allocated_bytes)}")
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    t = torch.empty(49 * MiB, dtype=torch.uint8, device="cuda")
+    print(f"a 49 MiB tensor: memory_allocated() grew by {fmt_bytes(torch.cuda.memory_allocated() - before)} "
+          f"(simulated: {fmt_bytes(tensor_bytes(t))})")
+    del t
 else:
     print("no GPU here: the lessons will use the simulated backend")
 
@@ -203,14 +265,23 @@ with Meter("simulated") as meter:
 # %% [markdown]
 # <details><summary>Solution</summary>
 #
-# 500 KiB (1000 × 512 bytes) for 4000 bytes of data: each tensor occupies a whole 512-byte block. This is one reason why optimizers that keep one small tensor per parameter (a step counter, for example) cost more than their values suggest, and why frameworks group small tensors together.
+# 500 KiB (1000 × 512 bytes) for 4000 bytes of data: each tensor occupies a whole 512-byte block. Real models have such tensors too: each of ResNet18's 20 BatchNorm layers keeps a one-number `num_batches_tracked` counter (8 bytes in a 512-byte block), and every bias is a small tensor of its own. This is why frameworks that care (fused optimizers, FSDP) pack small tensors into one large buffer.
+#
+# ```python
+# resnet = torchvision.models.resnet18()
+# counters = [b for name, b in resnet.named_buffers() if name.endswith("num_batches_tracked")]
+# print(len(counters), sum(tensor_bytes(b) for b in counters))   # 20 counters, 10,240 bytes for 160 bytes of data
+# ```
+#
+# (Adam's per-parameter `step` counters are *not* such an example on a GPU: unless the optimizer is created with `fused=True` or `capturable=True`, PyTorch keeps them in host memory.)
 # </details>
 #
 # ## Key points
 #
 # - The lessons measure one thing, bytes allocated (now and at peak), with one interface: `Meter`, `profile_step`.
 # - On a GPU the numbers are PyTorch's own counters (`cuda` backend); elsewhere they are **simulated** on fake tensors, exact for the tensors of your code.
-# - Every allocation is rounded up to 512 bytes, as the CUDA caching allocator does.
+# - Every allocation is rounded up to 512 bytes, as the CUDA caching allocator does; on a GPU a large tensor can also keep up to 1 MiB of unsplit block with it.
+# - The simulation runs the CPU's kernels: exact for the CNN layers of these lessons, different from a GPU for dropout masks, autocast's op lists and attention kernels.
 # - The simulation cannot see kernel workspaces, the CUDA context or the allocator's reserved pool: plan a margin for them.
 # - 1 MiB = 2²⁰ bytes; 1 MB = 10⁶ bytes.
 #
@@ -218,4 +289,5 @@ with Meter("simulated") as meter:
 #
 # - PyTorch documentation, *CUDA semantics: memory management* (`torch.cuda.memory_allocated`, `memory_reserved`): https://pytorch.org/docs/stable/notes/cuda.html#cuda-memory-management
 # - PyTorch documentation, *Fake tensor*: https://pytorch.org/docs/stable/torch.compiler_fake_tensor.html
-# - Next: lesson 03, ResNet18 layer by layer.
+# - PyTorch documentation, *Automatic Mixed Precision: autocast op reference* (which operations run in which precision, per device): https://pytorch.org/docs/stable/amp.html#autocast-op-reference
+# - Next: lesson 01, mini-batching.
