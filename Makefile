@@ -51,7 +51,7 @@ refresh-notebooks: setup
 	    $(BIN)/jupytext --quiet --update --to ipynb --output "$$nb" "$$src" || exit 1; \
 	    $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level WARN \
 	        --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
-	        --CoalesceStreamsPreprocessor.enabled=True \
+	        --ExecutePreprocessor.coalesce_streams=True \
 	        --ClearMetadataPreprocessor.enabled=True --ClearMetadataPreprocessor.clear_notebook_metadata=False \
 	        "$$nb" || exit 1; \
 	done

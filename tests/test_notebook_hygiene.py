@@ -41,3 +41,15 @@ def test_lesson_structure(path):
         assert heading in text, heading
     skips = [c for c in nb["cells"] if "# NBVAL_SKIP" in "".join(c["source"])]
     assert skips == [], "a skipped cell must be listed with its reason in README.md"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_every_unchecked_output_says_why(path):
+    """nbval only honours a marker alone on its line; the line after it gives the reason."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        lines = "".join(cell["source"]).splitlines()
+        for i, line in enumerate(lines):
+            if "NBVAL" in line:
+                assert line in ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_RAISES_EXCEPTION"), line
+                assert i + 1 < len(lines) and lines[i + 1].startswith("# (why: "), lines[:2]
