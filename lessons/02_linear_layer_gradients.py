@@ -42,12 +42,13 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from helpers import MiB, build_model, fmt_bytes, profile_step
-from helpers.saved import BitMaskReLU, BoolMaskReLU, inspect_saved, replace_relu
+from helpers.saved import BitMaskReLU, BoolMaskReLU, forward_saved_bytes, inspect_saved, replace_relu
 
 _ = torch.manual_seed(0)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (why: versions and devices differ between machines)
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
@@ -81,7 +82,30 @@ for name, mine, autograd in (("dL/dW", dW, layer.weight.grad), ("dL/db", db, lay
 # %% [markdown]
 # ∂L/∂W = Gᵀ X needs **X**, the layer's input, and it is only available during the forward pass. So autograd must keep X from the moment the layer runs forward until its backward has run: for the first layer of a network, that is nearly the whole step. ∂L/∂X needs W, which is kept anyway (it is a parameter). ∂L/∂b needs nothing.
 #
-# That is the whole reason training takes more memory than inference: **every layer with weights keeps its input**, and the inputs of all layers are the activations of the whole network, for every sample of the batch.
+# That is why training keeps **activations** that inference can drop at once: **every layer with weights keeps its input**, and the inputs of all layers are the activations of the whole network, for every sample of the batch. Activations are not training's only extra cost, though: training also keeps a gradient for every parameter, and the optimizer's states (momentum, Adam's two moments), which grow with the parameters, not with the batch. Which of the two dominates depends on the network and the batch:
+
+# %%
+def wide_mlp():
+    """Four Linear(4096, 4096) layers with ReLUs: 67 million parameters, tiny activations at batch 32."""
+    return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(4096, 4096), nn.ReLU())])
+
+
+print(f"{'one steady-state training step':<42} {'peak':>11} {'model states':>13} {'activations':>12}")
+balance = {}
+for label, model, batch, options in (
+        ("ResNet18, batch 128, SGD with momentum", "resnet18", 128, {}),
+        ("4 x Linear(4096), batch 32, Adam", wide_mlp, 32, {"input_shape": (4096,), "num_classes": 4096,
+                                                             "optimizer": "adam"})):
+    p = profile_step(model, batch, device="simulated", steady_state=True, **options)
+    states = p.categories["parameters"] + p.categories["gradients"] + p.categories["optimizer_states"]
+    balance[label] = (states, p.categories["activations"])
+    print(f"{label:<42} {fmt_bytes(p.peak_allocated_bytes):>11} {fmt_bytes(states):>13} "
+          f"{fmt_bytes(p.categories['activations']):>12}")
+(r_states, r_acts), (m_states, m_acts) = balance.values()
+assert r_acts > 10 * r_states and m_states > 100 * m_acts
+
+# %% [markdown]
+# ResNet18 at batch 128 is almost all activations; the wide MLP at batch 32 is almost all model states (its peak is in the optimizer step, like lesson 01's deep MLP). This lesson is about the activations; lesson 05 is about the model states.
 #
 # ## 2. What each operation saves, measured
 #
@@ -110,6 +134,7 @@ layers = {
     "Tanh": (nn.Tanh(), vectors),
     "GELU": (nn.GELU(), vectors),
     "MaxPool2d(2)": (nn.MaxPool2d(2), images),
+    "AvgPool2d(2)": (nn.AvgPool2d(2), images),
     "BatchNorm2d(16)": (nn.BatchNorm2d(16), images),
     "Dropout(0.5)": (nn.Dropout(0.5), vectors),
 }
@@ -127,8 +152,9 @@ for name, r in reports.items():
 # * **In-place ReLU** saves its output, which *is* its input (overwritten). This is why torchvision's ResNet uses `inplace=True`: the batch-norm output it overwrites is not needed by anyone else.
 # * **GELU** saves its **input**: its derivative needs x, not GELU(x). Now the input and the output must both stay alive.
 # * **MaxPool2d** saves its input and an **int64 index** for every output element: new memory, twice the size of a float32 output.
+# * **AvgPool2d** saves its **input**, although its gradient does not depend on it: backward only spreads each output gradient evenly over its window. PyTorch's backward kernel (`avg_pool2d_backward`) takes the input as an argument, for its shape, so autograd keeps it. A saved tensor is what the backward *code* reads, not only what the mathematics needs.
 # * **BatchNorm2d** saves its input, plus the batch mean and inverse standard deviation per channel (`result1`, `result2`: new, but tiny).
-# * **Dropout** saves its **mask**, new memory as large as the output: here a float32 tensor (4 bytes per element), because on the CPU PyTorch implements dropout as a multiplication by a scaled random tensor. On a GPU it uses another kernel (`native_dropout`); the GPU cell at the end of this section shows what it saves there.
+# * **Dropout** saves its **mask**, new memory as large as the output: here a float32 tensor (4 bytes per element), because on the CPU PyTorch implements dropout as a multiplication by a scaled random tensor. On a GPU it uses another kernel (`native_dropout`), which keeps a bool mask; the cell after the checks shows it, on fake CUDA tensors (lesson 00).
 
 # %%
 extra = {name: r.extra_bytes for name, r in reports.items()}
@@ -140,16 +166,15 @@ assert all(extra[k] == 0 for k in ("Linear(512, 256)", "Conv2d(16, 32, 3)", "ReL
                                    "Sigmoid", "Tanh", "GELU"))
 kept = {name: {s.attribute: s.same_as for s in r.saved} for name, r in reports.items()}
 assert kept["ReLU"] == {"result": "output"} and kept["Sigmoid"] == {"result": "output"}
-assert kept["GELU"] == {"self": "input"}
+assert kept["GELU"] == {"self": "input"} and kept["AvgPool2d(2)"] == {"self": "input"}
 print("checked: every figure above")
 
 # %%
-# NBVAL_IGNORE_OUTPUT
-if torch.cuda.is_available():
-    r = inspect_saved(nn.Dropout(0.5).cuda(), vectors.cuda())
-    print(r.table())
-else:
-    print("no GPU: dropout's GPU kernel cannot be inspected here")
+on_gpu = forward_saved_bytes(lambda: nn.Dropout(0.5), (64, 512), device="cuda", input_requires_grad=True)
+(dtype, nbytes), = on_gpu.items()
+print(f"Dropout(0.5) on a GPU keeps a {dtype} mask of {nbytes:,} bytes for the same input: "
+      f"a quarter of the CPU's {extra['Dropout(0.5)']:,}")
+assert on_gpu == {torch.bool: extra["Dropout(0.5)"] // 4}
 
 # %% [markdown]
 # ## 3. Three claims, checked
@@ -348,7 +373,7 @@ fig
 # Softmax saves its output (its derivative is s(δ − s), written in terms of s), so it adds nothing beyond it. LayerNorm, like BatchNorm, saves its input, its weight and bias, and per-row mean and reciprocal standard deviation: 64 of each here, small.
 # </details>
 #
-# **Exercise 3: a mask where it pays.** Build a small CNN in which the ReLU feeds an `nn.AvgPool2d(2)` (whose backward does not need its input), and measure with `profile_step` whether `BitMaskReLU` lowers the peak.
+# **Exercise 3: a mask after average pooling.** Build a small CNN in which the ReLU feeds an `nn.AvgPool2d(2)`: `Conv2d(3, 64, 3, padding=1)`, ReLU, `AvgPool2d(2)`, `Flatten`, `Linear(64 * 16 * 16, 10)`, on 32 × 32 images at batch 512. Section 2 showed that AvgPool2d keeps its input, the ReLU's output, so a mask ReLU cannot spare that tensor. Measure with `profile_step` whether `BitMaskReLU` lowers the peak anyway, and explain what you find from the two step logs (`p.table()`).
 
 # %%
 # Your code here: a Sequential(Conv2d, ReLU, AvgPool2d, Flatten, Linear) built with nn.ReLU, then with BitMaskReLU
@@ -360,19 +385,28 @@ fig
 # def cnn(relu):
 #     return nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), relu(), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(64 * 16 * 16, 10))
 #
+# cnn_steps = {}
 # for make in (nn.ReLU, BitMaskReLU):
-#     p = profile_step(named(functools.partial(cnn, make), "cnn"), 512, image_size=32, num_classes=10, device="simulated")
-#     print(make.__name__, fmt_bytes(p.peak_allocated_bytes))
+#     cnn_steps[make] = profile_step(named(functools.partial(cnn, make), "cnn"), 512, image_size=32, num_classes=10,
+#                                    device="simulated")
+#     p = cnn_steps[make]
+#     print(f"{make.__name__:<12} peak {fmt_bytes(p.peak_allocated_bytes)} at the {p.events[p.peak_event].label}")
+#     print(p.table(phases=("bwd",), events=slice(14, 20)))
+# relu_output = 512 * 64 * 32 * 32 * 4
+# plain, bits = (cnn_steps[m].peak_allocated_bytes for m in (nn.ReLU, BitMaskReLU))
+# assert (fmt_bytes(plain), fmt_bytes(bits)) == ("391.3 MiB", "299.3 MiB")
+# assert plain - bits == relu_output - relu_output // 4 // 8 - relu_output // 4   # 128 - 4 - 32 MiB
 # ```
 #
-# Average pooling's backward only spreads the gradient evenly over each window, so it keeps no input. With `nn.ReLU`, the ReLU's 128 MiB output (512 × 64 × 32 × 32 floats) is kept for the ReLU's own backward; with `BitMaskReLU` only a 4 MiB bit mask is. Measured (simulated): the peak falls from 391.3 MiB to 299.3 MiB, by 92 MiB rather than the full 124 MiB; overlay the two profiles with `helpers.plots.plot_timeline` to see at which moments of the step the two differ, and why.
+# It does: the peak falls from 391.3 MiB to 299.3 MiB, by 92 MiB. Not because anything is kept *less* in the forward pass (the ReLU's 128 MiB output is kept by AvgPool2d either way, and the bit mask adds 4 MiB), but because of the **order in which backward frees tensors**. With `nn.ReLU`, two nodes saved that output, AvgPool2d and the ReLU; it stays alive until the ReLU's backward, which is the moment the ReLU writes its own 128 MiB input gradient while AvgPool2d's 128 MiB gradient is still alive: three 128 MiB tensors at once, the peak. With `BitMaskReLU`, AvgPool2d is the output's last user: it is freed as soon as AvgPool2d's backward has run, before the ReLU's backward allocates anything. The new peak is AvgPool2d's backward itself (its input, its new gradient and its 32 MiB incoming gradient), 92 MiB = 128 − 32 − 4 MiB lower. A saved tensor costs memory until its *last* saver's backward has run.
 # </details>
 #
 # ## Key points
 #
 # - For y = Wx + b over a batch: ∂L/∂W = Gᵀ X, ∂L/∂b = Σ G, ∂L/∂X = G W. The weight gradient needs the input, so **every layer with weights keeps its input until backward**.
-# - Each operation keeps exactly what its backward formula reads: ReLU, Sigmoid and Tanh their output; GELU its input; MaxPool its input and int64 indices; BatchNorm its input and per-channel statistics; Dropout its mask.
-# - A saved tensor that is also an input, output or parameter costs nothing extra; what costs memory is keeping it *alive until backward*, and the new tensors (indices, masks, statistics).
+# - Each operation keeps what its backward code reads: ReLU, Sigmoid and Tanh their output; GELU its input; MaxPool its input and int64 indices; AvgPool its input (for its shape only); BatchNorm its input and per-channel statistics; Dropout its mask (float32 on the CPU, bool on a GPU).
+# - A saved tensor that is also an input, output or parameter costs nothing extra; what costs memory is keeping it *alive until backward*, until the backward of the *last* operation that saved it, and the new tensors (indices, masks, statistics).
+# - Activations are what training keeps and inference does not; gradients and optimizer states are the other part of training's memory, and they dominate for large models at small batches.
 # - PyTorch's ReLU keeps its float output, not a sign mask. A 1-bit mask is exact and saves memory only where nothing else keeps that output: measure it.
 # - Parameters grow as O(n·m) and activations as O(batch·n); for a Linear(n, n) layer, activations outweigh parameters from batch n + 1.
 #
