@@ -52,6 +52,7 @@ _ = torch.manual_seed(0)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (why: versions and devices differ between machines)
 print(f"python       {platform.python_version()}")
 print(f"torch        {torch.__version__}")
 print(f"torchvision  {torchvision.__version__}")
@@ -220,6 +221,7 @@ assert step.peak_allocated_bytes > 60 * step.categories["parameters"]
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (why: it measures this machine's GPU, and says so when there is none)
 if torch.cuda.is_available():
     real = profile_step("resnet18", batch_size=128, device="cuda")
     print(f"measured on {torch.cuda.get_device_name(0)}: peak {fmt_bytes(real.peak_allocated_bytes)}, "

@@ -28,7 +28,7 @@
 # - Train on real data in each configuration and confirm or refute "AMP converges worse" and "checkpointing is slower".
 # - Go beyond the article with offloading saved tensors to host memory, and find the limit of every per-tensor trick.
 #
-# **Time:** 40 minutes teaching, 20 minutes exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
+# **Time:** 45 minutes teaching, 20 minutes exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
 #
 # Read lesson 03 first: this lesson uses its step profiles and vocabulary.
 
@@ -53,6 +53,7 @@ from helpers import CATEGORIES, DoesNotFit, MiB, fmt_bytes, profile_step, round_
 from helpers.data import load_digits
 from helpers.models import build_model, digits_cnn, sequential_form
 from helpers.plots import plot_peak_bars, plot_timeline
+from helpers.saved import forward_saved_bytes
 from helpers.step import Checkpointed
 from helpers.training import train
 
@@ -62,6 +63,7 @@ warnings.filterwarnings("ignore", message="None of the inputs have requires_grad
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (why: versions and devices differ between machines)
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
@@ -69,7 +71,7 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 #
 # Two tools attack the activations, which lesson 03 showed are 95% of ResNet18's peak at batch 128:
 #
-# * **AMP** (`torch.autocast`) runs the convolutions and matrix products in a 16-bit float type: the activations they produce take 2 bytes per value instead of 4. On a GPU that is float16 with a `GradScaler` (which scales the loss so small float16 gradients do not underflow); the simulation runs on the CPU, whose autocast uses bfloat16, which needs no scaler.
+# * **AMP** (`torch.autocast`) runs the convolutions and matrix products in a 16-bit float type: the activations they produce take 2 bytes per value instead of 4. On a GPU that is float16 with a `GradScaler` (which scales the loss so small float16 gradients do not underflow); the simulation runs on the CPU, whose autocast uses bfloat16, which needs no scaler. (The article, in 2019, used NVIDIA's Apex library for AMP: `torch.autocast` arrived in PyTorch 1.6, in 2020. This lesson re-creates its experiments with today's API.)
 # * **Activation checkpointing** (`torch.utils.checkpoint`) splits the network into segments. A checkpointed segment keeps only its *input* during the forward pass and runs its forward again during backward to get the activations back: memory traded for computation. `profile_step(checkpoint=4)` splits ResNet18's 10 units (the stem, 8 residual blocks, the head) into 4 segments with PyTorch's rule (10 // 4 = 2 units each; the last segment takes the other 4 and is not checkpointed), with the recommended non-reentrant implementation.
 #
 # Batch 128, 224 × 224 images, SGD with momentum, simulated:
@@ -122,7 +124,57 @@ print(f"conv1 under AMP: {fmt_bytes(amp_conv1, sign=True)} = output {fmt_bytes(o
 assert amp_conv1 == out16 + x16 + w16
 
 # %% [markdown]
-# So AMP does **not** halve the step. What stays 32-bit: the parameters (the optimizer updates fp32 *master* weights), their gradients, the optimizer states, the input batch, and the outputs of operations autocast keeps in fp32 (the loss, softmax). AMP adds 16-bit copies of the weights. It halves only the activations that autocast produces in 16 bits, and the peak falls by about 40%, not 50%.
+# So AMP does **not** halve the step. Which tensors does it halve, and which not? Every storage alive at the AMP peak carries its dtype and shape (`StepProfile.at_peak()`), so the peak can be taken apart exactly, and set beside the baseline's:
+
+# %%
+with torch.device("meta"):
+    weight_shapes = {tuple(p.shape) for p in build_model("resnet18").parameters() if p.dim() > 1}  # conv, linear
+
+
+def kind(storage):
+    """What a storage alive at the peak is, in the terms of this section."""
+    dtype = str(storage.dtype).removeprefix("torch.")
+    if storage.category in ("parameters", "gradients", "optimizer_states", "input"):
+        return f"{storage.category.replace('_', ' ')}, {dtype}"
+    if dtype == "int64":
+        return "MaxPool's int64 indices"
+    if len(storage.shape) == 1:
+        return "BatchNorm's batch statistics"
+    if storage.dtype == torch.bfloat16 and storage.shape in weight_shapes:
+        return "16-bit copies of the weights"
+    if storage.dtype == torch.bfloat16 and storage.shape == (128, 3, 224, 224):
+        return "16-bit copy of the input batch"
+    return f"{storage.category}, {dtype}"
+
+
+parts = {}
+for name in ("baseline", "AMP"):
+    for storage in steps[name].at_peak():
+        parts.setdefault(kind(storage), dict.fromkeys(("baseline", "AMP"), 0))[name] += storage.nbytes
+print(f"{'alive at the peak':<34} {'baseline':>11} {'AMP':>11}")
+small = dict.fromkeys(("baseline", "AMP"), 0)
+for what, sizes in sorted(parts.items(), key=lambda item: -item[1]["baseline"] - item[1]["AMP"]):
+    if max(sizes.values()) < MiB // 10:   # BatchNorm counters, the targets: fold them into one line
+        small = {k: small[k] + sizes[k] for k in small}
+        continue
+    print(f"{what:<34} {fmt_bytes(sizes['baseline']):>11} {fmt_bytes(sizes['AMP']):>11}")
+print(f"{'smaller tensors (under 0.1 MiB)':<34} {fmt_bytes(small['baseline']):>11} {fmt_bytes(small['AMP']):>11}")
+print(f"{'peak':<34} {fmt_bytes(base):>11} {fmt_bytes(steps['AMP'].peak_allocated_bytes):>11}")
+
+assert sum(sizes["AMP"] for sizes in parts.values()) == steps["AMP"].peak_allocated_bytes
+assert parts["activations, bfloat16"]["AMP"] * 2 == parts["activations, float32"]["baseline"]   # exactly halved
+assert parts["activations, float32"]["AMP"] == 0                                                 # none stays fp32
+assert parts["MaxPool's int64 indices"]["AMP"] == parts["MaxPool's int64 indices"]["baseline"] == 196 * MiB
+
+# %% [markdown]
+# Read the two columns together:
+#
+# * The float32 activations of the baseline become bfloat16 activations of **exactly half** the size: in ResNet18 almost every operation's output is 16-bit under autocast (convolutions, BatchNorm, ReLU, pooling, the linear layer), and no activation at the peak stays float32. The gradient flowing back at that moment ("other") is 16-bit too, and halves.
+# * **MaxPool's int64 indices** (196 MiB) do not shrink: they are indices, not floating-point values.
+# * Autocast **adds** tensors: 16-bit copies of the input batch and of the weights, made for each convolution and kept for its backward.
+# * **Parameters, gradients and the input batch** stay float32. `torch.autocast` keeps no separate "master" copy of the weights: the fp32 parameters *are* the weights the optimizer updates, and autocast casts them to 16 bits on the fly, at each operation. (Mixed-precision schemes that store 16-bit weights and keep an fp32 master copy, like Apex's O2 or the ZeRO paper's accounting, are a different layout; lessons 01 and 05 compare the conventions.)
+#
+# So the peak falls by about 40%, not 50%: only the float activations halve, and the rest either stays or is new.
 #
 # **Checkpointing** keeps the activations of one segment at a time. At the peak of the checkpointed step, backward is recomputing a segment (the `recompute` events) while the inputs of the earlier segments wait. Its peak moves from the end of the network to the segment containing `layer1`:
 
@@ -131,7 +183,7 @@ for name in ("baseline", "checkpoint 4"):
     p = steps[name]
     e = p.events[p.peak_event]
     recomputes = sum(ev.phase == "recompute" for ev in p.events)
-    print(f"{name:<13} peak at event {p.peak_event:>3} ({e.phase} {e.module}); recompute events: {recomputes}")
+    print(f"{name:<13} peak at event {p.peak_event:>3} ({e.label}); recompute events: {recomputes}")
 assert sum(ev.phase == "recompute" for ev in steps["checkpoint 4"].events) > 0
 
 # %% [markdown]
@@ -209,9 +261,12 @@ amp_loss, amp_model = one_step(amp=True)
 g32, g16 = flat_grad(base_model), flat_grad(amp_model)
 cosine = F.cosine_similarity(g32, g16, dim=0).item()
 relative = ((g16 - g32).norm() / g32.norm()).item()
-print(f"AMP (bfloat16): loss {amp_loss:.4f} vs {base_loss:.4f} ({abs(amp_loss - base_loss) / base_loss:.2%} apart); "
-      f"gradient cosine similarity {cosine:.3f}, relative difference {relative:.2f}")
-assert abs(amp_loss - base_loss) / base_loss < 0.01 and cosine > 0.9
+# bfloat16 arithmetic differs in its last bits between CPUs: print the tolerances, checked, rather than the digits
+print("AMP (bfloat16) against fp32, one step from the same weights:")
+print(f"  loss within 1%:                                   {abs(amp_loss - base_loss) / base_loss < 0.01}")
+print(f"  gradient cosine similarity above 0.9:             {cosine > 0.9}")
+print(f"  relative difference of the gradient 0.25 to 0.5:  {0.25 < relative < 0.5}")
+assert abs(amp_loss - base_loss) / base_loss < 0.01 and cosine > 0.9 and 0.25 < relative < 0.5
 
 # %% [markdown]
 # **BatchNorm's running statistics are updated twice.** A checkpointed segment runs its forward twice in a training step. Each training-mode BatchNorm forward updates `running_mean`, `running_var` and `num_batches_tracked`, which the model uses at evaluation time. The gradients are unaffected (they use the batch statistics), but the running statistics drift:
@@ -228,21 +283,33 @@ assert all(torch.equal(p.grad, q.grad) for p, q in zip(fixed_model.parameters(),
 
 
 # %% [markdown]
-# The fix, `Checkpointed(..., freeze_bn_stats=True)`, passes a `context_fn` to `torch.utils.checkpoint.checkpoint` (non-reentrant only) that sets every BatchNorm's momentum to 0 during recomputation, so the running values are kept exactly, and takes back the extra count. Alternatives: put BatchNorm outside the checkpointed segments, or accept the drift, which with the default momentum of 0.1 amounts to averaging over a slightly shorter window.
+# The fix, `Checkpointed(..., freeze_bn_stats=True)`, passes a `context_fn` to `torch.utils.checkpoint.checkpoint` (non-reentrant only) that sets every BatchNorm's momentum to 0 during recomputation, so the running values are kept exactly, and takes back the extra count. Alternatives: put BatchNorm outside the checkpointed segments, or accept the drift. How large is it? A running statistic is an exponential average, r ← (1 − m)·r + m·x with momentum m = 0.1; two updates per step with the same batch statistic x make one update with a larger momentum:
+
+# %%
+m = 0.1
+twice = 1 - (1 - m) ** 2
+print(f"two updates with momentum {m} = one update with momentum {twice:.2f}: the running statistics average "
+      f"over about {1 / twice:.1f} steps instead of {1 / m:.0f}")
+assert round(twice, 2) == 0.19 and 0.5 < (1 / twice) / (1 / m) < 0.55
+
+# %% [markdown]
+# The window is about halved: the running statistics that evaluation uses follow the last few batches more closely than the model's author chose.
 #
 # ## 4. How many segments? Memory, FLOPs, time, and the √n rule
 #
 # Sweep ResNet18's segments from 1 (nothing checkpointed) to 10 (every unit but the head). For each: the peak (simulated), and the floating-point operations of forward + backward counted by `torch.utils.flop_counter.FlopCounterMode`, which runs fine on fake tensors.
 
 # %%
-def step_flops(segments):
-    """FLOPs of one forward + backward of ResNet18 at batch 128 (fake tensors: nothing is computed)."""
+def step_flops(segments, backward=True):
+    """FLOPs of one forward (+ backward) of ResNet18 at batch 128 (fake tensors: nothing is computed)."""
     with FakeTensorMode():
         model = build_model("resnet18")
         runner = Checkpointed(sequential_form(model), segments) if segments > 1 else model
         images, labels = torch.randn(128, 3, 224, 224), torch.randint(0, 1000, (128,))
         with FlopCounterMode(display=False) as counter:
-            F.cross_entropy(runner(images), labels).backward()
+            loss = F.cross_entropy(runner(images), labels)
+            if backward:
+                loss.backward()
     return counter.get_total_flops()
 
 
@@ -254,12 +321,14 @@ base_flops = sweep[1][1]
 print(f"{'segments':>8} {'peak':>11} {'TFLOPs':>7} {'recomputed':>10}")
 for k, (peak, flops) in sweep.items():
     print(f"{k:>8} {fmt_bytes(peak):>11} {flops / 1e12:>7.3f} {flops / base_flops - 1:>+10.1%}")
+forward_flops = step_flops(1, backward=False)
+print(f"one forward pass: {forward_flops / 1e12:.3f} TFLOPs, {forward_flops / base_flops:.1%} of forward + backward")
 assert sweep[1][0] == base and min(v[0] for v in sweep.values()) < 0.65 * base
-assert max(v[1] for v in sweep.values()) / base_flops < 1.4   # at most one extra forward pass
+assert max(v[1] for v in sweep.values()) - base_flops <= forward_flops   # at most one extra forward pass
 
 
 # %% [markdown]
-# The recomputation costs at most one extra forward pass: a forward is about a third of forward + backward, so the FLOPs grow by up to a third. The memory does *not* keep falling: from 6 segments on, the peak is stuck at the stem, which holds ResNet18's largest activations (lesson 03) and must be recomputed whole when its segment's turn comes.
+# The recomputation costs at most one extra forward pass. A backward pass is usually about twice a forward, so a forward is about a third of the step; here it is a little more (the last line), because the first convolution's backward computes no gradient for the input images, which need none. So the FLOPs grow by up to that share: 34% with every unit but the head checkpointed. The memory does *not* keep falling: from 6 segments on, the peak is stuck at the stem, which holds ResNet18's largest activations (lesson 03) and must be recomputed whole when its segment's turn comes.
 #
 # **The √n rule.** Chen et al. (2016) showed that a chain of n *equal* layers, cut into k checkpointed segments, needs memory for the k segment inputs plus the activations of one segment, n/k layers: about k + n/k layer outputs, smallest at k = √n, which gives O(√n) memory for one extra forward pass. ResNet18 is not a chain of equal layers, so test the rule where it applies: 64 identical `Linear(512, 512)` + ReLU blocks at batch 16,384, where each block's activation is 32 MiB:
 
@@ -295,12 +364,13 @@ ax_m.legend()
 fig
 
 # %% [markdown]
-# The chain of equal blocks is smallest at 8 segments, √64, with 3.4 times less memory, exactly as the rule predicts; the bumps between come from PyTorch's segment sizes (n // k units each, the remainder in the last, unchecked segment). For real networks, use the rule as a starting point, then measure: the largest layer sets a floor no segmenting can break.
+# The chain of equal blocks (64 blocks and the final `Linear`: 65 units) is smallest at 8 segments, next to √65 ≈ 8.1, with 3.4 times less memory, as the rule predicts; the bumps between come from PyTorch's segment sizes (n // k units each, the remainder in the last, unchecked segment). For real networks, use the rule as a starting point, then measure: the largest layer sets a floor no segmenting can break.
 #
 # What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 32, so that it runs in seconds. Timings vary between machines and with their load, so this output is neither checked nor asserted; the FLOP counts above are the deterministic version of the same claim:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (why: wall-clock times depend on the machine and its load)
 torch.manual_seed(0)
 timed_model = build_model("resnet18", num_classes=10)
 runners = {k: Checkpointed(sequential_form(timed_model), k) if k > 1 else timed_model for k in (1, 4, 10)}
@@ -327,16 +397,26 @@ digits = load_digits()
 runs = {}
 for name, kw in configs.items():
     runs[name] = train(digits_cnn, digits, batch_size=64, epochs=8, lr=0.05, seed=0, **kw)[1]
-print(f"{'configuration':<20} " + " ".join(f"ep{e + 1:>2}" for e in range(8)) + "   final loss")
-for name, h in runs.items():
-    print(f"{name:<20} " + " ".join(f"{100 * a:4.1f}" for a in h.test_accuracy) + f"   {h.train_loss[-1]:.4f}")
-assert runs["checkpoint 4"].test_accuracy == runs["baseline"].test_accuracy
-assert runs["checkpoint 4"].train_loss == runs["baseline"].train_loss
 n_test = len(digits.y_test)
 apart = max(abs(a - b) for a, b in zip(runs["AMP"].test_accuracy, runs["baseline"].test_accuracy)) * n_test
-print(f"AMP vs fp32: test accuracy differs by at most {round(apart)} of {n_test} images in any epoch; "
-      f"final accuracy {100 * runs['AMP'].test_accuracy[-1]:.1f}% vs {100 * runs['baseline'].test_accuracy[-1]:.1f}%")
-assert round(apart) <= 2 and abs(runs["AMP"].test_accuracy[-1] - runs["baseline"].test_accuracy[-1]) <= 0.01
+same = {name: runs[name].test_accuracy == runs[reference].test_accuracy and runs[name].train_loss == runs[reference].train_loss
+        for name, reference in (("checkpoint 4", "baseline"), ("AMP + checkpoint 4", "AMP"))}
+# bfloat16 training differs in its last bits between CPUs: print the claims, checked (the next cell has the digits)
+print("8 epochs on the digits, from the same initial weights:")
+print(f"  {'checkpoint 4 = baseline, every epoch loss and accuracy, to the last bit:':<75}{same['checkpoint 4']}")
+print(f"  {'AMP + checkpoint 4 = AMP, likewise:':<75}{same['AMP + checkpoint 4']}")
+print(f"  {f'AMP within 2 of the {n_test} test images of fp32, in every epoch:':<75}{round(apart) <= 2}")
+print(f"  {'every configuration above 95% test accuracy after 8 epochs:':<75}{all(h.test_accuracy[-1] > 0.95 for h in runs.values())}")
+assert all(same.values()) and round(apart) <= 2 and all(h.test_accuracy[-1] > 0.95 for h in runs.values())
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# (why: the bfloat16 runs' last digits and the wall-clock times depend on the machine)
+print(f"{'configuration':<20} " + " ".join(f"ep{e + 1:>2}" for e in range(8)) + "   final loss   ms per step")
+per_step = {name: sum(h.seconds) / h.updates[-1] for name, h in runs.items()}
+for name, h in runs.items():
+    print(f"{name:<20} " + " ".join(f"{100 * a:4.1f}" for a in h.test_accuracy)
+          + f"   {h.train_loss[-1]:10.4f}   {1000 * per_step[name]:6.2f} ({per_step[name] / per_step['baseline'] - 1:+.0%})")
 
 # %%
 fig = Figure(figsize=(9, 3.5), layout="constrained")
@@ -350,18 +430,11 @@ fig
 # %% [markdown]
 # **"Checkpointing changes training": refuted.** With the BatchNorm fix, checkpointed training is the same computation: every epoch's loss and accuracy are identical to the baseline's, to the last bit.
 #
-# **"AMP converges worse": refuted here.** The bfloat16 run differs from the fp32 run by a test image or so in some epochs and ends within one percentage point of it. On larger problems float16 needs its `GradScaler` and bfloat16 its 8-bit mantissa can matter; the claim to check is always the final accuracy, not the single step.
+# **"AMP converges worse": not observed here.** The bfloat16 run stays within a couple of test images of the fp32 run in every epoch. That is a small CNN, 8 epochs, one seed, bfloat16 on a CPU: it does not settle the question for your model. What would: float16 with its `GradScaler` on a GPU (float16 has a narrower range than bfloat16, which is what the scaler protects), your own network trained to the end, and several seeds, comparing final accuracies.
 #
-# **"Checkpointing is slower": confirmed** (the output below was recorded on a 2-core CPU; yours will differ):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-per_step = {name: sum(h.seconds) / h.updates[-1] for name, h in runs.items()}
-for name, t in per_step.items():
-    print(f"{name:<20} {1000 * t:6.2f} ms per step ({t / per_step['baseline'] - 1:+.0%})")
-
-# %% [markdown]
-# Checkpointing pays for its recomputation in time, of the same order as the extra FLOPs counted in section 4 (compare the recorded timings there); measure it on your own hardware before relying on it. AMP's speed depends on the hardware: on the CPU these outputs were recorded on, without bfloat16 matrix units, AMP was *slower*, because the casts cost more than the 16-bit arithmetic saves. On a GPU with tensor cores (V100 and later), float16 matrix products run several times faster, and AMP usually speeds training up; section 8 measures it when a GPU is present. The memory saving, measured in section 1, holds everywhere.
+# **"Checkpointing is slower": confirmed**, in the time column above (milliseconds per step, measured on the machine that ran the notebook).
+#
+# Checkpointing pays for its recomputation in time, of the same order as the extra FLOPs counted in section 4 (compare the recorded timings there); measure it on your own hardware before relying on it. AMP's speed depends on the hardware: on most CPUs AMP is *slower*, because the casts cost more than the 16-bit arithmetic saves (compare the AMP row of the time column). On a GPU with tensor cores (V100 and later), float16 matrix products run several times faster, and AMP usually speeds training up; section 8 measures it when a GPU is present. The memory saving, measured in section 1, holds everywhere.
 #
 # ## 6. Beyond the article: offloading saved tensors to host memory
 #
@@ -377,8 +450,7 @@ for name, kw in beyond.items():
     steps[name] = profile_step("resnet18", 128, device="simulated", **kw)
     p = steps[name]
     print(f"{name:<40} {fmt_bytes(p.peak_allocated_bytes):>11}  baseline ÷ {base / p.peak_allocated_bytes:.2f}  "
-          f"parameters without gradient: {len(p.params_without_grad)}  peak at {p.events[p.peak_event].phase} "
-          f"{p.events[p.peak_event].module}")
+          f"no gradient: {len(p.params_without_grad)}  peak at the {p.events[p.peak_event].label}")
 best_correct = min(p.peak_allocated_bytes for p in steps.values() if not p.params_without_grad)
 print(f"best correct configuration: baseline ÷ {base / best_correct:.2f}")
 assert all(not steps[n].params_without_grad for n in beyond)
@@ -387,20 +459,39 @@ assert best_correct == steps["offload + AMP"].peak_allocated_bytes
 # %% [markdown]
 # Offloading with AMP keeps every gradient and divides the peak by about 3.5, better than any checkpointing. Checkpointing every block on top of it makes things *worse*: tensors saved inside checkpointed segments are recomputed on the GPU rather than offloaded, and the stem is recomputed whole.
 #
-# Can any of these reach the article's 5x correctly? Look at where every good configuration peaks: in the backward pass of the stem. BatchNorm's backward needs, at the same moment, the gradient of its output, its input (brought back from the host, or recomputed), and the gradient of its input that it is writing: three tensors of 128 × 64 × 112 × 112, whatever we do with the rest of the network. Add the parameters, their gradients and the input batch, which must all be on the GPU at that moment:
+# Can any of these reach the article's 5x correctly? Not with these techniques, and the reason is one operation. Every tensor that *waits* for backward can be offloaded or recomputed, but an operation's backward needs its own inputs on the GPU while it runs. Take the step as any ordinary training loop writes it: the loop holds its input batch until the step ends, the gradients accumulate in `.grad` until `optimizer.step()`, and the parameters live on the GPU. With AMP, checkpointing and offloading, what must then be on the GPU at the moment the stem's MaxPool2d runs its backward?
+#
+# * its backward kernel (`max_pool2d_with_indices_backward`) reads the incoming gradient, the layer's input and its int64 indices, and writes the gradient of the input: four tensors at once, whatever happened to them before;
+# * the parameters, the gradients of every layer after the stem (their backward has run), and the input batch.
 
 # %%
-stem = 128 * 64 * 112 * 112
+bf16, i64 = torch.bfloat16.itemsize, torch.int64.itemsize
+full, pooled = 128 * 64 * 112 * 112, 128 * 64 * 56 * 56
+maxpool_backward = {"incoming gradient (bf16)": pooled * bf16, "its input, the ReLU's output (bf16)": full * bf16,
+                    "its indices (int64)": pooled * i64, "the gradient it writes (bf16)": full * bf16}
 at_peak = steps["offload + AMP"].categories
-floor = 3 * stem * 2 + at_peak["parameters"] + at_peak["gradients"] + at_peak["input"]
-print(f"floor with 16-bit activations: 3 × {fmt_bytes(stem * 2)} + parameters {fmt_bytes(at_peak['parameters'])} "
-      f"+ gradients {fmt_bytes(at_peak['gradients'])} + input {fmt_bytes(at_peak['input'])} = {fmt_bytes(floor)}")
-print(f"best possible reduction with per-tensor tricks: baseline ÷ {base / floor:.2f}; offload + AMP reaches "
-      f"÷ {base / best_correct:.2f}")
-assert floor < best_correct < 1.1 * floor and base / floor < 5
+held = {"parameters": at_peak["parameters"], "gradients of the layers after the stem": at_peak["gradients"],
+        "the input batch": at_peak["input"]}
+floor = sum(maxpool_backward.values()) + sum(held.values())
+for what, nbytes in {**maxpool_backward, **held}.items():
+    print(f"  {what:<40} {fmt_bytes(nbytes):>10}")
+print(f"floor for AMP + checkpointing + offloading: {fmt_bytes(floor)}, baseline ÷ {base / floor:.2f}; "
+      f"offload + AMP peaks at {fmt_bytes(best_correct)}")
+assert steps["offload + AMP"].events[steps["offload + AMP"].peak_event].module == "maxpool"
+assert 0 <= best_correct - floor < 64 * 1024 and base / floor < 5   # reached, up to the loss and other tiny tensors
 
 # %% [markdown]
-# So **no correct combination of AMP, checkpointing and offloading can divide ResNet18's batch-128 peak by 5**: the stem's backward alone sets a floor at about 3.7x. The article's 5x came from not training most of the network. To go further you must change the computation itself: a smaller batch with gradient accumulation (exact for networks without BatchNorm; with BatchNorm it changes the statistics), a stem that computes its gradient in place (in-place activated BatchNorm, Rota Bulò et al. 2018), or sharding across GPUs (lesson 07).
+# Offload + AMP reaches that floor: its peak *is* the stem's MaxPool backward, to within a few tiny tensors (the loss, the targets). So **no correct combination of AMP, checkpointing and offloading divides ResNet18's batch-128 peak by 5**; about 3.5 is the limit. (The peaks of the configurations without offloading are elsewhere: the checkpointed ones in `layer1`'s recomputation, section 1.)
+#
+# The floor rests on the loop's habits, and two of them can go. A loop can drop its input batch once the forward pass is done (conv1's saved copy is offloaded anyway), and it can apply the optimizer *during* backward, one parameter as soon as its gradient is complete (`Tensor.register_post_accumulate_grad_hook`, lesson 05), so that no gradient waits. What is left is the four tensors of MaxPool's backward and the parameters themselves:
+
+# %%
+tighter = sum(maxpool_backward.values()) + at_peak["parameters"]
+print(f"without the input batch and the waiting gradients: {fmt_bytes(tighter)}, baseline ÷ {base / tighter:.2f}")
+assert base / tighter < 5
+
+# %% [markdown]
+# Still short of 5. The article's 5x came from not training most of the network. To go further you must change the computation itself: a smaller batch with gradient accumulation (exact for networks without BatchNorm; with BatchNorm it changes the statistics), a pooling or normalisation layer that keeps less for its backward (in-place activated BatchNorm, Rota Bulò et al. 2018), or sharding across GPUs (lesson 07).
 #
 # Offloading must be correct too. `save_on_cpu` on real CPU tensors runs the same hooks (the "copies" are then within host memory), with every unit checkpointed:
 
@@ -463,10 +554,33 @@ assert out == f"peak allocated: {steps['offload + AMP'].peak_allocated_bytes / M
 # %% [markdown]
 # ## 8. On a real GPU
 #
-# With a GPU, the next cell measures the main configurations for real (float16 autocast with a `GradScaler`, `save_on_cpu(pin_memory=True)`), with the time per step. float16 and bfloat16 autocast cast different sets of operations, so expect the AMP figures to differ from the simulated ones by a few percent; the ordering and the trap do not change. (Output not checked: it depends on the GPU.)
+# On a GPU, AMP runs float16 with a `GradScaler`; the simulation ran bfloat16 on the CPU. Does that make the simulated AMP figures wrong for a GPU? The 16-bit type does not: float16 and bfloat16 both take 2 bytes. What can differ is *which operations* autocast runs in 16 bits, because each device has its own list (lesson 00). A forward pass on fake CUDA tensors needs no GPU, so compare what the forward pass keeps under each device's autocast, for ResNet18 and for a vision transformer (Swin-T, whose LayerNorms and softmaxes CUDA's autocast keeps in float32):
+
+# %%
+kept = {}
+for model, batch in (("resnet18", 128), ("swin_t", 32)):
+    row = {}
+    for label, device, dtype in (("CPU, bfloat16", "cpu", torch.bfloat16), ("CUDA, float16", "cuda", torch.float16),
+                                 ("CUDA, bfloat16", "cuda", torch.bfloat16)):
+        row[label] = sum(forward_saved_bytes(model, (batch, 3, 224, 224), device=device, autocast_dtype=dtype,
+                                             num_classes=1000).values())
+    kept[model] = row
+    print(f"{model} at batch {batch}, forward under autocast keeps: "
+          + ", ".join(f"{label} {fmt_bytes(n)}" for label, n in row.items()))
+for model, row in kept.items():
+    assert row["CUDA, float16"] == row["CUDA, bfloat16"]          # the 16-bit type: no difference
+cpu, gpu = kept["resnet18"]["CPU, bfloat16"], kept["resnet18"]["CUDA, float16"]
+assert 0 <= gpu - cpu < MiB                                         # ResNet18: only the loss's log-softmax differs
+assert kept["swin_t"]["CUDA, float16"] > 1.1 * kept["swin_t"]["CPU, bfloat16"]
+
+# %% [markdown]
+# float16 and bfloat16 keep the same bytes on CUDA. For ResNet18 the two devices' lists differ only in the loss (CUDA keeps its log-softmax in float32: a fraction of a MiB), so the simulated AMP figures of this lesson are a GPU's too. For Swin-T they differ by more than 10%: CUDA's autocast keeps every LayerNorm and softmax output in float32, where the CPU's does not. Simulating a transformer's AMP step with the CPU's lists would underestimate a GPU (the engine's next version simulates the CUDA lists).
+#
+# With a GPU, the next cell measures the main configurations for real (float16 autocast with a `GradScaler`, `save_on_cpu(pin_memory=True)`), with the time per step. Expect small differences from the simulated figures (cuDNN workspaces, the allocator's unsplit blocks of lesson 00); the ordering and the trap do not change. (Output not checked: it depends on the GPU.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# (why: it measures this machine's GPU, and says so when there is none)
 if torch.cuda.is_available():
     for name, kw in {**configs, "AMP + reentrant checkpoint 4": {"amp": True, "checkpoint": 4, "reentrant": True},
                      **beyond}.items():
@@ -504,8 +618,19 @@ else:
 # Both convolutions' weights and biases get no gradient: `images` does not require grad, so the reentrant checkpoint's output is detached from the graph and only `head` trains.
 #
 # ```python
-# missing = [n for n, p in features.named_parameters() if p.grad is None]
-# print(missing)   # ['0.weight', '0.bias', '2.weight', '2.bias']
+# def no_gradient(use_reentrant, images_need_grad=False):
+#     torch.manual_seed(0)
+#     features = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 16, 3), nn.ReLU())
+#     head = nn.Linear(16 * 28 * 28, 10)
+#     images = torch.randn(4, 3, 32, 32, requires_grad=images_need_grad)
+#     h = torch.utils.checkpoint.checkpoint(features, images, use_reentrant=use_reentrant)
+#     F.cross_entropy(head(h.flatten(1)), torch.tensor([0, 1, 2, 3])).backward()
+#     return [n for n, p in features.named_parameters() if p.grad is None]
+#
+# print(no_gradient(use_reentrant=True))                          # the trap
+# assert no_gradient(use_reentrant=True) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+# assert no_gradient(use_reentrant=False) == []                   # fix 1
+# assert no_gradient(use_reentrant=True, images_need_grad=True) == []   # fix 2
 # ```
 #
 # Fix 1 (recommended): `use_reentrant=False`. Fix 2 (the old workaround): `images.requires_grad_(True)` before the checkpoint, which makes the reentrant version build its backward, at the cost of computing a gradient for the images.
@@ -520,10 +645,14 @@ else:
 # <details><summary>Solution</summary>
 #
 # ```python
+# vgg = {}
 # for k in range(1, 11):
 #     p = profile_step("vgg11", 64, device="simulated", checkpoint=k)
 #     e = p.events[p.peak_event]
-#     print(k, fmt_bytes(p.peak_allocated_bytes), e.phase, e.module)
+#     print(k, fmt_bytes(p.peak_allocated_bytes), e.label)
+#     vgg[k] = p
+# assert fmt_bytes(vgg[1].peak_allocated_bytes) == "4022.2 MiB" and fmt_bytes(vgg[7].peak_allocated_bytes) == "3402.4 MiB"
+# assert min(vgg, key=lambda k: vgg[k].peak_allocated_bytes) == 7 and vgg[7].events[vgg[7].peak_event].module == "features.1"
 # ```
 #
 # `sequential_form` gives VGG11 as 20 units: its convolutions (each joined with its in-place ReLU), pools, and classifier layers. Measured (simulated): the peak falls from 4022.2 MiB at k = 1 to 3402.4 MiB from k = 7 on, where it is reached in the backward pass of `features.1`, the first convolution's ReLU at 224 × 224 with 64 channels: as with ResNet18's stem, the largest unit sets the floor. √20 ≈ 4.5 would have stopped short of it: the rule is a starting point, the measurement decides. (VGG11's 133 million parameters, with their gradients and momentum, are also a large fixed part of the peak that checkpointing cannot touch.)
@@ -538,21 +667,26 @@ else:
 # <details><summary>Solution</summary>
 #
 # ```python
+# adam = {}
 # for amp in (False, True):
-#     p = profile_step("resnet18", 128, device="simulated", optimizer="adam", steady_state=True, amp=amp)
-#     print(amp, {k: round(v / MiB, 1) for k, v in p.categories.items()})
+#     adam[amp] = profile_step("resnet18", 128, device="simulated", optimizer="adam", steady_state=True, amp=amp)
+#     print(amp, {k: round(v / MiB, 1) for k, v in adam[amp].categories.items()})
+# for name in ("parameters", "optimizer_states", "input"):
+#     assert adam[True].categories[name] == adam[False].categories[name]
+# assert (round(adam[False].categories["activations"] / MiB, 1), round(adam[True].categories["activations"] / MiB, 1)) == (2633.8, 1472.9)
 # ```
 #
-# Parameters (44.6 MiB), optimizer states (Adam's two fp32 moments, 89.2 MiB) and the input stay the same: autocast only changes the dtype of operation outputs, while the optimizer works on the fp32 master weights. Activations shrink by 44% (2633.8 to 1472.9 MiB): not quite half, because autocast keeps some operations in fp32. This is why, for large models whose memory is dominated by model states (lesson 05), AMP alone saves little, and why mixed-precision training in ZeRO still counts 16 bytes per parameter.
+# Parameters (44.6 MiB), optimizer states (Adam's two fp32 moments, 89.2 MiB) and the input stay the same: autocast changes the dtype of operation outputs, not of the tensors the optimizer keeps, and `torch.autocast` has no separate master copy: the fp32 parameters are the weights it updates. Activations shrink by 44% (2633.8 to 1472.9 MiB), not 50%, for the reasons section 1 took apart: the float activations do halve exactly, but MaxPool's 196 MiB of int64 indices do not shrink, and autocast adds 16-bit copies of the input batch and the weights. For large models whose memory is dominated by model states (lesson 05), AMP alone saves little; schemes that do shrink the model states keep 16-bit weights and gradients beside an fp32 master copy, which is why the ZeRO paper's mixed-precision accounting still comes to 16 bytes per parameter (2 + 2 + 12, lesson 01).
 # </details>
 #
 # ## Key points
 #
-# - AMP halves only the activations autocast computes in 16 bits, and adds 16-bit weight copies; parameters, gradients and optimizer states stay fp32. ResNet18 at batch 128: the peak falls by about 40%.
-# - Checkpointing keeps segment inputs and recomputes segments in backward: up to one extra forward pass (at most +33% FLOPs). For n equal layers the best is √n segments (Chen et al. 2016); for real networks the largest segment sets a floor.
+# - AMP halves only the activations autocast computes in 16 bits (in ResNet18, all of them, exactly), keeps MaxPool's int64 indices, and adds 16-bit copies of the input and the weights; parameters, gradients and optimizer states stay fp32, with no master copy. ResNet18 at batch 128: the peak falls by about 40%.
+# - What autocast runs in 16 bits depends on the device, not on float16 vs bfloat16: for a transformer a GPU keeps more than the CPU's lists suggest.
+# - Checkpointing keeps segment inputs and recomputes segments in backward: up to one extra forward pass (+34% FLOPs for ResNet18, where a forward pass is a little over a third of the step). For n equal layers the best is √n segments (Chen et al. 2016); for real networks the largest segment sets a floor.
 # - The article's "divide by 5" is the reentrant checkpoint on an input that does not require grad: most parameters get **no gradient**. Use `use_reentrant=False`, and check that every parameter has a `.grad` after backward.
-# - Checkpointing gives bit-identical gradients; it updates BatchNorm statistics twice unless you stop it. AMP gives close gradients and, here, the same final accuracy.
-# - Offloading saved tensors to host memory (`save_on_cpu`) trades memory for transfers; with AMP it divides ResNet18's peak by about 3.5. The stem's backward sets a floor near 3.7x: 5x is not reachable correctly by these tools at batch 128.
+# - Checkpointing gives bit-identical gradients; it updates BatchNorm statistics twice unless you stop it (momentum 0.1 twice = 0.19: half the averaging window). AMP gives close gradients; a worse final accuracy was not observed on this small problem, which does not settle it for yours.
+# - Offloading saved tensors to host memory (`save_on_cpu`) trades memory for transfers; with AMP it divides ResNet18's peak by about 3.5, the floor that the stem's MaxPool backward sets for AMP, checkpointing and offloading: 5x is not reachable correctly by these tools at batch 128.
 #
 # ## Further reading
 #
