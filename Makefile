@@ -13,7 +13,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]_*.py)
 
-.PHONY: lessons test setup refresh-notebooks reset-lessons benchmark
+.PHONY: lessons test test-other-cpu setup refresh-notebooks reset-lessons benchmark
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ reset-lessons:
 test: setup
 	$(BIN)/python -m pytest
 
+# The lessons under strict nbval as another CPU computes them: PyTorch's plain
+# (unvectorised) kernels, MKL's AVX2 code path, one thread. Every checked
+# output must be the same (.ci/run runs this after make test).
+test-other-cpu: setup
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 OMP_NUM_THREADS=1 $(BIN)/python -m pytest lessons
+
 # Each lesson's source is lessons/NN_topic.py (jupytext py:percent). Rebuild the
 # notebook from it (keeping cell ids) and run it top to bottom in a fresh kernel.
 refresh-notebooks: setup
@@ -51,7 +57,6 @@ refresh-notebooks: setup
 	    $(BIN)/jupytext --quiet --update --to ipynb --output "$$nb" "$$src" || exit 1; \
 	    $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level WARN \
 	        --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
-	        --ExecutePreprocessor.coalesce_streams=True \
 	        --ClearMetadataPreprocessor.enabled=True --ClearMetadataPreprocessor.clear_notebook_metadata=False \
 	        "$$nb" || exit 1; \
 	done

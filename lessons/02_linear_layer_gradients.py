@@ -109,7 +109,7 @@ assert r_acts > 10 * r_states and m_states > 100 * m_acts
 #
 # ## 2. What each operation saves, measured
 #
-# Autograd stores the tensors a backward formula needs on the graph's nodes, as *saved tensors*. `inspect_saved` runs one forward pass under `torch.autograd.graph.saved_tensors_hooks`, which sees every tensor as it is saved, then asks each node which of them it saved and why. It compares every saved tensor's storage with the layer's input, output and parameters: a saved tensor that *is* one of these costs nothing extra. Only tensors marked **new** are extra memory, and each storage is counted once.
+# Autograd stores the tensors a backward formula needs on the graph's nodes, as *saved tensors*. `inspect_saved` runs one forward pass under `torch.autograd.graph.saved_tensors_hooks`, which sees every tensor as it is saved, then asks each node which of them it saved and why. It compares every saved tensor's storage with the layer's input, output and parameters: a saved tensor that *is* one of these costs nothing extra. Only tensors marked **new** are extra memory, and each storage is counted once. Its sizes are the exact bytes of each storage; on a GPU each would occupy a multiple of 512 bytes (lesson 00), which `profile_step` counts and the inspector does not.
 
 # %%
 x = torch.randn(64, 512)
