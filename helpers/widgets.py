@@ -204,7 +204,7 @@ class MemoryExplorer(widgets.VBox):
         rows = []
         for name, nbytes in parts:
             swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
-                      f'background:{_COLORS.get(name, "#eeeeee")}"></span>')
+                      f'background:{_paint(name)}"></span>')
             rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
                         f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
                         f'style="text-align:right">{_mib(nbytes)}</td></tr>')
@@ -222,13 +222,22 @@ class MemoryExplorer(widgets.VBox):
 _BAR_STYLE = "position:relative;height:26px;width:100%;max-width:640px;background:#f4f4f4;margin:6px 0"
 
 
+#: The assumed overhead is not a measured category: hatched, not filled.
+_HATCH = "repeating-linear-gradient(45deg,#bbbbbb 0 3px,#f4f4f4 3px 7px)"
+
+
+def _paint(name: str) -> str:
+    """CSS background of a category (or of the assumed overhead)."""
+    return _COLORS.get(name, _HATCH)
+
+
 def _bar(parts: list[tuple[str, int]], scale: float) -> str:
     """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes."""
     left, out = 0.0, []
     for name, nbytes in parts:
         width = 100 * nbytes / scale
         out.append(f'<div title="{name}: {_mib(nbytes)}" style="position:absolute;top:0;bottom:0;'
-                   f'left:{left:.3f}%;width:{width:.3f}%;background:{_COLORS.get(name, "#eeeeee")}"></div>')
+                   f'left:{left:.3f}%;width:{width:.3f}%;background:{_paint(name)}"></div>')
         left += width
     return "".join(out)
 
