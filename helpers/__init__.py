@@ -2,7 +2,8 @@
 
 Each module is introduced in a lesson and named in its docstring:
 
-* :mod:`helpers.memory`: measure bytes on a GPU or simulated (lesson 00);
+* :mod:`helpers.memory`: measure bytes on a GPU or simulated; the allocator's
+  size rules; real GPU cards (lessons 00 and 01);
 * :mod:`helpers.models`: torchvision models by name (lesson 03);
 * :mod:`helpers.trace`: per-module events of one step (lesson 03);
 * :mod:`helpers.accounting`: memory by category (lesson 03);
@@ -13,6 +14,7 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.batch`: memory against batch size, the affine law (lesson 01);
 * :mod:`helpers.widgets`: the batch-size widget (lesson 01);
 * :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02);
+  what a forward pass saves on fake CPU or CUDA tensors (lessons 00 and 04);
 * :mod:`helpers.check`: the workshop pre-flight check, ``python -m helpers check``.
 
 Lesson 04 uses :mod:`helpers.step`'s AMP, checkpointing (``Checkpointed``,
@@ -27,7 +29,7 @@ import importlib
 _HOME = {
     "CATEGORIES": "accounting",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
-    "CUDA_OVERHEAD_BYTES": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
+    "CUDA_OVERHEAD_BYTES": "memory", "GPU_CARDS": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
     "fmt_bytes": "memory", "resolve_backend": "memory", "round_up": "memory", "tensor_bytes": "memory",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
     "DoesNotFit": "step", "StepProfile": "step", "profile_step": "step",

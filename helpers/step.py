@@ -205,7 +205,8 @@ class StepProfile:
         reentrant: checkpointing used the reentrant variant.
         offload: saved tensors were kept in host memory.
         storages: serial -> :class:`Storage`, for every storage the tracker
-            counted during the traced step (and the model's, placed before it).
+            counted: the model's, the traced step's, and with ``steady_state``
+            the untraced first step's.
         peak_serials: serials of the storages alive at the peak.
     """
 
