@@ -273,6 +273,7 @@ with Meter("simulated") as meter:
 # resnet = torchvision.models.resnet18()
 # counters = [b for name, b in resnet.named_buffers() if name.endswith("num_batches_tracked")]
 # print(len(counters), sum(tensor_bytes(b) for b in counters))   # 20 counters, 10,240 bytes for 160 bytes of data
+# assert len(counters) == 20 and sum(tensor_bytes(b) for b in counters) == 20 * 512 and sum(b.nbytes for b in counters) == 160
 # ```
 #
 # (Adam's per-parameter `step` counters are *not* such an example on a GPU: unless the optimizer is created with `fused=True` or `capturable=True`, PyTorch keeps them in host memory.)
