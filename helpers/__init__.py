@@ -4,10 +4,14 @@ Each module is introduced in a lesson and named in its docstring:
 
 * :mod:`helpers.memory`: measure bytes on a GPU or simulated; the allocator's
   size rules; real GPU cards (lessons 00 and 01);
-* :mod:`helpers.models`: torchvision models by name (lesson 03);
+* :mod:`helpers.backends`: what differs between a real GPU and the simulation (lesson 00);
+* :mod:`helpers.config`: every option of a profiled step, checked in one place;
+* :mod:`helpers.models`: torchvision models by name, small networks, GPT-2 presets (lesson 03);
 * :mod:`helpers.trace`: per-module events of one step (lesson 03);
 * :mod:`helpers.accounting`: memory by category (lesson 03);
 * :mod:`helpers.step`: one training step, profiled (lesson 03);
+* :mod:`helpers.record`: the profile of a step and its queries (lesson 03);
+* :mod:`helpers.techniques`: checkpointing and optimizers (lessons 01 and 04);
 * :mod:`helpers.plots`: figures of a profiled step (lesson 03);
 * :mod:`helpers.data`: the digits data, offline (lesson 01);
 * :mod:`helpers.training`: train a small classifier, epoch by epoch (lesson 01);
@@ -16,9 +20,6 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02);
   what a forward pass saves on fake CPU or CUDA tensors (lessons 00 and 04);
 * :mod:`helpers.check`: the workshop pre-flight check, ``python -m helpers check``.
-
-Lesson 04 uses :mod:`helpers.step`'s AMP, checkpointing (``Checkpointed``,
-``frozen_batchnorm_stats``) and offloading (``offload_saved_tensors``).
 """
 
 import importlib
@@ -30,9 +31,10 @@ _HOME = {
     "CATEGORIES": "accounting",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
     "CUDA_OVERHEAD_BYTES": "memory", "GPU_CARDS": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
-    "fmt_bytes": "memory", "resolve_backend": "memory", "round_up": "memory", "tensor_bytes": "memory",
+    "fits": "memory", "fmt_bytes": "memory", "round_up": "memory", "tensor_bytes": "memory",
+    "resolve_backend": "backends", "StepConfig": "config",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
-    "DoesNotFit": "step", "StepProfile": "step", "profile_step": "step",
+    "DoesNotFit": "step", "profile_step": "step", "StepProfile": "record",
 }
 
 __all__ = sorted(_HOME)

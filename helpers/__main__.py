@@ -13,10 +13,11 @@ status 0 when the lessons will run, 1 when the environment is broken.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-OPTIMIZERS = ("sgd", "adam")  # helpers.step.OPTIMIZERS, without importing torch here
+from . import config  # no torch import: `check` must run when torch is broken
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,25 +39,26 @@ def _at_least(lowest: int):
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
     parser = _Parser(prog="python -m helpers",
                      description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("profile", help="memory of one training step, module by module")
-    p.add_argument("--model", default="resnet18", help="a torchvision classification model name (default resnet18)")
-    p.add_argument("--batch-size", type=_at_least(1), default=128, help="samples per batch (default 128)")
-    p.add_argument("--image-size", type=_at_least(1), default=224, help="image height and width (default 224)")
-    p.add_argument("--amp", action="store_true", help="automatic mixed precision (autocast)")
-    p.add_argument("--checkpoint", type=_at_least(0), default=0, metavar="SEGMENTS",
-                   help="activation checkpointing with this many segments (default 0: off)")
-    p.add_argument("--reentrant", action="store_true",
-                   help="with --checkpoint: the reentrant variant (lesson 04's trap: some parameters get no gradient)")
-    p.add_argument("--offload", action="store_true",
-                   help="keep tensors saved for backward in host memory (save_on_cpu)")
-    p.add_argument("--steady-state", action="store_true",
-                   help="trace the second step, when the optimizer states exist (lesson 01)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd", help="default sgd (with momentum)")
-    p.add_argument("--device", choices=("auto", "cuda", "simulated"), default="auto",
-                   help="auto: the GPU if there is one, else simulated (default)")
+    defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
+    choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
+               "attention": config.ATTENTION}
+    lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "checkpoint": 0}
+    for flag, name, text in config.CLI_OPTIONS:
+        default = defaults[name]
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=name, action="store_true", help=text)
+        elif name in choices:
+            p.add_argument(flag, dest=name, choices=choices[name], default=default, help=text)
+        elif name in lowest:
+            p.add_argument(flag, dest=name, type=_at_least(lowest[name]), default=default, help=text,
+                           metavar="SEGMENTS" if name == "checkpoint" else None)
+        else:
+            p.add_argument(flag, dest=name, default=default, help=text)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
@@ -76,12 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     from .step import DoesNotFit, profile_step
 
     prog = "python -m helpers profile"
+    options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
     try:
-        profile = profile_step(
-            args.model, args.batch_size, args.image_size, amp=args.amp, checkpoint=args.checkpoint,
-            optimizer=args.optimizer, device=args.device, reentrant=args.reentrant, offload=args.offload,
-            steady_state=args.steady_state,
-        )
+        profile = profile_step(**options)
     except DoesNotFit as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Callable
 
-from torch import nn
-
-from .memory import CUDA_OVERHEAD_BYTES, resolve_backend
-from .step import DoesNotFit, StepProfile, profile_step
+from .backends import get_backend
+from .config import StepConfig, check_int
+from .memory import CUDA_OVERHEAD_BYTES, headroom
+from .record import StepProfile
+from .step import DoesNotFit, profile_step
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class AffineFit:
         """
         if self.per_sample_bytes <= 0:
             raise ValueError("the fitted memory does not grow with the batch size")
-        return max(int((capacity - overhead - self.m0_bytes) // self.per_sample_bytes), 0)
+        return max(int((headroom(capacity, overhead) - self.m0_bytes) // self.per_sample_bytes), 0)
 
 
 def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
@@ -120,10 +120,6 @@ class Estimate:
     error: str | None = None
 
 
-def _where(profile: StepProfile) -> str:
-    return profile.events[profile.peak_event].label
-
-
 class PeakCurve:
     """The peak memory of one training configuration, for any batch size.
 
@@ -141,21 +137,30 @@ class PeakCurve:
     kept for later.
 
     Args:
-        model: model name or builder function, as for :func:`helpers.step.profile_step`.
+        model: a model, as for :func:`helpers.step.profile_step`, or a whole
+            :class:`helpers.config.StepConfig` (its batch size is ignored).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        **options: the other keyword arguments of ``profile_step`` (``amp``,
-            ``checkpoint``, ``optimizer``, ``image_size``, ``input_shape``,
-            ``num_classes``); ``steady_state`` defaults to True here, because
-            what must fit is every step of a training loop.
+        **options: the other options of :class:`helpers.config.StepConfig`;
+            ``steady_state`` defaults to True here, because what must fit is
+            every step of a training loop.
+
+    Attributes:
+        config: the configuration traced at every batch size.
+        backend: ``"cuda"`` or ``"simulated"``.
+        traces: batch size -> :class:`helpers.record.StepProfile`, the direct traces so far.
 
     Raises:
-        ValueError: as ``profile_step`` does, at the first estimate.
+        ValueError: for a bad option (at once), or as ``profile_step`` does at
+            the first estimate.
     """
 
-    def __init__(self, model: str | Callable[[], nn.Module] = "resnet18", device: str = "auto", **options):
-        self.model = model
-        self.backend = resolve_backend(device)
-        self.options = {"steady_state": True, **options}
+    def __init__(self, model="resnet18", device: str = "auto", **options):
+        if isinstance(model, StepConfig):
+            self.config = model
+        else:
+            self.config = StepConfig(model=model, device=device, **{"steady_state": True, **options})
+        self.runtime = get_backend(self.config.device)
+        self.backend = self.runtime.name
         self.traces: dict[int, StepProfile] = {}
         self._sizes: list[int] = []  # traced batch sizes, sorted
 
@@ -166,7 +171,7 @@ class PeakCurve:
             DoesNotFit: if a real GPU runs out of memory.
         """
         if batch_size not in self.traces:
-            self.traces[batch_size] = profile_step(self.model, batch_size, device=self.backend, **self.options)
+            self.traces[batch_size] = profile_step(self.config.replace(batch_size=batch_size, device=self.backend))
             bisect.insort(self._sizes, batch_size)
         return self.traces[batch_size]
 
@@ -180,9 +185,8 @@ class PeakCurve:
             ValueError: for a batch size below 1 or a configuration
                 ``profile_step`` refuses.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if self.backend == "simulated" and batch_size not in self.traces:
+        check_int("batch_size", batch_size, 1)
+        if not self.runtime.measured and batch_size not in self.traces:
             i = bisect.bisect(self._sizes, batch_size)
             if 0 < i < len(self._sizes):
                 lo, hi = self.traces[self._sizes[i - 1]], self.traces[self._sizes[i]]
@@ -193,7 +197,7 @@ class PeakCurve:
         except DoesNotFit as e:
             return Estimate(batch_size, None, backend=self.backend, error=e.cuda_message or str(e))
         return Estimate(batch_size, profile.peak_allocated_bytes, dict(profile.categories),
-                        _where(profile), True, profile.backend)
+                        profile.peak.label, True, profile.backend)
 
 
 def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
@@ -204,4 +208,4 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
 
     categories = {k: between(lo.categories[k], hi.categories[k]) for k in lo.categories}
     return Estimate(b, between(lo.peak_allocated_bytes, hi.peak_allocated_bytes), categories,
-                    _where(hi), False, lo.backend)
+                    hi.peak.label, False, lo.backend)

@@ -91,7 +91,8 @@ def run_check(out=print) -> int:
 
 
 def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> None:
-    from .memory import CUDA_OVERHEAD_BYTES, fmt_bytes, resolve_backend
+    from .backends import get_backend
+    from .memory import CUDA_OVERHEAD_BYTES, fmt_bytes
 
     if torch.cuda.is_available():
         try:
@@ -105,16 +106,16 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
             return
     else:
         out(f"  {'device':<12} no GPU visible to PyTorch (CPU only)")
-    backend = resolve_backend("auto")
-    meaning = ("real GPU counters" if backend == "cuda"
-               else "fake tensors on the CPU; exact for tensor bytes, see lesson 00")
-    out(f"  {'backend':<12} {backend} ({meaning})")
+    runtime = get_backend("auto")
+    meaning = ("real GPU counters" if runtime.measured
+               else "fake tensors with a GPU's rules, on the CPU; see lesson 00")
+    out(f"  {'backend':<12} {runtime.name} ({meaning})")
     if not have_torchvision:
         return
     from .step import DoesNotFit, profile_step
 
     try:
-        step = profile_step("resnet18", 128, device=backend)
+        step = profile_step("resnet18", 128, device=runtime.name)
     except DoesNotFit as e:
         out(f"  {'ResNet18':<12} batch 128 does NOT fit on this GPU: {e.cuda_message}")
         return
@@ -125,7 +126,7 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
                         "in a fresh environment (make setup)")
         return
     peak = step.peak_allocated_bytes
-    if backend == "cuda":
+    if runtime.measured:
         out(f"  {'ResNet18':<12} batch 128 fits: peak {fmt_bytes(peak)} measured on this GPU")
     else:
         out(f"  {'ResNet18':<12} batch 128: peak {fmt_bytes(peak)} simulated; a GPU would need about "

@@ -2,7 +2,8 @@
 
 Introduced in lesson 00 (setup check); every other lesson measures with it.
 
-Two backends answer the same questions (bytes allocated now, peak allocated):
+Two backends answer the same questions (bytes allocated now, peak allocated);
+:mod:`helpers.backends` holds what differs between them:
 
 * ``cuda``: the real counters of PyTorch's CUDA caching allocator
   (``torch.cuda.memory_allocated``, ``max_memory_allocated``,
@@ -25,11 +26,10 @@ All sizes are in bytes; 1 MiB = 2**20 bytes (not 1 MB = 10**6 bytes).
 
 from __future__ import annotations
 
-import logging
 import weakref
+from typing import NamedTuple
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -41,7 +41,6 @@ GiB = 2**30
 #: tensor occupies 512 bytes of ``memory_allocated``.
 BLOCK_BYTES = 512
 
-BACKENDS = ("cuda", "simulated")
 
 # The caching allocator's size constants (c10/cuda/CUDACachingAllocator.cpp).
 #: Requests of at most 1 MiB are "small" (``kSmallSize``); they share 2 MiB segments.
@@ -81,7 +80,25 @@ GPU_CARDS = {
 #: generous figure; on a real GPU, measure instead.
 CUDA_OVERHEAD_BYTES = 1 * 2**30
 
-_FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
+
+def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
+    """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead``.
+
+    The one rule behind "does it fit" everywhere (the simulated GPU, the largest
+    batch, the widget's verdict): the tensors' peak must fit what the CUDA
+    context, the library workspaces and the allocator's cache leave.
+
+    Raises:
+        ValueError: if ``capacity`` or ``overhead`` is negative.
+    """
+    if capacity < 0 or overhead < 0:
+        raise ValueError(f"capacity and overhead must be >= 0 bytes, got {capacity} and {overhead}")
+    return capacity - overhead
+
+
+def fits(peak: int, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> bool:
+    """Whether a step whose tensors peak at ``peak`` bytes fits a GPU of ``capacity`` bytes."""
+    return peak <= headroom(capacity, overhead)
 
 
 def round_up(nbytes: int, block: int = BLOCK_BYTES) -> int:
@@ -240,27 +257,16 @@ def oom_message(requested: int, capacity: int, in_use: int, allocated: int, rese
     )
 
 
-def resolve_backend(device: str = "auto") -> str:
-    """Turn a ``device`` argument into a backend name: ``cuda`` or ``simulated``.
+class LogEntry(NamedTuple):
+    """One change in allocated memory: a storage allocated, freed or resized.
 
-    ``auto`` picks ``cuda`` when ``torch.cuda.is_available()``, else
-    ``simulated``.
-
-    Raises:
-        ValueError: for an unknown name, or ``cuda`` on a machine without a GPU.
+    ``delta`` is in bytes (negative for a free or a shrink); ``kind`` is
+    ``"alloc"``, ``"free"`` or ``"resize"``.
     """
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "simulated"
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                "device 'cuda' was asked for, but PyTorch sees no GPU here "
-                "(torch.cuda.is_available() is False); use 'auto' or 'simulated'"
-            )
-        return "cuda"
-    if device == "simulated":
-        return "simulated"
-    raise ValueError(f"unknown device {device!r}; use 'auto', 'cuda' or 'simulated'")
+
+    serial: int
+    kind: str
+    delta: int
 
 
 class StorageTracker(TorchDispatchMode):
@@ -269,17 +275,23 @@ class StorageTracker(TorchDispatchMode):
     A ``TorchDispatchMode`` sees the outputs of every ATen operation.  Each new
     storage is counted once (views and in-place results share a storage and
     add nothing), rounded up to 512 bytes, and a ``weakref.finalize`` on the
-    storage subtracts it again when autograd or Python frees it.
+    storage subtracts it again when autograd or Python frees it.  A storage
+    resized in place (``untyped_storage().resize_()``, as FSDP does to free and
+    re-gather parameters) is counted at its new size: ``UntypedStorage.resize_``
+    is not an ATen operation, so it is wrapped while the tracker is active (as
+    ``torch.distributed._tools.mem_tracker.MemTracker`` does).
 
     Every storage gets a serial number, so that a snapshot (the serials alive
-    at some moment) can be labelled later, e.g. as parameters or gradients.
+    at some moment) can be labelled later, e.g. as parameters or gradients, and
+    every change is appended to :attr:`log`, in order.
 
     Args:
         device_type: count only storages on this device type (``"cuda"``), or
             every storage when ``None`` (simulated mode, where all are fake).
         capacity: simulate a GPU of this many bytes: a new storage that would
-            take the tensor bytes above ``capacity - CUDA_OVERHEAD_BYTES`` raises
-            ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`oom_message`.
+            take the tensor bytes above :func:`headroom` raises
+            ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`oom_message`,
+            whose ``requested`` and ``allocated`` attributes give the bytes.
             ``None``: no limit.
 
     Attributes:
@@ -289,9 +301,12 @@ class StorageTracker(TorchDispatchMode):
         peak_at: serial of the allocation that reached the peak (which
             allocation of the step it was; the same operation in a run at
             another batch size has the same serial).
-        sizes: serial -> bytes, for every storage ever counted.
+        sizes: serial -> bytes, for every storage ever counted (its largest size).
         dtypes, shapes: serial -> dtype and shape of the tensor through which
             the storage was first seen (what created it).
+        log: every :class:`LogEntry`, in order (cheap: one tuple per change).
+        paused: while True, new storages are not device memory (a simulated
+            host copy) and are not counted.
 
     Limits: memory allocated inside a kernel without creating a tensor
     (cuDNN/cuBLAS workspaces) is invisible here, and so are tensors created
@@ -306,11 +321,30 @@ class StorageTracker(TorchDispatchMode):
         self.peak = 0
         self.peak_serials: tuple[int, ...] = ()
         self.peak_at = -1
-        self.paused = False  # True: new storages are not device memory (a simulated host copy)
+        self.paused = False
         self.sizes: dict[int, int] = {}
         self.dtypes: dict[int, torch.dtype] = {}
         self.shapes: dict[int, tuple[int, ...]] = {}
+        self.log: list[LogEntry] = []
         self._live: dict[int, int] = {}  # id(storage) -> serial
+        self._now: dict[int, int] = {}   # serial -> bytes now (a resized storage differs from sizes)
+        self._resize = None
+
+    def __enter__(self):
+        tracker, original = self, torch.UntypedStorage.resize_
+
+        def resize_(storage, size):
+            result = original(storage, size)
+            tracker._resized(storage)
+            return result
+
+        self._resize = original
+        torch.UntypedStorage.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -322,7 +356,11 @@ class StorageTracker(TorchDispatchMode):
         return out
 
     def track(self, t: torch.Tensor) -> int | None:
-        """Count ``t``'s storage if it is new; return its serial (None if ignored)."""
+        """Count ``t``'s storage if it is new; return its serial (None if ignored).
+
+        Raises:
+            torch.OutOfMemoryError: past the simulated capacity.
+        """
         if self.device_type is not None and t.device.type != self.device_type:
             return None
         st = t.untyped_storage()
@@ -331,36 +369,58 @@ class StorageTracker(TorchDispatchMode):
         if serial is not None:
             return serial
         nbytes = round_up(st.nbytes())
-        if self.capacity is not None and self.allocated + nbytes > self.capacity - CUDA_OVERHEAD_BYTES:
-            in_use = self.allocated + CUDA_OVERHEAD_BYTES
-            error = torch.OutOfMemoryError(
-                oom_message(allocation_size(nbytes), self.capacity, in_use, self.allocated, self.allocated))
-            error.requested, error.allocated = allocation_size(nbytes), self.allocated  # for DoesNotFit
-            raise error
+        self._check_capacity(nbytes)
         serial = len(self.sizes)
         self.sizes[serial] = nbytes
         self.dtypes[serial] = t.dtype
         self.shapes[serial] = tuple(t.shape)
         self._live[key] = serial
-        self.allocated += nbytes
-        if self.allocated > self.peak:
-            self.peak = self.allocated
-            self.peak_serials = tuple(self._live.values())
-            self.peak_at = serial
+        self._change(serial, "alloc", nbytes)
         weakref.finalize(st, self._free, key)
         return serial
 
+    def _check_capacity(self, nbytes: int) -> None:
+        if self.capacity is not None and self.allocated + nbytes > headroom(self.capacity):
+            in_use = self.allocated + CUDA_OVERHEAD_BYTES
+            error = torch.OutOfMemoryError(
+                oom_message(allocation_size(nbytes), self.capacity, in_use, self.allocated, self.allocated))
+            error.requested, error.allocated = allocation_size(nbytes), self.allocated  # for DoesNotFit
+            raise error
+
+    def _change(self, serial: int, kind: str, delta: int) -> None:
+        self._now[serial] = self._now.get(serial, 0) + delta
+        self.allocated += delta
+        self.log.append(LogEntry(serial, kind, delta))
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+            self.peak_serials = tuple(s for s in self._live.values() if self._now[s])
+            self.peak_at = serial
+
     def _free(self, key: int) -> None:
         serial = self._live.pop(key)
-        self.allocated -= self.sizes[serial]
+        self._change(serial, "free", -self._now[serial])
+
+    def _resized(self, storage) -> None:
+        serial = self._live.get(id(storage))
+        if serial is None or self.paused:
+            return
+        delta = round_up(storage.nbytes()) - self._now[serial]
+        if delta > 0:
+            self._check_capacity(delta)
+        self.sizes[serial] = max(self.sizes[serial], self._now[serial] + delta)
+        self._change(serial, "resize", delta)
+
+    def bytes_now(self, serial: int) -> int:
+        """Bytes the storage ``serial`` holds now (0 once freed or resized to 0)."""
+        return self._now.get(serial, 0) if serial in self._live.values() else 0
 
     def serial_of(self, t: torch.Tensor) -> int | None:
         """Serial of the live storage holding ``t``, or None if not counted."""
         return self._live.get(id(t.untyped_storage()))
 
     def live_serials(self) -> tuple[int, ...]:
-        """Serials of all storages alive now."""
-        return tuple(self._live.values())
+        """Serials of all storages alive now, holding bytes."""
+        return tuple(s for s in self._live.values() if self._now[s])
 
     def reset_peak(self) -> None:
         """Start a new peak from the bytes alive now."""
@@ -398,10 +458,13 @@ class Meter:
             limits the caching allocator to ``capacity`` (restored on exit),
             so a large GPU fails as a smaller one would.  Exceeding it raises
             ``torch.OutOfMemoryError``.
+        attention: simulated only: the kernel of ``scaled_dot_product_attention``
+            (see :data:`helpers.config.ATTENTION`).
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
         device: the ``torch.device`` to create tensors on inside the block.
+        runtime: the :class:`helpers.backends.Backend` object behind it.
         tracker: the :class:`StorageTracker` counting storages (both backends;
             on cuda it explains the real counters by category).
 
@@ -411,64 +474,41 @@ class Meter:
             exceeds the GPU's memory).
     """
 
-    def __init__(self, device: str = "auto", capacity: int | None = None):
-        self.backend = resolve_backend(device)
-        self.device = torch.device("cuda" if self.backend == "cuda" else "cpu")
+    def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto"):
+        from .backends import get_backend
+
+        self.runtime = get_backend(device, attention)
+        self.backend = self.runtime.name
+        self.device = self.runtime.device
         if capacity is not None:
             if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
                 raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
-            if self.backend == "cuda" and capacity > torch.cuda.get_device_properties(0).total_memory:
+            total = self.runtime.total_memory()
+            if total is not None and capacity > total:
                 raise ValueError(f"capacity {cuda_size(capacity)} exceeds this GPU's memory")
         self.capacity = capacity
-        simulated_capacity = capacity if self.backend == "simulated" else None
-        self.tracker = StorageTracker("cuda" if self.backend == "cuda" else None, simulated_capacity)
-        self._fake: FakeTensorMode | None = None
-        self._base = 0
+        self.tracker = self.runtime.tracker(capacity)
         self._frozen: tuple[int, int, int | None] | None = None
 
     def __enter__(self) -> "Meter":
-        if self.backend == "cuda":
-            torch.cuda.synchronize()
-            self._base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            if self.capacity is not None:
-                total = torch.cuda.get_device_properties(0).total_memory
-                torch.cuda.set_per_process_memory_fraction(self.capacity / total)
-        else:
-            # FakeTensorMode logs a full traceback before raising a shape
-            # error; the error itself reaches the caller, so keep the log quiet.
-            self._log_level = _FAKE_LOG.level
-            _FAKE_LOG.setLevel(logging.CRITICAL)
-            self._fake = FakeTensorMode()
-            self._fake.__enter__()
+        self.runtime.enter(self.capacity)
         self.tracker.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self.tracker.__exit__(*exc)
-        if self.backend == "cuda" and self.capacity is not None:
-            torch.cuda.set_per_process_memory_fraction(1.0)
-        if self._fake is not None:
-            self._fake.__exit__(*exc)
-            _FAKE_LOG.setLevel(self._log_level)
-        self._frozen = (self._allocated(), self._peak(), self._reserved())
+        self.runtime.exit(*exc)
+        self._frozen = (self._now(), self._peak(), self.runtime.reserved())
 
-    def _allocated(self) -> int:
-        if self.backend == "cuda":
-            return torch.cuda.memory_allocated() - self._base
-        return self.tracker.allocated
+    def _now(self) -> int:
+        return self.runtime.allocated(self.tracker)
 
     def _peak(self) -> int:
-        if self.backend == "cuda":
-            return torch.cuda.max_memory_allocated() - self._base
-        return self.tracker.peak
-
-    def _reserved(self) -> int | None:
-        return torch.cuda.memory_reserved() if self.backend == "cuda" else None
+        return self.runtime.peak(self.tracker)
 
     def allocated(self) -> int:
         """Bytes of tensor memory allocated now, since the block was entered."""
-        return self._frozen[0] if self._frozen else self._allocated()
+        return self._frozen[0] if self._frozen else self._now()
 
     def peak(self) -> int:
         """Highest :meth:`allocated` since entry or the last :meth:`reset_peak`."""
@@ -478,13 +518,28 @@ class Meter:
         """Bytes the caching allocator holds from the driver (cuda only).
 
         This is ``torch.cuda.memory_reserved()`` for the whole process, not
-        relative to entry.  ``None`` in simulated mode: without a GPU there is
-        no allocator cache to read.
+        relative to entry.  ``None`` in simulated mode: the simulation has no
+        allocator cache (lesson 06 models one).
         """
-        return self._frozen[2] if self._frozen else self._reserved()
+        return self._frozen[2] if self._frozen else self.runtime.reserved()
 
     def reset_peak(self) -> None:
         """Start a new peak from the bytes allocated now."""
         self.tracker.reset_peak()
-        if self.backend == "cuda":
-            torch.cuda.reset_peak_memory_stats()
+        self.runtime.reset_peak()
+
+    def serial_of(self, t: torch.Tensor) -> int | None:
+        """The tracker's serial for the storage of ``t`` (None if not counted)."""
+        return self.tracker.serial_of(t)
+
+    def live_serials(self) -> tuple[int, ...]:
+        """Serials of the storages alive now."""
+        return self.tracker.live_serials()
+
+    def storages_so_far(self) -> int:
+        """How many storages have been counted so far (the next serial)."""
+        return len(self.tracker.sizes)
+
+    def log_length(self) -> int:
+        """How many allocation-log entries there are so far."""
+        return len(self.tracker.log)

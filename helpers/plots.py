@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
 from .memory import MiB
-from .step import StepProfile
+from .record import StepProfile
 
 
 def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:

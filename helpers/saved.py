@@ -248,17 +248,20 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
                         num_classes: int | None = None, input_requires_grad: bool = False) -> dict[torch.dtype, int]:
     """Bytes that autograd saves in one forward pass, by dtype, as ``device`` would save them.
 
-    The pass runs on fake tensors (``FakeTensorMode``) placed on ``device``:
-    ``"cpu"`` runs the CPU's kernels and autocast lists, ``"cuda"`` CUDA's
-    (dropout's ``native_dropout``, CUDA autocast), with no GPU needed.  Each
-    saved storage is counted once, rounded up to 512 bytes.  Only the forward:
-    backward on fake CUDA tensors needs a real GPU (pytorch/pytorch#92627).
+    The pass runs on fake tensors (``FakeTensorMode``): ``"cpu"`` runs the
+    CPU's kernels and autocast lists; ``"cuda"`` places the tensors on a fake
+    GPU, which runs CUDA's (dropout's ``native_dropout``, CUDA autocast), with
+    no GPU needed; ``"simulated"`` runs the CPU's kernels under
+    :func:`helpers.cuda_semantics.cuda_rules`, as the simulated backend does.
+    Each saved storage is counted once, rounded up to 512 bytes.  Only the
+    forward: backward on fake CUDA tensors needs a real GPU
+    (pytorch/pytorch#92627), which is why the simulation cannot simply run on them.
 
     Args:
         model: a torchvision classification model name, or a function returning
             a fresh module.
         input_shape: shape of the whole input, e.g. ``(128, 3, 224, 224)``.
-        device: ``"cpu"`` or ``"cuda"``.
+        device: ``"cpu"``, ``"cuda"`` or ``"simulated"``.
         autocast_dtype: run under autocast with this dtype (``torch.float16``,
             ``torch.bfloat16``); ``None``: no autocast.
         num_classes: add a cross-entropy loss against targets of this many
@@ -270,10 +273,15 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
         ``{dtype: bytes}`` of the saved storages.
 
     Raises:
-        ValueError: for a device other than ``"cpu"`` and ``"cuda"``.
+        ValueError: for another device.
     """
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device not in ("cpu", "cuda", "simulated"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'simulated', got {device!r}")
+    rules = contextlib.nullcontext()
+    if device == "simulated":
+        from .cuda_semantics import cuda_rules
+
+        device, rules = "cpu", cuda_rules()
     if isinstance(model, str):
         from .models import build_model
 
@@ -288,7 +296,7 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
         storages.setdefault(id(st), (st, t.dtype, round_up(st.nbytes())))
         return t
 
-    with FakeTensorMode():
+    with rules, FakeTensorMode():
         module = module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
         x = torch.randn(input_shape, device=device, requires_grad=input_requires_grad)
         with _autocast(device, autocast_dtype), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

@@ -46,18 +46,23 @@ from .memory import Meter
 MODULE_PHASES = ("pre", "fwd", "bwd", "recompute")
 
 
+#: Step events, in the order a step records them (``Event.phase`` of a step event).
+STEP_PHASES = ("model", "input", "loss", "backward", "optimizer.step", "zero_grad")
+
+
 @dataclass
 class Event:
-    """One moment of a traced step.
+    """One moment of a traced step.  Each field has one meaning.
 
     Attributes:
         index: position in the step's event list (0-based).
+        phase: what happened: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for a
+            module; one of :data:`STEP_PHASES` for a step event.
         module: dotted name from ``model.named_modules()`` (the model itself is
-            ``""``), or ``None`` for a step event (``model``, ``input``,
-            ``loss``, ``backward``, ``optimizer.step``, ``zero_grad``).
-        type: the module's class name, or a description of the step event.
-        phase: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for modules; the
-            step event's name otherwise.
+            ``""``); ``None`` for a step event.
+        module_type: the module's class name (``"Conv2d"``); ``None`` for a step event.
+        note: a step event's description (``"input batch and targets"``);
+            ``None`` for a module event.
         allocated_bytes: bytes allocated at this moment (backend's counter).
         delta_bytes: change since the previous event, in bytes.
         peak_bytes: highest allocation so far in the step, in bytes.
@@ -65,26 +70,34 @@ class Event:
         depth: nesting depth of the module (the model is 0).
         live: serials of the storages alive at this moment (see
             :class:`helpers.memory.StorageTracker`); used to label memory.
+        log_position: length of the allocation log at this moment.
     """
 
     index: int
-    module: str | None
-    type: str
     phase: str
+    module: str | None
+    module_type: str | None
+    note: str | None
     allocated_bytes: int
     delta_bytes: int
     peak_bytes: int
     shape: tuple[int, ...] | None = None
     depth: int = 0
     live: tuple[int, ...] = field(default=(), repr=False)
+    log_position: int = field(default=0, repr=False)
+
+    @property
+    def type(self) -> str:
+        """The module's class name, or the step event's note (the JSON ``type``)."""
+        return self.module_type if self.module is not None else self.note
 
     @property
     def label(self) -> str:
         """The moment in words: ``"backward of ReLU 'layer4.1.relu'"``, ``"optimizer.step()"``."""
         if self.module is None:
-            return self.type
+            return self.note
         words = {"pre": "before", "fwd": "forward of", "bwd": "backward of", "recompute": "recomputation of"}
-        name = f"the model ({self.type})" if self.module == "" else f"{self.type} '{self.module}'"
+        name = f"the model ({self.module_type})" if self.module == "" else f"{self.module_type} '{self.module}'"
         return f"{words[self.phase]} {name}"
 
 
@@ -133,20 +146,29 @@ class StepTracer:
 
     # -- recording -----------------------------------------------------------------
     def record(self, module: str | None, type_: str, phase: str, shape=None) -> Event:
-        """Append an event with the bytes allocated now; returns it."""
+        """Append an event with the bytes allocated now; returns it.
+
+        Args:
+            module: the module's dotted name, or None for a step event.
+            type_: the module's class name, or the step event's note.
+            phase: see :attr:`Event.phase`.
+            shape: the output's shape (forward events).
+        """
         allocated = self.meter.allocated()
         previous = self.events[-1].allocated_bytes if self.events else 0
         event = Event(
             index=len(self.events),
-            module=module,
-            type=type_,
             phase=phase,
+            module=module,
+            module_type=type_ if module is not None else None,
+            note=type_ if module is None else None,
             allocated_bytes=allocated,
             delta_bytes=allocated - previous,
             peak_bytes=self.meter.peak(),
             shape=shape,
             depth=0 if not module else module.count(".") + 1,
-            live=self.meter.tracker.live_serials(),
+            live=self.meter.live_serials(),
+            log_position=self.meter.log_length(),
         )
         self.events.append(event)
         return event
@@ -155,7 +177,7 @@ class StepTracer:
     def _pre_hook(self, name: str):
         def hook(mod, args):
             if self.in_backward:
-                self._recompute_start[id(mod)] = len(self.meter.tracker.sizes)
+                self._recompute_start[id(mod)] = self.meter.storages_so_far()
                 return
             self.record(name, type(mod).__name__, "pre")
             wanted = [t for t in _tensors(args) if t.requires_grad]
@@ -192,8 +214,8 @@ class StepTracer:
     def _post_hook(self, name: str):
         def hook(mod, args, output):
             if self.in_backward:
-                first = self._recompute_start.pop(id(mod), len(self.meter.tracker.sizes))
-                self.recomputed.append((first, len(self.meter.tracker.sizes)))
+                first = self._recompute_start.pop(id(mod), self.meter.storages_so_far())
+                self.recomputed.append((first, self.meter.storages_so_far()))
                 self.record(name, type(mod).__name__, "recompute", _shape(output))
             else:
                 self.record(name, type(mod).__name__, "fwd", _shape(output))
@@ -201,7 +223,7 @@ class StepTracer:
         return hook
 
     def _pack(self, t: torch.Tensor):
-        serial = self.meter.tracker.serial_of(t)
+        serial = self.meter.serial_of(t)
         if serial is not None:
             self.saved.add(serial)
         return t

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from .data import Split
 from .models import sequential_form
-from .step import Checkpointed
+from .techniques import Checkpointed
 
 
 @dataclass

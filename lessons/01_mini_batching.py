@@ -46,8 +46,9 @@ from matplotlib.figure import Figure
 from helpers import CUDA_OVERHEAD_BYTES, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp, profile_step
 from helpers.data import load_digits
 from helpers.memory import GPU_CARDS, oom_message
+from helpers.models import digits_mlp
 from helpers.training import train
-from helpers.widgets import MemoryExplorer, digits_mlp
+from helpers.widgets import MemoryExplorer
 
 _ = torch.manual_seed(0)
 

@@ -253,6 +253,8 @@ assert mask_bytes == {"ReLU": 0, "BoolMaskReLU": 64 * 512, "BitMaskReLU": 64 * 5
 #
 # * an MLP for 28 × 28 images in the style of the dropout paper (Srivastava et al., 2014): 784 → 4 × (Linear 1024, ReLU, Dropout 0.5) → 10, at batch 4096;
 # * ResNet18 at batch 128, whose ReLUs all feed convolutions (or the residual addition).
+#
+# (The simulation follows a GPU's dropout, which keeps a 1-byte mask: lesson 00.)
 
 # %%
 def dropout_mlp(relu=nn.ReLU):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from helpers import profile_step
 from helpers.__main__ import main
 from helpers.models import build_model, digits_cnn, sequential_form
-from helpers.step import Checkpointed
+from helpers.techniques import Checkpointed
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from helpers import CUDA_OVERHEAD_BYTES, DoesNotFit, GiB, MiB, PeakCurve, fit_af
 from helpers.data import load_digits, load_mnist
 from helpers.memory import GPU_CARDS, Meter, allocation_size, block_bytes, cuda_size, oom_message, round_up
 from helpers.training import train
-from helpers.widgets import MemoryExplorer, digits_mlp
+from helpers.models import digits_mlp
+from helpers.widgets import MemoryExplorer
 
 
 @pytest.fixture(scope="module")

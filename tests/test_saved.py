@@ -125,5 +125,5 @@ def test_forward_saved_bytes_shows_where_cpu_and_cuda_kernels_differ():
     assert cpu == {torch.bfloat16: 2 * 64 * 512 * 2}  # input copy and softmax output, both bf16
     assert fp16[torch.float32] == 64 * 512 * 4 and sum(fp16.values()) == sum(bf16.values())
     assert not torch.is_autocast_enabled("cuda")  # switched back off
-    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+    with pytest.raises(ValueError, match="'cpu', 'cuda' or 'simulated'"):
         forward_saved_bytes(attention, (1, 512), device="mps")

@@ -8,7 +8,7 @@ import torchvision
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from helpers import CATEGORIES, MiB, build_model, profile_step, round_up, sequential_form
-from helpers.step import make_optimizer
+from helpers.techniques import make_optimizer
 
 
 def nbytes(shape, dtype=torch.float32):
@@ -92,8 +92,8 @@ def test_peak_agrees_with_memtracker(resnet18_b128):
 def test_adam_keeps_two_states_per_parameter():
     p = profile_step("resnet18", 2, image_size=64, optimizer="adam", device="simulated")
     param_bytes = sum(round_up(t.numel() * 4) for t in torchvision.models.resnet18().parameters())
-    steps = 62 * 512  # one scalar step counter per parameter tensor
-    assert p.event_categories[-1]["optimizer_states"] == 2 * param_bytes + steps
+    # Adam's step counters are host tensors on a GPU (not fused, not capturable): not counted.
+    assert p.event_categories[-1]["optimizer_states"] == 2 * param_bytes
 
 
 def test_amp_and_checkpointing_lower_the_peak_and_keep_every_gradient(resnet18_b128):

@@ -1,0 +1,281 @@
+"""What differs between measuring on a real GPU and simulating one.
+
+Introduced with lesson 00 (which backend measures your memory).  Everything
+else in :mod:`helpers` is written once, for both: a :class:`Backend` object
+answers each question that has two answers.
+
+* :class:`CudaBackend` reads PyTorch's own counters on a real GPU, runs
+  autocast on CUDA (float16 with a real ``GradScaler``), and keeps offloaded
+  tensors in pinned host memory.
+* :class:`SimulatedBackend` runs the step on fake CPU tensors counted by a
+  :class:`helpers.memory.StorageTracker`, builds models on the ``meta``
+  device, and keeps offloaded tensors out of the count.
+
+:func:`get_backend` turns a ``device`` argument into one of them.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from typing import Callable
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .cuda_semantics import SimulatedGradScaler, cuda_rules, host_side_steps
+from .memory import StorageTracker
+from .techniques.optimizers import make_optimizer
+
+#: The two backends, by name.
+BACKENDS = ("cuda", "simulated")
+
+_FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
+
+
+def resolve_backend(device: str = "auto") -> str:
+    """Turn a ``device`` argument into a backend name: ``cuda`` or ``simulated``.
+
+    ``auto`` picks ``cuda`` when ``torch.cuda.is_available()``, else
+    ``simulated``.
+
+    Raises:
+        ValueError: for an unknown name, or ``cuda`` on a machine without a GPU.
+    """
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "simulated"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "device 'cuda' was asked for, but PyTorch sees no GPU here "
+                "(torch.cuda.is_available() is False); use 'auto' or 'simulated'"
+            )
+        return "cuda"
+    if device == "simulated":
+        return "simulated"
+    raise ValueError(f"unknown device {device!r}; use 'auto', 'cuda' or 'simulated'")
+
+
+def get_backend(device: str = "auto", attention: str = "auto") -> "Backend":
+    """The :class:`Backend` object for a ``device`` argument (see :func:`resolve_backend`).
+
+    Args:
+        device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
+        attention: the attention kernel the simulation runs (a real GPU picks its own).
+
+    Raises:
+        ValueError: as :func:`resolve_backend` does.
+    """
+    return CudaBackend() if resolve_backend(device) == "cuda" else SimulatedBackend(attention)
+
+
+class Backend:
+    """The questions a measurement answers differently on a GPU and in simulation.
+
+    Attributes:
+        name: ``"cuda"`` or ``"simulated"``.
+        device: where the step's tensors are created.
+        measured: True when the figures are a real GPU's counters.
+    """
+
+    name = ""
+    device = torch.device("cpu")
+    measured = False
+
+    # -- counting --------------------------------------------------------------------
+    def tracker(self, capacity: int | None) -> StorageTracker:
+        """The storage tracker that labels this backend's memory by category."""
+        raise NotImplementedError
+
+    def enter(self, capacity: int | None) -> None:
+        """Start measuring (called by :class:`helpers.memory.Meter`)."""
+
+    def exit(self, *exc) -> None:
+        """Stop measuring."""
+
+    def allocated(self, tracker: StorageTracker) -> int:
+        """Bytes of tensors allocated since :meth:`enter`."""
+        raise NotImplementedError
+
+    def peak(self, tracker: StorageTracker) -> int:
+        """Highest :meth:`allocated` since :meth:`enter` or :meth:`reset_peak`."""
+        raise NotImplementedError
+
+    def reserved(self) -> int | None:
+        """Bytes the caching allocator holds, or None where there is none."""
+        return None
+
+    def reset_peak(self) -> None:
+        """Start a new peak (the tracker's is reset by the meter)."""
+
+    def total_memory(self) -> int | None:
+        """The GPU's memory in bytes, or None when simulating."""
+        return None
+
+    # -- the step ----------------------------------------------------------------------
+    def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
+        """Build the model, outside any measurement."""
+        raise NotImplementedError
+
+    def place(self, model: nn.Module) -> nn.Module:
+        """Put the model's parameters and buffers on :attr:`device`, counted."""
+        raise NotImplementedError
+
+    def autocast(self, dtype: torch.dtype):
+        """The autocast context of a forward pass in ``dtype``."""
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def grad_scaler(self, dtype: torch.dtype):
+        """A gradient scaler for float16 training, or None (bfloat16 needs none)."""
+        return None
+
+    def optimizer(self, name: str, params, tracker: StorageTracker) -> torch.optim.Optimizer:
+        """The optimizer ``name`` (see :func:`helpers.techniques.optimizers.make_optimizer`)."""
+        return make_optimizer(name, params)
+
+    def offload(self, tracker: StorageTracker):
+        """A context in which autograd keeps saved tensors in host memory."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """After an out-of-memory error: return what can be returned."""
+
+
+class CudaBackend(Backend):
+    """A real GPU: PyTorch's counters, CUDA autocast, a real ``GradScaler``."""
+
+    name = "cuda"
+    device = torch.device("cuda")
+    measured = True
+
+    def __init__(self):
+        self._base = 0
+        self._capped = False
+
+    def tracker(self, capacity):
+        return StorageTracker("cuda")  # explains the real counters; the GPU itself enforces capacity
+
+    def enter(self, capacity):
+        torch.cuda.synchronize()
+        self._base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        if capacity is not None:
+            torch.cuda.set_per_process_memory_fraction(capacity / self.total_memory())
+        self._capped = capacity is not None
+
+    def exit(self, *exc):
+        if self._capped:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+
+    def allocated(self, tracker):
+        return torch.cuda.memory_allocated() - self._base
+
+    def peak(self, tracker):
+        return torch.cuda.max_memory_allocated() - self._base
+
+    def reserved(self):
+        return torch.cuda.memory_reserved()
+
+    def reset_peak(self):
+        torch.cuda.reset_peak_memory_stats()
+
+    def total_memory(self):
+        return torch.cuda.get_device_properties(0).total_memory
+
+    def build(self, builder):
+        return builder()
+
+    def place(self, model):
+        return model.to(self.device)
+
+    def grad_scaler(self, dtype):
+        return torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+
+    def offload(self, tracker):
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+    def release(self):
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+class SimulatedBackend(Backend):
+    """A simulated CUDA GPU: fake CPU tensors, counted by a
+    :class:`helpers.memory.StorageTracker`, with CUDA's rules
+    (:func:`helpers.cuda_semantics.cuda_rules`: autocast lists, dropout masks,
+    the attention kernel; Adam's step counters on the host; a ``GradScaler``
+    for float16).
+
+    Args:
+        attention: the kernel ``scaled_dot_product_attention`` runs (see
+            :data:`helpers.config.ATTENTION`).
+    """
+
+    name = "simulated"
+    device = torch.device("cpu")
+
+    def __init__(self, attention: str = "auto"):
+        self.attention = attention
+        self._fake: FakeTensorMode | None = None
+        self._rules = None
+        self._log_level = logging.NOTSET
+
+    def tracker(self, capacity):
+        return StorageTracker(None, capacity)
+
+    def enter(self, capacity):
+        # FakeTensorMode logs a full traceback before raising a shape error; the
+        # error itself reaches the caller, so keep the log quiet.
+        self._log_level = _FAKE_LOG.level
+        _FAKE_LOG.setLevel(logging.CRITICAL)
+        self._rules = cuda_rules(self.attention)
+        self._rules.__enter__()
+        self._fake = FakeTensorMode()
+        self._fake.__enter__()
+
+    def exit(self, *exc):
+        self._fake.__exit__(*exc)
+        self._rules.__exit__(*exc)
+        _FAKE_LOG.setLevel(self._log_level)
+
+    def allocated(self, tracker):
+        return tracker.allocated
+
+    def peak(self, tracker):
+        return tracker.peak
+
+    def build(self, builder):
+        """On the ``meta`` device (shapes only, no memory, no initialisation work);
+        a constructor that reads tensor values falls back to a real CPU build."""
+        try:
+            with torch.device("meta"):
+                return builder()
+        except (NotImplementedError, RuntimeError):
+            return builder()
+
+    def place(self, model):
+        # Every parameter and buffer gets a fake storage of its size.
+        return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=self.device))
+
+    def grad_scaler(self, dtype):
+        return SimulatedGradScaler() if dtype == torch.float16 else None
+
+    def optimizer(self, name, params, tracker):
+        return host_side_steps(make_optimizer(name, params), tracker)
+
+    def offload(self, tracker):
+        """``save_on_cpu``'s two hooks, with the host copy made while the tracker
+        is paused (host memory is not device memory); the copy back is counted."""
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            tracker.paused = True
+            try:
+                return t.detach().clone()  # the host copy
+            finally:
+                tracker.paused = False
+
+        def unpack(host: torch.Tensor) -> torch.Tensor:
+            return host.clone()  # copied back to the device for backward
+
+        return torch.autograd.graph.saved_tensors_hooks(pack, unpack)

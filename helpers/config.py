@@ -1,0 +1,218 @@
+"""Every option of a profiled training step, defined and validated in one place.
+
+A :class:`StepConfig` is what :func:`helpers.step.profile_step` runs, what
+``python -m helpers profile`` builds from its flags (:data:`CLI_OPTIONS`), what a
+profile echoes in its JSON (:meth:`StepConfig.to_dict`), and what the
+batch-size widget caches traces by (:meth:`StepConfig.curve_key`).  An option
+is named, given its default and checked here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+#: Optimizers a step can use (see :func:`helpers.techniques.optimizers.make_optimizer`).
+OPTIMIZERS = ("sgd", "adam")
+#: Where a step runs: a real GPU, the simulation, or whichever this machine has.
+DEVICES = ("auto", "cuda", "simulated")
+#: The 16-bit types autocast can use.  GPUs default to float16 (with a GradScaler).
+AMP_DTYPES = ("float16", "bfloat16")
+#: Kernels of ``scaled_dot_product_attention`` the simulation can take (see
+#: :mod:`helpers.cuda_semantics`): "auto" is what a recent GPU picks (flash for
+#: 16-bit inputs, memory-efficient for float32); "math" keeps the full scores.
+ATTENTION = ("auto", "flash", "efficient", "math")
+#: Losses a step can compute from the model's output: cross-entropy against one
+#: class per sample, next-token cross-entropy over a ``(batch, seq, vocab)``
+#: output, or "auto" (next-token for token inputs, else classification).
+LOSSES = ("auto", "classification", "next_token")
+
+
+def check_int(name: str, value: Any, lowest: int) -> int:
+    """``value`` if it is an integer >= ``lowest`` (not a bool).
+
+    Raises:
+        ValueError: naming ``name``, otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise ValueError(f"{name} must be an integer >= {lowest}, got {value!r}")
+    return value
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(choices)}")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One training step to profile.  Every field is checked when it is made.
+
+    Model:
+        model: a torchvision classification model name, a model preset of
+            :mod:`helpers.models` (``"mlp"``, ``"gpt2"``, ...), an ``nn.Module``
+            (profiled on a copy; the original is not touched), or a function
+            that returns a fresh one.
+        name: the label of the profile (default: the model's name).
+    Data:
+        batch_size: samples per batch, >= 1.
+        image_size: height and width of image inputs (when ``input_shape`` is not given).
+        input_shape: shape of one float sample, e.g. ``(3, 224, 224)`` or ``(784,)``.
+        seq_len: token inputs: each sample is ``seq_len`` int64 token ids.
+        vocab_size: token ids are drawn from ``range(vocab_size)`` (default:
+            the model's, for the GPT presets).
+        inputs: a function ``(batch_size, device) -> tensor or tuple of
+            tensors`` that makes the model's input instead.
+        loss: ``"auto"``, ``"classification"``, ``"next_token"``, or a function
+            ``(output) -> scalar tensor``.
+        num_classes: classes of a classification model (torchvision names are
+            built with it; default 1000 for them, else the size of the logits).
+    Techniques:
+        amp: run forward and loss under autocast.
+        amp_dtype: ``"float16"`` (with a GradScaler, as on GPUs) or ``"bfloat16"``.
+        checkpoint: activation checkpointing in this many segments (0: off).
+        reentrant: with ``checkpoint``, the old reentrant variant (lesson 04's trap).
+        offload: keep tensors saved for backward in host memory.
+        optimizer: one of :data:`OPTIMIZERS`.
+        attention: the simulated kernel of ``scaled_dot_product_attention``,
+            one of :data:`ATTENTION` (a GPU picks its own).
+    Measurement:
+        steady_state: trace the second step, when the optimizer states exist.
+        device: one of :data:`DEVICES`.
+        capacity: behave as a GPU of this many bytes (see :class:`helpers.memory.Meter`).
+
+    Raises:
+        ValueError: for any option out of range, with the option's name.
+    """
+
+    model: Any = "resnet18"
+    batch_size: int = 128
+    image_size: int = 224
+    input_shape: tuple[int, ...] | None = None
+    seq_len: int | None = None
+    vocab_size: int | None = None
+    inputs: Callable | None = None
+    loss: str | Callable = "auto"
+    num_classes: int | None = None
+    name: str | None = None
+    amp: bool = False
+    amp_dtype: str = "float16"
+    checkpoint: int = 0
+    reentrant: bool = False
+    offload: bool = False
+    optimizer: str = "sgd"
+    attention: str = "auto"
+    steady_state: bool = False
+    device: str = "auto"
+    capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("batch_size", self.batch_size, 1)
+        check_int("image_size", self.image_size, 1)
+        check_int("checkpoint", self.checkpoint, 0)
+        for flag in ("amp", "reentrant", "offload", "steady_state"):
+            _check_bool(flag, getattr(self, flag))
+        for option, choices in (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES),
+                                ("attention", ATTENTION)):
+            _check_choice(option, getattr(self, option), choices)
+        if self.reentrant and not self.checkpoint:
+            raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
+        if self.input_shape is not None:
+            shape = tuple(self.input_shape)
+            for n in shape:
+                check_int("each input_shape entry", n, 1)
+            object.__setattr__(self, "input_shape", shape)
+        for option in ("seq_len", "vocab_size", "num_classes", "capacity"):
+            if getattr(self, option) is not None:
+                check_int(option, getattr(self, option), 1)
+        if self.inputs is not None and not callable(self.inputs):
+            raise ValueError(f"inputs must be a function (batch_size, device) -> tensors, got {self.inputs!r}")
+        if self.inputs is not None and (self.input_shape is not None or self.seq_len is not None):
+            raise ValueError("give inputs=, or input_shape= / seq_len=, not both")
+        if self.input_shape is not None and self.seq_len is not None:
+            raise ValueError("give input_shape= (float samples) or seq_len= (token ids), not both")
+        if not callable(self.loss):
+            _check_choice("loss", self.loss, LOSSES)
+        if self.vocab_size is not None and self.seq_len is None:
+            raise ValueError("vocab_size applies to token inputs: give seq_len too")
+        if isinstance(self.model, str):
+            if not self.model:
+                raise ValueError("model must be a model name, an nn.Module or a function returning one")
+        elif not callable(self.model):
+            raise ValueError(f"model must be a model name, an nn.Module or a function returning one, got {self.model!r}")
+        if self.name is not None and not isinstance(self.name, str):
+            raise ValueError(f"name must be a string, got {self.name!r}")
+
+    @property
+    def tokens(self) -> bool:
+        """True when the inputs are token ids (``seq_len`` given)."""
+        return self.seq_len is not None
+
+    @property
+    def task_loss(self) -> str | Callable:
+        """The loss to compute: ``"auto"`` resolved from the inputs."""
+        if self.loss == "auto":
+            return "next_token" if self.tokens else "classification"
+        return self.loss
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one float sample: ``input_shape``, or ``(3, image_size, image_size)``."""
+        return self.input_shape if self.input_shape is not None else (3, self.image_size, self.image_size)
+
+    @property
+    def label(self) -> str:
+        """The profile's name: ``name``, or the model's."""
+        if self.name:
+            return self.name
+        if isinstance(self.model, str):
+            return self.model
+        return getattr(self.model, "__name__", type(self.model).__name__)
+
+    def replace(self, **changes) -> "StepConfig":
+        """A copy with some options changed (and checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def curve_key(self) -> "StepConfig":
+        """Everything but the batch size: one :class:`helpers.batch.PeakCurve` per key."""
+        return self.replace(batch_size=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as JSON values (a model or function is given by its name)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "model":
+                value = self.label
+            elif callable(value):
+                value = getattr(value, "__name__", type(value).__name__)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+#: The options ``python -m helpers profile`` offers: (flag, field, help).  Flags
+#: without a value are booleans; the others take the field's type.
+CLI_OPTIONS = (
+    ("--model", "model", "a torchvision classification model, a preset (mlp, gpt2, gpt2-medium, gpt2-large, "
+                         "gpt2-xl) or package.module:function for your own (default resnet18)"),
+    ("--batch-size", "batch_size", "samples per batch (default 128)"),
+    ("--image-size", "image_size", "image height and width (default 224)"),
+    ("--seq-len", "seq_len", "token inputs of this length (default for the GPT presets: their context, 1024)"),
+    ("--amp", "amp", "automatic mixed precision (autocast)"),
+    ("--amp-dtype", "amp_dtype", "float16 (default, with a GradScaler) or bfloat16"),
+    ("--checkpoint", "checkpoint", "activation checkpointing with this many segments (default 0: off)"),
+    ("--reentrant", "reentrant", "with --checkpoint: the reentrant variant (lesson 04's trap)"),
+    ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
+    ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist (lesson 01)"),
+    ("--optimizer", "optimizer", "sgd (with momentum, default) or adam"),
+    ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),
+    ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
+)

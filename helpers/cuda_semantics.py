@@ -1,0 +1,344 @@
+"""What a CUDA GPU computes differently from the CPU, applied to the simulation.
+
+Introduced in lesson 00 (what "simulated" covers).  The simulation runs
+PyTorch's CPU kernels on fake tensors (:mod:`helpers.backends`).  Where a
+CUDA GPU would keep other tensors for backward, :func:`cuda_rules` makes the
+CPU do what CUDA does, for as long as a simulated measurement lasts:
+
+* **autocast**: each device has its own lists of which operations run in 16
+  bits, which in float32, and which in the widest input type
+  (``aten/src/ATen/autocast_mode.h`` and ``autocast_mode.cpp``).  Inside
+  :func:`cuda_rules` the CPU's autocast follows :data:`CUDA_AUTOCAST`: a Python
+  kernel for the ``AutocastCPU`` dispatch key (``torch.library``) applies the
+  CUDA policy to every operation whose two policies differ;
+* **dropout**: ``torch.nn.functional.dropout`` calls ``native_dropout`` on a
+  GPU (``aten/src/ATen/native/Dropout.cpp``, ``is_fused_kernel_acceptable``),
+  which keeps a bool mask, where the CPU multiplies by a float mask;
+* **attention**: ``scaled_dot_product_attention`` runs the kernel the
+  simulation is told to (:data:`helpers.config.ATTENTION`): the fused kernels
+  (flash, memory-efficient) keep the inputs, the output and a log-sum-exp
+  (``tools/autograd/derivatives.yaml``), the math kernel keeps the full
+  sequence x sequence scores; :func:`attention_saved_bytes` derives each.
+
+Two places need no rule here: Adam's ``step`` counters live in host memory on a
+GPU (``torch/optim/adam.py``, ``_init_group``), which
+:func:`host_side_steps` tells the tracker; and float16 training uses a
+``GradScaler``, whose tensors :class:`SimulatedGradScaler` creates as the real
+one does.
+
+Why not simply run the step on fake ``cuda`` tensors?  A forward pass works
+without a GPU, but backward does not: the autograd engine asks the CUDA runtime
+about device 0 (``hasPrimaryContext expects a valid device index``;
+pytorch/pytorch#92627).  So fake CUDA tensors serve as the *reference* the tests
+compare these rules against, forward pass by forward pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+#: CUDA's autocast policies in torch 2.14.1, by operator overload: the lists of
+#: ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_LOWER_PRECISION_FP``,
+#: ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``,
+#: ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``, ``AT_FORALL_PROMOTE``) and the
+#: registrations of ``autocast_mode.cpp`` (cuDNN convolutions, the banned
+#: ``binary_cross_entropy``).  A test checks it against the dispatcher.
+CUDA_AUTOCAST = {
+    "lower_precision_fp": (
+        "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+        "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr",
+        "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul",
+        "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell",
+        "rnn_tanh_cell", "rnn_relu_cell", "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+        "cudnn_convolution", "cudnn_convolution_transpose"),
+    "fp32": (
+        "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+        "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
+        "native_layer_norm", "rms_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim",
+        "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
+        "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+        "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+        "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
+        "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d", "_upsample_nearest_exact2d",
+        "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+        "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa"),
+    "fp32_set_opt_dtype": (
+        "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
+        "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList"),
+    "fp32_append_dtype": ("norm.Scalar", "norm.ScalarOpt_dim"),
+    "promote": ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
+                "tensordot", "scatter_add"),
+    "banned": ("binary_cross_entropy",),
+}
+
+#: Operations CUDA's autocast registers that :func:`cuda_rules` leaves to the
+#: CPU, with the reason.
+NOT_EMULATED = {
+    "_cudnn_rnn": "a cuDNN kernel: never runs on the CPU",
+    "linalg_matrix_sqrth": "registered outside the header's lists, policy not documented there",
+}
+
+#: Operations both devices run in 16 bits: the CPU's own C++ kernel is kept
+#: (with autocast's cache of weight casts).  From the CPU list of
+#: ``autocast_mode.cpp``; a test checks that these really come out 16-bit.
+SAME_ON_BOTH = frozenset({
+    "conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm", "addbmm", "linear",
+    "_convolution.deprecated", "matmul", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
+    "conv_transpose3d.input", "prelu", "scaled_dot_product_attention"})
+
+_NO_AUTOCAST = DispatchKeySet(DispatchKey.AutocastCPU)
+
+
+def _eligible(t) -> bool:
+    """Autocast casts floating-point tensors other than float64 (``is_eligible`` in autocast_mode.h)."""
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+
+
+def _cast(value, dtype: torch.dtype):
+    if _eligible(value):
+        return value.to(dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def _cast_all(args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+    return _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()}
+
+
+def _tensors(values):
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
+
+
+def _kernel(op, policy: str):
+    """An ``AutocastCPU`` kernel that applies CUDA's ``policy`` to ``op``, then runs ``op`` below autocast."""
+    schema = op._schema
+    names = [a.name for a in schema.arguments]
+
+    def run(args, kwargs):
+        with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+            return op(*args, **kwargs)
+
+    def first_eligible(args, kwargs) -> bool:
+        first = next(_tensors((*args, *kwargs.values())), None)
+        return first is not None and _eligible(first)
+
+    if policy == "passthrough":
+        return lambda *args, **kwargs: run(args, kwargs)
+    if policy == "banned":
+        def banned(*args, **kwargs):
+            raise RuntimeError("torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+                               "autocast (on a GPU); use binary_cross_entropy_with_logits or BCEWithLogitsLoss")
+        return banned
+    if policy == "lower_precision_fp":
+        return lambda *args, **kwargs: run(*_cast_all(args, kwargs, torch.get_autocast_dtype("cpu")))
+    if policy == "fp32":
+        return lambda *args, **kwargs: run(*_cast_all(args, kwargs, torch.float32))
+    if policy == "promote":
+        def promote(*args, **kwargs):
+            widest = torch.get_autocast_dtype("cpu")
+            for t in _tensors((*args, *kwargs.values())):
+                if _eligible(t):
+                    widest = torch.promote_types(widest, t.dtype)
+            return run(*_cast_all(args, kwargs, widest))
+        return promote
+    if policy == "fp32_set_opt_dtype":
+        where = names.index("dtype")
+
+        def set_dtype(*args, **kwargs):
+            if first_eligible(args, kwargs):
+                if len(args) > where:
+                    if args[where] is None:
+                        args = (*args[:where], torch.float32, *args[where + 1:])
+                elif kwargs.get("dtype") is None:
+                    kwargs = {**kwargs, "dtype": torch.float32}
+            return run(args, kwargs)
+        return set_dtype
+    if policy == "fp32_append_dtype":
+        target = {"norm.Scalar": torch.ops.aten.norm.ScalarOpt_dtype,
+                  "norm.ScalarOpt_dim": torch.ops.aten.norm.ScalarOpt_dim_dtype}[_overload_name(op)]
+
+        def append_dtype(*args, **kwargs):
+            if not first_eligible(args, kwargs):
+                return run(args, kwargs)
+            full = dict(zip(names, args), **kwargs)
+            with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+                if "dim" in full:
+                    return target(full["self"], full.get("p"), full["dim"], full.get("keepdim", False),
+                                  dtype=torch.float32)
+                return target(full["self"], full.get("p", 2), dtype=torch.float32)
+        return append_dtype
+    raise ValueError(f"unknown autocast policy {policy!r}")
+
+
+def _overload_name(op) -> str:
+    name = op._schema.name.removeprefix("aten::")
+    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+
+
+def _op(name: str):
+    base, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
+
+
+def cuda_autocast_policy() -> dict[str, str]:
+    """The ``AutocastCPU`` policy :func:`cuda_rules` installs, by operator overload.
+
+    Every operation CUDA's autocast lists gets CUDA's policy, except those the
+    CPU already runs the same way (:data:`SAME_ON_BOTH`); every operation only
+    the CPU's autocast lists gets ``"passthrough"`` (runs in its input's type,
+    as on a GPU).
+    """
+    policy = {name: kind for kind, names in CUDA_AUTOCAST.items() for name in names if name not in SAME_ON_BOTH}
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU"):
+            short = name.removeprefix("aten::")
+            if short not in SAME_ON_BOTH and short not in policy and short.split(".")[0] not in NOT_EMULATED:
+                policy[short] = "passthrough"
+    return policy
+
+
+def _dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
+    """``aten::dropout`` as on a GPU: ``native_dropout`` (a bool mask) when it is acceptable."""
+    if train and 0 < p < 1 and input.numel() > 0:
+        return torch.ops.aten.native_dropout(input, p, train)[0]
+    if p == 0 or not train or input.numel() == 0:
+        return input
+    return input * torch.zeros((), dtype=input.dtype, device=input.device)  # p == 1
+
+
+def _attention(kernel: str):
+    """``scaled_dot_product_attention`` running the chosen kernel (see :func:`cuda_rules`)."""
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
+        if kernel == "math" or attn_mask is not None or enable_gqa:
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, dropout_p, is_causal, scale=scale)[0]
+    return sdpa
+
+
+@contextlib.contextmanager
+def cuda_rules(attention: str = "auto"):
+    """While active, CPU operations save what CUDA's would (see the module's docstring).
+
+    Registers Python kernels with ``torch.library`` for the ``AutocastCPU``
+    key (:func:`cuda_autocast_policy`) and for ``dropout`` and
+    ``scaled_dot_product_attention``; they are removed on exit, and the CPU
+    behaves as before.
+
+    Args:
+        attention: ``"auto"``, ``"flash"`` and ``"efficient"`` run a fused
+            kernel (no sequence x sequence scores kept); ``"math"`` the math
+            kernel.  A mask or grouped-query attention always take the math
+            kernel here.
+    """
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
+            for name, policy in cuda_autocast_policy().items():
+                op = _op(name)
+                library.impl(name, _kernel(op, policy), "AutocastCPU")
+            library.impl("dropout", _dropout, "CompositeImplicitAutograd")
+            library.impl("scaled_dot_product_attention", _attention(attention), "CompositeImplicitAutograd")
+        yield
+    finally:
+        library._destroy()
+
+
+def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_dim: int,
+                          dtype: torch.dtype = torch.float16) -> int:
+    """Bytes one ``scaled_dot_product_attention`` call keeps for backward, by kernel.
+
+    From the ``derivatives.yaml`` entries of the three kernels (q, k, v of
+    shape ``(batch, heads, seq, head_dim)`` in ``dtype``; each storage rounded
+    up to 512 bytes):
+
+    * ``"flash"`` (``_scaled_dot_product_flash_attention``): query, key,
+      value, output, and a float32 log-sum-exp per row ``(batch, heads, seq)``
+      (its random-number state, two scalars, is left out);
+    * ``"efficient"`` (``_scaled_dot_product_efficient_attention``): the same,
+      its log-sum-exp padded to a multiple of 32 rows;
+    * ``"math"``: the composite of matmuls and softmax: q, k (for the scores'
+      backward), the softmax output ``(batch, heads, seq, seq)`` (also the
+      second matmul's left operand), and v.
+
+    Raises:
+        ValueError: for another kernel.
+    """
+    from .memory import round_up
+
+    size = dtype.itemsize
+    qkv = 3 * round_up(batch * heads * seq * head_dim * size)
+    out = round_up(batch * heads * seq * head_dim * size)
+    if kernel == "flash":
+        return qkv + out + round_up(batch * heads * seq * 4)
+    if kernel == "efficient":
+        return qkv + out + round_up(batch * heads * math.ceil(seq / 32) * 32 * 4)
+    if kernel == "math":
+        return qkv + round_up(batch * heads * seq * seq * size)
+    raise ValueError(f"unknown attention kernel {kernel!r}; use flash, efficient or math")
+
+
+def host_side_steps(optimizer: torch.optim.Optimizer, tracker) -> torch.optim.Optimizer:
+    """Count an Adam-family optimizer's ``step`` counters as host memory, as on a GPU.
+
+    ``torch.optim.Adam`` (and AdamW) create each parameter's ``step`` counter
+    with ``torch.tensor(0.0)``, a host tensor, unless the optimizer is
+    ``fused`` or ``capturable`` (``_init_group`` in ``torch/optim/adam.py``).
+    In the simulation every tensor is a CPU tensor; this wraps the
+    optimizer's ``_init_group`` so that the tracker is paused while the states
+    are created, and then counts every new state except ``step``.  Other
+    optimizers are returned unchanged.
+
+    Args:
+        optimizer: the optimizer (changed in place and returned).
+        tracker: the :class:`helpers.memory.StorageTracker` of the simulation.
+    """
+    if not isinstance(optimizer, torch.optim.Adam) or any(
+            g.get("fused") or g.get("capturable") for g in optimizer.param_groups):
+        return optimizer
+    original = optimizer._init_group
+
+    def init_group(group, *args, **kwargs):
+        new = [p for p in group["params"] if p.grad is not None and not optimizer.state[p]]
+        tracker.paused = True
+        try:
+            result = original(group, *args, **kwargs)
+        finally:
+            tracker.paused = False
+        for p in new:
+            for key, value in optimizer.state[p].items():
+                if key != "step" and isinstance(value, torch.Tensor):
+                    tracker.track(value)
+        return result
+
+    optimizer._init_group = init_group
+    return optimizer
+
+
+class SimulatedGradScaler(torch.amp.GradScaler):
+    """PyTorch's ``GradScaler``, on the simulated GPU.
+
+    Its tensors (the scale, the growth tracker, the scaled loss, the inverse
+    scale and the found-inf flags) are created as the real one creates them.
+    Only its decision is not simulated: fake tensors have no values, so it can
+    never find an inf, and every step is taken (``_maybe_opt_step`` reads a
+    value with ``.item()`` to decide).
+    """
+
+    def __init__(self):
+        super().__init__("cpu")
+
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        return optimizer.step(*args, **kwargs)

@@ -1,0 +1,326 @@
+"""Models the lessons trace: torchvision classifiers by name, small networks, GPT-2.
+
+Introduced in lesson 03 (ResNet18 layer by layer).  Models are always built
+with random weights (``weights=None``): nothing is downloaded, and memory does
+not depend on the values of the weights.
+
+:func:`resolve_model` turns what a learner passes to
+:func:`helpers.step.profile_step` (a name, a preset, an ``nn.Module``, a
+builder, or ``"package.module:function"``) into a :class:`ModelSpec`: how to
+build it, and what input and loss it expects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import warnings
+from dataclasses import dataclass
+from itertools import chain
+from typing import Callable
+
+import torch
+import torchvision
+from torch import nn
+
+from .gpt import GPT, GPT2_PRESETS, GPTConfig
+
+
+def classification_models() -> list[str]:
+    """Names of all torchvision classification model builders, sorted.
+
+    These are the names ``torchvision.models.get_model`` accepts that build an
+    image classifier (``resnet18``, ``vgg11``, ``vit_b_16``, ...); detection,
+    segmentation, video and quantized models are not included.
+    """
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def build_model(name: str, num_classes: int = 1000) -> nn.Module:
+    """Build the torchvision classification model ``name`` with random weights.
+
+    Args:
+        name: a builder name from :func:`classification_models`.
+        num_classes: size of the classifier's output (1000, as ImageNet).
+
+    Returns:
+        The model, in training mode, on the current default device.  Under a
+        simulated :class:`helpers.memory.Meter` it is made of fake tensors.
+
+    Raises:
+        ValueError: if ``name`` is not a torchvision classification model, or
+            ``num_classes`` < 1.
+    """
+    known = classification_models()
+    if name not in known:
+        close = [n for n in known if n.startswith(name[:3])][:6] or known[:6]
+        raise ValueError(
+            f"unknown model {name!r}: not a torchvision classification model "
+            f"(for example: {', '.join(close)})"
+        )
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+    kwargs = {"weights": None, "num_classes": num_classes}
+    if name in ("googlenet", "inception_v3"):
+        kwargs["aux_logits"] = False  # one output tensor, as in the other models
+        kwargs["init_weights"] = True
+    with warnings.catch_warnings(), _regnet_widths_on_cpu():
+        warnings.simplefilter("ignore")  # torchvision's notes on default init
+        model = torchvision.models.get_model(name, **kwargs)
+    return model.train()
+
+
+@contextlib.contextmanager
+def _regnet_widths_on_cpu():
+    """Let RegNets build on the ``meta`` device.
+
+    ``torchvision.models.regnet.BlockParams.from_init_params`` computes the
+    block widths with tensors and reads them back (``.tolist()``), which a meta
+    tensor cannot do.  While this context is active it computes them on the CPU
+    (a few numbers); the model itself is still built wherever the caller builds it.
+    """
+    params = torchvision.models.regnet.BlockParams
+    original = params.__dict__["from_init_params"]
+
+    def on_cpu(cls, *args, **kwargs):
+        with torch.device("cpu"):
+            return original.__func__(cls, *args, **kwargs)
+
+    params.from_init_params = classmethod(on_cpu)
+    try:
+        yield
+    finally:
+        params.from_init_params = original
+
+
+def sequential_form(model: nn.Module) -> nn.Sequential:
+    """The model as one ``nn.Sequential`` of its own submodules, for checkpointing.
+
+    ``torch.utils.checkpoint.checkpoint_sequential`` splits a sequence of
+    modules into segments.  This returns such a sequence that computes exactly
+    what ``model(x)`` computes, sharing the same parameter tensors:
+
+    * ResNet, ResNeXt, Wide ResNet: the stem (conv1, bn1, relu, maxpool) as
+      one unit, each residual block of layer1..layer4 as its own unit, and
+      the head (avgpool, flatten, fc): 10 units for ResNet18;
+    * VGG, AlexNet, MobileNet V2/V3, EfficientNet: each module of
+      ``features``, then the pooling, flatten, and ``classifier``, with every
+      in-place module joined to the one before it (a checkpoint segment must
+      not start with an in-place operation, which would overwrite the
+      segment's kept input);
+    * an ``nn.Sequential`` (such as :func:`mlp`): itself;
+    * a :class:`helpers.models.gpt.GPT`: its embeddings, each block, its head.
+
+    Args:
+        model: a model from :func:`build_model`.
+
+    Raises:
+        ValueError: for a model family whose forward is not such a sequence
+            (DenseNet, Inception, ViT, Swin, ...).
+    """
+    models = torchvision.models
+    if isinstance(model, nn.Sequential):
+        return model
+    if isinstance(model, GPT):
+        return nn.Sequential(*model.units())
+    if isinstance(model, models.ResNet):
+        stem = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
+        blocks = [b for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for b in layer]
+        return nn.Sequential(stem, *blocks, nn.Sequential(model.avgpool, nn.Flatten(1), model.fc))
+    if isinstance(model, (models.VGG, models.AlexNet, models.MobileNetV3, models.EfficientNet)):
+        return _merge_inplace([*model.features, model.avgpool, nn.Flatten(1), *model.classifier])
+    if isinstance(model, models.MobileNetV2):
+        return _merge_inplace([*model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten(1), *model.classifier])
+    raise ValueError(
+        f"activation checkpointing by segments needs the model as a sequence of modules; "
+        f"{type(model).__name__} is not one (supported: ResNet/ResNeXt/Wide ResNet, VGG, "
+        f"AlexNet, MobileNet V2/V3, EfficientNet, GPT, nn.Sequential)"
+    )
+
+
+def mlp(in_features: int = 64, hidden: tuple[int, ...] = (256, 256), num_classes: int = 10) -> nn.Sequential:
+    """A multi-layer perceptron: ``Linear -> ReLU`` per hidden layer, then a ``Linear``.
+
+    The default is the small network of lesson 01, for the 8x8 digits data
+    (64 input features, 10 classes): 64 -> 256 -> 256 -> 10, 85,002 parameters.
+
+    Input shape ``(batch, in_features)``; output ``(batch, num_classes)`` logits.
+
+    Raises:
+        ValueError: if a size is below 1.
+    """
+    sizes = (in_features, *hidden, num_classes)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
+        raise ValueError(f"layer sizes must be integers >= 1, got {sizes}")
+    layers: list[nn.Module] = []
+    for n_in, n_out in zip(sizes[:-2], sizes[1:-1]):
+        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    layers.append(nn.Linear(sizes[-2], sizes[-1]))
+    return nn.Sequential(*layers)
+
+
+def digits_mlp() -> nn.Sequential:
+    """Lesson 01's small MLP for the 8x8 digits: 64 -> 256 -> 256 -> 10 (85,002 parameters)."""
+    return mlp(64, (256, 256), 10)
+
+
+def digits_cnn(num_classes: int = 10) -> nn.Sequential:
+    """A small CNN for the 8x8 digits (lesson 04), taking the 64 flattened pixels.
+
+    ``(batch, 64)`` -> view as ``(batch, 1, 8, 8)`` -> Conv 32 -> BatchNorm -> ReLU
+    -> Conv 64 -> BatchNorm -> ReLU -> MaxPool 2 -> Linear -> ``(batch, num_classes)``.
+    """
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 8, 8)),
+        nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 4 * 4, num_classes),
+    )
+
+
+def _merge_inplace(units: list[nn.Module]) -> nn.Sequential:
+    """Join each in-place module (``ReLU(inplace=True)``, ...) to the unit before it.
+
+    A checkpoint segment keeps its input for recomputation; if the next
+    segment began with an in-place ReLU, that ReLU would overwrite the kept
+    input and backward would fail.  Keeping the pair in one unit avoids it.
+    """
+    merged: list[nn.Module] = []
+    for unit in units:
+        if merged and getattr(unit, "inplace", False):
+            previous = merged.pop()
+            merged.append(nn.Sequential(*(previous if isinstance(previous, nn.Sequential) else [previous]), unit))
+        else:
+            merged.append(unit)
+    return nn.Sequential(*merged)
+
+
+def output_logits(output) -> torch.Tensor:
+    """The logits tensor from a model's output: a tensor, an object with
+    ``.logits`` (Hugging Face style), or the first element of a tuple.
+
+    Raises:
+        ValueError: if no tensor can be found.
+    """
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise ValueError(f"the model returned {type(output).__name__}, not a tensor of logits; "
+                     f"give loss= a function of the output")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build a model, and what it expects.
+
+    Attributes:
+        name: the label of its profiles.
+        build: returns a fresh model (called by a backend, on the ``meta``
+            device when simulating).
+        input_shape: one float sample's shape, if the model fixes it (``mlp``).
+        vocab_size, seq_len: token models: the vocabulary and the longest sequence.
+        num_classes: classifiers: the number of classes, if known before a forward pass.
+    """
+
+    name: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, ...] | None = None
+    vocab_size: int | None = None
+    seq_len: int | None = None
+    num_classes: int | None = None
+
+
+def _gpt_spec(name: str) -> ModelSpec:
+    config = GPT2_PRESETS[name]
+    return ModelSpec(name, lambda: GPT(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
+
+
+#: Models by name besides torchvision's: lesson 01's MLP and the GPT-2 sizes.
+PRESETS: dict[str, Callable[[], ModelSpec]] = {
+    "mlp": lambda: ModelSpec("mlp", digits_mlp, input_shape=(64,), num_classes=10),
+    **{name: (lambda name=name: _gpt_spec(name)) for name in GPT2_PRESETS},
+}
+
+
+def model_names() -> list[str]:
+    """Every model name :func:`resolve_model` accepts: the presets, then torchvision's classifiers."""
+    return list(PRESETS) + classification_models()
+
+
+def meta_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose parameters and buffers are on the ``meta`` device.
+
+    The learner's model is not touched and no tensor data is copied: each
+    parameter and buffer is replaced, in the copy, by a meta tensor of its
+    shape and dtype (tied weights stay tied).
+    """
+    memo = {}
+    for t in chain(module.parameters(), module.buffers()):
+        meta = torch.empty_like(t, device="meta")
+        memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else meta
+    return copy.deepcopy(module, memo)
+
+
+def _import_function(path: str) -> Callable[[], nn.Module]:
+    """``"package.module:function"`` -> the function (a learner's own model).
+
+    Raises:
+        ValueError: if the module does not import or has no such function.
+    """
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # any import failure is the learner's file, reported in one line
+        raise ValueError(f"cannot import {module_name!r} for --model {path}: {type(e).__name__}: {e}") from None
+    builder = getattr(module, attribute, None)
+    if not callable(builder):
+        raise ValueError(f"{module_name!r} has no function {attribute!r} (from --model {path})")
+    return builder
+
+
+def resolve_model(model, num_classes: int | None = None, name: str | None = None) -> ModelSpec:
+    """What :func:`helpers.step.profile_step` needs to know about ``model``.
+
+    Args:
+        model: a torchvision classification model name, a preset of
+            :data:`PRESETS`, ``"package.module:function"``, an ``nn.Module``
+            (profiled on a :func:`meta_copy` when simulating, a deep copy on a
+            GPU: the original is not touched), or a function returning a fresh one.
+        num_classes: classes for a torchvision name (default 1000).
+        name: the label (default: the model's name).
+
+    Raises:
+        ValueError: for an unknown name, an import that fails, or anything else.
+    """
+    if isinstance(model, str):
+        if model in PRESETS:
+            spec = PRESETS[model]()
+        elif ":" in model:
+            spec = ModelSpec(model.partition(":")[2], _import_function(model))
+        else:
+            if model not in classification_models():
+                build_model(model)  # raises the ValueError that names the problem
+            classes = num_classes or 1000
+            spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
+    elif isinstance(model, nn.Module):
+        instance = model
+        spec = ModelSpec(type(instance).__name__, lambda: _copy_for_step(instance))
+    elif callable(model):
+        spec = ModelSpec(getattr(model, "__name__", type(model).__name__), model)
+    else:
+        raise ValueError(f"model must be a model name, an nn.Module or a function returning one, got {model!r}")
+    return spec if name is None else ModelSpec(name, spec.build, spec.input_shape, spec.vocab_size,
+                                               spec.seq_len, spec.num_classes)
+
+
+def _copy_for_step(module: nn.Module) -> nn.Module:
+    """A copy of a learner's model for one step: meta tensors inside a ``meta``
+    device context (the simulation builds there), a real copy otherwise."""
+    if torch.get_default_device().type == "meta":
+        return meta_copy(module)
+    return copy.deepcopy(module)

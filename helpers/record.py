@@ -1,0 +1,238 @@
+"""The record of one traced training step, and the questions it answers.
+
+Introduced in lesson 03 (ResNet18 layer by layer).  A :class:`StepProfile` is
+what :func:`helpers.step.profile_step` returns: the events, the peak, memory by
+category, every storage with its dtype and shape, and the allocation log.  The
+figures (:mod:`helpers.plots`) and the widget only read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from .config import StepConfig
+from .memory import MiB, fmt_bytes
+from .trace import Event
+
+
+class Allocation(NamedTuple):
+    """One entry of a step's allocation log.
+
+    Attributes:
+        serial: the storage (a key of :attr:`StepProfile.storages`).
+        kind: ``"alloc"``, ``"free"`` or ``"resize"``.
+        nbytes: the change in bytes (negative for a free or a shrink).
+        category: the storage's category (:data:`helpers.accounting.CATEGORIES`).
+        event: index of the first event recorded after it (the change happened
+            between ``events[event - 1]`` and ``events[event]``).
+    """
+
+    serial: int
+    kind: str
+    nbytes: int
+    category: str
+    event: int
+
+
+@dataclass(frozen=True)
+class Storage:
+    """One tensor storage that the step allocated (or placed, for the model).
+
+    Attributes:
+        serial: its number in allocation order (see
+            :class:`helpers.memory.StorageTracker`).
+        category: one of :data:`helpers.accounting.CATEGORIES`.
+        dtype, shape: of the tensor that created it.
+        nbytes: bytes it occupies, rounded up to 512.
+    """
+
+    serial: int
+    category: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass
+class StepProfile:
+    """The memory of one traced training step.  All sizes in bytes.
+
+    Attributes:
+        backend: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors).
+        model: model name.
+        batch_size, input_shape: the batch is ``(batch_size, *input_shape)``.
+        amp: autocast was on (fp16 + GradScaler on cuda, bf16 when simulated).
+        checkpoint: checkpoint segments (0: off).
+        optimizer: ``"sgd"`` or ``"adam"``.
+        parameter_count: number of parameters (elements, not bytes).
+        events: the :class:`helpers.trace.Event` list, in order.
+        event_categories: bytes per category at each event.
+        peak_allocated_bytes: peak allocated over the whole step.
+        peak_event: index of the first event at which that peak had been
+            reached (the peak happened between it and the event before).
+        categories: bytes per category alive at the peak.
+        reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda),
+            ``None`` when simulated.
+        params_without_grad: names of trainable parameters that got no gradient.
+        steady_state: the traced step is the second one (optimizer states exist
+            from the start; see :func:`profile_step`).
+        peak_allocation: simulated only: the serial number of the allocation
+            that reached the peak.  Two runs of one configuration at different
+            batch sizes whose peaks have the same serial peaked at the same
+            operation (see :class:`helpers.batch.PeakCurve`).  ``None`` on cuda.
+        reentrant: checkpointing used the reentrant variant.
+        offload: saved tensors were kept in host memory.
+        storages: serial -> :class:`Storage`, for every storage the tracker
+            counted: the model's, the traced step's, and with ``steady_state``
+            the untraced first step's.
+        peak_serials: serials of the storages alive at the peak.
+        allocation_log: every :class:`Allocation` of the traced step, in order
+            (the input of the allocator model, lesson 06).
+        config: the :class:`helpers.config.StepConfig` that was run.
+    """
+
+    backend: str
+    model: str
+    batch_size: int
+    input_shape: tuple[int, ...]
+    amp: bool
+    checkpoint: int
+    optimizer: str
+    parameter_count: int
+    events: list[Event]
+    event_categories: list[dict[str, int]]
+    peak_allocated_bytes: int
+    peak_event: int
+    categories: dict[str, int]
+    reserved_bytes: int | None
+    params_without_grad: list[str] = field(default_factory=list)
+    steady_state: bool = False
+    peak_allocation: int | None = None
+    reentrant: bool = False
+    offload: bool = False
+    storages: dict[int, Storage] = field(default_factory=dict, repr=False)
+    peak_serials: tuple[int, ...] = field(default=(), repr=False)
+    allocation_log: list[Allocation] = field(default_factory=list, repr=False)
+    config: StepConfig | None = field(default=None, repr=False)
+
+    @property
+    def peak(self) -> Event:
+        """The event at which the peak had been reached (``events[peak_event]``)."""
+        return self.events[self.peak_event]
+
+    def at_peak(self) -> list[Storage]:
+        """The storages alive at the peak, in allocation order.
+
+        Their bytes add up to :attr:`peak_allocated_bytes` in simulated mode
+        (on cuda, the counters also hold memory the tracker cannot see).
+        """
+        return [self.storages[s] for s in sorted(self.peak_serials)]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (what ``python -m helpers profile --json`` prints)."""
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "batch_size": self.batch_size,
+            "input_shape": list(self.input_shape),
+            "amp": self.amp,
+            "checkpoint": self.checkpoint,
+            "optimizer": self.optimizer,
+            "steady_state": self.steady_state,
+            "reentrant": self.reentrant,
+            "offload": self.offload,
+            "parameter_count": self.parameter_count,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "peak_event": self.peak_event,
+            "reserved_bytes": self.reserved_bytes,
+            "categories": self.categories,
+            "params_without_grad": self.params_without_grad,
+            "config": self.config.to_dict() if self.config is not None else None,
+            "events": [
+                {
+                    "index": e.index,
+                    "module": e.module,
+                    "type": e.type,
+                    "phase": e.phase,
+                    "allocated_bytes": e.allocated_bytes,
+                    "delta_bytes": e.delta_bytes,
+                    "shape": list(e.shape) if e.shape is not None else None,
+                    "categories": cats,
+                }
+                for e, cats in zip(self.events, self.event_categories)
+            ],
+        }
+
+    def find(self, module: str, phase: str, nth: int = 0) -> Event:
+        """The ``nth`` event (0-based) of ``module`` in ``phase``.
+
+        Raises:
+            KeyError: if there is no such event.
+        """
+        hits = [e for e in self.events if e.module == module and e.phase == phase]
+        if nth >= len(hits):
+            raise KeyError(f"no event #{nth} for module {module!r} in phase {phase!r}")
+        return hits[nth]
+
+    def stage_deltas(self, phase: str = "fwd") -> dict[str, int]:
+        """Bytes each top-level stage of the model adds, summed over its events.
+
+        A stage is the first part of a dotted module name (``conv1``,
+        ``layer1``, ...).  With ``phase="fwd"`` this sums the deltas of the
+        ``pre`` and ``fwd`` events of the forward pass (what the stage leaves
+        allocated); with ``phase="bwd"`` the deltas of ``bwd`` events
+        (what its backward frees, negative).
+
+        Raises:
+            ValueError: for another phase.
+        """
+        phases = {"fwd": ("pre", "fwd"), "bwd": ("bwd",)}
+        if phase not in phases:
+            raise ValueError(f"phase must be 'fwd' or 'bwd', got {phase!r}")
+        totals: dict[str, int] = {}
+        for e in self.events:
+            if e.module and e.phase in phases[phase]:
+                stage = e.module.split(".")[0]
+                totals[stage] = totals.get(stage, 0) + e.delta_bytes
+        return totals
+
+    def table(self, phases: tuple[str, ...] | None = None, min_delta: int = 0,
+              events: slice | None = None) -> str:
+        """The per-module log as text, one event per line, in MiB.
+
+        Args:
+            phases: keep only module events of these phases (step events are
+                always kept); all when ``None``.
+            min_delta: hide module events whose change is smaller than this
+                many bytes in absolute value.
+            events: show only this slice of the events (e.g. ``slice(0, 40)``).
+        """
+        lines = [f"{'#':>4}  {'phase':<14} {'module':<40} {'type':<18} {'delta MiB':>10} {'alloc MiB':>10}  output shape"]
+        for e in self.events[events or slice(None)]:
+            if e.module is not None:
+                if phases is not None and e.phase not in phases:
+                    continue
+                if abs(e.delta_bytes) < min_delta:
+                    continue
+                name = "  " * e.depth + (e.module.split(".")[-1] if e.module else "(model)")
+            else:
+                name = f"[{e.type}]"
+            shape = "" if e.shape is None else "(" + ", ".join(map(str, e.shape)) + ")"
+            lines.append(
+                f"{e.index:>4}  {e.phase:<14} {name:<40.40} {e.type if e.module is not None else '':<18.18} "
+                f"{e.delta_bytes / MiB:>+10.1f} {e.allocated_bytes / MiB:>10.1f}  {shape}"
+            )
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """Memory by category at the peak, then the peak itself, as text."""
+        lines = [f"at the peak (reached by event {self.peak_event}, {self.peak.label}):"]
+        for name, nbytes in self.categories.items():
+            lines.append(f"  {name:<17} {fmt_bytes(nbytes):>12}")
+        if self.reserved_bytes is not None:
+            lines.append(f"reserved by the caching allocator after the step: {fmt_bytes(self.reserved_bytes)}")
+        lines.append(f"peak allocated: {fmt_bytes(self.peak_allocated_bytes)} ({self.backend})")
+        return "\n".join(lines)

@@ -1,0 +1,13 @@
+"""The memory-saving techniques a profiled step can use.
+
+* :mod:`.checkpointing`: activation checkpointing by segments (lesson 04);
+* :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05);
+* offloading saved tensors to host memory belongs to each backend
+  (:meth:`helpers.backends.Backend.offload`), since only the backend knows
+  what host memory is.
+"""
+
+from .checkpointing import Checkpointed, frozen_batchnorm_stats
+from .optimizers import make_optimizer
+
+__all__ = ["Checkpointed", "frozen_batchnorm_stats", "make_optimizer"]
