@@ -269,9 +269,13 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
       (its random-number state, two scalars, is left out);
     * ``"efficient"`` (``_scaled_dot_product_efficient_attention``): the same,
       its log-sum-exp padded to a multiple of 32 rows;
-    * ``"math"``: the composite of matmuls and softmax: q, k (for the scores'
+    * ``"math"`` (``_scaled_dot_product_attention_math``, a composite of
+      matmuls and softmax): the scaled query and key (for the scores'
       backward), the softmax output ``(batch, heads, seq, seq)`` (also the
-      second matmul's left operand), and v.
+      second matmul's left operand), and the value.  For 16-bit inputs it
+      computes in float32 ("keep query, key, value in high precision for
+      accuracy" in ``aten/src/ATen/native/transformers/attention.cpp``), so
+      all four are float32.
 
     Raises:
         ValueError: for another kernel.
@@ -286,7 +290,8 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
     if kernel == "efficient":
         return qkv + out + round_up(batch * heads * math.ceil(seq / 32) * 32 * 4)
     if kernel == "math":
-        return qkv + round_up(batch * heads * seq * seq * size)
+        size = max(size, 4)  # upcast to float32
+        return 3 * round_up(batch * heads * seq * head_dim * size) + round_up(batch * heads * seq * seq * size)
     raise ValueError(f"unknown attention kernel {kernel!r}; use flash, efficient or math")
 
 
