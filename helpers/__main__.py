@@ -38,6 +38,16 @@ def _at_least(lowest: int):
     return parse
 
 
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes separated by commas, like 3,32,32, got {text!r}") from None
+    if min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be at least 1, got {text!r}")
+    return shape
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
     parser = _Parser(prog="python -m helpers",
@@ -47,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION}
-    lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "checkpoint": 0}
+    lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0}
     for flag, name, text in config.CLI_OPTIONS:
         default = defaults[name]
         if isinstance(default, bool):
@@ -57,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
         elif name in lowest:
             p.add_argument(flag, dest=name, type=_at_least(lowest[name]), default=default, help=text,
                            metavar="SEGMENTS" if name == "checkpoint" else None)
+        elif name == "input_shape":
+            p.add_argument(flag, dest=name, type=_shape, default=default, help=text, metavar="N[,N...]")
         else:
             p.add_argument(flag, dest=name, default=default, help=text)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")

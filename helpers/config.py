@@ -205,7 +205,12 @@ CLI_OPTIONS = (
                          "gpt2-xl) or package.module:function for your own (default resnet18)"),
     ("--batch-size", "batch_size", "samples per batch (default 128)"),
     ("--image-size", "image_size", "image height and width (default 224)"),
+    ("--input-shape", "input_shape", "shape of one float sample, comma-separated: 784 or 3,32,32 "
+                                     "(default: 3,IMAGE_SIZE,IMAGE_SIZE)"),
     ("--seq-len", "seq_len", "token inputs of this length (default for the GPT presets: their context, 1024)"),
+    ("--vocab-size", "vocab_size", "with --seq-len: token ids below this (default: the model's vocabulary)"),
+    ("--num-classes", "num_classes", "classes of a classification model (default: 1000 for torchvision, "
+                                     "else the size of the output)"),
     ("--amp", "amp", "automatic mixed precision (autocast)"),
     ("--amp-dtype", "amp_dtype", "float16 (default, with a GradScaler) or bfloat16"),
     ("--checkpoint", "checkpoint", "activation checkpointing with this many segments (default 0: off)"),

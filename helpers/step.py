@@ -225,7 +225,9 @@ def _step(meter: Meter, config: StepConfig, task: _Task, name: str, model: nn.Mo
             raise
         first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
         shapes = ", ".join(str(tuple(t.shape)) for t in inputs if isinstance(t, torch.Tensor))
-        raise ValueError(f"{name} cannot run on input {shapes}: {first_line}") from None
+        hint = ("; give the shape of one sample with input_shape= (--input-shape), or seq_len= for token ids"
+                if config.inputs is None and config.input_shape is None and not config.tokens else "")
+        raise ValueError(f"{name} cannot run on input {shapes}: {first_line}{hint}") from None
     if targets is not None:
         moments.inputs.add(meter.serial_of(targets))
     record("cross-entropy loss" if isinstance(task.loss, str) else "loss", "loss", tuple(loss.shape))

@@ -24,7 +24,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .gpt import GPT, GPT2_PRESETS, GPTConfig
+from .gpt import GPT, GPT2_PRESETS, GPTConfig  # noqa: F401 (GPTConfig re-exported: a learner sizes their own GPT)
 
 
 def classification_models() -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
