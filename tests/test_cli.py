@@ -90,3 +90,40 @@ def test_step_event_labels_are_not_cut(capsys):
     assert main(["profile", "--device", "simulated", "--batch-size", "2", "--image-size", "64",
                  "--steady-state"]) == 0
     assert "[parameters, buffers, optimizer states]" in capsys.readouterr().out
+
+
+def test_cli_gives_lesson_04s_figures(capsys):
+    for flags, options in ((["--amp", "--checkpoint", "4"], dict(amp=True, checkpoint=4)),
+                           (["--amp", "--offload"], dict(amp=True, offload=True))):
+        assert main(["profile", *flags, "--device", "simulated"]) == 0
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        peak = profile_step("resnet18", 128, device="simulated", **options).peak_allocated_bytes
+        assert last == f"peak allocated: {peak / 2**20:.1f} MiB (simulated)"
+    assert main(["profile", "--amp", "--checkpoint", "4", "--reentrant", "--device", "simulated"]) == 0
+    assert "39 parameters got no gradient" in capsys.readouterr().err
+
+
+def test_gpt_presets_and_a_learners_own_model_from_the_command_line(capsys):
+    assert main(["profile", "--model", "gpt2", "--seq-len", "32", "--batch-size", "2", "--device", "simulated",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "gpt2" and data["input_shape"] == [32] and data["config"]["seq_len"] == 32
+    own = ["profile", "--model", "helpers.models:digits_mlp", "--batch-size", "4", "--device", "simulated"]
+    assert main(own) == 2  # digits_mlp takes 64 features, not images
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "digits_mlp cannot run on input (4, 3, 224, 224)" in err[0] and "--input-shape" in err[0]
+    assert main([*own, "--input-shape", "64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["input_shape"] == [64] and data["model"] == "digits_mlp"
+    assert data["peak_allocated_bytes"] == profile_step("helpers.models:digits_mlp", 4, input_shape=(64,),
+                                                        device="simulated").peak_allocated_bytes
+    for bad in ("3,x", "0,4"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*own, "--input-shape", bad])
+        assert exit_info.value.code == 2
+        assert "--input-shape" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(["profile", "--model", "no_such_package:build", "--device", "simulated"]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot import 'no_such_package'" in err[0]

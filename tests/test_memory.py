@@ -1,9 +1,11 @@
-"""The simulated backend counts exactly the bytes CUDA's caching allocator would."""
+"""helpers.memory: units, the allocator's size rules, the storage tracker, the meter."""
 
 import pytest
 import torch
 
-from helpers import GiB, Meter, MiB, fmt_bytes, resolve_backend, round_up, tensor_bytes
+from helpers import CUDA_OVERHEAD_BYTES, GiB, Meter, MiB, fits, fmt_bytes, round_up, tensor_bytes
+from helpers.memory import (GPU_CARDS, allocation_size, block_bytes, cuda_size, headroom,
+                            oom_message)
 
 
 @pytest.mark.parametrize("nbytes, rounded", [(0, 0), (1, 512), (511, 512), (512, 512), (513, 1024), (4 * MiB, 4 * MiB)])
@@ -35,6 +37,63 @@ def test_fmt_bytes_units():
     assert fmt_bytes(2 * MiB, "MB") == "2.1 MB"
     with pytest.raises(ValueError, match="unknown unit"):
         fmt_bytes(1, "mb")
+
+
+def test_allocation_and_block_sizes_follow_the_caching_allocator():
+    # get_allocation_size: 2 MiB segments up to 1 MiB, 20 MiB below 10 MiB, else rounded up to 2 MiB.
+    assert [allocation_size(n) for n in (1, 512, MiB, MiB + 1, 10 * MiB - 512, 10 * MiB - 1, 49 * MiB, 49 * MiB + 1)] == [
+        2 * MiB, 2 * MiB, 2 * MiB, 20 * MiB, 20 * MiB, 10 * MiB, 50 * MiB, 50 * MiB]  # 10 MiB - 1 rounds up to 10 MiB
+    # should_split: a large block keeps a rest of more than 1 MiB only; a small one of 512 bytes or more.
+    assert block_bytes(49 * MiB) == 50 * MiB          # rest 1 MiB: not split, counted whole
+    assert block_bytes(48 * MiB + 512) == 48 * MiB + 512  # rest 1.5 MiB: split off
+    assert block_bytes(4) == 512 and block_bytes(MiB) == MiB
+    assert block_bytes(5 * MiB) == 5 * MiB            # from a 20 MiB segment, 15 MiB split off
+    assert block_bytes(392 * MiB, free_block=393 * MiB) == 393 * MiB  # a cached block 1 MiB too big
+    with pytest.raises(ValueError, match="cannot hold"):
+        block_bytes(2 * MiB, free_block=MiB)
+
+
+def test_gpu_cards_report_less_than_their_nominal_size():
+    for name, capacity in GPU_CARDS.items():
+        nominal = int(name.split()[-2]) * GiB  # a "16 GB" card carries 16 GiB of memory chips
+        assert 0.95 * nominal < capacity < nominal, name
+
+
+def test_headroom_is_the_one_fits_rule():
+    assert headroom(16 * GiB) == 15 * GiB and headroom(16 * GiB, overhead=0) == 16 * GiB
+    assert fits(15 * GiB, 16 * GiB) and not fits(15 * GiB + 1, 16 * GiB)
+    with pytest.raises(ValueError, match=">= 0 bytes"):
+        headroom(-1)
+
+
+def test_oom_message_fields():
+    message = oom_message(3 * 2**29, 16 * GiB, 15 * GiB + 512 * MiB, 14 * GiB, 14 * GiB, simulated=False)
+    assert message.startswith("CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of 16.00 GiB")
+    assert "of which 512.00 MiB is free" in message
+    assert "this process has 15.50 GiB memory in use. Of the allocated memory" in message
+    assert "14.00 GiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated" in message
+    # Capped with set_per_process_memory_fraction: the card's total, its free memory, and the cap.
+    capped = oom_message(GiB, 80 * GiB, 15 * GiB, 14 * GiB, 14 * GiB + 5 * MiB, simulated=False,
+                         allowed=16 * GiB, free=64 * GiB)
+    assert ("GPU 0 has a total capacity of 80.00 GiB of which 64.00 GiB is free. Including non-PyTorch memory, "
+            "this process has 15.00 GiB memory in use. 16.00 GiB allowed; Of the allocated memory 14.00 GiB "
+            "is allocated by PyTorch, and 5.00 MiB is reserved") in capped
+    assert [cuda_size(n) for n in (1024, 1025, MiB, MiB + 1, GiB + 1)] == [
+        "1024 bytes", "1.00 KiB", "1024.00 KiB", "1.00 MiB", "1.00 GiB"]
+
+
+def test_simulated_oom_reports_the_failing_allocation():
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        with Meter("simulated", capacity=CUDA_OVERHEAD_BYTES + 10 * MiB) as meter:
+            a = torch.empty(6 * MiB, dtype=torch.uint8, device=meter.device)
+            torch.empty(6 * MiB, dtype=torch.uint8, device=meter.device)
+    message = str(info.value)
+    assert "Tried to allocate 20.00 MiB" in message  # a 1-10 MiB request asks for a 20 MiB segment
+    assert "total capacity of 1.01 GiB of which 4.00 MiB is free" in message
+    assert "6.00 MiB is allocated by PyTorch" in message
+    del a
+    with pytest.raises(ValueError, match="positive number of bytes"):
+        Meter("simulated", capacity=0)
 
 
 def test_simulated_allocation_free_and_peak():
@@ -83,17 +142,37 @@ def test_simulated_mode_does_not_allocate_huge_tensors():
         del x
 
 
-def test_backend_resolution_and_errors():
-    assert resolve_backend("simulated") == "simulated"
-    assert resolve_backend("auto") == ("cuda" if torch.cuda.is_available() else "simulated")
-    with pytest.raises(ValueError, match="unknown device 'tpu'"):
-        resolve_backend("tpu")
+def test_storage_resizes_are_counted_and_logged():
+    """FSDP frees a parameter with untyped_storage().resize_(0) and re-grows it later."""
+    original = torch.UntypedStorage.resize_
+    with Meter("simulated") as meter:
+        x = torch.empty(1024, 1024, device=meter.device)  # 4 MiB
+        x.untyped_storage().resize_(0)
+        assert meter.allocated() == 0
+        x.untyped_storage().resize_(8 * MiB)
+        assert meter.allocated() == meter.peak() == 8 * MiB
+        serial = meter.serial_of(x)
+        del x
+        assert meter.allocated() == 0
+    assert [(e.serial, e.kind, e.delta) for e in meter.tracker.log] == [
+        (serial, "alloc", 4 * MiB), (serial, "resize", -4 * MiB), (serial, "resize", 8 * MiB),
+        (serial, "free", -8 * MiB)]
+    assert meter.tracker.sizes[serial] == 8 * MiB  # a storage's largest size
+    assert torch.UntypedStorage.resize_ is original  # unwrapped again
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
-def test_cuda_without_gpu_is_a_clear_error():
-    with pytest.raises(ValueError, match="no GPU"):
-        Meter("cuda")
+def test_a_paused_tracker_counts_nothing():
+    with Meter("simulated") as meter:
+        meter.tracker.paused = True
+        host = torch.empty(1024, device=meter.device)
+        meter.tracker.paused = False
+        assert meter.allocated() == 0 and meter.serial_of(host) is None
+
+
+def test_capacity_must_be_a_positive_number_of_bytes():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="positive number of bytes"):
+            Meter("simulated", capacity=bad)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -108,19 +187,3 @@ def test_cuda_and_simulated_agree_on_plain_tensors():
         results[device] = (meter.allocated(), meter.peak())
         del x, y
     assert results["cuda"] == results["simulated"]
-
-
-def test_peak_bars_figure_checks_its_labels():
-    from helpers.plots import plot_peak_bars
-
-    p = profile_step_small()
-    fig = plot_peak_bars([p], ["one"])
-    assert len(fig.axes[0].patches) == 6  # one bar segment per category
-    with pytest.raises(ValueError, match="labels"):
-        plot_peak_bars([p], ["a", "b"])
-
-
-def profile_step_small():
-    from helpers import profile_step
-
-    return profile_step("resnet18", 2, image_size=32, num_classes=10, device="simulated")

@@ -1,23 +1,19 @@
-"""One traced training step: deltas computed from shapes, categories, cross-checks."""
+"""helpers.step: one traced training step, for any model and input; figures derived from shapes."""
 
 import math
 
 import pytest
 import torch
 import torchvision
+from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import CATEGORIES, MiB, build_model, profile_step, round_up, sequential_form
+from helpers import DoesNotFit, GiB, MiB, StepConfig, profile_step, round_up
 from helpers.techniques import make_optimizer
 
 
 def nbytes(shape, dtype=torch.float32):
     return round_up(math.prod(shape) * dtype.itemsize)
-
-
-@pytest.fixture(scope="module")
-def resnet18_b128():
-    return profile_step("resnet18", 128, device="simulated")
 
 
 def test_published_resnet18_deltas_follow_from_shapes(resnet18_b128):
@@ -32,26 +28,6 @@ def test_published_resnet18_deltas_follow_from_shapes(resnet18_b128):
     assert p.find("layer1.0.conv1", "fwd").delta_bytes == nbytes(pooled) == 98 * MiB
     assert p.find("layer1.0.conv2", "fwd").delta_bytes == 98 * MiB
     assert p.find("layer1.0.relu", "fwd", nth=1).delta_bytes == 0
-
-
-def test_events_are_consistent(resnet18_b128):
-    p = resnet18_b128
-    previous = 0
-    for event, cats in zip(p.events, p.event_categories):
-        assert event.allocated_bytes == previous + event.delta_bytes
-        assert sum(cats.values()) == event.allocated_bytes
-        assert set(cats) == set(CATEGORIES)
-        previous = event.allocated_bytes
-    assert sum(p.categories.values()) == p.peak_allocated_bytes
-    assert max(e.allocated_bytes for e in p.events) <= p.peak_allocated_bytes
-    assert [e.phase for e in p.events if e.module is None] == [
-        "model", "input", "loss", "backward", "optimizer.step", "zero_grad"]
-    names = {n for n, _ in torchvision.models.resnet18().named_modules()}
-    module_events = [e for e in p.events if e.module is not None]
-    assert {e.module for e in module_events} == names
-    for name in names:  # every module has a pre, fwd and bwd event
-        phases = {e.phase for e in module_events if e.module == name}
-        assert phases == {"pre", "fwd", "bwd"}, name
 
 
 def test_categories_at_known_moments(resnet18_b128):
@@ -96,6 +72,17 @@ def test_adam_keeps_two_states_per_parameter():
     assert p.event_categories[-1]["optimizer_states"] == 2 * param_bytes
 
 
+def test_steady_state_adds_exactly_the_optimizer_states():
+    first = profile_step("resnet18", 128, device="simulated")
+    steady = profile_step("resnet18", 128, device="simulated", steady_state=True)
+    assert first.categories["optimizer_states"] == 0  # momentum is created inside optimizer.step()
+    momentum = sum(round_up(p.numel() * 4) for p in torchvision.models.resnet18().parameters())
+    assert steady.categories["optimizer_states"] == momentum  # one fp32 buffer per parameter
+    assert steady.event_categories[0]["optimizer_states"] == momentum  # there from the start
+    assert steady.peak_allocated_bytes - first.peak_allocated_bytes == momentum
+    assert steady.peak_event == first.peak_event
+
+
 def test_amp_and_checkpointing_lower_the_peak_and_keep_every_gradient(resnet18_b128):
     base = resnet18_b128.peak_allocated_bytes
     amp = profile_step("resnet18", 128, amp=True, device="simulated")
@@ -119,15 +106,6 @@ def test_huge_batch_is_simulated_without_allocating():
     assert p.peak_allocated_bytes > 80 * 2**30  # far beyond this machine's RAM
 
 
-@pytest.mark.parametrize("name", ["resnet18", "alexnet", "vgg11", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0"])
-def test_sequential_form_computes_the_same_function(name):
-    torch.manual_seed(0)
-    model = build_model(name).eval()
-    x = torch.randn(2, 3, 64, 64)
-    with torch.no_grad():
-        assert torch.allclose(sequential_form(model)(x), model(x), atol=1e-5)
-
-
 def test_any_classification_model_and_a_custom_one():
     assert profile_step("mobilenet_v3_small", 4, image_size=96, device="simulated").peak_allocated_bytes > 0
 
@@ -137,6 +115,60 @@ def test_any_classification_model_and_a_custom_one():
     p = profile_step(mlp, 16, input_shape=(64,), num_classes=10, device="simulated")
     assert p.model == "mlp"
     assert p.find("1", "fwd").delta_bytes == nbytes((16, 32))
+
+
+def test_a_model_instance_is_profiled_on_a_copy():
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    p = profile_step(model, 256, input_shape=(784,), device="simulated")
+    assert p.model == "Sequential" and p.find("0", "fwd").delta_bytes == nbytes((256, 256))
+    assert {t.device.type for t in model.parameters()} == {"cpu"} and model[0].weight.grad is None
+    assert profile_step(model, 256, input_shape=(784,), device="simulated", name="mine").model == "mine"
+
+
+def test_token_inputs_and_next_token_loss_for_a_gpt():
+    p = profile_step("gpt2", 2, seq_len=64, device="simulated")
+    assert p.input_shape == (64,) and p.config.task_loss == "next_token"
+    logits = next(e for e in p.events if e.module == "" and e.phase == "fwd")
+    assert logits.shape == (2, 64, 50257)
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        profile_step("gpt2", 1, seq_len=2048, device="simulated")
+
+
+def test_gpt2_xl_model_states_are_16_bytes_per_parameter():
+    """fp32 Adam (torch.autocast keeps no master copy): 4 + 4 + 8 bytes per parameter, at the optimizer step."""
+    p = profile_step("gpt2-xl", 1, seq_len=1024, amp=True, optimizer="adam", steady_state=True, device="simulated")
+    states = p.categories["parameters"] + p.categories["gradients"] + p.categories["optimizer_states"]
+    assert p.parameter_count == 1_557_611_200 and p.peak.phase == "optimizer.step"
+    assert states / p.parameter_count == pytest.approx(16, abs=0.001)
+
+
+def test_custom_inputs_and_a_custom_loss():
+    def pair(batch_size, device):
+        return torch.randn(batch_size, 8, device=device), torch.randn(batch_size, 8, device=device)
+
+    class Bilinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Bilinear(8, 8, 4)
+
+        def forward(self, a, b):
+            return self.layer(a, b)
+
+    p = profile_step(Bilinear, 32, inputs=pair, loss=lambda out: out.square().mean(), device="simulated")
+    assert p.find(None, "loss").type == "loss" and p.categories["input"] == 2 * nbytes((32, 8))
+    with pytest.raises(ValueError, match="must return a scalar tensor"):
+        profile_step(Bilinear, 32, inputs=pair, loss=lambda out: out, device="simulated")
+
+
+def test_a_classifier_whose_classes_differ_from_num_classes_is_refused():
+    def ten_classes():
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+
+    assert profile_step(ten_classes, 4, input_shape=(64,), device="simulated").peak_allocated_bytes > 0
+    with pytest.raises(ValueError, match="output has 10 classes, but num_classes is 1000"):
+        profile_step(ten_classes, 4, input_shape=(64,), num_classes=1000, device="simulated")
+    with pytest.raises(ValueError, match="expects \\(batch, classes\\) logits"):
+        profile_step("gpt2", 1, seq_len=8, loss="classification", device="simulated")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -154,10 +186,14 @@ def test_bad_input_gives_a_clear_error(kwargs, message):
         profile_step(**{"device": "simulated", **kwargs})
 
 
+def test_unknown_options_are_named():
+    with pytest.raises(ValueError, match="unknown option 'batchsize'"):
+        profile_step("resnet18", batchsize=4)
+    assert profile_step(StepConfig(model="resnet18", batch_size=2, image_size=32, device="simulated")).batch_size == 2
+
+
 def test_out_of_memory_is_reported_as_does_not_fit(resnet18_b128):
     """Running out of memory (a simulated 1.5 GiB GPU) becomes DoesNotFit, with CUDA's first line."""
-    from helpers import DoesNotFit, GiB
-
     with pytest.raises(DoesNotFit) as info:
         profile_step("resnet18", 128, device="simulated", capacity=3 * GiB // 2)
     # 1.5 GiB - 1 GiB of assumed overhead: conv1's 392 MiB output fits, bn1's does not.
@@ -167,24 +203,3 @@ def test_out_of_memory_is_reported_as_does_not_fit(resnet18_b128):
     assert "\n" not in info.value.cuda_message
     assert info.value.requested == 392 * MiB
     assert info.value.allocated == resnet18_b128.find("conv1", "fwd").allocated_bytes
-
-
-def test_storages_at_the_peak_add_up_and_carry_dtypes(resnet18_b128):
-    p = resnet18_b128
-    at_peak = p.at_peak()
-    assert sum(s.nbytes for s in at_peak) == p.peak_allocated_bytes
-    by_category = {}
-    for s in at_peak:
-        by_category[s.category] = by_category.get(s.category, 0) + s.nbytes
-    assert by_category == {k: v for k, v in p.categories.items() if v}
-    # MaxPool's int64 indices: the only int64 activation, 196 MiB at batch 128.
-    indices = [s for s in at_peak if s.category == "activations" and s.dtype == torch.int64]
-    assert [(s.shape, s.nbytes) for s in indices] == [((128, 64, 56, 56), 196 * MiB)]
-
-
-def test_event_labels_say_what_happened(resnet18_b128):
-    p = resnet18_b128
-    assert p.find("layer4.1.relu", "bwd").label == "backward of ReLU 'layer4.1.relu'"
-    assert p.find("", "pre").label == "before the model (ResNet)"
-    assert p.find(None, "optimizer.step").label == "optimizer.step()"
-    assert p.summary().splitlines()[0] == "at the peak (reached by event 157, backward of ReLU 'layer4.1.relu'):"

@@ -1,0 +1,124 @@
+"""helpers.techniques and their effect on a step: AMP, checkpointing (and its traps), offloading."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import profile_step
+from helpers.models import build_model, digits_cnn, sequential_form
+from helpers.techniques import Checkpointed, frozen_batchnorm_stats, make_optimizer
+
+
+@pytest.fixture(scope="module")
+def peaks():
+    configs = {"baseline": {}, "amp": {"amp": True}, "ckpt": {"checkpoint": 4},
+               "both": {"amp": True, "checkpoint": 4},
+               "trap": {"amp": True, "checkpoint": 4, "reentrant": True},
+               "offload_amp": {"amp": True, "offload": True}}
+    return {k: profile_step("resnet18", 128, device="simulated", **kw) for k, kw in configs.items()}
+
+
+def test_four_configurations_are_ordered_and_complete(peaks):
+    p = {k: v.peak_allocated_bytes for k, v in peaks.items()}
+    assert p["baseline"] > p["ckpt"] > p["amp"] > p["both"]
+    for name in ("baseline", "amp", "ckpt", "both", "offload_amp"):
+        assert peaks[name].params_without_grad == [], name
+
+
+def test_the_reentrant_trap_is_five_times_smaller_and_wrong(peaks):
+    trap = peaks["trap"]
+    assert round(peaks["baseline"].peak_allocated_bytes / trap.peak_allocated_bytes) == 5
+    assert len(trap.params_without_grad) == 39
+    assert "conv1.weight" in trap.params_without_grad and "fc.weight" not in trap.params_without_grad
+    assert peaks["baseline"].peak_allocated_bytes / peaks["both"].peak_allocated_bytes < 3
+
+
+def test_offload_beats_checkpointing_but_not_the_stem_floor(peaks):
+    best = peaks["offload_amp"].peak_allocated_bytes
+    assert best < peaks["both"].peak_allocated_bytes
+    stem_floor = 3 * 128 * 64 * 112 * 112 * 2  # three 16-bit stem tensors in bn1's backward
+    assert best > stem_floor
+    assert peaks["baseline"].peak_allocated_bytes / best < 5
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    return build_model("resnet18", num_classes=10), torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+
+
+def _grads(small, **options):
+    reference, x, y = small
+    model = copy.deepcopy(reference)
+    runner = Checkpointed(sequential_form(model), **options) if options else model
+    F.cross_entropy(runner(x), y).backward()
+    return model
+
+
+@pytest.mark.parametrize("segments", [2, 4, 10])
+def test_checkpointing_gives_every_parameter_the_baseline_gradient(small, segments):
+    base = _grads(small)
+    ckpt = _grads(small, segments=segments, freeze_bn_stats=True)
+    for (name, p), q in zip(ckpt.named_parameters(), base.parameters()):
+        assert p.grad is not None, name
+        assert torch.equal(p.grad, q.grad), name
+    for m, n in zip(ckpt.modules(), base.modules()):
+        if isinstance(m, torch.nn.BatchNorm2d):
+            assert torch.equal(m.running_mean, n.running_mean) and m.num_batches_tracked == n.num_batches_tracked
+
+
+def test_without_the_fix_batchnorm_counts_twice(small):
+    ckpt = _grads(small, segments=4)
+    assert int(ckpt.bn1.num_batches_tracked) == 2
+
+
+def test_reentrant_checkpoint_of_an_input_without_grad_loses_gradients(small):
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):
+        model = _grads(small, segments=4, reentrant=True)
+    assert sum(p.grad is None for p in model.parameters()) == 39
+
+
+def test_amp_loss_and_gradient_direction_are_close():
+    # The setting of lesson 04, section 3, and its stated tolerance.
+    torch.manual_seed(0)
+    reference = build_model("resnet18", num_classes=10)
+    x, y = torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))
+    grads = []
+    losses = []
+    for amp in (False, True):
+        model = copy.deepcopy(reference)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert abs(losses[1] - losses[0]) / losses[0] < 0.01
+    assert F.cosine_similarity(grads[0], grads[1], dim=0) > 0.9
+
+
+def test_checkpoint_options_are_checked():
+    with pytest.raises(ValueError, match="non-reentrant"):
+        Checkpointed(sequential_form(digits_cnn()), 2, reentrant=True, freeze_bn_stats=True)
+    with pytest.raises(ValueError, match="give checkpoint segments"):
+        profile_step("resnet18", 2, device="simulated", reentrant=True)
+    with pytest.raises(ValueError, match="offload must be True or False"):
+        profile_step("resnet18", 2, device="simulated", offload="yes")
+
+
+def test_frozen_batchnorm_stats_restores_momentum_and_count():
+    model = digits_cnn()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    with frozen_batchnorm_stats(model):
+        assert all(m.momentum == 0.0 for m in norms)
+        model(torch.randn(4, 64))
+    assert all(m.momentum == 0.1 and int(m.num_batches_tracked) == 0 for m in norms)
+
+
+def test_optimizers_are_the_foreach_kinds():
+    params = [torch.nn.Parameter(torch.ones(2))]
+    assert isinstance(make_optimizer("sgd", params), torch.optim.SGD)
+    assert make_optimizer("adam", params).defaults["foreach"] is True
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        make_optimizer("lion", params)

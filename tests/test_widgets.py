@@ -1,0 +1,89 @@
+"""helpers.widgets: the batch-size widget, its controls and its pure view."""
+
+import re
+
+import pytest
+from torch import nn
+
+from helpers import profile_step
+from helpers.batch import Estimate
+from helpers.widgets import MemoryExplorer, render, verdict
+
+
+def test_widget_shows_what_a_direct_measurement_gives():
+    w = MemoryExplorer(device="simulated", batch_size=128)
+    shown = [int(v) for v in re.findall(r'class="gm-peak" data-bytes="(\d+)"', w.view.value)]
+    direct = profile_step("resnet18", 128, device="simulated", steady_state=True)
+    assert shown == [direct.peak_allocated_bytes]
+    assert w.message.startswith("fits in V100 16 GB")
+
+    w.batch_size.value = 900  # the slider moves: the view follows
+    direct = profile_step("resnet18", 900, device="simulated", steady_state=True)
+    shown = int(re.search(r'class="gm-peak" data-bytes="(\d+)"', w.view.value).group(1))
+    assert abs(shown - direct.peak_allocated_bytes) < 4096
+    assert w.result.batch_size == 900 and w.batch_box.value == 900
+    for name in ("parameters", "gradients", "optimizer_states", "activations"):
+        value = int(re.search(rf'data-category="{name}" data-bytes="(\d+)"', w.view.value).group(1))
+        assert abs(value - direct.categories[name]) < 4096
+    assert w.message.startswith("does not fit in V100 16 GB")  # 900 * 21.3 MiB > 14.8 GiB
+    w.capacity.value = "RTX 4090 24 GB"
+    assert w.message.startswith("fits in RTX 4090 24 GB")
+
+    w.amp.value = True
+    amp = profile_step("resnet18", 900, device="simulated", steady_state=True, amp=True)
+    assert abs(w.result.peak_bytes - amp.peak_allocated_bytes) < 4096
+
+    w.batch_size.value = 0  # cannot be entered: the slider clamps to its minimum
+    assert w.batch_size.value == 1 and w.result.batch_size == 1
+
+    w.model.value = "densenet121"
+    w.checkpoint.value = 4  # refused clearly, not with a traceback
+    assert w.result is None and "cannot run this configuration" in w.message
+    assert "DenseNet" in w.view.value
+    w.checkpoint.value = 0
+    assert w.result is not None
+
+
+def test_widget_refuses_bad_initial_values():
+    with pytest.raises(ValueError, match="batch_size"):
+        MemoryExplorer(device="simulated", batch_size=0)
+    with pytest.raises(ValueError, match="unknown model"):
+        MemoryExplorer(device="simulated", model="resnet19")
+    with pytest.raises(ValueError, match="capacity"):
+        MemoryExplorer(device="simulated", capacity="this GPU")
+
+
+def test_the_view_is_a_pure_function_of_the_estimate():
+    small = Estimate(4, 2 * 2**20, {"parameters": 2**20, "activations": 2**20}, "backward of ReLU '1'", True, "simulated")
+    message, view = render(small, "H100 80 GB", 80 * 2**30)
+    assert message.startswith("fits in H100 80 GB: peak 2.0 MiB + 1,024.0 MiB assumed overhead")
+    assert 'class="gm-zoom"' in view and "peak at the backward of ReLU &#x27;1&#x27;" in view  # too thin: zoomed
+    assert render(small, "H100 80 GB", 80 * 2**30) == (message, view)
+    big = Estimate(4, 20 * 2**30, {"activations": 20 * 2**30}, "x", True, "simulated")
+    ok, text = verdict(big, "V100 16 GB", 16 * 2**30, False)
+    assert not ok and text.startswith("does not fit in V100 16 GB") and 'gm-zoom' not in render(big, "V100", 16 * 2**30)[1]
+    failed = Estimate(4, None, backend="cuda", error="CUDA out of memory. Tried to allocate 2.00 GiB.")
+    assert verdict(failed, "this GPU", 16 * 2**30, True) == (
+        False, "does not fit: batch 4 ran out of memory on this GPU (CUDA out of memory. Tried to allocate 2.00 GiB.)")
+
+
+def test_a_learners_own_model_and_a_gpt_preset():
+    mine = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+    w = MemoryExplorer(model=mine, batch_size=32, max_batch_size=256, device="simulated", input_shape=(1, 28, 28))
+    assert w.model.value == "Sequential" and "Sequential" in w.model.options and w.result is not None
+    direct = profile_step(mine, 32, input_shape=(1, 28, 28), device="simulated", steady_state=True)
+    assert abs(w.result.peak_bytes - direct.peak_allocated_bytes) < 4096
+    w.model.value = "gpt2"  # a preset, at its full context
+    assert w.result is not None and w.result.peak_bytes > 2**30
+
+
+def test_a_new_trace_first_says_it_is_working():
+    w = MemoryExplorer(model="mlp", device="simulated", max_batch_size=64, batch_size=8)
+    shown = []
+    w.view.observe(lambda change: shown.append(change["new"]), names="value")
+    w.amp.value = True  # a configuration not traced yet
+    assert 'class="gm-busy"' in shown[0] and "tracing mlp (AMP" in shown[0]
+    assert 'class="gm-explorer"' in shown[-1]
+    shown.clear()
+    w.batch_size.value = 9  # same configuration: no new trace, no busy view
+    assert len(shown) == 1 and "gm-busy" not in shown[0]
