@@ -63,4 +63,5 @@ refresh-notebooks: setup
 
 benchmark: setup
 	$(BIN)/python benchmarks/step_time.py
+	$(BIN)/python benchmarks/gpt2_step.py
 	$(BIN)/python benchmarks/widget_latency.py

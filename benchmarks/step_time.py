@@ -1,7 +1,7 @@
 """Wall time of one simulated, traced ResNet18 training step at batch 128.
 
-Prints the median of several runs (after one warm-up run).  Target: under 3 s
-on a 2-core CPU.  Run with ``make benchmark`` or
+Prints the median of several runs (after one warm-up run).  Target: a median
+at or under 0.5 s on a 2-core CPU.  Run with ``make benchmark`` or
 ``python benchmarks/step_time.py [--runs N] [--batch-size B]``.
 """
 

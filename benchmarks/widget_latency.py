@@ -7,6 +7,11 @@ the slider to random batch sizes from 1 to 1024 and times each change from
 update (the browser's drawing of the new HTML is not included).
 
 Target: median at most 150 ms after the first update on a 2-core machine.
+
+Then it changes controls that need new traces (AMP, the optimizer, the model:
+``--retrace`` lists the models) and times two moments of each: when the view
+first changes (it must say at once that it is tracing, so that the old figures
+never look current) and when the new figures are shown.
 Run with ``make benchmark`` or ``python benchmarks/widget_latency.py [--changes N] [--seed S]``.
 """
 
@@ -25,6 +30,8 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=100, help="slider moves to time")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--retrace", default="gpt2,densenet121",
+                        help="models to switch to after the slider moves (comma-separated)")
     args = parser.parse_args()
     start = time.perf_counter()
     widget = MemoryExplorer(model=args.model, device="simulated")
@@ -45,6 +52,20 @@ def main() -> None:
     print(f"{args.changes} slider moves to random batch sizes 1..1024: median {statistics.median(times) * 1e3:.2f} ms, "
           f"90th percentile {p90 * 1e3:.2f} ms, max {times[-1] * 1e3:.0f} ms; "
           f"{traced} of them traced directly, the rest interpolated")
+
+    changes = [("amp", True), ("optimizer", "adam")] + [("model", m) for m in args.retrace.split(",") if m]
+    for control, value in changes:
+        shown = []
+        start = time.perf_counter()
+        handler = lambda change: shown.append((time.perf_counter() - start, change["new"]))  # noqa: E731
+        widget.view.observe(handler, names="value")
+        getattr(widget, control).value = value
+        widget.view.unobserve(handler, names="value")
+        first_seconds, first_view = shown[0]
+        last_seconds, last_view = shown[-1]
+        assert 'class="gm-busy"' in first_view and 'class="gm-explorer"' in last_view, (control, value)
+        print(f"{control} -> {value}: 'tracing ...' shown after {first_seconds * 1e3:.1f} ms, "
+              f"new figures after {last_seconds:.2f} s")
 
 
 if __name__ == "__main__":

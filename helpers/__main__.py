@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(profile.to_dict()))
     else:
         print(profile.table())
+        states = profile.model_state_bytes
+        print(f"model states at optimizer.step() (parameters + gradients + optimizer states): "
+              f"{states / 2**20:.1f} MiB, {states / profile.parameter_count:.2f} bytes per parameter "
+              f"({profile.parameter_count:,} parameters)")
         print(profile.summary())
     beyond = _beyond_any_card(profile.peak_allocated_bytes)
     if beyond:

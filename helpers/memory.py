@@ -13,13 +13,14 @@ Two backends answer the same questions (bytes allocated now, peak allocated);
   shape, dtype and lifetime, but no data is allocated.  :class:`StorageTracker`
   sees every tensor an operation creates, counts its storage once, rounded up to
   512 bytes as the CUDA caching allocator does, and subtracts it again when the
-  storage is freed.  The operations are PyTorch's CPU kernels, so the result is
-  what ``torch.cuda.memory_allocated()`` would report wherever the CUDA kernels
-  keep the same tensors (convolutions, linear layers, BatchNorm, ReLU, pooling),
-  but not where they differ (dropout's mask, the autocast op lists, attention
-  kernels: lesson 00).  It does not model the allocator's unsplit large blocks
-  (:func:`block_bytes`), the CUDA context, cuDNN and cuBLAS workspaces, or the
-  cached-but-free memory that the allocator keeps *reserved*.
+  storage is freed (or resized).  The operations are PyTorch's CPU kernels,
+  with CUDA's rules applied where a GPU's kernels keep other tensors (dropout's
+  mask, the autocast op lists, attention kernels, Adam's host-side step
+  counters: :mod:`helpers.cuda_semantics`, lesson 00), so the result is what
+  ``torch.cuda.memory_allocated()`` would report for the step's tensors.  It
+  does not model the allocator's unsplit large blocks (:func:`block_bytes`),
+  the CUDA context, cuDNN and cuBLAS workspaces, or the cached-but-free memory
+  that the allocator keeps *reserved*.
 
 All sizes are in bytes; 1 MiB = 2**20 bytes (not 1 MB = 10**6 bytes).
 """

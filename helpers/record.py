@@ -64,7 +64,8 @@ class StepProfile:
         backend: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors).
         model: model name.
         batch_size, input_shape: the batch is ``(batch_size, *input_shape)``.
-        amp: autocast was on (fp16 + GradScaler on cuda, bf16 when simulated).
+        amp: autocast was on (in ``config.amp_dtype``: float16 with a GradScaler,
+            as on GPUs, unless bfloat16 was asked for).
         checkpoint: checkpoint segments (0: off).
         optimizer: ``"sgd"`` or ``"adam"``.
         parameter_count: number of parameters (elements, not bytes).
@@ -122,6 +123,19 @@ class StepProfile:
     def peak(self) -> Event:
         """The event at which the peak had been reached (``events[peak_event]``)."""
         return self.events[self.peak_event]
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Parameters + gradients + optimizer states at ``optimizer.step()``, in bytes.
+
+        The *model states* of ZeRO (Rajbhandari et al., SC20, section 3): at
+        the optimizer step all three are alive.  With Adam in float32 that is
+        4 + 4 + 8 = 16 bytes per parameter, with or without autocast (which
+        keeps no 16-bit copy of the parameters between steps); the optimizer
+        states exist at that moment in any step, first or steady.
+        """
+        cats = self.event_categories[self.events.index(self.find(None, "optimizer.step"))]
+        return cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
 
     def at_peak(self) -> list[Storage]:
         """The storages alive at the peak, in allocation order.

@@ -108,6 +108,10 @@ def test_gpt_presets_and_a_learners_own_model_from_the_command_line(capsys):
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "gpt2" and data["input_shape"] == [32] and data["config"]["seq_len"] == 32
+    assert main(["profile", "--model", "gpt2", "--seq-len", "32", "--batch-size", "1", "--optimizer", "adam",
+                 "--device", "simulated"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("model states"))
+    assert line.endswith(", 16.00 bytes per parameter (124,439,808 parameters)")
     own = ["profile", "--model", "helpers.models:digits_mlp", "--batch-size", "4", "--device", "simulated"]
     assert main(own) == 2  # digits_mlp takes 64 features, not images
     err = capsys.readouterr().err.strip().splitlines()

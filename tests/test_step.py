@@ -139,7 +139,10 @@ def test_gpt2_xl_model_states_are_16_bytes_per_parameter():
     p = profile_step("gpt2-xl", 1, seq_len=1024, amp=True, optimizer="adam", steady_state=True, device="simulated")
     states = p.categories["parameters"] + p.categories["gradients"] + p.categories["optimizer_states"]
     assert p.parameter_count == 1_557_611_200 and p.peak.phase == "optimizer.step"
-    assert states / p.parameter_count == pytest.approx(16, abs=0.001)
+    assert p.model_state_bytes == states and states / p.parameter_count == pytest.approx(16, abs=0.001)
+    # On top, at the peak: foreach Adam's one float32 temporary per parameter (the square root of exp_avg_sq),
+    # and three 512-byte scalars.
+    assert p.categories["other"] == p.categories["parameters"] + 3 * 512
 
 
 def test_custom_inputs_and_a_custom_loss():
