@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import warnings
 from typing import Callable
 
 import torch
@@ -249,7 +250,8 @@ class SimulatedBackend(Backend):
         """On the ``meta`` device (shapes only, no memory, no initialisation work);
         a constructor that reads tensor values falls back to a real CPU build."""
         try:
-            with torch.device("meta"):
+            with torch.device("meta"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # what a failed attempt warns about is not the learner's concern
                 return builder()
         except (NotImplementedError, RuntimeError):
             return builder()

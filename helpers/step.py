@@ -102,7 +102,11 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
     task = _task(config, spec)
     meter = Meter(config.device, config.capacity, attention=config.attention)
     runtime = meter.runtime
-    unplaced = runtime.build(spec.build)
+    try:
+        unplaced = runtime.build(spec.build)
+    except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
+        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise ValueError(f"building {spec.name} failed: {type(e).__name__}: {first_line}") from None
     if not isinstance(unplaced, nn.Module):
         raise ValueError(f"the model function must return an nn.Module, got {type(unplaced).__name__}")
     try:
@@ -133,19 +137,25 @@ class _Task:
 
 
 def _task(config: StepConfig, spec: ModelSpec) -> _Task:
+    if spec.vocab_size and config.input_shape is not None:
+        raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "
+                         f"not input_shape=")
     seq_len = config.seq_len if config.seq_len is not None else (spec.seq_len if spec.vocab_size else None)
     if config.inputs is not None:
         kind, shape, vocab = "custom", (), None
     elif seq_len is not None:
         vocab = config.vocab_size or spec.vocab_size
         if vocab is None:
-            raise ValueError("token inputs need a vocabulary: give vocab_size= with seq_len=")
+            raise ValueError("token inputs need a vocabulary: give vocab_size= (--vocab-size) with seq_len=")
         kind, shape = "tokens", (seq_len,)
     else:
         kind, shape, vocab = "features", config.input_shape or spec.input_shape or config.sample_shape, None
     loss = config.loss
     if loss == "auto":
         loss = "next_token" if kind == "tokens" else "classification"
+    if loss == "next_token" and config.num_classes is not None:
+        raise ValueError("num_classes applies to a classification loss; next-token loss has the vocabulary "
+                         "as its classes")
     return _Task(kind, shape, vocab, loss, config.num_classes or spec.num_classes)
 
 

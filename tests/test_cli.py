@@ -50,6 +50,10 @@ def test_json_has_the_documented_fields(capsys):
     (["--model", "resnet1000"], "unknown model 'resnet1000'"),
     (["--optimizer", "lion"], "invalid choice: 'lion'"),
     (["--model", "vit_b_16", "--checkpoint", "3"], "VisionTransformer is not one"),
+    (["--model", "gpt2", "--input-shape", "3"], "gpt2 takes token ids"),
+    (["--model", "gpt2", "--seq-len", "8", "--num-classes", "5"], "num_classes applies to a classification loss"),
+    (["--model", "resnet18", "--seq-len", "8"], "give vocab_size= (--vocab-size)"),
+    (["--model", "helpers.models:no_such_function"], "'helpers.models' has no function 'no_such_function'"),
 ])
 def test_bad_input_exits_with_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -101,6 +105,14 @@ def test_cli_gives_lesson_04s_figures(capsys):
         assert last == f"peak allocated: {peak / 2**20:.1f} MiB (simulated)"
     assert main(["profile", "--amp", "--checkpoint", "4", "--reentrant", "--device", "simulated"]) == 0
     assert "39 parameters got no gradient" in capsys.readouterr().err
+
+
+def test_a_learners_model_that_fails_to_build_exits_with_one_line(capsys, tmp_path, monkeypatch):
+    (tmp_path / "learner_models.py").write_text("def broken():\n    raise RuntimeError('my model is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["profile", "--model", "learner_models:broken", "--device", "simulated"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m helpers profile: error: building broken failed: RuntimeError: my model is broken"]
 
 
 def test_gpt_presets_and_a_learners_own_model_from_the_command_line(capsys):

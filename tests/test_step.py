@@ -1,6 +1,7 @@
 """helpers.step: one traced training step, for any model and input; figures derived from shapes."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -187,6 +188,34 @@ def test_a_classifier_whose_classes_differ_from_num_classes_is_refused():
 def test_bad_input_gives_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         profile_step(**{"device": "simulated", **kwargs})
+
+
+def test_a_model_that_cannot_be_built_is_one_line_and_one_that_needs_values_builds_on_the_cpu():
+    def broken():
+        raise RuntimeError("my model is broken\nsecond line")
+
+    with pytest.raises(ValueError, match="^building broken failed: RuntimeError: my model is broken$"):
+        profile_step(broken, 2, device="simulated")
+
+    def reads_values():  # needs real numbers, so it cannot be built on the meta device
+        layer = nn.Linear(4, 4)
+        assert float(layer.weight.abs().sum()) > 0
+        return layer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the failed attempt on meta warns nothing
+        p = profile_step(reads_values, 2, input_shape=(4,), device="simulated")
+    assert p.categories["parameters"] == 2 * 512  # weight and bias, each a 512-byte block
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(model="gpt2", input_shape=(3,)), "gpt2 takes token ids: give their number with seq_len="),
+    (dict(model="gpt2", seq_len=8, num_classes=5), "num_classes applies to a classification loss"),
+    (dict(model="resnet18", seq_len=8), "token inputs need a vocabulary: give vocab_size="),
+])
+def test_inputs_that_do_not_match_the_model_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        profile_step(**{"device": "simulated", "batch_size": 1, **kwargs})
 
 
 def test_unknown_options_are_named():
