@@ -28,6 +28,11 @@ ATTENTION = ("auto", "flash", "efficient", "math")
 #: output, or "auto" (next-token for token inputs, else classification).
 LOSSES = ("auto", "classification", "next_token")
 
+#: The options that describe a model's data (its inputs and its loss): they
+#: belong to the model they are given with (the widget's other models keep
+#: their own).
+DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
+
 
 def check_int(name: str, value: Any, lowest: int) -> int:
     """``value`` if it is an integer >= ``lowest`` (not a bool).

@@ -22,6 +22,7 @@ old figures never look current.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 
 import ipywidgets as widgets
@@ -29,9 +30,11 @@ import ipywidgets as widgets
 from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
 from .backends import get_backend
 from .batch import Estimate, PeakCurve
-from .config import OPTIMIZERS, StepConfig, check_int
+from .config import DATA_OPTIONS, OPTIMIZERS, StepConfig, check_int
 from .memory import CUDA_OVERHEAD_BYTES, GPU_CARDS, MiB, fits
 from .models import model_names, resolve_model
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(StepConfig)}
 
 #: The checkpointing choices: label -> segments.
 SEGMENTS = {"off": 0, "2 segments": 2, "4 segments": 4, "8 segments": 8}
@@ -140,9 +143,11 @@ class MemoryExplorer(widgets.VBox):
         capacity: a card of :data:`helpers.memory.GPU_CARDS` (``"V100 16 GB"``,
             ...), or ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        **options: other options of :class:`helpers.config.StepConfig` for
-            every step (``image_size``, ``input_shape``, ``seq_len``,
-            ``num_classes``, ...).
+        **options: other options of :class:`helpers.config.StepConfig`.
+            Those that describe the data (:data:`helpers.config.DATA_OPTIONS`:
+            ``image_size``, ``input_shape``, ``seq_len``, ``num_classes``, ...)
+            belong to ``model``: the menu's other models keep their own.  The
+            rest (``amp_dtype``, ``attention``, ...) apply to every model.
 
     Attributes:
         batch_size, model, amp, checkpoint, optimizer, capacity: the controls
@@ -182,6 +187,7 @@ class MemoryExplorer(widgets.VBox):
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
         self.base = StepConfig(device=self.backend, steady_state=True, **options)  # checks the options
+        self._data = {model: {k: v for k, v in options.items() if k in DATA_OPTIONS}}
 
         style = {"description_width": "110px"}
         # min=1: a batch size of 0 or below cannot be entered (the box clamps it).
@@ -219,9 +225,10 @@ class MemoryExplorer(widgets.VBox):
 
     def config(self) -> StepConfig:
         """The configuration the controls show (batch size aside)."""
+        data = {k: _DEFAULTS[k] for k in DATA_OPTIONS} | self._data.get(self.model.value, {})
         return self.base.replace(model=self._models[self.model.value], name=self.model.value,
                                  amp=self.amp.value, checkpoint=self.checkpoint.value,
-                                 optimizer=self.optimizer.value).curve_key()
+                                 optimizer=self.optimizer.value, **data).curve_key()
 
     def curve(self) -> PeakCurve:
         """The :class:`helpers.batch.PeakCurve` of the configuration the controls show."""

@@ -73,8 +73,11 @@ def test_a_learners_own_model_and_a_gpt_preset():
     assert w.model.value == "Sequential" and "Sequential" in w.model.options and w.result is not None
     direct = profile_step(mine, 32, input_shape=(1, 28, 28), device="simulated", steady_state=True)
     assert abs(w.result.peak_bytes - direct.peak_allocated_bytes) < 4096
-    w.model.value = "gpt2"  # a preset, at its full context
-    assert w.result is not None and w.result.peak_bytes > 2**30
+    w.model.value = "gpt2"  # a preset, at its full context: input_shape= belonged to the learner's model
+    assert w.result is not None and w.result.peak_bytes > 2**30 and w.config().input_shape is None
+    assert w.config().seq_len is None and w.config().model == "gpt2"
+    w.model.value = "Sequential"  # and comes back with it
+    assert w.config().input_shape == (1, 28, 28) and w.result.peak_bytes == w.curve().estimate(32).peak_bytes
 
 
 def test_a_new_trace_first_says_it_is_working():
