@@ -29,9 +29,6 @@ from .cuda_semantics import SimulatedGradScaler, cuda_rules, host_side_steps
 from .memory import StorageTracker
 from .techniques.optimizers import make_optimizer
 
-#: The two backends, by name.
-BACKENDS = ("cuda", "simulated")
-
 _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 

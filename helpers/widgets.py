@@ -259,8 +259,3 @@ class MemoryExplorer(widgets.VBox):
             return
         gpu = self.capacity.value
         self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU")
-
-
-def batch_size_widget(**options) -> MemoryExplorer:
-    """Build the batch-size widget (see :class:`MemoryExplorer` for the options)."""
-    return MemoryExplorer(**options)

@@ -147,13 +147,14 @@ def test_storage_resizes_are_counted_and_logged():
     original = torch.UntypedStorage.resize_
     with Meter("simulated") as meter:
         x = torch.empty(1024, 1024, device=meter.device)  # 4 MiB
-        x.untyped_storage().resize_(0)
-        assert meter.allocated() == 0
-        x.untyped_storage().resize_(8 * MiB)
-        assert meter.allocated() == meter.peak() == 8 * MiB
         serial = meter.serial_of(x)
+        x.untyped_storage().resize_(0)
+        assert meter.allocated() == 0 and meter.tracker.bytes_now(serial) == 0
+        assert serial not in meter.tracker.live_serials()  # alive, but holding nothing
+        x.untyped_storage().resize_(8 * MiB)
+        assert meter.allocated() == meter.peak() == meter.tracker.bytes_now(serial) == 8 * MiB
         del x
-        assert meter.allocated() == 0
+        assert meter.allocated() == 0 and meter.tracker.bytes_now(serial) == 0
     assert [(e.serial, e.kind, e.delta) for e in meter.tracker.log] == [
         (serial, "alloc", 4 * MiB), (serial, "resize", -4 * MiB), (serial, "resize", 8 * MiB),
         (serial, "free", -8 * MiB)]

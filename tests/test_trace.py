@@ -3,7 +3,7 @@
 import torchvision
 
 from helpers import CATEGORIES
-from helpers.trace import STEP_PHASES
+from helpers.trace import MODULE_PHASES, STEP_PHASES
 
 
 def test_events_are_consistent(resnet18_b128):
@@ -39,6 +39,6 @@ def test_module_and_step_events_use_separate_fields(resnet18_b128):
         if e.module is None:
             assert e.module_type is None and e.note and e.phase in STEP_PHASES and e.type == e.note
         else:
-            assert e.note is None and e.module_type and e.type == e.module_type
+            assert e.note is None and e.module_type and e.type == e.module_type and e.phase in MODULE_PHASES
     positions = [e.log_position for e in resnet18_b128.events]
     assert positions == sorted(positions)
