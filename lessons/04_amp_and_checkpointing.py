@@ -156,7 +156,7 @@ for name in ("baseline", "AMP"):
 print(f"{'alive at the peak':<34} {'baseline':>11} {'AMP':>11}")
 small = dict.fromkeys(("baseline", "AMP"), 0)
 for what, sizes in sorted(parts.items(), key=lambda item: -item[1]["baseline"] - item[1]["AMP"]):
-    if max(sizes.values()) < MiB // 10:   # BatchNorm counters, the targets: fold them into one line
+    if max(sizes.values()) < MiB // 10:   # BatchNorm counters, the targets, the scalars: fold them into one line
         small = {k: small[k] + sizes[k] for k in small}
         continue
     print(f"{what:<34} {fmt_bytes(sizes['baseline']):>11} {fmt_bytes(sizes['AMP']):>11}")
@@ -174,6 +174,7 @@ assert parts["MaxPool's int64 indices"]["AMP"] == parts["MaxPool's int64 indices
 # * The float32 activations of the baseline become float16 activations of **exactly half** the size: in ResNet18 almost every operation's output is 16-bit under autocast (convolutions, BatchNorm, ReLU, pooling, the linear layer), and no activation at the peak stays float32. The gradient flowing back at that moment ("other") is 16-bit too, and halves.
 # * **MaxPool's int64 indices** (196 MiB) do not shrink: they are indices, not floating-point values.
 # * Autocast **adds** tensors: 16-bit copies of the input batch and of the weights, made for each convolution and kept for its backward.
+# * The **smaller tensors** line gathers BatchNorm's batch statistics and counters, the targets, and the scalars: the loss and its gradient and, under AMP, the `GradScaler`'s scale, its growth counter and the scale that the scaled loss keeps for backward (the one float32 "activation" of the AMP step, 512 bytes: the assertion above counts it as a scalar).
 # * **Parameters, gradients and the input batch** stay float32. `torch.autocast` keeps no separate "master" copy of the weights: the fp32 parameters *are* the weights the optimizer updates, and autocast casts them to 16 bits on the fly, at each operation. (Mixed-precision schemes that store 16-bit weights and keep an fp32 master copy, like Apex's O2 or the ZeRO paper's accounting, are a different layout; lessons 01 and 05 compare the conventions.)
 #
 # So the peak falls by about 40%, not 50%: only the float activations halve, and the rest either stays or is new.
@@ -436,7 +437,7 @@ fig
 #
 # **"Checkpointing is slower": confirmed**, in the time column above (milliseconds per step, measured on the machine that ran the notebook).
 #
-# Checkpointing pays for its recomputation in time, of the same order as the extra FLOPs counted in section 4 (compare the recorded timings there); measure it on your own hardware before relying on it. AMP's speed depends on the hardware: on most CPUs AMP is *slower*, because the casts cost more than the 16-bit arithmetic saves (compare the AMP row of the time column). On a GPU with tensor cores (V100 and later), float16 matrix products run several times faster, and AMP usually speeds training up; section 8 measures it when a GPU is present. The memory saving, measured in section 1, holds everywhere.
+# Checkpointing pays for its recomputation in time, of the same order as the extra FLOPs counted in section 4 (compare the recorded timings there); measure it on your own hardware before relying on it. AMP's speed depends on the hardware (compare the AMP row of the time column, measured where the notebook ran): a CPU without 16-bit arithmetic units spends more on the casts than the bfloat16 products save, and AMP runs *slower*; a CPU with bfloat16 instructions (AVX-512 BF16, AMX, as on the machine that stored these outputs) runs it faster. On a GPU with tensor cores (V100 and later), float16 matrix products run several times faster, and AMP usually speeds training up; section 8 measures it when a GPU is present. The memory saving, measured in section 1, holds everywhere.
 #
 # ## 6. Beyond the article: offloading saved tensors to host memory
 #
