@@ -34,7 +34,7 @@ _HOME = {
     "fits": "memory", "fmt_bytes": "memory", "round_up": "memory", "tensor_bytes": "memory",
     "resolve_backend": "backends", "StepConfig": "config",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
-    "DoesNotFit": "step", "profile_step": "step", "StepProfile": "record",
+    "DoesNotFit": "step", "profile_step": "step", "time_step": "step", "StepProfile": "record",
 }
 
 __all__ = sorted(_HOME)

@@ -111,6 +111,9 @@ class Backend:
         """The GPU's memory in bytes, or None when simulating."""
         return None
 
+    def synchronize(self) -> None:
+        """Wait until the device has finished the work queued so far (for timing)."""
+
     # -- the step ----------------------------------------------------------------------
     def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
         """Build the model, outside any measurement."""
@@ -180,6 +183,9 @@ class CudaBackend(Backend):
 
     def total_memory(self):
         return torch.cuda.get_device_properties(0).total_memory
+
+    def synchronize(self):
+        torch.cuda.synchronize()
 
     def build(self, builder):
         return builder()

@@ -461,6 +461,9 @@ class Meter:
             ``torch.OutOfMemoryError``.
         attention: simulated only: the kernel of ``scaled_dot_product_attention``
             (see :data:`helpers.config.ATTENTION`).
+        count_storages: run the storage tracker (default).  False leaves it
+            out, so that no Python runs between operations (for timing): on a
+            GPU the real counters still count; simulated, nothing is counted.
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
@@ -475,7 +478,8 @@ class Meter:
             exceeds the GPU's memory).
     """
 
-    def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto"):
+    def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto",
+                 count_storages: bool = True):
         from .backends import get_backend
 
         self.runtime = get_backend(device, attention)
@@ -489,15 +493,18 @@ class Meter:
                 raise ValueError(f"capacity {cuda_size(capacity)} exceeds this GPU's memory")
         self.capacity = capacity
         self.tracker = self.runtime.tracker(capacity)
+        self.count_storages = count_storages
         self._frozen: tuple[int, int, int | None] | None = None
 
     def __enter__(self) -> "Meter":
         self.runtime.enter(self.capacity)
-        self.tracker.__enter__()
+        if self.count_storages:
+            self.tracker.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.tracker.__exit__(*exc)
+        if self.count_storages:
+            self.tracker.__exit__(*exc)
         self.runtime.exit(*exc)
         self._frozen = (self._now(), self._peak(), self.runtime.reserved())
 

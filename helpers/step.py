@@ -23,6 +23,8 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import statistics
+import time
 from dataclasses import dataclass
 from itertools import chain
 from typing import Callable
@@ -32,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .accounting import bytes_by_category, label_storages
-from .config import StepConfig
+from .config import StepConfig, check_int
 from .memory import Meter
 from .models import ModelSpec, output_logits, resolve_model, sequential_form
 from .record import Allocation, StepProfile, Storage
@@ -89,26 +91,9 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
             line naming the problem).
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
-    if isinstance(model, StepConfig):
-        config = model
-    else:
-        known = {f.name for f in dataclasses.fields(StepConfig)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r} for profile_step; the options are "
-                             f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
-        config = StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
-    spec = resolve_model(config.model, config.num_classes, config.name)
-    task = _task(config, spec)
-    meter = Meter(config.device, config.capacity, attention=config.attention)
+    config = _config(model, batch_size, image_size, options, "profile_step")
+    spec, task, meter, unplaced = _prepare(config)
     runtime = meter.runtime
-    try:
-        unplaced = runtime.build(spec.build)
-    except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
-        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
-        raise ValueError(f"building {spec.name} failed: {type(e).__name__}: {first_line}") from None
-    if not isinstance(unplaced, nn.Module):
-        raise ValueError(f"the model function must return an nn.Module, got {type(unplaced).__name__}")
     try:
         with meter:
             return _profile(meter, config, spec, task, unplaced)
@@ -123,6 +108,78 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
     error = DoesNotFit(f"{spec.name} at batch size {config.batch_size} does not fit: {oom}")
     error.cuda_message, error.requested, error.allocated = oom, requested, allocated
     raise error
+
+
+def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, repeats: int = 3,
+              **options) -> float:
+    """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
+
+    The step is the one :func:`profile_step` traces (the same code), run once
+    to warm up (cuDNN's algorithm choice, the allocator's cache, the optimizer
+    states) and then ``repeats`` times without the tracer or the storage
+    tracker, each timed between two ``torch.cuda.synchronize()`` calls on a GPU.
+    Simulated, it times the fake-tensor step: a figure about the simulation's
+    speed, not a GPU's.
+
+    Args:
+        model, batch_size, image_size, **options: as for :func:`profile_step`.
+        repeats: timed steps, >= 1.
+
+    Raises:
+        ValueError: as :func:`profile_step` does.
+        torch.OutOfMemoryError: if the step does not fit on the GPU.
+    """
+    check_int("repeats", repeats, 1)
+    config = _config(model, batch_size, image_size, options, "time_step")
+    spec, task, meter, unplaced = _prepare(config, count_storages=False)
+    runtime, times = meter.runtime, []
+    with meter:
+        model, runner, opt, scaler = _setup(meter, config, unplaced)
+        for i in range(repeats + 1):
+            runtime.synchronize()
+            start = time.perf_counter()
+            _step(meter, config, task, spec.name, model, runner, opt, scaler)
+            runtime.synchronize()
+            if i:  # the first is the warm-up
+                times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _config(model, batch_size: int, image_size: int, options: dict, caller: str) -> StepConfig:
+    """The :class:`StepConfig` of a call: given whole, or made from its arguments."""
+    if isinstance(model, StepConfig):
+        return model
+    known = {f.name for f in dataclasses.fields(StepConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
+                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
+    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
+
+
+def _prepare(config: StepConfig, count_storages: bool = True) -> tuple[ModelSpec, "_Task", Meter, nn.Module]:
+    """The model's spec and task, a meter, and the model built by the meter's backend."""
+    spec = resolve_model(config.model, config.num_classes, config.name)
+    task = _task(config, spec)
+    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=count_storages)
+    try:
+        unplaced = meter.runtime.build(spec.build)
+    except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
+        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise ValueError(f"building {spec.name} failed: {type(e).__name__}: {first_line}") from None
+    if not isinstance(unplaced, nn.Module):
+        raise ValueError(f"the model function must return an nn.Module, got {type(unplaced).__name__}")
+    return spec, task, meter, unplaced
+
+
+def _setup(meter: Meter, config: StepConfig, unplaced: nn.Module):
+    """The placed model, what runs it (checkpointed or not), its optimizer and gradient scaler."""
+    runtime = meter.runtime
+    model = runtime.place(unplaced)
+    runner = Checkpointed(sequential_form(model), config.checkpoint, config.reentrant) if config.checkpoint else model
+    opt = runtime.optimizer(config.optimizer, model.parameters(), meter.tracker)
+    scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None
+    return model, runner, opt, scaler
 
 
 @dataclass(frozen=True)
@@ -262,10 +319,7 @@ def _step(meter: Meter, config: StepConfig, task: _Task, name: str, model: nn.Mo
 
 def _profile(meter: Meter, config: StepConfig, spec: ModelSpec, task: _Task, unplaced: nn.Module) -> StepProfile:
     runtime = meter.runtime
-    model = runtime.place(unplaced)
-    runner = Checkpointed(sequential_form(model), config.checkpoint, config.reentrant) if config.checkpoint else model
-    opt = runtime.optimizer(config.optimizer, model.parameters(), meter.tracker)
-    scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None
+    model, runner, opt, scaler = _setup(meter, config, unplaced)
     parameters = {meter.serial_of(t) for t in chain(model.parameters(), model.buffers())}
 
     if config.steady_state:  # one untraced step, so that the optimizer states exist

@@ -188,3 +188,12 @@ def test_cuda_and_simulated_agree_on_plain_tensors():
         results[device] = (meter.allocated(), meter.peak())
         del x, y
     assert results["cuda"] == results["simulated"]
+
+
+def test_a_meter_without_the_storage_tracker_counts_nothing_simulated():
+    with Meter("simulated", count_storages=False) as meter:
+        torch.empty(1024, 1024, device=meter.device)
+        assert meter.allocated() == 0 and meter.serial_of(torch.empty(4, device=meter.device)) is None
+    with Meter("simulated") as meter:
+        x = torch.empty(1024, 1024, device=meter.device)
+        assert meter.allocated() == 4 * MiB and meter.serial_of(x) is not None

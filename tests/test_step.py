@@ -9,7 +9,7 @@ import torchvision
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import DoesNotFit, GiB, MiB, StepConfig, profile_step, round_up
+from helpers import DoesNotFit, GiB, MiB, StepConfig, profile_step, round_up, time_step
 from helpers.techniques import make_optimizer
 
 
@@ -235,3 +235,13 @@ def test_out_of_memory_is_reported_as_does_not_fit(resnet18_b128):
     assert "\n" not in info.value.cuda_message
     assert info.value.requested == 392 * MiB
     assert info.value.allocated == resnet18_b128.find("conv1", "fwd").allocated_bytes
+
+
+def test_time_step_times_the_same_step_untraced():
+    seconds = time_step("resnet18", 2, image_size=32, num_classes=10, device="simulated", repeats=2)
+    assert 0 < seconds < 60
+    assert time_step("gpt2", 1, seq_len=16, amp=True, optimizer="adam", device="simulated", repeats=1) > 0
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        time_step("resnet18", 2, repeats=0, device="simulated")
+    with pytest.raises(ValueError, match="unknown option 'batchsize' for time_step"):
+        time_step("resnet18", batchsize=2)
