@@ -257,12 +257,7 @@ assert mask_bytes == {"ReLU": 0, "BoolMaskReLU": 64 * 512, "BitMaskReLU": 64 * 5
 # (The simulation follows a GPU's dropout, which keeps a 1-byte mask: lesson 00.)
 
 # %%
-def dropout_mlp(relu=nn.ReLU):
-    layers, width = [nn.Flatten()], 784
-    for _ in range(4):
-        layers += [nn.Linear(width, 1024), relu(), nn.Dropout(0.5)]
-        width = 1024
-    return nn.Sequential(*layers, nn.Linear(width, 10))
+from helpers.models import dropout_mlp  # Flatten, 4 x (Linear(., 1024), relu(), Dropout(0.5)), Linear(1024, 10)
 
 
 def named(builder, name):

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from helpers import build_model, sequential_form
-from helpers.models import (PRESETS, classification_models, meta_copy, model_names, output_logits,
+from helpers.models import (PRESETS, classification_models, dropout_mlp, meta_copy, model_names, output_logits,
                             resolve_model)
 from helpers.models.gpt import GPT, GPT2_PRESETS, GPTConfig
 
@@ -97,3 +97,11 @@ def test_output_logits_finds_the_tensor():
     assert output_logits(Output()) is x
     with pytest.raises(ValueError, match="not a tensor of logits"):
         output_logits({"a": x})
+
+
+def test_lesson_02s_dropout_mlp():
+    model = dropout_mlp()
+    assert sum(p.numel() for p in model.parameters()) == 784 * 1024 + 1024 + 3 * (1024 * 1024 + 1024) + 1024 * 10 + 10
+    assert [type(m).__name__ for m in model[1:4]] == ["Linear", "ReLU", "Dropout"]
+    assert type(dropout_mlp(nn.GELU)[2]).__name__ == "GELU"
+    assert tuple(model(torch.zeros(2, 1, 28, 28)).shape) == (2, 10)

@@ -165,6 +165,24 @@ def digits_mlp() -> nn.Sequential:
     return mlp(64, (256, 256), 10)
 
 
+def dropout_mlp(relu: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequential:
+    """Lesson 02's MLP in the style of the dropout paper (Srivastava et al., JMLR 2014).
+
+    ``Flatten``, then 4 x (``Linear(., 1024)``, ``relu()``, ``Dropout(0.5)``),
+    then ``Linear(1024, 10)``: input ``(batch, 1, 28, 28)`` images, output
+    ``(batch, 10)`` logits; 3,962,890 parameters.
+
+    Args:
+        relu: the activation's class or builder (lesson 02 swaps in the mask
+            ReLUs of :mod:`helpers.saved`).
+    """
+    layers, width = [nn.Flatten()], 784
+    for _ in range(4):
+        layers += [nn.Linear(width, 1024), relu(), nn.Dropout(0.5)]
+        width = 1024
+    return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
 def digits_cnn(num_classes: int = 10) -> nn.Sequential:
     """A small CNN for the 8x8 digits (lesson 04), taking the 64 flattened pixels.
 
