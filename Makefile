@@ -13,7 +13,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]_*.py)
 
-.PHONY: lessons test test-other-cpu setup refresh-notebooks reset-lessons benchmark
+.PHONY: lessons test test-other-cpu setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,3 +65,15 @@ benchmark: setup
 	$(BIN)/python benchmarks/step_time.py
 	$(BIN)/python benchmarks/gpt2_step.py
 	$(BIN)/python benchmarks/widget_latency.py
+
+# Real-GPU figures beside the simulated ones, then the tests and lessons on the
+# GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing).
+gpu-reference: setup
+	$(BIN)/python benchmarks/gpu_reference.py
+
+# For a GPU machine that has PyTorch but not the test packages (Python 3.12):
+# their wheels, into .whl/ (see README.md, "Recording real-GPU figures").
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    -d .whl $$(grep -E '^(nbval|ipykernel|ipywidgets|jupytext|nbconvert)==' requirements.txt)

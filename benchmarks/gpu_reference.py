@@ -1,0 +1,259 @@
+"""GPU reference runs: each training step on a real GPU and simulated, recorded for the lessons.
+
+``make gpu-reference`` (or ``python benchmarks/gpu_reference.py``) on a machine
+with an NVIDIA GPU:
+
+1. runs every step of :data:`RUNS` twice, with the ``cuda`` backend and
+   simulated, and records the GPU's ``max_memory_allocated`` and
+   ``max_memory_reserved``, the simulated peak, the per-module deltas of both
+   and the wall time of an untraced step (:func:`helpers.step.time_step`).
+   It writes ``gpu_reference.json`` (the format is in :mod:`helpers.reference`)
+   into ``--out`` (default ``lessons/data``) after every run, so an
+   interrupted harness resumes where it stopped: a run already recorded there
+   on this device and torch is kept (``--fresh`` starts over);
+2. records a memory snapshot of one ResNet18 step at batch 128
+   (``torch.cuda.memory._record_memory_history``), to open at
+   https://pytorch.org/memory_viz: ``gpu_snapshot_resnet18_b128.pickle``;
+3. runs the test suite and every lesson under nbval on the GPU, and prints
+   which failed (also written to ``gpu_tests.txt``).
+
+Without a GPU it says so in one line and exits with status 0, writing
+nothing.  ``--dry-run`` runs steps 1 and 2 with the simulated backend in place
+of ``cuda`` (into a new temporary folder unless ``--out`` is given; the
+allocation log of the ResNet18 step stands in for the snapshot) and lists the
+commands of step 3 without running them: the tests run it so (CI has no GPU).
+After a real run, refresh lessons 00, 03 and 04 (``make refresh-notebooks``),
+whose GPU-reference cells then show the figures, and commit the folder.
+
+Through the ``device`` tool (a machine with PyTorch but without this
+project's test packages), see README.md, "Recording real-GPU figures".
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers, also where the project is not installed (the device machine)
+
+import torch  # noqa: E402
+
+from helpers import profile_step, time_step  # noqa: E402
+from helpers.step import DoesNotFit  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Run:
+    """One step to record: ``profile_step(model, batch_size, **options)``."""
+
+    model: str
+    batch_size: int
+    config: str
+    options: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple:
+        return self.model, self.batch_size, self.config
+
+
+_RESNET = {"baseline": {}, "AMP": {"amp": True}, "checkpoint 4": {"checkpoint": 4},
+           "AMP + checkpoint 4": {"amp": True, "checkpoint": 4}, "offload": {"offload": True}}
+_GPT2 = {"seq_len": 1024, "optimizer": "adam", "steady_state": True}
+
+#: The steps recorded: ResNet18 in lesson 04's configurations at three batch
+#: sizes; five other vision models with and without AMP; GPT-2 124M at its full
+#: context; lesson 02's dropout MLP.
+RUNS = (
+    [Run("resnet18", b, name, opts) for b in (32, 128, 256) for name, opts in _RESNET.items()]
+    + [Run(m, 32, name, opts) for m in ("mobilenet_v2", "vgg11", "resnet50", "vit_b_16", "swin_t")
+       for name, opts in (("baseline", {}), ("AMP", {"amp": True}))]
+    + [Run("gpt2", 8, "Adam, steady state", _GPT2), Run("gpt2", 8, "AMP, Adam, steady state", {**_GPT2, "amp": True})]
+    + [Run("dropout MLP", 4096, "steady state",
+           {"model": "helpers.models:dropout_mlp", "input_shape": (1, 28, 28), "num_classes": 10,
+            "steady_state": True})]
+)
+
+SNAPSHOT = "gpu_snapshot_resnet18_b128.pickle"
+DRY_SNAPSHOT = "simulated_allocation_log_resnet18_b128.json"
+RESULTS = "gpu_reference.json"
+
+
+def _call(run: Run) -> tuple[object, dict]:
+    """The model argument and the other options of :func:`profile_step` for ``run``."""
+    options = dict(run.options)
+    model = options.pop("model", run.model)
+    if model != run.model:
+        options["name"] = run.model
+    return model, options
+
+
+def measure(run: Run, device: str, repeats: int) -> dict:
+    """One run: the step on ``device`` ("cuda", or "simulated" in a dry run) and simulated."""
+    model, options = _call(run)
+    simulated = profile_step(model, run.batch_size, device="simulated", **options)
+    if device == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()  # each run's reserved memory is its own
+        real = profile_step(model, run.batch_size, device="cuda", **options)
+        reserved = torch.cuda.max_memory_reserved()
+    else:
+        real, reserved = simulated, None
+    seconds = time_step(model, run.batch_size, device=device, repeats=repeats, **options)
+    pairs = list(zip(real.events, simulated.events))
+    same = len(real.events) == len(simulated.events) and all(
+        (a.module, a.phase) == (b.module, b.phase) for a, b in pairs)
+    return {
+        "model": run.model, "batch_size": run.batch_size, "config": run.config,
+        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in run.options.items()},
+        "cuda_peak_bytes": real.peak_allocated_bytes,
+        "simulated_peak_bytes": simulated.peak_allocated_bytes,
+        "cuda_reserved_bytes": reserved,
+        "simulated_reserved_bytes": None,  # until the allocator model exists (lesson 06)
+        "step_seconds": seconds,
+        "events": [[a.module, a.phase, a.delta_bytes, b.delta_bytes] for a, b in pairs] if same else None,
+        "error": None,
+    }
+
+
+def snapshot(out: Path, device: str) -> Path:
+    """A memory snapshot of one ResNet18 step at batch 128 (simulated: its allocation log)."""
+    if device == "cuda":
+        path = out / SNAPSHOT
+        torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+        try:
+            profile_step("resnet18", 128, device="cuda")
+            torch.cuda.memory._dump_snapshot(str(path))
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        return path
+    path = out / DRY_SNAPSHOT
+    log = profile_step("resnet18", 128, device="simulated").allocation_log
+    path.write_text(json.dumps([[a.serial, a.kind, a.nbytes, a.category, a.event] for a in log]))
+    return path
+
+
+def test_commands(out: Path) -> list[tuple[str, list[str]]]:
+    """The test runs of step 3: the unit tests and, where nbval is installed, the lessons."""
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            "--continue-on-collection-errors"]  # a test file that cannot import must not stop the others
+    commands = [("unit tests", [*base, "tests", "--junitxml", str(out / "gpu_tests_unit.xml")])]
+    if importlib.util.find_spec("nbval") is not None:
+        commands.append(("lessons under nbval", [*base, "lessons", "--nbval", "--nbval-current-env",
+                                                 "--nbval-sanitize-with", "tests/sanitize_output.cfg",
+                                                 "--junitxml", str(out / "gpu_tests_lessons.xml")]))
+    return commands
+
+
+def failures(junit: Path) -> list[str]:
+    """The failed or erroring tests of a JUnit XML report, as ``file::name: first line``."""
+    lines = []
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        for problem in (*case.findall("failure"), *case.findall("error")):
+            first = (problem.get("message") or "").strip().splitlines()[:1]
+            lines.append(f"{case.get('classname')}::{case.get('name')}: {first[0] if first else problem.tag}")
+    return lines
+
+
+def run_tests(out: Path, dry_run: bool) -> list[str]:
+    """Step 3; returns the summary lines."""
+    summary = []
+    commands = test_commands(out)
+    if len(commands) == 1:
+        summary.append("lessons not run: nbval is not installed here (see README, 'Recording real-GPU figures')")
+    for what, command in commands:
+        if dry_run:
+            summary.append(f"would run ({what}): {' '.join(command)}")
+            continue
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)  # the lessons import helpers
+        junit = Path(command[-1])
+        failed = failures(junit) if junit.exists() else [f"no report (exit status {done.returncode})"]
+        last = done.stdout.strip().splitlines()[-1:] or ["(no output)"]
+        summary.append(f"{what}: {last[0]}")
+        summary += [f"  FAILED {line}" for line in failed]
+    return summary
+
+
+def _dump(data: dict) -> str:
+    """The results as JSON text, one line per run (readable, and small in a diff)."""
+    head = {k: v for k, v in data.items() if k != "runs"}
+    runs = ",\n".join(f"  {json.dumps(r, separators=(',', ':'))}" for r in data["runs"])
+    return json.dumps(head, indent=1)[:-2] + f',\n "runs": [\n{runs}\n ]\n}}\n'
+
+
+def _load(path: Path, header: dict, fresh: bool) -> dict:
+    """The results so far: the file's, if it was recorded on this device and torch, else none."""
+    if path.exists() and not fresh:
+        data = json.loads(path.read_text())
+        if all(data.get(k) == header[k] for k in ("device", "torch", "dry_run")):
+            return data
+    return {**header, "runs": []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="the simulated backend in place of cuda")
+    parser.add_argument("--out", type=Path, help="where to write (default lessons/data; a dry run: a temporary folder)")
+    parser.add_argument("--fresh", action="store_true", help="record every run again")
+    parser.add_argument("--only", default="", help="record only the runs whose model contains this text")
+    parser.add_argument("--repeats", type=int, default=None, help="timed steps per run (default 3; dry run 1)")
+    parser.add_argument("--skip-tests", action="store_true", help="leave out step 3")
+    args = parser.parse_args(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("gpu-reference: no CUDA GPU on this machine, nothing recorded "
+              "(--dry-run exercises the harness with the simulated backend)")
+        return 0
+    device = "simulated" if args.dry_run else "cuda"
+    out = args.out or (Path(tempfile.mkdtemp(prefix="gpu-reference-")) if args.dry_run else ROOT / "lessons" / "data")
+    out.mkdir(parents=True, exist_ok=True)
+    repeats = args.repeats or (1 if args.dry_run else 3)
+    header = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "simulated (dry run)",
+              "torch": torch.__version__, "cuda": torch.version.cuda,
+              "date": datetime.date.today().isoformat(), "dry_run": args.dry_run}
+    results_path = out / RESULTS
+    data = _load(results_path, header, args.fresh)
+    done = {(r["model"], r["batch_size"], r["config"]) for r in data["runs"] if not r.get("error")}
+    data["runs"] = [r for r in data["runs"] if not r.get("error")]
+    print(f"gpu-reference: {header['device']}, torch {header['torch']}, writing {results_path}")
+    started = time.perf_counter()
+    for run in RUNS:
+        if args.only not in run.model or run.key in done:
+            continue
+        t = time.perf_counter()
+        try:
+            record = measure(run, device, repeats)
+        except (DoesNotFit, ValueError, RuntimeError) as e:
+            record = {"model": run.model, "batch_size": run.batch_size, "config": run.config,
+                      "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+        data["runs"].append(record)
+        results_path.write_text(_dump(data))
+        if record["error"]:
+            print(f"  {run.model} b{run.batch_size} {run.config}: {record['error']}")
+        else:
+            diff = (record["simulated_peak_bytes"] - record["cuda_peak_bytes"]) / record["cuda_peak_bytes"]
+            print(f"  {run.model} b{run.batch_size} {run.config}: {device} {record['cuda_peak_bytes'] / 2**20:.1f} MiB, "
+                  f"simulated {record['simulated_peak_bytes'] / 2**20:.1f} MiB ({diff:+.2%}), "
+                  f"step {record['step_seconds'] * 1e3:.1f} ms ({time.perf_counter() - t:.1f} s)")
+    print(f"runs recorded in {time.perf_counter() - started:.0f} s")
+    print(f"snapshot: {snapshot(out, device)}")
+    if not args.skip_tests:
+        summary = run_tests(out, args.dry_run)
+        (out / "gpu_tests.txt").write_text("\n".join(summary) + "\n")
+        print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

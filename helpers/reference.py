@@ -1,0 +1,140 @@
+"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones.
+
+Introduced in lesson 00 (what the simulation covers); lessons 03 and 04 show
+the runs of their own steps.  ``benchmarks/gpu_reference.py`` runs each
+training step of its list twice on one machine, on the GPU (``cuda`` backend:
+``torch.cuda.max_memory_allocated``, ``max_memory_reserved``) and simulated,
+and writes ``lessons/data/gpu_reference.json``::
+
+    {"device": "NVIDIA H100 80GB HBM3", "torch": "2.14.1+cu130", "cuda": "13.0",
+     "date": "2026-11-22", "dry_run": false,
+     "runs": [{"model": "resnet18", "batch_size": 128, "config": "baseline",
+               "options": {...}, "cuda_peak_bytes": ..., "simulated_peak_bytes": ...,
+               "cuda_reserved_bytes": ..., "simulated_reserved_bytes": null,
+               "step_seconds": ..., "events": [[module, phase, cuda_delta, simulated_delta], ...],
+               "error": null}, ...]}
+
+Both figures of a run come from the same torch on the same machine, so their
+difference is what the simulation leaves out there (cuDNN and cuBLAS
+workspaces, the allocator's unsplit blocks, a kernel that keeps other tensors
+than the simulation assumes), not a difference of versions.  All sizes in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .memory import MiB, fmt_bytes
+
+#: Where ``make gpu-reference`` writes its figures (in the repository, beside the lessons).
+REFERENCE_FILE = Path(__file__).resolve().parent.parent / "lessons" / "data" / "gpu_reference.json"
+
+#: A run whose simulated peak is further than this from the GPU's is flagged.
+TOLERANCE = 0.02
+
+NOT_RECORDED = ("No GPU reference recorded yet: `make gpu-reference` on a machine with an NVIDIA GPU writes "
+                "lessons/data/gpu_reference.json, and this cell then shows its figures beside the simulated ones.")
+
+
+def load_reference(path: str | Path = REFERENCE_FILE) -> dict | None:
+    """The recorded runs (the JSON above as a dict), or None when there is no file.
+
+    Raises:
+        ValueError: if the file exists but is not a reference file.
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise ValueError(f"{path} is not a GPU reference file (no 'runs' list)")
+    return data
+
+
+def relative_difference(run: dict) -> float | None:
+    """(simulated - GPU) / GPU peak of one recorded run; None if it has no GPU figure."""
+    if not run.get("cuda_peak_bytes") or run.get("simulated_peak_bytes") is None:
+        return None
+    return (run["simulated_peak_bytes"] - run["cuda_peak_bytes"]) / run["cuda_peak_bytes"]
+
+
+def _label(run: dict) -> str:
+    return f"{run['model']} b{run['batch_size']} {run['config']}"
+
+
+def reference_report(model: str | None = None, batch_size: int | None = None,
+                     path: str | Path = REFERENCE_FILE) -> str:
+    """The recorded runs as a table: GPU peak, simulated peak, their difference, GPU reserved.
+
+    Args:
+        model, batch_size: keep only the runs of this model and batch size
+            (None: all).
+        path: the reference file.
+
+    Returns:
+        The table, its label (device, torch, date), and a last line naming
+        the runs whose simulated peak is off by more than :data:`TOLERANCE`;
+        or :data:`NOT_RECORDED` when there is no file.
+    """
+    data = load_reference(path)
+    if data is None:
+        return NOT_RECORDED
+    runs = [r for r in data["runs"] if (model is None or r["model"] == model)
+            and (batch_size is None or r["batch_size"] == batch_size)]
+    where = "a dry run: the simulated backend stood in for the GPU" if data.get("dry_run") else data["device"]
+    lines = [f"Recorded on {where} (torch {data['torch']}, CUDA {data.get('cuda')}) on {data['date']}; "
+             f"simulated on the same machine.",
+             f"{'run':<36} {'GPU peak':>12} {'simulated':>12} {'difference':>22} {'GPU reserved':>13}"]
+    off = []
+    for run in runs:
+        if run.get("error"):
+            lines.append(f"{_label(run):<36} {run['error']}")
+            continue
+        gpu, sim, diff = run["cuda_peak_bytes"], run["simulated_peak_bytes"], relative_difference(run)
+        reserved = run.get("cuda_reserved_bytes")
+        lines.append(f"{_label(run):<36} {fmt_bytes(gpu):>12} {fmt_bytes(sim):>12} "
+                     f"{fmt_bytes(sim - gpu, sign=True) + f' ({diff:+.2%})':>22} "
+                     f"{fmt_bytes(reserved) if reserved is not None else '-':>13}")
+        if abs(diff) > TOLERANCE:
+            off.append(_label(run))
+    lines.append(f"off by more than {TOLERANCE:.0%}: {', '.join(off)}" if off
+                 else f"every run within {TOLERANCE:.0%} of the GPU's peak")
+    return "\n".join(lines)
+
+
+def module_differences(model: str, batch_size: int, config: str, min_bytes: int = MiB,
+                       path: str | Path = REFERENCE_FILE) -> str:
+    """The module events of one recorded run whose GPU and simulated deltas differ.
+
+    Args:
+        model, batch_size, config: which run (``config`` as recorded, e.g.
+            ``"baseline"``).
+        min_bytes: report differences of at least this many bytes.
+        path: the reference file.
+
+    Returns:
+        One line per differing event (module, phase, GPU delta, simulated
+        delta), or a line saying that none differ; :data:`NOT_RECORDED` when
+        there is no file.
+
+    Raises:
+        KeyError: if the file has no such run.
+    """
+    data = load_reference(path)
+    if data is None:
+        return NOT_RECORDED
+    run = next((r for r in data["runs"] if (r["model"], r["batch_size"], r["config"]) == (model, batch_size, config)),
+               None)
+    if run is None:
+        raise KeyError(f"no recorded run {model} b{batch_size} {config}")
+    if not run.get("events"):
+        return f"{_label(run)}: no per-module events recorded ({run.get('error') or 'event lists differ'})"
+    rows = [(module, phase, gpu, sim) for module, phase, gpu, sim in run["events"] if abs(gpu - sim) >= min_bytes]
+    if not rows:
+        return f"{_label(run)}: every event's delta agrees within {fmt_bytes(min_bytes)}"
+    lines = [f"{_label(run)}: events whose deltas differ by {fmt_bytes(min_bytes)} or more",
+             f"{'module':<28} {'phase':<10} {'GPU':>12} {'simulated':>12}"]
+    lines += [f"{module if module is not None else '(step)':<28} {phase:<10} {fmt_bytes(gpu, sign=True):>12} "
+              f"{fmt_bytes(sim, sign=True):>12}" for module, phase, gpu, sim in rows]
+    return "\n".join(lines)

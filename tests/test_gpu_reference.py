@@ -1,0 +1,128 @@
+"""benchmarks/gpu_reference.py (make gpu-reference) and helpers.reference, without a GPU: its dry run."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import MiB, profile_step
+from helpers.reference import NOT_RECORDED, load_reference, module_differences, reference_report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("gpu_reference", ROOT / "benchmarks" / "gpu_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _harness()
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """The whole harness, the simulated backend standing in for cuda (about 25 s)."""
+    out = tmp_path_factory.mktemp("gpu-reference")
+    assert harness.main(["--dry-run", "--out", str(out)]) == 0
+    return out
+
+
+def test_the_dry_run_records_every_run_in_the_documented_format(dry_run):
+    data = json.loads((dry_run / "gpu_reference.json").read_text())
+    assert {"device", "torch", "cuda", "date", "runs"} <= set(data) and data["dry_run"] is True
+    assert [(r["model"], r["batch_size"], r["config"]) for r in data["runs"]] == [run.key for run in harness.RUNS]
+    keys = {"model", "batch_size", "config", "cuda_peak_bytes", "simulated_peak_bytes", "cuda_reserved_bytes",
+            "simulated_reserved_bytes", "step_seconds"}
+    for run in data["runs"]:
+        assert keys <= set(run) and run["error"] is None, run.get("error")
+        assert run["cuda_peak_bytes"] == run["simulated_peak_bytes"] > 0  # the stand-in is the simulation
+        assert run["step_seconds"] > 0 and run["events"]
+        assert sum(gpu for _, _, gpu, _ in run["events"]) >= 0
+    resnet = next(r for r in data["runs"] if (r["model"], r["batch_size"], r["config"]) == ("resnet18", 128, "AMP"))
+    assert resnet["simulated_peak_bytes"] == profile_step("resnet18", 128, amp=True,
+                                                          device="simulated").peak_allocated_bytes
+    mlp = next(r for r in data["runs"] if r["model"] == "dropout MLP")
+    assert mlp["options"]["input_shape"] == [1, 28, 28]
+
+
+def test_the_dry_run_writes_the_allocation_log_and_lists_the_tests(dry_run):
+    log = json.loads((dry_run / harness.DRY_SNAPSHOT).read_text())
+    kinds = {kind for _, kind, _, _, _ in log}
+    assert kinds <= {"alloc", "free", "resize"} and "alloc" in kinds and "free" in kinds
+    summary = (dry_run / "gpu_tests.txt").read_text().splitlines()
+    assert summary[0].startswith("would run (unit tests): ") and " tests --junitxml " in summary[0]
+    assert any(line.startswith("would run (lessons under nbval): ") for line in summary)
+
+
+def test_a_second_run_resumes_and_records_nothing_again(dry_run, capsys):
+    before = (dry_run / "gpu_reference.json").read_text()
+    assert harness.main(["--dry-run", "--out", str(dry_run), "--skip-tests"]) == 0
+    assert (dry_run / "gpu_reference.json").read_text() == before
+    assert "resnet18 b32" not in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
+def test_without_a_gpu_it_says_so_and_writes_nothing(tmp_path, capsys):
+    assert harness.main(["--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("gpu-reference: no CUDA GPU on this machine")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_junit_failures_are_summarised(tmp_path):
+    report = tmp_path / "report.xml"
+    report.write_text('<testsuites><testsuite><testcase classname="tests.test_x" name="test_ok"/>'
+                      '<testcase classname="tests.test_x" name="test_bad"><failure message="assert 1 == 2&#10;more"/>'
+                      '</testcase></testsuite></testsuites>')
+    assert harness.failures(report) == ["tests.test_x::test_bad: assert 1 == 2"]
+
+
+def test_step_3_runs_its_commands_and_names_what_failed(tmp_path, monkeypatch):
+    (tmp_path / "test_sample.py").write_text("import helpers\n\ndef test_ok():\n    pass\n\n"
+                                             "def test_bad():\n    assert 1 == 2\n")
+    junit = tmp_path / "report.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+               str(tmp_path / "test_sample.py"), "--junitxml", str(junit)]
+    monkeypatch.setattr(harness, "test_commands", lambda out: [("sample", command)])
+    summary = harness.run_tests(tmp_path, dry_run=False)
+    assert summary[0].startswith("lessons not run: nbval is not installed here")  # one command, not two
+    assert summary[1].startswith("sample: ") and "1 failed, 1 passed" in summary[1]
+    assert summary[2:] == ["  FAILED test_sample::test_bad: assert 1 == 2"]
+
+
+def test_the_lessons_report_the_recorded_figures(dry_run, tmp_path):
+    path = dry_run / "gpu_reference.json"
+    report = reference_report("resnet18", 128, path=path).splitlines()
+    assert report[0].startswith("Recorded on a dry run: the simulated backend stood in for the GPU")
+    assert len(report) == 2 + 5 + 1 and report[-1] == "every run within 2% of the GPU's peak"
+    assert module_differences("resnet18", 128, "baseline", path=path).endswith("every event's delta agrees within 1.0 MiB")
+    # A GPU that needs 5% more, and a convolution that holds a 64 MiB workspace:
+    data = load_reference(path)
+    run = next(r for r in data["runs"] if (r["model"], r["batch_size"], r["config"]) == ("resnet18", 128, "baseline"))
+    run["cuda_peak_bytes"] = round(run["simulated_peak_bytes"] * 1.05)
+    conv1 = next(e for e in run["events"] if e[:2] == ["conv1", "fwd"])
+    conv1[2] += 64 * MiB
+    changed = tmp_path / "gpu_reference.json"
+    changed.write_text(json.dumps(data))
+    assert reference_report("resnet18", 128, path=changed).splitlines()[-1] == \
+        "off by more than 2%: resnet18 b128 baseline"
+    assert "(-4.76%)" in reference_report("resnet18", 128, path=changed)
+    lines = module_differences("resnet18", 128, "baseline", path=changed).splitlines()
+    assert lines[2].split() == ["conv1", "fwd", "+456.0", "MiB", "+392.0", "MiB"]
+    with pytest.raises(KeyError, match="no recorded run resnet18 b7 baseline"):
+        module_differences("resnet18", 7, "baseline", path=changed)
+
+
+def test_without_a_recording_the_lessons_say_how_to_make_one(tmp_path):
+    assert load_reference(tmp_path / "none.json") is None
+    assert reference_report(path=tmp_path / "none.json") == NOT_RECORDED
+    assert "make gpu-reference" in NOT_RECORDED
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a GPU reference file"):
+        load_reference(tmp_path / "bad.json")
