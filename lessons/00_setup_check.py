@@ -209,6 +209,13 @@ assert sum(bf16.values()) == sum(forward_saved_bytes(lambda: nn.Sequential(nn.Li
 # | out-of-memory errors | only against a capacity you choose | real |
 #
 # So a simulated peak is what `torch.cuda.max_memory_allocated()` would report for the tensors of your code, to within the unsplit blocks of section 2 (and, for attention, if your GPU picks the kernel you named); on a real GPU expect a little more (workspaces, blocks), and plan for the reserved pool and the context on top. The lessons that show both backends say where they differ.
+#
+# **Recorded on a real GPU.** `make gpu-reference`, run once on a machine with an NVIDIA GPU, records about thirty training steps (ResNet18 in lesson 04's configurations at three batch sizes, five other vision models, GPT-2, lesson 02's dropout MLP) with both backends *on that machine*, with the same PyTorch, into `lessons/data/gpu_reference.json`. This cell shows them. A difference between the two columns is what the simulation leaves out there: the table above says where to look (workspaces and unsplit blocks make the GPU's peak higher; a kernel that keeps other tensors than the simulation assumes, such as another attention kernel, moves it either way). The last line names every run that differs by more than 2%.
+
+# %%
+from helpers.reference import reference_report
+
+print(reference_report())
 
 # %% [markdown]
 # ## 5. A first training step

@@ -303,6 +303,16 @@ else:
     print("  python -m helpers profile --model resnet18 --batch-size 128 --device cuda")
 
 # %% [markdown]
+# The project's own recording on a GPU (`make gpu-reference`, lesson 00), if it has one: this step and its neighbours at batch 128, each simulated on the same machine, and every module whose delta differs by 1 MiB or more. A convolution whose GPU delta is larger than ours holds a cuDNN workspace at that moment; an unsplit block shows as a difference of under 1 MiB per tensor, below this cut.
+
+# %%
+from helpers.reference import load_reference, module_differences, reference_report
+
+print(reference_report("resnet18", 128))
+if load_reference() is not None:
+    print(module_differences("resnet18", 128, "baseline"))
+
+# %% [markdown]
 # ## Exercises
 #
 # **Exercise 1.** Predict conv1's delta at batch size 32, and the maxpool delta. Then check.

@@ -599,6 +599,14 @@ else:
     print("no GPU: the simulated figures above are the reference")
 
 # %% [markdown]
+# The project's own recording on a GPU (`make gpu-reference`, lesson 00), if it has one: these configurations at batch 128, each simulated on the same machine. AMP adds cuDNN's and cuBLAS's 16-bit workspaces on a GPU, and offloading pins host memory that no device counter sees; the difference column shows how much each leaves out.
+
+# %%
+from helpers.reference import reference_report
+
+print(reference_report("resnet18", 128))
+
+# %% [markdown]
 # ## Exercises
 #
 # **Exercise 1: find the trap.** This training step checkpoints a feature extractor. Without running it, say which parameters get no gradient, then fix it in two different ways.
