@@ -93,7 +93,8 @@ def test_step_3_runs_its_commands_and_names_what_failed(tmp_path, monkeypatch):
     summary = harness.run_tests(tmp_path, dry_run=False)
     assert summary[0].startswith("lessons not run: nbval is not installed here")  # one command, not two
     assert summary[1].startswith("sample: ") and "1 failed, 1 passed" in summary[1]
-    assert summary[2:] == ["  FAILED test_sample::test_bad: assert 1 == 2"]
+    assert len(summary) == 3 and summary[2].startswith("  FAILED ")  # the class name depends on pytest's rootdir
+    assert summary[2].endswith("test_sample::test_bad: assert 1 == 2")
 
 
 def test_the_lessons_report_the_recorded_figures(dry_run, tmp_path):
