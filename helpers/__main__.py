@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION}
-    lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0}
+    lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
+              "accumulation_steps": 1}
     for flag, name, text in config.CLI_OPTIONS:
         default = defaults[name]
         if isinstance(default, bool):

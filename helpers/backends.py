@@ -131,9 +131,9 @@ class Backend:
         """A gradient scaler for float16 training, or None (bfloat16 needs none)."""
         return None
 
-    def optimizer(self, name: str, params, tracker: StorageTracker) -> torch.optim.Optimizer:
+    def optimizer(self, name: str, params, tracker: StorageTracker, fused: bool = False) -> torch.optim.Optimizer:
         """The optimizer ``name`` (see :func:`helpers.techniques.optimizers.make_optimizer`)."""
-        return make_optimizer(name, params)
+        return make_optimizer(name, params, fused)
 
     def offload(self, tracker: StorageTracker):
         """A context in which autograd keeps saved tensors in host memory."""
@@ -266,8 +266,8 @@ class SimulatedBackend(Backend):
     def grad_scaler(self, dtype):
         return SimulatedGradScaler() if dtype == torch.float16 else None
 
-    def optimizer(self, name, params, tracker):
-        return host_side_steps(make_optimizer(name, params), tracker)
+    def optimizer(self, name, params, tracker, fused=False):
+        return host_side_steps(make_optimizer(name, params, fused), tracker)
 
     def offload(self, tracker):
         """``save_on_cpu``'s two hooks, with the host copy made while the tracker

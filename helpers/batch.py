@@ -107,7 +107,7 @@ class Estimate:
             :attr:`helpers.trace.Event.label`), e.g. ``"backward of ReLU 'layer4.1.relu'"``.
         traced: True if this batch size was traced directly, False if
             interpolated between two traced batch sizes.
-        backend: ``"cuda"`` or ``"simulated"``.
+        backend: ``"cuda"``, ``"simulated"``, or ``"formula"`` (:func:`model_state_estimate`).
         error: the out-of-memory message when a real GPU could not run it.
     """
 
@@ -118,6 +118,40 @@ class Estimate:
     traced: bool = True
     backend: str = "simulated"
     error: str | None = None
+
+
+def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:
+    """The peak of a training step's model states alone, from a parameter count.
+
+    At ``optimizer.step()`` a float32 model (as under ``torch.autocast``, which
+    keeps no 16-bit copy between steps) holds, per parameter: 4 bytes of
+    parameter, 4 of gradient, the optimizer's state
+    (:data:`helpers.techniques.optimizers.STATE_BYTES`) and, unless fused,
+    the ``foreach`` step's temporaries
+    (:data:`~helpers.techniques.optimizers.STEP_TEMPORARY_BYTES`): 20 bytes
+    for foreach Adam.  Activations are not included: a parameter count says
+    nothing of them.  Each tensor's rounding to 512 bytes is left out.
+
+    Args:
+        parameters: the number of parameters, >= 1.
+        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        batch_size: recorded in the estimate (model states do not depend on it).
+        fused: the fused optimizer (no step temporaries).
+
+    Raises:
+        ValueError: for a count below 1 or an unknown optimizer.
+    """
+    from .techniques.optimizers import STATE_BYTES, STEP_TEMPORARY_BYTES
+
+    check_int("parameters", parameters, 1)
+    if optimizer not in STATE_BYTES:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(STATE_BYTES)}")
+    categories = {"parameters": 4 * parameters, "gradients": 4 * parameters,
+                  "optimizer_states": STATE_BYTES[optimizer] * parameters,
+                  "other": 0 if fused else STEP_TEMPORARY_BYTES[optimizer] * parameters}
+    return Estimate(batch_size, sum(categories.values()), categories,
+                    "optimizer step (model states only: a parameter count says nothing of the activations)",
+                    True, "formula")
 
 
 class PeakCurve:

@@ -13,8 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
-#: Optimizers a step can use (see :func:`helpers.techniques.optimizers.make_optimizer`).
-OPTIMIZERS = ("sgd", "adam")
+#: Optimizers a step can use (see :func:`helpers.techniques.optimizers.make_optimizer`):
+#: plain SGD, SGD with momentum (the default), Adam and AdamW.
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
+#: A readable name for each, for tables and menus.
+OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW"}
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
 DEVICES = ("auto", "cuda", "simulated")
 #: The 16-bit types autocast can use.  GPUs default to float16 (with a GradScaler).
@@ -85,6 +88,16 @@ class StepConfig:
         reentrant: with ``checkpoint``, the old reentrant variant (lesson 04's trap).
         offload: keep tensors saved for backward in host memory.
         optimizer: one of :data:`OPTIMIZERS`.
+        fused: the optimizer's fused implementation (one kernel per step,
+            no temporaries) instead of ``foreach`` (PyTorch's default on a GPU).
+        step_in_backward: step the optimizer inside backward, one parameter
+            at a time as its gradient is ready, and free that gradient at once
+            (``register_post_accumulate_grad_hook``, PyTorch's "optimizer step
+            in backward" tutorial); needs no GradScaler (not float16 AMP).
+        accumulation_steps: gradient accumulation: this many forward and
+            backward passes of ``batch_size`` samples each, then one optimizer step.
+        set_to_none: ``optimizer.zero_grad(set_to_none=...)``: True frees the
+            gradients after the step, False zeroes them and keeps them.
         attention: the simulated kernel of ``scaled_dot_product_attention``,
             one of :data:`ATTENTION` (a GPU picks its own).
     Measurement:
@@ -111,7 +124,11 @@ class StepConfig:
     checkpoint: int = 0
     reentrant: bool = False
     offload: bool = False
-    optimizer: str = "sgd"
+    optimizer: str = "sgd-momentum"
+    fused: bool = False
+    step_in_backward: bool = False
+    accumulation_steps: int = 1
+    set_to_none: bool = True
     attention: str = "auto"
     steady_state: bool = False
     device: str = "auto"
@@ -121,13 +138,19 @@ class StepConfig:
         check_int("batch_size", self.batch_size, 1)
         check_int("image_size", self.image_size, 1)
         check_int("checkpoint", self.checkpoint, 0)
-        for flag in ("amp", "reentrant", "offload", "steady_state"):
+        check_int("accumulation_steps", self.accumulation_steps, 1)
+        for flag in ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none"):
             _check_bool(flag, getattr(self, flag))
         for option, choices in (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES),
                                 ("attention", ATTENTION)):
             _check_choice(option, getattr(self, option), choices)
         if self.reentrant and not self.checkpoint:
             raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
+        if self.step_in_backward and self.amp and self.amp_dtype == "float16":
+            raise ValueError("step_in_backward cannot unscale float16 gradients (GradScaler): "
+                             "use amp_dtype='bfloat16', or no AMP")
+        if self.step_in_backward and self.accumulation_steps > 1:
+            raise ValueError("step_in_backward steps at every backward: it cannot accumulate gradients")
         if self.input_shape is not None:
             shape = tuple(self.input_shape)
             for n in shape:
@@ -222,7 +245,11 @@ CLI_OPTIONS = (
     ("--reentrant", "reentrant", "with --checkpoint: the reentrant variant (lesson 04's trap)"),
     ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
     ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist (lesson 01)"),
-    ("--optimizer", "optimizer", "sgd (with momentum, default) or adam"),
+    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam or adamw"),
+    ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
+    ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
+    ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
+                                                   "(default 1)"),
     ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),
     ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
 )

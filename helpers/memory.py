@@ -348,6 +348,16 @@ class StorageTracker(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if (not self.paused and torch.is_inference_mode_enabled() and func.namespace == "aten"
+                and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")):
+            # Under torch.inference_mode() the autograd layer, which normally
+            # splits a composite operation (cross_entropy, to, ...) into the
+            # operations it is made of, is skipped, so the composite arrives
+            # here whole and would hide its intermediate tensors: split it here.
+            with self:
+                out = func.decompose(*args, **(kwargs or {}))
+            if out is not NotImplemented:
+                return out
         out = func(*args, **(kwargs or {}))
         if self.paused:
             return out

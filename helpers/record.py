@@ -67,7 +67,7 @@ class StepProfile:
         amp: autocast was on (in ``config.amp_dtype``: float16 with a GradScaler,
             as on GPUs, unless bfloat16 was asked for).
         checkpoint: checkpoint segments (0: off).
-        optimizer: ``"sgd"`` or ``"adam"``.
+        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
         parameter_count: number of parameters (elements, not bytes).
         events: the :class:`helpers.trace.Event` list, in order.
         event_categories: bytes per category at each event.
@@ -129,7 +129,8 @@ class StepProfile:
         """Parameters + gradients + optimizer states at ``optimizer.step()``, in bytes.
 
         The *model states* of ZeRO (Rajbhandari et al., SC20, section 3): at
-        the optimizer step all three are alive.  With Adam in float32 that is
+        the optimizer step all three are alive (with ``step_in_backward``
+        each gradient is gone by then, and this is parameters + states).  With Adam in float32 that is
         4 + 4 + 8 = 16 bytes per parameter, with or without autocast (which
         keeps no 16-bit copy of the parameters between steps); the optimizer
         states exist at that moment in any step, first or steady.

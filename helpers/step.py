@@ -38,7 +38,7 @@ from .config import StepConfig, check_int
 from .memory import Meter
 from .models import ModelSpec, output_logits, resolve_model, sequential_form
 from .record import Allocation, StepProfile, Storage
-from .techniques import Checkpointed
+from .techniques import Checkpointed, StepInBackward
 from .trace import StepTracer
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -177,7 +177,11 @@ def _setup(meter: Meter, config: StepConfig, unplaced: nn.Module):
     runtime = meter.runtime
     model = runtime.place(unplaced)
     runner = Checkpointed(sequential_form(model), config.checkpoint, config.reentrant) if config.checkpoint else model
-    opt = runtime.optimizer(config.optimizer, model.parameters(), meter.tracker)
+    if config.step_in_backward:
+        opt = StepInBackward(model.parameters(),
+                             lambda params: runtime.optimizer(config.optimizer, params, meter.tracker, config.fused))
+    else:
+        opt = runtime.optimizer(config.optimizer, model.parameters(), meter.tracker, config.fused)
     scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None
     return model, runner, opt, scaler
 
@@ -270,40 +274,54 @@ class _Moments:
 
 
 def _step(meter: Meter, config: StepConfig, task: _Task, name: str, model: nn.Module, runner: nn.Module,
-          opt: torch.optim.Optimizer, scaler, tracer: StepTracer | None = None) -> _Moments:
-    """One training step; with a tracer, each moment is recorded as an event."""
+          opt, scaler, tracer: StepTracer | None = None) -> _Moments:
+    """One training step; with a tracer, each moment is recorded as an event.
+
+    With ``accumulation_steps`` k, the forward and backward passes run k
+    times, each on its own batch and with the loss divided by k, before the
+    one optimizer step (the gradients add up in ``.grad``).
+    """
     def record(note: str, phase: str, shape=None) -> None:
         if tracer is not None:
             tracer.record(None, note, phase, shape)
 
     runtime, moments = meter.runtime, _Moments()
+    in_backward = isinstance(opt, StepInBackward)
+    if in_backward:  # its hooks free each gradient as soon as it is used: note them first
+        opt.start(lambda grad: moments.gradients.add(meter.serial_of(grad)))
     record("parameters, buffers, optimizer states" if config.steady_state else "parameters and buffers", "model")
-    inputs, targets = _batch(task, config, meter.device)
-    moments.inputs = {meter.serial_of(t) for t in (*inputs, targets) if isinstance(t, torch.Tensor)}
-    first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
-    record("input batch and targets", "input", tuple(first.shape) if first is not None else None)
     autocast = runtime.autocast(_DTYPES[config.amp_dtype]) if config.amp else contextlib.nullcontext()
     offload = runtime.offload(meter.tracker) if config.offload else contextlib.nullcontext()
-    try:
-        with autocast, offload:
-            loss, targets = _loss(task, runner(*inputs), targets)
-    except (RuntimeError, ValueError, TypeError, IndexError) as e:
-        if isinstance(e, torch.OutOfMemoryError):
-            raise
-        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
-        shapes = ", ".join(str(tuple(t.shape)) for t in inputs if isinstance(t, torch.Tensor))
-        hint = ("; give the shape of one sample with input_shape= (--input-shape), or seq_len= for token ids"
-                if config.inputs is None and config.input_shape is None and not config.tokens else "")
-        raise ValueError(f"{name} cannot run on input {shapes}: {first_line}{hint}") from None
-    if targets is not None:
-        moments.inputs.add(meter.serial_of(targets))
-    record("cross-entropy loss" if isinstance(task.loss, str) else "loss", "loss", tuple(loss.shape))
-    if tracer is not None:
-        tracer.in_backward = True
-    (scaler.scale(loss) if scaler else loss).backward()
-    record("loss.backward() returned", "backward")
-    moments.gradients = {meter.serial_of(p.grad) for p in model.parameters() if p.grad is not None}
-    moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    for _ in range(config.accumulation_steps):
+        inputs, targets = _batch(task, config, meter.device)
+        moments.inputs |= {meter.serial_of(t) for t in (*inputs, targets) if isinstance(t, torch.Tensor)}
+        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+        record("input batch and targets", "input", tuple(first.shape) if first is not None else None)
+        if tracer is not None:
+            tracer.in_backward = False
+        try:
+            with autocast, offload:
+                loss, targets = _loss(task, runner(*inputs), targets)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            if isinstance(e, torch.OutOfMemoryError):
+                raise
+            first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
+            shapes = ", ".join(str(tuple(t.shape)) for t in inputs if isinstance(t, torch.Tensor))
+            hint = ("; give the shape of one sample with input_shape= (--input-shape), or seq_len= for token ids"
+                    if config.inputs is None and config.input_shape is None and not config.tokens else "")
+            raise ValueError(f"{name} cannot run on input {shapes}: {first_line}{hint}") from None
+        if targets is not None:
+            moments.inputs.add(meter.serial_of(targets))
+        if config.accumulation_steps > 1:
+            loss = loss / config.accumulation_steps  # the mean over all k batches
+        record("cross-entropy loss" if isinstance(task.loss, str) else "loss", "loss", tuple(loss.shape))
+        if tracer is not None:
+            tracer.in_backward = True
+        (scaler.scale(loss) if scaler else loss).backward()
+        record("loss.backward() returned", "backward")
+    moments.gradients |= {meter.serial_of(p.grad) for p in model.parameters() if p.grad is not None}
+    got = opt.stepped if in_backward else {p for p in model.parameters() if p.grad is not None}
+    moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in got]
     if scaler:
         scaler.step(opt)
         scaler.update()
@@ -312,8 +330,8 @@ def _step(meter: Meter, config: StepConfig, task: _Task, name: str, model: nn.Mo
     record("optimizer.step()", "optimizer.step")
     moments.states = {meter.serial_of(t) for state in opt.state.values() for t in state.values()
                       if isinstance(t, torch.Tensor)}
-    opt.zero_grad(set_to_none=True)
-    record("optimizer.zero_grad()", "zero_grad")
+    opt.zero_grad(set_to_none=config.set_to_none)
+    record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
     return moments
 
 

@@ -29,10 +29,11 @@ import ipywidgets as widgets
 
 from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
 from .backends import get_backend
-from .batch import Estimate, PeakCurve
-from .config import DATA_OPTIONS, OPTIMIZERS, StepConfig, check_int
+from .batch import Estimate, PeakCurve, model_state_estimate
+from .config import DATA_OPTIONS, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
 from .memory import CUDA_OVERHEAD_BYTES, GPU_CARDS, MiB, fits
 from .models import model_names, resolve_model
+from .models.gpt import GPT2_PRESETS
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(StepConfig)}
 
@@ -121,13 +122,108 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
     rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated</b></td><td class="gm-peak" '
                 f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_mib(r.peak_bytes)}</b></td></tr>')
     table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
-    source = "traced" if r.traced else "interpolated between traced batch sizes"
+    source = ("from the parameter count" if r.backend == "formula" else
+              "traced" if r.traced else "interpolated between traced batch sizes")
     note = (f'<div style="{_NOTE_STYLE}">batch {r.batch_size}; peak at the '
             f'{html.escape(r.where)}; {r.backend}, {source}.</div>')
     return message, f'<div class="gm-explorer">{head}{bar}{table}{note}</div>'
 
 
-class MemoryExplorer(widgets.VBox):
+class _StepWidget(widgets.VBox):
+    """What the widgets share: a backend, the GPU cards, traced curves, and the view.
+
+    A subclass makes its controls, calls :meth:`_start` and :meth:`_finish`,
+    and says which configuration its controls show (:meth:`config`).
+    """
+
+    _STYLE = {"description_width": "110px"}
+
+    def _start(self, device: str, capacity: str, batch_size: int, max_batch_size: int) -> None:
+        self.runtime = get_backend(device)
+        self.backend = self.runtime.name
+        self.capacities = dict(GPU_CARDS)
+        if self.runtime.total_memory() is not None:
+            self.capacities["this GPU"] = self.runtime.total_memory()
+        check_int("max_batch_size", max_batch_size, 1)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= max_batch_size:
+            raise ValueError(f"batch_size must be an integer from 1 to {max_batch_size}, got {batch_size!r}")
+        if capacity not in self.capacities:
+            raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(self.capacities)}")
+        # min=1: a batch size of 0 or below cannot be entered (the box clamps it).
+        self.batch_size = widgets.IntSlider(batch_size, min=1, max=max_batch_size, description="batch size",
+                                            continuous_update=True, style=self._STYLE,
+                                            layout=widgets.Layout(width="480px"))
+        self.batch_box = widgets.BoundedIntText(batch_size, min=1, max=max_batch_size,
+                                                layout=widgets.Layout(width="90px"))
+        widgets.link((self.batch_size, "value"), (self.batch_box, "value"))
+        self.capacity = widgets.Dropdown(options=list(self.capacities), value=capacity, description="GPU",
+                                         style=self._STYLE)
+        self.view = widgets.HTML()
+        self.result: Estimate | None = None
+        self.message = ""
+        self._curves: dict[StepConfig, PeakCurve] = {}
+        self._quiet = False
+
+    def _finish(self, rows: list, controls: list) -> None:
+        super().__init__(children=[widgets.HBox([self.batch_size, self.batch_box]), *rows, self.view])
+        for control in (self.batch_size, self.capacity, *controls):
+            control.observe(self._on_change, names="value")
+        self.update()
+
+    def _on_change(self, change) -> None:
+        if not self._quiet:
+            self.update()
+
+    def config(self) -> StepConfig | None:
+        """The configuration the controls show (batch size aside)."""
+        raise NotImplementedError
+
+    def _busy(self, key: StepConfig) -> str:
+        return key.label
+
+    def _without_trace(self) -> Estimate:
+        raise NotImplementedError
+
+    def curve(self) -> PeakCurve:
+        """The :class:`helpers.batch.PeakCurve` of the configuration the controls show."""
+        key = self.config()
+        if key not in self._curves:
+            # New traces take seconds: say so at once, so that old figures never look current.
+            self.view.value = f'<div class="gm-busy" style="{_NOTE_STYLE}">tracing {html.escape(self._busy(key))} ...</div>'
+            curve = PeakCurve(key)
+            if not self.runtime.measured:  # trace both ends, so most values interpolate
+                for end in (1, self.batch_size.max):
+                    try:
+                        curve.trace(end)
+                    except ValueError:  # e.g. BatchNorm with one value per channel at batch 1;
+                        pass            # estimate() reports it for the batch sizes it concerns
+            self._curves[key] = curve
+        return self._curves[key]
+
+    def update(self) -> None:
+        """Recompute for the controls' values and redraw the view."""
+        try:
+            self.result = self.curve().estimate(self.batch_size.value) if self.config() else self._without_trace()
+        except ValueError as e:
+            self.result = None
+            self.message = f"cannot run this configuration: {e}"
+            self.view.value = f'<div class="gm-refused" style="color:#a00">{html.escape(self.message)}</div>'
+            return
+        gpu = self.capacity.value
+        self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU")
+
+    def summary(self) -> str:
+        """The figures on display, as text: the verdict, then bytes by category."""
+        if self.result is None:
+            return self.message
+        lines = [self.message]
+        lines += [f"  {name.replace('_', ' '):<17} {_mib(self.result.categories.get(name, 0)):>14}"
+                  for name in CATEGORIES]
+        lines.append(f"  peak at the {self.result.where}")
+        return "\n".join(lines)
+
+
+class MemoryExplorer(_StepWidget):
     """Peak memory of one training step, by category, against a GPU's capacity.
 
     Args:
@@ -139,7 +235,7 @@ class MemoryExplorer(widgets.VBox):
         max_batch_size: the slider's upper end (at least 1024 is useful).
         amp: initial state of the AMP toggle.
         checkpoint: initial checkpoint segments (0: off; 2, 4 or 8).
-        optimizer: ``"sgd"`` or ``"adam"``.
+        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
         capacity: a card of :data:`helpers.memory.GPU_CARDS` (``"V100 16 GB"``,
             ...), or ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
@@ -162,14 +258,8 @@ class MemoryExplorer(widgets.VBox):
     """
 
     def __init__(self, model="resnet18", batch_size: int = 128, max_batch_size: int = 1024,
-                 amp: bool = False, checkpoint: int = 0, optimizer: str = "sgd",
+                 amp: bool = False, checkpoint: int = 0, optimizer: str = "sgd-momentum",
                  capacity: str = "V100 16 GB", device: str = "auto", **options):
-        self.runtime = get_backend(device)
-        self.backend = self.runtime.name
-        capacities = dict(GPU_CARDS)
-        if self.runtime.total_memory() is not None:
-            capacities["this GPU"] = self.runtime.total_memory()
-        self.capacities = capacities
         self._models = {name: name for name in model_names()}
         if not isinstance(model, str):  # the learner's own model
             self._models = {resolve_model(model).name: model, **self._models}
@@ -177,51 +267,23 @@ class MemoryExplorer(widgets.VBox):
         if model not in self._models:
             raise ValueError(f"unknown model {model!r}; use 'mlp', a GPT-2 preset, a torchvision "
                              f"classification model, or pass your own nn.Module")
-        check_int("max_batch_size", max_batch_size, 1)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= max_batch_size:
-            raise ValueError(f"batch_size must be an integer from 1 to {max_batch_size}, got {batch_size!r}")
-        if capacity not in capacities:
-            raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(capacities)}")
         if checkpoint not in SEGMENTS.values():
             raise ValueError(f"checkpoint must be 0, 2, 4 or 8, got {checkpoint!r}")
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+        self._start(device, capacity, batch_size, max_batch_size)
         self.base = StepConfig(device=self.backend, steady_state=True, **options)  # checks the options
         self._data = {model: {k: v for k, v in options.items() if k in DATA_OPTIONS}}
-
-        style = {"description_width": "110px"}
-        # min=1: a batch size of 0 or below cannot be entered (the box clamps it).
-        self.batch_size = widgets.IntSlider(batch_size, min=1, max=max_batch_size, description="batch size",
-                                            continuous_update=True, style=style,
-                                            layout=widgets.Layout(width="480px"))
-        self.batch_box = widgets.BoundedIntText(batch_size, min=1, max=max_batch_size,
-                                                layout=widgets.Layout(width="90px"))
-        widgets.link((self.batch_size, "value"), (self.batch_box, "value"))
+        style = self._STYLE
         self.model = widgets.Dropdown(options=list(self._models), value=model, description="model", style=style)
         self.amp = widgets.Checkbox(amp, description="AMP (autocast)", indent=False)
         self.checkpoint = widgets.Dropdown(options=list(SEGMENTS.items()), value=checkpoint,
                                            description="checkpointing", style=style)
-        self.optimizer = widgets.Dropdown(options=[("SGD with momentum", "sgd"), ("Adam", "adam")],
+        self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in OPTIMIZERS],
                                           value=optimizer, description="optimizer", style=style)
-        self.capacity = widgets.Dropdown(options=list(capacities), value=capacity, description="GPU",
-                                         style=style)
-        self.view = widgets.HTML()
-        self.result: Estimate | None = None
-        self.message = ""
-        self._curves: dict[StepConfig, PeakCurve] = {}
-
-        controls = [
-            widgets.HBox([self.batch_size, self.batch_box]),
-            widgets.HBox([self.model, self.optimizer]),
-            widgets.HBox([self.checkpoint, self.capacity, self.amp]),
-        ]
-        super().__init__(children=[*controls, self.view])
-        for control in (self.batch_size, self.model, self.amp, self.checkpoint, self.optimizer, self.capacity):
-            control.observe(self._on_change, names="value")
-        self.update()
-
-    def _on_change(self, change) -> None:
-        self.update()
+        self._finish([widgets.HBox([self.model, self.optimizer]),
+                      widgets.HBox([self.checkpoint, self.capacity, self.amp])],
+                     [self.model, self.amp, self.checkpoint, self.optimizer])
 
     def config(self) -> StepConfig:
         """The configuration the controls show (batch size aside)."""
@@ -230,32 +292,127 @@ class MemoryExplorer(widgets.VBox):
                                  amp=self.amp.value, checkpoint=self.checkpoint.value,
                                  optimizer=self.optimizer.value, **data).curve_key()
 
-    def curve(self) -> PeakCurve:
-        """The :class:`helpers.batch.PeakCurve` of the configuration the controls show."""
-        key = self.config()
-        if key not in self._curves:
-            # New traces take seconds: say so at once, so that old figures never look current.
-            self.view.value = (f'<div class="gm-busy" style="{_NOTE_STYLE}">tracing {html.escape(self.model.value)} '
-                               f'({"AMP, " if key.amp else ""}checkpointing {key.checkpoint or "off"}, '
-                               f'{key.optimizer}) ...</div>')
-            curve = PeakCurve(key)
-            if not self.runtime.measured:  # trace both ends, so most values interpolate
-                for end in (1, self.batch_size.max):
-                    try:
-                        curve.trace(end)
-                    except ValueError:  # e.g. BatchNorm with one value per channel at batch 1;
-                        pass            # estimate() reports it for the batch sizes it concerns
-            self._curves[key] = curve
-        return self._curves[key]
+    def _busy(self, key: StepConfig) -> str:
+        return (f'{self.model.value} ({"AMP, " if key.amp else ""}checkpointing {key.checkpoint or "off"}, '
+                f'{key.optimizer})')
 
-    def update(self) -> None:
-        """Recompute for the controls' values and redraw the view."""
+
+#: The precisions of :class:`WillItFit`: label -> ``amp_dtype`` (None: float32, no autocast).
+PRECISIONS = {"float32": None, "AMP float16": "float16", "AMP bfloat16": "bfloat16"}
+#: The sizes :class:`WillItFit` offers: sequence lengths for token models, image sizes for the others.
+SEQ_LENS = (128, 256, 512, 1024)
+IMAGE_SIZES = (32, 64, 128, 224, 256, 384, 512)
+#: The model menu's entry for a bare parameter count.
+PARAMETER_COUNT = "a parameter count"
+
+
+class WillItFit(_StepWidget):
+    """Will this training step fit on that GPU?  Lesson 05's widget.
+
+    Like :class:`MemoryExplorer`, a steady-state training step (the optimizer
+    states exist) simulated or measured, by category, against a GPU, with a
+    verdict; its controls are those that decide the model states and the
+    activations: the model (a GPT-2 preset or a torchvision classifier, or
+    :data:`PARAMETER_COUNT`: then only the model states, computed from the
+    count, since activations depend on the architecture), the optimizer, the
+    precision, the batch size, and the sequence length (GPT-2) or image size.
+
+    Args:
+        model: a GPT-2 preset, a torchvision classification model name, or
+            :data:`PARAMETER_COUNT`.
+        batch_size, max_batch_size: the slider's start and upper end.
+        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        precision: a key of :data:`PRECISIONS`.
+        size: the sequence length (one of :data:`SEQ_LENS`) or image size (one
+            of :data:`IMAGE_SIZES`); None: the model's default (1024, 224).
+        parameters: the count for :data:`PARAMETER_COUNT`, in parameters.
+        capacity: a card of :data:`helpers.memory.GPU_CARDS`, or ``"this GPU"``.
+        device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
+
+    Attributes:
+        batch_size, model, optimizer, precision, size, parameters, capacity:
+            the controls; view, result, message: as in :class:`MemoryExplorer`.
+
+    Raises:
+        ValueError: for an initial value the controls cannot take.
+    """
+
+    def __init__(self, model: str = "gpt2", batch_size: int = 8, max_batch_size: int = 256,
+                 optimizer: str = "adam", precision: str = "AMP float16", size: int | None = None,
+                 parameters: int = 1_557_611_200, capacity: str = "A100 40 GB", device: str = "auto"):
+        names = [*GPT2_PRESETS, *(n for n in model_names() if n not in GPT2_PRESETS and n != "mlp"),
+                 PARAMETER_COUNT]
+        if model not in names:
+            raise ValueError(f"unknown model {model!r}; use a GPT-2 preset, a torchvision classification "
+                             f"model, or {PARAMETER_COUNT!r}")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        check_int("parameters", parameters, 1)
+        self._start(device, capacity, batch_size, max_batch_size)
+        style = self._STYLE
+        self.model = widgets.Dropdown(options=names, value=model, description="model", style=style)
+        self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in OPTIMIZERS],
+                                          value=optimizer, description="optimizer", style=style)
+        self.precision = widgets.Dropdown(options=list(PRECISIONS), value=precision, description="precision",
+                                          style=style)
+        self.size = widgets.Dropdown(options=self._sizes(model), description=self._size_name(model), style=style)
+        if size is not None:
+            if size not in self.size.options:
+                raise ValueError(f"size must be one of {self.size.options} for {model}, got {size!r}")
+            self.size.value = size
+        elif self.size.options:
+            self.size.value = 1024 if model in GPT2_PRESETS else 224
+        self.parameters = widgets.BoundedIntText(parameters, min=1, max=10**13, description="parameters",
+                                                 style=style)
+        self.model.observe(self._on_model, names="value")
+        self._show_size_or_count()
+        self._finish([widgets.HBox([self.model, self.size, self.parameters]),
+                      widgets.HBox([self.optimizer, self.precision, self.capacity])],
+                     [self.optimizer, self.precision, self.size, self.parameters])
+
+    @staticmethod
+    def _sizes(model: str) -> tuple[int, ...]:
+        return SEQ_LENS if model in GPT2_PRESETS else () if model == PARAMETER_COUNT else IMAGE_SIZES
+
+    @staticmethod
+    def _size_name(model: str) -> str:
+        return "sequence" if model in GPT2_PRESETS else "image size"
+
+    def _show_size_or_count(self) -> None:
+        count = self.model.value == PARAMETER_COUNT
+        self.size.layout.display = "none" if count else None
+        self.parameters.layout.display = None if count else "none"
+
+    def _on_model(self, change) -> None:
+        """A new model: its own sizes (set quietly, then one update)."""
+        self._quiet = True
         try:
-            self.result = self.curve().estimate(self.batch_size.value)
-        except ValueError as e:
-            self.result = None
-            self.message = f"cannot run this configuration: {e}"
-            self.view.value = f'<div class="gm-refused" style="color:#a00">{html.escape(self.message)}</div>'
-            return
-        gpu = self.capacity.value
-        self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU")
+            model = change["new"]
+            sizes = self._sizes(model)
+            if sizes != self.size.options:
+                self.size.options = sizes
+                if sizes:
+                    self.size.value = 1024 if model in GPT2_PRESETS else 224
+            self.size.description = self._size_name(model)
+            self._show_size_or_count()
+        finally:
+            self._quiet = False
+        self.update()
+
+    def config(self) -> StepConfig | None:
+        """The configuration the controls show (batch size aside); None for a bare parameter count."""
+        model = self.model.value
+        if model == PARAMETER_COUNT:
+            return None
+        dtype = PRECISIONS[self.precision.value]
+        size = {"seq_len": self.size.value} if model in GPT2_PRESETS else {"image_size": self.size.value}
+        return StepConfig(model=model, batch_size=1, optimizer=self.optimizer.value, amp=dtype is not None,
+                          amp_dtype=dtype or "float16", steady_state=True, device=self.backend, **size)
+
+    def _busy(self, key: StepConfig) -> str:
+        return f"{key.model} ({self.precision.value}, {OPTIMIZER_NAMES[key.optimizer]})"
+
+    def _without_trace(self) -> Estimate:
+        return model_state_estimate(self.parameters.value, self.optimizer.value, self.batch_size.value)

@@ -111,7 +111,7 @@ def test_rules_are_removed_on_exit_and_bce_is_refused_under_them():
 
 
 def test_adam_step_counters_live_on_the_host(resnet18_b128):
-    sgd = profile_step("resnet18", 2, image_size=32, optimizer="sgd", device="simulated", steady_state=True)
+    sgd = profile_step("resnet18", 2, image_size=32, optimizer="sgd-momentum", device="simulated", steady_state=True)
     adam = profile_step("resnet18", 2, image_size=32, optimizer="adam", device="simulated", steady_state=True)
     # two moments per parameter, counted exactly; 62 step counters not counted
     assert adam.categories["optimizer_states"] == 2 * sgd.categories["optimizer_states"]

@@ -52,7 +52,7 @@ def test_peak_agrees_with_memtracker(resnet18_b128):
 
     with FakeTensorMode():
         model = torchvision.models.resnet18()
-        optimizer = make_optimizer("sgd", model.parameters())
+        optimizer = make_optimizer("sgd-momentum", model.parameters())
         tracker = MemTracker()
         tracker.track_external(model, optimizer)
         with tracker:

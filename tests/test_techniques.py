@@ -116,9 +116,12 @@ def test_frozen_batchnorm_stats_restores_momentum_and_count():
     assert all(m.momentum == 0.1 and int(m.num_batches_tracked) == 0 for m in norms)
 
 
-def test_optimizers_are_the_foreach_kinds():
+def test_optimizers_are_the_foreach_kinds_or_fused():
     params = [torch.nn.Parameter(torch.ones(2))]
-    assert isinstance(make_optimizer("sgd", params), torch.optim.SGD)
+    assert make_optimizer("sgd", params).defaults["momentum"] == 0
+    assert make_optimizer("sgd-momentum", params).defaults["momentum"] == 0.9
     assert make_optimizer("adam", params).defaults["foreach"] is True
+    assert isinstance(make_optimizer("adamw", params, fused=True), torch.optim.AdamW)
+    assert make_optimizer("adamw", params, fused=True).defaults["fused"] is True
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         make_optimizer("lion", params)

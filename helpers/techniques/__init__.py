@@ -8,6 +8,7 @@
 """
 
 from .checkpointing import Checkpointed, frozen_batchnorm_stats
-from .optimizers import make_optimizer
+from .optimizers import STATE_BYTES, STEP_TEMPORARY_BYTES, StepInBackward, make_optimizer
 
-__all__ = ["Checkpointed", "frozen_batchnorm_stats", "make_optimizer"]
+__all__ = ["Checkpointed", "STATE_BYTES", "STEP_TEMPORARY_BYTES", "StepInBackward", "frozen_batchnorm_stats",
+           "make_optimizer"]

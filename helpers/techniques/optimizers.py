@@ -1,32 +1,109 @@
-"""The optimizers of a profiled step.
+"""The optimizers of a profiled step, their states, and the step inside backward.
 
-Introduced in lesson 01 (steady-state steps keep the optimizer states) and
-used by every profiled step.
+Introduced in lesson 01 (steady-state steps keep the optimizer states);
+lesson 05 measures every optimizer here against :data:`STATE_BYTES` and
+:data:`STEP_TEMPORARY_BYTES`.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from ..config import OPTIMIZERS
 
+#: Bytes of optimizer state per float32 parameter, kept from the first step on
+#: (``torch/optim/sgd.py``: one ``momentum_buffer``; ``adam.py``, ``adamw.py``:
+#: ``exp_avg`` and ``exp_avg_sq``).  Adam's per-tensor ``step`` counters are left
+#: out: on a GPU they are host memory unless the optimizer is fused or capturable.
+STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
 
-def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+#: Bytes per float32 parameter that the ``foreach`` implementation allocates
+#: for the length of ``optimizer.step()``: Adam and AdamW take the square root
+#: of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
+#: ``_multi_tensor_adam``); SGD updates in place.  The fused implementations
+#: allocate none.
+STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4}
+
+
+def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimizer:
     """The optimizer of a traced step.
 
-    * ``sgd``: ``SGD(lr=0.01, momentum=0.9)``: one momentum buffer per
-      parameter (4 bytes per fp32 parameter).
+    * ``sgd``: ``SGD(lr=0.01)``: no state;
+    * ``sgd-momentum``: ``SGD(lr=0.01, momentum=0.9)``: one momentum buffer per
+      parameter (4 bytes per fp32 parameter);
     * ``adam``: ``Adam(lr=1e-3)``: two moment estimates per parameter
-      (8 bytes per fp32 parameter) and a step counter per tensor.
+      (8 bytes per fp32 parameter) and a step counter per tensor;
+    * ``adamw``: ``AdamW(lr=1e-3, weight_decay=0.01)``: the same states as Adam.
 
-    Both use ``foreach=True``, the implementation PyTorch picks by default on
-    a GPU, so that simulated and real steps allocate the same temporaries.
+    Args:
+        name: one of :data:`helpers.config.OPTIMIZERS`.
+        params: the parameters (an iterable of tensors).
+        fused: ``fused=True`` (one kernel per step); otherwise ``foreach=True``,
+            the implementation PyTorch picks by default on a GPU, so that
+            simulated and real steps allocate the same temporaries.
 
     Raises:
         ValueError: for a name not in :data:`OPTIMIZERS`.
     """
+    impl = {"fused": True} if fused else {"foreach": True}
     if name == "sgd":
-        return torch.optim.SGD(params, lr=0.01, momentum=0.9, foreach=True)
+        return torch.optim.SGD(params, lr=0.01, **impl)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, **impl)
     if name == "adam":
-        return torch.optim.Adam(params, lr=1e-3, foreach=True)
+        return torch.optim.Adam(params, lr=1e-3, **impl)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **impl)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+
+
+class StepInBackward:
+    """The optimizer step inside backward: one optimizer per parameter, stepped by
+    the parameter's ``register_post_accumulate_grad_hook`` as soon as its gradient
+    is complete, which then frees that gradient.
+
+    So at most a few gradients exist at once, instead of all of them before
+    ``optimizer.step()``; the cost is one small step per parameter and no
+    gradient clipping or accumulation across the whole model (PyTorch tutorial
+    "How to save memory by fusing the optimizer step into the backward pass").
+    It answers the calls a training loop makes on an optimizer: :meth:`step`
+    and :meth:`zero_grad` do nothing (the hooks did both), :attr:`state` has
+    every parameter's state.
+
+    Args:
+        params: the model's parameters.
+        make: builds the optimizer of one parameter from ``[parameter]``.
+    """
+
+    def __init__(self, params, make: Callable[[list], torch.optim.Optimizer]):
+        self.optimizers = {p: make([p]) for p in params if p.requires_grad}
+        self.stepped: set = set()
+        self._seen: Callable[[torch.Tensor], None] | None = None
+        self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.optimizers]
+
+    def start(self, seen: Callable[[torch.Tensor], None] | None = None) -> None:
+        """Begin a step: forget which parameters were stepped; ``seen(grad)`` is
+        called with each gradient before it is used and freed."""
+        self.stepped = set()
+        self._seen = seen
+
+    def _hook(self, p: torch.Tensor) -> None:
+        if self._seen is not None:
+            self._seen(p.grad)
+        optimizer = self.optimizers[p]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.stepped.add(p)
+
+    @property
+    def state(self) -> dict:
+        """Every parameter's optimizer state."""
+        return {p: opt.state[p] for p, opt in self.optimizers.items() if p in opt.state}
+
+    def step(self) -> None:
+        """Nothing: each parameter was stepped during backward."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Nothing: each gradient was freed during backward."""

@@ -1,0 +1,133 @@
+"""Memory around the training step: inference, and loops that keep what they should not.
+
+Introduced in lesson 05.  Both functions run the model as
+:func:`helpers.step.profile_step` does (the same options, the same backends:
+simulated by default on a machine without a GPU), without the per-module
+tracer:
+
+* :func:`forward_peak`: one forward pass and its loss, with autograd
+  recording (a training forward), under ``torch.no_grad()``, or under
+  ``torch.inference_mode()``;
+* :func:`loop_memory`: a few iterations of a training or evaluation loop
+  written one way or another (:data:`LOOPS`), and the bytes still allocated
+  after each: a loop that keeps each iteration's graph grows.
+
+The PyTorch FAQ ("My model reports cuda runtime error(2): out of memory",
+https://pytorch.org/docs/stable/notes/faq.html) names both leaks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .step import _DTYPES, _batch, _config, _loss, _prepare, _setup
+
+#: Grad modes of :func:`forward_peak`.
+GRAD_MODES = ("enabled", "no_grad", "inference_mode")
+
+#: The loops of :func:`loop_memory`: (what the loop does, the line that accumulates the loss).
+LOOPS = {
+    "train, total_loss += loss": "a training loop that sums the loss tensor itself",
+    "train, total_loss += loss.detach()": "the same, summing a tensor without history",
+    "eval, total_loss += loss": "an evaluation loop without torch.no_grad(), summing the loss tensor",
+    "eval, total_loss += loss.detach()": "the same without no_grad(), summing a tensor without history",
+    "eval under no_grad, total_loss += loss": "an evaluation loop under torch.no_grad()",
+}
+
+
+def _grad_mode(mode: str):
+    if mode == "no_grad":
+        return torch.no_grad()
+    if mode == "inference_mode":
+        return torch.inference_mode()
+    if mode == "enabled":
+        return contextlib.nullcontext()
+    raise ValueError(f"grad_mode must be one of {', '.join(GRAD_MODES)}, got {mode!r}")
+
+
+def forward_peak(model="resnet18", batch_size: int = 128, image_size: int = 224, grad_mode: str = "enabled",
+                 **options) -> int:
+    """Peak bytes of one forward pass and its loss, over the model's parameters and buffers.
+
+    Args:
+        model, batch_size, image_size, **options: as for
+            :func:`helpers.step.profile_step` (``amp``, ``device``, ...; the
+            optimizer options do not apply).
+        grad_mode: ``"enabled"`` (autograd keeps what backward will read),
+            ``"no_grad"`` or ``"inference_mode"`` (it keeps nothing).
+
+    The model is in training mode for ``"enabled"`` and in evaluation mode
+    (``model.eval()``) for the other two, as an inference loop runs it.
+
+    Returns:
+        The peak, in bytes, counted from the moment the model is on the
+        device (parameters and buffers included, no optimizer states).
+
+    Raises:
+        ValueError: for an unknown grad mode, or as ``profile_step`` does.
+    """
+    _grad_mode(grad_mode)  # checked before any work
+    config = _config(model, batch_size, image_size, options, "forward_peak")
+    spec, task, meter, unplaced = _prepare(config)
+    with meter:
+        net = meter.runtime.place(unplaced)
+        net.train(grad_mode == "enabled")  # inference runs in eval mode (BatchNorm's running statistics)
+        inputs, targets = _batch(task, config, meter.device)
+        autocast = meter.runtime.autocast(_DTYPES[config.amp_dtype]) if config.amp else contextlib.nullcontext()
+        with _grad_mode(grad_mode), autocast:
+            _loss(task, net(*inputs), targets)
+    return meter.peak()
+
+
+def loop_memory(loop: str, model="mlp", batch_size: int = 64, steps: int = 4, image_size: int = 224,
+                **options) -> list[int]:
+    """Bytes allocated after each iteration of a loop written as ``loop`` says.
+
+    Each iteration draws a batch, runs the forward pass and the loss, and adds
+    the loss to ``total_loss`` as the loop's name says; a training loop also
+    runs backward, the optimizer step and ``zero_grad``.  Whatever the loop
+    still references at the end of an iteration stays allocated.
+
+    Args:
+        loop: a key of :data:`LOOPS`.
+        model, batch_size, image_size, **options: as for
+            :func:`helpers.step.profile_step`.
+        steps: iterations, >= 1.
+
+    Returns:
+        ``steps`` byte counts, one after each iteration (parameters, buffers
+        and optimizer states included).
+
+    Raises:
+        ValueError: for an unknown loop, or as ``profile_step`` does.
+    """
+    if loop not in LOOPS:
+        raise ValueError(f"unknown loop {loop!r}; use one of: {'; '.join(LOOPS)}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    config = _config(model, batch_size, image_size, options, "loop_memory")
+    spec, task, meter, unplaced = _prepare(config)
+    train, detach = loop.startswith("train"), loop.endswith(".detach()")
+    after = []
+    with meter:
+        net, runner, opt, scaler = _setup(meter, config, unplaced)
+        net.train(train)
+        total_loss = torch.zeros((), device=meter.device)
+        for _ in range(steps):
+            inputs, targets = _batch(task, config, meter.device)
+            with torch.no_grad() if "no_grad" in loop else contextlib.nullcontext():
+                loss, _ = _loss(task, runner(*inputs), targets)
+            if train:
+                (scaler.scale(loss) if scaler else loss).backward()
+                if scaler:
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    opt.step()
+                opt.zero_grad(set_to_none=config.set_to_none)
+            total_loss = total_loss + (loss.detach() if detach else loss)
+            del inputs, targets, loss
+            after.append(meter.allocated())
+    return after
