@@ -138,6 +138,26 @@ class StepProfile:
         cats = self.event_categories[self.events.index(self.find(None, "optimizer.step"))]
         return cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
 
+    def peak_during(self, event: Event) -> int:
+        """The highest allocated bytes between the event before ``event`` and ``event``.
+
+        Replays the allocation log over that interval: for the
+        ``optimizer.step`` event, the height the optimizer step reached with
+        its temporaries, which the events themselves (taken after the step
+        returned) do not show.
+
+        Raises:
+            ValueError: for the first event (nothing happens before it).
+        """
+        if event.index == 0:
+            raise ValueError("the first event has no interval before it")
+        before = self.events[event.index - 1]
+        allocated = top = before.allocated_bytes
+        for entry in self.allocation_log[before.log_position:event.log_position]:
+            allocated += entry.nbytes
+            top = max(top, allocated)
+        return top
+
     def at_peak(self) -> list[Storage]:
         """The storages alive at the peak, in allocation order.
 

@@ -3,7 +3,7 @@
 import pytest
 
 from helpers import DoesNotFit, GiB, PeakCurve, fit_affine, profile_step
-from helpers.batch import Estimate
+from helpers.batch import Estimate, model_state_estimate
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +67,15 @@ def test_peak_curve_takes_a_whole_config_and_checks_options():
     assert isinstance(curve.estimate(4), Estimate) and curve.config.steady_state
     with pytest.raises(ValueError, match="unknown optimizer"):
         PeakCurve("resnet18", "simulated", optimizer="lion")
+
+
+def test_model_state_estimate_is_the_formula():
+    e = model_state_estimate(1000, "adam")
+    assert e.peak_bytes == 20 * 1000 and e.categories == {"parameters": 4000, "gradients": 4000,
+                                                          "optimizer_states": 8000, "other": 4000}
+    assert model_state_estimate(1000, "adam", fused=True).peak_bytes == 16 * 1000
+    assert model_state_estimate(1000, "sgd").peak_bytes == 8 * 1000 and e.backend == "formula"
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        model_state_estimate(1000, "lion")
+    with pytest.raises(ValueError, match="parameters must be an integer >= 1"):
+        model_state_estimate(0, "adam")

@@ -143,3 +143,12 @@ def test_gpt_presets_and_a_learners_own_model_from_the_command_line(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot import 'no_such_package'" in err[0]
+
+
+@pytest.mark.parametrize("optimizer, states", [("adam", 2), ("adamw", 2), ("sgd-momentum", 1), ("sgd", 0)])
+def test_the_cli_reports_each_optimizers_states(capsys, optimizer, states):
+    assert main(["profile", "--model", "mlp", "--batch-size", "8", "--optimizer", optimizer, "--steady-state",
+                 "--device", "simulated", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["categories"]["optimizer_states"] == states * data["categories"]["parameters"]
+    assert data["config"]["optimizer"] == optimizer

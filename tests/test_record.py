@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from helpers import MiB
+from helpers import MiB, profile_step
 
 
 def test_storages_at_the_peak_add_up_and_carry_dtypes(resnet18_b128):
@@ -63,3 +63,13 @@ def test_to_dict_is_json_with_the_documented_keys_and_the_config(resnet18_b128):
         assert key in data, key
     assert data["config"]["model"] == "resnet18" and data["config"]["batch_size"] == 128
     assert data["events"][0]["type"] == "parameters and buffers" and data["events"][0]["module"] is None
+
+
+def test_peak_during_replays_the_log_inside_an_event():
+    p = profile_step("resnet18", 2, image_size=32, optimizer="adam", steady_state=True, device="simulated")
+    step = p.find(None, "optimizer.step")
+    before = p.events[step.index - 1].allocated_bytes
+    assert p.peak_during(step) == p.peak_allocated_bytes > before  # the foreach temporary, freed by the event
+    assert p.peak_during(p.events[1]) >= p.events[1].allocated_bytes
+    with pytest.raises(ValueError, match="first event"):
+        p.peak_during(p.events[0])

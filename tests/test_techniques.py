@@ -1,4 +1,4 @@
-"""helpers.techniques and their effect on a step: AMP, checkpointing (and its traps), offloading."""
+"""helpers.techniques and their effect on a step: AMP, checkpointing (and its traps), offloading, optimizers."""
 
 import copy
 
@@ -7,8 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from helpers import profile_step
+from helpers.batch import model_state_estimate
 from helpers.models import build_model, digits_cnn, sequential_form
-from helpers.techniques import Checkpointed, frozen_batchnorm_stats, make_optimizer
+from helpers.techniques import (STATE_BYTES, STEP_TEMPORARY_BYTES, Checkpointed, frozen_batchnorm_stats,
+                                make_optimizer)
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +127,45 @@ def test_optimizers_are_the_foreach_kinds_or_fused():
     assert make_optimizer("adamw", params, fused=True).defaults["fused"] is True
     with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
         make_optimizer("lion", params)
+
+
+@pytest.mark.parametrize("name", ["sgd", "sgd-momentum", "adam", "adamw"])
+@pytest.mark.parametrize("fused", [False, True])
+def test_each_optimizers_bytes_per_parameter_match_its_formula(name, fused):
+    """Lesson 05, section 1: parameter 4 + gradient 4 + state + the foreach step's temporary."""
+    p = profile_step("gpt2", 1, seq_len=16, optimizer=name, fused=fused, steady_state=True, device="simulated")
+    step = p.find(None, "optimizer.step")
+    at = p.event_categories[step.index]
+    n = p.parameter_count
+    assert at["optimizer_states"] / n == pytest.approx(STATE_BYTES[name], abs=0.01)
+    assert at["parameters"] / n == pytest.approx(4, abs=0.01) and at["gradients"] / n == pytest.approx(4, abs=0.01)
+    temporary = p.peak_during(step) - p.events[step.index - 1].allocated_bytes
+    assert temporary / n == pytest.approx(0 if fused else STEP_TEMPORARY_BYTES[name], abs=0.01)
+    formula = model_state_estimate(n, name, fused=fused).peak_bytes
+    assert (at["parameters"] + at["gradients"] + at["optimizer_states"] + temporary) == pytest.approx(formula, rel=1e-3)
+
+
+def test_the_optimizer_step_in_backward_frees_each_gradient_at_once():
+    normal = profile_step("resnet18", 2, image_size=32, optimizer="adam", steady_state=True, device="simulated")
+    fused = profile_step("resnet18", 2, image_size=32, optimizer="adam", steady_state=True, step_in_backward=True,
+                         device="simulated")
+    assert normal.peak.phase == "optimizer.step" and fused.peak.phase == "bwd"
+    assert fused.peak_allocated_bytes < normal.peak_allocated_bytes
+    assert fused.params_without_grad == []  # every parameter was stepped by its hook
+    assert fused.categories["optimizer_states"] == normal.categories["optimizer_states"]
+    assert fused.event_categories[fused.find(None, "backward").index]["gradients"] == 0
+    with pytest.raises(ValueError, match="cannot unscale float16 gradients"):
+        profile_step("resnet18", 2, amp=True, step_in_backward=True, device="simulated")
+    with pytest.raises(ValueError, match="cannot accumulate"):
+        profile_step("resnet18", 2, accumulation_steps=2, step_in_backward=True, device="simulated")
+
+
+def test_gradient_accumulation_and_zero_grad_without_set_to_none():
+    one = profile_step("resnet18", 4, image_size=32, optimizer="adam", steady_state=True, device="simulated")
+    four = profile_step("resnet18", 4, image_size=32, optimizer="adam", steady_state=True, accumulation_steps=4,
+                        device="simulated")
+    assert [e.phase for e in four.events if e.module is None].count("backward") == 4
+    assert four.peak_allocated_bytes >= one.peak_allocated_bytes and four.params_without_grad == []
+    kept = profile_step("resnet18", 4, image_size=32, steady_state=True, set_to_none=False, device="simulated")
+    assert kept.event_categories[0]["gradients"] > 0 and one.event_categories[0]["gradients"] == 0
+    assert kept.events[-1].label == "optimizer.zero_grad(set_to_none=False)"

@@ -7,7 +7,7 @@ from torch import nn
 
 from helpers import profile_step
 from helpers.batch import Estimate
-from helpers.widgets import MemoryExplorer, render, verdict
+from helpers.widgets import IMAGE_SIZES, PARAMETER_COUNT, MemoryExplorer, WillItFit, render, verdict
 
 
 def test_widget_shows_what_a_direct_measurement_gives():
@@ -90,3 +90,25 @@ def test_a_new_trace_first_says_it_is_working():
     shown.clear()
     w.batch_size.value = 9  # same configuration: no new trace, no busy view
     assert len(shown) == 1 and "gm-busy" not in shown[0]
+
+
+def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
+    w = WillItFit(model="gpt2", batch_size=2, max_batch_size=8, size=128, optimizer="adam", device="simulated")
+    direct = profile_step("gpt2", 2, seq_len=128, amp=True, optimizer="adam", steady_state=True, device="simulated")
+    assert w.result.peak_bytes == direct.peak_allocated_bytes and w.summary().startswith(w.message)
+    shown = []
+    w.view.observe(lambda change: shown.append(change["new"]), names="value")
+    w.model.value = "resnet18"  # its own sizes, set quietly: one busy view, then one result
+    assert w.size.options == IMAGE_SIZES and w.size.value == 224 and w.size.description == "image size"
+    assert len(shown) == 2 and "gm-busy" in shown[0] and "gm-explorer" in shown[1]
+    w.model.value = PARAMETER_COUNT
+    w.parameters.value = 1_000_000_000
+    w.capacity.value = "RTX 4090 24 GB"
+    assert w.result.peak_bytes == 20 * 10**9 and w.message.startswith("fits in RTX 4090 24 GB")
+    assert "from the parameter count" in w.view.value and w.size.layout.display == "none"
+    w.optimizer.value = "sgd"
+    assert w.result.peak_bytes == 8 * 10**9
+    with pytest.raises(ValueError, match="unknown precision"):
+        WillItFit(precision="fp8", device="simulated")
+    with pytest.raises(ValueError, match="size must be one of"):
+        WillItFit(model="gpt2", size=100, device="simulated")
