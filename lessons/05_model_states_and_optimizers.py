@@ -449,7 +449,7 @@ print(f"under AMP, no_grad keeps {fmt_bytes(weight_cache)} more than inference_m
 assert abs(weight_cache - 2 * P124) < 0.05 * 2 * P124
 
 # %% [markdown]
-# Inference needs a third of the training forward pass for ResNet18, less than half for GPT-2, whose inference peak is its logits and their float32 log-softmax (8 × 1024 × 50,257 values each). In float32, `no_grad` and `inference_mode` keep exactly the same tensors; `inference_mode` saves CPU time (no version counters, no view tracking). Under autocast they differ by 2 bytes per parameter: under `no_grad`, autocast caches the 16-bit copy of every weight until the autocast region ends (its heuristic caches casts of leaves that require grad), while under `inference_mode` it casts each weight at each use and frees the copy: 235.7 MiB for GPT-2 124M, printed below. So for inference, prefer `torch.inference_mode()`.
+# Inference needs a third of the training forward pass for ResNet18, less than half for GPT-2, whose inference peak is its logits and their float32 log-softmax (8 × 1024 × 50,257 values each). In float32, `no_grad` and `inference_mode` keep exactly the same tensors; `inference_mode` saves CPU time (no version counters, no view tracking). Under autocast they differ by 2 bytes per parameter: under `no_grad`, autocast caches the 16-bit copy of every weight until the autocast region ends (its heuristic caches casts of leaves that require grad), while under `inference_mode` it casts each weight at each use and frees the copy: 235.8 MiB for GPT-2 124M, printed above. So for inference, prefer `torch.inference_mode()`.
 #
 # The two leaks of the PyTorch FAQ ("My model reports *cuda runtime error(2): out of memory*") are loops that keep something they should not. `loop_memory` runs four iterations of each loop on ResNet18 at batch 32 and reports the bytes still allocated after each:
 
@@ -533,7 +533,7 @@ assert fit.message.startswith("fits") and fit.result.peak_bytes == 20 * P15
 # from helpers import fits
 # card = GPU_CARDS["RTX 4090 24 GB"]
 # fit24 = {}
-# for name in GPT2_PRESETS:
+# for name in ("gpt2-large", "gpt2-xl"):   # the two largest: gpt2 and gpt2-medium fit with room
 #     for dtype, sib in (("float16", False), ("bfloat16", True)):
 #         p = profile_step(name, 1, seq_len=1024, amp=True, amp_dtype=dtype, optimizer="adam", steady_state=True,
 #                          step_in_backward=sib, device="simulated")
@@ -542,7 +542,7 @@ assert fit.message.startswith("fits") and fit.result.peak_bytes == 20 * P15
 # assert fit24["gpt2-large", False] and not fit24["gpt2-xl", False] and not fit24["gpt2-xl", True]
 # ```
 #
-# GPT-2 774M fits with room; GPT-2 1.5B does not, even with the step in backward (which needs bfloat16: a `GradScaler` cannot unscale gradients that are already gone). Its parameters and Adam states alone are 12 bytes per parameter, 17.4 GiB, before the activations and the logits.
+# GPT-2 774M fits (14.4 GiB); GPT-2 1.5B does not (29.0 GiB), even with the step in backward (which needs bfloat16: a `GradScaler` cannot unscale gradients that are already gone). Its parameters and Adam states alone are 12 bytes per parameter, 17.4 GiB, before the activations and the logits.
 # </details>
 #
 # **Exercise 3: a leak in your own loop.** This evaluation loop collects predictions. How much does it keep per batch for ResNet18 at batch 32, and what is the one-word fix? Measure it with `Meter` (the model is placed on the fake GPU as `profile_step` does).
