@@ -19,6 +19,8 @@ Each module is introduced in a lesson and named in its docstring:
 * :mod:`helpers.widgets`: the batch-size widget (lesson 01);
 * :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02);
   what a forward pass saves on fake CPU or CUDA tensors (lessons 00 and 04);
+* :mod:`helpers.allocator`: a model of the CUDA caching allocator: reserved
+  memory, segments, fragmentation (lesson 06);
 * :mod:`helpers.check`: the workshop pre-flight check, ``python -m helpers check``.
 """
 
@@ -30,7 +32,7 @@ import importlib
 _HOME = {
     "CATEGORIES": "accounting",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
-    "CUDA_OVERHEAD_BYTES": "memory", "GPU_CARDS": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
+    "CUDA_CONTEXT_BYTES": "memory", "CUDA_OVERHEAD_BYTES": "memory", "GPU_CARDS": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
     "fits": "memory", "fmt_bytes": "memory", "round_up": "memory", "tensor_bytes": "memory",
     "resolve_backend": "backends", "StepConfig": "config",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",

@@ -81,6 +81,18 @@ GPU_CARDS = {
 #: generous figure; on a real GPU, measure instead.
 CUDA_OVERHEAD_BYTES = 1 * 2**30
 
+#: Memory a process holds on a GPU outside PyTorch's caching allocator, *assumed*
+#: when the allocator's reserved memory is simulated (lesson 06): the CUDA
+#: context, with its kernels loaded lazily (the default since PyTorch 1.13),
+#: and the library handles.  Published measurements: 287,047,680 bytes (274 MiB)
+#: of device memory in use after one small tensor, with lazy loading
+#: (pytorch/pytorch#86509, which made it the default; 666 MB without it);
+#: "around 400MB" with CUDA >= 11.7 (pytorch/pytorch#109888); 426 MiB in
+#: nvidia-smi for PyTorch 2.10 with CUDA 13.0 on an RTX 6000 Ada
+#: (unslothai/unsloth-zoo#1053).  512 MiB is a round figure above them.
+#: cuBLAS workspaces are not in it: they go through the caching allocator.
+CUDA_CONTEXT_BYTES = 512 * 2**20
+
 
 def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
     """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead``.

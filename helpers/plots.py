@@ -7,6 +7,8 @@ notebook displays the returned figure as PNG.  Sizes are shown in MiB.
 
 from __future__ import annotations
 
+import bisect
+
 from matplotlib.figure import Figure
 
 from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
@@ -121,6 +123,173 @@ def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | 
     ax.set_ylabel("allocated at the peak (MiB)")
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=8, loc="upper right")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+# -- the caching allocator (lesson 06) ------------------------------------------------
+
+def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = None,
+                  title: str | None = None) -> Figure:
+    """Allocated (solid) and reserved (dashed) memory after every allocation-log entry.
+
+    Args:
+        replays: :class:`helpers.allocator.Replay` objects (e.g. one per allocator setting).
+        labels: one label per replay.
+        marks: vertical lines at log indices, by label (e.g. where a step starts).
+        title: figure title.
+
+    Raises:
+        ValueError: if ``labels`` and ``replays`` differ in length.
+    """
+    if len(labels) != len(replays):
+        raise ValueError(f"{len(labels)} labels for {len(replays)} replays")
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for replay, label in zip(replays, labels):
+        (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated")
+        ax.plot([r / MiB for r in replay.reserved], lw=1.5, ls="--", color=line.get_color(),
+                label=f"{label}: reserved")
+        if replay.failed_at is not None:
+            ax.plot([replay.failed_at], [replay.reserved[-1] / MiB if replay.reserved else 0], "x",
+                    color=line.get_color(), ms=10, mew=2)
+    for text, index in (marks or {}).items():
+        ax.axvline(index, color="#555555", lw=0.8, ls=":")
+        ax.text(index, 1.0, f" {text}", transform=ax.get_xaxis_transform(), fontsize=8, color="#555555",
+                va="bottom")
+    ax.set_xlabel("allocation-log entry (each tensor allocated or freed)")
+    ax.set_ylabel("MiB")
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8, loc="upper left")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _close(open_ranges: dict, addr: int, size: int, t: int, done: list) -> None:
+    """Close the parts of the open address ranges that [addr, addr + size) covers, at time t."""
+    for (lo, hi), start in list(open_ranges.items()):
+        if hi <= addr or lo >= addr + size:
+            continue
+        del open_ranges[(lo, hi)]
+        done.append((max(lo, addr), min(hi, addr + size), start, t))
+        if lo < addr:
+            open_ranges[(lo, addr)] = start
+        if hi > addr + size:
+            open_ranges[(addr + size, hi)] = start
+
+
+def memory_map(trace: list[dict], segments: list[dict] | None = None) -> tuple[list, list]:
+    """Reserved ranges and allocated blocks over time, from an allocator trace.
+
+    Args:
+        trace: entries with ``action``, ``addr`` and ``size`` (and optionally
+            ``serial``), as :attr:`helpers.allocator.CachingAllocator.trace` or
+            ``torch.cuda.memory._snapshot()["device_traces"][0]`` give them.
+        segments: the snapshot's ``segments`` at the end of the trace, so that
+            segments and blocks that existed before recording began are shown
+            from the start (a real trace only holds what happened while it was
+            recorded).
+
+    Returns:
+        ``(reserved, blocks)``: ``reserved`` as ``(lo, hi, t0, t1)`` address
+        ranges held from the driver between trace entries ``t0`` and ``t1``;
+        ``blocks`` as ``(lo, hi, t0, t1, serial)``, one per allocation.
+    """
+    end = len(trace)
+    held: dict = {}
+    live: dict = {}
+    reserved, blocks = [], []
+    for t, e in enumerate(trace):
+        action, addr, size = e["action"], e["addr"], e["size"]
+        if action in ("segment_alloc", "segment_map"):
+            held[(addr, addr + size)] = t
+        elif action in ("segment_free", "segment_unmap"):
+            if not any(lo < addr + size and hi > addr for lo, hi in held):
+                held[(addr, addr + size)] = 0  # reserved before the trace began
+            _close(held, addr, size, t, reserved)
+        elif action == "alloc":
+            live[addr] = (addr + size, t, e.get("serial"))
+        elif action == "free_completed":
+            hi, t0, serial = live.pop(addr, (addr + size, 0, e.get("serial")))
+            blocks.append((addr, hi, t0, t, serial))
+    for seg in segments or []:
+        lo, hi = seg["address"], seg["address"] + seg["total_size"]
+        if not any(a < hi and b > lo for a, b in held):
+            held[(lo, hi)] = 0
+        for b in seg.get("blocks", []):
+            if b.get("state") == "active_allocated" and b["address"] not in live:
+                live[b["address"]] = (b["address"] + b["size"], 0, b.get("serial"))
+    reserved += [(lo, hi, t0, end) for (lo, hi), t0 in held.items()]
+    blocks += [(lo, hi, t0, end, serial) for lo, (hi, t0, serial) in live.items()]
+    return reserved, blocks
+
+
+def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
+                    segments: list[dict] | None = None, title: str | None = None) -> Figure:
+    """The allocator's segments and blocks over time, like memory_viz's "Allocator State History".
+
+    Time (trace entries) runs left to right; each segment is a band of
+    addresses (gaps between segments removed, segments in address order).
+    Grey: reserved but free; coloured: allocated blocks, by category when
+    ``categories`` maps the trace's ``serial`` to one
+    (:data:`helpers.accounting.CATEGORIES`).  The same function draws a
+    simulated trace and a real one from ``torch.cuda.memory._snapshot()``.
+
+    Args:
+        trace: see :func:`memory_map`.
+        categories: storage serial -> category (e.g. from ``StepProfile.storages``).
+        segments: see :func:`memory_map`.
+        title: figure title.
+
+    Raises:
+        ValueError: for a trace with nothing reserved or allocated in it.
+    """
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    reserved, blocks = memory_map(trace, segments)
+    ranges = sorted([(lo, hi) for lo, hi, *_ in reserved] + [(lo, hi) for lo, hi, *_ in blocks])
+    if not ranges:
+        raise ValueError("the trace has no segment and no allocation to draw")
+    merged: list[list[int]] = []  # address ranges ever used, disjoint
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    gap = 0.03 * sum(hi - lo for lo, hi in merged) / len(merged)  # 3% of the height, in all, between segments
+    offsets, y = [], 0.0
+    for lo, hi in merged:
+        offsets.append((lo, hi, y))
+        y += hi - lo + gap
+    starts = [lo for lo, _, _ in offsets]
+
+    def place(addr: int) -> float:
+        lo, _, base = offsets[bisect.bisect_right(starts, addr) - 1]
+        return (base + addr - lo) / MiB
+
+    def rect(lo, hi, t0, t1):
+        y0, y1 = place(lo), place(lo) + (hi - lo) / MiB
+        return [(t0, y0), (t1, y0), (t1, y1), (t0, y1)]
+
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.add_collection(PolyCollection([rect(*r) for r in reserved], facecolors="#f4f4f4", edgecolors="#a0a0a0",
+                                     linewidths=0.3))
+    names = [categories.get(s, "other") if categories else "activations" for *_, s in blocks]
+    ax.add_collection(PolyCollection([rect(lo, hi, t0, t1) for lo, hi, t0, t1, _ in blocks],
+                                     facecolors=[_COLORS[n] for n in names], edgecolors="none"))
+    ax.set_xlim(0, max(len(trace), 1))
+    ax.set_ylim(0, y / MiB)
+    ax.set_xlabel("allocator event (allocations, frees, segments)")
+    ax.set_ylabel("address: segments stacked (MiB)")
+    shown = [n for n in CATEGORIES if n in names] if categories else []
+    ax.legend(handles=[Patch(facecolor="#f4f4f4", edgecolor="#a0a0a0", label="reserved, free")] +
+              [Patch(color=_COLORS[n], label=n.replace("_", " ")) for n in shown] +
+              ([] if categories else [Patch(color=_COLORS["activations"], label="allocated")]),
+              fontsize=8, loc="upper left")
     if title:
         ax.set_title(title)
     return fig

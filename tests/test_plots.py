@@ -26,3 +26,36 @@ def test_timeline_leaves_room_for_the_peak_label(small):
     with pytest.raises(ValueError, match="labels"):
         plot_timeline([small], labels=["a", "b"])
     assert plot_categories(small).axes and plot_stages(small).axes
+
+
+def test_the_allocator_figures_read_a_replay_and_a_real_snapshot(small):
+    from helpers.allocator import replay
+    from helpers.plots import memory_map, plot_memory_map, plot_reserved
+
+    run = replay(small.allocation_log)
+    fig = plot_reserved([run], ["default"], marks={"start": 3})
+    assert len(fig.axes[0].lines) == 3  # allocated, reserved, the mark
+    with pytest.raises(ValueError, match="labels"):
+        plot_reserved([run], ["a", "b"])
+    reserved, blocks = memory_map(run.allocator.trace)
+    allocs = sum(1 for e in run.allocator.trace if e["action"] == "alloc")
+    assert len(blocks) == allocs and sum(hi - lo for lo, hi, *_ in reserved) >= run.peak_reserved
+    labels = {s: st.category for s, st in small.storages.items()}
+    assert plot_memory_map(run.allocator.trace, labels).axes
+    # A real trace (torch.cuda.memory._snapshot()) starts after tensors and segments exist:
+    # what it frees without having allocated it is drawn from the start, and the
+    # snapshot's segments too.
+    trace = [{"action": "free_requested", "addr": 4096, "size": 512},
+             {"action": "free_completed", "addr": 4096, "size": 512},
+             {"action": "alloc", "addr": 8192, "size": 1024},
+             {"action": "segment_free", "addr": 2**30, "size": 2 * MiB}]
+    segments = [{"address": 0, "total_size": 2 * MiB, "blocks": [
+        {"address": 0, "size": 512, "state": "active_allocated"},
+        {"address": 8192, "size": 1024, "state": "active_allocated"}]}]
+    reserved, blocks = memory_map(trace, segments)
+    assert (4096, 4608, 0, 1, None) in blocks and (0, 512, 0, 4, None) in blocks
+    assert (8192, 9216, 2, 4, None) in blocks and len(blocks) == 3
+    assert (2**30, 2**30 + 2 * MiB, 0, 3) in reserved and (0, 2 * MiB, 0, 4) in reserved
+    assert plot_memory_map(trace, segments=segments).axes
+    with pytest.raises(ValueError, match="nothing|no segment"):
+        plot_memory_map([])

@@ -1,0 +1,728 @@
+"""A model of PyTorch's CUDA caching allocator, to replay a step's allocation log.
+
+Introduced in lesson 06 (the caching allocator and fragmentation).  The engine
+(:mod:`helpers.memory`) counts the bytes of live tensors: what
+``torch.cuda.memory_allocated()`` reports, up to the allocator's unsplit
+blocks.  A GPU also *reserves* memory that no tensor uses: the caching
+allocator keeps freed blocks to hand them out again, because asking the driver
+(``cudaMalloc``, ``cudaFree``) is slow and synchronises the device.  This
+module replays the engine's allocation log through the same rules and reports
+allocated and reserved bytes, segments and blocks, event by event.
+
+Each rule below is a function or branch of ``DeviceCachingAllocator`` in
+``c10/cuda/CUDACachingAllocator.cpp`` (PyTorch 2.x), named where it is used:
+
+1. ``round_size``: a request is rounded up to a multiple of 512 bytes.
+2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest
+   to the *large* pool; a block never moves between pools.
+3. ``get_allocation_size``: when no cached block fits, the allocator asks the
+   driver for a new *segment*: 2 MiB for a small request, 20 MiB for a request
+   under 10 MiB, else the request rounded up to 2 MiB.
+4. ``get_free_block``: best fit, the smallest free block of the pool that is
+   large enough (the lowest address among equals).  With
+   ``max_split_size_mb`` set, a request below it never takes a block at or
+   above it, and a larger request takes such a block only if the block is
+   less than 20 MiB larger.
+5. ``should_split``: the rest of a block is split off as a free block if it is
+   at least 512 bytes (small pool, or expandable segments), or more than
+   1 MiB and the request is below ``max_split_size`` (large pool).  An
+   unsplit rest stays inside the allocated block and counts in
+   ``memory_allocated()``.
+6. ``free_block``: a freed block merges with free neighbours of its segment.
+7. ``alloc_block``: a new segment fails when it would take the reserved
+   memory past the GPU's capacity (or ``set_per_process_memory_fraction``).
+8. ``malloc``: when that happens, the allocator frees cached oversize blocks
+   (``release_available_cached_blocks``, only with ``max_split_size_mb``),
+   then every free whole segment (``release_cached_blocks``, as
+   ``torch.cuda.empty_cache()`` does), retrying after each; then it raises
+   out of memory.
+9. ``empty_cache`` (``release_cached_blocks``): segments with no allocated
+   block go back to the driver; a segment with one live block stays whole.
+10. ``expandable_segments:True`` (``try_allocate_expandable_block``,
+    ``find_expandable_block``, ``map_block``, ``unmap_block``): one segment per
+    pool grows by mapping pages (2 MiB in the small pool, 20 MiB in the large
+    one) at the lowest address where free and unmapped space together fit the
+    request (a new segment opens only when the address space of the others,
+    1 1/8 of the GPU's memory each, has no such place); blocks split whenever
+    the rest is at least 512 bytes; ``empty_cache`` unmaps every free page,
+    even between live blocks.
+
+Not modelled: streams and their events (one stream, every free is immediate),
+CUDA graph pools, ``roundup_power2_divisions``,
+``garbage_collection_threshold``, and memory that kernels allocate outside
+tensors (cuBLAS workspaces do go through the allocator on a GPU; lesson 06
+gives their sizes).  Addresses are the model's own, not a GPU's.
+
+All sizes are bytes; 1 MiB = 2**20 bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .memory import CUDA_CONTEXT_BYTES, MiB, cuda_size
+
+K_MIN_BLOCK = 512            # kMinBlockSize
+K_SMALL_SIZE = 1 * MiB       # kSmallSize: the largest "small" request
+K_SMALL_BUFFER = 2 * MiB     # kSmallBuffer: small segments; expandable small-pool page
+K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
+K_LARGE_BUFFER = 20 * MiB    # kLargeBuffer: 1-10 MiB requests' segments; expandable large-pool page
+K_ROUND_LARGE = 2 * MiB      # kRoundLarge
+
+#: Where the model puts segments: each new one starts at the next multiple of
+#: this, so that addresses are readable (the real ones are the driver's).
+_ADDRESS_STEP = 2**40
+
+
+class AllocatorOutOfMemory(MemoryError):
+    """A request the simulated GPU cannot serve, with the allocator's figures.
+
+    Attributes:
+        requested: the bytes asked for from the driver ("Tried to allocate").
+        allocated, reserved: bytes at the moment of the failure.
+        largest_free: the largest free cached block, in bytes.
+    """
+
+    def __init__(self, message: str, requested: int, allocated: int, reserved: int, largest_free: int):
+        super().__init__(message)
+        self.requested, self.allocated, self.reserved, self.largest_free = requested, allocated, reserved, largest_free
+
+
+@dataclass(frozen=True)
+class AllocatorSettings:
+    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them.
+
+    Attributes:
+        max_split_size_mb: blocks of at least this many MiB are never split
+            (``None``: no limit, PyTorch's default).
+        expandable_segments: grow one segment per pool instead of allocating
+            one per request (PyTorch's default: False).
+
+    Raises:
+        ValueError: for a ``max_split_size_mb`` of 20 MiB or less (PyTorch
+            refuses those too: ``CUDAAllocatorConfig::parseMaxSplitSize``).
+    """
+
+    max_split_size_mb: int | None = None
+    expandable_segments: bool = False
+
+    def __post_init__(self):
+        m = self.max_split_size_mb
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= K_LARGE_BUFFER // MiB):
+            raise ValueError(f"max_split_size_mb must be a whole number of MiB above 20, got {m!r}")
+        if not isinstance(self.expandable_segments, bool):
+            raise ValueError(f"expandable_segments must be True or False, got {self.expandable_segments!r}")
+
+    @classmethod
+    def parse(cls, conf: str) -> "AllocatorSettings":
+        """Read ``"max_split_size_mb:128,expandable_segments:True"`` (empty: the defaults).
+
+        Raises:
+            ValueError: for an option this model does not know or a bad value.
+        """
+        values: dict = {}
+        for item in filter(None, (part.strip() for part in conf.split(","))):
+            key, sep, value = item.partition(":")
+            if not sep or key not in ("max_split_size_mb", "expandable_segments"):
+                raise ValueError(f"unknown allocator option {item!r}; this model knows "
+                                 "max_split_size_mb:<MiB> and expandable_segments:True|False")
+            if key == "expandable_segments":
+                if value not in ("True", "False"):
+                    raise ValueError(f"expandable_segments must be True or False, got {value!r}")
+                values[key] = value == "True"
+            else:
+                try:
+                    values[key] = int(value)
+                except ValueError:
+                    raise ValueError(f"max_split_size_mb must be a whole number of MiB, got {value!r}") from None
+        return cls(**values)
+
+    @property
+    def max_split_size(self) -> int:
+        """``max_split_size_mb`` in bytes (no limit: a number larger than any GPU)."""
+        return 2**63 if self.max_split_size_mb is None else self.max_split_size_mb * MiB
+
+    def __str__(self) -> str:
+        parts = ([f"max_split_size_mb:{self.max_split_size_mb}"] if self.max_split_size_mb is not None else []) + \
+                (["expandable_segments:True"] if self.expandable_segments else [])
+        return ",".join(parts) or "defaults"
+
+
+def round_size(nbytes: int) -> int:
+    """Rule 1 (``round_size``): the request rounded up to a multiple of 512 bytes (at least 512).
+
+    Raises:
+        ValueError: for a negative size.
+    """
+    if nbytes < 0:
+        raise ValueError(f"a request must be >= 0 bytes, got {nbytes}")
+    return max(-(-nbytes // K_MIN_BLOCK) * K_MIN_BLOCK, K_MIN_BLOCK)
+
+
+def segment_size(size: int) -> int:
+    """Rule 3 (``get_allocation_size``): bytes of the segment a rounded request of ``size`` opens."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
+
+
+@dataclass(eq=False)
+class Block:
+    """A contiguous range of one segment: allocated to one tensor, free, or unmapped.
+
+    Attributes:
+        address: where it starts (the model's address space).
+        size: bytes.
+        segment: the :class:`Segment` it belongs to.
+        allocated: in use by a tensor.
+        requested: bytes that tensor asked for (``size`` may be larger: rule 5).
+        serial: the engine's storage serial it holds (None when free).
+        mapped: backed by memory (False only inside an expandable segment).
+    """
+
+    address: int
+    size: int
+    segment: "Segment"
+    allocated: bool = False
+    requested: int = 0
+    serial: int | None = None
+    mapped: bool = True
+
+
+@dataclass(eq=False)
+class Segment:
+    """Memory obtained from the driver in one piece (``cudaMalloc``), or one expandable segment.
+
+    Attributes:
+        address: its first byte.
+        small: in the small pool (requests of at most 1 MiB).
+        expandable: an expandable segment (rule 10).
+        blocks: its blocks, in address order, covering it without gaps.
+    """
+
+    address: int
+    small: bool
+    expandable: bool = False
+    blocks: list[Block] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """Bytes reserved: the mapped blocks."""
+        return sum(b.size for b in self.blocks if b.mapped)
+
+
+class CachingAllocator:
+    """The caching allocator of one GPU, one stream: ``malloc``, ``free``, ``empty_cache``.
+
+    Args:
+        capacity: bytes the allocator may reserve (the GPU's memory less what
+            the CUDA context takes, or a ``set_per_process_memory_fraction``
+            cap); ``None``: unlimited.
+        settings: :class:`AllocatorSettings`, or the ``PYTORCH_CUDA_ALLOC_CONF``
+            string for them.
+
+    Attributes:
+        allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``,
+            unsplit rests included).
+        requested: bytes the live tensors asked for, rounded to 512 (the engine's count).
+        reserved: bytes held from the driver (``torch.cuda.memory_reserved()``).
+        peak_allocated, peak_reserved: their highest values so far.
+        segments: the live :class:`Segment` objects, in address order.
+        trace: every action, as dicts shaped like the ``device_traces`` entries of
+            ``torch.cuda.memory._snapshot()``: ``action`` (``alloc``,
+            ``free_completed``, ``segment_alloc``, ``segment_free``,
+            ``segment_map``, ``segment_unmap``, ``oom``), ``addr``, ``size``, and
+            ``serial`` (the engine's storage, for ``alloc``/``free_completed``).
+        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: counters
+            named as in ``torch.cuda.memory_stats()``.
+
+    Raises:
+        ValueError: for a capacity that is not a positive number of bytes.
+    """
+
+    def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None):
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0):
+            raise ValueError(f"capacity must be a positive number of bytes or None, got {capacity!r}")
+        if settings is None or isinstance(settings, str):
+            settings = AllocatorSettings.parse(settings or "")
+        self.capacity, self.settings = capacity, settings
+        self.allocated = self.requested = self.reserved = 0
+        self.peak_allocated = self.peak_reserved = 0
+        self.segments: list[Segment] = []
+        self.trace: list[dict] = []
+        self.num_alloc_retries = self.num_ooms = self.num_device_alloc = self.num_device_free = 0
+        self._next_address = 0
+
+    # -- the public operations -----------------------------------------------------
+    def malloc(self, nbytes: int, serial: int | None = None) -> Block:
+        """Allocate a block for a tensor of ``nbytes`` bytes (``DeviceCachingAllocator::malloc``).
+
+        Raises:
+            AllocatorOutOfMemory: when no cached block fits and the driver has no more memory.
+        """
+        size = round_size(nbytes)
+        small = size <= K_SMALL_SIZE                                            # rule 2
+        block = self._free_block_for(size, small)                               # rule 4
+        if block is None:
+            block = (self._new_block(size, small)                               # rules 3 and 7
+                     or (self._release_oversize(size, small) and self._new_block(size, small))
+                     or (self._release_cached() and self._retry(size, small)))  # rule 8
+        if block is None:
+            self.num_ooms += 1
+            requested = segment_size(size)
+            self.trace.append({"action": "oom", "addr": 0, "size": size, "serial": serial})
+            raise AllocatorOutOfMemory(
+                f"Simulated CUDA out of memory. Tried to allocate {_mib(requested)}. "
+                f"{_mib(self.allocated)} is allocated by PyTorch, and {_mib(self.reserved - self.allocated)} "
+                f"is reserved by PyTorch but unallocated; the largest free block is {_mib(self.largest_free())}.",
+                requested, self.allocated, self.reserved, self.largest_free())
+        if self._should_split(block, size, small):                               # rule 5
+            self._split(block, size)
+        block.allocated, block.requested, block.serial = True, size, serial
+        self.allocated += block.size
+        self.requested += size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.trace.append({"action": "alloc", "addr": block.address, "size": block.size, "serial": serial})
+        return block
+
+    def free(self, block: Block) -> None:
+        """Return a tensor's block to the cache (``free`` and ``free_block``); reserved stays.
+
+        Raises:
+            ValueError: for a block that is not allocated.
+        """
+        if not block.allocated:
+            raise ValueError("this block is not allocated (freed twice?)")
+        self.trace.append({"action": "free_completed", "addr": block.address, "size": block.size,
+                           "serial": block.serial})
+        self.allocated -= block.size
+        self.requested -= block.requested
+        block.allocated, block.requested, block.serial = False, 0, None
+        self._merge(block)                                                       # rule 6
+
+    def empty_cache(self) -> int:
+        """``torch.cuda.empty_cache()``: give every cached free segment back; return the bytes released."""
+        before = self.reserved
+        self._release_cached()
+        return before - self.reserved
+
+    # -- questions -----------------------------------------------------------------
+    def largest_free(self) -> int:
+        """The largest free (mapped) block, in bytes: the largest request served without a new segment."""
+        return max((b.size for s in self.segments for b in s.blocks if b.mapped and not b.allocated), default=0)
+
+    def describe(self) -> str:
+        """The segments and their blocks as text, one segment per line, in address order.
+
+        Each block is ``[size state]``: ``allocated`` (with the tensor's own
+        size when the block is larger: an unsplit rest) or ``free``; unmapped
+        parts of expandable segments are left out.
+        """
+        lines = []
+        for s in sorted(self.segments, key=lambda s: s.address):
+            parts = []
+            for b in s.blocks:
+                if not b.mapped:
+                    continue
+                state = "free" if not b.allocated else (
+                    "allocated" if b.requested == b.size else f"allocated, tensor {_mib(b.requested)}")
+                parts.append(f"[{_mib(b.size)} {state}]")
+            if parts:
+                kind = ("small" if s.small else "large") + (", expandable" if s.expandable else "")
+                lines.append(f"segment of {_mib(s.size)} ({kind}): {' '.join(parts)}")
+        return "\n".join(lines) or "no segments"
+
+    def snapshot(self) -> list[dict]:
+        """The segments now, shaped like ``torch.cuda.memory._snapshot()["segments"]``.
+
+        Each segment: ``address``, ``total_size``, ``allocated_size``,
+        ``segment_type`` (``"small"``/``"large"``), ``is_expandable``, and
+        ``blocks``, each with ``address``, ``size``, ``requested_size``,
+        ``state`` (``"active_allocated"`` or ``"inactive"``) and ``serial``.
+        Unmapped parts of expandable segments are left out, as PyTorch does.
+        """
+        out = []
+        for s in self.segments:
+            blocks = [{"address": b.address, "size": b.size, "requested_size": b.requested,
+                       "state": "active_allocated" if b.allocated else "inactive", "serial": b.serial}
+                      for b in s.blocks if b.mapped]
+            if blocks:
+                out.append({"address": blocks[0]["address"], "total_size": sum(b["size"] for b in blocks),
+                            "allocated_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
+                            "segment_type": "small" if s.small else "large", "is_expandable": s.expandable,
+                            "blocks": blocks})
+        return out
+
+    # -- the rules -----------------------------------------------------------------
+    def _free_block_for(self, size: int, small: bool) -> Block | None:
+        """Rule 4, ``get_free_block``: best fit among the pool's free blocks."""
+        candidates = [b for s in self.segments if s.small == small
+                      for b in s.blocks if b.mapped and not b.allocated and b.size >= size]
+        if not candidates:
+            return None
+        if self.settings.expandable_segments:
+            # An expandable segment's block that unmapped space follows counts as
+            # large as it could grow: a larger candidate that cannot grow as far
+            # is taken instead.
+            fits = sorted(candidates, key=lambda b: (b.size, b.address))
+            i = 0
+            while i + 1 < len(fits) and self._expandable_size(fits[i + 1]) < self._expandable_size(fits[i]):
+                i += 1
+            block = fits[i]
+        else:
+            block = min(candidates, key=lambda b: (b.size, b.address))
+        limit = self.settings.max_split_size
+        if size < limit <= block.size:  # do not return an oversize block for a smaller request
+            return None
+        if size >= limit and block.size >= size + K_LARGE_BUFFER:  # oversize: only within 20 MiB
+            return None
+        return block
+
+    @staticmethod
+    def _expandable_size(block: Block) -> int:
+        blocks = block.segment.blocks
+        i = blocks.index(block)
+        after = blocks[i + 1] if i + 1 < len(blocks) else None
+        return block.size + (after.size if after is not None and not after.mapped else 0)
+
+    def _should_split(self, block: Block, size: int, small: bool) -> bool:
+        """Rule 5, ``should_split``."""
+        rest = block.size - size
+        if small or self.settings.expandable_segments:
+            return rest >= K_MIN_BLOCK
+        return size < self.settings.max_split_size and rest > K_SMALL_SIZE
+
+    def _split(self, block: Block, size: int) -> None:
+        blocks = block.segment.blocks
+        rest = Block(block.address + size, block.size - size, block.segment)
+        blocks.insert(blocks.index(block) + 1, rest)
+        block.size = size
+
+    def _merge(self, block: Block) -> Block:
+        """Rule 6, ``try_merge_blocks``: join free neighbours with the same mapped state."""
+        blocks = block.segment.blocks
+        i = blocks.index(block)
+        for j in (i + 1, i - 1):  # the next block, then the previous one
+            if 0 <= j < len(blocks):
+                other = blocks[j]
+                if not other.allocated and other.mapped == block.mapped:
+                    block.address = min(block.address, other.address)
+                    block.size += other.size
+                    blocks.remove(other)
+        return block
+
+    def _fits_capacity(self, nbytes: int) -> bool:
+        return self.capacity is None or self.reserved + nbytes <= self.capacity
+
+    def _new_block(self, size: int, small: bool) -> Block | None:
+        """Rules 3 and 7, ``alloc_block``: a new segment from the driver, or None if it does not fit."""
+        if self.settings.expandable_segments:
+            return self._expand(size, small)  # only the pages it maps must fit
+        if not self._fits_capacity(segment_size(size)):
+            return None
+        seg = Segment(self._take_addresses(), small)
+        seg.blocks.append(Block(seg.address, segment_size(size), seg))
+        self.segments.append(seg)
+        self._reserve(segment_size(size))
+        self.num_device_alloc += 1
+        self.trace.append({"action": "segment_alloc", "addr": seg.address, "size": segment_size(size)})
+        return seg.blocks[0]
+
+    def _retry(self, size: int, small: bool) -> Block | None:
+        self.num_alloc_retries += 1
+        return self._new_block(size, small)
+
+    def _take_addresses(self) -> int:
+        address = self._next_address
+        self._next_address += _ADDRESS_STEP
+        return address
+
+    def _reserve(self, nbytes: int) -> None:
+        self.reserved += nbytes
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def _release_segment(self, seg: Segment) -> None:
+        self.segments.remove(seg)
+        self.reserved -= seg.size
+        self.num_device_free += 1
+        self.trace.append({"action": "segment_free", "addr": seg.address, "size": seg.size})
+
+    def _release_oversize(self, size: int, small: bool) -> bool:
+        """Rule 8, ``release_available_cached_blocks``: free cached oversize segments."""
+        limit = self.settings.max_split_size
+        if self.settings.max_split_size_mb is None or self.settings.expandable_segments:
+            return False
+        key = max(size, limit)
+        whole = sorted((s.blocks[0].size, s.address, s) for s in self.segments
+                       if s.small == small and len(s.blocks) == 1 and not s.blocks[0].allocated)
+        big_enough = [s for n, _, s in whole if n >= key]
+        if big_enough:
+            self._release_segment(big_enough[0])
+            return True
+        released = 0
+        for n, _, s in reversed(whole):  # several oversize ones, the largest first
+            if released >= key or n < limit:
+                break
+            released += n
+            self._release_segment(s)
+        return released >= key
+
+    def _release_cached(self) -> bool:
+        """Rules 8 and 9, ``release_cached_blocks``: whole free segments (and free pages) go back."""
+        for seg in list(self.segments):
+            if seg.expandable:
+                self._unmap_free_pages(seg)
+            elif len(seg.blocks) == 1 and not seg.blocks[0].allocated:
+                self._release_segment(seg)
+        return True
+
+    # -- expandable segments (rule 10) -----------------------------------------------
+    def _page(self, small: bool) -> int:
+        return K_SMALL_BUFFER if small else K_LARGE_BUFFER
+
+    def _new_expandable_segment(self, small: bool) -> Segment:
+        # Address space for 1 1/8 of the GPU's memory, as find_expandable_block reserves.
+        span = (self.capacity + self.capacity // 8) if self.capacity is not None else 2**40
+        page = self._page(small)
+        seg = Segment(self._take_addresses(), small, expandable=True)
+        seg.blocks.append(Block(seg.address, -(-span // page) * page, seg, mapped=False))
+        self.segments.append(seg)
+        return seg
+
+    def _expand(self, size: int, small: bool) -> Block | None:
+        """``try_allocate_expandable_block``: map pages at the lowest address where the request fits.
+
+        ``find_expandable_block`` looks through the pool's expandable segments
+        for the first unmapped range that, with a free block just before it
+        and the free or unmapped blocks after it, holds ``size`` bytes; when
+        none does, it opens a new expandable segment.
+        """
+        page = self._page(small)
+        segments = [s for s in self.segments if s.expandable and s.small == small]
+        for seg in segments + [None]:
+            seg = seg or self._new_expandable_segment(small)
+            blocks = seg.blocks
+            for i, b in enumerate(blocks):
+                if b.mapped:
+                    continue
+                start = i - 1 if i > 0 and not blocks[i - 1].allocated else i  # a free block just before
+                room, j = 0, start
+                while j < len(blocks) and not blocks[j].allocated and room < size:
+                    room += blocks[j].size
+                    j += 1
+                if room < size:
+                    continue
+                first = blocks[start]
+                need = size - (first.size if first.mapped else 0)
+                unmapped_room = sum(b.size for b in blocks[start:j] if not b.mapped)
+                mapped = min(-(-need // page) * page, unmapped_room)
+                if not self._fits_capacity(mapped):
+                    return None
+                self._map(seg, start, mapped)
+                return self._merge_run(seg, blocks[start].address, size)
+        return None
+
+    def _map(self, seg: Segment, start: int, nbytes: int) -> None:
+        """``map_block``: back ``nbytes`` of the unmapped blocks from index ``start`` with pages."""
+        blocks, i = seg.blocks, start
+        while nbytes > 0:
+            b = blocks[i]
+            if b.mapped:
+                i += 1
+                continue
+            take = min(nbytes, b.size)
+            if take < b.size:  # the rest stays unmapped
+                blocks.insert(i + 1, Block(b.address + take, b.size - take, seg, mapped=False))
+                b.size = take
+            b.mapped = True
+            self._reserve(take)
+            self.num_device_alloc += 1
+            self.trace.append({"action": "segment_map", "addr": b.address, "size": take})
+            nbytes -= take
+            i += 1
+
+    def _merge_run(self, seg: Segment, address: int, size: int) -> Block:
+        """Merge the free mapped blocks from ``address`` into one block of at least ``size`` bytes."""
+        blocks = seg.blocks
+        i = next(k for k, b in enumerate(blocks) if b.address == address)
+        block = blocks[i]
+        while block.size < size:
+            block.size += blocks.pop(i + 1).size
+        return self._merge(block)
+
+    def _unmap_free_pages(self, seg: Segment) -> None:
+        """``unmap_block``: every whole page inside a free block goes back to the driver."""
+        page = self._page(seg.small)
+        for b in [b for b in seg.blocks if b.mapped and not b.allocated]:
+            lo = seg.address + -(-(b.address - seg.address) // page) * page
+            hi = seg.address + (b.address + b.size - seg.address) // page * page
+            if hi <= lo:
+                continue
+            i = seg.blocks.index(b)
+            parts = [Block(b.address, lo - b.address, seg), Block(lo, hi - lo, seg, mapped=False),
+                     Block(hi, b.address + b.size - hi, seg)]
+            seg.blocks[i:i + 1] = [p for p in parts if p.size]
+            self.reserved -= hi - lo
+            self.num_device_free += 1
+            self.trace.append({"action": "segment_unmap", "addr": lo, "size": hi - lo})
+            self._merge(next(p for p in seg.blocks if p.address == lo))
+        if all(not b.mapped for b in seg.blocks):
+            self.segments.remove(seg)
+
+
+_mib = cuda_size  # sizes in messages, as CUDA's own: "512 bytes", "3.00 MiB", "1.50 GiB"
+
+
+@dataclass
+class Replay:
+    """Allocated and reserved bytes after every entry of an allocation log.
+
+    Attributes:
+        settings: the allocator's options.
+        allocated, reserved, requested: bytes after each log entry (lists as long as the log).
+        allocator: the :class:`CachingAllocator` in its final state.
+        failed_at: index of the entry that ran out of memory, or None.
+        error: that :class:`AllocatorOutOfMemory`, or None.
+    """
+
+    settings: AllocatorSettings
+    allocated: list[int]
+    reserved: list[int]
+    requested: list[int]
+    allocator: CachingAllocator
+    failed_at: int | None = None
+    error: AllocatorOutOfMemory | None = None
+    _entry_of_trace: list[int] = field(default_factory=list, repr=False)  # trace entry -> log entry
+
+    @property
+    def peak_allocated(self) -> int:
+        """Highest ``memory_allocated()`` of the replay (``max_memory_allocated()``)."""
+        return self.allocator.peak_allocated
+
+    @property
+    def peak_reserved(self) -> int:
+        """Highest ``memory_reserved()`` of the replay (``max_memory_reserved()``)."""
+        return self.allocator.peak_reserved
+
+    def segments_opened(self, start: int = 0, stop: int | None = None) -> int:
+        """How many times the driver was asked for memory between log entries ``start`` and ``stop``."""
+        return sum(1 for e in self.allocator.trace[self._trace_at(start):self._trace_at(stop)]
+                   if e["action"] in ("segment_alloc", "segment_map"))
+
+    def _trace_at(self, index: int | None) -> int | None:
+        return None if index is None else bisect.bisect_left(self._entry_of_trace, index)
+
+
+
+def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
+           empty_cache_at: Iterable[int] = ()) -> Replay:
+    """Replay an allocation log through a :class:`CachingAllocator`.
+
+    Args:
+        log: entries whose first three fields are ``(serial, kind, nbytes)``:
+            :attr:`helpers.record.StepProfile.allocation_log` or
+            :attr:`helpers.memory.StorageTracker.log`.  ``kind`` is
+            ``"alloc"``, ``"free"`` or ``"resize"`` (a resize frees the old
+            block after allocating the new one, as ``resize_`` copies).
+        capacity: bytes the allocator may reserve (see :class:`CachingAllocator`).
+        settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
+        empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
+
+    Returns:
+        a :class:`Replay`; on out of memory it stops there, with ``failed_at``
+        and ``error`` set (it does not raise).
+
+    Raises:
+        ValueError: for an entry of unknown kind or a free of a storage never allocated.
+    """
+    alloc = CachingAllocator(capacity, settings)
+    blocks: dict[int, Block] = {}
+    sizes: dict[int, int] = {}
+    allocated, reserved, requested, entry_of_trace = [], [], [], []
+    empty_at = set(empty_cache_at)
+    result = Replay(alloc.settings, allocated, reserved, requested, alloc)
+    for i, entry in enumerate(log):
+        serial, kind, nbytes = entry[0], entry[1], entry[2]
+        if i in empty_at:
+            alloc.empty_cache()
+        mark = len(alloc.trace)
+        try:
+            if kind == "alloc":
+                blocks[serial], sizes[serial] = alloc.malloc(nbytes, serial), nbytes
+            elif kind == "free":
+                if serial not in blocks:
+                    raise ValueError(f"log entry {i} frees storage {serial}, which was never allocated")
+                alloc.free(blocks.pop(serial))
+                sizes.pop(serial)
+            elif kind == "resize":
+                new = sizes.get(serial, 0) + nbytes
+                old = blocks.pop(serial, None)
+                if new > 0:
+                    blocks[serial] = alloc.malloc(new, serial)
+                if old is not None:
+                    alloc.free(old)
+                sizes[serial] = new
+            else:
+                raise ValueError(f"log entry {i} has unknown kind {kind!r}; expected alloc, free or resize")
+        except AllocatorOutOfMemory as error:
+            result.failed_at, result.error = i, error
+            entry_of_trace.extend([i] * (len(alloc.trace) - mark))
+            break
+        entry_of_trace.extend([i] * (len(alloc.trace) - mark))
+        allocated.append(alloc.allocated)
+        reserved.append(alloc.reserved)
+        requested.append(alloc.requested)
+    result._entry_of_trace = entry_of_trace
+    return result
+
+
+def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | str | None = None,
+                  context: int = CUDA_CONTEXT_BYTES) -> Replay:
+    """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?
+
+    The allocator may reserve what the GPU has less the CUDA context
+    (``context``, by default the assumed :data:`helpers.memory.CUDA_CONTEXT_BYTES`).
+    Under that cap it frees its cache and retries before it gives up, as a
+    real one does, so the step fits exactly when the returned replay's
+    ``error`` is None.
+
+    Raises:
+        ValueError: when the context leaves no memory, or as :func:`replay` does.
+    """
+    if gpu_bytes <= context:
+        raise ValueError(f"a GPU of {gpu_bytes} bytes leaves nothing beside a CUDA context of {context} bytes")
+    return replay(log, capacity=gpu_bytes - context, settings=settings)
+
+
+def smallest_capacity(log: Iterable, settings: AllocatorSettings | str | None = None, start: int = 0,
+                      step: int = K_ROUND_LARGE, limit: int = 2**50) -> int:
+    """The smallest capacity, from ``start`` upward in steps of ``step`` bytes, at which ``log`` replays.
+
+    A scan, not a bisection: under memory pressure the allocator's choices
+    change, so success need not be monotonic in the capacity; this returns the
+    first capacity of the scan that works.
+
+    Args:
+        log: as for :func:`replay`.
+        settings: the allocator's options.
+        start: the first capacity tried, in bytes (a good one: the engine's
+            peak, rounded up to ``step``).
+        step: bytes added per try (default 2 MiB).
+        limit: give up above this many bytes.
+
+    Raises:
+        ValueError: for a step that is not positive, or when nothing up to ``limit`` works.
+    """
+    if step <= 0:
+        raise ValueError(f"step must be a positive number of bytes, got {step}")
+    log = list(log)
+    capacity = max(start, step)
+    while replay(log, capacity=capacity, settings=settings).error is not None:
+        capacity += step
+        if capacity > limit:
+            raise ValueError(f"the log does not replay within {limit} bytes")
+    return capacity
