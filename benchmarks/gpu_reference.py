@@ -5,7 +5,8 @@ with an NVIDIA GPU:
 
 1. runs every step of :data:`RUNS` twice, with the ``cuda`` backend and
    simulated, and records the GPU's ``max_memory_allocated`` and
-   ``max_memory_reserved``, the simulated peak, the per-module deltas of both
+   ``max_memory_reserved``, the simulated peak and peak reserved memory (the
+   allocation log replayed through :mod:`helpers.allocator`), the per-module deltas of both
    and the wall time of an untraced step (:func:`helpers.step.time_step`).
    It writes ``gpu_reference.json`` (the format is in :mod:`helpers.reference`)
    into ``--out`` (default ``lessons/data``) after every run, so an
@@ -22,7 +23,7 @@ nothing.  ``--dry-run`` runs steps 1 and 2 with the simulated backend in place
 of ``cuda`` (into a new temporary folder unless ``--out`` is given; the
 allocation log of the ResNet18 step stands in for the snapshot) and lists the
 commands of step 3 without running them: the tests run it so (CI has no GPU).
-After a real run, refresh lessons 00, 03 and 04 (``make refresh-notebooks``),
+After a real run, refresh lessons 00, 03, 04 and 06 (``make refresh-notebooks``),
 whose GPU-reference cells then show the figures, and commit the folder.
 
 Through the ``device`` tool (a machine with PyTorch but without this
@@ -51,6 +52,7 @@ sys.path.insert(0, str(ROOT))  # helpers, also where the project is not installe
 import torch  # noqa: E402
 
 from helpers import profile_step, time_step  # noqa: E402
+from helpers.allocator import replay  # noqa: E402
 from helpers.step import DoesNotFit  # noqa: E402
 
 
@@ -120,7 +122,7 @@ def measure(run: Run, device: str, repeats: int) -> dict:
         "cuda_peak_bytes": real.peak_allocated_bytes,
         "simulated_peak_bytes": simulated.peak_allocated_bytes,
         "cuda_reserved_bytes": reserved,
-        "simulated_reserved_bytes": None,  # until the allocator model exists (lesson 06)
+        "simulated_reserved_bytes": replay(simulated.allocation_log).peak_reserved,  # the allocator model
         "step_seconds": seconds,
         "events": [[a.module, a.phase, a.delta_bytes, b.delta_bytes] for a, b in pairs] if same else None,
         "error": None,

@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         else:
             p.add_argument(flag, dest=name, default=default, help=text)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--reserved", action="store_true",
+                   help="replay the step through the caching-allocator model: peak reserved memory, and which "
+                        "GPUs it fits with reserved memory and an assumed CUDA context (lesson 06)")
+    p.add_argument("--alloc-conf", default="", metavar="CONF",
+                   help="with --reserved: allocator settings as PYTORCH_CUDA_ALLOC_CONF spells them, e.g. "
+                        "expandable_segments:True or max_split_size_mb:128")
     sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
 
@@ -93,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     prog = "python -m helpers profile"
     options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
     try:
+        if args.alloc_conf and not args.reserved:
+            raise ValueError("--alloc-conf applies to the allocator model: give --reserved too")
+        from .allocator import AllocatorSettings
+
+        settings = AllocatorSettings.parse(args.alloc_conf)  # checked before the step runs
         profile = profile_step(**options)
     except DoesNotFit as e:
         print(f"{prog}: {e}", file=sys.stderr)
@@ -104,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: warning: {len(profile.params_without_grad)} parameters got no gradient "
               f"(first: {profile.params_without_grad[0]}); this configuration does not train them",
               file=sys.stderr)
+    allocator = _allocator_report(profile, settings) if args.reserved else None
     if args.json:
-        print(json.dumps(profile.to_dict()))
+        out = profile.to_dict()
+        if allocator is not None:
+            out["allocator"] = allocator
+        print(json.dumps(out))
     else:
         print(profile.table())
         states = profile.model_state_bytes
@@ -113,10 +128,38 @@ def main(argv: list[str] | None = None) -> int:
               f"{states / 2**20:.1f} MiB, {states / profile.parameter_count:.2f} bytes per parameter "
               f"({profile.parameter_count:,} parameters)")
         print(profile.summary())
+        if allocator is not None:
+            print(_allocator_lines(allocator))
     beyond = _beyond_any_card(profile.peak_allocated_bytes)
     if beyond:
         print(f"{prog}: note: {beyond}", file=sys.stderr)
     return 0
+
+
+def _allocator_report(profile, settings) -> dict:
+    """The step's log replayed through the caching-allocator model, uncapped and on each card."""
+    from .allocator import replay, replay_on_gpu
+    from .memory import CUDA_CONTEXT_BYTES, GPU_CARDS
+
+    run = replay(profile.allocation_log, settings=settings)
+    return {"settings": str(settings), "peak_reserved_bytes": run.peak_reserved,
+            "peak_allocated_bytes": run.peak_allocated, "segments": len(run.allocator.segments),
+            "cuda_context_bytes": CUDA_CONTEXT_BYTES,
+            "fits": {card: replay_on_gpu(profile.allocation_log, capacity, settings).error is None
+                     for card, capacity in GPU_CARDS.items()}}
+
+
+def _allocator_lines(report: dict) -> str:
+    mib = 2**20
+    fit = [card for card, ok in report["fits"].items() if ok]
+    not_fit = [card for card, ok in report["fits"].items() if not ok]
+    return "\n".join([
+        f"simulated caching allocator ({report['settings']}): peak reserved {report['peak_reserved_bytes'] / mib:.1f} MiB, "
+        f"peak allocated {report['peak_allocated_bytes'] / mib:.1f} MiB in blocks, "
+        f"{report['segments']} segments cached after the step",
+        f"with reserved memory and an assumed {report['cuda_context_bytes'] / mib:.0f} MiB CUDA context, it fits: "
+        f"{', '.join(fit) or 'none of the listed GPUs'}" + (f"; does not fit: {', '.join(not_fit)}" if not_fit else ""),
+    ])
 
 
 def _beyond_any_card(peak: int) -> str:

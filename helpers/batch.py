@@ -109,6 +109,11 @@ class Estimate:
             interpolated between two traced batch sizes.
         backend: ``"cuda"``, ``"simulated"``, or ``"formula"`` (:func:`model_state_estimate`).
         error: the out-of-memory message when a real GPU could not run it.
+        reserved_bytes: the caching allocator's peak reserved memory, simulated
+            on the chosen GPU (:func:`helpers.allocator.replay_on_gpu`), or None
+            when not asked for.
+        allocator_error: the simulated allocator's out-of-memory message, when
+            the step did not fit with its reserved memory.
     """
 
     batch_size: int
@@ -118,6 +123,8 @@ class Estimate:
     traced: bool = True
     backend: str = "simulated"
     error: str | None = None
+    reserved_bytes: int | None = None
+    allocator_error: str | None = None
 
 
 def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:

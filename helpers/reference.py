@@ -4,13 +4,14 @@ Introduced in lesson 00 (what the simulation covers); lessons 03 and 04 show
 the runs of their own steps.  ``benchmarks/gpu_reference.py`` runs each
 training step of its list twice on one machine, on the GPU (``cuda`` backend:
 ``torch.cuda.max_memory_allocated``, ``max_memory_reserved``) and simulated,
-and writes ``lessons/data/gpu_reference.json``::
+and writes ``lessons/data/gpu_reference.json`` (``simulated_reserved_bytes``: the
+simulated log replayed through :mod:`helpers.allocator`)::
 
     {"device": "NVIDIA H100 80GB HBM3", "torch": "2.14.1+cu130", "cuda": "13.0",
      "date": "2026-11-22", "dry_run": false,
      "runs": [{"model": "resnet18", "batch_size": 128, "config": "baseline",
                "options": {...}, "cuda_peak_bytes": ..., "simulated_peak_bytes": ...,
-               "cuda_reserved_bytes": ..., "simulated_reserved_bytes": null,
+               "cuda_reserved_bytes": ..., "simulated_reserved_bytes": ...,
                "step_seconds": ..., "events": [[module, phase, cuda_delta, simulated_delta], ...],
                "error": null}, ...]}
 
@@ -65,7 +66,7 @@ def _label(run: dict) -> str:
 
 def reference_report(model: str | None = None, batch_size: int | None = None,
                      path: str | Path = REFERENCE_FILE) -> str:
-    """The recorded runs as a table: GPU peak, simulated peak, their difference, GPU reserved.
+    """The recorded runs as a table: GPU peak, simulated peak, their difference, GPU and simulated reserved.
 
     Args:
         model, batch_size: keep only the runs of this model and batch size
@@ -85,17 +86,19 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
     where = "a dry run: the simulated backend stood in for the GPU" if data.get("dry_run") else data["device"]
     lines = [f"Recorded on {where} (torch {data['torch']}, CUDA {data.get('cuda')}) on {data['date']}; "
              f"simulated on the same machine.",
-             f"{'run':<36} {'GPU peak':>12} {'simulated':>12} {'difference':>22} {'GPU reserved':>13}"]
+             f"{'run':<36} {'GPU peak':>12} {'simulated':>12} {'difference':>22} {'GPU reserved':>13} "
+             f"{'sim. reserved':>13}"]
     off = []
     for run in runs:
         if run.get("error"):
             lines.append(f"{_label(run):<36} {run['error']}")
             continue
         gpu, sim, diff = run["cuda_peak_bytes"], run["simulated_peak_bytes"], relative_difference(run)
-        reserved = run.get("cuda_reserved_bytes")
+        reserved, sim_reserved = run.get("cuda_reserved_bytes"), run.get("simulated_reserved_bytes")
         lines.append(f"{_label(run):<36} {fmt_bytes(gpu):>12} {fmt_bytes(sim):>12} "
                      f"{fmt_bytes(sim - gpu, sign=True) + f' ({diff:+.2%})':>22} "
-                     f"{fmt_bytes(reserved) if reserved is not None else '-':>13}")
+                     f"{fmt_bytes(reserved) if reserved is not None else '-':>13} "
+                     f"{fmt_bytes(sim_reserved) if sim_reserved is not None else '-':>13}")
         if abs(diff) > TOLERANCE:
             off.append(_label(run))
     lines.append(f"off by more than {TOLERANCE:.0%}: {', '.join(off)}" if off

@@ -28,10 +28,11 @@ import html
 import ipywidgets as widgets
 
 from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
+from .allocator import replay_on_gpu
 from .backends import get_backend
 from .batch import Estimate, PeakCurve, model_state_estimate
 from .config import DATA_OPTIONS, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
-from .memory import CUDA_OVERHEAD_BYTES, GPU_CARDS, MiB, fits
+from .memory import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, MiB, fits
 from .models import model_names, resolve_model
 from .models.gpt import GPT2_PRESETS
 
@@ -50,8 +51,8 @@ def _mib(nbytes: float) -> str:
 
 
 def _paint(name: str) -> str:
-    """CSS background of a category (or of the assumed overhead)."""
-    return _COLORS.get(name, _HATCH)
+    """CSS background of a category, of cached free memory, or of an assumed overhead."""
+    return _COLORS.get(name, "#dcdcdc" if name == "reserved, free" else _HATCH)
 
 
 def _bar(parts: list[tuple[str, int]], scale: float) -> str:
@@ -77,6 +78,12 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool) -> tuple[
     """
     if r.peak_bytes is None:
         return False, f"does not fit: batch {r.batch_size} ran out of memory on this GPU ({r.error})"
+    if r.allocator_error is not None:
+        return False, f"does not fit in {gpu}: {r.allocator_error}"
+    if r.reserved_bytes is not None:
+        need = r.reserved_bytes + CUDA_CONTEXT_BYTES
+        return True, (f"fits in {gpu}: peak reserved {_mib(r.reserved_bytes)} (simulated allocator) + "
+                      f"{_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context = {_mib(need)} <= {_mib(capacity)}")
     overhead = 0 if measured_here else CUDA_OVERHEAD_BYTES
     ok = fits(r.peak_bytes, capacity, overhead)
     verb = "fits" if ok else "does not fit"
@@ -100,10 +107,14 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
             f'style="font-weight:bold;color:{"#1a7f37" if ok else "#b00"}">{html.escape(message)}</div>')
     if r.peak_bytes is None:
         return message, f'<div class="gm-explorer">{head}</div>'
-    overhead = 0 if measured_here else CUDA_OVERHEAD_BYTES
     parts = [(name, r.categories.get(name, 0)) for name in CATEGORIES]
-    if overhead:
-        parts.append(("overhead (assumed)", overhead))
+    if r.reserved_bytes is not None:  # the cache and the context instead of an assumed overhead
+        overhead = max(r.reserved_bytes - r.peak_bytes, 0) + CUDA_CONTEXT_BYTES
+        parts += [("reserved, free", overhead - CUDA_CONTEXT_BYTES), ("CUDA context (assumed)", CUDA_CONTEXT_BYTES)]
+    else:
+        overhead = 0 if measured_here else CUDA_OVERHEAD_BYTES
+        if overhead:
+            parts.append(("overhead (assumed)", overhead))
     scale = max(capacity, r.peak_bytes + overhead) * 1.05
     line = (f'<div title="{html.escape(gpu)}: {_mib(capacity)}" style="position:absolute;'
             f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
@@ -121,6 +132,10 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
                     f'style="text-align:right">{_mib(nbytes)}</td></tr>')
     rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated</b></td><td class="gm-peak" '
                 f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_mib(r.peak_bytes)}</b></td></tr>')
+    if r.reserved_bytes is not None:
+        rows.append(f'<tr><td style="padding-right:16px"><b>peak reserved (simulated)</b></td><td '
+                    f'class="gm-reserved" data-bytes="{r.reserved_bytes}" style="text-align:right">'
+                    f'<b>{_mib(r.reserved_bytes)}</b></td></tr>')
     table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
     source = ("from the parameter count" if r.backend == "formula" else
               "traced" if r.traced else "interpolated between traced batch sizes")
@@ -210,7 +225,25 @@ class _StepWidget(widgets.VBox):
             self.view.value = f'<div class="gm-refused" style="color:#a00">{html.escape(self.message)}</div>'
             return
         gpu = self.capacity.value
+        reserved = getattr(self, "reserved", None)
+        if (reserved is not None and reserved.value and gpu != "this GPU" and self.config() is not None
+                and self.result.peak_bytes is not None):
+            self.result = self._with_reserved(self.result.batch_size, self.capacities[gpu])
         self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU")
+
+    def _with_reserved(self, batch_size: int, capacity: int) -> Estimate:
+        """The exact trace at ``batch_size``, replayed through the caching-allocator model on ``capacity``."""
+        profile = self.curve().trace(batch_size)
+        run = replay_on_gpu(profile.allocation_log, capacity)
+        error = None
+        if run.error is not None:
+            e = run.error
+            error = (f"the simulated allocator ran out of memory (tried to allocate {_mib(e.requested)} with "
+                     f"{_mib(e.allocated)} allocated, {_mib(e.reserved)} reserved, largest free block "
+                     f"{_mib(e.largest_free)}; {_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context)")
+        return Estimate(batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
+                        True, profile.backend, reserved_bytes=None if error else run.peak_reserved,
+                        allocator_error=error)
 
     def summary(self) -> str:
         """The figures on display, as text: the verdict, then bytes by category."""
@@ -219,6 +252,8 @@ class _StepWidget(widgets.VBox):
         lines = [self.message]
         lines += [f"  {name.replace('_', ' '):<17} {_mib(self.result.categories.get(name, 0)):>14}"
                   for name in CATEGORIES]
+        if self.result.reserved_bytes is not None:
+            lines.append(f"  {'reserved (sim.)':<17} {_mib(self.result.reserved_bytes):>14}")
         lines.append(f"  peak at the {self.result.where}")
         return "\n".join(lines)
 
@@ -239,6 +274,12 @@ class MemoryExplorer(_StepWidget):
         capacity: a card of :data:`helpers.memory.GPU_CARDS` (``"V100 16 GB"``,
             ...), or ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
+        reserved: initial state of the "reserved" toggle: replay each step
+            through the caching-allocator model (lesson 06) on the chosen card,
+            and judge the fit by reserved memory plus the assumed CUDA context
+            (:data:`helpers.memory.CUDA_CONTEXT_BYTES`) instead of the assumed
+            1 GiB overhead.  Each batch size is then traced exactly (about a
+            second for ResNet18 at batch 128), not interpolated.
         **options: other options of :class:`helpers.config.StepConfig`.
             Those that describe the data (:data:`helpers.config.DATA_OPTIONS`:
             ``image_size``, ``input_shape``, ``seq_len``, ``num_classes``, ...)
@@ -246,7 +287,7 @@ class MemoryExplorer(_StepWidget):
             rest (``amp_dtype``, ``attention``, ...) apply to every model.
 
     Attributes:
-        batch_size, model, amp, checkpoint, optimizer, capacity: the controls
+        batch_size, model, amp, checkpoint, optimizer, capacity, reserved: the controls
             (change their ``value`` from code, as a learner does with the mouse).
         view: the ``ipywidgets.HTML`` that shows the result.
         result: the :class:`helpers.batch.Estimate` on display (None while a
@@ -259,7 +300,7 @@ class MemoryExplorer(_StepWidget):
 
     def __init__(self, model="resnet18", batch_size: int = 128, max_batch_size: int = 1024,
                  amp: bool = False, checkpoint: int = 0, optimizer: str = "sgd-momentum",
-                 capacity: str = "V100 16 GB", device: str = "auto", **options):
+                 capacity: str = "V100 16 GB", device: str = "auto", reserved: bool = False, **options):
         self._models = {name: name for name in model_names()}
         if not isinstance(model, str):  # the learner's own model
             self._models = {resolve_model(model).name: model, **self._models}
@@ -281,9 +322,12 @@ class MemoryExplorer(_StepWidget):
                                            description="checkpointing", style=style)
         self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in OPTIMIZERS],
                                           value=optimizer, description="optimizer", style=style)
+        if not isinstance(reserved, bool):
+            raise ValueError(f"reserved must be True or False, got {reserved!r}")
+        self.reserved = widgets.Checkbox(reserved, description="reserved (simulated allocator)", indent=False)
         self._finish([widgets.HBox([self.model, self.optimizer]),
-                      widgets.HBox([self.checkpoint, self.capacity, self.amp])],
-                     [self.model, self.amp, self.checkpoint, self.optimizer])
+                      widgets.HBox([self.checkpoint, self.capacity, self.amp]), self.reserved],
+                     [self.model, self.amp, self.checkpoint, self.optimizer, self.reserved])
 
     def config(self) -> StepConfig:
         """The configuration the controls show (batch size aside)."""

@@ -152,3 +152,31 @@ def test_the_cli_reports_each_optimizers_states(capsys, optimizer, states):
     data = json.loads(capsys.readouterr().out)
     assert data["categories"]["optimizer_states"] == states * data["categories"]["parameters"]
     assert data["config"]["optimizer"] == optimizer
+
+
+def test_reserved_replays_the_step_through_the_allocator_model(capsys):
+    from helpers.allocator import replay
+
+    assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64", "--reserved",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    profile = profile_step("resnet18", 8, image_size=64, device="simulated")
+    run = replay(profile.allocation_log)
+    assert out["allocator"]["peak_reserved_bytes"] == run.peak_reserved >= out["peak_allocated_bytes"]
+    assert out["allocator"]["settings"] == "defaults" and all(out["allocator"]["fits"].values())
+    assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64", "--reserved",
+                 "--alloc-conf", "expandable_segments:True"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("simulated caching allocator (expandable_segments:True): peak reserved")
+    assert lines[-1].startswith("with reserved memory and an assumed 512 MiB CUDA context, it fits: V100 16 GB")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--alloc-conf", "expandable_segments:True"], "give --reserved too"),
+    (["--reserved", "--alloc-conf", "roundup_power2_divisions:4"], "unknown allocator option"),
+    (["--reserved", "--alloc-conf", "max_split_size_mb:8"], "above 20"),
+])
+def test_bad_allocator_settings_exit_with_one_line(capsys, args, message):
+    assert main(["profile", "--device", "simulated", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers import MiB, profile_step
+from helpers.allocator import replay
 from helpers.reference import NOT_RECORDED, load_reference, module_differences, reference_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,8 +46,9 @@ def test_the_dry_run_records_every_run_in_the_documented_format(dry_run):
         assert run["step_seconds"] > 0 and run["events"]
         assert sum(gpu for _, _, gpu, _ in run["events"]) >= 0
     resnet = next(r for r in data["runs"] if (r["model"], r["batch_size"], r["config"]) == ("resnet18", 128, "AMP"))
-    assert resnet["simulated_peak_bytes"] == profile_step("resnet18", 128, amp=True,
-                                                          device="simulated").peak_allocated_bytes
+    amp = profile_step("resnet18", 128, amp=True, device="simulated")
+    assert resnet["simulated_peak_bytes"] == amp.peak_allocated_bytes
+    assert resnet["simulated_reserved_bytes"] == replay(amp.allocation_log).peak_reserved > amp.peak_allocated_bytes
     mlp = next(r for r in data["runs"] if r["model"] == "dropout MLP")
     assert mlp["options"]["input_shape"] == [1, 28, 28]
 

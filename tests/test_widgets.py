@@ -112,3 +112,24 @@ def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
         WillItFit(precision="fp8", device="simulated")
     with pytest.raises(ValueError, match="size must be one of"):
         WillItFit(model="gpt2", size=100, device="simulated")
+
+
+def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
+    from helpers.allocator import replay_on_gpu
+    from helpers.memory import CUDA_CONTEXT_BYTES, GPU_CARDS
+
+    w = MemoryExplorer(device="simulated", batch_size=64, reserved=True)
+    direct = profile_step("resnet18", 64, device="simulated", steady_state=True)
+    run = replay_on_gpu(direct.allocation_log, GPU_CARDS["V100 16 GB"])
+    shown = int(re.search(r'class="gm-reserved" data-bytes="(\d+)"', w.view.value).group(1))
+    assert shown == w.result.reserved_bytes == run.peak_reserved > direct.peak_allocated_bytes
+    assert w.message.startswith("fits in V100 16 GB: peak reserved")
+    assert f"+ {CUDA_CONTEXT_BYTES / 2**20:,.1f} MiB assumed CUDA context" in w.message
+    assert "reserved (sim.)" in w.summary()
+    w.batch_size.value = 1000  # about 21 GB of tensors: more than a V100 holds
+    assert w.message.startswith("does not fit in V100 16 GB: the simulated allocator ran out of memory")
+    assert w.result.reserved_bytes is None and w.result.allocator_error
+    w.reserved.value = False  # back to the assumed 1 GiB overhead
+    assert "assumed overhead" in w.message and w.result.reserved_bytes is None
+    with pytest.raises(ValueError, match="reserved"):
+        MemoryExplorer(device="simulated", reserved="yes")
