@@ -1,0 +1,423 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · The caching allocator: reserved memory and fragmentation
+#
+# **Questions**
+# - Why is `torch.cuda.memory_reserved()` larger than `memory_allocated()`, and `nvidia-smi` larger still?
+# - Why does the memory curve of a training loop climb during the first step and then stay up, instead of rising and falling with every step? What do `del` and `torch.cuda.empty_cache()` change?
+# - How can a GPU run out of memory with gigabytes "reserved but unallocated", and what do `expandable_segments` and `max_split_size_mb` do about it?
+#
+# **Objectives**
+# - Apply the rules of PyTorch's CUDA caching allocator (rounding, pools, segments, best fit, splitting, merging) to a sequence of tensors, and check the result with a model of the allocator.
+# - Replay a whole training step through that model: peak allocated, peak reserved, segments and blocks over time, for ResNet18 and GPT-2.
+# - Produce an out-of-memory error with free memory left, in numbers, and measure what the allocator's settings change.
+# - Draw the segments and blocks of a step, simulated here, and from `torch.cuda.memory._snapshot()` on a GPU with the same function.
+#
+# **Time:** 40 minutes teaching, 20 minutes exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
+#
+# Lessons 01 (allocated versus reserved, the out-of-memory message) and 03 (one step, event by event) come first.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+# %matplotlib inline
+import torch
+from torch import nn
+
+from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
+from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
+                               smallest_capacity)
+from helpers.plots import plot_memory_map, plot_reserved
+from helpers.reference import reference_report
+from helpers.widgets import MemoryExplorer
+
+_ = torch.manual_seed(0)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# (why: versions and devices differ between machines)
+print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+
+# %% [markdown]
+# ## 1. Three numbers: allocated, reserved, and what `nvidia-smi` shows
+#
+# Asking the GPU's driver for memory (`cudaMalloc`) and giving it back (`cudaFree`) is slow, and `cudaFree` waits for the whole device to finish its work. So PyTorch asks for memory in large pieces, **segments**, cuts them into **blocks** for tensors, and when a tensor dies it keeps the block in a cache for the next tensor instead of giving it back. That is the **caching allocator** (`c10/cuda/CUDACachingAllocator.cpp`), and it is why a GPU has three numbers:
+#
+# | number | what it counts | how to read it |
+# |---|---|---|
+# | **allocated** | bytes in blocks that hold live tensors | `torch.cuda.memory_allocated()` |
+# | **reserved** | bytes of all segments, in use or cached | `torch.cuda.memory_reserved()` |
+# | **used on the GPU** | reserved, plus the CUDA context and anything outside PyTorch's allocator | `nvidia-smi`, `torch.cuda.mem_get_info()` |
+#
+# `helpers.allocator.CachingAllocator` is a model of that allocator, small enough to read: each of its rules is a function of the C++ file, named in its docstring. The rules that decide sizes:
+#
+# 1. every request is rounded up to a multiple of **512 bytes**;
+# 2. requests of at most **1 MiB** go to a *small pool*, whose segments are **2 MiB**;
+# 3. a larger request that no cached block can take opens a segment of **20 MiB** if it is under 10 MiB, else of its own size **rounded up to 2 MiB**;
+# 4. a block larger than the request is **split** if the rest is worth keeping: in the large pool only if the rest is **more than 1 MiB**. An unsplit rest stays inside the tensor's block, and `memory_allocated()` counts it.
+#
+# Three tensors on an empty GPU: 3 MiB, 49 MiB and 100 bytes.
+
+# %%
+gpu = CachingAllocator()
+x = gpu.malloc(3 * MiB)
+w = gpu.malloc(49 * MiB)
+b = gpu.malloc(100)
+print(gpu.describe())
+print(f"tensors: {fmt_bytes(gpu.requested)}; allocated: {fmt_bytes(gpu.allocated)}; reserved: {fmt_bytes(gpu.reserved)}")
+assert (gpu.requested, gpu.allocated, gpu.reserved) == (52 * MiB + 512, 53 * MiB + 512, 72 * MiB)
+
+# %% [markdown]
+# The 3 MiB tensor opened a 20 MiB segment and took 3 MiB of it; the rest is a free block, cached for later requests between 1 and 17 MiB. The 49 MiB tensor got a 50 MiB segment, and the 1 MiB rest was not split off: `memory_allocated()` counts 50 MiB for it. The 100 bytes took 512 bytes of a 2 MiB small segment. So a GPU would report 53 MiB allocated and 72 MiB reserved for 52 MiB of tensors.
+#
+# Now `del x`, and then `torch.cuda.empty_cache()`:
+
+# %%
+gpu.free(x)
+print(f"after del x:       allocated {fmt_bytes(gpu.allocated)}, reserved {fmt_bytes(gpu.reserved)}")
+released = gpu.empty_cache()
+print(f"after empty_cache: allocated {fmt_bytes(gpu.allocated)}, reserved {fmt_bytes(gpu.reserved)} "
+      f"({fmt_bytes(released)} given back)")
+print(gpu.describe())
+assert gpu.allocated == 50 * MiB + 512 and released == 20 * MiB and gpu.reserved == 52 * MiB
+
+# %% [markdown]
+# `del` lowered *allocated* and left *reserved* alone: the 20 MiB segment stayed, cached. `empty_cache()` gave back every segment with nothing allocated in it, and only those: a segment with one live block, however small, stays whole.
+#
+# **What `nvidia-smi` adds.** A process that uses CUDA also holds memory outside PyTorch's allocator, and the simulation cannot measure it. Typical sizes, from published measurements (yours will differ with the GPU, the driver and the CUDA version):
+#
+# | what | typical size | source |
+# |---|---|---|
+# | CUDA context, kernels loaded lazily (PyTorch's default since 1.13) | 274 MiB (287,047,680 bytes) in use after one small tensor; 636 MiB with eager loading | pytorch/pytorch PR #86509 |
+# | the same, later versions | "around 400 MB" (CUDA ≥ 11.7); 426 MiB in `nvidia-smi` for PyTorch 2.10 with CUDA 13.0 | pytorch/pytorch #109888; unslothai/unsloth-zoo PR #1053 |
+# | cuBLAS workspace, per handle and stream | 8,519,680 bytes (the default `CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`) | a `memory_snapshot()` in the PyTorch forums; `CublasHandlePool.cpp` |
+# | cuBLASLt workspace | 1 MiB; 4 MiB on Ampere cards of 24 GB or more; 32 MiB on Hopper | `CUDABlas.cpp`, pytorch/pytorch PR #120925 |
+#
+# The cuBLAS workspaces are allocated *through* the caching allocator, on the first matrix multiplication, and kept: on a GPU they are part of `memory_allocated()` and `memory_reserved()`, which the simulation leaves out. When the lessons judge whether a step fits with simulated reserved memory, they add an assumed CUDA context:
+
+# %%
+print(f"assumed CUDA context and library handles: {fmt_bytes(CUDA_CONTEXT_BYTES)} "
+      f"(lessons 01-05 assumed {fmt_bytes(CUDA_OVERHEAD_BYTES)} for the context *and* the allocator's cache)")
+
+# %% [markdown]
+# ## 2. One training step, replayed through the allocator
+#
+# The engine records every storage a step allocates and frees, in order: the *allocation log* (`StepProfile.allocation_log`). Replaying it through the allocator model gives what a GPU's allocator would do with the same tensors. `steady_state=True` records two steps: a first one, and the traced one after it (lesson 01).
+
+# %%
+step = profile_step("resnet18", 128, device="simulated", steady_state=True)
+run = replay(step.allocation_log)
+second = step.events[0].log_position  # where the traced (second) step starts in the log
+print(f"ResNet18, batch 128, SGD with momentum: {len(step.allocation_log)} allocations and frees")
+print(f"  tensors at the peak (the engine):         {fmt_bytes(step.peak_allocated_bytes)}")
+print(f"  peak allocated, unsplit rests included:   {fmt_bytes(run.peak_allocated)}")
+print(f"  peak reserved:                            {fmt_bytes(run.peak_reserved)}")
+print(f"  segments asked from the driver: {run.segments_opened(0, second)} in the first step, "
+      f"{run.segments_opened(second)} in the second")
+print(f"  at the end: {fmt_bytes(run.allocated[-1])} allocated, {fmt_bytes(run.reserved[-1])} reserved")
+assert max(run.requested) == step.peak_allocated_bytes
+assert run.peak_allocated - step.peak_allocated_bytes == 10_928_128  # 10.4 MiB of unsplit rests
+assert run.segments_opened(0, second) == 62 and run.segments_opened(second) == 0
+assert run.reserved[second - 1] == run.reserved[-1] == run.peak_reserved
+
+# %% [markdown]
+# The first step asked the driver for 62 segments; the second asked for none: every tensor of the second step found a cached block. Reserved memory climbs during the first step and then stays flat at its peak, even between steps, when only the model states are allocated. That is the curve a learner sees in `nvidia-smi` or in a monitoring tool. It is not a leak, and it is not there "to avoid fragmentation" as some write (reference 000 of this course): it is the cache, kept because handing it back and asking for it again at every step would be slow.
+
+# %%
+expandable = replay(step.allocation_log, settings="expandable_segments:True")
+plot_reserved([run, expandable], ["default", "expandable_segments:True"], marks={"second step": second},
+              title="ResNet18, batch 128: allocated and reserved, two training steps (simulated)")
+
+# %% [markdown]
+# Why 1.3 GiB more reserved than allocated at the peak? Freed blocks are reused by tensors of other sizes: a block is split, a smaller tensor takes part of it, and its rest can only serve smaller requests. When a large request finds no block large enough, a new segment is opened even though the free blocks add up to more. The dashed orange line is the same log with `expandable_segments:True` (section 4), which grows a single segment instead.
+#
+# The same replay for lesson 04's configurations and for GPT-2 124M (sequence 1024, batch 8, Adam, float32):
+
+# %%
+configs = {"ResNet18 b128": ("resnet18", 128, {}),
+           "ResNet18 b128 AMP": ("resnet18", 128, {"amp": True}),
+           "ResNet18 b128 checkpoint 4": ("resnet18", 128, {"checkpoint": 4}),
+           "GPT-2 124M b8 Adam": ("gpt2", 8, {"seq_len": 1024, "optimizer": "adam"})}
+table = {}
+print(f"{'step':<28} {'tensors':>11} {'allocated':>11} {'reserved':>11} {'ratio':>6} {'expandable':>11}")
+for label, (model, batch, options) in configs.items():
+    p = step if label == "ResNet18 b128" else profile_step(model, batch, device="simulated", steady_state=True,
+                                                            **options)
+    r, e = replay(p.allocation_log), replay(p.allocation_log, settings="expandable_segments:True")
+    table[label] = (p.peak_allocated_bytes, r.peak_allocated, r.peak_reserved, e.peak_reserved)
+    print(f"{label:<28} {fmt_bytes(p.peak_allocated_bytes):>11} {fmt_bytes(r.peak_allocated):>11} "
+          f"{fmt_bytes(r.peak_reserved):>11} {r.peak_reserved / r.peak_allocated:>6.2f} {fmt_bytes(e.peak_reserved):>11}")
+assert all(t <= a <= r and t <= e for t, a, r, e in table.values())
+assert all(1.05 < r / a < 1.61 for _, a, r, _ in table.values())
+assert round((run.peak_reserved - run.peak_allocated) / 2**30, 1) == 1.3
+assert table["ResNet18 b128"][2] == 4152 * MiB and table["GPT-2 124M b8 Adam"][2] == 11480 * MiB
+
+# %% [markdown]
+# Reserved memory is 6 to 60% above allocated here, and the ratio depends on the sizes and the order of the tensors, not on a rule of thumb: a fixed "add 1 GiB" (lessons 01 to 05) is too much for a small step and too little for a large one. These are simulated figures: they hold for the tensors the engine sees, in the order it sees them. A GPU adds cuDNN and cuBLAS workspaces, which are allocated through the same allocator and can change its choices; section 6 compares with a real GPU where one has been recorded.
+#
+# ## 3. What `del` and `empty_cache()` change, and what they cost
+#
+# After the second step, only the model states are alive. Empty the cache there, and ask what the next step costs:
+
+# %%
+after_two = replay(step.allocation_log)
+released = after_two.allocator.empty_cache()
+print(f"after step 2: {fmt_bytes(after_two.allocated[-1])} allocated, {fmt_bytes(after_two.reserved[-1])} reserved")
+print(f"after empty_cache(): {fmt_bytes(after_two.allocator.reserved)} reserved "
+      f"({fmt_bytes(released)} given back, {after_two.allocator.num_device_free} segments)")
+
+end = len(step.allocation_log)
+log_three = list(step.allocation_log) + list(step.allocation_log[second:end])  # a third step like the second
+kept = replay(log_three)
+emptied = replay(log_three, empty_cache_at=[end])  # torch.cuda.empty_cache() between steps 2 and 3
+print(f"step 3: {kept.segments_opened(end)} segments asked for with the cache, {emptied.segments_opened(end)} "
+      f"after empty_cache(); peak reserved {fmt_bytes(max(kept.reserved[end:]))} and "
+      f"{fmt_bytes(max(emptied.reserved[end:]))}")
+assert after_two.allocator.reserved < 0.1 * after_two.reserved[-1]
+assert kept.segments_opened(end) == 0 and emptied.segments_opened(end) > 40
+assert max(emptied.reserved[end:]) >= max(kept.reserved[end:]) == run.peak_reserved  # the peak comes back
+
+# %% [markdown]
+# `empty_cache()` gives the cache back, so `nvidia-smi` shows less for a moment, and the next step asks for it all again: dozens of `cudaMalloc` calls, each of them slow, for a peak as high as before (here even a little higher, because the segments are laid out anew around the ones that stayed). Call it when memory must go to *another* process or library, not inside a training loop. `del` of a tensor never lowers *reserved*; it lowers *allocated*, which is what makes room for the next tensors of your own process.
+#
+# ## 4. Fragmentation: out of memory with memory free
+#
+# ZeRO's authors report out-of-memory errors "with 30% of memory still available" (reference 003). The allocator's rules are enough to produce one. A GPU on which the allocator may reserve 1024 MiB: one 1000 MiB tensor is allocated and freed (its segment stays cached), then ten tensors of 98 MiB take consecutive blocks of that segment, and every second one is freed. Then a 150 MiB tensor is asked for.
+
+# %%
+def toy(settings=None):
+    """The fragmentation example on an allocator that may reserve 1024 MiB; returns it and the error."""
+    gpu = CachingAllocator(capacity=1024 * MiB, settings=settings)
+    gpu.free(gpu.malloc(1000 * MiB))
+    parts = [gpu.malloc(98 * MiB) for _ in range(10)]
+    for part in parts[::2]:
+        gpu.free(part)
+    try:
+        gpu.malloc(150 * MiB)
+    except AllocatorOutOfMemory as error:
+        return gpu, error
+    return gpu, None
+
+
+gpu, error = toy()
+print(error)
+print(f"reserved {fmt_bytes(error.reserved)}, allocated {fmt_bytes(error.allocated)}: "
+      f"{(error.reserved - error.allocated) / error.reserved:.0%} of the reserved memory is free, "
+      f"in blocks of at most {fmt_bytes(error.largest_free)}")
+assert (error.reserved, error.allocated, error.largest_free) == (1000 * MiB, 490 * MiB, 98 * MiB)
+
+# %% [markdown]
+# 510 MiB are free, 51% of what is reserved, and a 150 MiB tensor cannot be placed: no free block is large enough, the segment cannot be given back because five live blocks pin it, and a new 150 MiB segment would take the reserved memory past the limit. The allocator tried the last resort first (it freed every cached segment with nothing in it, and retried), then raised. Every number of the message is in the figure of a real one (lesson 01): *reserved by PyTorch but unallocated* is large, and it is in pieces.
+#
+# Two settings of `PYTORCH_CUDA_ALLOC_CONF` change this:
+#
+# - **`max_split_size_mb:N`**: blocks of N MiB or more are never split, and a smaller request never takes one. A large cached segment then cannot be cut up by small tensors; when memory runs short, such oversize blocks are given back first.
+# - **`expandable_segments:True`**: instead of one segment per large request, one segment per pool grows by mapping pages of physical memory (20 MiB in the large pool) at its end. Pages in the middle that hold no live tensor can be unmapped and mapped again at the end, so the free pieces are no longer stuck between live blocks.
+
+# %%
+for settings in ("max_split_size_mb:512", "expandable_segments:True"):
+    fixed, failure = toy(settings)
+    print(f"{settings:<25} {'out of memory' if failure else 'the 150 MiB tensor fits'}: "
+          f"reserved {fmt_bytes(fixed.reserved)}, allocated {fmt_bytes(fixed.allocated)}, "
+          f"{fixed.num_alloc_retries} retry after freeing the cache")
+    assert failure is None and fixed.allocated == 5 * 98 * MiB + 150 * MiB
+
+# %% [markdown]
+# With `max_split_size_mb:512` the 98 MiB tensors could not cut the 1000 MiB block: it was given back and each of them got its own segment, so the five freed ones could go back to the driver too. With `expandable_segments:True` the free pages between the live tensors were unmapped and mapped again at the end. PyTorch's own out-of-memory message now suggests the second one when "reserved but unallocated" is large.
+#
+# **A real pattern: a batch that grows by one each step.** The allocator's source describes it in its note on expandable segments: inference or training whose batch size changes a little from step to step. Each step's tensors are slightly larger than the cached blocks of the step before, so they do not fit the blocks they would have fitted, or fit into larger ones and split them. A small CNN on 64 x 64 images, trained one step at each batch size from 64 to 96:
+
+# %%
+def small_cnn(device):
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1, device=device), nn.BatchNorm2d(64, device=device), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, padding=1, device=device), nn.BatchNorm2d(64, device=device), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(64, 128, 3, padding=1, device=device), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10, device=device))
+
+
+def training_log(batch_sizes):
+    """The allocation log of one training step at each batch size, in one process; and its peak."""
+    with Meter("simulated") as meter:
+        model = small_cnn(meter.device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for b in batch_sizes:
+            x = torch.randn(b, 3, 64, 64, device=meter.device)
+            y = torch.randint(0, 10, (b,), device=meter.device)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            del x, y
+    return list(meter.tracker.log), meter.peak()
+
+
+growing, floor = training_log(range(64, 97))
+print(f"{len(growing)} allocations and frees; the largest step's tensors peak at {fmt_bytes(floor)}")
+need = {}
+for settings in ("", "max_split_size_mb:24", "expandable_segments:True"):
+    uncapped = replay(growing, settings=settings)
+    need[settings] = smallest_capacity(growing, settings, start=-(-floor // (2 * MiB)) * 2 * MiB)
+    at_need = replay(growing, capacity=need[settings], settings=settings)
+    print(f"{settings or 'defaults':<25} reserved without a limit: {fmt_bytes(uncapped.peak_reserved):>11}; "
+          f"smallest GPU it runs on: {fmt_bytes(need[settings])} "
+          f"(+{(need[settings] - floor) / floor:.1%}), with {at_need.allocator.num_alloc_retries} cache flushes")
+assert replay(growing).peak_reserved > 10 * floor
+assert replay(growing, settings="expandable_segments:True").peak_reserved == 642 * MiB
+assert need[""] > need["expandable_segments:True"] > floor and need["max_split_size_mb:24"] < need[""]
+
+# %% [markdown]
+# Three lessons in these lines:
+#
+# - **Without memory pressure the cache only grows.** With the default settings, reserved memory climbs to over ten times what the tensors ever need, because each step's slightly larger tensors open new segments and the old ones are kept. On a real GPU `nvidia-smi` shows the card full; the allocator gives memory back only when a `cudaMalloc` fails.
+# - **Under pressure it costs time, then memory.** On a GPU just large enough, the allocator runs out, empties its cache (a device synchronisation) and retries: the *cache flushes* above, `num_alloc_retries` in `torch.cuda.memory_stats()`. Below that size, fragmentation turns into an out-of-memory error although the tensors alone would fit.
+# - **`expandable_segments:True` keeps reserved memory near the tensors' peak** (without a limit, 642 MiB against the defaults' gigabytes) and needs no flushes; its 20 MiB pages cost a little at the margin. `max_split_size_mb` saves memory here but flushes the cache more. If your input shapes vary, try `expandable_segments:True` first, or make the shapes constant (exercise 2).
+#
+# ## 5. A picture of segments and blocks over time
+#
+# PyTorch's memory snapshot viewer (https://pytorch.org/memory_viz) draws the allocator's state from a GPU recording. `plot_memory_map` draws the same kind of picture offline, from the model's trace of the ResNet18 step of section 2: time runs left to right over both steps; each segment is a band of addresses (light grey: reserved but free); coloured bars are the tensors' blocks, by category in the second step, which the engine labels (the first step's tensors are grey).
+
+# %%
+labels = {serial: storage.category for serial, storage in step.storages.items()}
+plot_memory_map(run.allocator.trace, labels,
+                title="ResNet18, batch 128: segments (grey) and blocks over two steps (simulated, defaults)")
+
+# %% [markdown]
+# Read it from left to right. The parameters (blue, at the bottom) were placed before the first step. The first step's forward pass opens segment after segment for the activations it keeps (grey, rising), and its backward pass opens more, near the top: gradients of activations that fit none of the blocks freed so far. The momentum buffers (purple), created by the first `optimizer.step()`, landed in free blocks of those segments and stay there for the rest of training: long-lived tensors between short-lived ones are what pins a segment (section 4). In the second step every tensor finds a place in a segment the first step opened, and the top segments stay almost empty: most of section 2's 1.3 GiB of reserved but unallocated memory.
+#
+# ## 6. On a real GPU
+#
+# On a GPU, the next cell records the real allocator's history for the same step (`torch.cuda.memory._record_memory_history()`), draws its `_snapshot()` with the same function, and replays the allocation log of that very run through the model to compare the peaks. Without a GPU it says so and does nothing; its output is not checked (it depends on the GPU).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+# (why: runs only on a GPU, whose figures depend on the card)
+if torch.cuda.is_available():
+    torch.cuda.empty_cache()
+    torch.cuda.memory._record_memory_history(max_entries=200_000)
+    try:
+        real = profile_step("resnet18", 128, device="cuda", steady_state=True)
+        snap = torch.cuda.memory._snapshot()
+        real_reserved = torch.cuda.max_memory_reserved()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    model_of_it = replay(real.allocation_log)
+    print(f"{torch.cuda.get_device_name(0)}: max_memory_allocated {fmt_bytes(real.peak_allocated_bytes)}, "
+          f"max_memory_reserved {fmt_bytes(real_reserved)}")
+    print(f"the same run's tensors through the model: peak allocated {fmt_bytes(model_of_it.peak_allocated)}, "
+          f"peak reserved {fmt_bytes(model_of_it.peak_reserved)} "
+          f"({(model_of_it.peak_reserved - real_reserved) / real_reserved:+.1%})")
+    display(plot_memory_map(snap["device_traces"][0], segments=snap["segments"],
+                            title=f"ResNet18, batch 128, on {torch.cuda.get_device_name(0)} (recorded)"))
+else:
+    print("no GPU here: the real allocator cannot be recorded (section 5 shows the simulated one)")
+
+# %% [markdown]
+# Recorded figures, when this course's GPU reference harness (`make gpu-reference`, see the README) has been run on a GPU and committed: each step's GPU peaks, allocated and reserved, beside the simulated ones, with the device and the date. A simulated reserved figure is a claim about a GPU: this is where it is checked.
+
+# %%
+print(reference_report(model="resnet18", batch_size=128))
+
+# %% [markdown]
+# ## 7. Does it fit, with reserved memory?
+#
+# The batch-size widget of lesson 01 has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context, and the verdict comes from the allocator (which flushes its cache and retries before it gives up), not from an assumed 1 GiB.
+
+# %%
+explorer = MemoryExplorer("resnet18", batch_size=128, max_batch_size=256, reserved=True, device="simulated")
+print(explorer.summary())
+check = replay_on_gpu(step.allocation_log, GPU_CARDS["V100 16 GB"])
+assert explorer.result.reserved_bytes == check.peak_reserved == run.peak_reserved
+explorer
+
+# %% [markdown]
+# Move the batch size, the GPU or the checkpointing and watch *peak reserved* against *peak allocated*; each change is traced exactly (about a second). From a terminal: `python -m helpers profile --model resnet18 --batch-size 128 --steady-state --reserved`, with `--alloc-conf expandable_segments:True` to try a setting.
+#
+# ## Exercises
+#
+# **Exercise 1: predict, then check.** On an empty GPU, tensors of 512 KiB, 512 KiB, 5 MiB and 30 MiB are allocated, in that order. Predict *allocated* and *reserved*, then the same after the 5 MiB one is freed and a 12 MiB one is allocated. Check with `CachingAllocator`.
+
+# %%
+# Your code here: gpu = CachingAllocator(); gpu.malloc(...); print(gpu.describe())
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# gpu = CachingAllocator()
+# a, b, c, d = (gpu.malloc(n) for n in (512 * 1024, 512 * 1024, 5 * MiB, 30 * MiB))
+# print(gpu.describe())
+# assert (gpu.allocated, gpu.reserved) == (36 * MiB, 52 * MiB)
+# gpu.free(c)
+# e = gpu.malloc(12 * MiB)
+# print(gpu.describe())
+# assert (gpu.allocated, gpu.reserved) == (43 * MiB, 52 * MiB)
+# ```
+#
+# The two small tensors share one 2 MiB small segment (1 MiB allocated). 5 MiB is under 10 MiB, so it opens a 20 MiB segment and takes 5 MiB of it; 30 MiB finds no free block that large and opens a segment of exactly 30 MiB: 36 MiB allocated, 52 MiB reserved. Freeing the 5 MiB block merges it with the 15 MiB rest into one free 20 MiB block. The 12 MiB tensor takes that block (the smallest free block of the large pool that fits), which is split: the 8 MiB rest is more than 1 MiB. 43 MiB allocated, and reserved does not move.
+# </details>
+#
+# **Exercise 2: make the shapes constant.** Section 4's growing batch needs far more reserved memory than its tensors. Replay one step at each batch size from 64 to 96 *padded to 96* (the same shape every step, as a data loader with `drop_last=True` or padded batches gives): how much is reserved without a limit, with the default settings?
+
+# %%
+# Your code here: training_log([96] * 8), then replay(...)
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# padded, padded_floor = training_log([96] * 8)
+# constant = replay(padded)
+# print(f"reserved {fmt_bytes(constant.peak_reserved)} for a {fmt_bytes(padded_floor)} peak "
+#       f"(growing batch: {fmt_bytes(replay(growing).peak_reserved)})")
+# assert padded_floor == floor and constant.peak_reserved < 1.3 * padded_floor < replay(growing).peak_reserved
+# assert constant.segments_opened(len(padded) // 2) == 0  # nothing new after the first steps
+# ```
+#
+# With one shape, every step after the first finds its blocks in the cache: reserved stays at 742 MiB, 23% above the tensors' peak, instead of growing step after step. Padding costs compute on the padded samples; bucketing batches by size (a few fixed shapes) is the usual middle way for sequences.
+# </details>
+#
+# **Exercise 3: the smallest `max_split_size_mb`.** In the fragmentation example of section 4 (`toy`), which values of `max_split_size_mb` from 21 to 1024 let the 150 MiB tensor fit? Why does a value above 1000 not help?
+
+# %%
+# Your code here: for mb in (...): toy(f"max_split_size_mb:{mb}")
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# works = [mb for mb in (21, 64, 98, 99, 150, 500, 1000, 1001, 1024) if toy(f"max_split_size_mb:{mb}")[1] is None]
+# print("fits with max_split_size_mb in", works)
+# assert works == [21, 64, 98, 99, 150, 500, 1000]
+# ```
+#
+# Any value up to 1000 MiB keeps the 1000 MiB block whole (it is at least the limit) and so away from the 98 MiB tensors, which get segments of their own that can be given back. Above 1000 MiB the block is no longer oversize: the 98 MiB tensors split it as with the default settings, and the 150 MiB tensor fails again.
+# </details>
+#
+# ## Key points
+#
+# - `memory_allocated()` counts the blocks of live tensors (each request rounded up to 512 bytes, plus unsplit rests of up to 1 MiB in the large pool); `memory_reserved()` counts whole segments, in use or cached; `nvidia-smi` adds the CUDA context (a few hundred MiB) and anything outside PyTorch's allocator.
+# - The caching allocator keeps freed blocks because `cudaMalloc` and `cudaFree` are slow and synchronise: memory climbs during the first step and stays up. `del` lowers allocated, never reserved; `empty_cache()` gives back only segments with nothing alive in them, and the next step asks for them again.
+# - Fragmentation is free memory in pieces too small for the next request, pinned between live blocks. It can raise an out-of-memory error with half the reserved memory free, and with varying shapes it makes the cache grow step after step.
+# - `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (set before the first CUDA allocation) grows one segment per pool and returns free pages from anywhere in it: the first thing to try when "reserved but unallocated" is large. Constant shapes remove the cause.
+# - Reserved memory is a function of the sizes *and order* of a step's tensors: replay the step instead of adding a fixed margin. Simulated figures cover the tensors the engine sees; a GPU adds cuDNN and cuBLAS workspaces.
+#
+# ## Further reading
+#
+# - PyTorch documentation, *CUDA semantics: memory management* and *Optimizing memory usage with `PYTORCH_CUDA_ALLOC_CONF`* (`max_split_size_mb`, `expandable_segments`, `garbage_collection_threshold`): https://pytorch.org/docs/stable/notes/cuda.html#memory-management
+# - PyTorch documentation, *Understanding CUDA memory usage* (`torch.cuda.memory._record_memory_history`, `_snapshot`, https://pytorch.org/memory_viz): https://pytorch.org/docs/stable/torch_cuda_memory.html
+# - Z. DeVito, *A guide to PyTorch's CUDA caching allocator* (2022), and the notes at the top of `c10/cuda/CUDACachingAllocator.cpp`, including *Expandable Segments*.
+# - S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models* (arXiv:1910.02054), section 3.2 (fragmentation) and 6.3 (contiguous memory).
