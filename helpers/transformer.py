@@ -353,3 +353,154 @@ def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_by
                         ("dtype_bytes", dtype_bytes)):
         _check(name, value)
     return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def transformer_presets() -> dict:
+    """The models of lesson 08, by name: the four GPT-2 sizes and Llama-3 8B (configs)."""
+    from .models.gpt import GPT2_PRESETS
+    from .models.llama import LLAMA_PRESETS
+
+    return {**GPT2_PRESETS, "llama3-8b": LLAMA_PRESETS["llama3-8b"]}
+
+
+def _builder(config):
+    from .models.gpt import GPT, GPTConfig
+    from .models.llama import Llama
+
+    return (lambda: GPT(config)) if isinstance(config, GPTConfig) else (lambda: Llama(config))
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_bytes(config, batch: int, seq: int, amp: bool, attention: str, policy: str) -> int:
+    import dataclasses
+
+    two = dataclasses.replace(config, n_layer=2)
+    return measure_blocks(_builder(two), batch, seq, amp=amp, attention=attention, policy=policy)[1]
+
+
+def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
+                   policy: str = "none"):
+    """Memory at the end of the forward pass of a steady-state training step with Adam.
+
+    The moment the activations peak.  By category, in bytes:
+
+    * parameters (4 per parameter: float32, also under ``torch.autocast``) and
+      Adam's states (8 per parameter); gradients are not allocated yet
+      (``zero_grad(set_to_none=True)``);
+    * activations: the layer count times one block's bytes, measured by the
+      engine on a two-block copy of the model (:func:`measure_blocks`; every
+      block keeps the same, which lesson 08 checks); the embeddings' and the
+      final norm's few tensors are left out;
+    * other: the logits, ``batch x seq x vocab`` in 16 bits under AMP (else
+      float32), and the float32 log-softmax that cross-entropy keeps.
+
+    GPT-2's learned position embedding is extended to ``seq`` positions when
+    ``seq`` is longer than its 1024 (it then has more parameters).
+
+    Args:
+        model: a name of :func:`transformer_presets`.
+        seq, batch: tokens per sequence, sequences per batch.
+        amp: float16 autocast.
+        attention: ``"math"``, ``"flash"`` (or ``"efficient"``, which the
+            simulation runs as flash).
+        policy: one of :data:`CHECKPOINT_POLICIES`.
+
+    Returns:
+        A :class:`helpers.batch.Estimate` (backend ``"simulated"``).
+
+    Raises:
+        ValueError: for an unknown model, a size below 1, an unknown kernel or policy.
+    """
+    import dataclasses
+
+    from .batch import Estimate
+    from .models.gpt import GPTConfig
+
+    presets = transformer_presets()
+    if model not in presets:
+        raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
+    _check("seq", seq)
+    _check("batch", batch)
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
+    config = presets[model]
+    if isinstance(config, GPTConfig) and seq > config.n_positions:
+        config = dataclasses.replace(config, n_positions=seq)
+    elif seq > config.n_positions:
+        raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
+    params = config.parameter_count()
+    per_layer = _layer_bytes(config, batch, seq, amp, attention, policy)
+    logits = batch * seq * config.vocab_size
+    categories = {"parameters": 4 * params, "gradients": 0, "optimizer_states": 8 * params,
+                  "input": 2 * round_up(batch * seq * 8), "activations": config.n_layer * per_layer,
+                  "other": round_up(logits * (2 if amp else 4)) + round_up(logits * 4)}
+    where = (f"end of the forward pass ({model}, {config.n_layer} layers x {per_layer / 2**20:,.1f} MiB measured "
+             f"per layer, {attention} attention, checkpointing {policy}{', AMP' if amp else ''})")
+    return Estimate(batch, sum(categories.values()), categories, where, True, "simulated")
+
+
+class SequenceExplorer:
+    """Lesson 08's widget: a transformer's memory against a GPU, by sequence length.
+
+    Controls: the model (:func:`transformer_presets`), sequence length, batch
+    size, AMP, the checkpointing policy, the attention kernel and the GPU.  The
+    view (made by :func:`helpers.widgets.render`) shows :func:`end_of_forward`
+    as a bar stacked by category against the GPU's memory, with the assumed
+    1 GiB of CUDA context and workspaces, and whether it fits.  Display
+    ``explorer.widget``; ``explorer.summary()`` gives the same figures as text.
+
+    Raises:
+        ValueError: for an unknown model, sequence length, kernel, policy or GPU.
+    """
+
+    SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+    def __init__(self, model: str = "llama3-8b", seq: int = 4096, batch_size: int = 1, amp: bool = True,
+                 policy: str = "none", attention: str = "flash", capacity: str = "H100 80 GB"):
+        import ipywidgets as widgets
+
+        from .memory import GPU_CARDS
+
+        if seq not in self.SEQ_LENS:
+            raise ValueError(f"seq must be one of {', '.join(map(str, self.SEQ_LENS))}, got {seq!r}")
+        if capacity not in GPU_CARDS:
+            raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(GPU_CARDS)}")
+        if attention not in ("math", "flash"):
+            raise ValueError(f"attention must be 'math' or 'flash', got {attention!r}")
+        end_of_forward(model, 512, 1, policy=policy)  # checks the model and the policy
+        _check("batch_size", batch_size)
+        style = {"description_width": "110px"}
+        self.model = widgets.Dropdown(options=list(transformer_presets()), value=model, description="model",
+                                      style=style)
+        self.seq = widgets.Dropdown(options=list(self.SEQ_LENS), value=seq, description="sequence", style=style)
+        self.batch_size = widgets.BoundedIntText(batch_size, min=1, max=512, description="batch size", style=style)
+        self.amp = widgets.Checkbox(amp, description="AMP (float16)")
+        self.policy = widgets.Dropdown(options=list(CHECKPOINT_POLICIES), value=policy, description="checkpointing",
+                                       style=style)
+        self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
+                                          style=style)
+        self.capacity = widgets.Dropdown(options=list(GPU_CARDS), value=capacity, description="GPU", style=style)
+        self.cards = dict(GPU_CARDS)
+        self.view = widgets.HTML()
+        controls = (self.model, self.seq, self.batch_size, self.amp, self.policy, self.attention, self.capacity)
+        self.widget = widgets.VBox([widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
+        for control in controls:
+            control.observe(lambda change: self.update(), names="value")
+        self.update()
+
+    def update(self) -> None:
+        """Recompute for the controls' values and redraw the view."""
+        from .widgets import render
+
+        self.view.value = '<div style="color:#555">measuring ...</div>'
+        self.result = end_of_forward(self.model.value, self.seq.value, self.batch_size.value, amp=self.amp.value,
+                                     attention=self.attention.value, policy=self.policy.value)
+        gpu = self.capacity.value
+        self.message, self.view.value = render(self.result, gpu, self.cards[gpu])
+
+    def summary(self) -> str:
+        """The verdict and the bytes by category, as text (GB = 10**9 bytes)."""
+        lines = [self.message]
+        lines += [f"  {name.replace('_', ' '):<17} {nbytes / 1e9:>9.2f} GB" for name, nbytes in
+                  self.result.categories.items()]
+        return "\n".join(lines)
