@@ -185,7 +185,7 @@ assert round(layer["flash"] / (B * S * Hx)) == 37 and layer["math"] < korthikant
 assert round(korthikanti_layer_bytes(S, B, Hx, Ax) / layer["flash"]) == 3
 
 # %% [markdown]
-# ZeRO's section 3.2 estimates GPT-2-like activations as 12 × hidden × batch × sequence × layers values: in 16 bits, **60.4 GB**, its figure. That rule has no s² term: it describes fused attention, and counts 24 bytes per s·b·h where PyTorch keeps 37 (lesson 05 took the 36 apart; the rest is the 16-bit weight copies, 2·12h² bytes per layer). Korthikanti's formula, written for attention that keeps its scores, gives **three times** the engine's flash figure, and more than even the math kernel keeps (it counts 16-bit scores plus a dropout mask and a dropped copy; the math kernel keeps one float32 copy).
+# ZeRO's section 3.2 estimates GPT-2-like activations as about 12 × hidden × batch × sequence × layers values (quoted): in 16 bits, **60.4 GB**, its figure. That rule has no s² term: it describes fused attention, and counts 24 bytes per s·b·h where PyTorch keeps 37 (lesson 05 took the 36 apart; the rest is the 16-bit weight copies, 2·12h² bytes per layer). Korthikanti's formula, written for attention that keeps its scores, gives **three times** the engine's flash figure, and more than even the math kernel keeps (it counts 16-bit scores plus a dropout mask and a dropped copy; the math kernel keeps one float32 copy).
 #
 # With activation checkpointing of every block (ZeRO: "about 8 GB"):
 
@@ -486,7 +486,7 @@ explorer.widget
 # ## Key points
 #
 # - A transformer block keeps, per token and hidden unit, a few dozen bytes that do not depend on the sequence (the inputs of its linear layers and norms, the MLP's wide tensors, the residual stream), plus the attention scores, a·s² per sequence, only if the kernel keeps them.
-# - The published formulas count someone's implementation: Korthikanti's 34·s·b·h + 5·a·s²·b is Megatron-LM's 16-bit GPT with dropout and scores kept; ZeRO's 12 values per s·b·h has no s² at all. PyTorch with `torch.autocast` keeps 44 + 4·a·s/h (math kernel) or 36 (flash) for a GPT-2 block, and Llama's block keeps more (SwiGLU's four wide tensors, per-projection casts, repeated keys and values).
+# - The published formulas count someone's implementation: Korthikanti's 34·s·b·h + 5·a·s²·b is Megatron-LM's 16-bit GPT with dropout and scores kept; ZeRO's 12 values per s·b·h has no s² at all. PyTorch with `torch.autocast` keeps 42 + 4·a·s/h (math kernel; 44 with dropout) or 36 (flash) bytes per s·b·h for a GPT-2 block, plus its 16-bit weight copies, and Llama's block keeps more (SwiGLU's four wide tensors, per-projection casts, repeated keys and values).
 # - Flash and memory-efficient attention remove the s² term: Llama 8B at 16k tokens keeps a tenth of what the formula says. Measure with the kernel your GPU runs.
 # - Full checkpointing per block leaves the block inputs (and, under autocast, 2 bytes per parameter of weight copies); a selective policy keeps what is costly to recompute, and must match the kernel: "save the matmuls" keeps the math kernel's scores.
 # - The logits (s·b·vocab, float32 for the loss) can be the largest tensor of a step; a chunked cross-entropy never holds them all. At inference the KV cache, 2·layers·KV heads·head size·2 bytes per token, decides the context: 128 KiB per token for Llama-3 8B.
