@@ -216,6 +216,44 @@ def _dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
     return input * torch.zeros((), dtype=input.dtype, device=input.device)  # p == 1
 
 
+class _FusedRMSNorm(torch.autograd.Function):
+    """RMSNorm with the GPU's fused kernel's saved tensors: the input, the weight and
+    the inverse RMS per row, float32 for 16-bit inputs (``_fused_rms_norm`` in
+    ``derivatives.yaml``).  Its gradients are RMSNorm's, computed in Python."""
+
+    @staticmethod
+    def forward(ctx, input, weight, dims, eps):
+        with torch.no_grad():
+            rstd = torch.rsqrt(input.to(torch.promote_types(input.dtype, torch.float32)).pow(2).mean(dims, keepdim=True) + eps)
+            out = (input * rstd).to(input.dtype)
+            if weight is not None:
+                out = out * weight
+        ctx.dims = dims
+        ctx.save_for_backward(input, weight, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        input, weight, rstd = ctx.saved_tensors
+        normed = input * rstd
+        g = grad * weight if weight is not None else grad
+        n = math.prod(input.shape[d] for d in ctx.dims)
+        grad_input = rstd * (g - normed * (g * normed).sum(ctx.dims, keepdim=True) / n)
+        grad_weight = None
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_weight = (grad * normed).sum(tuple(range(input.dim() - weight.dim())))
+        return grad_input.to(input.dtype), grad_weight, None, None
+
+
+def _rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``aten::rms_norm`` as on a GPU: the fused kernel (:class:`_FusedRMSNorm`), where
+    the CPU's composite also keeps the normalised input."""
+    if eps is None:
+        eps = torch.finfo(input.dtype).eps
+    dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
+    return _FusedRMSNorm.apply(input, weight, dims, eps)
+
+
 def _attention(kernel: str):
     """``scaled_dot_product_attention`` running the chosen kernel (see :func:`cuda_rules`)."""
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
@@ -251,6 +289,7 @@ def cuda_rules(attention: str = "auto"):
                 library.impl(name, _kernel(op, policy), "AutocastCPU")
             library.impl("dropout", _dropout, "CompositeImplicitAutograd")
             library.impl("scaled_dot_product_attention", _attention(attention), "CompositeImplicitAutograd")
+            library.impl("rms_norm", _rms_norm, "CompositeImplicitAutograd")
         yield
     finally:
         library._destroy()

@@ -1,0 +1,197 @@
+"""A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings.
+
+Introduced in lesson 08 (transformers and sequence length).  Small and
+readable, not a port of any released code: it has the shapes and the
+operations that decide memory, so that the simulation (which builds it on the
+``meta`` device) counts what a Llama-3 model keeps.  Nothing is downloaded.
+
+The architecture follows Touvron et al. 2023 ("LLaMA: Open and Efficient
+Foundation Language Models") and the Llama 3 report (Grattafiori et al. 2024,
+"The Llama 3 Herd of Models", table 3 for the 8B sizes):
+
+* token embedding ``(vocab, h)``, no position embedding, untied output head;
+* ``n_layer`` pre-norm blocks: ``x + o(attention(rope(q(n(x))), rope(k(n(x))), v(n(x))))``
+  with ``n = torch.nn.RMSNorm``, then ``x + down(silu(gate(n(x))) * up(n(x)))``
+  (SwiGLU, Shazeer 2020); no biases anywhere;
+* grouped-query attention (Ainslie et al. 2023): ``n_head`` query heads share
+  ``n_kv_head`` key and value heads.  The keys and values are repeated to
+  ``n_head`` heads before ``scaled_dot_product_attention`` (``expand`` and
+  ``reshape``), as Hugging Face's ``repeat_kv`` does, so that every attention
+  kernel can run it (the simulation sends ``enable_gqa=True`` to the math
+  kernel, see :mod:`helpers.cuda_semantics`);
+* rotary position embeddings (Su et al. 2021, "RoFormer"), their cosines and
+  sines computed once per forward pass from the positions, in float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """The sizes of a Llama-shaped model.
+
+    Attributes:
+        vocab_size: tokens in the vocabulary (Llama 3: 128256).
+        n_positions: the longest sequence accepted (Llama 3.1: 131072).
+        d_model: the hidden size h.
+        n_layer: blocks.
+        n_head: query heads a (``d_model`` must be a multiple of it).
+        n_kv_head: key and value heads (``n_head`` must be a multiple of it).
+        intermediate: the MLP's inner width (Llama-3 8B: 14336 = 3.5 h).
+        rope_theta: the base of the rotary frequencies (Llama 3: 500000).
+        eps: RMSNorm's epsilon.
+    """
+
+    vocab_size: int = 128256
+    n_positions: int = 131072
+    d_model: int = 4096
+    n_layer: int = 32
+    n_head: int = 32
+    n_kv_head: int = 8
+    intermediate: int = 14336
+    rope_theta: float = 500000.0
+    eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("vocab_size", "n_positions", "d_model", "n_layer", "n_head", "n_kv_head", "intermediate"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+        if (self.d_model // self.n_head) % 2:
+            raise ValueError(f"the head size d_model / n_head = {self.d_model // self.n_head} must be even (rotary)")
+
+    @property
+    def head_dim(self) -> int:
+        """The size of one head, ``d_model // n_head``."""
+        return self.d_model // self.n_head
+
+    def parameter_count(self) -> int:
+        """Parameters of :class:`Llama` with these sizes.
+
+        Per block: two RMSNorm weights (2h), q and o (h x h each), k and v
+        (h x kv·d each, kv·d = ``n_kv_head * head_dim``), gate, up and down
+        (h x intermediate each).  Plus the embedding and the untied head
+        (vocab x h each) and the final RMSNorm (h).  Llama-3 8B: 8,030,261,248.
+        """
+        h, kv = self.d_model, self.n_kv_head * self.head_dim
+        block = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * self.intermediate
+        return self.n_layer * block + 2 * self.vocab_size * h + h
+
+
+#: Llama-shaped presets: Llama-3 8B's sizes (the Llama 3 report, table 3), and a
+#: tiny one with the same structure (4 query heads sharing 2 key/value heads) for tests.
+LLAMA_PRESETS = {
+    "llama3-8b": LlamaConfig(),
+    "llama-tiny": LlamaConfig(vocab_size=1000, n_positions=4096, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
+                              intermediate=224),
+}
+
+
+def rotary(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32.
+
+    Position ``p`` and frequency ``theta ** (-2i / head_dim)`` give the angle
+    ``p * theta ** (-2i / head_dim)``, repeated for the two halves of a head
+    (the "rotate half" layout of Hugging Face's Llama).
+    """
+    inverse = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inverse)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply the rotary embedding to ``(batch, heads, seq, head_dim)``, in ``x``'s dtype
+    (under autocast the cosines and sines are cast to the 16-bit type of the projections)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    half = x.shape[-1] // 2
+    turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + turned * sin
+
+
+class LlamaAttention(nn.Module):
+    """Grouped-query causal self-attention with rotary embeddings, no biases."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.n_kv_head, config.head_dim
+        kv = config.n_kv_head * config.head_dim
+        self.q = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.k = nn.Linear(config.d_model, kv, bias=False)
+        self.v = nn.Linear(config.d_model, kv, bias=False)
+        self.o = nn.Linear(config.d_model, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q = self.q(x).view(b, s, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.k(x).view(b, s, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = self.v(x).view(b, s, self.n_kv_head, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        groups = self.n_head // self.n_kv_head
+        if groups > 1:  # repeat_kv: each key/value head serves `groups` query heads
+            k, v = (t[:, :, None].expand(b, self.n_kv_head, groups, s, self.head_dim)
+                    .reshape(b, self.n_head, s, self.head_dim) for t in (k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, h))
+
+
+class LlamaBlock(nn.Module):
+    """A pre-norm Llama block: x + attention(norm(x)), then x + SwiGLU(norm(x))."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(config.d_model, eps=config.eps)
+        self.attn = LlamaAttention(config)
+        self.mlp_norm = nn.RMSNorm(config.d_model, eps=config.eps)
+        self.gate = nn.Linear(config.d_model, config.intermediate, bias=False)
+        self.up = nn.Linear(config.d_model, config.intermediate, bias=False)
+        self.down = nn.Linear(config.intermediate, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        n = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(n)) * self.up(n))
+
+
+class Llama(nn.Module):
+    """A Llama-shaped decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``.
+
+    Args:
+        config: the sizes, or a preset name of :data:`LLAMA_PRESETS`.
+
+    Raises:
+        ValueError: for an unknown preset, or a sequence longer than ``n_positions``.
+    """
+
+    def __init__(self, config: LlamaConfig | str = "llama-tiny"):
+        super().__init__()
+        if isinstance(config, str):
+            if config not in LLAMA_PRESETS:
+                raise ValueError(f"unknown Llama preset {config!r}; use one of {', '.join(LLAMA_PRESETS)}")
+            config = LLAMA_PRESETS[config]
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(LlamaBlock(config) for _ in range(config.n_layer))
+        self.norm = nn.RMSNorm(config.d_model, eps=config.eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        seq = ids.shape[1]
+        if seq > self.config.n_positions:
+            raise ValueError(f"sequence length {seq} is longer than the model's context "
+                             f"({self.config.n_positions} positions)")
+        cos, sin = rotary(seq, self.config.head_dim, self.config.rope_theta, ids.device)
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.head(self.norm(x))

@@ -1,0 +1,506 @@
+"""Activation memory of transformers: a block tensor by tensor, formulas, and remedies.
+
+Introduced in lesson 08 (transformers and sequence length).  All sizes are in
+bytes; 1 MiB = 2**20 bytes, 1 GB = 10**9 bytes.
+
+* :func:`gpt_block_kept` lists, tensor by tensor, what one block of
+  :class:`helpers.models.gpt.GPT` keeps for backward on a (simulated) GPU, as a
+  function of batch b, sequence s, hidden h and heads a; the tests check that
+  its sum equals the engine's measurement, byte for byte;
+* :data:`KORTHIKANTI_TERMS` and :func:`korthikanti_layer_bytes`: the published
+  formula s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022, arXiv:2205.05198,
+  section 4.1), term by term;
+* :func:`measure_blocks`: the engine's bytes kept per block, measured on a
+  forward pass of a (small) model on the simulated GPU, with a checkpointing
+  policy of :data:`CHECKPOINT_POLICIES`;
+* :class:`CheckpointedBlock`: full or selective activation checkpointing of one
+  block (``torch.utils.checkpoint`` with ``create_selective_checkpoint_contexts``);
+* :func:`chunked_cross_entropy`: the output head and its loss, a chunk of
+  tokens at a time, without ever holding all the logits;
+* :func:`kv_cache_bytes_per_token`: the inference KV cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from .memory import Meter, round_up
+
+#: Korthikanti et al. 2022 (arXiv:2205.05198), section 4.1: what one transformer
+#: layer stores, in bytes, with 16-bit activations and 1-byte dropout masks, as
+#: (tensor, coefficient of s·b·h, coefficient of a·s²·b).  They sum to 34 and 5.
+KORTHIKANTI_TERMS = (
+    ("LayerNorm 1 input", 2, 0),
+    ("QKV projection input", 2, 0),
+    ("Q and K (for QK^T)", 4, 0),
+    ("softmax output", 0, 2),
+    ("softmax dropout mask", 0, 1),
+    ("dropout output (for attention over V)", 0, 2),
+    ("V", 2, 0),
+    ("output projection input", 2, 0),
+    ("attention dropout mask", 1, 0),
+    ("LayerNorm 2 input", 2, 0),
+    ("MLP first linear input", 2, 0),
+    ("GeLU input", 8, 0),
+    ("MLP second linear input", 8, 0),
+    ("MLP dropout mask", 1, 0),
+)
+
+
+def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
+    """Activation bytes of one transformer layer by Korthikanti et al. 2022 (eq. 1):
+    s·b·h·(34 + 5·a·s/h) = 34·s·b·h + 5·a·s²·b.
+
+    The Ultra-Scale Playbook (Hugging Face, 2025) uses the same formula times the
+    number of layers.  It assumes 16-bit activations, dropout (1-byte masks)
+    and attention that keeps the a·s² scores; no tensor parallelism.
+
+    Raises:
+        ValueError: for a size below 1.
+    """
+    for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)):
+        _check(name, value)
+    return 34 * seq * batch * hidden + 5 * heads * seq * seq * batch
+
+
+def _check(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One tensor a block keeps for backward (or keeps alive while it is needed).
+
+    Attributes:
+        name: what it is (``"softmax output (the scores)"``).
+        shape: its shape.
+        dtype: its dtype.
+        paper: the entry of :data:`KORTHIKANTI_TERMS` it corresponds to, or
+            ``""`` when the paper does not count it.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    paper: str = ""
+
+    @property
+    def nbytes(self) -> int:
+        """Its storage, rounded up to the caching allocator's 512-byte blocks."""
+        return round_up(math.prod(self.shape) * self.dtype.itemsize)
+
+
+def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool = False,
+                   attention: str = "math", dropout: bool = False) -> list[Kept]:
+    """What one block of :class:`helpers.models.gpt.GPT` keeps, tensor by tensor.
+
+    Derived from what each operation saves for backward on a CUDA GPU
+    (``tools/autograd/derivatives.yaml``; the math attention kernel of
+    ``aten/src/ATen/native/transformers/attention.cpp``), as the simulation
+    runs it: every storage allocated while the block runs and still alive at
+    the end of the forward pass, including the block's output (the next
+    block's input, which Korthikanti et al. count as that block's LayerNorm
+    input) and, under AMP, the 16-bit copies of its weights and biases that
+    autocast caches.  Their sum is the block's share of the activations, and
+    equals the engine's measurement (:func:`measure_blocks`) exactly.
+
+    Args:
+        batch, seq, hidden, heads: b, s, h, a (``hidden`` a multiple of ``heads``).
+        amp: float16 autocast (16-bit matmuls, float32 LayerNorms and residual
+            stream, as CUDA's autocast lists say); else float32 throughout.
+        attention: ``"math"`` (keeps the a·s² scores) or ``"flash"`` (keeps q,
+            k, v, the output and a log-sum-exp).
+        dropout: the block has dropout before each residual sum (1-byte masks).
+
+    Returns:
+        A list of :class:`Kept`, in the order the forward pass makes them.
+
+    Raises:
+        ValueError: for a size below 1, ``hidden`` not a multiple of ``heads``,
+            or another attention kernel.
+    """
+    for name, value in (("batch", batch), ("seq", seq), ("hidden", hidden), ("heads", heads)):
+        _check(name, value)
+    if hidden % heads:
+        raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
+    if attention not in ("math", "flash"):
+        raise ValueError(f"attention must be 'math' or 'flash', got {attention!r}")
+    b, s, h, a, d = batch, seq, hidden, heads, hidden // heads
+    f32, half = torch.float32, torch.float16
+    w = half if amp else f32  # what the matmuls return
+    kept = [
+        Kept("LayerNorm 1 mean", (b, s, 1), f32),
+        Kept("LayerNorm 1 inverse std", (b, s, 1), f32),
+        Kept("QKV projection input (LayerNorm 1 output)", (b, s, h), w, "QKV projection input"),
+    ]
+    if attention == "math":
+        # The math kernel computes in float32 (it upcasts 16-bit inputs), and its
+        # matmuls keep their operands: the scaled q, the scaled k transposed, the
+        # softmax output (also the left operand of the second matmul), and v.
+        kept += [
+            Kept("q, scaled (float32)", (b, a, s, d), f32, "Q and K (for QK^T)"),
+            Kept("k transposed, scaled (float32)", (b, a, d, s), f32, "Q and K (for QK^T)"),
+            Kept("softmax output (the scores)", (b, a, s, s), f32, "softmax output"),
+            Kept("v (float32)", (b, a, s, d), f32, "V"),
+            Kept("output projection input (heads merged: a copy)", (b, s, a, d), w, "output projection input"),
+        ]
+    else:
+        kept += [
+            Kept("q, k, v (the QKV projection's output)", (b, s, 3 * h), w, "Q and K (for QK^T)"),
+            Kept("attention output (= output projection input)", (b, a, s, d), w, "output projection input"),
+            Kept("log-sum-exp per row and head", (b, a, s), f32),
+        ]
+    if dropout:
+        kept.append(Kept("attention dropout mask", (b, s, h), torch.bool, "attention dropout mask"))
+    kept += [
+        Kept("residual stream after attention (LayerNorm 2 input)", (b, s, h), f32, "LayerNorm 2 input"),
+        Kept("LayerNorm 2 mean", (b, s, 1), f32),
+        Kept("LayerNorm 2 inverse std", (b, s, 1), f32),
+        Kept("MLP first linear input (LayerNorm 2 output)", (b, s, h), w, "MLP first linear input"),
+        Kept("GELU input", (b, s, 4 * h), w, "GeLU input"),
+        Kept("MLP second linear input (GELU output)", (b, s, 4 * h), w, "MLP second linear input"),
+    ]
+    if dropout:
+        kept.append(Kept("MLP dropout mask", (b, s, h), torch.bool, "MLP dropout mask"))
+    kept.append(Kept("block output (next LayerNorm 1 input)", (b, s, h), f32, "LayerNorm 1 input"))
+    if amp:
+        for shape in ((3 * h, h), (h, h), (4 * h, h), (h, 4 * h)):
+            kept.append(Kept("16-bit weight copy (autocast cache)", shape, half))
+        for n in (3 * h, h, 4 * h, h):
+            kept.append(Kept("16-bit bias copy (autocast cache)", (n,), half))
+    return kept
+
+
+def kept_bytes(kept: list[Kept]) -> int:
+    """The sum of :attr:`Kept.nbytes` (each storage rounded up to 512 bytes)."""
+    return sum(k.nbytes for k in kept)
+
+
+#: Activation checkpointing of each block: none, full (the block keeps only its
+#: input and recomputes everything in backward), or selective (matmul and
+#: attention outputs saved, the rest recomputed; see :class:`CheckpointedBlock`).
+CHECKPOINT_POLICIES = ("none", "full", "selective")
+
+#: The operations whose outputs the selective policy saves: the matmuls, and
+#: the fused attention kernels (CUDA's and the CPU's, which the simulation runs).
+SAVED_BY_SELECTIVE = (
+    torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+)
+
+
+def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    """The selective policy: save the outputs of :data:`SAVED_BY_SELECTIVE`, recompute the rest."""
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class CheckpointedBlock(nn.Module):
+    """A transformer block run under activation checkpointing.
+
+    ``"full"``: ``torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False)``:
+    the block keeps its input only, and runs again in backward.  ``"selective"``:
+    the same with ``context_fn=functools.partial(create_selective_checkpoint_contexts,
+    policy)``, whose policy saves the outputs of the matmuls and fused attention
+    kernels (:data:`SAVED_BY_SELECTIVE`) and recomputes the cheap rest
+    (LayerNorms, GELU, residual sums, softmax): the policy of the PyTorch blog
+    post *Current and New Activation Checkpointing Techniques in PyTorch* (2025).
+
+    Args:
+        block: the block (called with the same arguments).
+        policy: ``"full"`` or ``"selective"``.
+
+    Raises:
+        ValueError: for another policy.
+    """
+
+    def __init__(self, block: nn.Module, policy: str):
+        super().__init__()
+        if policy not in ("full", "selective"):
+            raise ValueError(f"policy must be 'full' or 'selective', got {policy!r}")
+        self.block, self.policy = block, policy
+
+    def forward(self, *args):
+        options = {"use_reentrant": False}
+        if self.policy == "selective":
+            options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
+        return checkpoint(self.block, *args, **options)
+
+
+def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
+    """Wrap each of ``model.blocks`` in a :class:`CheckpointedBlock` (in place; returned).
+
+    Raises:
+        ValueError: for a policy not in :data:`CHECKPOINT_POLICIES`, or a model
+            without a ``blocks`` list.
+    """
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
+    if not isinstance(getattr(model, "blocks", None), nn.ModuleList):
+        raise ValueError(f"{type(model).__name__} has no 'blocks' list to checkpoint")
+    if policy != "none":
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = CheckpointedBlock(block, policy)
+    return model
+
+
+def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention: str = "math",
+                   policy: str = "none") -> list[int]:
+    """Bytes each block keeps at the end of its forward pass, measured by the engine.
+
+    Runs ``build()``'s forward pass on ``(batch, seq)`` token ids on the
+    simulated GPU (:class:`helpers.memory.Meter`, CUDA's rules) with autograd
+    recording, and reads the bytes allocated just after each block returns:
+    block i's figure is the growth since block i-1 returned (since block 0
+    started, for block 0), i.e. every storage it made that is still alive:
+    what it keeps for backward, and its output.
+
+    Args:
+        build: a function returning a model with ``blocks`` (an ``nn.ModuleList``),
+            ``config.vocab_size``, and token-id input: a
+            :class:`helpers.models.gpt.GPT` or :class:`helpers.models.llama.Llama`.
+            Built on ``meta``: nothing is allocated.
+        batch, seq: the token ids' shape.
+        amp: float16 autocast.
+        attention: the simulated kernel (:data:`helpers.config.ATTENTION`).
+        policy: one of :data:`CHECKPOINT_POLICIES`.
+
+    Returns:
+        One figure per block, in bytes.
+
+    Raises:
+        ValueError: for bad sizes, an unknown kernel or policy.
+    """
+    from .config import ATTENTION
+
+    _check("batch", batch)
+    _check("seq", seq)
+    if attention not in ATTENTION:
+        raise ValueError(f"unknown attention {attention!r}; use one of {', '.join(ATTENTION)}")
+    meter = Meter("simulated", attention=attention)
+    unplaced = meter.runtime.build(build)
+    checkpoint_blocks(unplaced, policy)
+    marks: list[int] = []
+    with meter:
+        model = meter.runtime.place(unplaced)
+        blocks = list(model.blocks)
+        hooks = [blocks[0].register_forward_pre_hook(lambda *_: marks.append(meter.allocated()))]
+        hooks += [b.register_forward_hook(lambda *_: marks.append(meter.allocated())) for b in blocks]
+        ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=meter.device)
+        autocast = torch.autocast("cpu", dtype=torch.float16, enabled=amp)
+        with autocast:
+            out = model(ids)
+        del out
+        for hook in hooks:
+            hook.remove()
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          chunks: int) -> torch.Tensor:
+    """Mean next-token cross-entropy of ``hidden @ weight.T``, a chunk of tokens at a time.
+
+    Each chunk's logits are computed, reduced to a summed loss, and dropped;
+    ``torch.utils.checkpoint`` recomputes them in backward, one chunk at a
+    time, so at most one chunk's logits (and its float32 log-softmax) are ever
+    alive, instead of ``tokens x vocab`` of each.  The idea of Liger Kernel's
+    and torchtune's chunked losses, in plain PyTorch.
+
+    Args:
+        hidden: ``(tokens, h)`` (or ``(batch, seq, h)``, flattened) final hidden states.
+        weight: the output head's ``(vocab, h)`` weight.
+        targets: ``(tokens,)`` (or ``(batch, seq)``) int64 token ids.
+        chunks: how many pieces the tokens are split into (1: one piece).
+
+    Returns:
+        The mean loss over all tokens (a scalar).
+
+    Raises:
+        ValueError: for ``chunks`` below 1 or more than the tokens, or shapes that disagree.
+    """
+    hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    if hidden.shape[0] != targets.shape[0]:
+        raise ValueError(f"{hidden.shape[0]} hidden states but {targets.shape[0]} targets")
+    _check("chunks", chunks)
+    if chunks > hidden.shape[0]:
+        raise ValueError(f"chunks ({chunks}) cannot exceed the tokens ({hidden.shape[0]})")
+
+    def piece(x, w, t):
+        return F.cross_entropy(F.linear(x, w), t, reduction="sum")  # float32 under autocast
+
+    total = sum(checkpoint(piece, x, weight, t, use_reentrant=False)
+                for x, t in zip(hidden.chunk(chunks), targets.chunk(chunks)))
+    return total / hidden.shape[0]
+
+
+def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
+    """Bytes of KV cache per token of context: a key and a value per layer and
+    key/value head, ``2 · layers · kv_heads · head_dim · dtype_bytes``.
+
+    Raises:
+        ValueError: for a size below 1.
+    """
+    for name, value in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                        ("dtype_bytes", dtype_bytes)):
+        _check(name, value)
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def transformer_presets() -> dict:
+    """The models of lesson 08, by name: the four GPT-2 sizes and Llama-3 8B (configs)."""
+    from .models.gpt import GPT2_PRESETS
+    from .models.llama import LLAMA_PRESETS
+
+    return {**GPT2_PRESETS, "llama3-8b": LLAMA_PRESETS["llama3-8b"]}
+
+
+def _builder(config):
+    from .models.gpt import GPT, GPTConfig
+    from .models.llama import Llama
+
+    return (lambda: GPT(config)) if isinstance(config, GPTConfig) else (lambda: Llama(config))
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_bytes(config, batch: int, seq: int, amp: bool, attention: str, policy: str) -> int:
+    import dataclasses
+
+    two = dataclasses.replace(config, n_layer=2)
+    return measure_blocks(_builder(two), batch, seq, amp=amp, attention=attention, policy=policy)[1]
+
+
+def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
+                   policy: str = "none"):
+    """Memory at the end of the forward pass of a steady-state training step with Adam.
+
+    The moment the activations peak.  By category, in bytes:
+
+    * parameters (4 per parameter: float32, also under ``torch.autocast``) and
+      Adam's states (8 per parameter); gradients are not allocated yet
+      (``zero_grad(set_to_none=True)``);
+    * activations: the layer count times one block's bytes, measured by the
+      engine on a two-block copy of the model (:func:`measure_blocks`; every
+      block keeps the same, which lesson 08 checks); the embeddings' and the
+      final norm's few tensors are left out;
+    * other: the logits, ``batch x seq x vocab`` in 16 bits under AMP (else
+      float32), and the float32 log-softmax that cross-entropy keeps.
+
+    GPT-2's learned position embedding is extended to ``seq`` positions when
+    ``seq`` is longer than its 1024 (it then has more parameters).
+
+    Args:
+        model: a name of :func:`transformer_presets`.
+        seq, batch: tokens per sequence, sequences per batch.
+        amp: float16 autocast.
+        attention: ``"math"``, ``"flash"`` (or ``"efficient"``, which the
+            simulation runs as flash).
+        policy: one of :data:`CHECKPOINT_POLICIES`.
+
+    Returns:
+        A :class:`helpers.batch.Estimate` (backend ``"simulated"``).
+
+    Raises:
+        ValueError: for an unknown model, a size below 1, an unknown kernel or policy.
+    """
+    import dataclasses
+
+    from .batch import Estimate
+    from .models.gpt import GPTConfig
+
+    presets = transformer_presets()
+    if model not in presets:
+        raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
+    _check("seq", seq)
+    _check("batch", batch)
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
+    config = presets[model]
+    if isinstance(config, GPTConfig) and seq > config.n_positions:
+        config = dataclasses.replace(config, n_positions=seq)
+    elif seq > config.n_positions:
+        raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
+    params = config.parameter_count()
+    per_layer = _layer_bytes(config, batch, seq, amp, attention, policy)
+    logits = batch * seq * config.vocab_size
+    categories = {"parameters": 4 * params, "gradients": 0, "optimizer_states": 8 * params,
+                  "input": 2 * round_up(batch * seq * 8), "activations": config.n_layer * per_layer,
+                  "other": round_up(logits * (2 if amp else 4)) + round_up(logits * 4)}
+    where = (f"end of the forward pass ({model}, {config.n_layer} layers x {per_layer / 2**20:,.1f} MiB measured "
+             f"per layer, {attention} attention, checkpointing {policy}{', AMP' if amp else ''})")
+    return Estimate(batch, sum(categories.values()), categories, where, True, "simulated")
+
+
+class SequenceExplorer:
+    """Lesson 08's widget: a transformer's memory against a GPU, by sequence length.
+
+    Controls: the model (:func:`transformer_presets`), sequence length, batch
+    size, AMP, the checkpointing policy, the attention kernel and the GPU.  The
+    view (made by :func:`helpers.widgets.render`) shows :func:`end_of_forward`
+    as a bar stacked by category against the GPU's memory, with the assumed
+    1 GiB of CUDA context and workspaces, and whether it fits.  Display
+    ``explorer.widget``; ``explorer.summary()`` gives the same figures as text.
+
+    Raises:
+        ValueError: for an unknown model, sequence length, kernel, policy or GPU.
+    """
+
+    SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+    def __init__(self, model: str = "llama3-8b", seq: int = 4096, batch_size: int = 1, amp: bool = True,
+                 policy: str = "none", attention: str = "flash", capacity: str = "H100 80 GB"):
+        import ipywidgets as widgets
+
+        from .memory import GPU_CARDS
+
+        if seq not in self.SEQ_LENS:
+            raise ValueError(f"seq must be one of {', '.join(map(str, self.SEQ_LENS))}, got {seq!r}")
+        if capacity not in GPU_CARDS:
+            raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(GPU_CARDS)}")
+        if attention not in ("math", "flash"):
+            raise ValueError(f"attention must be 'math' or 'flash', got {attention!r}")
+        end_of_forward(model, 512, 1, policy=policy)  # checks the model and the policy
+        _check("batch_size", batch_size)
+        style = {"description_width": "110px"}
+        self.model = widgets.Dropdown(options=list(transformer_presets()), value=model, description="model",
+                                      style=style)
+        self.seq = widgets.Dropdown(options=list(self.SEQ_LENS), value=seq, description="sequence", style=style)
+        self.batch_size = widgets.BoundedIntText(batch_size, min=1, max=512, description="batch size", style=style)
+        self.amp = widgets.Checkbox(amp, description="AMP (float16)")
+        self.policy = widgets.Dropdown(options=list(CHECKPOINT_POLICIES), value=policy, description="checkpointing",
+                                       style=style)
+        self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
+                                          style=style)
+        self.capacity = widgets.Dropdown(options=list(GPU_CARDS), value=capacity, description="GPU", style=style)
+        self.cards = dict(GPU_CARDS)
+        self.view = widgets.HTML()
+        controls = (self.model, self.seq, self.batch_size, self.amp, self.policy, self.attention, self.capacity)
+        self.widget = widgets.VBox([widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
+        for control in controls:
+            control.observe(lambda change: self.update(), names="value")
+        self.update()
+
+    def update(self) -> None:
+        """Recompute for the controls' values and redraw the view."""
+        from .widgets import render
+
+        self.view.value = '<div style="color:#555">measuring ...</div>'
+        self.result = end_of_forward(self.model.value, self.seq.value, self.batch_size.value, amp=self.amp.value,
+                                     attention=self.attention.value, policy=self.policy.value)
+        gpu = self.capacity.value
+        self.message, self.view.value = render(self.result, gpu, self.cards[gpu])
+
+    def summary(self) -> str:
+        """The verdict and the bytes by category, as text (GB = 10**9 bytes)."""
+        lines = [self.message]
+        lines += [f"  {name.replace('_', ' '):<17} {nbytes / 1e9:>9.2f} GB" for name, nbytes in
+                  self.result.categories.items()]
+        return "\n".join(lines)
