@@ -26,7 +26,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .cuda_semantics import SimulatedGradScaler, cuda_rules, host_side_steps
-from .memory import StorageTracker
+from .memory import StorageTracker, simulated_autocast
 from .techniques.optimizers import make_optimizer
 
 _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
@@ -262,6 +262,9 @@ class SimulatedBackend(Backend):
     def place(self, model):
         # Every parameter and buffer gets a fake storage of its size.
         return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=self.device))
+
+    def autocast(self, dtype):
+        return simulated_autocast(dtype)
 
     def grad_scaler(self, dtype):
         return SimulatedGradScaler() if dtype == torch.float16 else None

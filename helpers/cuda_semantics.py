@@ -133,6 +133,14 @@ def _kernel(op, policy: str):
         return first is not None and _eligible(first)
 
     if policy == "passthrough":
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+            # On a GPU a composite (cross_entropy_loss, ...) has no autocast kernel:
+            # it falls through, and the operations it is made of meet autocast one
+            # by one (log_softmax in float32).  Split it here, autocast still on.
+            def decompose(*args, **kwargs):
+                out = op.decompose(*args, **kwargs)
+                return run(args, kwargs) if out is NotImplemented else out
+            return decompose
         return lambda *args, **kwargs: run(args, kwargs)
     if policy == "banned":
         def banned(*args, **kwargs):

@@ -27,6 +27,8 @@ All sizes are in bytes; 1 MiB = 2**20 bytes (not 1 MB = 10**6 bytes).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import weakref
 from typing import NamedTuple
 
@@ -270,6 +272,31 @@ def oom_message(requested: int, capacity: int, in_use: int, allocated: int, rese
     )
 
 
+#: The 16-bit type of the simulated GPU's autocast while
+#: :func:`simulated_autocast` is active (None outside it).
+_AUTOCAST_DTYPE: contextvars.ContextVar = contextvars.ContextVar("simulated_autocast", default=None)
+
+
+@contextlib.contextmanager
+def simulated_autocast(dtype: torch.dtype):
+    """``torch.autocast`` on the CPU's fake tensors, standing for CUDA's.
+
+    The same as ``torch.autocast("cpu", dtype=dtype)``, and it tells the
+    storage tracker that autocast is on: under ``torch.inference_mode()`` the
+    tracker splits composite operations itself (see :class:`StorageTracker`),
+    where PyTorch has switched autocast off, and must switch it on again for
+    their parts, as a GPU's dispatcher does (a composite such as
+    ``cross_entropy_loss`` has no autocast kernel: its ``nll_loss`` is what
+    autocast casts to float32).
+    """
+    token = _AUTOCAST_DTYPE.set(dtype)
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            yield
+    finally:
+        _AUTOCAST_DTYPE.reset(token)
+
+
 class LogEntry(NamedTuple):
     """One change in allocated memory: a storage allocated, freed or resized.
 
@@ -365,8 +392,9 @@ class StorageTracker(TorchDispatchMode):
             # Under torch.inference_mode() the autograd layer, which normally
             # splits a composite operation (cross_entropy, to, ...) into the
             # operations it is made of, is skipped, so the composite arrives
-            # here whole and would hide its intermediate tensors: split it here.
-            with self:
+            # here whole and would hide its intermediate tensors: split it here,
+            # with autocast on again if it was (simulated_autocast).
+            with self, _autocast_again():
                 out = func.decompose(*args, **(kwargs or {}))
             if out is not NotImplemented:
                 return out
@@ -450,6 +478,18 @@ class StorageTracker(TorchDispatchMode):
         self.peak = self.allocated
         self.peak_serials = self.live_serials()
         self.peak_at = len(self.sizes) - 1
+
+
+def _autocast_again():
+    """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again."""
+    dtype = _AUTOCAST_DTYPE.get()
+    if dtype is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.AutocastCPU)
+    stack.enter_context(torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded))
+    stack.enter_context(torch.autocast("cpu", dtype=dtype))
+    return stack
 
 
 class Meter:

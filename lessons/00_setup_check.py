@@ -202,10 +202,10 @@ assert sum(bf16.values()) == sum(forward_saved_bytes(lambda: nn.Sequential(nn.Li
 # | parameters, gradients, optimizer states | exact | exact |
 # | activations and every other tensor, with their lifetimes | the CPU's kernels with CUDA's rules for dropout, autocast, attention (above) | exact |
 # | 512-byte rounding of each allocation | modelled | real |
-# | large blocks not split (section 2), cached blocks reused | **not modelled** | real |
+# | large blocks not split (section 2), cached blocks reused | not in the step's figures; lesson 06 replays the step through a model of the allocator | real |
 # | cuDNN / cuBLAS workspaces (scratch memory inside a kernel) | **not seen** | included |
 # | the CUDA context (a few hundred MiB per process, outside PyTorch's counters) | not seen | not in `memory_allocated` either; visible in `nvidia-smi` |
-# | memory *reserved* by the caching allocator but not in use | **not modelled** | `torch.cuda.memory_reserved()` |
+# | memory *reserved* by the caching allocator but not in use | not in the step's figures; modelled in lesson 06 (`helpers.allocator`) | `torch.cuda.memory_reserved()` |
 # | out-of-memory errors | only against a capacity you choose | real |
 #
 # So a simulated peak is what `torch.cuda.max_memory_allocated()` would report for the tensors of your code, to within the unsplit blocks of section 2 (and, for attention, if your GPU picks the kernel you named); on a real GPU expect a little more (workspaces, blocks), and plan for the reserved pool and the context on top. The lessons that show both backends say where they differ.

@@ -125,3 +125,37 @@ def test_float16_amp_uses_a_grad_scaler_whose_scale_autograd_keeps():
     assert bf16.peak_allocated_bytes <= step.peak_allocated_bytes
     assert isinstance(Meter("simulated").runtime.grad_scaler(torch.float16), SimulatedGradScaler)
     assert Meter("simulated").runtime.grad_scaler(torch.bfloat16) is None
+
+
+def _loss_storages(device: str, grad_mode) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """Shapes and dtypes of the storages a float16 cross-entropy allocates under autocast."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from helpers.memory import StorageTracker, simulated_autocast
+
+    with FakeTensorMode(allow_non_fake_inputs=True), (cuda_rules() if device == "cpu" else torch.no_grad()):
+        logits = torch.randn(64, 5000, device=device, dtype=torch.float16, requires_grad=True)
+        targets = torch.randint(0, 5000, (64,), device=device)
+        tracker = StorageTracker()
+        if device == "cuda":  # torch.autocast("cuda") switches itself off without a GPU
+            previous = torch.is_autocast_enabled("cuda")
+            torch.set_autocast_enabled("cuda", True)
+            autocast = torch.autocast("cpu", enabled=False)
+        else:
+            autocast = simulated_autocast(torch.float16)
+        try:
+            with grad_mode(), autocast, tracker:
+                F.cross_entropy(logits, targets)
+        finally:
+            if device == "cuda":
+                torch.set_autocast_enabled("cuda", previous)
+    return sorted(((tracker.shapes[s], tracker.dtypes[s]) for s in tracker.sizes), key=str)
+
+
+@pytest.mark.parametrize("grad_mode", [torch.enable_grad, torch.no_grad, torch.inference_mode])
+def test_cross_entropy_under_autocast_allocates_what_cuda_does(grad_mode):
+    """A composite without a CUDA autocast kernel is split, and autocast meets its parts:
+    float16 log-probabilities, then nll_loss's float32 copy of them (5000 x 64 x 4 bytes)."""
+    cuda = _loss_storages("cuda", grad_mode if grad_mode is not torch.inference_mode else torch.no_grad)
+    assert ((64, 5000), torch.float32) in cuda and ((64, 5000), torch.float16) in cuda
+    assert _loss_storages("cpu", grad_mode) == cuda
