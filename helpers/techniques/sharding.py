@@ -244,6 +244,9 @@ class ShardedStep:
             parameters at their most).
         after_forward: bytes per category at the end of the forward pass
             (the loss computed; ``other`` holds the activations).
+        timeline: after each allocation, free or resize of the traced step,
+            ``(phase, allocated bytes, unsharded parameters' bytes, all-gather
+            buffers' bytes)``.
     """
 
     model: str
@@ -258,6 +261,7 @@ class ShardedStep:
     at_peak: dict[str, int] = field(default_factory=dict)
     largest: dict[str, int] = field(default_factory=dict)
     after_forward: dict[str, int] = field(default_factory=dict)
+    timeline: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     @property
     def model_state_bytes(self) -> int:
@@ -388,6 +392,8 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
                     moments["step"] = tracker.live_serials()
                 opt.zero_grad()
             params = {tracker.serial_of(p) for p in net.parameters()}
+            for serial in _unsharded_serials(net, tracker):  # also at world size 1, where FSDP copies, not gathers
+                tracker.roles[serial] = "unsharded_parameters"
             peak_at, peak_serials = tracker.peak_at, tracker.peak_serials
 
     def label(serial):
@@ -417,14 +423,32 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
         if i < start_log:
             continue
         running = sum(totals.values())
+        phase = [p for at, p in phase_marks if at <= i][-1]
+        result.timeline.append((phase, running, totals["unsharded_parameters"], totals["all_gather_buffers"]))
         if running > best:
             best = running
-            peak_phase = [p for at, p in phase_marks if at <= i][-1]
+            peak_phase = phase
         for k in largest:
             largest[k] = max(largest[k], totals[k])
     result.largest = largest
     result.peak_phase = peak_phase
     return result
+
+
+def _unsharded_serials(model: nn.Module, tracker: StorageTracker) -> set[int]:
+    """Serials of the storages FSDP2 all-gathers each unit's parameters into
+    (``FSDPParam.all_gather_outputs``; resized to 0 bytes while resharded)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    serials = set()
+    for module in model.modules():
+        group = module._get_fsdp_state()._fsdp_param_group if isinstance(module, FSDPModule) else None
+        for fsdp_param in group.fsdp_params if group is not None else ():
+            for t in getattr(fsdp_param, "all_gather_outputs", ()):
+                serial = tracker.serial_of(t)
+                if serial is not None:
+                    serials.add(serial)
+    return serials
 
 
 def _empty_like_shard(t: torch.Tensor, device: torch.device, dtensor_type) -> torch.Tensor:
