@@ -194,6 +194,10 @@ print(f"most unsharded parameters at once:  {fmt_bytes(g4.largest['unsharded_par
       f"= root + one block: {fmt_bytes(4 * (root + block))}")
 print(f"most all-gather buffers at once:    {fmt_bytes(g4.largest['all_gather_buffers'])}")
 print(f"most reduce-scatter buffers at once: {fmt_bytes(g4.largest['reduce_scatter_buffers'])}")
+both = max(unsharded + buffers for _, _, unsharded, buffers in g4.timeline)
+print(f"most gathered parameters and all-gather buffers together: {fmt_bytes(both)} "
+      f"= 2 x (root + one block): {fmt_bytes(2 * 4 * (root + block))}")
+assert abs(both - 8 * (root + block)) < 0.001 * 8 * (root + block) and both > runs["gpt2", 8].model_state_bytes
 assert abs(g4.after_forward["unsharded_parameters"] - 4 * root) < 0.001 * 4 * root
 assert abs(g4.largest["unsharded_parameters"] - 4 * (root + block)) < 0.001 * 4 * (root + block)
 assert abs(g4.largest["all_gather_buffers"] - 4 * (root + block)) < 0.001 * 4 * (root + block)
@@ -203,11 +207,11 @@ assert abs(g4.largest["reduce_scatter_buffers"] - 4 * root) < 0.001 * 4 * root
 # Every transient is a unit's parameters in fp32, whole, and none of them shrinks with N:
 #
 # - **The root is not resharded after forward.** `fully_shard`'s default, `reshard_after_forward=None`, frees each block's gathered parameters when the block's forward ends (and gathers them again for its backward), but keeps the root's, since backward starts with the head and would gather them at once. The root holds the token embedding: 150 MiB that stay gathered from the start of forward to the end of backward.
-# - **The largest unit's all-gather.** The root is GPT-2's largest unit by far (39.4 million parameters against 7.1 million per block). Gathering it needs a flat buffer of its size *and* the unsharded parameters copied out of it: two copies of the embedding for a moment. DeepSpeed's estimator allows for this moment with its "4 × largest layer" term; here, in fp32, the gathered root and its buffer are 2 × 4 bytes per parameter of the root.
-# - **Prefetching.** To overlap communication with computation, FSDP2 keeps the previous unit's all-gather buffer in forward until the next unit's gather has started, and in backward gathers the next unit while the current one computes: two units' buffers at once (here the root's and a block's: 177.3 MiB).
+# - **The largest unit's all-gather.** The root is GPT-2's largest unit by far (39.4 million parameters against 7.1 million per block). Gathering it needs a flat buffer of its size *and* the unsharded parameters copied out of it: two copies of the embedding. DeepSpeed's estimator allows for such a moment with its "4 × largest layer" term; here, in fp32, the gathered root and its buffer alone are 2 × 4 bytes per parameter of the root.
+# - **Prefetching.** To overlap communication with computation, FSDP2 keeps the previous unit's all-gather buffer in forward until the next unit's gather has started, and in backward gathers the next unit while the current one computes: two units' buffers at once (here the root's and a block's: 177.3 MiB). At the start of forward both effects meet: the root and the first block are each there twice, buffer and gathered parameters, 354.6 MiB, more than rank 0's model states at N = 8.
 # - **Reduce-scatter.** A unit's unsharded gradients are copied into one flat buffer, and reduce-scattered from it; for the root, 150 MiB again.
 #
-# Shard a model into units of similar size and the transient is about two units, whatever N. GPT-2's vocabulary makes that impossible: its embedding is a third of the model, and at N = 8 its gathers alone exceed all of rank 0's model states. The `reshard_after_forward` option trades memory for communication; compare the three settings at N = 4:
+# Shard a model into units of similar size and the transient is a few units, whatever N. GPT-2's vocabulary makes that impossible: its embedding is a third of the model, and its unit, gathered, does not shrink with N. The `reshard_after_forward` option trades memory for communication; compare the three settings at N = 4:
 
 # %%
 reshard = {None: g4}

@@ -189,10 +189,6 @@ class _FSDPTracker(StorageTracker):
       reduce-scatter buffer).
     """
 
-    _ROLES = {"all_gather_copy_in": ("all_gather_buffers", "all_gather_buffers"),
-              "split_with_sizes_copy": (None, "unsharded_parameters"),
-              "chunk_cat": ("unsharded_gradients", "reduce_scatter_buffers")}
-
     def __init__(self):
         super().__init__(None, None)
         self.roles: dict[int, str] = {}
@@ -201,16 +197,14 @@ class _FSDPTracker(StorageTracker):
         kwargs = kwargs or {}
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if func.namespace == "fsdp" and not self.paused:
-            role_in, role_out = self._ROLES.get(func._opname, (None, None))
-            name = func._opname
-            if name == "all_gather_copy_in":
-                self._label(args[0], role_in)
-                self._label(out, role_out)
-            elif name == "split_with_sizes_copy":
-                self._label(kwargs.get("out", args[-1]), role_out)
-            elif name == "chunk_cat":
-                self._label(args[0], role_in)
-                self._label(kwargs.get("out"), role_out)
+            if func._opname == "all_gather_copy_in":      # (inputs, output buffer, ...) -> (input view, output)
+                self._label(args[0], "all_gather_buffers")
+                self._label(out, "all_gather_buffers")
+            elif func._opname == "split_with_sizes_copy":  # (buffer, sizes, *, out=unsharded parameters)
+                self._label(kwargs.get("out"), "unsharded_parameters")
+            elif func._opname == "chunk_cat":              # (unsharded gradients, ..., *, out=buffer)
+                self._label(args[0], "unsharded_gradients")
+                self._label(kwargs.get("out"), "reduce_scatter_buffers")
         return out
 
     def _label(self, tensors, role):
