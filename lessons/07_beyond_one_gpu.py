@@ -161,7 +161,7 @@ assert [round(mlp[n].model_state_bytes / (16 * P_MLP / n), 2) for n in (1, 2, 4,
 #
 # ## 3. ResNet18 and GPT-2 124M, rank by rank
 #
-# ResNet18 (each residual block one unit; the stem and the classifier in the root), at batch 8 per rank, and GPT-2 124M (each transformer block one unit; the embeddings, the final LayerNorm and the head, which shares the token embedding, in the root), at batch 8 and sequence 512 per rank, on 1, 2, 4 and 8 ranks (each run is a whole training step; the formulas hold for every N in between):
+# ResNet18 (each residual block one unit; the stem and the classifier in the root), at batch 8 per rank, and GPT-2 124M (each transformer block one unit; the embeddings, the final LayerNorm and the head, which shares the token embedding, in the root), at batch 8 and sequence 512 per rank, on 1, 2, 4 and 8 ranks (every run is two whole training steps, so these two models are measured at four world sizes; the MLP above covered every N from 1 to 8):
 
 # %%
 with torch.device("meta"):
@@ -254,6 +254,7 @@ for name, s in combos.items():
     print(f"{name:<37} {fmt_bytes(s.model_state_bytes):>14} {fmt_bytes(s.largest['unsharded_parameters']):>10} "
           f"{fmt_bytes(s.after_forward['other']):>17} {fmt_bytes(s.peak_bytes):>11}")
 mp = combos["+ MixedPrecisionPolicy(bf16)"]
+assert combos["+ checkpointing"].gradients == g4.gradients   # every unit still gets its gradient shards
 assert mp.model_state_bytes == g4.model_state_bytes
 assert abs(mp.largest["unsharded_parameters"] / g4.largest["unsharded_parameters"] - 0.5) < 0.001
 assert combos["+ checkpointing"].after_forward["other"] < g4.after_forward["other"] / 3
