@@ -202,6 +202,13 @@ assert abs(g4.after_forward["unsharded_parameters"] - 4 * root) < 0.001 * 4 * ro
 assert abs(g4.largest["unsharded_parameters"] - 4 * (root + block)) < 0.001 * 4 * (root + block)
 assert abs(g4.largest["all_gather_buffers"] - 4 * (root + block)) < 0.001 * 4 * (root + block)
 assert abs(g4.largest["reduce_scatter_buffers"] - 4 * root) < 0.001 * 4 * root
+r4 = runs["resnet18", 4]
+r_units = [n for _, n in r4.units]   # layer1.0 ... layer4.1, then the root
+print(f"ResNet18, N = 4: root {fmt_bytes(4 * r_units[-1])}, last two blocks {fmt_bytes(4 * r_units[-3])} and "
+      f"{fmt_bytes(4 * r_units[-2])}; most unsharded {fmt_bytes(r4.largest['unsharded_parameters'])}, "
+      f"most all-gather buffers {fmt_bytes(r4.largest['all_gather_buffers'])}")
+assert abs(r4.largest["unsharded_parameters"] - 4 * (r_units[-1] + r_units[-2])) < 0.001 * r4.largest["unsharded_parameters"]
+assert abs(r4.largest["all_gather_buffers"] - 4 * (r_units[-3] + r_units[-2])) < 0.001 * r4.largest["all_gather_buffers"]
 
 # %% [markdown]
 # Every transient is a unit's parameters in fp32, whole, and none of them shrinks with N:
@@ -211,7 +218,7 @@ assert abs(g4.largest["reduce_scatter_buffers"] - 4 * root) < 0.001 * 4 * root
 # - **Prefetching.** To overlap communication with computation, FSDP2 keeps the previous unit's all-gather buffer in forward until the next unit's gather has started, and in backward gathers the next unit while the current one computes: two units' buffers at once (here the root's and a block's: 177.3 MiB). At the start of forward both effects meet: the root and the first block are each there twice, buffer and gathered parameters, 354.6 MiB, more than rank 0's model states at N = 8.
 # - **Reduce-scatter.** A unit's unsharded gradients are copied into one flat buffer, and reduce-scattered from it; for the root, 150 MiB again.
 #
-# Shard a model into units of similar size and the transient is a few units, whatever N. GPT-2's vocabulary makes that impossible: its embedding is a third of the model, and its unit, gathered, does not shrink with N. The `reshard_after_forward` option trades memory for communication; compare the three settings at N = 4:
+# ResNet18 follows the same rules with smaller units: its root (the stem and the classifier, 2.0 MiB) stays gathered, its largest unit is the last residual block (18.0 MiB), and two consecutive blocks' buffers (14.0 + 18.0 MiB) coexist. Shard a model into units of similar size and the transient is a few units, whatever N. GPT-2's vocabulary makes that impossible: its embedding is a third of the model, and its unit, gathered, does not shrink with N. The `reshard_after_forward` option trades memory for communication; compare the three settings at N = 4:
 
 # %%
 reshard = {None: g4}
