@@ -43,6 +43,11 @@ def test_bad_stage_and_optimizer():
         zero_model_state_bytes(10, 2, 4)
     with pytest.raises(ValueError, match="optimizer"):
         sharded_step("mlp", 2, optimizer="lion")
+    with pytest.raises(ValueError, match="no-such-model"):
+        sharded_step("no-such-model", 2)
+    with pytest.raises(ValueError, match="default FSDP units"):
+        sharded_step("vit_b_16", 2)
+    assert not dist.is_initialized()
 
 
 def test_process_group_torn_down_when_body_raises():
