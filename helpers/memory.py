@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 MiB = 2**20
@@ -409,9 +410,21 @@ class StorageTracker(TorchDispatchMode):
     def track(self, t: torch.Tensor) -> int | None:
         """Count ``t``'s storage if it is new; return its serial (None if ignored).
 
+        A tensor subclass that wraps other tensors (a ``DTensor``, whose
+        ``_local_tensor`` is one rank's shard) owns no memory itself: the
+        tensors it wraps are counted instead, and the serial of the last one
+        is returned.
+
         Raises:
             torch.OutOfMemoryError: past the simulated capacity.
         """
+        if is_traceable_wrapper_subclass(t):
+            serial = None
+            for name in t.__tensor_flatten__()[0]:
+                inner = getattr(t, name)
+                if isinstance(inner, torch.Tensor):  # a DTensor also names its device mesh
+                    serial = self.track(inner)
+            return serial
         if self.device_type is not None and t.device.type != self.device_type:
             return None
         st = t.untyped_storage()
@@ -466,7 +479,14 @@ class StorageTracker(TorchDispatchMode):
         return self._now.get(serial, 0) if serial in self._live.values() else 0
 
     def serial_of(self, t: torch.Tensor) -> int | None:
-        """Serial of the live storage holding ``t``, or None if not counted."""
+        """Serial of the live storage holding ``t`` (for a ``DTensor``, its local
+        shard), or None if not counted."""
+        while is_traceable_wrapper_subclass(t):
+            inner = [getattr(t, n) for n in t.__tensor_flatten__()[0]]
+            inner = [i for i in inner if isinstance(i, torch.Tensor)]
+            if len(inner) != 1:
+                return None
+            t = inner[0]
         return self._live.get(id(t.untyped_storage()))
 
     def live_serials(self) -> tuple[int, ...]:

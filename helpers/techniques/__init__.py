@@ -2,6 +2,8 @@
 
 * :mod:`.checkpointing`: activation checkpointing by segments (lesson 04);
 * :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05);
+* :mod:`.sharding`: ZeRO's stages, DeepSpeed's estimators, FSDP2 on a fake
+  process group (lesson 07; imported on its own, as it loads ``torch.distributed``);
 * offloading saved tensors to host memory belongs to each backend
   (:meth:`helpers.backends.Backend.offload`), since only the backend knows
   what host memory is.
