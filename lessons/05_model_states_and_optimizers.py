@@ -367,11 +367,11 @@ print(f"activations at the end of the forward pass:          {at_end['activation
 assert abs(rest) < 0.6e9
 
 # %% [markdown]
-# Every gap has its cause: 24 → 36 bytes per token per layer (the paper's count of values is not a count of PyTorch's tensors: autocast's float32 residual stream, the MLP's 4× wide input and output, the attention inputs), and 3 GB of 16-bit weight copies that autocast keeps for backward. Besides, the logits: the 3.3 GB "other" above are the float16 logits, 32 × 1024 × 50,257 values; the loss then computes their log-softmax in float32 (CUDA's autocast list) and keeps it for backward, 6.6 GB, which is what "other" holds at the step's peak:
+# Every gap has its cause: 24 → 36 bytes per token per layer (the paper's count of values is not a count of PyTorch's tensors: autocast's float32 residual stream, the MLP's 4× wide input and output, the attention inputs), and 3 GB of 16-bit weight copies that autocast keeps for backward. Besides, the logits: the 3.3 GB "other" above are the float16 logits, 32 × 1024 × 50,257 values. The loss keeps two more copies of them for backward: their log-softmax in float16 (`cross_entropy` has no entry in CUDA's autocast lists, so it runs in its input's type), and the float32 copy that autocast makes of it for `nll_loss` (which is on the float32 list): 3.3 + 6.6 GB. Backward then starts with the float32 gradient of that copy, 6.6 GB again, and that is what "other" holds at the step's peak:
 #
 # %%
 vocab = GPT2_PRESETS["gpt2-xl"].vocab_size
-print(f"'other' at the peak: {xl.categories['other'] / 1e9:.2f} GB; float32 log-softmax of the logits: "
+print(f"'other' at the peak: {xl.categories['other'] / 1e9:.2f} GB; a float32 tensor the size of the logits: "
       f"{B * S * vocab * 4 / 1e9:.2f} GB")
 assert abs(xl.categories["other"] - B * S * vocab * 4) < 0.01e9
 
