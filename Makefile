@@ -40,8 +40,11 @@ reset-lessons:
 	mkdir -p $(WORK)
 	cp lessons/*.ipynb $(WORK)/
 
+# One pytest worker per core (pytest-xdist), each test file or notebook whole on
+# one worker, and one torch thread per worker: the step's many small operations
+# run faster so than on threads that contend for the same cores.
 test: setup
-	$(BIN)/python -m pytest
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
 
 # The lessons under strict nbval as another CPU computes them: PyTorch's plain
 # (unvectorised) kernels, MKL's AVX2 code path, one thread. Every checked
