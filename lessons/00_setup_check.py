@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -148,6 +149,7 @@ with Meter("simulated") as meter:
         print(f"reading a value: refused ({type(error).__name__})")
     del huge
 assert allocated == 100 * GiB
+
 
 # %% [markdown]
 # This is why the lessons can show ResNet18 at batch 4096, or a model that needs 80 GiB, on a machine with neither.

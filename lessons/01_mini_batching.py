@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -119,6 +120,7 @@ assert [runs[b].updates[0] for b in BATCH_SIZES] == [1437, 90, 12, 1]
 assert runs[1].train_loss[-1] < 0.5 and runs[1].test_accuracy[-1] > 0.9 and runs[16].test_accuracy[-1] > 0.9
 assert 0.6 < runs[128].test_accuracy[-1] < 0.9 and runs[n_train].test_accuracy[-1] < 0.6
 assert runs[n_train].train_loss[-1] > 2.0  # ten full-batch steps barely move the loss (ln 10 = 2.30)
+
 
 # %% [markdown]
 # Why is batch 1 reported as a range? Each of its 14,370 steps follows the gradient of a single sample, and each step's result feeds the next, so a difference in the last bit of any number can grow, step after step, into a different trajectory. Two CPUs make such differences all the time: they add numbers in different orders (vector units of different widths, one thread or several). Emulate that here by moving every initial weight by one unit in the last place (`torch.nextafter`, about 10⁻⁷ of its value) and training again:

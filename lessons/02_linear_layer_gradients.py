@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -78,6 +79,7 @@ dW, db, dX = G.T @ X.detach(), G.sum(0), G @ layer.weight.detach()
 for name, mine, autograd in (("dL/dW", dW, layer.weight.grad), ("dL/db", db, layer.bias.grad), ("dL/dX", dX, X.grad)):
     print(f"{name}: shape {tuple(mine.shape)}, equal to autograd's: {torch.allclose(mine, autograd, atol=1e-6)}")
     assert torch.allclose(mine, autograd, atol=1e-6)
+
 
 # %% [markdown]
 # ∂L/∂W = Gᵀ X needs **X**, the layer's input, and it is only available during the forward pass. So autograd must keep X from the moment the layer runs forward until its backward has run: for the first layer of a network, that is nearly the whole step. ∂L/∂X needs W, which is kept anyway (it is a parameter). ∂L/∂b needs nothing.
@@ -244,7 +246,6 @@ for make in (nn.ReLU, BoolMaskReLU, BitMaskReLU):
     mask_bytes[make.__name__] = r.extra_bytes
     print(f"{make.__name__:<13} {str(r.saved[0].dtype):<12} {r.extra_bytes:>11,} {r.extra_bytes / vectors.numel():>14.3f}")
 assert mask_bytes == {"ReLU": 0, "BoolMaskReLU": 64 * 512, "BitMaskReLU": 64 * 512 // 8}
-
 
 # %% [markdown]
 # Alone, the mask ReLUs look *worse*: `nn.ReLU` costs 0 extra bytes, because what it saves is its output. Whether a mask saves memory depends on what comes next. If the next layer keeps the ReLU's output anyway (a Linear or a convolution does), `nn.ReLU`'s save is free and the mask is pure overhead. If the next layer does *not* keep its input, as Dropout does not (it keeps only its mask), then `nn.ReLU`'s output is kept alive by the ReLU alone, and a mask saves 3 or 3⅞ bytes per element.

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -225,6 +226,7 @@ print(f"ours, true peak:             {ours:.1f} MiB ({ours / published_mib - 1:+
 print(f"ours, highest at an event:   {highest_event:.1f} MiB")
 print(f"ours in MB (10**6 bytes):    {step.peak_allocated_bytes / 1e6:.0f} MB")
 assert abs(ours / published_mib - 1) < 0.15
+
 
 # %% [markdown]
 # Every *forward* delta we checked above is the article's. Its backward log of the stem is not: it reads "MaxPool2d bwd 98.0, ReLU bwd 98.0, BatchNorm2d bwd −392.0, Conv2d bwd −784.0", where ours (section 4) reads +98, −392, −392, −392. The two logs measure the same tensors at different moments. The article's `bwd` lines come from `Module.register_backward_hook` (deprecated today): it fires when the module's *last* autograd node has run, while the gradient that node received is still held by the hook. Ours fires when the gradients of the module's inputs and parameters exist (`helpers.trace`). Reproduce the article's logger here, on the same simulated step:

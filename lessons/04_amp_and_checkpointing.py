@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -284,7 +285,6 @@ assert int(ck_model.bn1.num_batches_tracked) == 2 and int(fixed_model.bn1.num_ba
 assert torch.equal(fixed_model.bn1.running_mean, base_model.bn1.running_mean)
 assert all(torch.equal(p.grad, q.grad) for p, q in zip(fixed_model.parameters(), base_model.parameters()))
 
-
 # %% [markdown]
 # The fix, `Checkpointed(..., freeze_bn_stats=True)`, passes a `context_fn` to `torch.utils.checkpoint.checkpoint` (non-reentrant only) that sets every BatchNorm's momentum to 0 during recomputation, so the running values are kept exactly, and takes back the extra count. Alternatives: put BatchNorm outside the checkpointed segments, or accept the drift. How large is it? A running statistic is an exponential average, r ← (1 − m)·r + m·x with momentum m = 0.1; two updates per step with the same batch statistic x make one update with a larger momentum:
 
@@ -294,6 +294,7 @@ twice = 1 - (1 - m) ** 2
 print(f"two updates with momentum {m} = one update with momentum {twice:.2f}: the running statistics average "
       f"over about {1 / twice:.1f} steps instead of {1 / m:.0f}")
 assert round(twice, 2) == 0.19 and 0.5 < (1 / twice) / (1 / m) < 0.55
+
 
 # %% [markdown]
 # The window is about halved: the running statistics that evaluation uses follow the last few batches more closely than the model's author chose.

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -191,6 +192,7 @@ assert after_two.allocator.reserved < 0.1 * after_two.reserved[-1]
 assert kept.segments_opened(end) == 0 and emptied.segments_opened(end) > 40
 assert max(emptied.reserved[end:]) >= max(kept.reserved[end:]) == run.peak_reserved  # the peak comes back
 
+
 # %% [markdown]
 # `empty_cache()` gives the cache back, so `nvidia-smi` shows less for a moment, and the next step asks for it all again: dozens of `cudaMalloc` calls, each of them slow, for a peak as high as before (here even a little higher, because the segments are laid out anew around the ones that stayed). Call it when memory must go to *another* process or library, not inside a training loop. `del` of a tensor never lowers *reserved*; it lowers *allocated*, which is what makes room for the next tensors of your own process.
 #
@@ -235,6 +237,7 @@ for settings in ("max_split_size_mb:512", "expandable_segments:True"):
           f"reserved {fmt_bytes(fixed.reserved)}, allocated {fmt_bytes(fixed.allocated)}, "
           f"{fixed.num_alloc_retries} retry after freeing the cache")
     assert failure is None and fixed.allocated == 5 * 98 * MiB + 150 * MiB
+
 
 # %% [markdown]
 # With `max_split_size_mb:512` the 98 MiB tensors could not cut the 1000 MiB block: it was given back and each of them got its own segment, so the five freed ones could go back to the driver too. With `expandable_segments:True` the free pages between the live tensors were unmapped and mapped again at the end. PyTorch's own out-of-memory message now suggests the second one when "reserved but unallocated" is large.

@@ -1,6 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
+#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -334,6 +335,7 @@ print(f"in every row, 16-bit weight copies: {weights16 / GB:.1f} GB; full = thos
       f"{inputs8 / GB:.1f} GB")
 assert abs(ckpt["full"]["flash"] - weights16 - inputs8) < 0.01 * GB
 assert ckpt["selective"]["math"] > 4 * ckpt["none"]["flash"]
+
 
 # %% [markdown]
 # - **Full** checkpointing leaves each block's float32 input (4 bytes per s·h, 4.3 GB for the 32 blocks) and autocast's 16-bit weight copies (14.0 GB, which checkpointing does not touch): 18.3 GB, the same with either kernel, since the scores are recomputed too. The weight copies are now most of it; training with 16-bit parameters (or `torch.autocast` caching disabled) removes them. The price is a second forward pass of every block in backward (about a third more compute).
