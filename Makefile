@@ -13,7 +13,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]_*.py)
 
-.PHONY: lessons test test-other-cpu setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels
+.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ reset-lessons:
 # run faster so than on threads that contend for the same cores.
 test: setup
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
+
+# The layers of helpers/ (.importlinter): no import up a layer, no circle.
+lint-imports: setup
+	$(BIN)/lint-imports
 
 # The lessons under strict nbval as another CPU computes them: PyTorch's plain
 # (unvectorised) kernels, MKL's AVX2 code path, one thread. Every checked

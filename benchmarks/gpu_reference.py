@@ -8,7 +8,7 @@ with an NVIDIA GPU:
    ``max_memory_reserved``, the simulated peak and peak reserved memory (the
    allocation log replayed through :mod:`helpers.allocator`), the per-module deltas of both
    and the wall time of an untraced step (:func:`helpers.step.time_step`).
-   It writes ``gpu_reference.json`` (the format is in :mod:`helpers.reference`)
+   It writes ``gpu_reference.json`` (the format is in :mod:`helpers.teaching.reference`)
    into ``--out`` (default ``lessons/data``) after every run, so an
    interrupted harness resumes where it stopped: a run already recorded there
    on this device and torch is kept (``--fresh`` starts over);

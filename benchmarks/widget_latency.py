@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from helpers.widgets import MemoryExplorer
+from helpers.teaching.widgets import MemoryExplorer
 
 
 def main() -> None:

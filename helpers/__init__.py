@@ -1,27 +1,33 @@
 """Helpers for the lessons of "Where does my GPU memory go?".
 
-Each module is introduced in a lesson and named in its docstring:
+**Start reading at** :mod:`helpers.engine.counting`: the storage-counting mode
+that makes every simulated number (under 200 lines), then
+:class:`helpers.config.StepConfig` (every option of a step) and
+:mod:`helpers.step` (the one step runner).  The layers, lowest first; nothing
+imports from a layer above its own (``.importlinter`` states it, CI checks it):
 
-* :mod:`helpers.memory`: measure bytes on a GPU or simulated; the allocator's
-  size rules; real GPU cards (lessons 00 and 01);
-* :mod:`helpers.backends`: what differs between a real GPU and the simulation (lesson 00);
-* :mod:`helpers.config`: every option of a profiled step, checked in one place;
-* :mod:`helpers.models`: torchvision models by name, small networks, GPT-2 presets (lesson 03);
-* :mod:`helpers.trace`: per-module events of one step (lesson 03);
-* :mod:`helpers.accounting`: memory by category (lesson 03);
-* :mod:`helpers.step`: one training step, profiled (lesson 03);
-* :mod:`helpers.record`: the profile of a step and its queries (lesson 03);
-* :mod:`helpers.techniques`: checkpointing and optimizers (lessons 01 and 04);
-* :mod:`helpers.plots`: figures of a profiled step (lesson 03);
-* :mod:`helpers.data`: the digits data, offline (lesson 01);
-* :mod:`helpers.training`: train a small classifier, epoch by epoch (lesson 01);
-* :mod:`helpers.batch`: memory against batch size, the affine law (lesson 01);
-* :mod:`helpers.widgets`: the batch-size widget (lesson 01);
-* :mod:`helpers.saved`: what autograd saves for backward; mask ReLUs (lesson 02);
-  what a forward pass saves on fake CPU or CUDA tensors (lessons 00 and 04);
-* :mod:`helpers.allocator`: a model of the CUDA caching allocator: reserved
-  memory, segments, fragmentation (lesson 06);
-* :mod:`helpers.check`: the workshop pre-flight check, ``python -m helpers check``.
+* :mod:`helpers.units`, :mod:`helpers.gpus`, :mod:`helpers.config`: bytes and
+  formatting; GPU cards and the one "does it fit?" rule; every option of a step;
+* :mod:`helpers.allocator`: the caching allocator's size rules and a model of
+  it that replays a step (lesson 06);
+* :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter,
+  the per-module trace (lesson 00);
+* :mod:`helpers.models`, :mod:`helpers.techniques` (checkpointing, optimizers,
+  masks, sharding formulas), :mod:`helpers.record` (a step's profile and its
+  categories);
+* :mod:`helpers.step`: :func:`profile_step`, :func:`time_step` and the step
+  runner (lesson 03);
+* studies built on the runner: :mod:`helpers.batch` (memory against batch
+  size, lesson 01), :mod:`helpers.saved` (what autograd saves, lesson 02),
+  :mod:`helpers.loops` (inference and leaking loops, lesson 05),
+  :mod:`helpers.fsdp` (FSDP2 on a fake process group, lesson 07),
+  :mod:`helpers.transformer` (a transformer's activations, lesson 08);
+* :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data
+  and a small training loop;
+* :mod:`helpers.check` and ``python -m helpers``: the pre-flight check and the
+  command line.
+
+The names below can be imported from :mod:`helpers` itself.
 """
 
 import importlib
@@ -30,13 +36,15 @@ import importlib
 # so that ``python -m helpers check`` can diagnose a broken torch or
 # torchvision instead of failing on import.
 _HOME = {
-    "CATEGORIES": "accounting",
-    "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
-    "CUDA_CONTEXT_BYTES": "memory", "CUDA_OVERHEAD_BYTES": "memory", "GPU_CARDS": "memory", "GiB": "memory", "MiB": "memory", "Meter": "memory",
-    "fits": "memory", "fmt_bytes": "memory", "round_up": "memory", "tensor_bytes": "memory",
-    "resolve_backend": "backends", "StepConfig": "config",
+    "MiB": "units", "GiB": "units", "fmt_bytes": "units",
+    "CUDA_CONTEXT_BYTES": "gpus", "CUDA_OVERHEAD_BYTES": "gpus", "GPU_CARDS": "gpus", "fits": "gpus",
+    "StepConfig": "config",
+    "round_up": "allocator.rules",
+    "tensor_bytes": "engine.counting", "Meter": "engine.meter", "resolve_backend": "engine.backends",
+    "CATEGORIES": "record", "StepProfile": "record",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
-    "DoesNotFit": "step", "profile_step": "step", "time_step": "step", "StepProfile": "record",
+    "DoesNotFit": "step", "profile_step": "step", "time_step": "step",
+    "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
 }
 
 __all__ = sorted(_HOME)

@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 def _allocator_report(profile, settings) -> dict:
     """The step's log replayed through the caching-allocator model, uncapped and on each card."""
     from .allocator import replay, replay_on_gpu
-    from .memory import CUDA_CONTEXT_BYTES, GPU_CARDS
+    from .gpus import CUDA_CONTEXT_BYTES, GPU_CARDS
 
     run = replay(profile.allocation_log, settings=settings)
     return {"settings": str(settings), "peak_reserved_bytes": run.peak_reserved,
@@ -163,8 +163,9 @@ def _allocator_lines(report: dict) -> str:
 
 
 def _beyond_any_card(peak: int) -> str:
-    """A sentence when ``peak`` bytes exceed every card of ``helpers.memory.GPU_CARDS``, else ''."""
-    from .memory import GPU_CARDS, fmt_bytes
+    """A sentence when ``peak`` bytes exceed every card of ``helpers.gpus.GPU_CARDS``, else ''."""
+    from .gpus import GPU_CARDS
+    from .units import fmt_bytes
 
     card, capacity = max(GPU_CARDS.items(), key=lambda item: item[1])
     if peak <= capacity:

@@ -1,7 +1,7 @@
 """Memory against batch size: the affine law, and the largest batch that fits.
 
 Introduced in lesson 01 (mini-batching); the batch-size widget
-(:mod:`helpers.widgets`) is built on :class:`PeakCurve`.
+(:mod:`helpers.teaching.widgets`) is built on :class:`PeakCurve`.
 
 During a training step every allocation is either independent of the batch
 size ``b`` (parameters, gradients, optimizer states) or proportional to it
@@ -22,9 +22,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from .backends import get_backend
+from .engine.backends import get_backend
 from .config import StepConfig, check_int
-from .memory import CUDA_OVERHEAD_BYTES, headroom
+from .gpus import CUDA_OVERHEAD_BYTES, headroom
 from .record import StepProfile
 from .step import DoesNotFit, profile_step
 
@@ -57,7 +57,7 @@ class AffineFit:
             capacity: GPU memory in bytes (e.g. ``16 * GiB``).
             overhead: memory the process needs besides tensors (CUDA context,
                 workspaces, allocator slack); default the assumed
-                :data:`helpers.memory.CUDA_OVERHEAD_BYTES`.
+                :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
 
         Returns:
             The batch size, 0 if not even the model state fits.
@@ -102,9 +102,9 @@ class Estimate:
         batch_size: the batch size.
         peak_bytes: peak allocated bytes (None if it did not fit a real GPU).
         categories: bytes by category at the peak (see
-            :data:`helpers.accounting.CATEGORIES`); empty if it did not fit.
+            :data:`helpers.record.CATEGORIES`); empty if it did not fit.
         where: the event at which the peak was reached, in words (its
-            :attr:`helpers.trace.Event.label`), e.g. ``"backward of ReLU 'layer4.1.relu'"``.
+            :attr:`helpers.engine.trace.Event.label`), e.g. ``"backward of ReLU 'layer4.1.relu'"``.
         traced: True if this batch size was traced directly, False if
             interpolated between two traced batch sizes.
         backend: ``"cuda"``, ``"simulated"``, or ``"formula"`` (:func:`model_state_estimate`).

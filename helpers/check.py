@@ -91,8 +91,9 @@ def run_check(out=print) -> int:
 
 
 def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> None:
-    from .backends import get_backend
-    from .memory import CUDA_OVERHEAD_BYTES, fmt_bytes
+    from .engine.backends import get_backend
+    from .gpus import CUDA_OVERHEAD_BYTES
+    from .units import fmt_bytes
 
     if torch.cuda.is_available():
         try:

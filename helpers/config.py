@@ -23,7 +23,7 @@ DEVICES = ("auto", "cuda", "simulated")
 #: The 16-bit types autocast can use.  GPUs default to float16 (with a GradScaler).
 AMP_DTYPES = ("float16", "bfloat16")
 #: Kernels of ``scaled_dot_product_attention`` the simulation can take (see
-#: :mod:`helpers.cuda_semantics`): "auto" is what a recent GPU picks (flash for
+#: :mod:`helpers.engine.cuda_rules`): "auto" is what a recent GPU picks (flash for
 #: 16-bit inputs, memory-efficient for float32); "math" keeps the full scores.
 ATTENTION = ("auto", "flash", "efficient", "math")
 #: Losses a step can compute from the model's output: cross-entropy against one
@@ -103,7 +103,7 @@ class StepConfig:
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         device: one of :data:`DEVICES`.
-        capacity: behave as a GPU of this many bytes (see :class:`helpers.memory.Meter`).
+        capacity: behave as a GPU of this many bytes (see :class:`helpers.engine.meter.Meter`).
 
     Raises:
         ValueError: for any option out of range, with the option's name.

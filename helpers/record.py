@@ -3,7 +3,27 @@
 Introduced in lesson 03 (ResNet18 layer by layer).  A :class:`StepProfile` is
 what :func:`helpers.step.profile_step` returns: the events, the peak, memory by
 category, every storage with its dtype and shape, and the allocation log.  The
-figures (:mod:`helpers.plots`) and the widget only read it.
+figures (:mod:`helpers.teaching.plots`) and the widgets only read it.
+
+The categories.  Rajbhandari et al., "ZeRO: Memory Optimizations
+Toward Training Trillion Parameter Models" (2020), section 3, splits training
+memory into *model states* (parameters, gradients, optimizer states) and
+*residual states* (activations, temporary buffers, fragmentation).  A traced
+step labels each storage it saw with one category:
+
+* ``parameters``: the model's parameters and buffers (BatchNorm statistics);
+* ``gradients``: the ``.grad`` tensors of the parameters;
+* ``optimizer_states``: everything in ``optimizer.state`` (momentum, Adam's
+  two moments, step counters);
+* ``input``: the input batch and its targets (the data itself; conv1 also
+  saves the batch for backward, but it is counted here);
+* ``activations``: tensors autograd saved for backward (including tensors
+  recomputed for backward under activation checkpointing);
+* ``other``: everything else alive: the loss, gradients of
+  activations flowing through backward, temporary buffers.  On a GPU it also
+  holds what the storage tracker cannot see (cuDNN/cuBLAS workspaces).
+
+A storage has the first category that applies, in the order above.
 """
 
 from __future__ import annotations
@@ -14,8 +34,73 @@ from typing import NamedTuple
 import torch
 
 from .config import StepConfig
-from .memory import MiB, fmt_bytes
-from .trace import Event
+from .units import MiB, fmt_bytes
+from .engine.trace import Event
+
+
+CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")
+
+#: One colour per category, shared by the figures (plots.py) and the widget.
+CATEGORY_COLORS = {
+    "parameters": "#4c72b0",
+    "gradients": "#dd8452",
+    "optimizer_states": "#8172b3",
+    "input": "#937860",
+    "activations": "#55a868",
+    "other": "#c7c7c7",
+}
+
+
+def label_storages(
+    sizes: dict[int, int],
+    parameters: set[int],
+    gradients: set[int],
+    optimizer_states: set[int],
+    inputs: set[int],
+    activations: set[int],
+) -> dict[int, str]:
+    """Give every storage serial in ``sizes`` one category from :data:`CATEGORIES`.
+
+    Args:
+        sizes: serial -> bytes, as :attr:`helpers.engine.counting.StorageTracker.sizes`.
+        parameters, gradients, optimizer_states, inputs, activations: serials known to
+            belong to each category; a serial in several sets gets the first.
+
+    Returns:
+        serial -> category name.
+    """
+    labels = {}
+    for serial in sizes:
+        if serial in parameters:
+            labels[serial] = "parameters"
+        elif serial in gradients:
+            labels[serial] = "gradients"
+        elif serial in optimizer_states:
+            labels[serial] = "optimizer_states"
+        elif serial in inputs:
+            labels[serial] = "input"
+        elif serial in activations:
+            labels[serial] = "activations"
+        else:
+            labels[serial] = "other"
+    return labels
+
+
+def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str]) -> dict[str, int]:
+    """Sum the bytes of ``serials`` per category.
+
+    Args:
+        serials: storage serials alive at some moment.
+        sizes: serial -> bytes.
+        labels: serial -> category, from :func:`label_storages`.
+
+    Returns:
+        A dict with every name of :data:`CATEGORIES` as key, bytes as value.
+    """
+    totals = dict.fromkeys(CATEGORIES, 0)
+    for serial in serials:
+        totals[labels[serial]] += sizes[serial]
+    return totals
 
 
 class Allocation(NamedTuple):
@@ -25,7 +110,7 @@ class Allocation(NamedTuple):
         serial: the storage (a key of :attr:`StepProfile.storages`).
         kind: ``"alloc"``, ``"free"`` or ``"resize"``.
         nbytes: the change in bytes (negative for a free or a shrink).
-        category: the storage's category (:data:`helpers.accounting.CATEGORIES`).
+        category: the storage's category (:data:`CATEGORIES`).
         event: index of the first event recorded after it (the change happened
             between ``events[event - 1]`` and ``events[event]``).
     """
@@ -43,8 +128,8 @@ class Storage:
 
     Attributes:
         serial: its number in allocation order (see
-            :class:`helpers.memory.StorageTracker`).
-        category: one of :data:`helpers.accounting.CATEGORIES`.
+            :class:`helpers.engine.counting.StorageTracker`).
+        category: one of :data:`CATEGORIES`.
         dtype, shape: of the tensor that created it.
         nbytes: bytes it occupies, rounded up to 512.
     """
@@ -69,7 +154,7 @@ class StepProfile:
         checkpoint: checkpoint segments (0: off).
         optimizer: one of :data:`helpers.config.OPTIMIZERS`.
         parameter_count: number of parameters (elements, not bytes).
-        events: the :class:`helpers.trace.Event` list, in order.
+        events: the :class:`helpers.engine.trace.Event` list, in order.
         event_categories: bytes per category at each event.
         peak_allocated_bytes: peak allocated over the whole step.
         peak_event: index of the first event at which that peak had been

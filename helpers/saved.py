@@ -1,4 +1,4 @@
-"""What autograd saves for backward, tensor by tensor; and ReLUs that save less.
+"""What autograd saves for backward, tensor by tensor.
 
 Introduced in lesson 02 (the linear-layer gradient argument).
 
@@ -23,8 +23,8 @@ and each is counted once.
 of the CPU or of a CUDA GPU: lessons 00 and 04 use it to show where the two
 devices' kernels save different tensors (no GPU is needed for that).
 
-:class:`BoolMaskReLU` and :class:`BitMaskReLU` are ReLUs whose backward keeps
-a 1-byte or a 1-bit mask instead of PyTorch's float output.
+ReLUs that save a 1-byte or a 1-bit mask instead of their float output are in
+:mod:`helpers.techniques.masks`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .memory import round_up
+from .allocator.rules import round_up
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class SavedTensor:
         shape, dtype: the saved tensor's.
         nbytes: bytes of its storage (the whole storage, when it is a view),
             exact: not rounded up to the CUDA caching allocator's 512-byte
-            blocks as :mod:`helpers.memory` counts device memory.
+            blocks as :mod:`helpers.engine.counting` counts device memory.
         same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
             ``"buffer <name>"``, ``"saved above"`` (another saved tensor's
             storage), or ``"new"``: the only kind that costs extra memory.
@@ -76,7 +76,7 @@ class SavedTensor:
 @dataclass(frozen=True)
 class SavedReport:
     """The saved tensors of one forward pass.  Bytes of storage, exact (not
-    rounded up to 512-byte allocator blocks; see :func:`helpers.memory.tensor_bytes`).
+    rounded up to 512-byte allocator blocks; see :func:`helpers.engine.counting.tensor_bytes`).
 
     Attributes:
         saved: every saved tensor, in the order the graph walk met them
@@ -252,7 +252,7 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
     CPU's kernels and autocast lists; ``"cuda"`` places the tensors on a fake
     GPU, which runs CUDA's (dropout's ``native_dropout``, CUDA autocast), with
     no GPU needed; ``"simulated"`` runs the CPU's kernels under
-    :func:`helpers.cuda_semantics.cuda_rules`, as the simulated backend does.
+    :func:`helpers.engine.cuda_rules.cuda_rules`, as the simulated backend does.
     Each saved storage is counted once, rounded up to 512 bytes.  Only the
     forward: backward on fake CUDA tensors needs a real GPU
     (pytorch/pytorch#92627), which is why the simulation cannot simply run on them.
@@ -279,7 +279,7 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
         raise ValueError(f"device must be 'cpu', 'cuda' or 'simulated', got {device!r}")
     rules = contextlib.nullcontext()
     if device == "simulated":
-        from .cuda_semantics import cuda_rules
+        from .engine.cuda_rules import cuda_rules
 
         device, rules = "cpu", cuda_rules()
     if isinstance(model, str):
@@ -307,84 +307,3 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
     for _, dtype, nbytes in storages.values():
         totals[dtype] = totals.get(dtype, 0) + nbytes
     return totals
-
-
-class _BoolMaskReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        mask = x > 0
-        ctx.save_for_backward(mask)
-        return x * mask
-
-    @staticmethod
-    def backward(ctx, grad):
-        (mask,) = ctx.saved_tensors
-        return grad * mask
-
-
-def pack_bits(mask: torch.Tensor) -> torch.Tensor:
-    """Pack a bool tensor into uint8, 8 elements per byte (little-endian bits).
-
-    Shape: any ``mask`` -> ``(ceil(mask.numel() / 8),)`` uint8.
-    """
-    flat = mask.reshape(-1)
-    pad = (-flat.numel()) % 8
-    if pad:
-        flat = torch.cat([flat, flat.new_zeros(pad)])
-    bits = flat.view(-1, 8).to(torch.uint8) << torch.arange(8, dtype=torch.uint8, device=flat.device)
-    return bits.sum(dim=1, dtype=torch.uint8)
-
-
-def unpack_bits(packed: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Inverse of :func:`pack_bits`: uint8 ``(ceil(n / 8),)`` -> bool tensor of ``shape``."""
-    n = 1
-    for s in shape:
-        n *= s
-    bits = (packed.unsqueeze(1) >> torch.arange(8, dtype=torch.uint8, device=packed.device)) & 1
-    return bits.reshape(-1)[:n].reshape(shape).bool()
-
-
-class _BitMaskReLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        mask = x > 0
-        ctx.save_for_backward(pack_bits(mask))
-        ctx.shape = x.shape
-        return x * mask
-
-    @staticmethod
-    def backward(ctx, grad):
-        (packed,) = ctx.saved_tensors
-        return grad * unpack_bits(packed, ctx.shape)
-
-
-class BoolMaskReLU(nn.Module):
-    """ReLU whose backward keeps a bool mask of ``x > 0``: 1 byte per element.
-
-    ``nn.ReLU`` keeps its float output (4 bytes per element in fp32).  The
-    gradient is the same: ``grad * (x > 0)``.  Shape: any -> same.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _BoolMaskReLU.apply(x)
-
-
-class BitMaskReLU(nn.Module):
-    """ReLU whose backward keeps the mask ``x > 0`` packed 8 per byte: 1/8 byte per element.
-
-    Packing costs a few elementwise operations in forward and backward; see
-    :func:`pack_bits`.  The gradient is the same as ``nn.ReLU``'s.  Shape: any -> same.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _BitMaskReLU.apply(x)
-
-
-def replace_relu(model: nn.Module, make: type[nn.Module]) -> nn.Module:
-    """Replace every ``nn.ReLU`` in ``model`` (in place) by ``make()``; return the model."""
-    for name, child in model.named_children():
-        if isinstance(child, nn.ReLU):
-            setattr(model, name, make())
-        else:
-            replace_relu(child, make)
-    return model

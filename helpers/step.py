@@ -12,8 +12,8 @@ A step is what every training loop does for one mini-batch:
 5. ``optimizer.zero_grad(set_to_none=True)``.
 
 :func:`profile_step` runs it, as a :class:`helpers.config.StepConfig` says,
-under a :class:`helpers.memory.Meter` (real GPU counters or simulated) with a
-:class:`helpers.trace.StepTracer`, and returns a
+under a :class:`helpers.engine.meter.Meter` (real GPU counters or simulated) with a
+:class:`helpers.engine.trace.StepTracer`, and returns a
 :class:`helpers.record.StepProfile`.  The step is written once
 (:func:`_step`): a steady-state profile runs it twice, untraced then traced.
 """
@@ -33,13 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .accounting import bytes_by_category, label_storages
 from .config import StepConfig, check_int
-from .memory import Meter
+from .engine.meter import Meter
+from .engine.trace import StepTracer
 from .models import ModelSpec, output_logits, resolve_model, sequential_form
-from .record import Allocation, StepProfile, Storage
+from .record import Allocation, StepProfile, Storage, bytes_by_category, label_storages
 from .techniques import Checkpointed, StepInBackward
-from .trace import StepTracer
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -54,7 +53,7 @@ class DoesNotFit(RuntimeError):
     Attributes:
         cuda_message: the first line of CUDA's (or the simulated) message.
         requested: simulated only: bytes the failing allocation asked the
-            driver for (:func:`helpers.memory.allocation_size`); else ``None``.
+            driver for (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
         allocated: simulated only: bytes of live tensors when it failed; else ``None``.
     """
 

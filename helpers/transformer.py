@@ -12,9 +12,10 @@ bytes; 1 MiB = 2**20 bytes, 1 GB = 10**9 bytes.
   section 4.1), term by term;
 * :func:`measure_blocks`: the engine's bytes kept per block, measured on a
   forward pass of a (small) model on the simulated GPU, with a checkpointing
-  policy of :data:`CHECKPOINT_POLICIES`;
-* :class:`CheckpointedBlock`: full or selective activation checkpointing of one
-  block (``torch.utils.checkpoint`` with ``create_selective_checkpoint_contexts``);
+  policy of :data:`helpers.techniques.checkpointing.CHECKPOINT_POLICIES`
+  (full or selective, :class:`helpers.techniques.checkpointing.CheckpointedBlock`);
+* :func:`end_of_forward`: a whole model's memory at the end of its forward
+  pass (lesson 08's widget, :class:`helpers.teaching.widgets.SequenceExplorer`);
 * :func:`chunked_cross_entropy`: the output head and its loss, a chunk of
   tokens at a time, without ever holding all the logits;
 * :func:`kv_cache_bytes_per_token`: the inference KV cache.
@@ -28,10 +29,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import checkpoint
 
-from .memory import Meter, round_up
+from .allocator.rules import round_up
+from .config import check_int
+from .engine.meter import Meter
+from .techniques.checkpointing import CHECKPOINT_POLICIES, checkpoint_blocks
 
 #: Korthikanti et al. 2022 (arXiv:2205.05198), section 4.1: what one transformer
 #: layer stores, in bytes, with 16-bit activations and 1-byte dropout masks, as
@@ -66,13 +69,8 @@ def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> in
         ValueError: for a size below 1.
     """
     for name, value in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)):
-        _check(name, value)
+        check_int(name, value, 1)
     return 34 * seq * batch * hidden + 5 * heads * seq * seq * batch
-
-
-def _check(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool =
             or another attention kernel.
     """
     for name, value in (("batch", batch), ("seq", seq), ("hidden", hidden), ("heads", heads)):
-        _check(name, value)
+        check_int(name, value, 1)
     if hidden % heads:
         raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
     if attention not in ("math", "flash"):
@@ -184,81 +182,12 @@ def kept_bytes(kept: list[Kept]) -> int:
     return sum(k.nbytes for k in kept)
 
 
-#: Activation checkpointing of each block: none, full (the block keeps only its
-#: input and recomputes everything in backward), or selective (matmul and
-#: attention outputs saved, the rest recomputed; see :class:`CheckpointedBlock`).
-CHECKPOINT_POLICIES = ("none", "full", "selective")
-
-#: The operations whose outputs the selective policy saves: the matmuls, and
-#: the fused attention kernels (CUDA's and the CPU's, which the simulation runs).
-SAVED_BY_SELECTIVE = (
-    torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
-    torch.ops.aten._scaled_dot_product_flash_attention.default,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-)
-
-
-def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
-    """The selective policy: save the outputs of :data:`SAVED_BY_SELECTIVE`, recompute the rest."""
-    return CheckpointPolicy.MUST_SAVE if op in SAVED_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE
-
-
-class CheckpointedBlock(nn.Module):
-    """A transformer block run under activation checkpointing.
-
-    ``"full"``: ``torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False)``:
-    the block keeps its input only, and runs again in backward.  ``"selective"``:
-    the same with ``context_fn=functools.partial(create_selective_checkpoint_contexts,
-    policy)``, whose policy saves the outputs of the matmuls and fused attention
-    kernels (:data:`SAVED_BY_SELECTIVE`) and recomputes the cheap rest
-    (LayerNorms, GELU, residual sums, softmax): the policy of the PyTorch blog
-    post *Current and New Activation Checkpointing Techniques in PyTorch* (2025).
-
-    Args:
-        block: the block (called with the same arguments).
-        policy: ``"full"`` or ``"selective"``.
-
-    Raises:
-        ValueError: for another policy.
-    """
-
-    def __init__(self, block: nn.Module, policy: str):
-        super().__init__()
-        if policy not in ("full", "selective"):
-            raise ValueError(f"policy must be 'full' or 'selective', got {policy!r}")
-        self.block, self.policy = block, policy
-
-    def forward(self, *args):
-        options = {"use_reentrant": False}
-        if self.policy == "selective":
-            options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
-        return checkpoint(self.block, *args, **options)
-
-
-def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
-    """Wrap each of ``model.blocks`` in a :class:`CheckpointedBlock` (in place; returned).
-
-    Raises:
-        ValueError: for a policy not in :data:`CHECKPOINT_POLICIES`, or a model
-            without a ``blocks`` list.
-    """
-    if policy not in CHECKPOINT_POLICIES:
-        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
-    if not isinstance(getattr(model, "blocks", None), nn.ModuleList):
-        raise ValueError(f"{type(model).__name__} has no 'blocks' list to checkpoint")
-    if policy != "none":
-        for i, block in enumerate(model.blocks):
-            model.blocks[i] = CheckpointedBlock(block, policy)
-    return model
-
-
 def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention: str = "math",
                    policy: str = "none") -> list[int]:
     """Bytes each block keeps at the end of its forward pass, measured by the engine.
 
     Runs ``build()``'s forward pass on ``(batch, seq)`` token ids on the
-    simulated GPU (:class:`helpers.memory.Meter`, CUDA's rules) with autograd
+    simulated GPU (:class:`helpers.engine.meter.Meter`, CUDA's rules) with autograd
     recording, and reads the bytes allocated just after each block returns:
     block i's figure is the growth since block i-1 returned (since block 0
     started, for block 0), i.e. every storage it made that is still alive:
@@ -282,8 +211,8 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
     """
     from .config import ATTENTION
 
-    _check("batch", batch)
-    _check("seq", seq)
+    check_int("batch", batch, 1)
+    check_int("seq", seq, 1)
     if attention not in ATTENTION:
         raise ValueError(f"unknown attention {attention!r}; use one of {', '.join(ATTENTION)}")
     meter = Meter("simulated", attention=attention)
@@ -330,7 +259,7 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     hidden, targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if hidden.shape[0] != targets.shape[0]:
         raise ValueError(f"{hidden.shape[0]} hidden states but {targets.shape[0]} targets")
-    _check("chunks", chunks)
+    check_int("chunks", chunks, 1)
     if chunks > hidden.shape[0]:
         raise ValueError(f"chunks ({chunks}) cannot exceed the tokens ({hidden.shape[0]})")
 
@@ -351,7 +280,7 @@ def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_by
     """
     for name, value in (("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim),
                         ("dtype_bytes", dtype_bytes)):
-        _check(name, value)
+        check_int(name, value, 1)
     return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
@@ -419,8 +348,8 @@ def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attent
     presets = transformer_presets()
     if model not in presets:
         raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
-    _check("seq", seq)
-    _check("batch", batch)
+    check_int("seq", seq, 1)
+    check_int("batch", batch, 1)
     if policy not in CHECKPOINT_POLICIES:
         raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
     config = presets[model]
@@ -439,68 +368,3 @@ def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attent
     return Estimate(batch, sum(categories.values()), categories, where, True, "simulated")
 
 
-class SequenceExplorer:
-    """Lesson 08's widget: a transformer's memory against a GPU, by sequence length.
-
-    Controls: the model (:func:`transformer_presets`), sequence length, batch
-    size, AMP, the checkpointing policy, the attention kernel and the GPU.  The
-    view (made by :func:`helpers.widgets.render`) shows :func:`end_of_forward`
-    as a bar stacked by category against the GPU's memory, with the assumed
-    1 GiB of CUDA context and workspaces, and whether it fits.  Display
-    ``explorer.widget``; ``explorer.summary()`` gives the same figures as text.
-
-    Raises:
-        ValueError: for an unknown model, sequence length, kernel, policy or GPU.
-    """
-
-    SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
-
-    def __init__(self, model: str = "llama3-8b", seq: int = 4096, batch_size: int = 1, amp: bool = True,
-                 policy: str = "none", attention: str = "flash", capacity: str = "H100 80 GB"):
-        import ipywidgets as widgets
-
-        from .memory import GPU_CARDS
-
-        if seq not in self.SEQ_LENS:
-            raise ValueError(f"seq must be one of {', '.join(map(str, self.SEQ_LENS))}, got {seq!r}")
-        if capacity not in GPU_CARDS:
-            raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(GPU_CARDS)}")
-        if attention not in ("math", "flash"):
-            raise ValueError(f"attention must be 'math' or 'flash', got {attention!r}")
-        end_of_forward(model, 512, 1, policy=policy)  # checks the model and the policy
-        _check("batch_size", batch_size)
-        style = {"description_width": "110px"}
-        self.model = widgets.Dropdown(options=list(transformer_presets()), value=model, description="model",
-                                      style=style)
-        self.seq = widgets.Dropdown(options=list(self.SEQ_LENS), value=seq, description="sequence", style=style)
-        self.batch_size = widgets.BoundedIntText(batch_size, min=1, max=512, description="batch size", style=style)
-        self.amp = widgets.Checkbox(amp, description="AMP (float16)")
-        self.policy = widgets.Dropdown(options=list(CHECKPOINT_POLICIES), value=policy, description="checkpointing",
-                                       style=style)
-        self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
-                                          style=style)
-        self.capacity = widgets.Dropdown(options=list(GPU_CARDS), value=capacity, description="GPU", style=style)
-        self.cards = dict(GPU_CARDS)
-        self.view = widgets.HTML()
-        controls = (self.model, self.seq, self.batch_size, self.amp, self.policy, self.attention, self.capacity)
-        self.widget = widgets.VBox([widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
-        for control in controls:
-            control.observe(lambda change: self.update(), names="value")
-        self.update()
-
-    def update(self) -> None:
-        """Recompute for the controls' values and redraw the view."""
-        from .widgets import render
-
-        self.view.value = '<div style="color:#555">measuring ...</div>'
-        self.result = end_of_forward(self.model.value, self.seq.value, self.batch_size.value, amp=self.amp.value,
-                                     attention=self.attention.value, policy=self.policy.value)
-        gpu = self.capacity.value
-        self.message, self.view.value = render(self.result, gpu, self.cards[gpu])
-
-    def summary(self) -> str:
-        """The verdict and the bytes by category, as text (GB = 10**9 bytes)."""
-        lines = [self.message]
-        lines += [f"  {name.replace('_', ' '):<17} {nbytes / 1e9:>9.2f} GB" for name, nbytes in
-                  self.result.categories.items()]
-        return "\n".join(lines)

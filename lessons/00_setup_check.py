@@ -41,7 +41,7 @@ import torchvision
 from torch import nn
 
 from helpers import GiB, Meter, MiB, fmt_bytes, profile_step, resolve_backend, round_up, tensor_bytes
-from helpers.memory import allocation_size, block_bytes
+from helpers.allocator.rules import allocation_size, block_bytes
 from helpers.saved import forward_saved_bytes
 
 _ = torch.manual_seed(0)
@@ -215,7 +215,7 @@ assert sum(bf16.values()) == sum(forward_saved_bytes(lambda: nn.Sequential(nn.Li
 # **Recorded on a real GPU.** `make gpu-reference`, run once on a machine with an NVIDIA GPU, records about thirty training steps (ResNet18 in lesson 04's configurations at three batch sizes, five other vision models, GPT-2, lesson 02's dropout MLP) with both backends *on that machine*, with the same PyTorch, into `lessons/data/gpu_reference.json`. This cell shows them. A difference between the two columns is what the simulation leaves out there: the table above says where to look (workspaces and unsplit blocks make the GPU's peak higher; a kernel that keeps other tensors than the simulation assumes, such as another attention kernel, moves it either way). The last line names every run that differs by more than 2%.
 
 # %%
-from helpers.reference import reference_report
+from helpers.teaching.reference import reference_report
 
 print(reference_report())
 

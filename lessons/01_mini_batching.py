@@ -45,11 +45,11 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 
 from helpers import CUDA_OVERHEAD_BYTES, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp, profile_step
-from helpers.data import load_digits
-from helpers.memory import GPU_CARDS, oom_message
+from helpers.teaching.data import load_digits
+from helpers.gpus import GPU_CARDS, oom_message
 from helpers.models import digits_mlp
-from helpers.training import train
-from helpers.widgets import MemoryExplorer
+from helpers.teaching.training import train
+from helpers.teaching.widgets import MemoryExplorer
 
 _ = torch.manual_seed(0)
 
@@ -83,12 +83,12 @@ for i, ax in enumerate(fig.subplots(1, 10)):
 fig
 
 # %% [markdown]
-# If you are online and want a bigger data set, `helpers.data.load_mnist(download=True)` gives MNIST (60,000 training images of 28 × 28) in the same form. It is off by default and nothing in this lesson needs it:
+# If you are online and want a bigger data set, `helpers.teaching.data.load_mnist(download=True)` gives MNIST (60,000 training images of 28 × 28) in the same form. It is off by default and nothing in this lesson needs it:
 
 # %%
 ONLINE = False  # set to True to download MNIST (about 50 MB) into ./data
 if ONLINE:
-    from helpers.data import load_mnist
+    from helpers.teaching.data import load_mnist
     mnist = load_mnist("data", download=True)
     print(tuple(mnist.x_train.shape))
 
@@ -307,7 +307,7 @@ fig
 #
 # Solve M0 + b·m ≤ capacity − overhead for b. Two numbers need care:
 #
-# * The **capacity** is less than the card's name says. A "16 GB" card carries 16 GiB of memory chips, and the driver keeps part of them: PyTorch sees what `torch.cuda.get_device_properties(0).total_memory` reports, which `helpers.memory.GPU_CARDS` lists for five common cards (as printed on real machines; it moves by a few MiB with the driver).
+# * The **capacity** is less than the card's name says. A "16 GB" card carries 16 GiB of memory chips, and the driver keeps part of them: PyTorch sees what `torch.cuda.get_device_properties(0).total_memory` reports, which `helpers.gpus.GPU_CARDS` lists for five common cards (as printed on real machines; it moves by a few MiB with the driver).
 # * The **overhead** is memory a process uses on a GPU besides its tensors: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the caching allocator's free-but-reserved blocks (section 6). The simulation cannot measure any of these; we *assume* 1 GiB, a round and generous figure, and say so next to every result.
 
 # %%

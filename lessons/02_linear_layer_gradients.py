@@ -43,7 +43,8 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from helpers import MiB, build_model, fmt_bytes, profile_step
-from helpers.saved import BitMaskReLU, BoolMaskReLU, forward_saved_bytes, inspect_saved, replace_relu
+from helpers.saved import forward_saved_bytes, inspect_saved
+from helpers.techniques.masks import BitMaskReLU, BoolMaskReLU, replace_relu
 
 _ = torch.manual_seed(0)
 

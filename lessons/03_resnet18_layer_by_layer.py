@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from helpers import Meter, MiB, fmt_bytes, profile_step, round_up
 from helpers.models import build_model
-from helpers.plots import plot_categories, plot_stages, plot_timeline
+from helpers.teaching.plots import plot_categories, plot_stages, plot_timeline
 
 _ = torch.manual_seed(0)
 
@@ -308,7 +308,7 @@ else:
 # The project's own recording on a GPU (`make gpu-reference`, lesson 00), if it has one: this step and its neighbours at batch 128, each simulated on the same machine, and every module whose delta differs by 1 MiB or more. A convolution whose GPU delta is larger than ours holds a cuDNN workspace at that moment; an unsplit block shows as a difference of under 1 MiB per tensor, below this cut.
 
 # %%
-from helpers.reference import load_reference, module_differences, reference_report
+from helpers.teaching.reference import load_reference, module_differences, reference_report
 
 print(reference_report("resnet18", 128))
 if load_reference() is not None:

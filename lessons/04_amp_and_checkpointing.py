@@ -51,12 +51,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import CATEGORIES, DoesNotFit, MiB, fmt_bytes, profile_step, round_up
-from helpers.data import load_digits
+from helpers.teaching.data import load_digits
 from helpers.models import build_model, digits_cnn, sequential_form
-from helpers.plots import plot_peak_bars, plot_timeline
+from helpers.teaching.plots import plot_peak_bars, plot_timeline
 from helpers.saved import forward_saved_bytes
 from helpers.techniques import Checkpointed
-from helpers.training import train
+from helpers.teaching.training import train
 
 _ = torch.manual_seed(0)
 # The reentrant checkpoint warns when no input requires grad; section 2 shows that case on purpose.
@@ -603,7 +603,7 @@ else:
 # The project's own recording on a GPU (`make gpu-reference`, lesson 00), if it has one: these configurations at batch 128, each simulated on the same machine. AMP adds cuDNN's and cuBLAS's 16-bit workspaces on a GPU, and offloading pins host memory that no device counter sees; the difference column shows how much each leaves out.
 
 # %%
-from helpers.reference import reference_report
+from helpers.teaching.reference import reference_report
 
 print(reference_report("resnet18", 128))
 

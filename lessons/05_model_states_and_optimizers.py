@@ -45,13 +45,13 @@ from torch import nn
 from helpers import GPU_CARDS, GiB, Meter, MiB, fmt_bytes, profile_step
 from helpers.batch import model_state_estimate
 from helpers.config import OPTIMIZER_NAMES, OPTIMIZERS
-from helpers.cuda_semantics import SimulatedGradScaler, host_side_steps
-from helpers.data import load_digits
+from helpers.engine.cuda_rules import SimulatedGradScaler, host_side_steps
+from helpers.teaching.data import load_digits
 from helpers.loops import LOOPS, forward_peak, loop_memory
 from helpers.models import digits_mlp
 from helpers.models.gpt import GPT2_PRESETS
 from helpers.techniques import STATE_BYTES, STEP_TEMPORARY_BYTES
-from helpers.widgets import PARAMETER_COUNT, WillItFit
+from helpers.teaching.widgets import PARAMETER_COUNT, WillItFit
 
 _ = torch.manual_seed(0)
 

@@ -42,9 +42,9 @@ from torch import nn
 from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
 from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
                                smallest_capacity)
-from helpers.plots import plot_memory_map, plot_reserved
-from helpers.reference import reference_report
-from helpers.widgets import MemoryExplorer
+from helpers.teaching.plots import plot_memory_map, plot_reserved
+from helpers.teaching.reference import reference_report
+from helpers.teaching.widgets import MemoryExplorer
 
 _ = torch.manual_seed(0)
 

@@ -41,9 +41,10 @@ import torch.distributed as dist
 from helpers import GPU_CARDS, build_model, fmt_bytes, fits
 from helpers.models import digits_mlp
 from helpers.models.gpt import GPT, GPT2_PRESETS
+from helpers.fsdp import fake_process_group, sharded_step
 from helpers.techniques.sharding import (ZERO_STAGES, deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes,
-                                         fake_process_group, largest_layer_parameters, shard_numel,
-                                         sharded_parameter_bytes, sharded_step, zero_model_state_bytes)
+                                         largest_layer_parameters, shard_numel, sharded_parameter_bytes,
+                                         zero_model_state_bytes)
 
 _ = torch.manual_seed(0)
 

@@ -43,13 +43,14 @@ import torch
 import torch.nn.functional as F
 
 from helpers import CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, fmt_bytes
-from helpers.cuda_semantics import cuda_rules
+from helpers.engine.cuda_rules import cuda_rules
 from helpers.models.gpt import GPT, GPT2_PRESETS, Block, GPTConfig
 from helpers.models.llama import LLAMA_PRESETS, Llama
 from helpers.saved import inspect_saved
-from helpers.transformer import (CHECKPOINT_POLICIES, KORTHIKANTI_TERMS, SequenceExplorer, chunked_cross_entropy,
-                                 end_of_forward, gpt_block_kept, kept_bytes, korthikanti_layer_bytes,
-                                 kv_cache_bytes_per_token, measure_blocks)
+from helpers.teaching.widgets import SequenceExplorer
+from helpers.techniques.checkpointing import CHECKPOINT_POLICIES
+from helpers.transformer import (KORTHIKANTI_TERMS, chunked_cross_entropy, end_of_forward, gpt_block_kept, kept_bytes,
+                                 korthikanti_layer_bytes, kv_cache_bytes_per_token, measure_blocks)
 
 _ = torch.manual_seed(0)
 GB = 10**9  # decimal gigabytes, as the papers quoted here use them
@@ -317,7 +318,7 @@ assert all(4 < bb < 16 for bb in batch_takeover.values())
 #            context_fn=functools.partial(create_selective_checkpoint_contexts, save_matmuls))
 # ```
 #
-# (`helpers.transformer.CheckpointedBlock`.) Matmuls are expensive to recompute and their outputs are what the next cheap operation needs; norms, activations, products and the softmax are cheap. Llama 8B at 8k tokens, batch 1, AMP, all 32 layers:
+# (`helpers.techniques.checkpointing.CheckpointedBlock`.) Matmuls are expensive to recompute and their outputs are what the next cheap operation needs; norms, activations, products and the softmax are cheap. Llama 8B at 8k tokens, batch 1, AMP, all 32 layers:
 
 # %%
 S8 = 8192

@@ -5,7 +5,7 @@ import pytest
 
 from helpers import profile_step
 from helpers.allocator import (AllocatorOutOfMemory, AllocatorSettings, CachingAllocator, replay, round_size,
-                               segment_size)
+                               get_allocation_size)
 
 MiB = 2**20
 
@@ -24,12 +24,12 @@ def test_rule1_sizes_round_up_to_512_bytes():
         round_size(-1)
 
 
-def test_rules2_3_pools_and_segment_sizes():
-    assert segment_size(MiB) == 2 * MiB                  # small pool: 2 MiB segments
-    assert segment_size(MiB + 512) == 20 * MiB           # 1-10 MiB: 20 MiB segments
-    assert segment_size(10 * MiB - 512) == 20 * MiB
-    assert segment_size(10 * MiB) == 10 * MiB            # larger: rounded up to 2 MiB
-    assert segment_size(49 * MiB) == 50 * MiB
+def test_rules2_3_pools_and_get_allocation_sizes():
+    assert get_allocation_size(MiB) == 2 * MiB                  # small pool: 2 MiB segments
+    assert get_allocation_size(MiB + 512) == 20 * MiB           # 1-10 MiB: 20 MiB segments
+    assert get_allocation_size(10 * MiB - 512) == 20 * MiB
+    assert get_allocation_size(10 * MiB) == 10 * MiB            # larger: rounded up to 2 MiB
+    assert get_allocation_size(49 * MiB) == 50 * MiB
     a = CachingAllocator()
     a.malloc(MiB)        # small pool
     a.malloc(MiB + 512)  # large pool: does not share the small segment

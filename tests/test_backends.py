@@ -1,4 +1,4 @@
-"""helpers.backends: which backend measures, and what each does differently."""
+"""helpers.engine.backends: which backend measures, and what each does differently."""
 
 import contextlib
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from helpers import Meter, MiB, resolve_backend
-from helpers.backends import CudaBackend, SimulatedBackend, get_backend
+from helpers.engine.backends import CudaBackend, SimulatedBackend, get_backend
 from helpers.models import build_model
 
 

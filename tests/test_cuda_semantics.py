@@ -1,4 +1,4 @@
-"""helpers.cuda_semantics: the simulation keeps what a CUDA GPU keeps.
+"""helpers.engine.cuda_rules: the simulation keeps what a CUDA GPU keeps.
 
 The reference is a forward pass on fake CUDA tensors, which runs without a GPU
 (backward does not: the autograd engine asks the CUDA runtime for device 0).
@@ -13,8 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import Meter, profile_step, round_up
-from helpers.cuda_semantics import (CUDA_AUTOCAST, NOT_EMULATED, SAME_ON_BOTH, SimulatedGradScaler,
-                                    attention_saved_bytes, cuda_autocast_policy, cuda_rules)
+from helpers.engine.cuda_rules import (CUDA_AUTOCAST, NOT_EMULATED, SAME_ON_BOTH, SimulatedGradScaler, attention_saved_bytes, cuda_autocast_policy, cuda_rules)
 from helpers.saved import forward_saved_bytes
 
 
@@ -131,12 +130,13 @@ def _loss_storages(device: str, grad_mode) -> list[tuple[tuple[int, ...], torch.
     """Shapes and dtypes of the storages a float16 cross-entropy allocates under autocast."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from helpers.memory import StorageTracker, simulated_autocast
+    from helpers.engine.counting import StorageTracker
+    from helpers.engine.cuda_rules import SimulatedTracker, simulated_autocast
 
     with FakeTensorMode(allow_non_fake_inputs=True), (cuda_rules() if device == "cpu" else torch.no_grad()):
         logits = torch.randn(64, 5000, device=device, dtype=torch.float16, requires_grad=True)
         targets = torch.randint(0, 5000, (64,), device=device)
-        tracker = StorageTracker()
+        tracker = StorageTracker() if device == "cuda" else SimulatedTracker()
         if device == "cuda":  # torch.autocast("cuda") switches itself off without a GPU
             previous = torch.is_autocast_enabled("cuda")
             torch.set_autocast_enabled("cuda", True)

@@ -1,8 +1,8 @@
-"""helpers.data: the digits ship with scikit-learn; MNIST is never downloaded unasked."""
+"""helpers.teaching.data: the digits ship with scikit-learn; MNIST is never downloaded unasked."""
 
 import pytest
 
-from helpers.data import load_digits, load_mnist
+from helpers.teaching.data import load_digits, load_mnist
 from helpers.models import digits_mlp, mlp
 
 

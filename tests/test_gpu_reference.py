@@ -1,4 +1,4 @@
-"""benchmarks/gpu_reference.py (make gpu-reference) and helpers.reference, without a GPU: its dry run."""
+"""benchmarks/gpu_reference.py (make gpu-reference) and helpers.teaching.reference, without a GPU: its dry run."""
 
 import importlib.util
 import json
@@ -10,7 +10,7 @@ import torch
 
 from helpers import MiB, profile_step
 from helpers.allocator import replay
-from helpers.reference import NOT_RECORDED, load_reference, module_differences, reference_report
+from helpers.teaching.reference import NOT_RECORDED, load_reference, module_differences, reference_report
 
 ROOT = Path(__file__).resolve().parent.parent
 

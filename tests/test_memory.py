@@ -1,11 +1,12 @@
-"""helpers.memory: units, the allocator's size rules, the storage tracker, the meter."""
+"""helpers.units, helpers.gpus, helpers.allocator.rules, helpers.engine.counting and helpers.engine.meter: units, cards, the size rules, the storage tracker, the meter."""
 
 import pytest
 import torch
 
 from helpers import CUDA_OVERHEAD_BYTES, GiB, Meter, MiB, fits, fmt_bytes, round_up, tensor_bytes
-from helpers.memory import (GPU_CARDS, allocation_size, block_bytes, cuda_size, headroom,
-                            oom_message)
+from helpers.gpus import GPU_CARDS, headroom, oom_message
+from helpers.allocator.rules import allocation_size, block_bytes
+from helpers.units import cuda_size
 
 
 @pytest.mark.parametrize("nbytes, rounded", [(0, 0), (1, 512), (511, 512), (512, 512), (513, 1024), (4 * MiB, 4 * MiB)])
@@ -92,7 +93,7 @@ def test_simulated_oom_reports_the_failing_allocation():
     assert "total capacity of 1.01 GiB of which 4.00 MiB is free" in message
     assert "6.00 MiB is allocated by PyTorch" in message
     del a
-    with pytest.raises(ValueError, match="positive number of bytes"):
+    with pytest.raises(ValueError, match="capacity must be an integer >= 1"):
         Meter("simulated", capacity=0)
 
 
@@ -172,7 +173,7 @@ def test_a_paused_tracker_counts_nothing():
 
 def test_capacity_must_be_a_positive_number_of_bytes():
     for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="positive number of bytes"):
+        with pytest.raises(ValueError, match="capacity must be an integer >= 1"):
             Meter("simulated", capacity=bad)
 
 

@@ -1,9 +1,9 @@
-"""helpers.plots: figures only read a profile."""
+"""helpers.teaching.plots: figures only read a profile."""
 
 import pytest
 
 from helpers import MiB, profile_step
-from helpers.plots import plot_categories, plot_peak_bars, plot_stages, plot_timeline
+from helpers.teaching.plots import plot_categories, plot_peak_bars, plot_stages, plot_timeline
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_timeline_leaves_room_for_the_peak_label(small):
 
 def test_the_allocator_figures_read_a_replay_and_a_real_snapshot(small):
     from helpers.allocator import replay
-    from helpers.plots import memory_map, plot_memory_map, plot_reserved
+    from helpers.teaching.plots import memory_map, plot_memory_map, plot_reserved
 
     run = replay(small.allocation_log)
     fig = plot_reserved([run], ["default"], marks={"start": 3})

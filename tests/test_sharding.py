@@ -1,14 +1,14 @@
-"""helpers.techniques.sharding: ZeRO's and DeepSpeed's formulas, and FSDP2 on a fake process group."""
+"""helpers.techniques.sharding (ZeRO's and DeepSpeed's formulas) and helpers.fsdp (FSDP2 on a fake process group)."""
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from helpers.memory import round_up
+from helpers.allocator.rules import round_up
 from helpers.models import digits_mlp
-from helpers.techniques.sharding import (deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes, fake_process_group,
-                                         largest_layer_parameters, shard_numel, sharded_parameter_bytes,
-                                         sharded_step, zero_model_state_bytes)
+from helpers.fsdp import fake_process_group, sharded_step
+from helpers.techniques.sharding import (deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes, largest_layer_parameters,
+                                         shard_numel, sharded_parameter_bytes, zero_model_state_bytes)
 
 
 def test_zero_paper_table():

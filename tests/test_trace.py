@@ -1,9 +1,9 @@
-"""helpers.trace: the events of one step, one meaning per field."""
+"""helpers.engine.trace: the events of one step, one meaning per field."""
 
 import torchvision
 
 from helpers import CATEGORIES
-from helpers.trace import MODULE_PHASES, STEP_PHASES
+from helpers.engine.trace import MODULE_PHASES, STEP_PHASES
 
 
 def test_events_are_consistent(resnet18_b128):

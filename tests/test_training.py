@@ -1,10 +1,10 @@
-"""helpers.training: the small training loop of lessons 01 and 04."""
+"""helpers.teaching.training: the small training loop of lessons 01 and 04."""
 
 import pytest
 
-from helpers.data import load_digits
+from helpers.teaching.data import load_digits
 from helpers.models import digits_mlp
-from helpers.training import train
+from helpers.teaching.training import train
 
 
 def test_training_is_seeded_and_checked():

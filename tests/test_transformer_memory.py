@@ -4,12 +4,13 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.cuda_semantics import cuda_rules
+from helpers.engine.cuda_rules import cuda_rules
 from helpers.models.gpt import GPT, GPTConfig
 from helpers.models.llama import LLAMA_PRESETS, Llama, LlamaConfig
 from helpers.saved import forward_saved_bytes
-from helpers.transformer import (CHECKPOINT_POLICIES, KORTHIKANTI_TERMS, chunked_cross_entropy, gpt_block_kept,
-                                 kept_bytes, korthikanti_layer_bytes, kv_cache_bytes_per_token, measure_blocks)
+from helpers.techniques.checkpointing import CHECKPOINT_POLICIES
+from helpers.transformer import (KORTHIKANTI_TERMS, chunked_cross_entropy, gpt_block_kept, kept_bytes,
+                                 korthikanti_layer_bytes, kv_cache_bytes_per_token, measure_blocks)
 
 SHAPES = [(2, 128, 64, 4), (3, 96, 48, 6)]  # (batch, seq, hidden, heads)
 

@@ -1,4 +1,4 @@
-"""helpers.widgets: the batch-size widget, its controls and its pure view."""
+"""helpers.teaching.widgets: the batch-size widget, its controls and its pure view."""
 
 import re
 
@@ -7,7 +7,7 @@ from torch import nn
 
 from helpers import profile_step
 from helpers.batch import Estimate
-from helpers.widgets import IMAGE_SIZES, PARAMETER_COUNT, MemoryExplorer, WillItFit, render, verdict
+from helpers.teaching.widgets import IMAGE_SIZES, PARAMETER_COUNT, MemoryExplorer, WillItFit, render, verdict
 
 
 def test_widget_shows_what_a_direct_measurement_gives():
@@ -116,7 +116,7 @@ def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
 
 def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
     from helpers.allocator import replay_on_gpu
-    from helpers.memory import CUDA_CONTEXT_BYTES, GPU_CARDS
+    from helpers.gpus import CUDA_CONTEXT_BYTES, GPU_CARDS
 
     w = MemoryExplorer(device="simulated", batch_size=64, reserved=True)
     direct = profile_step("resnet18", 64, device="simulated", steady_state=True)

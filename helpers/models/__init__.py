@@ -46,7 +46,7 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module:
 
     Returns:
         The model, in training mode, on the current default device.  Under a
-        simulated :class:`helpers.memory.Meter` it is made of fake tensors.
+        simulated :class:`helpers.engine.meter.Meter` it is made of fake tensors.
 
     Raises:
         ValueError: if ``name`` is not a torchvision classification model, or

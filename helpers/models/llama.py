@@ -18,7 +18,7 @@ Foundation Language Models") and the Llama 3 report (Grattafiori et al. 2024,
   ``n_head`` heads before ``scaled_dot_product_attention`` (``expand`` and
   ``reshape``), as Hugging Face's ``repeat_kv`` does, so that every attention
   kernel can run it (the simulation sends ``enable_gqa=True`` to the math
-  kernel, see :mod:`helpers.cuda_semantics`);
+  kernel, see :mod:`helpers.engine.cuda_rules`);
 * rotary position embeddings (Su et al. 2021, "RoFormer"), their cosines and
   sines computed once per forward pass from the positions, in float32.
 """

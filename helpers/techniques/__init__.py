@@ -2,11 +2,12 @@
 
 * :mod:`.checkpointing`: activation checkpointing by segments (lesson 04);
 * :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05);
-* :mod:`.sharding`: ZeRO's stages, DeepSpeed's estimators, FSDP2 on a fake
-  process group (lesson 07; imported on its own, as it loads ``torch.distributed``);
+* :mod:`.masks`: ReLUs that save a 1-byte or 1-bit mask (lesson 02);
+* :mod:`.sharding`: ZeRO's stages and DeepSpeed's estimators as formulas
+  (lesson 07; FSDP2 itself is run by :mod:`helpers.fsdp`);
 * offloading saved tensors to host memory belongs to each backend
-  (:meth:`helpers.backends.Backend.offload`), since only the backend knows
-  what host memory is.
+  (:meth:`helpers.engine.backends.Backend.offload`), since only the backend
+  knows what host memory is.
 """
 
 from .checkpointing import Checkpointed, frozen_batchnorm_stats

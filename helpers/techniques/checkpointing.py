@@ -1,16 +1,19 @@
-"""Activation checkpointing by segments, and BatchNorm statistics that stay right.
+"""Activation checkpointing by segments, BatchNorm statistics that stay right,
+and full or selective checkpointing of transformer blocks.
 
 Introduced in lesson 04 (AMP and activation checkpointing); lesson 01's training
-loop and :func:`helpers.step.profile_step` use :class:`Checkpointed`.
+loop and :func:`helpers.step.profile_step` use :class:`Checkpointed`; lesson 08
+checkpoints transformer blocks with :func:`checkpoint_blocks`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 
 @contextlib.contextmanager
@@ -90,3 +93,73 @@ class Checkpointed(nn.Module):
         for unit in units[size * (self.segments - 1):]:
             x = unit(x)
         return x
+
+
+#: Activation checkpointing of each block: none, full (the block keeps only its
+#: input and recomputes everything in backward), or selective (matmul and
+#: attention outputs saved, the rest recomputed; see :class:`CheckpointedBlock`).
+CHECKPOINT_POLICIES = ("none", "full", "selective")
+
+
+#: The operations whose outputs the selective policy saves: the matmuls, and
+#: the fused attention kernels (CUDA's and the CPU's, which the simulation runs).
+SAVED_BY_SELECTIVE = (
+    torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+)
+
+
+def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    """The selective policy: save the outputs of :data:`SAVED_BY_SELECTIVE`, recompute the rest."""
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_BY_SELECTIVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class CheckpointedBlock(nn.Module):
+    """A transformer block run under activation checkpointing.
+
+    ``"full"``: ``torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False)``:
+    the block keeps its input only, and runs again in backward.  ``"selective"``:
+    the same with ``context_fn=functools.partial(create_selective_checkpoint_contexts,
+    policy)``, whose policy saves the outputs of the matmuls and fused attention
+    kernels (:data:`SAVED_BY_SELECTIVE`) and recomputes the cheap rest
+    (LayerNorms, GELU, residual sums, softmax): the policy of the PyTorch blog
+    post *Current and New Activation Checkpointing Techniques in PyTorch* (2025).
+
+    Args:
+        block: the block (called with the same arguments).
+        policy: ``"full"`` or ``"selective"``.
+
+    Raises:
+        ValueError: for another policy.
+    """
+
+    def __init__(self, block: nn.Module, policy: str):
+        super().__init__()
+        if policy not in ("full", "selective"):
+            raise ValueError(f"policy must be 'full' or 'selective', got {policy!r}")
+        self.block, self.policy = block, policy
+
+    def forward(self, *args):
+        options = {"use_reentrant": False}
+        if self.policy == "selective":
+            options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
+        return checkpoint(self.block, *args, **options)
+
+
+def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
+    """Wrap each of ``model.blocks`` in a :class:`CheckpointedBlock` (in place; returned).
+
+    Raises:
+        ValueError: for a policy not in :data:`CHECKPOINT_POLICIES`, or a model
+            without a ``blocks`` list.
+    """
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
+    if not isinstance(getattr(model, "blocks", None), nn.ModuleList):
+        raise ValueError(f"{type(model).__name__} has no 'blocks' list to checkpoint")
+    if policy != "none":
+        for i, block in enumerate(model.blocks):
+            model.blocks[i] = CheckpointedBlock(block, policy)
+    return model

@@ -1,35 +1,26 @@
-"""Sharding the model states across GPUs: ZeRO's formulas and PyTorch FSDP2, measured.
+"""Sharding the model states across GPUs: ZeRO's formulas and DeepSpeed's estimators.
 
-Introduced in lesson 07 (when one GPU is not enough).
-
-* The formulas: ZeRO's three stages (:func:`zero_model_state_bytes`, from
-  Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
-  Parameter Models", SC20, arXiv:1910.02054, section 5 and figure 1) and
-  DeepSpeed's own estimators (:func:`deepspeed_zero2_gpu_bytes`,
-  :func:`deepspeed_zero3_gpu_bytes`), rewritten here from their source.
-* The measurement: :func:`sharded_step` runs training steps of a model
-  wrapped with ``torch.distributed.fsdp.fully_shard`` (FSDP2, ZeRO stage 3:
-  parameters, gradients and optimizer states sharded) in *one* process, on a
-  *fake process group* of ``world_size`` ranks (:func:`fake_process_group`):
-  this process plays rank 0, every collective returns at once without moving
-  data, and every tensor has the shape it has on a real rank 0.  Under the
-  simulated backend (fake tensors, :class:`helpers.memory.StorageTracker`) it
-  gives the bytes rank 0 of a real job would allocate, by category.
+Introduced in lesson 07 (when one GPU is not enough).  ZeRO's three stages
+(:func:`zero_model_state_bytes`, from Rajbhandari et al., "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models", SC20,
+arXiv:1910.02054, section 5 and figure 1), DeepSpeed's own estimators
+(:func:`deepspeed_zero2_gpu_bytes`, :func:`deepspeed_zero3_gpu_bytes`),
+rewritten here from their source, and FSDP2's shard sizes
+(:func:`shard_numel`).  FSDP2 itself, run on a fake process group and
+measured, is :mod:`helpers.fsdp`.
 
 All sizes are bytes; 1 GB = 10**9 bytes, 1 GiB = 2**30 bytes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from ..memory import Meter, StorageTracker, round_up
+from ..allocator.rules import round_up
+from ..config import check_int
 
 #: ZeRO's stages, in the paper's notation (figure 1): what each one shards.
 ZERO_STAGES = {
@@ -38,21 +29,6 @@ ZERO_STAGES = {
     2: "P_os+g: + gradients",
     3: "P_os+g+p: + parameters",
 }
-
-#: The categories of a sharded step, in the order a storage is labelled
-#: (a storage gets the first that applies): the three model states held by
-#: this rank, then what FSDP allocates for its collectives, then the rest.
-SHARDED_CATEGORIES = (
-    "parameters", "gradients", "optimizer_states",
-    "unsharded_parameters", "all_gather_buffers", "unsharded_gradients", "reduce_scatter_buffers",
-    "other",
-)
-
-
-def _check_count(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def zero_model_state_bytes(parameters: int, world_size: int, stage: int, k: int = 12) -> float:
@@ -75,11 +51,11 @@ def zero_model_state_bytes(parameters: int, world_size: int, stage: int, k: int 
         ValueError: for a negative parameter count, a world size below 1,
             an unknown stage, or a negative ``k``.
     """
-    _check_count("parameters", parameters, 0)
-    _check_count("world_size", world_size)
+    check_int("parameters", parameters, 0)
+    check_int("world_size", world_size, 1)
     if stage not in ZERO_STAGES:
         raise ValueError(f"stage must be one of {sorted(ZERO_STAGES)}, got {stage!r}")
-    _check_count("k", k, 0)
+    check_int("k", k, 0)
     p, n = parameters, world_size
     return {0: (4 + k) * p, 1: 4 * p + k * p / n, 2: 2 * p + (2 + k) * p / n, 3: (4 + k) * p / n}[stage]
 
@@ -97,8 +73,8 @@ def deepspeed_zero2_gpu_bytes(total_params: int, num_gpus: int) -> int:
     Raises:
         ValueError: for a negative parameter count or fewer than 1 GPU.
     """
-    _check_count("total_params", total_params, 0)
-    _check_count("num_gpus", num_gpus)
+    check_int("total_params", total_params, 0)
+    check_int("num_gpus", num_gpus, 1)
     return 2 * total_params + int(18 * total_params / num_gpus)
 
 
@@ -116,9 +92,9 @@ def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer_params: int, num_
     Raises:
         ValueError: for negative counts or fewer than 1 GPU.
     """
-    _check_count("total_params", total_params, 0)
-    _check_count("largest_layer_params", largest_layer_params, 0)
-    _check_count("num_gpus", num_gpus)
+    check_int("total_params", total_params, 0)
+    check_int("largest_layer_params", largest_layer_params, 0)
+    check_int("num_gpus", num_gpus, 1)
     return 4 * largest_layer_params + int(18 * total_params / num_gpus)
 
 
@@ -141,329 +117,9 @@ def shard_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> int:
     Raises:
         ValueError: for a world size below 1.
     """
-    _check_count("world_size", world_size)
+    check_int("world_size", world_size, 1)
     shape = tuple(shape) or (1,)
     return math.ceil(shape[0] / world_size) * math.prod(shape[1:])
-
-
-@contextlib.contextmanager
-def fake_process_group(world_size: int, rank: int = 0):
-    """Make this one process rank ``rank`` of a fake ``world_size``-rank job; always tear it down.
-
-    ``torch.distributed.init_process_group("fake", store=FakeStore(), ...)``
-    (``torch/testing/_internal/distributed/fake_pg.py``): collectives return
-    at once and move no data, but every tensor keeps the shape it has on a
-    real rank.  Yields a 1-dimensional ``DeviceMesh`` of CPU ranks, built here,
-    outside any fake-tensor mode (its constructor reads tensor values), to
-    pass to ``fully_shard(..., mesh=mesh)``.  On exit, even when the body
-    raises, ``torch.distributed.destroy_process_group()`` runs, so that
-    ``torch.distributed.is_initialized()`` is False afterwards.
-
-    Raises:
-        ValueError: for a world size below 1, a rank outside it, or a process
-            group already initialised in this process.
-    """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    _check_count("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
-    if dist.is_initialized():
-        raise ValueError("a torch.distributed process group is already initialised in this process")
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
-    try:
-        yield init_device_mesh("cpu", (world_size,))
-    finally:
-        dist.destroy_process_group()
-
-
-class _FSDPTracker(StorageTracker):
-    """A :class:`StorageTracker` that also remembers which storages FSDP2's own
-    operators (``torch.ops.fsdp.*``, ``_fsdp_collectives.py``) wrote or made:
-
-    * ``all_gather_copy_in``: its inputs (the shards, cast to ``param_dtype``
-      under mixed precision) and the flat all-gather buffer;
-    * ``split_with_sizes_copy``: the unsharded parameters it fills from that buffer;
-    * ``chunk_cat``: its inputs (the unsharded gradients) and output (the flat
-      reduce-scatter buffer).
-    """
-
-    def __init__(self):
-        super().__init__(None, None)
-        self.roles: dict[int, str] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if func.namespace == "fsdp" and not self.paused:
-            if func._opname == "all_gather_copy_in":      # (inputs, output buffer, ...) -> (input view, output)
-                self._label(args[0], "all_gather_buffers")
-                self._label(out, "all_gather_buffers")
-            elif func._opname == "split_with_sizes_copy":  # (buffer, sizes, *, out=unsharded parameters)
-                self._label(kwargs.get("out"), "unsharded_parameters")
-            elif func._opname == "chunk_cat":              # (unsharded gradients, ..., *, out=buffer)
-                self._label(args[0], "unsharded_gradients")
-                self._label(kwargs.get("out"), "reduce_scatter_buffers")
-        return out
-
-    def _label(self, tensors, role):
-        if role is None or tensors is None:
-            return
-        for t in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
-            if isinstance(t, torch.Tensor):
-                serial = self.track(t)
-                if serial is not None:
-                    self.roles.setdefault(serial, role)
-
-
-@dataclass
-class ShardedStep:
-    """What one rank of an FSDP2 job allocates in a training step (simulated).
-
-    Attributes:
-        model: the model's name.
-        world_size: ranks in the (fake) job; this process was rank 0.
-        parameter_count: parameters of the whole model (unsharded).
-        units: the FSDP units (each a ``fully_shard`` call), root last, with
-            their parameter counts.
-        parameters, gradients, optimizer_states: this rank's sharded model
-            states at the optimizer step, in bytes (each storage rounded up to
-            512 bytes, as the CUDA caching allocator does).
-        peak_bytes: the highest allocated bytes of the traced step.
-        peak_phase: ``"forward"``, ``"backward"`` or ``"optimizer.step"``.
-        at_peak: bytes per category of :data:`SHARDED_CATEGORIES` at the peak.
-        largest: for each category, the most bytes it held at any moment of the
-            step (e.g. ``largest["unsharded_parameters"]``: the all-gathered
-            parameters at their most).
-        after_forward: bytes per category at the end of the forward pass
-            (the loss computed; ``other`` holds the activations).
-        timeline: after each allocation, free or resize of the traced step,
-            ``(phase, allocated bytes, unsharded parameters' bytes, all-gather
-            buffers' bytes)``.
-    """
-
-    model: str
-    world_size: int
-    parameter_count: int
-    units: list[tuple[str, int]]
-    parameters: int = 0
-    gradients: int = 0
-    optimizer_states: int = 0
-    peak_bytes: int = 0
-    peak_phase: str = ""
-    at_peak: dict[str, int] = field(default_factory=dict)
-    largest: dict[str, int] = field(default_factory=dict)
-    after_forward: dict[str, int] = field(default_factory=dict)
-    timeline: list[tuple[str, int, int, int]] = field(default_factory=list)
-
-    @property
-    def model_state_bytes(self) -> int:
-        """Parameters + gradients + optimizer states held by this rank, in bytes."""
-        return self.parameters + self.gradients + self.optimizer_states
-
-
-def default_units(model: nn.Module) -> list[nn.Module]:
-    """The submodules to wrap with their own ``fully_shard``, as the FSDP2
-    examples do: a GPT's blocks (:class:`helpers.models.gpt.GPT`), a
-    torchvision ResNet's residual blocks, a ``Sequential``'s children that hold
-    parameters.  The root gets the rest (embeddings, stem, head).
-
-    Raises:
-        ValueError: for another kind of model (pass ``units=`` yourself).
-    """
-    from ..models.gpt import GPT
-
-    if isinstance(model, GPT):
-        return list(model.blocks)
-    if all(hasattr(model, f"layer{i}") for i in range(1, 5)):  # torchvision ResNet
-        return [block for i in range(1, 5) for block in getattr(model, f"layer{i}")]
-    if isinstance(model, nn.Sequential):
-        return [m for m in model if any(True for _ in m.parameters())]
-    raise ValueError(f"no default FSDP units for {type(model).__name__}; pass units= (a list of its submodules)")
-
-
-def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_len: int | None = None,
-                 image_size: int = 224, optimizer: str = "adam", reshard_after_forward: bool | None = None,
-                 mixed_precision: bool = False, checkpoint: bool = False, units=None) -> ShardedStep:
-    """One steady-state training step of ``model`` under FSDP2 on rank 0 of ``world_size``, simulated.
-
-    The model is built on the ``meta`` device, its FSDP units (``units``, by
-    default :func:`default_units`, then the root) are wrapped with
-    ``fully_shard`` on a :func:`fake_process_group`, and only then are its
-    sharded parameters given (fake) storage, as a real job does for a model
-    too large for one GPU.  A first step creates the optimizer states; the
-    second is measured (forward, loss, backward, ``optimizer.step()``,
-    ``zero_grad()``).
-
-    Args:
-        model: a name :func:`helpers.models.resolve_model` accepts (``"mlp"``,
-            ``"resnet18"``, ``"gpt2"``, ...).
-        world_size: ranks, >= 1.
-        batch_size: samples per rank, >= 1.
-        seq_len: tokens per sample for a GPT (default: its context length).
-        image_size: height and width of image inputs.
-        optimizer: one of :data:`helpers.config.OPTIMIZERS` (``foreach``).
-        reshard_after_forward: ``fully_shard``'s option for every unit; None
-            (its default) reshards every unit but the root after forward.
-        mixed_precision: ``MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-            reduce_dtype=torch.float32)``: 16-bit all-gathers and compute,
-            fp32 sharded parameters, gradients and optimizer states.
-        checkpoint: activation checkpointing of every unit
-            (``torch.utils.checkpoint``, non-reentrant), inside its ``fully_shard``.
-        units: the submodules to shard separately (a function of the built
-            model returning them, or None for :func:`default_units`).
-
-    Returns:
-        A :class:`ShardedStep`.
-
-    Raises:
-        ValueError: for a bad count, an unknown model or optimizer, or a
-            process group already initialised.
-    """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor import DTensor
-
-    from ..config import OPTIMIZERS, StepConfig
-    from ..models import resolve_model
-    from ..step import _batch, _loss, _task
-
-    _check_count("world_size", world_size)
-    _check_count("batch_size", batch_size)
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
-    config = StepConfig(model=model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
-                        device="simulated")
-    spec = resolve_model(model)
-    task = _task(config, spec)
-
-    meter = Meter("simulated")
-    tracker = meter.tracker = _FSDPTracker()
-    built = meter.runtime.build(spec.build)
-    chosen = default_units(built) if units is None else list(units(built))
-    result = ShardedStep(spec.name, world_size, sum(p.numel() for p in built.parameters()),
-                         [(type(u).__name__, sum(p.numel() for p in u.parameters())) for u in chosen])
-    result.units.append(("root", result.parameter_count - sum(n for _, n in result.units)))
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if mixed_precision else MixedPrecisionPolicy()
-    if checkpoint:
-        for unit in chosen:
-            _checkpoint_forward(unit)
-
-    with fake_process_group(world_size) as mesh:
-        for unit in chosen:
-            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-        fully_shard(built, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-
-        with meter:
-            net = built._apply(lambda t: _empty_like_shard(t, meter.device, DTensor))
-            opt = meter.runtime.optimizer(optimizer, net.parameters(), tracker)
-            moments: dict[str, tuple[int, ...]] = {}
-            phase_marks: list[tuple[int, str]] = []
-
-            def mark(phase):
-                phase_marks.append((len(tracker.log), phase))
-
-            for traced in (False, True):
-                if traced:
-                    tracker.reset_peak()
-                    start_log = len(tracker.log)
-                    mark("forward")
-                inputs, targets = _batch(task, config, meter.device)
-                loss, targets = _loss(task, net(*inputs), targets)
-                if traced:
-                    moments["after_forward"] = tracker.live_serials()
-                    mark("backward")
-                loss.backward()
-                del loss, inputs, targets
-                if traced:
-                    grads = {tracker.serial_of(p.grad) for p in net.parameters() if p.grad is not None}
-                    mark("optimizer.step")
-                opt.step()
-                if traced:
-                    states = {tracker.serial_of(v) for s in opt.state.values() for k, v in s.items()
-                              if k != "step" and isinstance(v, torch.Tensor)}
-                    moments["step"] = tracker.live_serials()
-                opt.zero_grad()
-            params = {tracker.serial_of(p) for p in net.parameters()}
-            for serial in _unsharded_serials(net, tracker):  # also at world size 1, where FSDP copies, not gathers
-                tracker.roles[serial] = "unsharded_parameters"
-            peak_at, peak_serials = tracker.peak_at, tracker.peak_serials
-
-    def label(serial):
-        for name, known in (("parameters", params), ("gradients", grads), ("optimizer_states", states)):
-            if serial in known:
-                return name
-        return tracker.roles.get(serial, "other")
-
-    def by_category(serials, sizes):
-        totals = dict.fromkeys(SHARDED_CATEGORIES, 0)
-        for s in serials:
-            totals[label(s)] += sizes[s]
-        return totals
-
-    at_step = by_category(moments["step"], tracker.sizes)
-    result.parameters, result.gradients, result.optimizer_states = (
-        at_step["parameters"], at_step["gradients"], at_step["optimizer_states"])
-    result.peak_bytes = tracker.peak
-    result.at_peak = by_category(peak_serials, tracker.sizes)
-    result.after_forward = by_category(moments["after_forward"], tracker.sizes)
-    # Replay the traced step's log: every category's largest total, and the phase of the peak.
-    totals = dict.fromkeys(SHARDED_CATEGORIES, 0)
-    best, peak_phase = -1, ""
-    largest = dict.fromkeys(SHARDED_CATEGORIES, 0)
-    for i, entry in enumerate(tracker.log):
-        totals[label(entry.serial)] += entry.delta
-        if i < start_log:
-            continue
-        running = sum(totals.values())
-        phase = [p for at, p in phase_marks if at <= i][-1]
-        result.timeline.append((phase, running, totals["unsharded_parameters"], totals["all_gather_buffers"]))
-        if running > best:
-            best = running
-            peak_phase = phase
-        for k in largest:
-            largest[k] = max(largest[k], totals[k])
-    result.largest = largest
-    result.peak_phase = peak_phase
-    return result
-
-
-def _unsharded_serials(model: nn.Module, tracker: StorageTracker) -> set[int]:
-    """Serials of the storages FSDP2 all-gathers each unit's parameters into
-    (``FSDPParam.all_gather_outputs``; resized to 0 bytes while resharded)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    serials = set()
-    for module in model.modules():
-        group = module._get_fsdp_state()._fsdp_param_group if isinstance(module, FSDPModule) else None
-        for fsdp_param in group.fsdp_params if group is not None else ():
-            for t in getattr(fsdp_param, "all_gather_outputs", ()):
-                serial = tracker.serial_of(t)
-                if serial is not None:
-                    serials.add(serial)
-    return serials
-
-
-def _empty_like_shard(t: torch.Tensor, device: torch.device, dtensor_type) -> torch.Tensor:
-    """Fake storage for a (sharded) parameter or buffer: for a ``DTensor``, its local shard only."""
-    if isinstance(t, dtensor_type):
-        local = torch.empty(t._local_tensor.shape, dtype=t.dtype, device=device)
-        return dtensor_type.from_local(local, t.device_mesh, t.placements, run_check=False,
-                                       shape=t.shape, stride=t.stride())
-    return torch.empty(t.shape, dtype=t.dtype, device=device)
-
-
-def _checkpoint_forward(module: nn.Module) -> None:
-    """Run ``module``'s forward under non-reentrant activation checkpointing."""
-    from torch.utils.checkpoint import checkpoint
-
-    inner = module.forward
-
-    def forward(*args, **kwargs):
-        return checkpoint(inner, *args, use_reentrant=False, **kwargs)
-
-    module.forward = forward
 
 
 def sharded_parameter_bytes(model: nn.Module, world_size: int) -> int:

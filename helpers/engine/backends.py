@@ -8,7 +8,7 @@ answers each question that has two answers.
   autocast on CUDA (float16 with a real ``GradScaler``), and keeps offloaded
   tensors in pinned host memory.
 * :class:`SimulatedBackend` runs the step on fake CPU tensors counted by a
-  :class:`helpers.memory.StorageTracker`, builds models on the ``meta``
+  :class:`helpers.engine.counting.StorageTracker`, builds models on the ``meta``
   device, and keeps offloaded tensors out of the count.
 
 :func:`get_backend` turns a ``device`` argument into one of them.
@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .cuda_semantics import SimulatedGradScaler, cuda_rules, host_side_steps
-from .memory import StorageTracker, simulated_autocast
-from .techniques.optimizers import make_optimizer
+from ..techniques.optimizers import make_optimizer
+from .counting import StorageTracker
+from .cuda_rules import SimulatedGradScaler, SimulatedTracker, cuda_rules, host_side_steps, simulated_autocast
 
 _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
@@ -87,7 +87,7 @@ class Backend:
         raise NotImplementedError
 
     def enter(self, capacity: int | None) -> None:
-        """Start measuring (called by :class:`helpers.memory.Meter`)."""
+        """Start measuring (called by :class:`helpers.engine.meter.Meter`)."""
 
     def exit(self, *exc) -> None:
         """Stop measuring."""
@@ -206,8 +206,8 @@ class CudaBackend(Backend):
 
 class SimulatedBackend(Backend):
     """A simulated CUDA GPU: fake CPU tensors, counted by a
-    :class:`helpers.memory.StorageTracker`, with CUDA's rules
-    (:func:`helpers.cuda_semantics.cuda_rules`: autocast lists, dropout masks,
+    :class:`helpers.engine.counting.StorageTracker`, with CUDA's rules
+    (:func:`helpers.engine.cuda_rules.cuda_rules`: autocast lists, dropout masks,
     the attention kernel; Adam's step counters on the host; a ``GradScaler``
     for float16).
 
@@ -226,7 +226,7 @@ class SimulatedBackend(Backend):
         self._log_level = logging.NOTSET
 
     def tracker(self, capacity):
-        return StorageTracker(None, capacity)
+        return SimulatedTracker(capacity)
 
     def enter(self, capacity):
         # FakeTensorMode logs a full traceback before raising a shape error; the

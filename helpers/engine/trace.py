@@ -40,7 +40,7 @@ from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
 from torch.utils._pytree import tree_flatten
 
-from .memory import Meter
+from .meter import Meter
 
 #: Phases of module events, in the order they happen to one module.
 MODULE_PHASES = ("pre", "fwd", "bwd", "recompute")
@@ -69,7 +69,7 @@ class Event:
         shape: output shape for ``fwd``/``recompute`` events, else ``None``.
         depth: nesting depth of the module (the model is 0).
         live: serials of the storages alive at this moment (see
-            :class:`helpers.memory.StorageTracker`); used to label memory.
+            :class:`helpers.engine.counting.StorageTracker`); used to label memory.
         log_position: length of the allocation log at this moment.
     """
 
@@ -114,7 +114,7 @@ class StepTracer:
     """Context manager that records :class:`Event` objects for one step.
 
     Args:
-        meter: the :class:`helpers.memory.Meter` the step runs under.
+        meter: the :class:`helpers.engine.meter.Meter` the step runs under.
         model: the model whose ``named_modules()`` give the names.
         root: the module actually called for the forward pass, if not
             ``model`` (e.g. a checkpointing wrapper); its events are

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .memory import MiB, fmt_bytes
+from ..units import MiB, fmt_bytes
 
 #: Where ``make gpu-reference`` writes its figures (in the repository, beside the lessons).
 REFERENCE_FILE = Path(__file__).resolve().parent.parent / "lessons" / "data" / "gpu_reference.json"

@@ -1,7 +1,7 @@
 """A model of PyTorch's CUDA caching allocator, to replay a step's allocation log.
 
 Introduced in lesson 06 (the caching allocator and fragmentation).  The engine
-(:mod:`helpers.memory`) counts the bytes of live tensors: what
+(:mod:`helpers.engine.counting`) counts the bytes of live tensors: what
 ``torch.cuda.memory_allocated()`` reports, up to the allocator's unsplit
 blocks.  A GPU also *reserves* memory that no tensor uses: the caching
 allocator keeps freed blocks to hand them out again, because asking the driver
@@ -62,14 +62,9 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .memory import CUDA_CONTEXT_BYTES, MiB, cuda_size
-
-K_MIN_BLOCK = 512            # kMinBlockSize
-K_SMALL_SIZE = 1 * MiB       # kSmallSize: the largest "small" request
-K_SMALL_BUFFER = 2 * MiB     # kSmallBuffer: small segments; expandable small-pool page
-K_MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
-K_LARGE_BUFFER = 20 * MiB    # kLargeBuffer: 1-10 MiB requests' segments; expandable large-pool page
-K_ROUND_LARGE = 2 * MiB      # kRoundLarge
+from ..gpus import CUDA_CONTEXT_BYTES
+from ..units import MiB, cuda_size
+from .rules import (K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER, K_SMALL_SIZE, get_allocation_size, round_size, should_split)
 
 #: Where the model puts segments: each new one starts at the next multiple of
 #: this, so that addresses are readable (the real ones are the driver's).
@@ -148,26 +143,6 @@ class AllocatorSettings:
         parts = ([f"max_split_size_mb:{self.max_split_size_mb}"] if self.max_split_size_mb is not None else []) + \
                 (["expandable_segments:True"] if self.expandable_segments else [])
         return ",".join(parts) or "defaults"
-
-
-def round_size(nbytes: int) -> int:
-    """Rule 1 (``round_size``): the request rounded up to a multiple of 512 bytes (at least 512).
-
-    Raises:
-        ValueError: for a negative size.
-    """
-    if nbytes < 0:
-        raise ValueError(f"a request must be >= 0 bytes, got {nbytes}")
-    return max(-(-nbytes // K_MIN_BLOCK) * K_MIN_BLOCK, K_MIN_BLOCK)
-
-
-def segment_size(size: int) -> int:
-    """Rule 3 (``get_allocation_size``): bytes of the segment a rounded request of ``size`` opens."""
-    if size <= K_SMALL_SIZE:
-        return K_SMALL_BUFFER
-    if size < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
-    return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
 @dataclass(eq=False)
@@ -273,12 +248,12 @@ class CachingAllocator:
                      or (self._release_cached() and self._retry(size, small)))  # rule 8
         if block is None:
             self.num_ooms += 1
-            requested = segment_size(size)
+            requested = get_allocation_size(size)
             self.trace.append({"action": "oom", "addr": 0, "size": size, "serial": serial})
             raise AllocatorOutOfMemory(
-                f"Simulated CUDA out of memory. Tried to allocate {_mib(requested)}. "
-                f"{_mib(self.allocated)} is allocated by PyTorch, and {_mib(self.reserved - self.allocated)} "
-                f"is reserved by PyTorch but unallocated; the largest free block is {_mib(self.largest_free())}.",
+                f"Simulated CUDA out of memory. Tried to allocate {cuda_size(requested)}. "
+                f"{cuda_size(self.allocated)} is allocated by PyTorch, and {cuda_size(self.reserved - self.allocated)} "
+                f"is reserved by PyTorch but unallocated; the largest free block is {cuda_size(self.largest_free())}.",
                 requested, self.allocated, self.reserved, self.largest_free())
         if self._should_split(block, size, small):                               # rule 5
             self._split(block, size)
@@ -329,11 +304,11 @@ class CachingAllocator:
                 if not b.mapped:
                     continue
                 state = "free" if not b.allocated else (
-                    "allocated" if b.requested == b.size else f"allocated, tensor {_mib(b.requested)}")
-                parts.append(f"[{_mib(b.size)} {state}]")
+                    "allocated" if b.requested == b.size else f"allocated, tensor {cuda_size(b.requested)}")
+                parts.append(f"[{cuda_size(b.size)} {state}]")
             if parts:
                 kind = ("small" if s.small else "large") + (", expandable" if s.expandable else "")
-                lines.append(f"segment of {_mib(s.size)} ({kind}): {' '.join(parts)}")
+                lines.append(f"segment of {cuda_size(s.size)} ({kind}): {' '.join(parts)}")
         return "\n".join(lines) or "no segments"
 
     def snapshot(self) -> list[dict]:
@@ -390,11 +365,8 @@ class CachingAllocator:
         return block.size + (after.size if after is not None and not after.mapped else 0)
 
     def _should_split(self, block: Block, size: int, small: bool) -> bool:
-        """Rule 5, ``should_split``."""
-        rest = block.size - size
-        if small or self.settings.expandable_segments:
-            return rest >= K_MIN_BLOCK
-        return size < self.settings.max_split_size and rest > K_SMALL_SIZE
+        """Rule 5, :func:`helpers.allocator.rules.should_split`."""
+        return should_split(size, block.size, small, self.settings.max_split_size, self.settings.expandable_segments)
 
     def _split(self, block: Block, size: int) -> None:
         blocks = block.segment.blocks
@@ -422,14 +394,14 @@ class CachingAllocator:
         """Rules 3 and 7, ``alloc_block``: a new segment from the driver, or None if it does not fit."""
         if self.settings.expandable_segments:
             return self._expand(size, small)  # only the pages it maps must fit
-        if not self._fits_capacity(segment_size(size)):
+        if not self._fits_capacity(get_allocation_size(size)):
             return None
         seg = Segment(self._take_addresses(), small)
-        seg.blocks.append(Block(seg.address, segment_size(size), seg))
+        seg.blocks.append(Block(seg.address, get_allocation_size(size), seg))
         self.segments.append(seg)
-        self._reserve(segment_size(size))
+        self._reserve(get_allocation_size(size))
         self.num_device_alloc += 1
-        self.trace.append({"action": "segment_alloc", "addr": seg.address, "size": segment_size(size)})
+        self.trace.append({"action": "segment_alloc", "addr": seg.address, "size": get_allocation_size(size)})
         return seg.blocks[0]
 
     def _retry(self, size: int, small: bool) -> Block | None:
@@ -574,7 +546,6 @@ class CachingAllocator:
             self.segments.remove(seg)
 
 
-_mib = cuda_size  # sizes in messages, as CUDA's own: "512 bytes", "3.00 MiB", "1.50 GiB"
 
 
 @dataclass
@@ -625,7 +596,7 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
     Args:
         log: entries whose first three fields are ``(serial, kind, nbytes)``:
             :attr:`helpers.record.StepProfile.allocation_log` or
-            :attr:`helpers.memory.StorageTracker.log`.  ``kind`` is
+            :attr:`helpers.engine.counting.StorageTracker.log`.  ``kind`` is
             ``"alloc"``, ``"free"`` or ``"resize"`` (a resize frees the old
             block after allocating the new one, as ``resize_`` copies).
         capacity: bytes the allocator may reserve (see :class:`CachingAllocator`).
@@ -685,7 +656,7 @@ def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | s
     """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?
 
     The allocator may reserve what the GPU has less the CUDA context
-    (``context``, by default the assumed :data:`helpers.memory.CUDA_CONTEXT_BYTES`).
+    (``context``, by default the assumed :data:`helpers.gpus.CUDA_CONTEXT_BYTES`).
     Under that cap it frees its cache and retries before it gives up, as a
     real one does, so the step fits exactly when the returned replay's
     ``error`` is None.

@@ -1,7 +1,7 @@
 """What a CUDA GPU computes differently from the CPU, applied to the simulation.
 
 Introduced in lesson 00 (what "simulated" covers).  The simulation runs
-PyTorch's CPU kernels on fake tensors (:mod:`helpers.backends`).  Where a
+PyTorch's CPU kernels on fake tensors (:mod:`helpers.engine.backends`).  Where a
 CUDA GPU would keep other tensors for backward, :func:`cuda_rules` makes the
 CPU do what CUDA does, for as long as a simulated measurement lasts:
 
@@ -36,11 +36,16 @@ compare these rules against, forward pass by forward pass.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import warnings
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
+
+from ..allocator.rules import allocation_size, round_up
+from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message
+from .counting import StorageTracker
 
 #: CUDA's autocast policies in torch 2.14.1, by operator overload: the lists of
 #: ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_LOWER_PRECISION_FP``,
@@ -273,6 +278,86 @@ def _attention(kernel: str):
     return sdpa
 
 
+#: The 16-bit type of the simulated GPU's autocast while
+#: :func:`simulated_autocast` is active (None outside it).
+_AUTOCAST_DTYPE: contextvars.ContextVar = contextvars.ContextVar("simulated_autocast", default=None)
+
+
+@contextlib.contextmanager
+def simulated_autocast(dtype: torch.dtype):
+    """``torch.autocast`` on the CPU's fake tensors, standing for CUDA's.
+
+    The same as ``torch.autocast("cpu", dtype=dtype)``, and it tells the
+    storage tracker that autocast is on: under ``torch.inference_mode()`` the
+    tracker splits composite operations itself (see :class:`SimulatedTracker`),
+    where PyTorch has switched autocast off, and must switch it on again for
+    their parts, as a GPU's dispatcher does (a composite such as
+    ``cross_entropy_loss`` has no autocast kernel: its ``nll_loss`` is what
+    autocast casts to float32).
+    """
+    token = _AUTOCAST_DTYPE.set(dtype)
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            yield
+    finally:
+        _AUTOCAST_DTYPE.reset(token)
+
+
+class SimulatedTracker(StorageTracker):
+    """The :class:`helpers.engine.counting.StorageTracker` of the simulated GPU.
+
+    It adds two things the core leaves out:
+
+    * **a capacity**: a new storage that would take the tensor bytes above
+      :func:`helpers.gpus.headroom` raises ``torch.OutOfMemoryError`` with a
+      CUDA-shaped :func:`helpers.gpus.oom_message`, whose ``requested`` and
+      ``allocated`` attributes give the bytes;
+    * **composites under inference mode**: under ``torch.inference_mode()`` the
+      autograd layer, which normally splits a composite operation
+      (``cross_entropy``, ``to``, ...) into the operations it is made of, is
+      skipped, so the composite would arrive whole and hide its intermediate
+      tensors: it is split here, with autocast on again if it was
+      (:func:`simulated_autocast`), as a GPU's dispatcher does.
+
+    Args:
+        capacity: simulate a GPU of this many bytes (``None``: no limit).
+    """
+
+    def __init__(self, capacity: int | None = None):
+        super().__init__(None)
+        self.capacity = capacity
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if (not self.paused and torch.is_inference_mode_enabled() and func.namespace == "aten"
+                and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")):
+            with self, _autocast_again():
+                out = func.decompose(*args, **(kwargs or {}))
+            if out is not NotImplemented:
+                return out
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+    def before_alloc(self, nbytes: int) -> None:
+        if self.capacity is not None and self.allocated + nbytes > headroom(self.capacity):
+            in_use = self.allocated + CUDA_OVERHEAD_BYTES
+            error = torch.OutOfMemoryError(
+                oom_message(allocation_size(nbytes), self.capacity, in_use, self.allocated, self.allocated))
+            error.requested, error.allocated = allocation_size(nbytes), self.allocated  # for DoesNotFit
+            raise error
+
+
+
+def _autocast_again():
+    """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again."""
+    dtype = _AUTOCAST_DTYPE.get()
+    if dtype is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    excluded = torch._C._dispatch_tls_local_exclude_set().remove(torch._C.DispatchKey.AutocastCPU)
+    stack.enter_context(torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded))
+    stack.enter_context(torch.autocast("cpu", dtype=dtype))
+    return stack
+
+
 @contextlib.contextmanager
 def cuda_rules(attention: str = "auto"):
     """While active, CPU operations save what CUDA's would (see the module's docstring).
@@ -327,7 +412,6 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
     Raises:
         ValueError: for another kernel.
     """
-    from .memory import round_up
 
     size = dtype.itemsize
     qkv = 3 * round_up(batch * heads * seq * head_dim * size)
@@ -355,7 +439,7 @@ def host_side_steps(optimizer: torch.optim.Optimizer, tracker) -> torch.optim.Op
 
     Args:
         optimizer: the optimizer (changed in place and returned).
-        tracker: the :class:`helpers.memory.StorageTracker` of the simulation.
+        tracker: the :class:`helpers.engine.counting.StorageTracker` of the simulation.
     """
     if not isinstance(optimizer, torch.optim.Adam) or any(
             g.get("fused") or g.get("capturable") for g in optimizer.param_groups):

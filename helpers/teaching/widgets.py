@@ -27,14 +27,17 @@ import html
 
 import ipywidgets as widgets
 
-from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
-from .allocator import replay_on_gpu
-from .backends import get_backend
-from .batch import Estimate, PeakCurve, model_state_estimate
-from .config import DATA_OPTIONS, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
-from .memory import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, MiB, fits
-from .models import model_names, resolve_model
-from .models.gpt import GPT2_PRESETS
+from ..allocator import replay_on_gpu
+from ..batch import Estimate, PeakCurve, model_state_estimate
+from ..config import DATA_OPTIONS, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
+from ..engine.backends import get_backend
+from ..gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, fits
+from ..models import model_names, resolve_model
+from ..models.gpt import GPT2_PRESETS
+from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS
+from ..techniques.checkpointing import CHECKPOINT_POLICIES
+from ..transformer import end_of_forward, transformer_presets
+from ..units import MiB
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(StepConfig)}
 
@@ -271,13 +274,13 @@ class MemoryExplorer(_StepWidget):
         amp: initial state of the AMP toggle.
         checkpoint: initial checkpoint segments (0: off; 2, 4 or 8).
         optimizer: one of :data:`helpers.config.OPTIMIZERS`.
-        capacity: a card of :data:`helpers.memory.GPU_CARDS` (``"V100 16 GB"``,
+        capacity: a card of :data:`helpers.gpus.GPU_CARDS` (``"V100 16 GB"``,
             ...), or ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
         reserved: initial state of the "reserved" toggle: replay each step
             through the caching-allocator model (lesson 06) on the chosen card,
             and judge the fit by reserved memory plus the assumed CUDA context
-            (:data:`helpers.memory.CUDA_CONTEXT_BYTES`) instead of the assumed
+            (:data:`helpers.gpus.CUDA_CONTEXT_BYTES`) instead of the assumed
             1 GiB overhead.  Each batch size is then traced exactly (about a
             second for ResNet18 at batch 128), not interpolated.
         **options: other options of :class:`helpers.config.StepConfig`.
@@ -370,7 +373,7 @@ class WillItFit(_StepWidget):
         size: the sequence length (one of :data:`SEQ_LENS`) or image size (one
             of :data:`IMAGE_SIZES`); None: the model's default (1024, 224).
         parameters: the count for :data:`PARAMETER_COUNT`, in parameters.
-        capacity: a card of :data:`helpers.memory.GPU_CARDS`, or ``"this GPU"``.
+        capacity: a card of :data:`helpers.gpus.GPU_CARDS`, or ``"this GPU"``.
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
 
     Attributes:
@@ -460,3 +463,64 @@ class WillItFit(_StepWidget):
 
     def _without_trace(self) -> Estimate:
         return model_state_estimate(self.parameters.value, self.optimizer.value, self.batch_size.value)
+
+
+class SequenceExplorer:
+    """Lesson 08's widget: a transformer's memory against a GPU, by sequence length.
+
+    Controls: the model (:func:`transformer_presets`), sequence length, batch
+    size, AMP, the checkpointing policy, the attention kernel and the GPU.  The
+    view (made by :func:`helpers.teaching.widgets.render`) shows :func:`end_of_forward`
+    as a bar stacked by category against the GPU's memory, with the assumed
+    1 GiB of CUDA context and workspaces, and whether it fits.  Display
+    ``explorer.widget``; ``explorer.summary()`` gives the same figures as text.
+
+    Raises:
+        ValueError: for an unknown model, sequence length, kernel, policy or GPU.
+    """
+
+    SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+
+    def __init__(self, model: str = "llama3-8b", seq: int = 4096, batch_size: int = 1, amp: bool = True,
+                 policy: str = "none", attention: str = "flash", capacity: str = "H100 80 GB"):
+        if seq not in self.SEQ_LENS:
+            raise ValueError(f"seq must be one of {', '.join(map(str, self.SEQ_LENS))}, got {seq!r}")
+        if capacity not in GPU_CARDS:
+            raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(GPU_CARDS)}")
+        if attention not in ("math", "flash"):
+            raise ValueError(f"attention must be 'math' or 'flash', got {attention!r}")
+        end_of_forward(model, 512, 1, policy=policy)  # checks the model and the policy
+        check_int("batch_size", batch_size, 1)
+        style = {"description_width": "110px"}
+        self.model = widgets.Dropdown(options=list(transformer_presets()), value=model, description="model",
+                                      style=style)
+        self.seq = widgets.Dropdown(options=list(self.SEQ_LENS), value=seq, description="sequence", style=style)
+        self.batch_size = widgets.BoundedIntText(batch_size, min=1, max=512, description="batch size", style=style)
+        self.amp = widgets.Checkbox(amp, description="AMP (float16)")
+        self.policy = widgets.Dropdown(options=list(CHECKPOINT_POLICIES), value=policy, description="checkpointing",
+                                       style=style)
+        self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
+                                          style=style)
+        self.capacity = widgets.Dropdown(options=list(GPU_CARDS), value=capacity, description="GPU", style=style)
+        self.cards = dict(GPU_CARDS)
+        self.view = widgets.HTML()
+        controls = (self.model, self.seq, self.batch_size, self.amp, self.policy, self.attention, self.capacity)
+        self.widget = widgets.VBox([widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
+        for control in controls:
+            control.observe(lambda change: self.update(), names="value")
+        self.update()
+
+    def update(self) -> None:
+        """Recompute for the controls' values and redraw the view."""
+        self.view.value = '<div style="color:#555">measuring ...</div>'
+        self.result = end_of_forward(self.model.value, self.seq.value, self.batch_size.value, amp=self.amp.value,
+                                     attention=self.attention.value, policy=self.policy.value)
+        gpu = self.capacity.value
+        self.message, self.view.value = render(self.result, gpu, self.cards[gpu])
+
+    def summary(self) -> str:
+        """The verdict and the bytes by category, as text (GB = 10**9 bytes)."""
+        lines = [self.message]
+        lines += [f"  {name.replace('_', ' '):<17} {nbytes / 1e9:>9.2f} GB" for name, nbytes in
+                  self.result.categories.items()]
+        return "\n".join(lines)

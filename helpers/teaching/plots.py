@@ -11,9 +11,8 @@ import bisect
 
 from matplotlib.figure import Figure
 
-from .accounting import CATEGORIES, CATEGORY_COLORS as _COLORS
-from .memory import MiB
-from .record import StepProfile
+from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, StepProfile
+from ..units import MiB
 
 
 def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:
@@ -234,7 +233,7 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     addresses (gaps between segments removed, segments in address order).
     Grey: reserved but free; coloured: allocated blocks, by category when
     ``categories`` maps the trace's ``serial`` to one
-    (:data:`helpers.accounting.CATEGORIES`).  The same function draws a
+    (:data:`helpers.record.CATEGORIES`).  The same function draws a
     simulated trace and a real one from ``torch.cuda.memory._snapshot()``.
 
     Args:

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ..models import sequential_form
+from ..techniques import Checkpointed
 from .data import Split
-from .models import sequential_form
-from .techniques import Checkpointed
 
 
 @dataclass
@@ -65,7 +65,7 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
 
     Args:
         make_model: returns a new model mapping ``(batch, features)`` to logits.
-        data: the training and test tensors (see :mod:`helpers.data`).
+        data: the training and test tensors (see :mod:`helpers.teaching.data`).
         batch_size: samples per mini-batch, from 1 to the training set's size.
         epochs: passes over the training set, >= 1.
         lr: SGD learning rate (no momentum, so that batch size is the only difference).

@@ -1,0 +1,204 @@
+"""The core of the engine: count the bytes of tensor storages while they live.
+
+Read this file first: every simulated number in the lessons comes from it.
+
+A ``TorchDispatchMode`` sees the output of every ATen operation.  Each new
+storage is counted once, at its size rounded up to 512 bytes (the CUDA caching
+allocator's block, :func:`helpers.allocator.rules.round_up`), and a
+``weakref.finalize`` on the storage subtracts it again when autograd or Python
+frees it.  Views and in-place results share a storage and add nothing.  Run a
+training step on fake tensors (``FakeTensorMode``: shapes, dtypes and
+lifetimes, no data) under this mode, and :attr:`StorageTracker.allocated` and
+:attr:`StorageTracker.peak` are what ``torch.cuda.memory_allocated()`` and
+``max_memory_allocated()`` would report for the step's tensors on a GPU.
+
+Lesson 00 writes the same idea in 25 lines and checks it against
+:func:`helpers.profile_step` byte for byte.  What the rest of the engine adds:
+CUDA's rules where a GPU's kernels keep other tensors than the CPU's
+(:mod:`helpers.engine.cuda_rules`), the real GPU's counters
+(:mod:`helpers.engine.backends`), and labels (:mod:`helpers.engine.trace`,
+:mod:`helpers.record`).
+
+All sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import NamedTuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_flatten
+
+from ..allocator.rules import round_up
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of GPU memory that the storage holding ``t`` occupies.
+
+    This is the storage's size (``t.untyped_storage().nbytes()``) rounded up to
+    512 bytes.  A view shares its base's storage, so a view of a big tensor
+    reports the big storage: that is what stays allocated while the view lives.
+
+    Example: a float32 tensor of shape (128, 64, 112, 112) occupies
+    128 * 64 * 112 * 112 * 4 bytes = 392 MiB.
+
+    Raises:
+        TypeError: if ``t`` is not a tensor.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"tensor_bytes expects a torch.Tensor, got {type(t).__name__}")
+    return round_up(t.untyped_storage().nbytes())
+
+
+class LogEntry(NamedTuple):
+    """One change in allocated memory: ``delta`` bytes (negative for a free or a
+    shrink) of storage ``serial``; ``kind`` is ``"alloc"``, ``"free"`` or ``"resize"``."""
+
+    serial: int
+    kind: str
+    delta: int
+
+
+class StorageTracker(TorchDispatchMode):
+    """Count the bytes of every tensor storage that operations create, while alive.
+
+    A storage resized in place (``untyped_storage().resize_()``, as FSDP does
+    to free and re-gather parameters) is counted at its new size:
+    ``UntypedStorage.resize_`` is not an ATen operation, so it is wrapped while
+    the tracker is active (as ``torch.distributed._tools.mem_tracker.MemTracker``
+    does).  A tensor subclass that wraps others (a ``DTensor``) owns no memory:
+    the tensors it wraps are counted.
+
+    Args:
+        device_type: count only storages on this device type (``"cuda"``), or
+            every storage when ``None`` (simulated: all are fake).
+
+    Attributes:
+        allocated: bytes alive now.
+        peak: the highest ``allocated`` since creation or :meth:`reset_peak`.
+        peak_serials: serials of the storages alive at that peak.
+        peak_at: serial of the allocation that reached the peak (the same
+            operation in a run at another batch size has the same serial).
+        sizes, dtypes, shapes: serial -> bytes (its largest size), dtype and
+            shape of the tensor through which each storage was first seen.
+        log: every :class:`LogEntry`, in order.
+        paused: while True, new storages are not device memory (a host copy)
+            and are not counted.
+
+    Limits: memory allocated inside a kernel without creating a tensor
+    (cuDNN/cuBLAS workspaces) is invisible here, and so are tensors created
+    before the mode was entered unless passed to :meth:`track`.
+    """
+
+    def __init__(self, device_type: str | None = None):
+        super().__init__()
+        self.device_type = device_type
+        self.allocated = self.peak = 0
+        self.peak_serials: tuple[int, ...] = ()
+        self.peak_at = -1
+        self.paused = False
+        self.sizes: dict[int, int] = {}
+        self.dtypes: dict[int, torch.dtype] = {}
+        self.shapes: dict[int, tuple[int, ...]] = {}
+        self.log: list[LogEntry] = []
+        self._live: dict[int, int] = {}  # id(storage) -> serial
+        self._now: dict[int, int] = {}   # serial -> bytes now (a resized storage differs from sizes)
+        self._resize = None
+
+    def __enter__(self):
+        tracker, original = self, torch.UntypedStorage.resize_
+
+        def resize_(storage, size):
+            result = original(storage, size)
+            tracker._resized(storage)
+            return result
+
+        self._resize, torch.UntypedStorage.resize_ = original, resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._resize
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.paused:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self.track(t)
+        return out
+
+    def track(self, t: torch.Tensor) -> int | None:
+        """Count ``t``'s storage if it is new; return its serial (None if not counted)."""
+        if is_traceable_wrapper_subclass(t):
+            serial = None
+            for name in t.__tensor_flatten__()[0]:
+                inner = getattr(t, name)
+                if isinstance(inner, torch.Tensor):  # a DTensor also names its device mesh
+                    serial = self.track(inner)
+            return serial
+        if self.device_type is not None and t.device.type != self.device_type:
+            return None
+        st = t.untyped_storage()
+        serial = self._live.get(id(st))
+        if serial is not None:
+            return serial
+        nbytes = round_up(st.nbytes())
+        self.before_alloc(nbytes)
+        serial = len(self.sizes)
+        self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, t.dtype, tuple(t.shape)
+        self._live[id(st)] = serial
+        self._change(serial, "alloc", nbytes)
+        weakref.finalize(st, self._free, id(st))
+        return serial
+
+    def before_alloc(self, nbytes: int) -> None:
+        """Called before ``nbytes`` more are counted: a simulated GPU of limited
+        capacity raises ``torch.OutOfMemoryError`` here (see
+        :class:`helpers.engine.cuda_rules.SimulatedTracker`)."""
+
+    def _change(self, serial: int, kind: str, delta: int) -> None:
+        self._now[serial] = self._now.get(serial, 0) + delta
+        self.allocated += delta
+        self.log.append(LogEntry(serial, kind, delta))
+        if self.allocated > self.peak:
+            self.peak, self.peak_serials, self.peak_at = self.allocated, self.live_serials(), serial
+
+    def _free(self, key: int) -> None:
+        serial = self._live.pop(key)
+        self._change(serial, "free", -self._now[serial])
+
+    def _resized(self, storage) -> None:
+        serial = self._live.get(id(storage))
+        if serial is None or self.paused:
+            return
+        delta = round_up(storage.nbytes()) - self._now[serial]
+        if delta > 0:
+            self.before_alloc(delta)
+        self.sizes[serial] = max(self.sizes[serial], self._now[serial] + delta)
+        self._change(serial, "resize", delta)
+
+    def serial_of(self, t: torch.Tensor) -> int | None:
+        """Serial of the live storage holding ``t`` (for a ``DTensor``, its local
+        shard), or None if not counted."""
+        while is_traceable_wrapper_subclass(t):
+            inner = [getattr(t, n) for n in t.__tensor_flatten__()[0]]
+            inner = [i for i in inner if isinstance(i, torch.Tensor)]
+            if len(inner) != 1:
+                return None
+            t = inner[0]
+        return self._live.get(id(t.untyped_storage()))
+
+    def bytes_now(self, serial: int) -> int:
+        """Bytes the storage ``serial`` holds now (0 once freed or resized to 0)."""
+        return self._now.get(serial, 0) if serial in self._live.values() else 0
+
+    def live_serials(self) -> tuple[int, ...]:
+        """Serials of all storages alive now, holding bytes."""
+        return tuple(s for s in self._live.values() if self._now[s])
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes alive now."""
+        self.peak, self.peak_serials, self.peak_at = self.allocated, self.live_serials(), len(self.sizes) - 1

@@ -1,0 +1,135 @@
+"""One API over both backends: bytes allocated now and at peak.
+
+Introduced in lesson 00; every measurement in the lessons goes through a
+:class:`Meter`.  The backend object (:mod:`helpers.engine.backends`) answers
+what differs between a real GPU and the simulation; the storage tracker
+(:mod:`helpers.engine.counting`) counts on both.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import check_int
+from ..units import cuda_size
+from .backends import get_backend
+
+
+class Meter:
+    """One API over both backends: bytes allocated now and at peak.
+
+    Use it as a context manager.  Tensors and models made inside it on
+    ``meter.device`` are measured::
+
+        with Meter("auto") as meter:
+            x = torch.ones(1024, 1024, device=meter.device)   # 4 MiB
+            y = x * 2                                          # 4 MiB more
+            del y
+        meter.peak()  # 8 MiB: 8388608 bytes, on either backend
+
+    In simulated mode the ``with`` block runs under ``FakeTensorMode``: tensors
+    have no values, and data-dependent operations (``.item()``, printing
+    values) are not possible inside it.
+
+    Counts are relative to entering the block: on a GPU, memory that other
+    code already held is not included.  After the block, :meth:`allocated`,
+    :meth:`peak` and :meth:`reserved` return the values at exit.
+
+    Args:
+        device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or
+            ``"simulated"``.
+        capacity: behave as a GPU of this many bytes.  Simulated: see
+            :class:`helpers.engine.cuda_rules.SimulatedTracker` (the assumed
+            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` is taken off it).  On cuda: ``torch.cuda.set_per_process_memory_fraction``
+            limits the caching allocator to ``capacity`` (restored on exit),
+            so a large GPU fails as a smaller one would.  Exceeding it raises
+            ``torch.OutOfMemoryError``.
+        attention: simulated only: the kernel of ``scaled_dot_product_attention``
+            (see :data:`helpers.config.ATTENTION`).
+        count_storages: run the storage tracker (default).  False leaves it
+            out, so that no Python runs between operations (for timing): on a
+            GPU the real counters still count; simulated, nothing is counted.
+
+    Attributes:
+        backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
+        device: the ``torch.device`` to create tensors on inside the block.
+        runtime: the :class:`helpers.engine.backends.Backend` object behind it.
+        tracker: the :class:`StorageTracker` counting storages (both backends;
+            on cuda it explains the real counters by category).
+
+    Raises:
+        ValueError: for an unknown device, ``"cuda"`` without a GPU, or a
+            capacity that is not a positive number of bytes (or, on cuda,
+            exceeds the GPU's memory).
+    """
+
+    def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto",
+                 count_storages: bool = True):
+        self.runtime = get_backend(device, attention)
+        self.backend = self.runtime.name
+        self.device = self.runtime.device
+        if capacity is not None:
+            check_int("capacity", capacity, 1)
+            total = self.runtime.total_memory()
+            if total is not None and capacity > total:
+                raise ValueError(f"capacity {cuda_size(capacity)} exceeds this GPU's memory")
+        self.capacity = capacity
+        self.tracker = self.runtime.tracker(capacity)
+        self.count_storages = count_storages
+        self._frozen: tuple[int, int, int | None] | None = None
+
+    def __enter__(self) -> "Meter":
+        self.runtime.enter(self.capacity)
+        if self.count_storages:
+            self.tracker.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.count_storages:
+            self.tracker.__exit__(*exc)
+        self.runtime.exit(*exc)
+        self._frozen = (self._now(), self._peak(), self.runtime.reserved())
+
+    def _now(self) -> int:
+        return self.runtime.allocated(self.tracker)
+
+    def _peak(self) -> int:
+        return self.runtime.peak(self.tracker)
+
+    def allocated(self) -> int:
+        """Bytes of tensor memory allocated now, since the block was entered."""
+        return self._frozen[0] if self._frozen else self._now()
+
+    def peak(self) -> int:
+        """Highest :meth:`allocated` since entry or the last :meth:`reset_peak`."""
+        return self._frozen[1] if self._frozen else self._peak()
+
+    def reserved(self) -> int | None:
+        """Bytes the caching allocator holds from the driver (cuda only).
+
+        This is ``torch.cuda.memory_reserved()`` for the whole process, not
+        relative to entry.  ``None`` in simulated mode: the simulation has no
+        allocator cache (lesson 06 models one).
+        """
+        return self._frozen[2] if self._frozen else self.runtime.reserved()
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes allocated now."""
+        self.tracker.reset_peak()
+        self.runtime.reset_peak()
+
+    def serial_of(self, t: torch.Tensor) -> int | None:
+        """The tracker's serial for the storage of ``t`` (None if not counted)."""
+        return self.tracker.serial_of(t)
+
+    def live_serials(self) -> tuple[int, ...]:
+        """Serials of the storages alive now."""
+        return self.tracker.live_serials()
+
+    def storages_so_far(self) -> int:
+        """How many storages have been counted so far (the next serial)."""
+        return len(self.tracker.sizes)
+
+    def log_length(self) -> int:
+        """How many allocation-log entries there are so far."""
+        return len(self.tracker.log)
