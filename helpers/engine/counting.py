@@ -12,14 +12,10 @@ lifetimes, no data) under this mode, and :attr:`StorageTracker.allocated` and
 :attr:`StorageTracker.peak` are what ``torch.cuda.memory_allocated()`` and
 ``max_memory_allocated()`` would report for the step's tensors on a GPU.
 
-Lesson 00 writes the same idea in 25 lines and checks it against
-:func:`helpers.profile_step` byte for byte.  What the rest of the engine adds:
-CUDA's rules where a GPU's kernels keep other tensors than the CPU's
-(:mod:`helpers.engine.cuda_rules`), the real GPU's counters
-(:mod:`helpers.engine.backends`), and labels (:mod:`helpers.engine.trace`,
-:mod:`helpers.record`).
-
-All sizes are bytes.
+Lesson 00 writes the same idea in a few lines and checks it against
+:func:`helpers.profile_step` byte for byte.  The rest of the engine adds CUDA's
+rules (:mod:`helpers.engine.cuda_rules`), the real GPU's counters
+(:mod:`helpers.engine.backends`) and labels (:mod:`helpers.record`).  Bytes.
 """
 
 from __future__ import annotations
