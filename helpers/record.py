@@ -356,3 +356,77 @@ class StepProfile:
             lines.append(f"reserved by the caching allocator after the step: {fmt_bytes(self.reserved_bytes)}")
         lines.append(f"peak allocated: {fmt_bytes(self.peak_allocated_bytes)} ({self.backend})")
         return "\n".join(lines)
+
+    def allocation_event(self, storage: Storage) -> Event:
+        """The event that closes the interval in which ``storage`` was allocated.
+
+        ``storage`` was first allocated between ``events[e.index - 1]`` and
+        the returned ``e`` (the :attr:`Allocation.event` of its first entry
+        in :attr:`allocation_log`).  Its :attr:`Event.label` says where: the
+        output of a module that calls no submodule after it is made during
+        ``"forward of Linear 'attn.q'"``; what a module's own code computes
+        between two submodules, ``"before Linear 'up'"`` (the next one's
+        ``pre`` event).  A storage allocated before the first event (the
+        model's parameters; with ``steady_state``, the untraced first step's
+        tensors) gives ``events[0]``.
+
+        Raises:
+            KeyError: if ``storage`` is not one of this step's
+                :attr:`storages`.
+            ValueError: if it was allocated after the last event.
+        """
+        if self.storages.get(storage.serial) != storage:
+            raise KeyError(f"{storage} is not a storage of this step")
+        index = next(a.event for a in self.allocation_log if a.serial == storage.serial)
+        if index == len(self.events):
+            raise ValueError(f"{storage} was allocated after the step's last event")
+        return self.events[index]
+
+    def kept_between(self, first: Event, last: Event, until: Event | None = None) -> list[Storage]:
+        """The storages allocated after ``first`` and by ``last`` that are still alive at ``until``.
+
+        "Allocated between" means that :meth:`allocation_event` lies in
+        ``(first, last]``: allocated after ``first`` was recorded, no later
+        than ``last`` (``find("blocks.0", "pre")`` and ``find("blocks.0",
+        "fwd")`` give what block 0's forward made).  "Alive" means holding
+        bytes at ``until`` (allocated, not freed, not resized to 0): in
+        ``until.live``.  What the storages weigh is their ``nbytes`` (bytes,
+        rounded up to 512; a storage resized in place counts its largest
+        size).  Their category is not looked at: filter on
+        :attr:`Storage.category` for that.
+
+        Args:
+            first, last: events of this step, ``first`` before ``last``.
+            until: the moment at which they must be alive, not before
+                ``last`` (default: ``last`` itself).  ``find("", "fwd")``,
+                the end of the forward pass, gives what is kept for backward.
+
+        Returns:
+            The storages, in allocation order.
+
+        Raises:
+            ValueError: if an event is not one of this step's, ``last`` is not
+                after ``first``, or ``until`` is before ``last``.
+        """
+        until = last if until is None else until
+        for name, event in (("first", first), ("last", last), ("until", until)):
+            if not 0 <= event.index < len(self.events) or self.events[event.index] != event:
+                raise ValueError(f"{name} ({event.label}) is not an event of this step")
+        if last.index <= first.index:
+            raise ValueError(f"last (event {last.index}) must come after first (event {first.index})")
+        if until.index < last.index:
+            raise ValueError(f"until (event {until.index}) must not come before last (event {last.index})")
+        alive = set(until.live)
+        made: dict[int, int] = {}  # serial -> index of its allocation event
+        for a in self.allocation_log:
+            made.setdefault(a.serial, a.event)
+        return [self.storages[s] for s in sorted(alive) if first.index < made[s] <= last.index]
+
+    def categories_by_serial(self) -> dict[int, str]:
+        """The category of every storage, by serial (:data:`CATEGORIES`).
+
+        What :func:`helpers.teaching.plots.plot_memory_map` colours the blocks
+        of a replay of :attr:`allocation_log` by: the allocator model's trace
+        names each block by the serial of the storage in it.
+        """
+        return {serial: storage.category for serial, storage in self.storages.items()}

@@ -45,7 +45,7 @@ from torch import nn
 from helpers import GPU_CARDS, GiB, Meter, MiB, fmt_bytes, profile_step
 from helpers.batch import model_state_estimate
 from helpers.config import OPTIMIZER_NAMES, OPTIMIZERS
-from helpers.engine.cuda_rules import SimulatedGradScaler, host_side_steps
+from helpers.engine.cuda_rules import SimulatedGradScaler
 from helpers.teaching.data import load_digits
 from helpers.loops import LOOPS, forward_peak, loop_memory
 from helpers.models import digits_mlp
@@ -138,7 +138,7 @@ def batch(meter, dtype=torch.float32):
 
 
 def adam(meter, params):
-    return host_side_steps(torch.optim.Adam(params, foreach=True), meter.tracker)
+    return meter.host_side_steps(torch.optim.Adam(params, foreach=True))  # step counters on the host, as on a GPU
 
 
 def fp32_adam(meter):
@@ -324,22 +324,16 @@ print(f"the paper's about 60 GB: 12 half-precision values per token, hidden unit
 # 94 GB, not 60. Which tensors does the engine count that the paper does not? Take one transformer block apart: every storage that is still alive at the end of the forward pass and was allocated while block 0 ran (the allocation log, lesson 03, says when each was made), grouped by dtype and shape:
 
 # %%
-alive, born = {}, {}
-for a in xl.allocation_log:
-    born.setdefault(a.serial, a.event)
-    if a.event <= fwd_end:
-        alive[a.serial] = alive.get(a.serial, 0) + a.nbytes
-pre, post = xl.events.index(xl.find("blocks.0", "pre")), xl.events.index(xl.find("blocks.0", "fwd"))
+start, end = xl.find("blocks.0", "pre"), xl.find("blocks.0", "fwd")  # block 0's forward pass
+kept = [s for s in xl.kept_between(start, end, until=xl.find("", "fwd")) if s.category == "activations"]
 weight_shapes = {(3 * H, H), (H, H), (4 * H, H), (H, 4 * H)}  # a block's four weight matrices
 block, copies = {}, 0
-for serial, nbytes in alive.items():
-    s = xl.storages[serial]
-    if nbytes and s.category == "activations" and pre < born[serial] <= post:
-        if s.shape in weight_shapes:
-            copies += nbytes
-        else:
-            key = (str(s.dtype).removeprefix("torch."), s.shape)
-            block[key] = block.get(key, 0) + nbytes
+for s in kept:
+    if s.shape in weight_shapes and s.dtype == torch.float16:
+        copies += s.nbytes
+    else:
+        key = (str(s.dtype).removeprefix("torch."), s.shape)
+        block[key] = block.get(key, 0) + s.nbytes
 tokens = B * S
 print(f"block 0 keeps, per token and hidden unit (bytes):")
 for (dtype, shape), nbytes in sorted(block.items(), key=lambda kv: -kv[1]):
@@ -565,9 +559,9 @@ assert fit.message.startswith("fits") and fit.result.peak_bytes == 20 * P15
 #
 # def collected(detach):
 #     meter = Meter("simulated")
-#     unplaced = meter.runtime.build(resolve_model("resnet18").build)
+#     unplaced = meter.build(resolve_model("resnet18").build)
 #     with meter:
-#         model = meter.runtime.place(unplaced).eval()
+#         model = meter.place(unplaced).eval()
 #         predictions, after = [], []
 #         for _ in range(3):
 #             out = model(torch.randn(32, 3, 224, 224, device=meter.device))

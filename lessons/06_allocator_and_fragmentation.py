@@ -265,7 +265,7 @@ def training_log(batch_sizes):
             opt.step()
             opt.zero_grad()
             del x, y
-    return list(meter.tracker.log), meter.peak()
+    return meter.allocation_log(), meter.peak()
 
 
 growing, floor = training_log(range(64, 97))
@@ -294,8 +294,7 @@ assert need[""] > need["expandable_segments:True"] > floor and need["max_split_s
 # PyTorch's memory snapshot viewer (https://pytorch.org/memory_viz) draws the allocator's state from a GPU recording. `plot_memory_map` draws the same kind of picture offline, from the model's trace of the ResNet18 step of section 2: time runs left to right over both steps; each segment is a band of addresses (light grey: reserved but free); coloured bars are the tensors' blocks, by category in the second step, which the engine labels (the first step's tensors are grey).
 
 # %%
-labels = {serial: storage.category for serial, storage in step.storages.items()}
-plot_memory_map(run.allocator.trace, labels,
+plot_memory_map(run.allocator.trace, step.categories_by_serial(),
                 title="ResNet18, batch 128: segments (grey) and blocks over two steps (simulated, defaults)")
 
 # %% [markdown]

@@ -226,23 +226,16 @@ from helpers import profile_step
 
 S4 = 2048
 p = profile_step(llama(l8), 1, seq_len=S4, vocab_size=l8.vocab_size, amp=True, attention="flash", device="simulated")
-fwd_end = p.events.index(p.find("", "fwd"))
-pre, post = p.events.index(p.find("blocks.1", "pre")), p.events.index(p.find("blocks.1", "fwd"))
-alive, born = {}, {}
-for entry in p.allocation_log:
-    born.setdefault(entry.serial, entry.event)
-    if entry.event <= fwd_end:
-        alive[entry.serial] = alive.get(entry.serial, 0) + entry.nbytes
+start, end = p.find("blocks.1", "pre"), p.find("blocks.1", "fwd")  # block 1's forward pass
+block1 = [st for st in p.kept_between(start, end, until=p.find("", "fwd")) if st.category == "activations"]
 weight_shapes = {tuple(w.shape) for w in whole.blocks[0].parameters()}
 rows, copies = {}, 0
-for serial, nbytes in alive.items():
-    st = p.storages[serial]
-    if nbytes and pre < born[serial] <= post:
-        if st.shape in weight_shapes and st.dtype == torch.float16:
-            copies += nbytes
-            continue
-        key = (str(st.dtype)[6:], st.shape, p.events[born[serial]].label.replace("blocks.1.", ""))
-        rows[key] = rows.get(key, 0) + nbytes
+for st in block1:
+    if st.shape in weight_shapes and st.dtype == torch.float16:
+        copies += st.nbytes
+    else:
+        key = (str(st.dtype).removeprefix("torch."), st.shape, p.allocation_event(st).label.replace("blocks.1.", ""))
+        rows[key] = rows.get(key, 0) + st.nbytes
 unit = S4 * l8.d_model
 print(f"{'dtype':<8} {'shape':<22} {'made during':<34} {'bytes / s·b·h':>13}")
 for (dtype, shape, where), nbytes in sorted(rows.items(), key=lambda kv: -kv[1]):

@@ -5,6 +5,7 @@ import torch
 
 from helpers import CUDA_OVERHEAD_BYTES, GiB, Meter, MiB, fits, fmt_bytes, round_up, tensor_bytes
 from helpers.gpus import GPU_CARDS, headroom, oom_message
+from helpers.allocator import replay
 from helpers.allocator.rules import allocation_size, block_bytes
 from helpers.units import cuda_size
 
@@ -112,6 +113,52 @@ def test_simulated_allocation_free_and_peak():
         assert meter.allocated() == 0
     assert meter.backend == "simulated"
     assert meter.peak() == 4 * MiB and meter.reserved() is None
+
+
+def test_the_allocation_log_of_a_meter_replays_and_stops_at_exit():
+    with Meter("simulated") as meter:
+        x = torch.ones(1024, 1024, device=meter.device)  # 4 MiB
+        y = x * 2
+        del y
+        assert [(e.serial, e.kind, e.delta) for e in meter.allocation_log()] == [
+            (0, "alloc", 4 * MiB), (1, "alloc", 4 * MiB), (1, "free", -4 * MiB)]
+    del x  # freed after the block: not part of the measurement
+    log = meter.allocation_log()
+    assert [e.kind for e in log] == ["alloc", "alloc", "free"]
+    run = replay(log)
+    assert run.peak_allocated == 8 * MiB and run.allocated == [4 * MiB, 8 * MiB, 4 * MiB]
+    with Meter("simulated", count_storages=False) as meter:
+        torch.empty(1024, device=meter.device)
+    assert meter.allocation_log() == []
+
+
+def test_host_side_steps_leaves_adams_step_counters_out_as_a_gpu_does():
+    def step_growth(wrap: bool) -> int:
+        with Meter("simulated") as meter:
+            w = torch.zeros(1024, 256, device=meter.device, requires_grad=True)  # 1 MiB
+            opt = torch.optim.Adam([w], foreach=True)
+            if wrap:
+                assert meter.host_side_steps(opt) is opt
+            w.grad = torch.zeros_like(w)
+            before = meter.allocated()
+            opt.step()
+            return meter.allocated() - before
+
+    assert step_growth(wrap=True) == 2 * MiB           # exp_avg and exp_avg_sq
+    assert step_growth(wrap=False) == 2 * MiB + 512    # + the float32 step counter, a host tensor on a GPU
+    with Meter("simulated") as meter:
+        sgd = torch.optim.SGD([torch.zeros(4, device=meter.device, requires_grad=True)], lr=0.1)
+        assert meter.host_side_steps(sgd) is sgd
+
+
+def test_a_meter_builds_and_places_a_model_as_profile_step_does():
+    meter = Meter("simulated")
+    model = meter.build(lambda: torch.nn.Linear(1024, 256))  # on meta: nothing allocated
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    with meter:
+        model = meter.place(model)
+        assert meter.allocated() == 1 * MiB + 1024  # weight 1024 x 256 and bias 256, float32
+        assert {p.device for p in model.parameters()} == {meter.device}
 
 
 def test_views_and_in_place_ops_are_not_counted_twice():

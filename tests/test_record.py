@@ -4,8 +4,11 @@ import json
 
 import pytest
 import torch
+from torch import nn
 
 from helpers import MiB, profile_step
+from helpers.allocator import replay
+from helpers.record import Storage
 
 
 def test_storages_at_the_peak_add_up_and_carry_dtypes(resnet18_b128):
@@ -73,3 +76,62 @@ def test_peak_during_replays_the_log_inside_an_event():
     assert p.peak_during(p.events[1]) >= p.events[1].allocated_bytes
     with pytest.raises(ValueError, match="first event"):
         p.peak_during(p.events[0])
+
+
+@pytest.fixture(scope="module")
+def three_layers():
+    """Linear(64, 256), GELU, Linear(256, 10) at batch 8: every tensor of the step can be named."""
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 10))
+    return profile_step(model, 8, input_shape=(64,), device="simulated")
+
+
+def test_kept_between_gives_what_a_window_made_that_is_still_alive(three_layers):
+    p = three_layers
+    end_of_forward = p.find("", "fwd")
+    kept = p.kept_between(p.find("0", "pre"), p.find("1", "fwd"), until=end_of_forward)
+    # Linear 0's output (GELU saves it) and GELU's output (Linear 2 saves it): 8 x 256 float32, 8 KiB each
+    assert [(s.category, s.dtype, s.shape, s.nbytes) for s in kept] == [
+        ("activations", torch.float32, (8, 256), 8192)] * 2
+    assert [p.allocation_event(s).label for s in kept] == ["forward of Linear '0'", "forward of GELU '1'"]
+    # The logits: 8 x 10 float32 = 320 bytes, one 512-byte block; alive when Linear 2 returns (until defaults to
+    # last), an "other" tensor nothing saves, freed once the loss has its log-softmax.
+    window = p.find("2", "pre"), p.find("2", "fwd")
+    assert [(s.category, s.shape, s.nbytes) for s in p.kept_between(*window)] == [("other", (8, 10), 512)]
+    assert p.kept_between(*window, until=p.find(None, "loss")) == []
+    # Over the whole forward pass, nothing made before it is freed: the kept bytes are its growth.
+    start = p.find("", "pre")
+    whole = p.kept_between(start, end_of_forward)
+    assert sum(s.nbytes for s in whole) == end_of_forward.allocated_bytes - start.allocated_bytes == 2 * 8192 + 512
+    assert p.kept_between(start, end_of_forward, until=p.find(None, "zero_grad")) == []  # all freed by then
+
+
+def test_kept_between_and_allocation_event_reject_what_is_not_this_step(three_layers, resnet18_b128):
+    p = three_layers
+    first, last = p.find("0", "pre"), p.find("0", "fwd")
+    with pytest.raises(ValueError, match="must come after first"):
+        p.kept_between(last, first)
+    with pytest.raises(ValueError, match="must come after first"):
+        p.kept_between(first, first)
+    with pytest.raises(ValueError, match="until .* must not come before last"):
+        p.kept_between(first, last, until=first)
+    with pytest.raises(ValueError, match="not an event of this step"):
+        p.kept_between(first, resnet18_b128.find("conv1", "fwd"))
+    with pytest.raises(KeyError, match="not a storage of this step"):
+        p.allocation_event(Storage(10**6, "other", torch.float32, (1,), 512))
+    weight = p.storages[0]  # the model's first parameter, placed before the first event
+    assert (weight.category, weight.shape) == ("parameters", (256, 64)) and p.allocation_event(weight) is p.events[0]
+
+
+def test_categories_by_serial_label_a_replay_of_the_log(three_layers):
+    p = three_layers
+    labels = p.categories_by_serial()
+    trace = replay(p.allocation_log).allocator.trace
+    served = {e["serial"] for e in trace if e["action"] == "alloc"}
+    assert served == set(labels) == {a.serial for a in p.allocation_log}
+    kept = p.kept_between(p.find("0", "pre"), p.find("1", "fwd"), until=p.find("", "fwd"))
+    assert [labels[s.serial] for s in kept] == ["activations", "activations"]
+    by_category = {}
+    for s in p.storages.values():
+        by_category[labels[s.serial]] = by_category.get(labels[s.serial], 0) + s.nbytes
+    # parameters 64·256·4 + 1 KiB + 256·10·4 + 512; their gradients and momentum buffers the same
+    assert by_category["parameters"] == by_category["optimizer_states"] == 65536 + 1024 + 10240 + 512

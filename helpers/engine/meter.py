@@ -8,11 +8,16 @@ what differs between a real GPU and the simulation; the storage tracker
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+from torch import nn
 
 from ..config import check_int
 from ..units import cuda_size
 from .backends import get_backend
+from .counting import LogEntry
+from .cuda_rules import host_side_steps
 
 
 class Meter:
@@ -77,6 +82,7 @@ class Meter:
         self.tracker = self.runtime.tracker(capacity)
         self.count_storages = count_storages
         self._frozen: tuple[int, int, int | None] | None = None
+        self._log_at_exit: int | None = None
 
     def __enter__(self) -> "Meter":
         self.runtime.enter(self.capacity)
@@ -89,6 +95,7 @@ class Meter:
             self.tracker.__exit__(*exc)
         self.runtime.exit(*exc)
         self._frozen = (self._now(), self._peak(), self.runtime.reserved())
+        self._log_at_exit = len(self.tracker.log)  # tensors that outlive the block are freed later, unmeasured
 
     def _now(self) -> int:
         return self.runtime.allocated(self.tracker)
@@ -133,3 +140,61 @@ class Meter:
     def log_length(self) -> int:
         """How many allocation-log entries there are so far."""
         return len(self.tracker.log)
+
+    def allocation_log(self) -> list[LogEntry]:
+        """Every allocation, free and resize counted so far, in order.
+
+        Each entry is a :class:`helpers.engine.counting.LogEntry`
+        ``(serial, kind, delta)``: ``delta`` bytes (rounded up to 512;
+        negative for a free or a shrink) of the storage numbered ``serial``,
+        ``kind`` being ``"alloc"``, ``"free"`` or ``"resize"``.  This is the
+        input :func:`helpers.allocator.replay` takes, as it takes
+        :attr:`helpers.record.StepProfile.allocation_log`: a sequence of
+        tensors you write yourself, replayed through the allocator model
+        (lesson 06).  After the block, the log as it was at exit (as
+        :meth:`allocated` is): tensors that outlive the block are freed
+        later, outside the measurement.  Empty when the meter was made with
+        ``count_storages=False``.
+        """
+        return self.tracker.log[:self._log_at_exit]
+
+    def host_side_steps(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """``optimizer``, its states counted where a GPU keeps them.
+
+        ``torch.optim.Adam`` and ``AdamW`` keep each parameter's ``step``
+        counter in a host tensor (``torch.tensor(0.0)``) unless ``fused`` or
+        ``capturable``: on a GPU it takes no device memory.  The simulated GPU
+        makes every tensor on the CPU, so there it would be counted; this
+        leaves it out, as :func:`helpers.profile_step` does, and counts the
+        moments ``exp_avg`` and ``exp_avg_sq``.  On a real GPU, and for any
+        other optimizer, the optimizer is returned unchanged.
+
+        Args:
+            optimizer: a ``torch.optim`` optimizer of parameters made on
+                :attr:`device` (changed in place and returned).  Call this
+                before its first ``step()``, which creates the states.
+        """
+        if self.backend != "simulated":
+            return optimizer
+        return host_side_steps(optimizer, self.tracker)
+
+    def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
+        """``builder()``'s model, built as :func:`helpers.profile_step` builds it.
+
+        Call it before the ``with`` block (building is not measured).
+        Simulated, on the ``meta`` device: shapes and dtypes only, no memory
+        and no initialisation work (a constructor that reads tensor values is
+        built on the CPU instead).  On a GPU, on the CPU, as ``builder()``
+        returns it.  Then give it its memory with :meth:`place`.
+        """
+        return self.runtime.build(builder)
+
+    def place(self, model: nn.Module) -> nn.Module:
+        """Put ``model``'s parameters and buffers on :attr:`device`, counted.
+
+        Call it inside the ``with`` block, on a model from :meth:`build`: on a
+        GPU this is ``model.to("cuda")``; simulated, every parameter and
+        buffer gets a fake storage of its size and dtype (what
+        ``model.to("cuda")`` would allocate).  Returns the placed model.
+        """
+        return self.runtime.place(model)
