@@ -1,7 +1,7 @@
 """Helpers for the lessons of "Where does my GPU memory go?".
 
 **Start reading at** :mod:`helpers.engine.counting`: the storage-counting mode
-that makes every simulated number (under 200 lines), then
+that makes every simulated number (200 lines, half of them explanation), then
 :class:`helpers.config.StepConfig` (every option of a step) and
 :mod:`helpers.step` (the one step runner).  The layers, lowest first; nothing
 imports from a layer above its own (``.importlinter`` states it, CI checks it):

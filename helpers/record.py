@@ -28,6 +28,8 @@ A storage has the first category that applies, in the order above.
 
 from __future__ import annotations
 
+import dataclasses
+import html
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -103,6 +105,12 @@ def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str]) ->
     return totals
 
 
+def _mib(nbytes: int) -> str:
+    """Bytes in MiB for a short text: one decimal, two significant digits below 1 MiB."""
+    value = nbytes / MiB
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2g}"
+
+
 class Allocation(NamedTuple):
     """One entry of a step's allocation log.
 
@@ -141,18 +149,27 @@ class Storage:
     nbytes: int
 
 
-@dataclass
+@dataclass(repr=False)
 class StepProfile:
     """The memory of one traced training step.  All sizes in bytes.
+
+    ``repr(profile)`` is two lines: the model, the options that differ from
+    :class:`helpers.config.StepConfig`'s defaults, the peak, the event that
+    reached it, and the categories at the peak; a notebook shows the same as a
+    small table.
 
     Attributes:
         backend: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors).
         model: model name.
-        batch_size, input_shape: the batch is ``(batch_size, *input_shape)``.
-        amp: autocast was on (in ``config.amp_dtype``: float16 with a GradScaler,
-            as on GPUs, unless bfloat16 was asked for).
-        checkpoint: checkpoint segments (0: off).
-        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        config: the :class:`helpers.config.StepConfig` that was run.  The
+            options below (``batch_size``, ``amp``, ``checkpoint``,
+            ``optimizer``, ``steady_state``, ``reentrant``, ``offload``) are
+            read from it.
+        input_shape: the shape of one sample the step fed the model: the batch
+            is ``(batch_size, *input_shape)``.  A field of its own, since the
+            config's ``input_shape`` is often ``None``: this is then the
+            model's own (the ``"mlp"`` preset's ``(64,)``), ``(seq_len,)`` for
+            token ids, ``()`` for ``inputs=``, else ``(3, image_size, image_size)``.
         parameter_count: number of parameters (elements, not bytes).
         events: the :class:`helpers.engine.trace.Event` list, in order.
         event_categories: bytes per category at each event.
@@ -163,30 +180,22 @@ class StepProfile:
         reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda),
             ``None`` when simulated.
         params_without_grad: names of trainable parameters that got no gradient.
-        steady_state: the traced step is the second one (optimizer states exist
-            from the start; see :func:`profile_step`).
         peak_allocation: simulated only: the serial number of the allocation
             that reached the peak.  Two runs of one configuration at different
             batch sizes whose peaks have the same serial peaked at the same
             operation (see :class:`helpers.batch.PeakCurve`).  ``None`` on cuda.
-        reentrant: checkpointing used the reentrant variant.
-        offload: saved tensors were kept in host memory.
         storages: serial -> :class:`Storage`, for every storage the tracker
             counted: the model's, the traced step's, and with ``steady_state``
             the untraced first step's.
         peak_serials: serials of the storages alive at the peak.
         allocation_log: every :class:`Allocation` of the traced step, in order
             (the input of the allocator model, lesson 06).
-        config: the :class:`helpers.config.StepConfig` that was run.
     """
 
     backend: str
     model: str
-    batch_size: int
+    config: StepConfig
     input_shape: tuple[int, ...]
-    amp: bool
-    checkpoint: int
-    optimizer: str
     parameter_count: int
     events: list[Event]
     event_categories: list[dict[str, int]]
@@ -195,14 +204,81 @@ class StepProfile:
     categories: dict[str, int]
     reserved_bytes: int | None
     params_without_grad: list[str] = field(default_factory=list)
-    steady_state: bool = False
     peak_allocation: int | None = None
-    reentrant: bool = False
-    offload: bool = False
-    storages: dict[int, Storage] = field(default_factory=dict, repr=False)
-    peak_serials: tuple[int, ...] = field(default=(), repr=False)
-    allocation_log: list[Allocation] = field(default_factory=list, repr=False)
-    config: StepConfig | None = field(default=None, repr=False)
+    storages: dict[int, Storage] = field(default_factory=dict)
+    peak_serials: tuple[int, ...] = ()
+    allocation_log: list[Allocation] = field(default_factory=list)
+
+    # -- the options, as the config gives them ---------------------------------------
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch (``config.batch_size``)."""
+        return self.config.batch_size
+
+    @property
+    def amp(self) -> bool:
+        """Autocast was on (``config.amp``), in ``config.amp_dtype``: float16 with a
+        GradScaler, as on GPUs, unless bfloat16 was asked for."""
+        return self.config.amp
+
+    @property
+    def checkpoint(self) -> int:
+        """Checkpoint segments (``config.checkpoint``; 0: off)."""
+        return self.config.checkpoint
+
+    @property
+    def optimizer(self) -> str:
+        """One of :data:`helpers.config.OPTIMIZERS` (``config.optimizer``)."""
+        return self.config.optimizer
+
+    @property
+    def steady_state(self) -> bool:
+        """The traced step is the second one: optimizer states exist from the
+        start (``config.steady_state``; see :func:`helpers.step.profile_step`)."""
+        return self.config.steady_state
+
+    @property
+    def reentrant(self) -> bool:
+        """Checkpointing used the reentrant variant (``config.reentrant``)."""
+        return self.config.reentrant
+
+    @property
+    def offload(self) -> bool:
+        """Saved tensors were kept in host memory (``config.offload``)."""
+        return self.config.offload
+
+    # -- how a profile introduces itself ---------------------------------------------
+    def _options_text(self) -> str:
+        """The options of :attr:`config` that differ from :class:`StepConfig`'s
+        defaults, as ``name=value`` (the model, its name and the device are
+        said otherwise)."""
+        defaults = StepConfig()
+        changed = []
+        for f in dataclasses.fields(StepConfig):
+            value = getattr(self.config, f.name)
+            if f.name not in ("model", "name", "device") and value != getattr(defaults, f.name):
+                value = getattr(value, "__name__", value) if callable(value) else value
+                changed.append(f"{f.name}={value}")
+        return ", ".join(changed)
+
+    def __repr__(self) -> str:
+        options = self._options_text()
+        at_peak = ", ".join(f"{name} {_mib(nbytes)}" for name, nbytes in self.categories.items() if nbytes)
+        return (f"<StepProfile {self.model} ({self.backend}{', ' + options if options else ''}): "
+                f"peak {_mib(self.peak_allocated_bytes)} MiB, reached by event {self.peak_event}, "
+                f"{self.peak.label};\n at the peak, in MiB: {at_peak}>")
+
+    def _repr_html_(self) -> str:
+        """A small table, for notebooks."""
+        left, right, options = "style='text-align:left'", "style='text-align:right'", self._options_text()
+        rows = "".join(f"<tr><td {left}>&nbsp;&nbsp;{name}</td><td {right}>{_mib(nbytes)} MiB</td></tr>"
+                       for name, nbytes in self.categories.items() if nbytes)
+        return (f"<table><caption {left}><b>StepProfile</b> {html.escape(self.model)} ({self.backend}"
+                f"{html.escape(', ' + options) if options else ''})</caption>"
+                f"<tr><th {left}>peak allocated</th><th {right}>{_mib(self.peak_allocated_bytes)} MiB</th></tr>"
+                f"<tr><td {left} colspan='2'>reached by event {self.peak_event}, "
+                f"{html.escape(self.peak.label)}</td></tr>"
+                f"<tr><td {left} colspan='2'>at the peak:</td></tr>{rows}</table>")
 
     @property
     def peak(self) -> Event:
@@ -270,7 +346,7 @@ class StepProfile:
             "reserved_bytes": self.reserved_bytes,
             "categories": self.categories,
             "params_without_grad": self.params_without_grad,
-            "config": self.config.to_dict() if self.config is not None else None,
+            "config": self.config.to_dict(),
             "events": [
                 {
                     "index": e.index,

@@ -362,11 +362,8 @@ def _profile(meter: Meter, config: StepConfig, spec: ModelSpec, task: _Task, unp
     return StepProfile(
         backend=meter.backend,
         model=spec.name,
-        batch_size=config.batch_size,
+        config=config,
         input_shape=task.sample_shape,
-        amp=config.amp,
-        checkpoint=config.checkpoint,
-        optimizer=config.optimizer,
         parameter_count=sum(p.numel() for p in model.parameters()),
         events=events,
         event_categories=[categories(e.live, e.allocated_bytes) for e in events],
@@ -375,9 +372,6 @@ def _profile(meter: Meter, config: StepConfig, spec: ModelSpec, task: _Task, unp
         categories=categories(tracker.peak_serials, peak),
         reserved_bytes=meter.reserved(),
         params_without_grad=moments.missing,
-        steady_state=config.steady_state,
-        reentrant=config.reentrant,
-        offload=config.offload,
         peak_allocation=tracker.peak_at if not runtime.measured else None,
         storages={serial: Storage(serial, labels[serial], tracker.dtypes[serial], tracker.shapes[serial], nbytes)
                   for serial, nbytes in tracker.sizes.items()},
@@ -385,5 +379,4 @@ def _profile(meter: Meter, config: StepConfig, spec: ModelSpec, task: _Task, unp
         allocation_log=[Allocation(entry.serial, entry.kind, entry.delta, labels[entry.serial],
                                    bisect.bisect_right(positions, i))
                         for i, entry in enumerate(tracker.log)],
-        config=config,
     )

@@ -24,6 +24,7 @@
 # - Run the environment check and read which backend (`cuda` or `simulated`) the lessons will use.
 # - Measure the bytes of a few tensors with `helpers.Meter`, and explain the 512-byte rounding.
 # - Say what the simulation counts exactly, where a GPU's kernels and allocator differ from it, and what it cannot see.
+# - Read the 25 lines of PyTorch that count a training step's memory, and check them against `profile_step`.
 #
 # **Time:** 15 minutes teaching, 5 minutes exercises. **GPU:** not needed; used if present.
 
@@ -114,7 +115,7 @@ for label, t in examples.items():
 assert tensor_bytes(torch.empty(1)) == 512 and round_up(4000) == 4096
 
 # %% [markdown]
-# Rounding to 512 bytes matters for the many tiny tensors of a model (BatchNorm statistics and counters, biases). The big activations are already multiples of 512 bytes, but a GPU can still count more for them, because of a second rule of the allocator. It gets memory from the driver in *segments* (`cudaMalloc`): a request above 10 MiB gets a segment of its own size rounded up to 2 MiB. The tensor takes a *block* at the start of the segment, and the rest of the segment is split off as a free block only if it is **more than 1 MiB**; otherwise the tensor's block keeps it, and `memory_allocated()` counts the whole block. Three activation sizes of ResNet18 at batch 128, each in a new segment (the rules are those of `c10/cuda/CUDACachingAllocator.cpp`, in `helpers.memory`):
+# Rounding to 512 bytes matters for the many tiny tensors of a model (BatchNorm statistics and counters, biases). The big activations are already multiples of 512 bytes, but a GPU can still count more for them, because of a second rule of the allocator. It gets memory from the driver in *segments* (`cudaMalloc`): a request above 10 MiB gets a segment of its own size rounded up to 2 MiB. The tensor takes a *block* at the start of the segment, and the rest of the segment is split off as a free block only if it is **more than 1 MiB**; otherwise the tensor's block keeps it, and `memory_allocated()` counts the whole block. Three activation sizes of ResNet18 at batch 128, each in a new segment (the rules are those of `c10/cuda/CUDACachingAllocator.cpp`, in `helpers.allocator.rules`):
 
 # %%
 activations = {
@@ -131,7 +132,7 @@ assert block_bytes(49 * MiB) == allocation_size(49 * MiB) == 50 * MiB   # 1 MiB 
 assert block_bytes(int(24.5 * MiB)) == int(24.5 * MiB)                 # 1.5 MiB rest: split off
 
 # %% [markdown]
-# The 49 MiB tensor occupies 50 MiB on a GPU; the simulation counts 49 MiB, because it applies the 512-byte rule only. So a GPU's `memory_allocated()` can exceed the simulated figure by up to 1 MiB for each such tensor, and which block a tensor gets also depends on what the allocator has cached from earlier steps: the allocator lesson (06, in preparation) simulates that. The GPU cell of section 5 measures the 49 MiB case on your card.
+# The 49 MiB tensor occupies 50 MiB on a GPU; the simulation counts 49 MiB, because it applies the 512-byte rule only. So a GPU's `memory_allocated()` can exceed the simulated figure by up to 1 MiB for each such tensor, and which block a tensor gets also depends on what the allocator has cached from earlier steps: the allocator lesson (06) simulates that. The GPU cell of section 5 measures the 49 MiB case on your card.
 
 # %% [markdown]
 # ## 3. Fake tensors have no values
@@ -157,7 +158,7 @@ assert allocated == 100 * GiB
 # %% [markdown]
 # ## 4. What the simulation counts, and what it cannot see
 #
-# The simulation runs PyTorch's **CPU kernels** on fake tensors. For most operations a CUDA kernel keeps the same tensors for backward as the CPU kernel, but not for all. Where they differ, the simulated backend makes the CPU follow **CUDA's rules** (`helpers.cuda_semantics`). Check it: `forward_saved_bytes` runs one forward pass and sums what autograd keeps for backward, on the CPU's kernels, on a fake GPU (fake `cuda` tensors: a forward pass needs no GPU), and as the simulation runs it:
+# The simulation runs PyTorch's **CPU kernels** on fake tensors. For most operations a CUDA kernel keeps the same tensors for backward as the CPU kernel, but not for all. Where they differ, the simulated backend makes the CPU follow **CUDA's rules** (`helpers/engine/cuda_rules.py`). Check it: `forward_saved_bytes` runs one forward pass and sums what autograd keeps for backward, on the CPU's kernels, on a fake GPU (fake `cuda` tensors: a forward pass needs no GPU), and as the simulation runs it:
 
 # %%
 def saved(dtypes):
@@ -192,7 +193,7 @@ assert sum(bf16.values()) == sum(forward_saved_bytes(lambda: nn.Sequential(nn.Li
 # %% [markdown]
 # * **Dropout** keeps its mask: the CPU kernel keeps it as float32 (4 bytes per element), CUDA's `native_dropout` as bool (1 byte). The simulation calls `native_dropout`, as a GPU does.
 # * **Autocast** follows a list of operations per device. CUDA's autocast runs `softmax`, `log_softmax`, `layer_norm` and `group_norm` (and, in PyTorch's autocast op reference, `exp`, `sum` and others) in float32; the CPU's lets them run in 16 bits when their input is 16-bit. The simulation follows CUDA's lists, so a transformer under AMP keeps what it would on a GPU (lesson 04 measures a vision transformer). float16 and bfloat16 take the same 2 bytes: the difference is the device's list, not the 16-bit type.
-# * **Attention**: `scaled_dot_product_attention` chooses among several kernels by device, dtype and shape, and they keep very different tensors: the fused kernels (flash, memory-efficient) keep the inputs, the output and one number per row; the math kernel keeps the whole sequence × sequence matrix of scores. A GPU picks for itself; the simulation takes the kernel you name (`attention=`; by default a fused one, as a recent GPU picks for training) (lesson 08, in preparation).
+# * **Attention**: `scaled_dot_product_attention` chooses among several kernels by device, dtype and shape, and they keep very different tensors: the fused kernels (flash, memory-efficient) keep the inputs, the output and one number per row; the math kernel keeps the whole sequence × sequence matrix of scores. A GPU picks for itself; the simulation takes the kernel you name (`attention=`; by default a fused one, as a recent GPU picks for training); lesson 08 measures both.
 # * Two more: Adam's per-parameter `step` counters live in host memory on a GPU, and the simulation does not count them; AMP in float16 uses a `GradScaler`, whose few scalar tensors the simulation creates as PyTorch's does.
 #
 # Why not run the whole step on fake CUDA tensors, then? Because backward does not run without a GPU: the autograd engine asks the CUDA runtime about device 0 (PyTorch issue #92627). So the fake GPU serves as the reference the simulation is checked against, one forward pass at a time (the tests do it for ResNet18, EfficientNet, ConvNeXt, Swin and ViT: within 0.1%; the rest is BatchNorm's saved statistics, float32 on a GPU and float16 here, a few KiB).
@@ -254,6 +255,56 @@ else:
     print("no GPU here: the lessons will use the simulated backend")
 
 # %% [markdown]
+# ## 6. The counting itself
+#
+# Section 1 said how the simulation counts: each new storage when it is created, until it is freed. That idea is the whole engine, and it fits in one cell. A `TorchDispatchMode` sees every operation that PyTorch runs below autograd, with its outputs. For each output tensor it takes the tensor's *storage*, the memory a tensor shares with its views; the first time it sees a storage it adds its size rounded up to 512 bytes (section 2), and `weakref.finalize` subtracts it when the storage is freed. Under it, `FakeTensorMode` gives tensors shapes and lifetimes but no data (section 3). Section 5's step, counted by plain PyTorch:
+
+# %%
+import weakref
+
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class CountStorages(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.live, self.allocated, self.peak = {}, 0, 0  # live: id(storage) -> bytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))  # run the operation
+        for t in tree_flatten(out)[0]:  # every tensor it returned
+            if isinstance(t, torch.Tensor) and id(storage := t.untyped_storage()) not in self.live:
+                self.live[id(storage)] = (storage.nbytes() + 511) // 512 * 512  # new: round up to 512 bytes
+                self.allocated += self.live[id(storage)]
+                self.peak = max(self.peak, self.allocated)
+                weakref.finalize(storage, self.free, id(storage))  # called when the storage is freed
+        return out
+
+    def free(self, key):
+        self.allocated -= self.live.pop(key)
+
+
+with torch.device("meta"):
+    resnet = torchvision.models.resnet18()  # shapes only: no memory, no initialisation
+with FakeTensorMode(allow_non_fake_inputs=True), CountStorages() as counter:  # meta tensors may come in
+    resnet = resnet.to_empty(device="cpu")  # parameters and buffers: fake tensors, counted
+    optimizer = torch.optim.SGD(resnet.parameters(), lr=0.01, momentum=0.9, foreach=True)
+    images, labels = torch.randn(128, 3, 224, 224), torch.randint(0, 1000, (128,))
+    nn.functional.cross_entropy(resnet(images), labels).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+print(f"peak: {counter.peak:,} bytes in this cell, {step.peak_allocated_bytes:,} from profile_step")
+assert counter.peak == step.peak_allocated_bytes
+
+# %% [markdown]
+# The same number, byte for byte. So a simulated peak is no formula's estimate: it is the sum of the storages that PyTorch's own code keeps alive at once, at the step's highest moment. Change the code, and the count follows.
+#
+# The package's version is `helpers/engine/counting.py`, about 200 lines, half of them explanation: read it next. It adds bookkeeping, not another idea: each storage's dtype and shape (lesson 03's categories come from them), storages resized in place (FSDP, lesson 07), the tensors inside a `DTensor`. `profile_step` also applies section 4's CUDA rules (`helpers/engine/cuda_rules.py`), which this step does not need: ResNet18 has no dropout and no attention, the step no autocast, and SGD no step counters.
+
+# %% [markdown]
 # ## Exercises
 #
 # **Exercise 1.** How many bytes does a batch of 64 RGB images of 256 × 256 pixels take in float32? And in float16? Predict, then check with `tensor_bytes`.
@@ -301,6 +352,7 @@ with Meter("simulated") as meter:
 # - The lessons measure one thing, bytes allocated (now and at peak), with one interface: `Meter`, `profile_step`.
 # - On a GPU the numbers are PyTorch's own counters (`cuda` backend); elsewhere they are **simulated** on fake tensors, exact for the tensors of your code.
 # - Every allocation is rounded up to 512 bytes, as the CUDA caching allocator does; on a GPU a large tensor can also keep up to 1 MiB of unsplit block with it.
+# - The counting is one idea, about 25 lines of PyTorch: a dispatch mode adds each new storage (rounded up to 512 bytes) and a finalizer subtracts it when it is freed; `helpers/engine/counting.py` is the package's version.
 # - The simulation runs the CPU's kernels with CUDA's rules where the two differ (dropout masks, autocast's op lists, the attention kernel, Adam's host-side step counters), checked against a fake GPU's forward pass.
 # - The simulation cannot see kernel workspaces, the CUDA context or the allocator's reserved pool: plan a margin for them.
 # - 1 MiB = 2²⁰ bytes; 1 MB = 10⁶ bytes.

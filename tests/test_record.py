@@ -135,3 +135,47 @@ def test_categories_by_serial_label_a_replay_of_the_log(three_layers):
         by_category[labels[s.serial]] = by_category.get(labels[s.serial], 0) + s.nbytes
     # parameters 64·256·4 + 1 KiB + 256·10·4 + 512; their gradients and momentum buffers the same
     assert by_category["parameters"] == by_category["optimizer_states"] == 65536 + 1024 + 10240 + 512
+
+
+def test_the_options_are_the_configs_and_read_only(resnet18_b128):
+    p = resnet18_b128
+    assert (p.batch_size, p.amp, p.checkpoint, p.optimizer, p.steady_state, p.reentrant, p.offload) == (
+        128, False, 0, "sgd-momentum", False, False, False)
+    with pytest.raises(AttributeError):
+        p.batch_size = 64
+    q = profile_step("mlp", 4, amp=True, checkpoint=2, reentrant=True, optimizer="adam", steady_state=True,
+                     device="simulated")
+    assert (q.batch_size, q.amp, q.checkpoint, q.optimizer, q.steady_state, q.reentrant) == (
+        4, True, 2, "adam", True, True)
+    assert q.config.input_shape is None and q.input_shape == (64,)  # the MLP's own: what the step fed it
+
+
+def test_repr_is_short_and_names_the_peak(resnet18_b128):
+    text = repr(resnet18_b128)
+    assert len(text) < 400 and len(text.splitlines()) <= 3
+    assert text.startswith("<StepProfile resnet18 (simulated):")
+    assert "peak 2778.4 MiB" in text and resnet18_b128.peak.label in text
+    assert "activations 2633.8" in text and "parameters 44.6" in text
+    assert "optimizer_states" not in text  # none at the peak of a first step: zero categories are left out
+    for default in ("batch_size", "amp", "optimizer", "checkpoint", "device"):  # options at their default
+        assert default not in text
+
+
+def test_repr_names_the_options_that_differ_from_the_defaults():
+    p = profile_step("mlp", 4, amp=True, optimizer="adam", steady_state=True, loss=lambda out: out.sum(),
+                     device="simulated")
+    text = repr(p)
+    assert "(simulated, batch_size=4, loss=<lambda>, amp=True, optimizer=adam, steady_state=True)" in text
+    assert "checkpoint" not in text and "amp_dtype" not in text and "set_to_none" not in text
+    assert "optimizer_states" in text
+    html = p._repr_html_()
+    assert html.startswith("<table>") and html.endswith("</table>") and len(html) < 2000
+    assert "batch_size=4, loss=&lt;lambda&gt;, amp=True" in html
+    assert html.count("<tr>") == 3 + sum(1 for v in p.categories.values() if v)
+
+
+def test_html_repr_is_a_small_table(resnet18_b128):
+    html = resnet18_b128._repr_html_()
+    assert html.startswith("<table>") and len(html) < 2000
+    assert "2778.4 MiB" in html and "backward of ReLU &#x27;layer4.1.relu&#x27;" in html
+    assert "(simulated)" in html and "batch_size" not in html
