@@ -229,7 +229,7 @@ assert abs(ours / published_mib - 1) < 0.15
 
 
 # %% [markdown]
-# Every *forward* delta we checked above is the article's. Its backward log of the stem is not: it reads "MaxPool2d bwd 98.0, ReLU bwd 98.0, BatchNorm2d bwd −392.0, Conv2d bwd −784.0", where ours (section 4) reads +98, −392, −392, −392. The two logs measure the same tensors at different moments. The article's `bwd` lines come from `Module.register_backward_hook` (deprecated today): it fires when the module's *last* autograd node has run, while the gradient that node received is still held by the hook. Ours fires when the gradients of the module's inputs and parameters exist (`helpers.trace`). Reproduce the article's logger here, on the same simulated step:
+# Every *forward* delta we checked above is the article's. Its backward log of the stem is not: it reads "MaxPool2d bwd 98.0, ReLU bwd 98.0, BatchNorm2d bwd −392.0, Conv2d bwd −784.0", where ours (section 4) reads +98, −392, −392, −392. The two logs measure the same tensors at different moments. The article's `bwd` lines come from `Module.register_backward_hook` (deprecated today): it fires when the module's *last* autograd node has run, while the gradient that node received is still held by the hook. Ours fires when the gradients of the module's inputs and parameters exist (`helpers.engine.trace`). Reproduce the article's logger here, on the same simulated step:
 
 # %%
 def article_log(batch_size=128):
@@ -240,7 +240,7 @@ def article_log(batch_size=128):
     log = []
     with Meter("simulated") as meter, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the old hook is deprecated, and says so
-        model = model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=meter.device))
+        model = meter.place(model)  # parameters and buffers on the simulated GPU, counted
         for name, module in model.named_modules():
             module.register_forward_pre_hook(lambda m, args, name=name: log.append((name, "pre", meter.allocated())))
             module.register_forward_hook(lambda m, args, out, name=name: log.append((name, "fwd", meter.allocated())))
