@@ -37,14 +37,33 @@ LOSSES = ("auto", "classification", "next_token")
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
 
 
-def check_int(name: str, value: Any, lowest: int) -> int:
-    """``value`` if it is an integer >= ``lowest`` (not a bool).
+#: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
+IMAGE_SIZE = 224
+
+#: What the model presets of :mod:`helpers.models` take (``helpers.models.PRESETS``
+#: builds them, in this order; a test checks that the two agree).  Only image
+#: models take ``image_size``.
+PRESET_INPUTS = {
+    "mlp": "64 features",
+    **dict.fromkeys(("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama3-8b"), "token ids"),
+}
+
+
+def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *, what: str | None = None) -> int:
+    """``value`` if it is an integer (not a bool) >= ``lowest`` and, if given, <= ``highest``.
+
+    Args:
+        what: the rule in the caller's words, for the message (default:
+            ``"an integer >= lowest"`` or ``"an integer from lowest to highest"``).
 
     Raises:
-        ValueError: naming ``name``, otherwise.
+        ValueError: ``"<name> must be <what>, got <value>"``, otherwise.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise ValueError(f"{name} must be an integer >= {lowest}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest or (
+            highest is not None and value > highest):
+        if what is None:
+            what = f"an integer >= {lowest}" if highest is None else f"an integer from {lowest} to {highest}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
 
 
@@ -70,7 +89,9 @@ class StepConfig:
         name: the label of the profile (default: the model's name).
     Data:
         batch_size: samples per batch, >= 1.
-        image_size: height and width of image inputs (when ``input_shape`` is not given).
+        image_size: height and width of image inputs.  Any other value than
+            :data:`IMAGE_SIZE` is refused where the inputs are not images (token
+            ids, ``input_shape``, ``inputs``, a preset of :data:`PRESET_INPUTS`).
         input_shape: shape of one float sample, e.g. ``(3, 224, 224)`` or ``(784,)``.
         seq_len: token inputs: each sample is ``seq_len`` int64 token ids.
         vocab_size: token ids are drawn from ``range(vocab_size)`` (default:
@@ -111,7 +132,7 @@ class StepConfig:
 
     model: Any = "resnet18"
     batch_size: int = 128
-    image_size: int = 224
+    image_size: int = IMAGE_SIZE
     input_shape: tuple[int, ...] | None = None
     seq_len: int | None = None
     vocab_size: int | None = None
@@ -176,6 +197,20 @@ class StepConfig:
             raise ValueError(f"model must be a model name, an nn.Module or a function returning one, got {self.model!r}")
         if self.name is not None and not isinstance(self.name, str):
             raise ValueError(f"name must be a string, got {self.name!r}")
+        takes = self._not_images()
+        if self.image_size != IMAGE_SIZE and takes:
+            raise ValueError(f"image_size (--image-size) applies to image inputs; {self.label} takes {takes}")
+
+    def _not_images(self) -> str | None:
+        """What the model takes when it is not images of ``image_size`` (else None):
+        token ids, ``input_shape`` samples, what ``inputs`` makes, or what a preset takes."""
+        if self.seq_len is not None:
+            return "token ids (seq_len=, --seq-len)"
+        if self.input_shape is not None:
+            return f"samples of input_shape {self.input_shape} (--input-shape)"
+        if self.inputs is not None:
+            return "what inputs= makes"
+        return PRESET_INPUTS.get(self.model) if isinstance(self.model, str) else None
 
     @property
     def tokens(self) -> bool:
@@ -229,13 +264,14 @@ class StepConfig:
 #: The options ``python -m helpers profile`` offers: (flag, field, help).  Flags
 #: without a value are booleans; the others take the field's type.
 CLI_OPTIONS = (
-    ("--model", "model", "a torchvision classification model, a preset (mlp, gpt2, gpt2-medium, gpt2-large, "
-                         "gpt2-xl) or package.module:function for your own (default resnet18)"),
+    ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), or your "
+                         f"own: package.module:function or path/to/file.py:function (default resnet18)"),
     ("--batch-size", "batch_size", "samples per batch (default 128)"),
-    ("--image-size", "image_size", "image height and width (default 224)"),
+    ("--image-size", "image_size", f"image height and width, for image models (default {IMAGE_SIZE})"),
     ("--input-shape", "input_shape", "shape of one float sample, comma-separated: 784 or 3,32,32 "
                                      "(default: 3,IMAGE_SIZE,IMAGE_SIZE)"),
-    ("--seq-len", "seq_len", "token inputs of this length (default for the GPT presets: their context, 1024)"),
+    ("--seq-len", "seq_len", "token inputs of this length (default for the GPT-2 and Llama presets: their "
+                             "context, 1024 and 131072)"),
     ("--vocab-size", "vocab_size", "with --seq-len: token ids below this (default: the model's vocabulary)"),
     ("--num-classes", "num_classes", "classes of a classification model (default: 1000 for torchvision, "
                                      "else the size of the output)"),

@@ -13,7 +13,7 @@ GiB = 2**30
 _SCALE = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": 2**40, "MB": 10**6, "GB": 10**9}
 
 
-def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
+def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False, grouped: bool = False) -> str:
     """Format a byte count, e.g. ``fmt_bytes(411041792) == '392.0 MiB'``.
 
     Args:
@@ -22,6 +22,8 @@ def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
             The ``i`` units are powers of 2 (as PyTorch and nvidia-smi use),
             ``MB`` and ``GB`` powers of 10.
         sign: show ``+`` for positive values (for deltas).
+        grouped: separate thousands with commas (``'16,160.0 MiB'``), as the
+            widgets write sizes beside a GPU's capacity.
 
     Raises:
         ValueError: for an unknown unit.
@@ -30,7 +32,13 @@ def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False) -> str:
         raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(_SCALE)}")
     value = nbytes / _SCALE[unit]
     digits = 0 if unit == "B" else 1
-    return f"{value:{'+' if sign else ''}.{digits}f} {unit}"
+    return f"{value:{'+' if sign else ''}{',' if grouped else ''}.{digits}f} {unit}"
+
+
+def fmt_mib(nbytes: float) -> str:
+    """MiB with thousands grouped, as the widgets write sizes beside a GPU's capacity:
+    ``fmt_mib(16160 * MiB) == '16,160.0 MiB'``."""
+    return fmt_bytes(nbytes, "MiB", grouped=True)
 
 
 def cuda_size(nbytes: int) -> str:

@@ -173,6 +173,14 @@ def test_settings_are_validated_in_one_place():
             AllocatorSettings.parse(bad)
     with pytest.raises(ValueError, match="capacity"):
         CachingAllocator(capacity=0)
+    for m in (20, True, 64.0):
+        with pytest.raises(ValueError, match=rf"^max_split_size_mb must be a whole number of MiB above 20, got {m!r}$"):
+            AllocatorSettings(max_split_size_mb=m)
+    assert AllocatorSettings(max_split_size_mb=21).max_split_size_mb == 21
+    for capacity in (0, True, 1.5):
+        with pytest.raises(ValueError, match=rf"^capacity must be a positive number of bytes or None, "
+                                             rf"got {capacity!r}$"):
+            CachingAllocator(capacity=capacity)
 
 
 def test_bad_logs_get_one_line_errors():

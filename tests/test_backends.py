@@ -1,11 +1,14 @@
 """helpers.engine.backends: which backend measures, and what each does differently."""
 
 import contextlib
+import math
 
 import pytest
 import torch
+from torch import nn
 
-from helpers import Meter, MiB, resolve_backend
+from helpers import Meter, MiB, profile_step, resolve_backend
+from helpers.allocator.rules import round_up
 from helpers.engine.backends import CudaBackend, SimulatedBackend, get_backend
 from helpers.models import build_model
 
@@ -63,3 +66,64 @@ def test_rules_are_installed_only_inside_a_simulated_meter():
     with Meter("simulated"):
         assert mask_dtype() == "NativeDropoutBackward0"  # as on a GPU
     assert mask_dtype() == "MulBackward0"
+
+
+VOCAB, WIDTH = 1000, 64
+
+
+class TiedLM(nn.Module):
+    """A language model whose output head shares the token embedding's weight,
+    as Hugging Face's ``tie_weights`` does (BERT, GPT-2, T5...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.mid = nn.Linear(WIDTH, WIDTH)
+        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.mid(self.embed(ids))))
+
+
+SHAPES = [(VOCAB, WIDTH), (WIDTH, WIDTH), (WIDTH,)]  # the embedding (= the head), mid's weight and bias
+SHARED = VOCAB * WIDTH
+UNTIED = sum(math.prod(s) for s in SHAPES) + SHARED  # the head's weight counted again
+PARAMETER_BYTES = sum(round_up(4 * math.prod(s)) for s in SHAPES)  # float32, in 512-byte blocks
+
+
+@pytest.mark.parametrize("device", ["simulated", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="model.to('cuda') needs a GPU"))])
+def test_shared_parameters_stay_shared_under_every_backend(device):
+    meter = Meter(device)
+    built = meter.runtime.build(TiedLM)
+    assert sum(p.numel() for _, p in built.named_parameters(remove_duplicate=False)) == UNTIED
+    with meter:
+        placed = meter.runtime.place(built)
+        assert placed.head.weight is placed.embed.weight
+        assert placed.head.weight.device.type == meter.device.type
+        assert sum(p.numel() for p in placed.parameters()) == UNTIED - SHARED
+        assert meter.allocated() == PARAMETER_BYTES  # one storage for the shared weight
+
+
+def test_a_submodule_under_two_parents_is_placed_once():
+    shared = nn.Linear(64, 64)
+    model = nn.Sequential(nn.Sequential(shared), nn.Sequential(shared))
+    meter = Meter("simulated")
+    built = meter.runtime.build(lambda: model)
+    with meter:
+        placed = meter.runtime.place(built)
+        assert placed[0][0].weight is placed[1][0].weight
+        assert meter.allocated() == round_up(4 * 64 * 64) + round_up(4 * 64)
+        assert meter.peak() == meter.allocated()  # no storage made and dropped on the second visit
+
+
+def test_a_tied_head_is_counted_once_in_a_profile():
+    """AdamW on a tied LM: parameters, gradients and both moments of the shared weight, once each."""
+    profile = profile_step(TiedLM, batch_size=2, seq_len=16, vocab_size=VOCAB, optimizer="adamw",
+                           device="simulated", steady_state=True)
+    assert profile.parameter_count == UNTIED - SHARED
+    at_step = profile.event_categories[profile.events.index(profile.find(None, "optimizer.step"))]
+    assert at_step["parameters"] == at_step["gradients"] == PARAMETER_BYTES
+    assert at_step["optimizer_states"] == 2 * PARAMETER_BYTES
+    assert profile.model_state_bytes == 4 * PARAMETER_BYTES

@@ -1,8 +1,10 @@
 """python -m helpers profile: output, JSON, and one-line errors for bad input."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -47,7 +49,7 @@ def test_json_has_the_documented_fields(capsys):
     (["--batch-size", "0"], "--batch-size: must be at least 1, got 0"),
     (["--batch-size", "-5"], "must be at least 1"),
     (["--batch-size", "many"], "expected an integer"),
-    (["--model", "resnet1000"], "unknown model 'resnet1000'"),
+    (["--model", "resnet1000"], "unknown model 'resnet1000'; use a preset (mlp, gpt2, gpt2-medium"),
     (["--optimizer", "lion"], "invalid choice: 'lion'"),
     (["--model", "vit_b_16", "--checkpoint", "3"], "VisionTransformer is not one"),
     (["--model", "gpt2", "--input-shape", "3"], "gpt2 takes token ids"),
@@ -180,3 +182,71 @@ def test_bad_allocator_settings_exit_with_one_line(capsys, args, message):
     assert main(["profile", "--device", "simulated", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+REPO = Path(__file__).resolve().parents[1]
+PROG = "python -m helpers profile"
+
+
+def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``python -m helpers profile --device simulated ARGS`` in a fresh process, run from ``cwd``
+    (a learner's folder) with this checkout's helpers."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "helpers", "profile", "--device", "simulated", *args],
+                          capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def _refused(run: subprocess.CompletedProcess) -> str:
+    """The one line of a refusal: exit status 2, nothing on stdout."""
+    assert run.returncode == 2 and run.stdout == "", (run.returncode, run.stdout, run.stderr)
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{PROG}: error: "), run.stderr
+    return err[0].removeprefix(f"{PROG}: error: ")
+
+
+def test_a_learners_model_from_a_file_path(tmp_path):
+    (tmp_path / "mymodel.py").write_text("from torch import nn\n\n\ndef build():\n"
+                                         "    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))\n")
+    run = _cli("--model", "./mymodel.py:build", "--input-shape", "64", "--batch-size", "4", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["model"] == "build" and data["input_shape"] == [64]
+    assert data["peak_allocated_bytes"] == profile_step(f"{tmp_path / 'mymodel.py'}:build", 4, input_shape=(64,),
+                                                        device="simulated").peak_allocated_bytes
+    assert _refused(_cli("--model", "./mymodel.py", cwd=tmp_path)) == (
+        "name the function in ./mymodel.py that returns the model: ./mymodel.py:function")
+    assert _refused(_cli("--model", "./other.py:build", cwd=tmp_path)) == (
+        "no file './other.py' (from --model ./other.py:build)")
+    assert _refused(_cli("--model", "mymodel.py:nothing", cwd=tmp_path)) == (
+        "'mymodel.py' has no function 'nothing' (from --model mymodel.py:nothing)")
+
+
+def test_llama3_8b_is_a_preset_from_the_command_line():
+    help_text = subprocess.run([sys.executable, "-m", "helpers", "profile", "--help"], capture_output=True,
+                               text=True, timeout=120, cwd=REPO).stdout
+    assert "llama3-8b" in " ".join(help_text.split())
+    run = _cli("--model", "llama3-8b", "--seq-len", "16", "--batch-size", "1", "--optimizer", "adamw", "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["model"] == "llama3-8b" and data["input_shape"] == [16] and data["config"]["seq_len"] == 16
+    assert data["parameter_count"] == 8_030_261_248
+
+
+def test_an_unknown_model_names_the_presets_and_both_forms():
+    message = _refused(_cli("--model", "resnet1000"))
+    assert message.startswith("unknown model 'resnet1000'; use a preset (mlp, gpt2, gpt2-medium, gpt2-large, "
+                              "gpt2-xl, llama3-8b), any torchvision classification model (")
+    assert message.endswith("or your own as package.module:function or path/to/file.py:function")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "gpt2"], "image_size (--image-size) applies to image inputs; gpt2 takes token ids"),
+    (["--model", "llama3-8b", "--seq-len", "16"],
+     "image_size (--image-size) applies to image inputs; llama3-8b takes token ids (seq_len=, --seq-len)"),
+    (["--model", "mlp"], "image_size (--image-size) applies to image inputs; mlp takes 64 features"),
+    (["--input-shape", "3,32,32"],
+     "image_size (--image-size) applies to image inputs; resnet18 takes samples of input_shape (3, 32, 32) "
+     "(--input-shape)"),
+])
+def test_image_size_is_refused_where_the_inputs_are_not_images(args, message):
+    assert _refused(_cli(*args, "--image-size", "64")) == message

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from helpers.config import CLI_OPTIONS, StepConfig
+from helpers.config import CLI_OPTIONS, IMAGE_SIZE, StepConfig, check_int
 
 
 @pytest.mark.parametrize("options, message", [
@@ -29,6 +29,12 @@ from helpers.config import CLI_OPTIONS, StepConfig
     (dict(capacity=0), "capacity must be an integer >= 1"),
     (dict(model=3), "model must be a model name"),
     (dict(model=""), "model must be a model name"),
+    (dict(model="gpt2", image_size=64), r"^image_size \(--image-size\) applies to image inputs; gpt2 takes token ids$"),
+    (dict(model="llama3-8b", image_size=64), "llama3-8b takes token ids"),
+    (dict(model="mlp", image_size=32), "mlp takes 64 features"),
+    (dict(seq_len=8, image_size=64), "resnet18 takes token ids"),
+    (dict(input_shape=(3, 32, 32), image_size=64), "resnet18 takes samples of input_shape"),
+    (dict(inputs=lambda b, d: None, image_size=64), "image_size .* applies to image inputs"),
 ])
 def test_each_bad_option_is_named(options, message):
     with pytest.raises(ValueError, match=message):
@@ -62,3 +68,22 @@ def test_every_cli_flag_is_a_field():
     fields = {f.name for f in dataclasses.fields(StepConfig)}
     assert {name for _, name, _ in CLI_OPTIONS} <= fields
     assert all(flag == "--" + name.replace("_", "-") for flag, name, _ in CLI_OPTIONS)
+
+
+def test_image_size_is_for_image_inputs_only():
+    assert StepConfig(model="gpt2").image_size == IMAGE_SIZE == 224  # the default is no choice: accepted
+    assert StepConfig(model="resnet18", image_size=64).sample_shape == (3, 64, 64)
+    assert StepConfig(model=lambda: None, image_size=64).image_size == 64  # unknown until built: allowed
+
+
+def test_check_int_is_the_one_integer_check():
+    assert check_int("n", 3, 1) == 3 and check_int("n", 3, 1, 3) == 3
+    for value, highest, message in ((0, None, "n must be an integer >= 1, got 0"),
+                                    (True, None, "n must be an integer >= 1, got True"),
+                                    (2.0, None, "n must be an integer >= 1, got 2.0"),
+                                    (5, 4, "n must be an integer from 1 to 4, got 5")):
+        with pytest.raises(ValueError) as err:
+            check_int("n", value, 1, highest)
+        assert str(err.value) == message
+    with pytest.raises(ValueError, match="^n must be a whole number above 20, got 20$"):
+        check_int("n", 20, 21, what="a whole number above 20")

@@ -5,9 +5,11 @@ import torch
 from torch import nn
 
 from helpers import build_model, sequential_form
-from helpers.models import (PRESETS, classification_models, dropout_mlp, meta_copy, model_names, output_logits,
-                            resolve_model)
+from helpers.config import PRESET_INPUTS
+from helpers.models import (LANGUAGE_PRESETS, PRESETS, classification_models, dropout_mlp, meta_copy, model_names,
+                            output_logits, resolve_model)
 from helpers.models.gpt import GPT, GPT2_PRESETS, GPTConfig
+from helpers.models.llama import LLAMA_PRESETS, Llama, LlamaConfig
 
 
 @pytest.mark.parametrize("name", ["resnet18", "alexnet", "vgg11", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0"])
@@ -29,8 +31,50 @@ def test_every_torchvision_classifier_builds_on_meta():
 def test_unknown_names_are_refused_with_suggestions():
     with pytest.raises(ValueError, match="unknown model 'resnet-18'.*resnet"):
         build_model("resnet-18")
-    with pytest.raises(ValueError, match="unknown model 'resnet-18'"):
+    with pytest.raises(ValueError) as err:
         resolve_model("resnet-18")
+    assert str(err.value) == (
+        "unknown model 'resnet-18'; use a preset (mlp, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama3-8b), any "
+        "torchvision classification model (resnet18, vit_b_16, ...; close to yours: resnet101, resnet152, resnet18, "
+        "resnet34), or your own as package.module:function or path/to/file.py:function")
+    with pytest.raises(ValueError, match="name the function in mine.py that returns the model: mine.py:function"):
+        resolve_model("mine.py")
+
+
+def test_the_presets_are_declared_once_for_the_options():
+    """helpers.config says what each preset takes (for image_size and the --model help); the specs agree."""
+    assert list(PRESETS) == list(PRESET_INPUTS)
+    for name, takes in PRESET_INPUTS.items():
+        spec = resolve_model(name)
+        assert (spec.vocab_size is not None) == (takes == "token ids") == (name in LANGUAGE_PRESETS), name
+        assert spec.input_shape == ((64,) if takes == "64 features" else None), name
+
+
+def test_llama3_8b_is_a_preset_at_its_context():
+    spec = resolve_model("llama3-8b")
+    config = LLAMA_PRESETS["llama3-8b"]
+    assert (spec.vocab_size, spec.seq_len) == (128256, 131072) == (config.vocab_size, config.n_positions)
+    with torch.device("meta"):
+        model = spec.build()
+    assert isinstance(model, Llama) and sum(p.numel() for p in model.parameters()) == 8_030_261_248
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match=rf"^n_layer must be an integer >= 1, got {bad!r}$"):
+            LlamaConfig(n_layer=bad)
+
+
+def test_a_learners_model_from_a_file(tmp_path):
+    (tmp_path / "mymodel.py").write_text("from torch import nn\n\n"
+                                         "def build():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 3))\n")
+    (tmp_path / "broken.py").write_text("import no_such_package\n")
+    spec = resolve_model(f"{tmp_path / 'mymodel.py'}:build")
+    assert spec.name == "build" and sum(p.numel() for p in spec.build().parameters()) == 39
+    with pytest.raises(ValueError, match=r"^no file '.*missing.py' \(from --model .*missing.py:build\)$"):
+        resolve_model(f"{tmp_path / 'missing.py'}:build")
+    with pytest.raises(ValueError, match=r"cannot import '.*broken.py' .*ModuleNotFoundError: No module named "
+                                         r"'no_such_package'$"):
+        resolve_model(f"{tmp_path / 'broken.py'}:build")
+    with pytest.raises(ValueError, match=r"mymodel.py' has no function 'nothing'"):
+        resolve_model(f"{tmp_path / 'mymodel.py'}:nothing")
 
 
 @pytest.mark.parametrize("name, parameters", [("gpt2", 124_439_808), ("gpt2-medium", 354_823_168),

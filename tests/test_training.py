@@ -15,5 +15,9 @@ def test_training_is_seeded_and_checked():
     assert a.train_loss[1] < a.train_loss[0]
     with pytest.raises(ValueError, match="batch_size"):
         train(digits_mlp, data, 0, 1)
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer from 1 to 1437 \(the training set\), "
+                                         r"got 1438$"):
         train(digits_mlp, data, 1438, 1)
+    for epochs in (0, 1.5, True):
+        with pytest.raises(ValueError, match=rf"^epochs must be an integer >= 1, got {epochs!r}$"):
+            train(digits_mlp, data, 128, epochs)

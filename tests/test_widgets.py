@@ -7,7 +7,9 @@ from torch import nn
 
 from helpers import profile_step
 from helpers.batch import Estimate
-from helpers.teaching.widgets import IMAGE_SIZES, PARAMETER_COUNT, MemoryExplorer, WillItFit, render, verdict
+from helpers.teaching.widgets import (IMAGE_SIZES, PARAMETER_COUNT, SEQ_LENS, MemoryExplorer, WillItFit, render,
+                                      verdict)
+from helpers.units import MiB, fmt_mib
 
 
 def test_widget_shows_what_a_direct_measurement_gives():
@@ -51,6 +53,29 @@ def test_widget_refuses_bad_initial_values():
         MemoryExplorer(device="simulated", model="resnet19")
     with pytest.raises(ValueError, match="capacity"):
         MemoryExplorer(device="simulated", capacity="this GPU")
+    with pytest.raises(ValueError, match=r"^batch_size must be an integer from 1 to 64, got 65$"):
+        MemoryExplorer(device="simulated", batch_size=65, max_batch_size=64)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(optimizer="lion"), r"^unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw$"),
+    (dict(amp="yes"), r"^amp must be True or False, got 'yes'$"),
+    (dict(checkpoint=-2), r"^checkpoint must be an integer >= 0, got -2$"),
+    (dict(checkpoint=3), r"^checkpoint must be 0, 2, 4 or 8, got 3$"),  # the menu's own choices
+    (dict(device="tpu"), r"^unknown device 'tpu'"),
+    (dict(model="gpt2", image_size=64), r"applies to image inputs; gpt2 takes token ids$"),
+    (dict(attention="ring"), r"^unknown attention 'ring'"),
+])
+def test_the_widgets_options_are_checked_by_step_config(options, message):
+    with pytest.raises(ValueError, match=message):
+        MemoryExplorer(**{"device": "simulated", **options})
+    if set(options) <= {"optimizer", "device"}:
+        with pytest.raises(ValueError, match=message):
+            WillItFit(**{"device": "simulated", **options})
+
+
+def test_sizes_are_written_as_the_lessons_show_them():
+    assert fmt_mib(16160 * MiB) == "16,160.0 MiB" and fmt_mib(2 * MiB) == "2.0 MiB" and fmt_mib(0) == "0.0 MiB"
 
 
 def test_the_view_is_a_pure_function_of_the_estimate():
@@ -112,6 +137,18 @@ def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
         WillItFit(precision="fp8", device="simulated")
     with pytest.raises(ValueError, match="size must be one of"):
         WillItFit(model="gpt2", size=100, device="simulated")
+
+
+def test_will_it_fit_offers_llama3_8b_as_a_language_model():
+    w = WillItFit(model=PARAMETER_COUNT, device="simulated")
+    assert "llama3-8b" in w.model.options
+    assert WillItFit._sizes("llama3-8b") == SEQ_LENS and WillItFit._size_name("llama3-8b") == "sequence"
+    w.model.unobserve(w._on_model, names="value")  # the controls only: no trace of an 8-billion-parameter model
+    w._quiet = True
+    w.model.value = "llama3-8b"
+    w.size.options, w.size.value = SEQ_LENS, 512
+    config = w.config()
+    assert config.model == "llama3-8b" and config.seq_len == 512 and config.image_size == 224
 
 
 def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():

@@ -62,6 +62,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..config import check_int
 from ..gpus import CUDA_CONTEXT_BYTES
 from ..units import MiB, cuda_size
 from .rules import (K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER, K_SMALL_SIZE, get_allocation_size, round_size, should_split)
@@ -104,9 +105,9 @@ class AllocatorSettings:
     expandable_segments: bool = False
 
     def __post_init__(self):
-        m = self.max_split_size_mb
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= K_LARGE_BUFFER // MiB):
-            raise ValueError(f"max_split_size_mb must be a whole number of MiB above 20, got {m!r}")
+        if self.max_split_size_mb is not None:  # PyTorch's rule: above kLargeBuffer (20 MiB)
+            check_int("max_split_size_mb", self.max_split_size_mb, K_LARGE_BUFFER // MiB + 1,
+                      what=f"a whole number of MiB above {K_LARGE_BUFFER // MiB}")
         if not isinstance(self.expandable_segments, bool):
             raise ValueError(f"expandable_segments must be True or False, got {self.expandable_segments!r}")
 
@@ -220,8 +221,8 @@ class CachingAllocator:
     """
 
     def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None):
-        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0):
-            raise ValueError(f"capacity must be a positive number of bytes or None, got {capacity!r}")
+        if capacity is not None:
+            check_int("capacity", capacity, 1, what="a positive number of bytes or None")
         if settings is None or isinstance(settings, str):
             settings = AllocatorSettings.parse(settings or "")
         self.capacity, self.settings = capacity, settings

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 import warnings
+from itertools import chain
 from typing import Callable
 
 import torch
@@ -260,8 +261,32 @@ class SimulatedBackend(Backend):
             return builder()
 
     def place(self, model):
-        # Every parameter and buffer gets a fake storage of its size.
-        return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=self.device))
+        """Every parameter and buffer gets a fake storage of its size, once.
+
+        A tensor registered in several modules (an LM head tied to the token
+        embedding) stays one tensor, and a submodule under two parents is
+        placed once, as ``model.to("cuda")`` keeps them.  (Moving from
+        ``meta``, ``Module._apply`` would wrap each occurrence of a tensor in
+        a new ``Parameter``: the step would count, train and keep optimizer
+        states for a parameter that does not exist.)
+        """
+        where = [(module, key, id(p)) for module in model.modules()
+                 for key, p in module._parameters.items() if p is not None]
+        sources = list(chain(model.parameters(), model.buffers()))  # kept alive while their ids are keys
+        fresh: dict[int, torch.Tensor] = {}
+
+        def empty(t: torch.Tensor) -> torch.Tensor:
+            if id(t) not in fresh:
+                fresh[id(t)] = torch.empty(t.shape, dtype=t.dtype, device=self.device)
+            return fresh[id(t)]
+
+        for module in _children_first(model):  # the order of Module._apply, each module once
+            module._apply(empty, recurse=False)
+        first: dict[int, nn.Parameter] = {}
+        for module, key, source in where:  # one Parameter per source, wherever it is registered
+            module._parameters[key] = first.setdefault(source, module._parameters[key])
+        del sources
+        return model
 
     def autocast(self, dtype):
         return simulated_autocast(dtype)
@@ -287,3 +312,13 @@ class SimulatedBackend(Backend):
             return host.clone()  # copied back to the device for backward
 
         return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+def _children_first(module: nn.Module, seen: set[int] | None = None):
+    """``module``'s submodules and itself, each once, children before parents (as ``Module._apply`` visits them)."""
+    seen = set() if seen is None else seen
+    seen.add(id(module))
+    for child in module.children():
+        if id(child) not in seen:
+            yield from _children_first(child, seen)
+    yield module

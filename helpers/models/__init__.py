@@ -1,4 +1,4 @@
-"""Models the lessons trace: torchvision classifiers by name, small networks, GPT-2.
+"""Models the lessons trace: torchvision classifiers by name, small networks, GPT-2, Llama-3 8B.
 
 Introduced in lesson 03 (ResNet18 layer by layer).  Models are always built
 with random weights (``weights=None``): nothing is downloaded, and memory does
@@ -6,8 +6,8 @@ not depend on the values of the weights.
 
 :func:`resolve_model` turns what a learner passes to
 :func:`helpers.step.profile_step` (a name, a preset, an ``nn.Module``, a
-builder, or ``"package.module:function"``) into a :class:`ModelSpec`: how to
-build it, and what input and loss it expects.
+builder, ``"package.module:function"`` or ``"path/to/file.py:function"``)
+into a :class:`ModelSpec`: how to build it, and what input and loss it expects.
 """
 
 from __future__ import annotations
@@ -15,16 +15,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import importlib.util
 import warnings
 from dataclasses import dataclass
 from itertools import chain
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torchvision
 from torch import nn
 
+from ..config import check_int
 from .gpt import GPT, GPT2_PRESETS, GPTConfig  # noqa: F401 (GPTConfig re-exported: a learner sizes their own GPT)
+from .llama import LLAMA_PRESETS, Llama
 
 
 def classification_models() -> list[str]:
@@ -151,8 +155,8 @@ def mlp(in_features: int = 64, hidden: tuple[int, ...] = (256, 256), num_classes
         ValueError: if a size is below 1.
     """
     sizes = (in_features, *hidden, num_classes)
-    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
-        raise ValueError(f"layer sizes must be integers >= 1, got {sizes}")
+    for n in sizes:
+        check_int(f"each of the layer sizes {sizes}", n, 1)
     layers: list[nn.Module] = []
     for n_in, n_out in zip(sizes[:-2], sizes[1:-1]):
         layers += [nn.Linear(n_in, n_out), nn.ReLU()]
@@ -258,10 +262,20 @@ def _gpt_spec(name: str) -> ModelSpec:
     return ModelSpec(name, lambda: GPT(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
 
 
-#: Models by name besides torchvision's: lesson 01's MLP and the GPT-2 sizes.
+def _llama_spec(name: str) -> ModelSpec:
+    config = LLAMA_PRESETS[name]
+    return ModelSpec(name, lambda: Llama(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
+
+
+#: The language models by name: the GPT-2 sizes and lesson 08's Llama-3 8B.
+#: Their inputs are token ids, by default as many as their context holds.
+LANGUAGE_PRESETS = (*GPT2_PRESETS, "llama3-8b")
+
+#: Models by name besides torchvision's: lesson 01's MLP and :data:`LANGUAGE_PRESETS`.
 PRESETS: dict[str, Callable[[], ModelSpec]] = {
     "mlp": lambda: ModelSpec("mlp", digits_mlp, input_shape=(64,), num_classes=10),
     **{name: (lambda name=name: _gpt_spec(name)) for name in GPT2_PRESETS},
+    "llama3-8b": lambda: _llama_spec("llama3-8b"),
 }
 
 
@@ -285,20 +299,41 @@ def meta_copy(module: nn.Module) -> nn.Module:
 
 
 def _import_function(path: str) -> Callable[[], nn.Module]:
-    """``"package.module:function"`` -> the function (a learner's own model).
+    """``"package.module:function"`` or ``"path/to/file.py:function"`` -> the function (a learner's own model).
 
     Raises:
-        ValueError: if the module does not import or has no such function.
+        ValueError: if the module or file does not import or has no such function.
     """
-    module_name, _, attribute = path.partition(":")
+    source, _, attribute = path.rpartition(":")  # rpartition: a Windows path has a colon of its own
+    if _is_file(source) and not Path(source).is_file():
+        raise ValueError(f"no file {source!r} (from --model {path})")
     try:
-        module = importlib.import_module(module_name)
+        if _is_file(source):
+            spec = importlib.util.spec_from_file_location(f"_model_file_{Path(source).stem}", source)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(source)
     except Exception as e:  # any import failure is the learner's file, reported in one line
-        raise ValueError(f"cannot import {module_name!r} for --model {path}: {type(e).__name__}: {e}") from None
+        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise ValueError(f"cannot import {source!r} for --model {path}: {type(e).__name__}: {first_line}") from None
     builder = getattr(module, attribute, None)
     if not callable(builder):
-        raise ValueError(f"{module_name!r} has no function {attribute!r} (from --model {path})")
+        raise ValueError(f"{source!r} has no function {attribute!r} (from --model {path})")
     return builder
+
+
+def _is_file(source: str) -> bool:
+    """A file path (``mymodel.py``, ``./models/net.py``), not a module name (``package.module``)."""
+    return source.endswith(".py") or "/" in source or "\\" in source
+
+
+def unknown_model(name: str) -> str:
+    """The one-line message for a model name :func:`resolve_model` does not know, with what it does."""
+    close = [n for n in classification_models() if n.startswith(name[:3])][:4]
+    return (f"unknown model {name!r}; use a preset ({', '.join(PRESETS)}), any torchvision classification model "
+            f"(resnet18, vit_b_16, ...{'; close to yours: ' + ', '.join(close) if close else ''}), "
+            f"or your own as package.module:function or path/to/file.py:function")
 
 
 def resolve_model(model, num_classes: int | None = None, name: str | None = None) -> ModelSpec:
@@ -306,9 +341,11 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
 
     Args:
         model: a torchvision classification model name, a preset of
-            :data:`PRESETS`, ``"package.module:function"``, an ``nn.Module``
-            (profiled on a :func:`meta_copy` when simulating, a deep copy on a
-            GPU: the original is not touched), or a function returning a fresh one.
+            :data:`PRESETS`, ``"package.module:function"`` or
+            ``"path/to/file.py:function"`` (a function in a file of yours), an
+            ``nn.Module`` (profiled on a :func:`meta_copy` when simulating, a
+            deep copy on a GPU: the original is not touched), or a function
+            returning a fresh one.
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
 
@@ -319,10 +356,12 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
         if model in PRESETS:
             spec = PRESETS[model]()
         elif ":" in model:
-            spec = ModelSpec(model.partition(":")[2], _import_function(model))
+            spec = ModelSpec(model.rpartition(":")[2], _import_function(model))
+        elif _is_file(model):
+            raise ValueError(f"name the function in {model} that returns the model: {model}:function")
         else:
             if model not in classification_models():
-                build_model(model)  # raises the ValueError that names the problem
+                raise ValueError(unknown_model(model))
             classes = num_classes or 1000
             spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
     elif isinstance(model, nn.Module):

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import check_int
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -60,9 +62,7 @@ class LlamaConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "n_positions", "d_model", "n_layer", "n_head", "n_kv_head", "intermediate"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(name, getattr(self, name), 1)
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
         if self.n_head % self.n_kv_head:

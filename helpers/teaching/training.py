@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ..config import check_int
 from ..models import sequential_form
 from ..techniques import Checkpointed
 from .data import Split
@@ -84,10 +85,8 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
         ValueError: for a batch size outside 1..len(training set) or epochs < 1.
     """
     n = len(data.x_train)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size must be an integer from 1 to {n} (the training set), got {batch_size!r}")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
+    check_int("batch_size", batch_size, 1, n, what=f"an integer from 1 to {n} (the training set)")
+    check_int("epochs", epochs, 1)
     torch.manual_seed(seed)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=lr)

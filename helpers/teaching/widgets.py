@@ -29,15 +29,14 @@ import ipywidgets as widgets
 
 from ..allocator import replay_on_gpu
 from ..batch import Estimate, PeakCurve, model_state_estimate
-from ..config import DATA_OPTIONS, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
+from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
 from ..engine.backends import get_backend
 from ..gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, fits
-from ..models import model_names, resolve_model
-from ..models.gpt import GPT2_PRESETS
+from ..models import LANGUAGE_PRESETS, model_names, resolve_model
 from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS
 from ..techniques.checkpointing import CHECKPOINT_POLICIES
 from ..transformer import end_of_forward, transformer_presets
-from ..units import MiB
+from ..units import fmt_mib
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(StepConfig)}
 
@@ -47,10 +46,6 @@ SEGMENTS = {"off": 0, "2 segments": 2, "4 segments": 4, "8 segments": 8}
 _HATCH = "repeating-linear-gradient(45deg,#bbbbbb 0 3px,#f4f4f4 3px 7px)"
 _BAR_STYLE = "position:relative;height:26px;width:100%;max-width:640px;background:#f4f4f4;margin:6px 0"
 _NOTE_STYLE = "color:#555;font-size:90%"
-
-
-def _mib(nbytes: float) -> str:
-    return f"{nbytes / MiB:,.1f} MiB"
 
 
 def _paint(name: str) -> str:
@@ -63,7 +58,7 @@ def _bar(parts: list[tuple[str, int]], scale: float) -> str:
     left, out = 0.0, []
     for name, nbytes in parts:
         width = 100 * nbytes / scale
-        out.append(f'<div title="{name}: {_mib(nbytes)}" style="position:absolute;top:0;bottom:0;'
+        out.append(f'<div title="{name}: {fmt_mib(nbytes)}" style="position:absolute;top:0;bottom:0;'
                    f'left:{left:.3f}%;width:{width:.3f}%;background:{_paint(name)}"></div>')
         left += width
     return "".join(out)
@@ -85,16 +80,16 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool) -> tuple[
         return False, f"does not fit in {gpu}: {r.allocator_error}"
     if r.reserved_bytes is not None:
         need = r.reserved_bytes + CUDA_CONTEXT_BYTES
-        return True, (f"fits in {gpu}: peak reserved {_mib(r.reserved_bytes)} (simulated allocator) + "
-                      f"{_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context = {_mib(need)} <= {_mib(capacity)}")
+        return True, (f"fits in {gpu}: peak reserved {fmt_mib(r.reserved_bytes)} (simulated allocator) + "
+                      f"{fmt_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context = {fmt_mib(need)} <= {fmt_mib(capacity)}")
     overhead = 0 if measured_here else CUDA_OVERHEAD_BYTES
     ok = fits(r.peak_bytes, capacity, overhead)
     verb = "fits" if ok else "does not fit"
     if measured_here:
-        return ok, f"{verb}: peak {_mib(r.peak_bytes)} measured on this GPU ({_mib(capacity)})"
+        return ok, f"{verb}: peak {fmt_mib(r.peak_bytes)} measured on this GPU ({fmt_mib(capacity)})"
     need = r.peak_bytes + overhead
-    return ok, (f"{verb} in {gpu}: peak {_mib(r.peak_bytes)} + {_mib(overhead)} assumed overhead = "
-                f"{_mib(need)} {'<=' if ok else '>'} {_mib(capacity)}")
+    return ok, (f"{verb} in {gpu}: peak {fmt_mib(r.peak_bytes)} + {fmt_mib(overhead)} assumed overhead = "
+                f"{fmt_mib(need)} {'<=' if ok else '>'} {fmt_mib(capacity)}")
 
 
 def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) -> tuple[str, str]:
@@ -119,9 +114,9 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
         if overhead:
             parts.append(("overhead (assumed)", overhead))
     scale = max(capacity, r.peak_bytes + overhead) * 1.05
-    line = (f'<div title="{html.escape(gpu)}: {_mib(capacity)}" style="position:absolute;'
+    line = (f'<div title="{html.escape(gpu)}: {fmt_mib(capacity)}" style="position:absolute;'
             f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
-    bar = (f'<div style="{_NOTE_STYLE}">against the GPU\'s {_mib(capacity)} (red line):</div>'
+    bar = (f'<div style="{_NOTE_STYLE}">against the GPU\'s {fmt_mib(capacity)} (red line):</div>'
            f'<div class="gm-bar" style="{_BAR_STYLE}">{_bar(parts, scale)}{line}</div>')
     if r.peak_bytes < 0.2 * capacity:  # too thin to read: show the peak on its own scale too
         bar += (f'<div style="{_NOTE_STYLE}">the peak alone, on its own scale:</div>'
@@ -132,13 +127,13 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
                   f'background:{_paint(name)}"></span>')
         rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
                     f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
-                    f'style="text-align:right">{_mib(nbytes)}</td></tr>')
+                    f'style="text-align:right">{fmt_mib(nbytes)}</td></tr>')
     rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated</b></td><td class="gm-peak" '
-                f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_mib(r.peak_bytes)}</b></td></tr>')
+                f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{fmt_mib(r.peak_bytes)}</b></td></tr>')
     if r.reserved_bytes is not None:
         rows.append(f'<tr><td style="padding-right:16px"><b>peak reserved (simulated)</b></td><td '
                     f'class="gm-reserved" data-bytes="{r.reserved_bytes}" style="text-align:right">'
-                    f'<b>{_mib(r.reserved_bytes)}</b></td></tr>')
+                    f'<b>{fmt_mib(r.reserved_bytes)}</b></td></tr>')
     table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
     source = ("from the parameter count" if r.backend == "formula" else
               "traced" if r.traced else "interpolated between traced batch sizes")
@@ -163,8 +158,7 @@ class _StepWidget(widgets.VBox):
         if self.runtime.total_memory() is not None:
             self.capacities["this GPU"] = self.runtime.total_memory()
         check_int("max_batch_size", max_batch_size, 1)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= max_batch_size:
-            raise ValueError(f"batch_size must be an integer from 1 to {max_batch_size}, got {batch_size!r}")
+        check_int("batch_size", batch_size, 1, max_batch_size)
         if capacity not in self.capacities:
             raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(self.capacities)}")
         # min=1: a batch size of 0 or below cannot be entered (the box clamps it).
@@ -241,9 +235,9 @@ class _StepWidget(widgets.VBox):
         error = None
         if run.error is not None:
             e = run.error
-            error = (f"the simulated allocator ran out of memory (tried to allocate {_mib(e.requested)} with "
-                     f"{_mib(e.allocated)} allocated, {_mib(e.reserved)} reserved, largest free block "
-                     f"{_mib(e.largest_free)}; {_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context)")
+            error = (f"the simulated allocator ran out of memory (tried to allocate {fmt_mib(e.requested)} with "
+                     f"{fmt_mib(e.allocated)} allocated, {fmt_mib(e.reserved)} reserved, largest free block "
+                     f"{fmt_mib(e.largest_free)}; {fmt_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context)")
         return Estimate(batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
                         True, profile.backend, reserved_bytes=None if error else run.peak_reserved,
                         allocator_error=error)
@@ -253,10 +247,10 @@ class _StepWidget(widgets.VBox):
         if self.result is None:
             return self.message
         lines = [self.message]
-        lines += [f"  {name.replace('_', ' '):<17} {_mib(self.result.categories.get(name, 0)):>14}"
+        lines += [f"  {name.replace('_', ' '):<17} {fmt_mib(self.result.categories.get(name, 0)):>14}"
                   for name in CATEGORIES]
         if self.result.reserved_bytes is not None:
-            lines.append(f"  {'reserved (sim.)':<17} {_mib(self.result.reserved_bytes):>14}")
+            lines.append(f"  {'reserved (sim.)':<17} {fmt_mib(self.result.reserved_bytes):>14}")
         lines.append(f"  peak at the {self.result.where}")
         return "\n".join(lines)
 
@@ -266,9 +260,9 @@ class MemoryExplorer(_StepWidget):
 
     Args:
         model: a model name (``"mlp"``, lesson 01's small MLP; a torchvision
-            classifier; ``"gpt2"`` and the other GPT-2 presets, at their full
-            context), or your own ``nn.Module`` or builder function (listed in
-            the model menu under its name).
+            classifier; ``"gpt2"``, the other GPT-2 presets and ``"llama3-8b"``,
+            at their full context), or your own ``nn.Module`` or builder
+            function (listed in the model menu under its name).
         batch_size: initial batch size, from 1 to ``max_batch_size``.
         max_batch_size: the slider's upper end (at least 1024 is useful).
         amp: initial state of the AMP toggle.
@@ -298,7 +292,8 @@ class MemoryExplorer(_StepWidget):
         message: the text of the verdict line.
 
     Raises:
-        ValueError: for an initial value the controls cannot take.
+        ValueError: for an initial value the controls cannot take, or options
+            :class:`helpers.config.StepConfig` refuses (with its message).
     """
 
     def __init__(self, model="resnet18", batch_size: int = 128, max_batch_size: int = 1024,
@@ -309,14 +304,15 @@ class MemoryExplorer(_StepWidget):
             self._models = {resolve_model(model).name: model, **self._models}
             model = next(iter(self._models))
         if model not in self._models:
-            raise ValueError(f"unknown model {model!r}; use 'mlp', a GPT-2 preset, a torchvision "
+            raise ValueError(f"unknown model {model!r}; use 'mlp', a GPT-2 or Llama preset, a torchvision "
                              f"classification model, or pass your own nn.Module")
-        if checkpoint not in SEGMENTS.values():
+        # StepConfig checks the step's options (optimizer, amp, checkpoint, device, **options) ...
+        step = StepConfig(model=self._models[model], amp=amp, checkpoint=checkpoint, optimizer=optimizer,
+                          device=device, steady_state=True, **options)
+        if checkpoint not in SEGMENTS.values():  # ... and the menu offers these segments
             raise ValueError(f"checkpoint must be 0, 2, 4 or 8, got {checkpoint!r}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
         self._start(device, capacity, batch_size, max_batch_size)
-        self.base = StepConfig(device=self.backend, steady_state=True, **options)  # checks the options
+        self.base = step.replace(device=self.backend)
         self._data = {model: {k: v for k, v in options.items() if k in DATA_OPTIONS}}
         style = self._STYLE
         self.model = widgets.Dropdown(options=list(self._models), value=model, description="model", style=style)
@@ -359,13 +355,15 @@ class WillItFit(_StepWidget):
     Like :class:`MemoryExplorer`, a steady-state training step (the optimizer
     states exist) simulated or measured, by category, against a GPU, with a
     verdict; its controls are those that decide the model states and the
-    activations: the model (a GPT-2 preset or a torchvision classifier, or
-    :data:`PARAMETER_COUNT`: then only the model states, computed from the
-    count, since activations depend on the architecture), the optimizer, the
-    precision, the batch size, and the sequence length (GPT-2) or image size.
+    activations: the model (a language preset of
+    :data:`helpers.models.LANGUAGE_PRESETS`: GPT-2's sizes and Llama-3 8B, or a
+    torchvision classifier, or :data:`PARAMETER_COUNT`: then only the model
+    states, computed from the count, since activations depend on the
+    architecture), the optimizer, the precision, the batch size, and the
+    sequence length (language models) or image size.
 
     Args:
-        model: a GPT-2 preset, a torchvision classification model name, or
+        model: a GPT-2 or Llama preset, a torchvision classification model name, or
             :data:`PARAMETER_COUNT`.
         batch_size, max_batch_size: the slider's start and upper end.
         optimizer: one of :data:`helpers.config.OPTIMIZERS`.
@@ -387,13 +385,12 @@ class WillItFit(_StepWidget):
     def __init__(self, model: str = "gpt2", batch_size: int = 8, max_batch_size: int = 256,
                  optimizer: str = "adam", precision: str = "AMP float16", size: int | None = None,
                  parameters: int = 1_557_611_200, capacity: str = "A100 40 GB", device: str = "auto"):
-        names = [*GPT2_PRESETS, *(n for n in model_names() if n not in GPT2_PRESETS and n != "mlp"),
+        names = [*LANGUAGE_PRESETS, *(n for n in model_names() if n not in LANGUAGE_PRESETS and n != "mlp"),
                  PARAMETER_COUNT]
         if model not in names:
-            raise ValueError(f"unknown model {model!r}; use a GPT-2 preset, a torchvision classification "
+            raise ValueError(f"unknown model {model!r}; use a GPT-2 or Llama preset, a torchvision classification "
                              f"model, or {PARAMETER_COUNT!r}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+        StepConfig(optimizer=optimizer, device=device)  # checks them
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
         check_int("parameters", parameters, 1)
@@ -410,7 +407,7 @@ class WillItFit(_StepWidget):
                 raise ValueError(f"size must be one of {self.size.options} for {model}, got {size!r}")
             self.size.value = size
         elif self.size.options:
-            self.size.value = 1024 if model in GPT2_PRESETS else 224
+            self.size.value = 1024 if model in LANGUAGE_PRESETS else IMAGE_SIZE
         self.parameters = widgets.BoundedIntText(parameters, min=1, max=10**13, description="parameters",
                                                  style=style)
         self.model.observe(self._on_model, names="value")
@@ -421,11 +418,11 @@ class WillItFit(_StepWidget):
 
     @staticmethod
     def _sizes(model: str) -> tuple[int, ...]:
-        return SEQ_LENS if model in GPT2_PRESETS else () if model == PARAMETER_COUNT else IMAGE_SIZES
+        return SEQ_LENS if model in LANGUAGE_PRESETS else () if model == PARAMETER_COUNT else IMAGE_SIZES
 
     @staticmethod
     def _size_name(model: str) -> str:
-        return "sequence" if model in GPT2_PRESETS else "image size"
+        return "sequence" if model in LANGUAGE_PRESETS else "image size"
 
     def _show_size_or_count(self) -> None:
         count = self.model.value == PARAMETER_COUNT
@@ -441,7 +438,7 @@ class WillItFit(_StepWidget):
             if sizes != self.size.options:
                 self.size.options = sizes
                 if sizes:
-                    self.size.value = 1024 if model in GPT2_PRESETS else 224
+                    self.size.value = 1024 if model in LANGUAGE_PRESETS else IMAGE_SIZE
             self.size.description = self._size_name(model)
             self._show_size_or_count()
         finally:
@@ -454,7 +451,7 @@ class WillItFit(_StepWidget):
         if model == PARAMETER_COUNT:
             return None
         dtype = PRECISIONS[self.precision.value]
-        size = {"seq_len": self.size.value} if model in GPT2_PRESETS else {"image_size": self.size.value}
+        size = {"seq_len": self.size.value} if model in LANGUAGE_PRESETS else {"image_size": self.size.value}
         return StepConfig(model=model, batch_size=1, optimizer=self.optimizer.value, amp=dtype is not None,
                           amp_dtype=dtype or "float16", steady_state=True, device=self.backend, **size)
 
