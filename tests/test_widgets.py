@@ -18,6 +18,7 @@ def test_widget_shows_what_a_direct_measurement_gives():
     direct = profile_step("resnet18", 128, device="simulated", steady_state=True)
     assert shown == [direct.peak_allocated_bytes]
     assert w.message.startswith("fits in V100 16 GB")
+    assert "gpt2" in w.model.options and "llama3-8b" not in w.model.options  # 131,072 tokens fit no card
 
     w.batch_size.value = 900  # the slider moves: the view follows
     direct = profile_step("resnet18", 900, device="simulated", steady_state=True)

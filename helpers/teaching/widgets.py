@@ -260,9 +260,12 @@ class MemoryExplorer(_StepWidget):
 
     Args:
         model: a model name (``"mlp"``, lesson 01's small MLP; a torchvision
-            classifier; ``"gpt2"``, the other GPT-2 presets and ``"llama3-8b"``,
-            at their full context), or your own ``nn.Module`` or builder
-            function (listed in the model menu under its name).
+            classifier; ``"gpt2"`` and the other GPT-2 presets, at their full
+            context of 1024 tokens), or your own ``nn.Module`` or builder
+            function (listed in the model menu under its name).  Llama-3 8B is
+            not in the menu: at its 131,072-token context no card of the menu
+            holds one sample; :class:`WillItFit` and :class:`SequenceExplorer`
+            offer it with a sequence length.
         batch_size: initial batch size, from 1 to ``max_batch_size``.
         max_batch_size: the slider's upper end (at least 1024 is useful).
         amp: initial state of the AMP toggle.
@@ -299,7 +302,7 @@ class MemoryExplorer(_StepWidget):
     def __init__(self, model="resnet18", batch_size: int = 128, max_batch_size: int = 1024,
                  amp: bool = False, checkpoint: int = 0, optimizer: str = "sgd-momentum",
                  capacity: str = "V100 16 GB", device: str = "auto", reserved: bool = False, **options):
-        self._models = {name: name for name in model_names()}
+        self._models = {name: name for name in model_names() if name != "llama3-8b"}
         if not isinstance(model, str):  # the learner's own model
             self._models = {resolve_model(model).name: model, **self._models}
             model = next(iter(self._models))
