@@ -15,8 +15,8 @@ imports from a layer above its own (``.importlinter`` states it, CI checks it):
 * :mod:`helpers.models`, :mod:`helpers.techniques` (checkpointing, optimizers,
   masks, sharding formulas), :mod:`helpers.record` (a step's profile and its
   categories);
-* :mod:`helpers.step`: :func:`profile_step`, :func:`time_step` and the step
-  runner (lesson 03);
+* :mod:`helpers.step`: the step runner (:class:`StepRunner`, the training
+  step written once), :func:`profile_step` and :func:`time_step` (lesson 03);
 * studies built on the runner: :mod:`helpers.batch` (memory against batch
   size, lesson 01), :mod:`helpers.saved` (what autograd saves, lesson 02),
   :mod:`helpers.loops` (inference and leaking loops, lesson 05),
@@ -43,7 +43,7 @@ _HOME = {
     "tensor_bytes": "engine.counting", "Meter": "engine.meter", "resolve_backend": "engine.backends",
     "CATEGORIES": "record", "StepProfile": "record",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
-    "DoesNotFit": "step", "profile_step": "step", "time_step": "step",
+    "DoesNotFit": "step", "StepRunner": "step", "profile_step": "step", "time_step": "step",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
 }
 

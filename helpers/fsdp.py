@@ -23,10 +23,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .config import check_int
+from .config import StepConfig, check_int
 from .engine.counting import StorageTracker
 from .engine.cuda_rules import SimulatedTracker
 from .engine.meter import Meter
+from .step import StepRunner
 
 
 #: The categories of a sharded step, in the order a storage is labelled
@@ -60,8 +61,8 @@ def fake_process_group(world_size: int, rank: int = 0):
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     check_int("world_size", world_size, 1)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+    if check_int("rank", rank, 0) >= world_size:
+        raise ValueError(f"rank must be below world_size ({world_size}), got {rank!r}")
     if dist.is_initialized():
         raise ValueError("a torch.distributed process group is already initialised in this process")
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
@@ -217,24 +218,17 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 
-    from .config import OPTIMIZERS, StepConfig
-    from .models import resolve_model
-    from .step import _batch, _loss, _task
-
     check_int("world_size", world_size, 1)
-    check_int("batch_size", batch_size, 1)
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
     config = StepConfig(model=model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
-                        device="simulated")
-    spec = resolve_model(model)
-    task = _task(config, spec)
-
+                        optimizer=optimizer, device="simulated")
     meter = Meter("simulated")
     tracker = meter.tracker = _FSDPTracker()
-    built = meter.runtime.build(spec.build)
+    # The runner builds the model (on meta); its sharded parameters get storage only
+    # when it places the model, after fully_shard.
+    runner = StepRunner(config, meter, place=lambda m: m._apply(lambda t: _empty_like_shard(t, meter.device, DTensor)))
+    built = runner.model
     chosen = default_units(built) if units is None else list(units(built))
-    result = ShardedStep(spec.name, world_size, sum(p.numel() for p in built.parameters()),
+    result = ShardedStep(runner.name, world_size, sum(p.numel() for p in built.parameters()),
                          [(type(u).__name__, sum(p.numel() for p in u.parameters())) for u in chosen])
     result.units.append(("root", result.parameter_count - sum(n for _, n in result.units)))
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
@@ -249,8 +243,8 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
         fully_shard(built, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
 
         with meter:
-            net = built._apply(lambda t: _empty_like_shard(t, meter.device, DTensor))
-            opt = meter.runtime.optimizer(optimizer, net.parameters(), tracker)
+            net = runner.place()
+            opt = runner.optimizer
             moments: dict[str, tuple[int, ...]] = {}
             phase_marks: list[tuple[int, str]] = []
 
@@ -262,26 +256,26 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
                     tracker.reset_peak()
                     start_log = len(tracker.log)
                     mark("forward")
-                inputs, targets = _batch(task, config, meter.device)
-                loss, targets = _loss(task, net(*inputs), targets)
+                batch = runner.batch()
+                loss = runner.forward(batch)
                 if traced:
                     moments["after_forward"] = tracker.live_serials()
                     mark("backward")
-                loss.backward()
-                del loss, inputs, targets
+                runner.backward(loss)
+                del loss, batch
                 if traced:
                     grads = {tracker.serial_of(p.grad) for p in net.parameters() if p.grad is not None}
                     mark("optimizer.step")
-                opt.step()
+                runner.step()
                 if traced:
                     states = {tracker.serial_of(v) for s in opt.state.values() for k, v in s.items()
                               if k != "step" and isinstance(v, torch.Tensor)}
                     moments["step"] = tracker.live_serials()
-                opt.zero_grad()
+                runner.zero_grad()
             params = {tracker.serial_of(p) for p in net.parameters()}
             for serial in _unsharded_serials(net, tracker):  # also at world size 1, where FSDP copies, not gathers
                 tracker.roles[serial] = "unsharded_parameters"
-            peak_at, peak_serials = tracker.peak_at, tracker.peak_serials
+            peak_serials = tracker.peak_serials
 
     def label(serial):
         for name, known in (("parameters", params), ("gradients", grads), ("optimizer_states", states)):

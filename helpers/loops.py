@@ -1,9 +1,10 @@
 """Memory around the training step: inference, and loops that keep what they should not.
 
-Introduced in lesson 05.  Both functions run the model as
-:func:`helpers.step.profile_step` does (the same options, the same backends:
-simulated by default on a machine without a GPU), without the per-module
-tracer:
+Introduced in lesson 05.  Both functions run the parts of the step they need
+with :class:`helpers.step.StepRunner`, the step :func:`helpers.step.profile_step`
+runs (the same options, autocast and checkpointing included; the same
+backends: simulated by default on a machine without a GPU), without the
+per-module tracer:
 
 * :func:`forward_peak`: one forward pass and its loss, with autograd
   recording (a training forward), under ``torch.no_grad()``, or under
@@ -22,7 +23,8 @@ import contextlib
 
 import torch
 
-from .step import _DTYPES, _batch, _config, _loss, _prepare, _setup
+from .config import check_int
+from .step import StepRunner, step_config
 
 #: Grad modes of :func:`forward_peak`.
 GRAD_MODES = ("enabled", "no_grad", "inference_mode")
@@ -69,16 +71,15 @@ def forward_peak(model="resnet18", batch_size: int = 128, image_size: int = 224,
         ValueError: for an unknown grad mode, or as ``profile_step`` does.
     """
     _grad_mode(grad_mode)  # checked before any work
-    config = _config(model, batch_size, image_size, options, "forward_peak")
-    spec, task, meter, unplaced = _prepare(config)
-    with meter:
-        net = meter.runtime.place(unplaced)
+    config = step_config(model, batch_size, image_size, "forward_peak", **options)
+    runner = StepRunner(config)
+    with runner.meter:
+        net = runner.place()
         net.train(grad_mode == "enabled")  # inference runs in eval mode (BatchNorm's running statistics)
-        inputs, targets = _batch(task, config, meter.device)
-        autocast = meter.runtime.autocast(_DTYPES[config.amp_dtype]) if config.amp else contextlib.nullcontext()
-        with _grad_mode(grad_mode), autocast:
-            _loss(task, net(*inputs), targets)
-    return meter.peak()
+        batch = runner.batch()
+        with _grad_mode(grad_mode):
+            runner.forward(batch)
+    return runner.meter.peak()
 
 
 def loop_memory(loop: str, model="mlp", batch_size: int = 64, steps: int = 4, image_size: int = 224,
@@ -105,29 +106,24 @@ def loop_memory(loop: str, model="mlp", batch_size: int = 64, steps: int = 4, im
     """
     if loop not in LOOPS:
         raise ValueError(f"unknown loop {loop!r}; use one of: {'; '.join(LOOPS)}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    config = _config(model, batch_size, image_size, options, "loop_memory")
-    spec, task, meter, unplaced = _prepare(config)
+    check_int("steps", steps, 1)
+    config = step_config(model, batch_size, image_size, "loop_memory", **options)
+    runner = StepRunner(config)
+    meter = runner.meter
     train, detach = loop.startswith("train"), loop.endswith(".detach()")
     after = []
     with meter:
-        net, runner, opt, scaler = _setup(meter, config, unplaced)
-        net.train(train)
+        runner.place().train(train)
         total_loss = torch.zeros((), device=meter.device)
         for _ in range(steps):
-            inputs, targets = _batch(task, config, meter.device)
+            batch = runner.batch()
             with torch.no_grad() if "no_grad" in loop else contextlib.nullcontext():
-                loss, _ = _loss(task, runner(*inputs), targets)
+                loss = runner.forward(batch)
             if train:
-                (scaler.scale(loss) if scaler else loss).backward()
-                if scaler:
-                    scaler.step(opt)
-                    scaler.update()
-                else:
-                    opt.step()
-                opt.zero_grad(set_to_none=config.set_to_none)
+                runner.backward(loss)
+                runner.step()
+                runner.zero_grad()
             total_loss = total_loss + (loss.detach() if detach else loss)
-            del inputs, targets, loss
+            del batch, loss
             after.append(meter.allocated())
     return after

@@ -1,4 +1,4 @@
-"""One training step, measured module by module.
+"""One training step, written once, and measured module by module.
 
 Introduced in lesson 03 (ResNet18 layer by layer); every later lesson profiles
 steps with it.
@@ -11,11 +11,19 @@ A step is what every training loop does for one mini-batch:
 4. ``optimizer.step()``;
 5. ``optimizer.zero_grad(set_to_none=True)``.
 
-:func:`profile_step` runs it, as a :class:`helpers.config.StepConfig` says,
-under a :class:`helpers.engine.meter.Meter` (real GPU counters or simulated) with a
-:class:`helpers.engine.trace.StepTracer`, and returns a
-:class:`helpers.record.StepProfile`.  The step is written once
-(:func:`_step`): a steady-state profile runs it twice, untraced then traced.
+:class:`StepRunner` is that step, written once, as a
+:class:`helpers.config.StepConfig` says: it builds and places the model, makes
+the optimizer, the ``GradScaler``, the autocast and offload contexts, and runs
+each part of the step as a public method.  Everything that runs a step (or
+part of one) composes those methods: :func:`profile_step` and
+:func:`time_step` here, :mod:`helpers.loops` (inference, leaking loops),
+:mod:`helpers.fsdp` (a sharded model), :mod:`helpers.transformer` (a forward
+pass, block by block).
+
+:func:`profile_step` runs it under a :class:`helpers.engine.meter.Meter` (real
+GPU counters or simulated) with a :class:`helpers.engine.trace.StepTracer`, and
+returns a :class:`helpers.record.StepProfile`: a steady-state profile runs the
+same step twice, untraced then traced.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from itertools import chain
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -90,21 +98,21 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
             line naming the problem).
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
-    config = _config(model, batch_size, image_size, options, "profile_step")
-    spec, task, meter, unplaced = _prepare(config)
-    runtime = meter.runtime
+    config = step_config(model, batch_size, image_size, "profile_step", **options)
+    runner = StepRunner(config)
+    name, runtime = runner.name, runner.meter.runtime
     try:
-        with meter:
-            return _profile(meter, config, spec, task, unplaced)
+        with runner.meter:
+            return _profile(runner)
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0]
         requested, allocated = getattr(e, "requested", None), getattr(e, "allocated", None)
-    # Out of memory: the exception and its frames are gone now; drop the model
-    # too, so that the step's tensors are freed and the allocator's cache can be
-    # returned to the driver.
-    del unplaced
+    # Out of memory: the exception and its frames are gone now; drop the runner
+    # (the model, its optimizer) too, so that the step's tensors are freed and
+    # the allocator's cache can be returned to the driver.
+    del runner
     runtime.release()
-    error = DoesNotFit(f"{spec.name} at batch size {config.batch_size} does not fit: {oom}")
+    error = DoesNotFit(f"{name} at batch size {config.batch_size} does not fit: {oom}")
     error.cuda_message, error.requested, error.allocated = oom, requested, allocated
     raise error
 
@@ -113,7 +121,7 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
               **options) -> float:
     """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
 
-    The step is the one :func:`profile_step` traces (the same code), run once
+    The step is the one :func:`profile_step` traces (the same :class:`StepRunner`), run once
     to warm up (cuDNN's algorithm choice, the allocator's cache, the optimizer
     states) and then ``repeats`` times without the tracer or the storage
     tracker, each timed between two ``torch.cuda.synchronize()`` calls on a GPU.
@@ -129,23 +137,31 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
         torch.OutOfMemoryError: if the step does not fit on the GPU.
     """
     check_int("repeats", repeats, 1)
-    config = _config(model, batch_size, image_size, options, "time_step")
-    spec, task, meter, unplaced = _prepare(config, count_storages=False)
+    config = step_config(model, batch_size, image_size, "time_step", **options)
+    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False)
+    runner = StepRunner(config, meter)
     runtime, times = meter.runtime, []
     with meter:
-        model, runner, opt, scaler = _setup(meter, config, unplaced)
+        runner.place()
         for i in range(repeats + 1):
             runtime.synchronize()
             start = time.perf_counter()
-            _step(meter, config, task, spec.name, model, runner, opt, scaler)
+            runner.run()
             runtime.synchronize()
             if i:  # the first is the warm-up
                 times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def _config(model, batch_size: int, image_size: int, options: dict, caller: str) -> StepConfig:
-    """The :class:`StepConfig` of a call: given whole, or made from its arguments."""
+def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
+    """The :class:`StepConfig` of a call such as ``profile_step(model, batch_size, image_size, **options)``.
+
+    ``model`` may already be a whole :class:`StepConfig`: it is returned as it is.
+
+    Raises:
+        ValueError: for an option :class:`StepConfig` does not have (naming
+            ``caller`` and the options there are), or a bad value.
+    """
     if isinstance(model, StepConfig):
         return model
     known = {f.name for f in dataclasses.fields(StepConfig)}
@@ -156,47 +172,27 @@ def _config(model, batch_size: int, image_size: int, options: dict, caller: str)
     return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
 
 
-def _prepare(config: StepConfig, count_storages: bool = True) -> tuple[ModelSpec, "_Task", Meter, nn.Module]:
-    """The model's spec and task, a meter, and the model built by the meter's backend."""
-    spec = resolve_model(config.model, config.num_classes, config.name)
-    task = _task(config, spec)
-    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=count_storages)
-    try:
-        unplaced = meter.runtime.build(spec.build)
-    except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
-        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
-        raise ValueError(f"building {spec.name} failed: {type(e).__name__}: {first_line}") from None
-    if not isinstance(unplaced, nn.Module):
-        raise ValueError(f"the model function must return an nn.Module, got {type(unplaced).__name__}")
-    return spec, task, meter, unplaced
-
-
-def _setup(meter: Meter, config: StepConfig, unplaced: nn.Module):
-    """The placed model, what runs it (checkpointed or not), its optimizer and gradient scaler."""
-    runtime = meter.runtime
-    model = runtime.place(unplaced)
-    runner = Checkpointed(sequential_form(model), config.checkpoint, config.reentrant) if config.checkpoint else model
-    if config.step_in_backward:
-        opt = StepInBackward(model.parameters(),
-                             lambda params: runtime.optimizer(config.optimizer, params, meter.tracker, config.fused))
-    else:
-        opt = runtime.optimizer(config.optimizer, model.parameters(), meter.tracker, config.fused)
-    scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None
-    return model, runner, opt, scaler
-
-
 @dataclass(frozen=True)
-class _Task:
-    """What the step feeds the model and how it scores the output."""
+class Task:
+    """What the step feeds the model and how it scores the output (from a config and a model).
 
-    inputs: str                 # "features", "tokens" or "custom"
+    Attributes:
+        inputs: ``"features"`` (float samples), ``"tokens"`` (int64 ids) or
+            ``"custom"`` (``StepConfig.inputs`` makes them).
+        sample_shape: one sample's shape (``()`` for custom inputs).
+        vocab_size: token inputs: ids are drawn below it.
+        loss: ``"classification"``, ``"next_token"``, or a function of the output.
+        num_classes: a classifier's classes, if known before the forward pass.
+    """
+
+    inputs: str
     sample_shape: tuple[int, ...]
     vocab_size: int | None
     loss: str | Callable
     num_classes: int | None
 
 
-def _task(config: StepConfig, spec: ModelSpec) -> _Task:
+def _task(config: StepConfig, spec: ModelSpec) -> Task:
     if spec.vocab_size and config.input_shape is not None:
         raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "
                          f"not input_shape=")
@@ -216,28 +212,296 @@ def _task(config: StepConfig, spec: ModelSpec) -> _Task:
     if loss == "next_token" and config.num_classes is not None:
         raise ValueError("num_classes applies to a classification loss; next-token loss has the vocabulary "
                          "as its classes")
-    return _Task(kind, shape, vocab, loss, config.num_classes or spec.num_classes)
+    return Task(kind, shape, vocab, loss, config.num_classes or spec.num_classes)
 
 
-def _batch(task: _Task, config: StepConfig, device: torch.device) -> tuple[tuple, torch.Tensor | None]:
-    """The model's inputs, and the targets when they can be drawn before the forward pass."""
-    b = config.batch_size
-    if task.inputs == "custom":
-        made = config.inputs(b, device)
-        return (made if isinstance(made, tuple) else (made,)), None
-    if task.inputs == "tokens":
-        ids = torch.randint(0, task.vocab_size, (b, *task.sample_shape), device=device)
-        if task.loss == "next_token":
-            return (ids,), torch.randint(0, task.vocab_size, (b, *task.sample_shape), device=device)
-        x = ids
-    else:
-        x = torch.randn(b, *task.sample_shape, device=device)
-    if task.loss == "classification" and task.num_classes:
-        return (x,), torch.randint(0, task.num_classes, (b,), device=device)
-    return (x,), None
+@dataclass
+class Batch:
+    """One (micro-)batch: the model's inputs and the loss's targets.
+
+    Attributes:
+        inputs: the positional inputs of the model's forward.
+        targets: the targets, or ``None`` when they can only be drawn once the
+            output's shape is known; :meth:`StepRunner.forward` then sets them.
+    """
+
+    inputs: tuple
+    targets: torch.Tensor | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The inputs and targets that are tensors."""
+        return [t for t in (*self.inputs, self.targets) if isinstance(t, torch.Tensor)]
 
 
-def _loss(task: _Task, output, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+@dataclass
+class Moments:
+    """What :meth:`StepRunner.run` learnt about the step's storages (the meter's serials).
+
+    Attributes:
+        inputs: the batches and their targets.
+        gradients: the parameters' gradients.
+        states: the optimizer's states after its step.
+        missing: names of parameters that require grad and got none (lesson 04's trap).
+    """
+
+    inputs: set = dataclasses.field(default_factory=set)
+    gradients: set = dataclasses.field(default_factory=set)
+    states: set = dataclasses.field(default_factory=set)
+    missing: list = dataclasses.field(default_factory=list)
+
+
+class StepRunner:
+    """One training step as a :class:`helpers.config.StepConfig` says, written once.
+
+    It owns every part of the step, and each option is applied here and
+    nowhere else:
+
+    * the model: resolved from ``config.model`` and built by the meter's
+      backend (on ``meta`` when simulating) when the runner is made, outside
+      any measurement; placed on the device, counted, by :meth:`place`;
+    * what the forward pass calls (:attr:`module`): the model, or the model
+      in ``config.checkpoint`` checkpointed segments (``config.reentrant``);
+    * the optimizer (:attr:`optimizer`: ``config.optimizer``, ``fused``, or
+      stepped inside backward with ``step_in_backward``) and the
+      ``GradScaler`` (:attr:`scaler`, float16 AMP only);
+    * the forward pass's contexts: autocast (``config.amp`` in
+      ``config.amp_dtype``, the backend's, :meth:`autocast`) and offloading
+      (``config.offload``, :meth:`offload`), made afresh for every forward pass;
+    * the batch and its targets (:meth:`batch`), the loss (:meth:`forward`),
+      backward (:meth:`backward`, scaled), the optimizer step (:meth:`step`),
+      ``zero_grad`` (:meth:`zero_grad`, ``config.set_to_none``), and
+      gradient accumulation (:meth:`run`, ``config.accumulation_steps``).
+
+    The order of a step, :meth:`run`::
+
+        for each of the k = accumulation_steps micro-batches:
+            batch = runner.batch()          # 1. inputs and targets on the device
+            loss = runner.forward(batch)    # 2. forward pass and loss, under autocast and offload
+            loss = loss / k                 #    (only when accumulating)
+            runner.backward(loss)           # 3. backward (through the GradScaler)
+        runner.step()                       # 4. optimizer step (through the GradScaler)
+        runner.zero_grad()                  # 5. zero_grad(set_to_none=config.set_to_none)
+
+    A caller that needs only part of a step (a forward pass under
+    ``torch.no_grad()``, a loop that keeps its losses) calls the parts
+    itself.  Use it inside its meter::
+
+        runner = StepRunner(config)       # the model is built here, not counted
+        with runner.meter:
+            runner.place()                # parameters and buffers on the device, counted
+            runner.run()
+
+    Args:
+        config: the step.
+        meter: the :class:`helpers.engine.meter.Meter` it runs under (default:
+            a new one for ``config.device``, ``config.capacity`` and
+            ``config.attention``).
+        model: an already built model, used as it is (not copied); default:
+            ``config.model``, built by the meter's backend.
+        place: puts the model on the device inside the meter and returns it
+            (default: the backend's ``place``).  A sharded model passes its own
+            (:mod:`helpers.fsdp`); an already placed model passes ``lambda m: m``.
+
+    Attributes:
+        config, meter: as given.
+        spec: the model's :class:`helpers.models.ModelSpec`; ``name`` is its label.
+        task: the :class:`Task` (inputs and loss).
+        model: the model (placed, after :meth:`place`).
+        module: after :meth:`place`, what the forward pass calls: :attr:`model`,
+            or a :class:`helpers.techniques.Checkpointed` around it.
+        optimizer, scaler: after :meth:`place`; ``scaler`` is None but under float16 AMP.
+
+    Raises:
+        ValueError: for an unknown model, a model whose constructor fails
+            (in one line), or inputs that do not fit the model.
+    """
+
+    def __init__(self, config: StepConfig, meter: Meter | None = None, *, model: nn.Module | None = None,
+                 place: Callable[[nn.Module], nn.Module] | None = None):
+        self.config = config
+        self.spec = resolve_model(config.model, config.num_classes, config.name)
+        self.name = self.spec.name
+        self.task = _task(config, self.spec)
+        self.meter = meter if meter is not None else Meter(config.device, config.capacity,
+                                                           attention=config.attention)
+        self._place = place if place is not None else self.meter.runtime.place
+        if model is None:
+            try:
+                model = self.meter.runtime.build(self.spec.build)
+            except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
+                first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
+                raise ValueError(f"building {self.name} failed: {type(e).__name__}: {first_line}") from None
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"the model function must return an nn.Module, got {type(model).__name__}")
+        self.model: nn.Module = model
+        self.module: nn.Module | None = None
+        self.optimizer = None
+        self.scaler = None
+
+    # -- set up, inside the meter ------------------------------------------------------
+    def place(self) -> nn.Module:
+        """Put the model on the device (counted), and make what runs it: the
+        (checkpointed) :attr:`module`, the :attr:`optimizer` and the :attr:`scaler`.
+
+        Returns:
+            The placed model.
+        """
+        config, runtime, tracker = self.config, self.meter.runtime, self.meter.tracker
+        self.model = model = self._place(self.model)
+        self.module = (Checkpointed(sequential_form(model), config.checkpoint, config.reentrant)
+                       if config.checkpoint else model)
+        if config.step_in_backward:
+            self.optimizer = StepInBackward(
+                model.parameters(), lambda params: runtime.optimizer(config.optimizer, params, tracker, config.fused))
+        else:
+            self.optimizer = runtime.optimizer(config.optimizer, model.parameters(), tracker, config.fused)
+        self.scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None
+        return model
+
+    # -- the contexts of a forward pass: a fresh one at each call ------------------------
+    def autocast(self):
+        """A new autocast context of the backend (``config.amp`` in
+        ``config.amp_dtype``), or one that does nothing.  A context is entered
+        once: take a new one for every forward pass."""
+        if self.config.amp:
+            return self.meter.runtime.autocast(_DTYPES[self.config.amp_dtype])
+        return contextlib.nullcontext()
+
+    def offload(self):
+        """A new context in which autograd keeps saved tensors in host memory
+        (``config.offload``, the backend's), or one that does nothing."""
+        if self.config.offload:
+            return self.meter.runtime.offload(self.meter.tracker)
+        return contextlib.nullcontext()
+
+    # -- the parts of a step -----------------------------------------------------------
+    def batch(self) -> Batch:
+        """The model's inputs on the device, and the targets when they can be drawn before the forward pass."""
+        task, config, device = self.task, self.config, self.meter.device
+        b = config.batch_size
+        if task.inputs == "custom":
+            made = config.inputs(b, device)
+            return Batch(made if isinstance(made, tuple) else (made,))
+        if task.inputs == "tokens":
+            ids = torch.randint(0, task.vocab_size, (b, *task.sample_shape), device=device)
+            if task.loss == "next_token":
+                return Batch((ids,), torch.randint(0, task.vocab_size, (b, *task.sample_shape), device=device))
+            x = ids
+        else:
+            x = torch.randn(b, *task.sample_shape, device=device)
+        if task.loss == "classification" and task.num_classes:
+            return Batch((x,), torch.randint(0, task.num_classes, (b,), device=device))
+        return Batch((x,))
+
+    def output(self, batch: Batch) -> Any:
+        """The forward pass alone: :attr:`module`'s output on ``batch``, under
+        the step's autocast and offload contexts."""
+        with self._explained(batch), self.autocast(), self.offload():
+            return self.module(*batch.inputs)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """The forward pass and the loss on ``batch``, under the step's autocast and offload contexts.
+
+        Sets ``batch.targets`` if the loss had to draw them.  Runs under
+        whatever grad mode the caller has set.
+
+        Returns:
+            The loss (a scalar), not divided by ``accumulation_steps`` (:meth:`run` does that).
+
+        Raises:
+            ValueError: if the model cannot run on the batch, or its output does not fit the loss.
+        """
+        with self._explained(batch), self.autocast(), self.offload():
+            loss, batch.targets = _loss(self.task, self.module(*batch.inputs), batch.targets)
+        return loss
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, through the GradScaler under float16 AMP."""
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self) -> None:
+        """The optimizer's step, through the GradScaler under float16 AMP (and its update)."""
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        """``optimizer.zero_grad(set_to_none=config.set_to_none)``."""
+        self.optimizer.zero_grad(set_to_none=self.config.set_to_none)
+
+    def run(self, tracer: StepTracer | None = None) -> Moments:
+        """One whole training step (see the class's docstring for its order).
+
+        With ``accumulation_steps`` k, the forward and backward passes run k
+        times, each on its own batch and with the loss divided by k, before the
+        one optimizer step (the gradients add up in ``.grad``).
+
+        Args:
+            tracer: records each moment of the step as an event (a step
+                event for each part), and tells modules' events in backward
+                from those in forward.
+
+        Returns:
+            The :class:`Moments`: which storages were the inputs, gradients
+            and optimizer states, and the parameters that got no gradient.
+        """
+        def record(note: str, phase: str, shape=None) -> None:
+            if tracer is not None:
+                tracer.record(None, note, phase, shape)
+
+        config, meter, model, opt = self.config, self.meter, self.model, self.optimizer
+        moments = Moments()
+        in_backward = isinstance(opt, StepInBackward)
+        if in_backward:  # its hooks free each gradient as soon as it is used: note them first
+            opt.start(lambda grad: moments.gradients.add(meter.serial_of(grad)))
+        record("parameters, buffers, optimizer states" if config.steady_state else "parameters and buffers", "model")
+        for _ in range(config.accumulation_steps):
+            batch = self.batch()
+            moments.inputs |= {meter.serial_of(t) for t in batch.tensors()}
+            first = next((t for t in batch.inputs if isinstance(t, torch.Tensor)), None)
+            record("input batch and targets", "input", tuple(first.shape) if first is not None else None)
+            if tracer is not None:
+                tracer.in_backward = False
+            loss = self.forward(batch)
+            if batch.targets is not None:
+                moments.inputs.add(meter.serial_of(batch.targets))
+            if config.accumulation_steps > 1:
+                loss = loss / config.accumulation_steps  # the mean over all k batches
+            record("cross-entropy loss" if isinstance(self.task.loss, str) else "loss", "loss", tuple(loss.shape))
+            if tracer is not None:
+                tracer.in_backward = True
+            self.backward(loss)
+            record("loss.backward() returned", "backward")
+        moments.gradients |= {meter.serial_of(p.grad) for p in model.parameters() if p.grad is not None}
+        got = opt.stepped if in_backward else {p for p in model.parameters() if p.grad is not None}
+        moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in got]
+        self.step()
+        record("optimizer.step()", "optimizer.step")
+        moments.states = {meter.serial_of(t) for state in opt.state.values() for t in state.values()
+                          if isinstance(t, torch.Tensor)}
+        self.zero_grad()
+        record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
+        return moments
+
+    @contextlib.contextmanager
+    def _explained(self, batch: Batch):
+        """A failure to run the model on ``batch`` (or to score its output) becomes one ValueError line."""
+        try:
+            yield
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            if isinstance(e, torch.OutOfMemoryError):
+                raise
+            first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
+            shapes = ", ".join(str(tuple(t.shape)) for t in batch.inputs if isinstance(t, torch.Tensor))
+            config = self.config
+            hint = ("; give the shape of one sample with input_shape= (--input-shape), or seq_len= for token ids"
+                    if config.inputs is None and config.input_shape is None and not config.tokens else "")
+            raise ValueError(f"{self.name} cannot run on input {shapes}: {first_line}{hint}") from None
+
+
+def _loss(task: Task, output, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The loss of ``output``; also the targets if they were drawn here."""
     if callable(task.loss):
         loss = task.loss(output)
@@ -262,88 +526,18 @@ def _loss(task: _Task, output, targets: torch.Tensor | None) -> tuple[torch.Tens
     return F.cross_entropy(logits, targets), targets
 
 
-@dataclass
-class _Moments:
-    """Storages the step knows the role of (serials), for the categories."""
-
-    inputs: set = dataclasses.field(default_factory=set)
-    gradients: set = dataclasses.field(default_factory=set)
-    states: set = dataclasses.field(default_factory=set)
-    missing: list = dataclasses.field(default_factory=list)
-
-
-def _step(meter: Meter, config: StepConfig, task: _Task, name: str, model: nn.Module, runner: nn.Module,
-          opt, scaler, tracer: StepTracer | None = None) -> _Moments:
-    """One training step; with a tracer, each moment is recorded as an event.
-
-    With ``accumulation_steps`` k, the forward and backward passes run k
-    times, each on its own batch and with the loss divided by k, before the
-    one optimizer step (the gradients add up in ``.grad``).
-    """
-    def record(note: str, phase: str, shape=None) -> None:
-        if tracer is not None:
-            tracer.record(None, note, phase, shape)
-
-    runtime, moments = meter.runtime, _Moments()
-    in_backward = isinstance(opt, StepInBackward)
-    if in_backward:  # its hooks free each gradient as soon as it is used: note them first
-        opt.start(lambda grad: moments.gradients.add(meter.serial_of(grad)))
-    record("parameters, buffers, optimizer states" if config.steady_state else "parameters and buffers", "model")
-    autocast = runtime.autocast(_DTYPES[config.amp_dtype]) if config.amp else contextlib.nullcontext()
-    offload = runtime.offload(meter.tracker) if config.offload else contextlib.nullcontext()
-    for _ in range(config.accumulation_steps):
-        inputs, targets = _batch(task, config, meter.device)
-        moments.inputs |= {meter.serial_of(t) for t in (*inputs, targets) if isinstance(t, torch.Tensor)}
-        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
-        record("input batch and targets", "input", tuple(first.shape) if first is not None else None)
-        if tracer is not None:
-            tracer.in_backward = False
-        try:
-            with autocast, offload:
-                loss, targets = _loss(task, runner(*inputs), targets)
-        except (RuntimeError, ValueError, TypeError, IndexError) as e:
-            if isinstance(e, torch.OutOfMemoryError):
-                raise
-            first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
-            shapes = ", ".join(str(tuple(t.shape)) for t in inputs if isinstance(t, torch.Tensor))
-            hint = ("; give the shape of one sample with input_shape= (--input-shape), or seq_len= for token ids"
-                    if config.inputs is None and config.input_shape is None and not config.tokens else "")
-            raise ValueError(f"{name} cannot run on input {shapes}: {first_line}{hint}") from None
-        if targets is not None:
-            moments.inputs.add(meter.serial_of(targets))
-        if config.accumulation_steps > 1:
-            loss = loss / config.accumulation_steps  # the mean over all k batches
-        record("cross-entropy loss" if isinstance(task.loss, str) else "loss", "loss", tuple(loss.shape))
-        if tracer is not None:
-            tracer.in_backward = True
-        (scaler.scale(loss) if scaler else loss).backward()
-        record("loss.backward() returned", "backward")
-    moments.gradients |= {meter.serial_of(p.grad) for p in model.parameters() if p.grad is not None}
-    got = opt.stepped if in_backward else {p for p in model.parameters() if p.grad is not None}
-    moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in got]
-    if scaler:
-        scaler.step(opt)
-        scaler.update()
-    else:
-        opt.step()
-    record("optimizer.step()", "optimizer.step")
-    moments.states = {meter.serial_of(t) for state in opt.state.values() for t in state.values()
-                      if isinstance(t, torch.Tensor)}
-    opt.zero_grad(set_to_none=config.set_to_none)
-    record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
-    return moments
-
-
-def _profile(meter: Meter, config: StepConfig, spec: ModelSpec, task: _Task, unplaced: nn.Module) -> StepProfile:
+def _profile(runner: StepRunner) -> StepProfile:
+    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter."""
+    meter, config, task = runner.meter, runner.config, runner.task
     runtime = meter.runtime
-    model, runner, opt, scaler = _setup(meter, config, unplaced)
+    model = runner.place()
     parameters = {meter.serial_of(t) for t in chain(model.parameters(), model.buffers())}
 
     if config.steady_state:  # one untraced step, so that the optimizer states exist
-        _step(meter, config, task, spec.name, model, runner, opt, scaler)
+        runner.run()
         meter.reset_peak()
-    with StepTracer(meter, model, root=runner if config.checkpoint else None) as tracer:
-        moments = _step(meter, config, task, spec.name, model, runner, opt, scaler, tracer)
+    with StepTracer(meter, model, root=runner.module if config.checkpoint else None) as tracer:
+        moments = runner.run(tracer)
 
     tracker = meter.tracker
     activations = set(tracer.saved)
@@ -361,7 +555,7 @@ def _profile(meter: Meter, config: StepConfig, spec: ModelSpec, task: _Task, unp
     positions = [e.log_position for e in events]
     return StepProfile(
         backend=meter.backend,
-        model=spec.name,
+        model=runner.name,
         config=config,
         input_shape=task.sample_shape,
         parameter_count=sum(p.numel() for p in model.parameters()),

@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .allocator.rules import round_up
-from .config import check_int
-from .engine.meter import Meter
+from .config import StepConfig, check_int
+from .step import StepRunner
 from .techniques.checkpointing import CHECKPOINT_POLICIES, checkpoint_blocks
 
 #: Korthikanti et al. 2022 (arXiv:2205.05198), section 4.1: what one transformer
@@ -187,8 +187,9 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
     """Bytes each block keeps at the end of its forward pass, measured by the engine.
 
     Runs ``build()``'s forward pass on ``(batch, seq)`` token ids on the
-    simulated GPU (:class:`helpers.engine.meter.Meter`, CUDA's rules) with autograd
-    recording, and reads the bytes allocated just after each block returns:
+    simulated GPU (CUDA's rules) with autograd recording, as the training step
+    runs it (:class:`helpers.step.StepRunner`: its model placement, its
+    autocast), and reads the bytes allocated just after each block returns:
     block i's figure is the growth since block i-1 returned (since block 0
     started, for block 0), i.e. every storage it made that is still alive:
     what it keeps for backward, and its output.
@@ -199,7 +200,7 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
             :class:`helpers.models.gpt.GPT` or :class:`helpers.models.llama.Llama`.
             Built on ``meta``: nothing is allocated.
         batch, seq: the token ids' shape.
-        amp: float16 autocast.
+        amp: the step's AMP (:attr:`helpers.config.StepConfig.amp`): float16 autocast.
         attention: the simulated kernel (:data:`helpers.config.ATTENTION`).
         policy: one of :data:`CHECKPOINT_POLICIES`.
 
@@ -209,25 +210,22 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
     Raises:
         ValueError: for bad sizes, an unknown kernel or policy.
     """
-    from .config import ATTENTION
-
     check_int("batch", batch, 1)
     check_int("seq", seq, 1)
-    if attention not in ATTENTION:
-        raise ValueError(f"unknown attention {attention!r}; use one of {', '.join(ATTENTION)}")
-    meter = Meter("simulated", attention=attention)
-    unplaced = meter.runtime.build(build)
-    checkpoint_blocks(unplaced, policy)
-    marks: list[int] = []
+
+    def token_ids(batch_size: int, device: torch.device) -> torch.Tensor:  # below the built model's vocabulary
+        return torch.randint(0, runner.model.config.vocab_size, (batch_size, seq), device=device)
+
+    config = StepConfig(model=build, batch_size=batch, inputs=token_ids, amp=amp, attention=attention,
+                        device="simulated")
+    runner = StepRunner(config)  # builds the model, on meta
+    checkpoint_blocks(runner.model, policy)
+    meter, marks = runner.meter, []
     with meter:
-        model = meter.runtime.place(unplaced)
-        blocks = list(model.blocks)
+        blocks = list(runner.place().blocks)
         hooks = [blocks[0].register_forward_pre_hook(lambda *_: marks.append(meter.allocated()))]
         hooks += [b.register_forward_hook(lambda *_: marks.append(meter.allocated())) for b in blocks]
-        ids = torch.randint(0, model.config.vocab_size, (batch, seq), device=meter.device)
-        autocast = torch.autocast("cpu", dtype=torch.float16, enabled=amp)
-        with autocast:
-            out = model(ids)
+        out = runner.output(runner.batch())  # the step's forward pass, without the loss
         del out
         for hook in hooks:
             hook.remove()

@@ -1,9 +1,17 @@
 """helpers.loops: inference memory, and the loops that leak."""
 
-import pytest
+import math
 
+import pytest
+import torch
+
+from helpers import round_up
 from helpers.loops import GRAD_MODES, LOOPS, forward_peak, loop_memory
 from helpers.models.gpt import GPT2_PRESETS
+
+
+def nbytes(shape, dtype=torch.float32):
+    return round_up(math.prod(shape) * dtype.itemsize)
 
 
 def test_inference_keeps_nothing_for_backward():
@@ -39,3 +47,31 @@ def test_the_leak_grows_and_the_fixes_do_not():
         loop_memory("train, total += loss", device="simulated")
     with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         loop_memory("eval, total_loss += loss", steps=0, device="simulated")
+
+
+@pytest.mark.parametrize("amp_dtype", ["float16", "bfloat16"])
+def test_a_leaking_loop_under_amp_keeps_16_bit_graphs(amp_dtype):
+    """loop_memory(amp=True) runs the forward pass under autocast, as the step does (it used to ignore amp).
+
+    Each iteration of the leaking loop keeps its whole graph: what the MLP's
+    (64 -> 256 -> 256 -> 10, batch 256) operations saved for backward.
+    """
+    def growth(**options):
+        after = loop_memory("eval, total_loss += loss", "mlp", 256, steps=3, device="simulated", **options)
+        grown = {b - a for a, b in zip(after, after[1:])}
+        assert len(grown) == 1
+        return grown.pop()
+
+    half = torch.float16 if amp_dtype == "float16" else torch.bfloat16
+    targets, total_weight = nbytes((256,), torch.int64), nbytes(())  # nll_loss saves both
+    # float32: the input (the first Linear's, for its weight's gradient), both ReLU outputs (each
+    # ReLU's and the next Linear's), the log-probabilities (log_softmax's and nll_loss's).
+    full = nbytes((256, 64)) + 2 * nbytes((256, 256)) + nbytes((256, 10)) + targets + total_weight
+    # Autocast: the Linears run in 16 bits and save their 16-bit inputs (the float32 input is freed)
+    # and, where the input needs a gradient (2nd and 3rd), their 16-bit weight copies; cross_entropy's
+    # log_softmax runs in its input's type (16 bits) and nll_loss on a float32 copy, both saved.
+    amp = (nbytes((256, 64), half) + 2 * nbytes((256, 256), half) + nbytes((256, 256), half) + nbytes((10, 256), half)
+           + nbytes((256, 10), half) + nbytes((256, 10)) + targets + total_weight)
+    assert growth() == full == 602624
+    assert growth(amp=True, amp_dtype=amp_dtype) == amp == 449024
+

@@ -10,6 +10,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from helpers import DoesNotFit, GiB, MiB, StepConfig, profile_step, round_up, time_step
+from helpers.__main__ import main
 from helpers.techniques import make_optimizer
 
 
@@ -245,3 +246,42 @@ def test_time_step_times_the_same_step_untraced():
         time_step("resnet18", 2, repeats=0, device="simulated")
     with pytest.raises(ValueError, match="unknown option 'batchsize' for time_step"):
         time_step("resnet18", batchsize=2)
+
+
+def test_amp_with_gradient_accumulation_autocasts_every_micro_batch():
+    """Each micro-batch gets a fresh autocast context: the simulated one (a generator) cannot be entered twice."""
+    p = profile_step("resnet18", 4, amp=True, accumulation_steps=2, device="simulated")
+    assert [e.phase for e in p.events if e.module is None] == [
+        "model", "input", "loss", "backward", "input", "loss", "backward", "optimizer.step", "zero_grad"]
+    # conv1 under float16 autocast: 16-bit copies of the input and the weight, a 16-bit output, in both.
+    half = torch.float16
+    conv1 = nbytes((4, 3, 224, 224), half) + nbytes((64, 3, 7, 7), half) + nbytes((4, 64, 112, 112), half)
+    assert [p.find("conv1", "fwd", nth=i).delta_bytes for i in (0, 1)] == [conv1, conv1]
+    assert time_step("mlp", 8, amp=True, accumulation_steps=2, device="simulated", repeats=1) > 0
+
+
+def test_the_command_line_runs_amp_with_gradient_accumulation(capsys):
+    assert main(["profile", "--model", "resnet18", "--batch-size", "4", "--amp", "--accumulation-steps", "2",
+                 "--device", "simulated"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("peak allocated: ")
+
+
+def test_the_runner_is_the_step_in_parts():
+    """StepRunner's parts, called by hand, are the step run() runs; its contexts are new at each call."""
+    from helpers.step import StepRunner
+
+    runner = StepRunner(StepConfig(model="mlp", batch_size=32, amp=True, device="simulated"))
+    assert runner.autocast() is not runner.autocast()
+    with runner.meter:
+        model = runner.place()
+        runner.run()
+        after_run = runner.meter.allocated()
+        batch = runner.batch()
+        loss = runner.forward(batch)
+        assert loss.dtype == torch.float32 and batch.targets.shape == (32,)
+        runner.backward(loss)
+        runner.step()
+        runner.zero_grad()
+        del batch, loss
+        assert runner.meter.allocated() == after_run
+    assert all(p.grad is None for p in model.parameters())
