@@ -410,7 +410,7 @@ print(explorer.summary())
 assert explorer.message.startswith("fits")
 
 # %%
-explorer.widget
+explorer
 
 # %% [markdown]
 # Llama 8B does not fit one H100 for training at any sequence length (its parameters and Adam states alone are 96 GB); GPT-2 1.5B fits at 4k tokens without checkpointing, with flash attention. Try the math kernel, then 16k tokens, then checkpointing.

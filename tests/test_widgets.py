@@ -2,6 +2,7 @@
 
 import re
 
+import ipywidgets
 import pytest
 from torch import nn
 
@@ -171,3 +172,18 @@ def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
     assert "assumed overhead" in w.message and w.result.reserved_bytes is None
     with pytest.raises(ValueError, match="reserved"):
         MemoryExplorer(device="simulated", reserved="yes")
+
+
+def test_the_sequence_explorer_is_a_widget_like_the_others_and_shows_end_of_forward():
+    from helpers.teaching.widgets import SequenceExplorer
+    from helpers.transformer import end_of_forward
+
+    explorer = SequenceExplorer(model="gpt2", seq=1024, batch_size=2, capacity="V100 16 GB")
+    assert isinstance(explorer, ipywidgets.VBox) and explorer.view in explorer.children
+    expected = end_of_forward("gpt2", 1024, 2, amp=True, attention="flash", policy="none")
+    assert explorer.result.peak_bytes == expected.peak_bytes
+    assert explorer.summary().splitlines()[0] == explorer.message
+    explorer.seq.value = 2048  # a control changes: the figures follow
+    assert explorer.result.peak_bytes == end_of_forward("gpt2", 2048, 2).peak_bytes
+    with pytest.raises(ValueError, match="seq must be one of"):
+        SequenceExplorer(seq=1000)

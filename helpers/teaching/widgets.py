@@ -465,15 +465,16 @@ class WillItFit(_StepWidget):
         return model_state_estimate(self.parameters.value, self.optimizer.value, self.batch_size.value)
 
 
-class SequenceExplorer:
+class SequenceExplorer(widgets.VBox):
     """Lesson 08's widget: a transformer's memory against a GPU, by sequence length.
 
     Controls: the model (:func:`transformer_presets`), sequence length, batch
     size, AMP, the checkpointing policy, the attention kernel and the GPU.  The
     view (made by :func:`helpers.teaching.widgets.render`) shows :func:`end_of_forward`
     as a bar stacked by category against the GPU's memory, with the assumed
-    1 GiB of CUDA context and workspaces, and whether it fits.  Display
-    ``explorer.widget``; ``explorer.summary()`` gives the same figures as text.
+    1 GiB of CUDA context and workspaces, and whether it fits.  Like the other
+    widgets it is an ``ipywidgets.VBox``: display it as the last expression of
+    a cell; ``explorer.summary()`` gives the same figures as text.
 
     Raises:
         ValueError: for an unknown model, sequence length, kernel, policy or GPU.
@@ -505,7 +506,7 @@ class SequenceExplorer:
         self.cards = dict(GPU_CARDS)
         self.view = widgets.HTML()
         controls = (self.model, self.seq, self.batch_size, self.amp, self.policy, self.attention, self.capacity)
-        self.widget = widgets.VBox([widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
+        super().__init__(children=[widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
         for control in controls:
             control.observe(lambda change: self.update(), names="value")
         self.update()
