@@ -45,7 +45,6 @@ from torch import nn
 from helpers import GPU_CARDS, GiB, Meter, MiB, fmt_bytes, profile_step
 from helpers.batch import model_state_estimate
 from helpers.config import OPTIMIZER_NAMES, OPTIMIZERS
-from helpers.engine.cuda_rules import SimulatedGradScaler
 from helpers.teaching.data import load_digits
 from helpers.loops import LOOPS, forward_peak, loop_memory
 from helpers.models import digits_mlp
@@ -155,7 +154,7 @@ def fp32_adam(meter):
 
 def autocast_adam(meter):
     model = layers(meter)
-    opt, scaler = adam(meter, model.parameters()), SimulatedGradScaler()
+    opt, scaler = adam(meter, model.parameters()), meter.grad_scaler()  # torch.amp.GradScaler("cuda") on a GPU
     for last in (False, True):
         with torch.autocast("cpu", dtype=torch.float16):  # the simulation applies CUDA's autocast lists
             loss = model(batch(meter)).float().square().mean()

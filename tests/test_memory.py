@@ -245,3 +245,15 @@ def test_a_meter_without_the_storage_tracker_counts_nothing_simulated():
     with Meter("simulated") as meter:
         x = torch.empty(1024, 1024, device=meter.device)
         assert meter.allocated() == 4 * MiB and meter.serial_of(x) is not None
+
+
+def test_the_meter_gives_the_backends_grad_scaler():
+    from helpers.engine.cuda_rules import SimulatedGradScaler
+
+    with Meter("simulated") as meter:
+        scaler = meter.grad_scaler()
+        assert isinstance(scaler, SimulatedGradScaler)
+        weight = torch.ones(1024, device=meter.device, requires_grad=True)
+        scaler.scale(weight.sum()).backward()  # creates the scale (float32) and the growth tracker (int32)
+        # the weight and its gradient, 4 KiB each, and the scaler's two one-element tensors, 512 bytes each
+        assert meter.allocated() == 2 * tensor_bytes(weight) + 2 * 512 == 9216

@@ -178,6 +178,17 @@ class Meter:
             return optimizer
         return host_side_steps(optimizer, self.tracker)
 
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """A ``GradScaler`` for float16 training on this backend, as :func:`helpers.profile_step` uses.
+
+        On a GPU, ``torch.amp.GradScaler("cuda")``.  Simulated, a scaler that
+        creates the tensors the CUDA one creates (the scale, the growth
+        tracker, the scaled loss, the inverse scale, the found-inf flags) and
+        always takes the step, since fake tensors have no values to find an
+        inf in (:class:`helpers.engine.cuda_rules.SimulatedGradScaler`).
+        """
+        return self.runtime.grad_scaler(torch.float16)
+
     def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
         """``builder()``'s model, built as :func:`helpers.profile_step` builds it.
 
