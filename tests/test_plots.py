@@ -28,6 +28,21 @@ def test_timeline_leaves_room_for_the_peak_label(small):
     assert plot_categories(small).axes and plot_stages(small).axes
 
 
+def test_figures_draw_in_the_okabe_ito_palette(small):
+    from matplotlib.colors import to_hex
+
+    from helpers.allocator import replay
+    from helpers.record import OKABE_ITO
+    from helpers.teaching.plots import plot_reserved
+
+    palette = {c.lower() for c in OKABE_ITO.values()}
+    lines = plot_timeline([small, small], labels=["a", "b"]).axes[0].lines
+    lines += plot_reserved([replay(small.allocation_log)] * 2, ["a", "b"]).axes[0].lines
+    assert {to_hex(line.get_color()) for line in lines} <= palette
+    bars = plot_peak_bars([small], ["one"]).axes[0].patches
+    assert {to_hex(bar.get_facecolor()) for bar in bars} <= palette
+
+
 def test_the_allocator_figures_read_a_replay_and_a_real_snapshot(small):
     from helpers.allocator import replay
     from helpers.teaching.plots import memory_map, plot_memory_map, plot_reserved

@@ -11,8 +11,13 @@ import bisect
 
 from matplotlib.figure import Figure
 
-from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, StepProfile
+from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, OKABE_ITO, StepProfile
 from ..units import MiB
+
+#: Line colours, in order, for figures that overlay several steps or settings
+#: (Okabe-Ito, as the categories' colours).
+_LINES = [OKABE_ITO[name] for name in ("blue", "vermillion", "bluish green", "reddish purple", "orange",
+                                       "sky blue", "black")]
 
 
 def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:
@@ -48,10 +53,10 @@ def plot_timeline(profiles: StepProfile | list[StepProfile], labels: list[str] |
             ax.axvspan(first, last, color="#f0f0f0", zorder=0)
         ax.text((first + last) / 2, 1.0, label, transform=ax.get_xaxis_transform(),
                 ha="center", va="bottom", fontsize=9, color="#555555")
-    for profile, label in zip(profiles, labels):
+    for i, (profile, label) in enumerate(zip(profiles, labels)):
         xs = [e.index for e in profile.events]
         ys = [e.allocated_bytes / MiB for e in profile.events]
-        (line,) = ax.plot(xs, ys, label=label, drawstyle="steps-post")
+        (line,) = ax.plot(xs, ys, label=label, drawstyle="steps-post", color=_LINES[i % len(_LINES)])
         ax.plot([profile.peak_event], [profile.peak_allocated_bytes / MiB], "o", color=line.get_color())
         ax.annotate(f"peak {profile.peak_allocated_bytes / MiB:.0f} MiB",
                     (profile.peak_event, profile.peak_allocated_bytes / MiB),
@@ -114,7 +119,8 @@ def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | 
     bottoms = [0.0] * len(profiles)
     for name in CATEGORIES:
         heights = [p.categories[name] / MiB for p in profiles]
-        ax.bar(labels, heights, bottom=bottoms, color=_COLORS[name], label=name.replace("_", " "))
+        ax.bar(labels, heights, bottom=bottoms, color=_COLORS[name], label=name.replace("_", " "),
+               edgecolor="white", linewidth=0.5)  # a thin white line between neighbours
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for i, p in enumerate(profiles):
         ax.annotate(f"{p.peak_allocated_bytes / MiB:.0f} MiB", (i, bottoms[i]), textcoords="offset points",
@@ -146,8 +152,9 @@ def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = Non
         raise ValueError(f"{len(labels)} labels for {len(replays)} replays")
     fig = Figure(figsize=(9, 4), layout="constrained")
     ax = fig.add_subplot()
-    for replay, label in zip(replays, labels):
-        (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated")
+    for i, (replay, label) in enumerate(zip(replays, labels)):
+        (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated",
+                          color=_LINES[i % len(_LINES)])
         ax.plot([r / MiB for r in replay.reserved], lw=1.5, ls="--", color=line.get_color(),
                 label=f"{label}: reserved")
         if replay.failed_at is not None:
