@@ -151,3 +151,26 @@ def test_embeddings_and_head_as_their_own_unit():
     assert grouped.units[-1] == ("root", 0)
     assert grouped.after_forward["unsharded_parameters"] == 0 < default.after_forward["unsharded_parameters"]
     assert grouped.model_state_bytes == default.model_state_bytes
+
+
+def test_the_sharded_figures_draw_what_the_step_measured():
+    from helpers import MiB
+    from helpers.teaching.plots import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
+
+    steps = {n: sharded_step("mlp", n, batch_size=4) for n in (1, 2)}
+    fig = plot_sharded_world_sizes(steps, {"16Ψ/N": {n: 16 * steps[1].parameter_count / n for n in steps}})
+    ax = fig.axes[0]
+    tops = {}
+    for bar in ax.patches:   # stacked segments: the top of each N's bar
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0), bar.get_y() + bar.get_height())
+    for n, s in steps.items():
+        gathered = max(u + b for _, _, u, b in s.timeline)
+        assert tops[n] == pytest.approx((s.model_state_bytes + gathered) / MiB)
+    assert [line.get_label() for line in ax.get_lines()] == ["16Ψ/N"]
+    assert len(plot_sharded_timeline([steps[2]], ["N = 2"]).axes) == 1
+    peaks = plot_sharded_peaks(list(steps.values()), ["N = 1", "N = 2"])
+    assert [t.get_text() for t in peaks.axes[0].texts] == [f"{s.peak_bytes / MiB:,.0f} MiB" for s in steps.values()]
+    for plot in (plot_sharded_timeline, plot_sharded_peaks):
+        with pytest.raises(ValueError, match="labels"):
+            plot([steps[1]], ["a", "b"])
