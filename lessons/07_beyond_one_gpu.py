@@ -29,7 +29,7 @@
 #
 # **Time:** about 55 minutes alone: 23 minutes of reading, 2 of running, 10 with the three figures and the options, 15 of exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
 #
-# Lesson 05 (model states, bytes per parameter, the ZeRO paper's conventions) comes first; lesson 04 introduced AMP and checkpointing; lesson 06 the caching allocator's per-stream pools.
+# Lesson 05 (model states, bytes per parameter, the ZeRO paper's conventions) comes first; lesson 04 introduced AMP and checkpointing; lesson 06 reserved memory.
 
 # %% [markdown]
 # ## Setup
@@ -122,7 +122,7 @@ assert round(ratio2, 2) == 1.41 and round(ratio3, 2) == 1.75
 # fully_shard(model)        # the root: the embeddings and the head
 # ```
 #
-# Running this needs a process group of N ranks. PyTorch's tests have a *fake* one: `torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)` makes this single process rank 0 of N. Collectives return at once without moving any data; every tensor still has the shape it has on a real rank 0. Under the simulated backend (fake tensors, lesson 00) the values do not matter anyway: what is counted is the bytes the rank allocates. `fake_process_group` does this, builds the `DeviceMesh` that `fully_shard` takes, and always destroys the process group on the way out, even when the body fails. (Two details make FSDP2 run under fake tensors: the mesh is built before the fake-tensor mode starts, because its constructor reads tensor values; and the storage tracker counts a `DTensor` by the local shard it wraps, since the `DTensor` itself owns no memory.)
+# Running this needs a process group of N ranks. PyTorch's tests have a *fake* one: `torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)` makes this single process rank 0 of N. Collectives return at once without moving any data; every tensor still has the shape it has on a real rank 0. Under the simulated backend (fake tensors, lesson 00) the values do not matter anyway: what is counted is the bytes the rank allocates. `fake_process_group` does this, builds the `DeviceMesh` that `fully_shard` takes, and always destroys the process group on the way out, even when the body fails.
 
 # %%
 try:
@@ -339,7 +339,7 @@ print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g
 #
 # What differs from the fake process group:
 #
-# - The collectives move data over NVLink or the network (NCCL), and run on their own CUDA streams, overlapping with computation; this is why FSDP2 keeps the buffers of section 3 a little longer than a single stream would need. The streams cost *reserved* memory as well: FSDP2 allocates its all-gather buffers on its all-gather streams and its reduce-scatter buffers on its reduce-scatter stream (`_fsdp_collectives.py`), and the caching allocator reuses a freed block only for the stream it was allocated on (lesson 06), so `memory_reserved()` can stand further above `memory_allocated()` than on one stream. NCCL also allocates its own buffers, outside PyTorch's caching allocator, like the CUDA context: `memory_allocated()` does not see them, `nvidia-smi` does.
+# - The collectives move data over NVLink or the network (NCCL), and run on their own CUDA streams, overlapping with computation; this is why FSDP2 keeps the buffers of section 3 a little longer than a single stream would need. The streams cost *reserved* memory as well: FSDP2 allocates its all-gather buffers on its all-gather streams and its reduce-scatter buffers on its reduce-scatter stream (`_fsdp_collectives.py`), and the caching allocator reuses freed memory only on the stream that allocated it (the `Tensor.record_stream` docstring), so the cached blocks of several streams sit side by side and `memory_reserved()` (lesson 06) can stand further above `memory_allocated()` than on one stream. NCCL also allocates its own buffers, outside PyTorch's caching allocator, like the CUDA context: `memory_allocated()` does not see them, `nvidia-smi` does.
 # - Every rank prints its own peak. Every rank holds parameter and gradient shards of rank 0's padded size, smaller Adam states or the same (section 2), and the same activations, so rank 0's figure is the one to plan for.
 # - On one GPU the same script needs no changes: `torchrun --nproc-per-node 1` gives a world of one, where FSDP2 shards nothing but still gathers (here, copies) each unit's parameters, as the N = 1 rows of section 3 show.
 #
