@@ -41,21 +41,25 @@ SHARDED_CATEGORIES = (
 
 
 @contextlib.contextmanager
-def fake_process_group(world_size: int, rank: int = 0):
+def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
     """Make this one process rank ``rank`` of a fake ``world_size``-rank job; always tear it down.
 
     ``torch.distributed.init_process_group("fake", store=FakeStore(), ...)``
     (``torch/testing/_internal/distributed/fake_pg.py``): collectives return
     at once and move no data, but every tensor keeps the shape it has on a
-    real rank.  Yields a 1-dimensional ``DeviceMesh`` of CPU ranks, built here,
-    outside any fake-tensor mode (its constructor reads tensor values), to
-    pass to ``fully_shard(..., mesh=mesh)``.  On exit, even when the body
+    real rank.  Yields a ``DeviceMesh`` of CPU ranks, built here, outside any
+    fake-tensor mode (its constructor reads tensor values), to pass to
+    ``fully_shard(..., mesh=mesh)``: 1-dimensional, or, for ``replicas`` > 1,
+    2-dimensional ``(replicas, world_size // replicas)`` with dimension names
+    ``("replicate", "shard")``, the mesh of HSDP (``fully_shard``'s docstring:
+    parameters sharded across the second dimension, replicated across the first).  On exit, even when the body
     raises, ``torch.distributed.destroy_process_group()`` runs, so that
     ``torch.distributed.is_initialized()`` is False afterwards.
 
     Raises:
-        ValueError: for a world size below 1, a rank outside it, or a process
-            group already initialised in this process.
+        ValueError: for a world size below 1, a rank outside it, a number of
+            replicas that does not divide the world size, or a process group
+            already initialised in this process.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -63,11 +67,16 @@ def fake_process_group(world_size: int, rank: int = 0):
     check_int("world_size", world_size, 1)
     if check_int("rank", rank, 0) >= world_size:
         raise ValueError(f"rank must be below world_size ({world_size}), got {rank!r}")
+    if world_size % check_int("replicas", replicas, 1):
+        raise ValueError(f"replicas must divide world_size ({world_size}), got {replicas!r}")
     if dist.is_initialized():
         raise ValueError("a torch.distributed process group is already initialised in this process")
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
-        yield init_device_mesh("cpu", (world_size,))
+        if replicas == 1:
+            yield init_device_mesh("cpu", (world_size,))
+        else:
+            yield init_device_mesh("cpu", (replicas, world_size // replicas), mesh_dim_names=("replicate", "shard"))
     finally:
         dist.destroy_process_group()
 
@@ -179,7 +188,8 @@ def default_units(model: nn.Module) -> list[nn.Module]:
 
 def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_len: int | None = None,
                  image_size: int = 224, optimizer: str = "adam", reshard_after_forward: bool | None = None,
-                 mixed_precision: bool = False, checkpoint: bool = False, units=None) -> ShardedStep:
+                 mixed_precision: bool = False, checkpoint: bool = False, units=None, rank: int = 0,
+                 replicas: int = 1, prefetch: int | None = None) -> ShardedStep:
     """One steady-state training step of ``model`` under FSDP2 on rank 0 of ``world_size``, simulated.
 
     The model is built on the ``meta`` device, its FSDP units (``units``, by
@@ -206,19 +216,38 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
         checkpoint: activation checkpointing of every unit
             (``torch.utils.checkpoint``, non-reentrant), inside its ``fully_shard``.
         units: the submodules to shard separately (a function of the built
-            model returning them, or None for :func:`default_units`).
+            model returning them, or None for :func:`default_units`); an
+            entry may be a list of modules, sharded as one unit
+            (``fully_shard([a, b])``), e.g. a GPT's embeddings and its head,
+            which share the token embedding's weight.
+        rank: the rank this process plays (rank 0 holds the largest shards).
+        replicas: HSDP: a 2-dimensional mesh of ``replicas`` groups of
+            ``world_size // replicas`` ranks; parameters are sharded within a
+            group and replicated across groups (the gradients all-reduced
+            across them).  1 (the default): plain FSDP over all ranks.
+        prefetch: None for FSDP2's default (in backward, the next unit's
+            all-gather issued while the current one computes); an integer k
+            >= 1 makes every unit prefetch the next k units explicitly in
+            forward and in backward (``set_modules_to_forward_prefetch``,
+            ``set_modules_to_backward_prefetch``; k = 1 is the default overlap,
+            more overlaps more and holds more all-gather buffers).  An empty
+            list restores the default in FSDP2 (``_fsdp_state.py``,
+            ``_pre_backward``): there is no public switch below one unit.
 
     Returns:
         A :class:`ShardedStep`.
 
     Raises:
-        ValueError: for a bad count, an unknown model or optimizer, or a
-            process group already initialised.
+        ValueError: for a bad count (world size, rank, replicas that do not
+            divide the world size, prefetch), an unknown model or optimizer,
+            or a process group already initialised.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 
     check_int("world_size", world_size, 1)
+    if prefetch is not None:
+        check_int("prefetch", prefetch, 1)
     config = StepConfig(model=model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                         optimizer=optimizer, device="simulated")
     meter = Meter("simulated")
@@ -229,18 +258,24 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
     built = runner.model
     chosen = default_units(built) if units is None else list(units(built))
     result = ShardedStep(runner.name, world_size, sum(p.numel() for p in built.parameters()),
-                         [(type(u).__name__, sum(p.numel() for p in u.parameters())) for u in chosen])
+                         [(_unit_name(u), _unit_parameters(u)) for u in chosen])
     result.units.append(("root", result.parameter_count - sum(n for _, n in result.units)))
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
         if mixed_precision else MixedPrecisionPolicy()
     if checkpoint:
         for unit in chosen:
-            _checkpoint_forward(unit)
+            for module in unit if isinstance(unit, (list, tuple)) else [unit]:
+                _checkpoint_forward(module)
 
-    with fake_process_group(world_size) as mesh:
-        for unit in chosen:
-            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-        fully_shard(built, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    with fake_process_group(world_size, rank, replicas) as mesh:
+        options = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+        wrapped = [fully_shard(unit, **options) for unit in chosen]
+        wrapped = [w[0] if isinstance(w, list) else w for w in wrapped]  # a grouped unit: one state, any module
+        fully_shard(built, **options)
+        if prefetch is not None:  # in forward order: each unit prefetches the next k, and in backward the previous k
+            for i, unit in enumerate(wrapped):
+                unit.set_modules_to_forward_prefetch(wrapped[i + 1:i + 1 + prefetch])
+                unit.set_modules_to_backward_prefetch(wrapped[max(0, i - prefetch):i][::-1])
 
         with meter:
             net = runner.place()
@@ -314,6 +349,19 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
     result.largest = largest
     result.peak_phase = peak_phase
     return result
+
+
+def _unit_name(unit) -> str:
+    """A unit's class name, or the names of a grouped unit's modules joined by '+'."""
+    if isinstance(unit, (list, tuple)):
+        return "+".join(type(m).__name__ for m in unit)
+    return type(unit).__name__
+
+
+def _unit_parameters(unit) -> int:
+    """Parameters of a unit (a module or a list of modules), each shared tensor once."""
+    modules = unit if isinstance(unit, (list, tuple)) else [unit]
+    return sum({id(p): p.numel() for m in modules for p in m.parameters()}.values())
 
 
 def _unsharded_serials(model: nn.Module, tracker: StorageTracker) -> set[int]:

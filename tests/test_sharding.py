@@ -102,3 +102,75 @@ def test_gpt2_model_states_and_transients():
     assert abs(one.largest["unsharded_parameters"] - four.largest["unsharded_parameters"]) < 0.001 * 4 * root  # ... but copied
     # activations are not sharded
     assert four.after_forward["other"] == sharded_step("gpt2", 2, batch_size=1, seq_len=64).after_forward["other"]
+
+
+def test_other_ranks_pad_parameters_and_gradients_but_not_adam_states():
+    """FSDP2 (_fsdp_param.py) gives every rank a parameter storage of rank 0's padded size and reduce-scatters
+    into an equal flat gradient buffer per unit; Adam's states are zeros_like the unpadded local view, so only
+    they are smaller on ranks with fewer (or no) rows.  The MLP's 10-row output layer on 8 ranks: chunks of 2 rows,
+    ranks 5 to 7 hold none of it."""
+    first, last = sharded_step("mlp", 8, batch_size=4), sharded_step("mlp", 8, batch_size=4, rank=7)
+    assert (last.parameters, last.gradients) == (first.parameters, first.gradients)
+    with torch.device("meta"):
+        model = digits_mlp()
+
+    def adam_bytes(rank):
+        rows = [torch.empty(p.shape, device="meta").chunk(8)[rank:rank + 1] for p in model.parameters()]
+        return 2 * sum(round_up(r[0].numel() * 4) if r and r[0].numel() else 0 for r in rows)
+
+    assert first.optimizer_states == adam_bytes(0) and last.optimizer_states == adam_bytes(7)
+    assert last.optimizer_states < first.optimizer_states
+    with pytest.raises(ValueError, match="rank"):
+        sharded_step("mlp", 2, rank=2)
+
+
+def test_hsdp_shards_within_a_group_only():
+    """HSDP: a (replicas, world_size // replicas) mesh; the model states are those of FSDP on one group."""
+    hsdp, fsdp2 = sharded_step("mlp", 4, batch_size=4, replicas=2), sharded_step("mlp", 2, batch_size=4)
+    assert hsdp.model_state_bytes == fsdp2.model_state_bytes > sharded_step("mlp", 4, batch_size=4).model_state_bytes
+    with pytest.raises(ValueError, match="replicas"):
+        sharded_step("mlp", 4, replicas=3)
+    assert not dist.is_initialized()
+
+
+def test_deeper_prefetch_holds_more_all_gather_buffers():
+    default = sharded_step("resnet18", 4, batch_size=2, image_size=32)
+    assert sharded_step("resnet18", 4, batch_size=2, image_size=32, prefetch=1).largest == default.largest
+    deeper = sharded_step("resnet18", 4, batch_size=2, image_size=32, prefetch=2)
+    assert deeper.largest["all_gather_buffers"] > default.largest["all_gather_buffers"]
+    with pytest.raises(ValueError, match="prefetch"):
+        sharded_step("mlp", 2, prefetch=0)
+
+
+def test_embeddings_and_head_as_their_own_unit():
+    """fully_shard([embeddings, head]): the tied weight in one unit of its own, resharded after forward,
+    so nothing stays gathered between forward and backward (the root holds no parameters)."""
+    grouped = sharded_step("gpt2", 2, batch_size=1, seq_len=16, units=lambda m: [[m.embeddings, m.head], *m.blocks])
+    default = sharded_step("gpt2", 2, batch_size=1, seq_len=16)
+    assert grouped.units[0] == ("Embeddings+Head", 50257 * 768 + 1024 * 768 + 2 * 768)
+    assert grouped.units[-1] == ("root", 0)
+    assert grouped.after_forward["unsharded_parameters"] == 0 < default.after_forward["unsharded_parameters"]
+    assert grouped.model_state_bytes == default.model_state_bytes
+
+
+def test_the_sharded_figures_draw_what_the_step_measured():
+    from helpers import MiB
+    from helpers.teaching.plots import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
+
+    steps = {n: sharded_step("mlp", n, batch_size=4) for n in (1, 2)}
+    fig = plot_sharded_world_sizes(steps, {"16Ψ/N": {n: 16 * steps[1].parameter_count / n for n in steps}})
+    ax = fig.axes[0]
+    tops = {}
+    for bar in ax.patches:   # stacked segments: the top of each N's bar
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0), bar.get_y() + bar.get_height())
+    for n, s in steps.items():
+        gathered = max(u + b for _, _, u, b in s.timeline)
+        assert tops[n] == pytest.approx((s.model_state_bytes + gathered) / MiB)
+    assert [line.get_label() for line in ax.get_lines()] == ["16Ψ/N"]
+    assert len(plot_sharded_timeline([steps[2]], ["N = 2"]).axes) == 1
+    peaks = plot_sharded_peaks(list(steps.values()), ["N = 1", "N = 2"])
+    assert [t.get_text() for t in peaks.axes[0].texts] == [f"{s.peak_bytes / MiB:,.0f} MiB" for s in steps.values()]
+    for plot in (plot_sharded_timeline, plot_sharded_peaks):
+        with pytest.raises(ValueError, match="labels"):
+            plot([steps[1]], ["a", "b"])

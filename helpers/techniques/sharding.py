@@ -68,7 +68,10 @@ def deepspeed_zero2_gpu_bytes(total_params: int, num_gpus: int) -> int:
     function behind ``estimate_zero2_model_states_mem_needs_all_live``):
     ``2 * total_params + int(18 * total_params / total_gpus)``, where 2 bytes are
     the 16-bit parameters (not sharded) and 18 = 16-bit gradient 2 + fp32
-    gradient 4 + fp32 parameter 4 + Adam's two moments 8, sharded.
+    gradient 4 + fp32 parameter 4 + Adam's two moments 8, sharded.  That is the
+    code since DeepSpeed pull request #5099 (June 2024); its documentation page
+    *Memory Requirements* (``docs/code-docs/source/memory.rst``) still gives the
+    formula from before, ``4 * params + 16 * params / total_gpus``.
 
     Raises:
         ValueError: for a negative parameter count or fewer than 1 GPU.
@@ -85,9 +88,11 @@ def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer_params: int, num_
     ``deepspeed/runtime/zero/stage3.py`` (deepspeedai/DeepSpeed, behind
     ``estimate_zero3_model_states_mem_needs_all_live``):
     ``4 * largest_layer_params + int(18 * total_params / total_gpus)``: the
-    18 bytes per parameter of stage 2, all sharded, plus room for the largest
-    layer gathered whole (its ``model_to_params`` takes the largest count of
-    parameters any one module holds directly, ``parameters(recurse=False)``).
+    18 bytes per parameter of stage 2, all sharded, plus 4 bytes per parameter
+    of the largest layer: its 16-bit parameters gathered (2) and its 16-bit
+    gradients computed (2), as DeepSpeed's *Memory Requirements* page explains
+    (its ``model_to_params`` takes the largest count of parameters any one
+    module holds directly, ``parameters(recurse=False)``).
 
     Raises:
         ValueError: for negative counts or fewer than 1 GPU.
