@@ -29,7 +29,7 @@
 # - Measure full and selective activation checkpointing, and the logits with a chunked cross-entropy.
 # - Compute the KV cache per token, and the context that fits on a card.
 #
-# **Time:** 50 minutes teaching, 20 minutes exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, nothing of an 8-billion-parameter model is allocated).
+# **Time:** 45 minutes teaching (reading, running, the figures), 20 minutes exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, nothing of an 8-billion-parameter model is allocated).
 #
 # Lessons 02 (what autograd saves), 04 (AMP, checkpointing) and 05 (model states; GPT-2 1.5B against the ZeRO paper) come first.
 
@@ -116,7 +116,7 @@ print(f"one block keeps {kept_bytes(kept):,} bytes: gpt_block_kept's {len(kept)}
 assert sum(k.nbytes for k in kept if k.shape[-1] != 1 and k.shape != (b, a, s, s)) == 64 * sbh  # see below
 
 # %% [markdown]
-# The formula, the inspector and the engine agree **byte for byte**, and every block keeps the same (so later sections measure a model with two blocks and multiply by the layer count). What "a block keeps" means, here and in the rest of the lesson: the growth of allocated memory from the moment the block starts to the moment it returns, that is every storage it made that is still alive: what it saved for backward, its output, and (under AMP) autocast's cached weight copies. `measure_blocks` measures exactly that. The tests (`tests/test_transformer_memory.py`) check the same equality at two shapes, in float32 and under AMP, with both attention kernels, and with dropout.
+# The formula, the inspector and the engine agree **byte for byte**, and every block keeps the same (so later sections measure a model with two blocks and multiply by the layer count). What "a block keeps" means, here and in the rest of the lesson, is what `measure_blocks` measures: the growth of allocated memory from the moment the block starts to the moment it returns, every storage it made and still alive: what it saved for backward, its output, and (under AMP) autocast's cached weight copies.
 #
 # Per s·b·h, float32 with the math kernel: 8 tensors of width h (4 bytes each) and 2 of width 4h (16 bytes each) make **64 bytes**; the scores add **4·a·s²·b** bytes (a float32 b × a × s × s tensor), and the four LayerNorm statistics 16·s·b. Under AMP the matmuls return float16 and the figure changes; here is that block beside the formula of Korthikanti et al. (*Reducing Activation Recomputation in Large Transformer Models*, 2022, section 4.1), which assumes 16-bit activations, dropout with 1-byte masks, and attention that keeps its scores. To compare like with like, the block gets dropout (p = 0.1) before each residual sum:
 
@@ -152,7 +152,7 @@ assert (engine_sbh, engine_s2) == (44, 4) and len(agree) == 7
 # - **4 instead of 5 a·s²·b**: the softmax output is float32 (4 bytes, not 2), and this GPT, like GPT-2, has no dropout *inside* attention: no 1-byte mask of the scores and no dropped copy of them (−1 and −2).
 # - **Not in the paper**: the LayerNorm statistics (16·s·b, 0.25 byte per s·b·h here), and autocast's 16-bit copies of the weights and biases, cached for backward (2 bytes per parameter: 2·12h² per block, independent of b and s).
 #
-# So 34 + 2 + 2 + 6 = 44. The paper's count is not wrong: it counts a Megatron-LM implementation in which everything is 16-bit. The engine counts what *this* PyTorch code keeps.
+# So 34 + 2 + 2 + 6 = 44. The paper is not wrong: it counts a Megatron-LM implementation in which everything is 16-bit; the engine counts what *this* PyTorch code keeps.
 #
 # ## 2. Attention kernels: the s² term appears and vanishes
 #
@@ -168,7 +168,7 @@ assert measure_blocks(gpt(g124), 1, 1024, amp=True, attention="flash")[1] == sum
 plot_stacked_parts(columns, "MiB", title="What one GPT-2 124M block keeps (b = 1, s = 1024), by part", order=KEPT_GROUPS)
 
 # %% [markdown]
-# Look at the vermillion segment: the float32 scores (4·a·s² bytes, 48 MiB) weigh about as much as everything else the block keeps at 1024 tokens, and under AMP they stay float32, because the math kernel computes in float32. Flash attention removes the segment entirely. AMP halves the rest, and adds autocast's 16-bit weight copies (the pink segment, 13.5 MiB per block whatever b and s). Now the same block from 512 to 16k tokens, per layer, with both kernels:
+# Look at the vermillion segment: the float32 scores (4·a·s² bytes, 48 MiB) weigh about as much as everything else the block keeps at 1024 tokens, and under AMP they stay float32, because the math kernel computes in float32. Flash attention removes the segment entirely. AMP halves the linear layers' inputs and the MLP's wide tensors (orange, sky blue), not the float32 residual stream (blue) nor, in the math kernel, q, k and v (green), and it adds autocast's 16-bit weight copies (pink, 13.5 MiB per block whatever b and s). Now the same block from 512 to 16k tokens, per layer, with both kernels:
 
 # %%
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -376,12 +376,13 @@ for k in ("math", "flash"):
     assert ckpt["full", k] < ckpt["selective", k] < ckpt["none", k]
     assert abs(ckpt["full", k] - weights16 - inputs8) < 0.01 * GiB
 assert ckpt["selective", "math"] > 4 * ckpt["none", "flash"]
+rest_second = (KEPT_GROUPS[0], "everything else the blocks keep", *KEPT_GROUPS[2:])  # colours as in the first figure
 plot_stacked_parts(bars, "GiB", title="Llama-3 8B, 32 blocks, s = 8192, b = 1, AMP: checkpointing per block",
-                   order=KEPT_GROUPS)
+                   order=rest_second)
 
 
 # %% [markdown]
-# Look at the bars in pairs (math, flash). **Full** checkpointing (the two shortest) leaves each block's float32 input (blue, 4 GiB for the 32 blocks) and autocast's 16-bit weight copies (pink, 13 GiB, which checkpointing does not touch): 17 GiB with either kernel, since the scores are recomputed too. Of what the forward pass leaves, the copies are then the larger part; of the step's peak they are a small one, beside 120 GiB of model states (16 bytes per parameter against their 2). Weights held in 16 bits, or `torch.autocast(..., cache_enabled=False)`, remove them from checkpointed blocks. The price of full checkpointing is a second forward pass of every block in backward (about a third more compute).
+# Look at the bars in pairs (math, flash). **Full** checkpointing (the two shortest) removes the orange part and leaves each block's float32 input (blue, 4 GiB for the 32 blocks) and autocast's 16-bit weight copies (pink, 13 GiB, which checkpointing does not touch): 17 GiB with either kernel, since the scores are recomputed too. Of what the forward pass leaves, the copies are then the larger part; of the step's peak they are a small one, beside 120 GiB of model states (16 bytes per parameter against their 2). Weights held in 16 bits, or `torch.autocast(..., cache_enabled=False)`, remove them from checkpointed blocks. The price of full checkpointing is a second forward pass of every block in backward (about a third more compute).
 #
 # **Selective** with this policy keeps the matmuls' outputs. With flash attention it is the obvious middle: the projections and the attention output are kept, SiLU and the product recomputed. With the **math** kernel it keeps the s² term, because q kᵀ is a matmul. Korthikanti et al.'s "selective recomputation" is the opposite choice: recompute exactly the attention core and keep the linear layers' inputs. The right policy depends on the kernel.
 #
@@ -539,10 +540,10 @@ explorer
 # ## Key points
 #
 # - A transformer block keeps, per token and hidden unit, a few dozen bytes that do not depend on the sequence (the inputs of its linear layers and norms, the MLP's wide tensors, the residual stream), plus the attention scores, a·s² per sequence, only if the kernel keeps them.
-# - The published formulas count someone's implementation: Korthikanti's 34·s·b·h + 5·a·s²·b is Megatron-LM's 16-bit GPT with dropout and scores kept; ZeRO's 12 values per s·b·h has no s² at all. PyTorch with `torch.autocast` keeps 42 + 4·a·s/h (math kernel; 44 with dropout) or 36 (flash) bytes per s·b·h for a GPT-2 block, plus its 16-bit weight copies, and Llama's block keeps more (SwiGLU's four wide tensors, per-projection casts, repeated keys and values).
-# - Flash and memory-efficient attention remove the s² term: Llama 8B at 16k tokens keeps a tenth of what the formula says. Measure with the kernel your GPU runs.
+# - The published formulas count someone's implementation: Korthikanti's 34·s·b·h + 5·a·s²·b is Megatron-LM's 16-bit GPT with dropout and scores kept; ZeRO's 12 values per s·b·h, which predates fused kernels, leaves the scores out. PyTorch with `torch.autocast` keeps 42 + 4·a·s/h (math kernel; 44 with dropout) or 36 (flash) bytes per s·b·h for a GPT-2 block, plus its 16-bit weight copies; this lesson's Llama block keeps 54 (SwiGLU's four wide tensors, per-projection casts, repeated keys and values), a figure of its implementation, not of Llama.
+# - Flash and memory-efficient attention remove the s² term: Llama 8B at 16k tokens keeps less than a tenth of what the formula says. On a GPU, PyTorch's dispatcher picks a fused kernel whenever one accepts the call (masks and grouped-query attention included); measure with the kernel your GPU runs.
 # - Full checkpointing per block leaves the block inputs (and, under autocast, 2 bytes per parameter of weight copies); a selective policy keeps what is costly to recompute, and must match the kernel: "save the matmuls" keeps the math kernel's scores.
-# - The logits (s·b·vocab) can be the largest tensor of a step, and the loss keeps more of them: 8 bytes per logit for 16-bit logits under autocast (logits, 16-bit log-softmax, its float32 copy), 6 when they are upcast first; a chunked cross-entropy never holds them all. At inference the KV cache, 2·layers·KV heads·head size·2 bytes per token, decides the context: 128 KiB per token for Llama-3 8B.
+# - The logits (s·b·vocab) can be the largest tensor of a step, and the loss keeps more of them: 8 bytes per logit for 16-bit logits under autocast (logits, 16-bit log-softmax, its float32 copy), 6 when they are upcast first; a chunked cross-entropy never holds them all. At inference the KV cache, 2·layers·KV heads·head size·2 bytes per token, decides the context: 128 KiB per token for Llama-3 8B, and the tokens that fit beside the weights are an upper bound.
 #
 # ## Further reading
 #
