@@ -245,9 +245,10 @@ l8 = LLAMA_PRESETS["llama3-8b"]
 with torch.device("meta"):
     whole = Llama(l8)
 P8 = sum(p.numel() for p in whole.parameters())
-print(f"Llama-3 8B shape: {P8:,} parameters, h={l8.d_model}, {l8.n_layer} layers, {l8.n_head} heads, "
-      f"{l8.n_kv_head} KV heads, MLP {l8.intermediate}, vocabulary {l8.vocab_size:,}")
+print(f"Llama-3 8B shape: {P8:,} parameters")
 assert P8 == l8.parameter_count() == 8_030_261_248
+assert (l8.d_model, l8.n_layer, l8.n_head, l8.n_kv_head, l8.intermediate, l8.vocab_size) == (
+    4096, 32, 32, 8, 14336, 128_256)  # h, layers, heads, KV heads, the MLP's width, the vocabulary
 tiny = measure_blocks(lambda: Llama("llama-tiny"), 2, 64, amp=True, attention="flash")
 assert tiny[0] == tiny[1]  # every block the same: measure two, multiply by 32
 
@@ -446,7 +447,7 @@ fit_tokens = {}
 for name, nbytes in per_token.items():
     params = P8 if name == "llama3-8b" else GPT2_PRESETS[name].parameter_count()
     fit_tokens[name] = (card - CUDA_OVERHEAD_BYTES - 2 * params) // nbytes  # an upper bound: see below
-    if name in ("gpt2", "gpt2-xl", "llama3-8b"):
+    if name in ("gpt2-xl", "llama3-8b"):
         print(f"{name:<11} {fmt_bytes(nbytes, 'KiB'):>19} {fmt_bytes(2 * params, 'GiB'):>15} {fit_tokens[name]:>33,}")
 print(f"a 128k-token context of Llama-3 8B: {fmt_bytes(128 * 1024 * per_token['llama3-8b'], 'GiB')} of cache")
 assert per_token["llama3-8b"] == 128 * 1024 and fit_tokens["llama3-8b"] > fit_tokens["gpt2-xl"]
