@@ -42,14 +42,32 @@ from .engine.trace import Event
 
 CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")
 
-#: One colour per category, shared by the figures (plots.py) and the widget.
+#: The Okabe-Ito palette (M. Okabe and K. Ito, *Color Universal Design*, 2002;
+#: B. Wong, "Points of view: Color blindness", Nature Methods 8, 441, 2011):
+#: eight colours that stay distinct for the common kinds of colour blindness.
+#: Every figure of the course draws from it, plus ``grey`` for "other".
+OKABE_ITO = {
+    "orange": "#E69F00",
+    "sky blue": "#56B4E9",
+    "bluish green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish purple": "#CC79A7",
+    "black": "#000000",
+    "grey": "#999999",
+}
+
+#: One colour per category (Okabe-Ito), shared by the figures (plots.py) and
+#: the widgets.  Neighbours in :data:`CATEGORIES` order (the order of a stacked
+#: bar) differ in hue and in lightness, so that they contrast in grey scale too.
 CATEGORY_COLORS = {
-    "parameters": "#4c72b0",
-    "gradients": "#dd8452",
-    "optimizer_states": "#8172b3",
-    "input": "#937860",
-    "activations": "#55a868",
-    "other": "#c7c7c7",
+    "parameters": OKABE_ITO["blue"],
+    "gradients": OKABE_ITO["orange"],
+    "optimizer_states": OKABE_ITO["reddish purple"],
+    "input": OKABE_ITO["yellow"],
+    "activations": OKABE_ITO["bluish green"],
+    "other": OKABE_ITO["grey"],
 }
 
 

@@ -27,7 +27,7 @@
 # - Produce an out-of-memory error with free memory left, in numbers, and measure what the allocator's settings change.
 # - Draw the segments and blocks of a step, simulated here, and from `torch.cuda.memory._snapshot()` on a GPU with the same function.
 #
-# **Time:** 40 minutes teaching, 20 minutes exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
+# **Time:** about 60 minutes alone: 35 reading and running the cells (a run-all takes under a minute), 25 for the three exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
 #
 # Lessons 01 (allocated versus reserved, the out-of-memory message) and 03 (one step, event by event) come first.
 
@@ -42,7 +42,7 @@ from torch import nn
 from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
 from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
                                smallest_capacity)
-from helpers.teaching.plots import plot_memory_map, plot_reserved
+from helpers.teaching.plots import plot_memory_map, plot_reserved, plot_reserved_bars
 from helpers.teaching.reference import reference_report
 from helpers.teaching.widgets import MemoryExplorer
 
@@ -99,16 +99,30 @@ assert gpu.allocated == 50 * MiB + 512 and released == 20 * MiB and gpu.reserved
 # %% [markdown]
 # `del` lowered *allocated* and left *reserved* alone: the 20 MiB segment stayed, cached. `empty_cache()` gave back every segment with nothing allocated in it, and only those: a segment with one live block, however small, stays whole.
 #
-# **What `nvidia-smi` adds.** A process that uses CUDA also holds memory outside PyTorch's allocator, and the simulation cannot measure it. Typical sizes, from published measurements (yours will differ with the GPU, the driver and the CUDA version):
+# **What `nvidia-smi` adds.** A process that uses CUDA also holds memory outside PyTorch's allocator, and the simulation cannot measure it: the **CUDA context** (the driver's state and the kernels loaded so far). Published measurements are a few hundred MiB, and yours will differ with the GPU, the driver and the CUDA version. The pull request that made lazy kernel loading PyTorch's default (pytorch/pytorch #86509, PyTorch 1.13) measured the GPU memory in use after creating one tensor of 20 × 16 × 50 × 100 `float32` values: 287,047,680 bytes, and 666,632,192 bytes with eager loading. Both figures include the segment that the allocator reserved for that tensor, and its rules say how large that segment is:
+
+# %%
+probe = CachingAllocator()
+probe.malloc(20 * 16 * 50 * 100 * 4)  # the pull request's tensor: 6.1 MiB, so a 20 MiB segment (rule 3)
+measured = {"lazy loading (the default)": 287_047_680, "eager loading": 666_632_192}
+for loading, in_use in measured.items():
+    print(f"{loading}: {fmt_bytes(in_use)} in use = {fmt_bytes(probe.reserved)} segment "
+          f"+ {fmt_bytes(in_use - probe.reserved)} CUDA context")
+assert probe.reserved == 20 * MiB and measured["lazy loading (the default)"] - probe.reserved == 266_076_160
+
+# %% [markdown]
+# So the context itself was about 254 MiB there. Later reports give "around 400 MB" (381 MiB) with CUDA 11.7 or later (pytorch/pytorch #109888) and 426 MiB in `nvidia-smi` for PyTorch 2.10 with CUDA 13.0 (unslothai/unsloth-zoo #1053).
 #
-# | what | typical size | source |
-# |---|---|---|
-# | CUDA context, kernels loaded lazily (PyTorch's default since 1.13) | 274 MiB (287,047,680 bytes) in use after one small tensor; 636 MiB with eager loading | pytorch/pytorch PR #86509 |
-# | the same, later versions | "around 400 MB" (CUDA ≥ 11.7); 426 MiB in `nvidia-smi` for PyTorch 2.10 with CUDA 13.0 | pytorch/pytorch #109888; unslothai/unsloth-zoo PR #1053 |
-# | cuBLAS workspace, per handle and stream | 8,519,680 bytes (the default `CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`) | a `memory_snapshot()` in the PyTorch forums; `CublasHandlePool.cpp` |
-# | cuBLASLt workspace | 1 MiB; 4 MiB on Ampere cards of 24 GB or more; 32 MiB on Hopper | `CUDABlas.cpp`, pytorch/pytorch PR #120925 |
-#
-# The cuBLAS workspaces are allocated *through* the caching allocator, on the first matrix multiplication, and kept: on a GPU they are part of `memory_allocated()` and `memory_reserved()`, which the simulation leaves out. When the lessons judge whether a step fits with simulated reserved memory, they add an assumed CUDA context:
+# **cuBLAS workspaces** are different: PyTorch allocates them *through* the caching allocator, one per cuBLAS handle and stream, at the first matrix multiplication, and keeps them. Handles belong to threads, and a training step uses two: the forward pass runs on your Python thread, the backward pass on autograd's own thread for the GPU. In PyTorch 2.14.1 a workspace is 32 MiB on GPUs of compute capability 9 to 12 (Hopper, such as this course's reference H100, and Blackwell) and 8,519,680 bytes (`CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`) on older ones (`parseChosenWorkspaceSize` in `aten/src/ATen/cuda/CublasHandlePool.cpp`). cuBLASLt, the library behind many of PyTorch's matrix multiplications, shares that workspace by default in 2.14.1: it uses `CUBLASLT_WORKSPACE_SIZE` (1 MiB by default) of the cuBLAS workspace of the same handle and stream, and allocates nothing of its own unless `TORCH_CUBLASLT_UNIFIED_WORKSPACE=0` is set. Older releases gave cuBLASLt separate workspaces, so sizes quoted for them no longer apply.
+
+# %%
+workspace = {"H100 (Hopper) or Blackwell": 32 * MiB, "older GPUs": 4096 * 1024 * 2 + 16 * 1024 * 8}  # :4096:2:16:8
+for gpus, size in workspace.items():
+    print(f"{gpus}: 2 cuBLAS workspaces (forward and backward threads) = {fmt_bytes(2 * size)}")
+assert workspace["older GPUs"] == 8_519_680
+
+# %% [markdown]
+# On a GPU these 64 MiB (on an H100) are part of `memory_allocated()` and `memory_reserved()`; the simulation leaves them out. When the lessons judge whether a step fits with simulated reserved memory, they add an assumed CUDA context:
 
 # %%
 print(f"assumed CUDA context and library handles: {fmt_bytes(CUDA_CONTEXT_BYTES)} "
@@ -136,15 +150,17 @@ assert run.segments_opened(0, second) == 62 and run.segments_opened(second) == 0
 assert run.reserved[second - 1] == run.reserved[-1] == run.peak_reserved
 
 # %% [markdown]
-# The first step asked the driver for 62 segments; the second asked for none: every tensor of the second step found a cached block. Reserved memory climbs during the first step and then stays flat at its peak, even between steps, when only the model states are allocated. That is the curve a learner sees in `nvidia-smi` or in a monitoring tool. It is not a leak, and it is not there "to avoid fragmentation" as some write (reference 000 of this course): it is the cache, kept because handing it back and asking for it again at every step would be slow.
+# The first step asked the driver for 62 segments; the second asked for none: every tensor of the second step found a cached block. In this replay, reserved memory climbs during the first step and then stays flat at its peak, even between steps, when only the model states are allocated. These are the allocator model's figures, not a measurement; on a GPU, `torch.cuda.memory_reserved()` has this shape (section 6 compares the two), and `nvidia-smi` shows it plus the CUDA context. It is not a leak, and it is not there "to avoid fragmentation", as a note among this course's sources claims (*Why the memory of GPU increase dramatically while training the deep learning model?*, see References): it is the cache, kept because handing it back and asking for it again at every step would be slow.
 
 # %%
 expandable = replay(step.allocation_log, settings="expandable_segments:True")
 plot_reserved([run, expandable], ["default", "expandable_segments:True"], marks={"second step": second},
-              title="ResNet18, batch 128: allocated and reserved, two training steps (simulated)")
+              title="ResNet18, batch 128: allocated and reserved over two steps (allocator model)")
 
 # %% [markdown]
-# Why 1.3 GiB more reserved than allocated at the peak? Freed blocks are reused by tensors of other sizes: a block is split, a smaller tensor takes part of it, and its rest can only serve smaller requests. When a large request finds no block large enough, a new segment is opened even though the free blocks add up to more. The dashed orange line is the same log with `expandable_segments:True` (section 4), which grows a single segment instead.
+# Look at the dashed blue line: with the default settings, reserved memory climbs through the first step and stays at its peak through the second, while allocated memory (solid) rises and falls with each step. The vermillion lines are the same log with `expandable_segments:True` (section 4): reserved stays just above allocated.
+#
+# Why 1.3 GiB more reserved than allocated at the peak with the defaults? Freed blocks are reused by tensors of other sizes: a block is split, a smaller tensor takes part of it, and its rest can only serve smaller requests. When a large request finds no block large enough, a new segment is opened even though the free blocks add up to more.
 #
 # The same replay for lesson 04's configurations and for GPT-2 124M (sequence 1024, batch 8, Adam, float32):
 
@@ -153,22 +169,25 @@ configs = {"ResNet18 b128": ("resnet18", 128, {}),
            "ResNet18 b128 AMP": ("resnet18", 128, {"amp": True}),
            "ResNet18 b128 checkpoint 4": ("resnet18", 128, {"checkpoint": 4}),
            "GPT-2 124M b8 Adam": ("gpt2", 8, {"seq_len": 1024, "optimizer": "adam"})}
-table = {}
-print(f"{'step':<28} {'tensors':>11} {'allocated':>11} {'reserved':>11} {'ratio':>6} {'expandable':>11}")
+labels, tensors, default, expandable = [], [], [], []
 for label, (model, batch, options) in configs.items():
     p = step if label == "ResNet18 b128" else profile_step(model, batch, device="simulated", steady_state=True,
                                                             **options)
-    r, e = replay(p.allocation_log), replay(p.allocation_log, settings="expandable_segments:True")
-    table[label] = (p.peak_allocated_bytes, r.peak_allocated, r.peak_reserved, e.peak_reserved)
-    print(f"{label:<28} {fmt_bytes(p.peak_allocated_bytes):>11} {fmt_bytes(r.peak_allocated):>11} "
-          f"{fmt_bytes(r.peak_reserved):>11} {r.peak_reserved / r.peak_allocated:>6.2f} {fmt_bytes(e.peak_reserved):>11}")
-assert all(t <= a <= r and t <= e for t, a, r, e in table.values())
-assert all(1.05 < r / a < 1.61 for _, a, r, _ in table.values())
+    labels.append(label)
+    tensors.append(p.peak_allocated_bytes)
+    default.append(replay(p.allocation_log))
+    expandable.append(replay(p.allocation_log, settings="expandable_segments:True"))
+ratios = [round(r.peak_reserved / r.peak_allocated, 2) for r in default]
+assert all(t <= d.peak_allocated <= d.peak_reserved and t <= e.peak_reserved
+           for t, d, e in zip(tensors, default, expandable))
+assert ratios == [1.47, 1.28, 1.60, 1.06]
 assert round((run.peak_reserved - run.peak_allocated) / 2**30, 1) == 1.3
-assert table["ResNet18 b128"][2] == 4152 * MiB and table["GPT-2 124M b8 Adam"][2] == 11480 * MiB
+assert default[0].peak_reserved == 4152 * MiB and default[3].peak_reserved == 11480 * MiB
+plot_reserved_bars(labels, tensors, default, expandable,
+                   title="Peak allocated and reserved per step (allocator model, simulated)")
 
 # %% [markdown]
-# Reserved memory is 6 to 60% above allocated here, and the ratio depends on the sizes and the order of the tensors, not on a rule of thumb: a fixed "add 1 GiB" (lessons 01 to 05) is too much for a small step and too little for a large one. These are simulated figures: they hold for the tensors the engine sees, in the order it sees them. A GPU adds cuDNN and cuBLAS workspaces, which are allocated through the same allocator and can change its choices; section 6 compares with a real GPU where one has been recorded.
+# Look at the dark blue bars and the ratios beside them: with the default settings, peak reserved is 6% (GPT-2) to 60% (ResNet18 with checkpointing) above peak allocated, while the grey and sky-blue bars, the tensors and what the allocator counts for them, hardly differ. With `expandable_segments:True` (vermillion) reserved stays close to allocated. The ratio depends on the sizes and the order of the tensors, not on a rule of thumb: a fixed "add 1 GiB" (lessons 01 to 05) is too much for a small step and too little for a large one. These are simulated figures: they hold for the tensors the engine sees, in the order it sees them. A GPU adds cuDNN and cuBLAS workspaces, which are allocated through the same allocator and can change its choices; section 6 compares with a real GPU where one has been recorded.
 #
 # ## 3. What `del` and `empty_cache()` change, and what they cost
 #
@@ -198,7 +217,7 @@ assert max(emptied.reserved[end:]) >= max(kept.reserved[end:]) == run.peak_reser
 #
 # ## 4. Fragmentation: out of memory with memory free
 #
-# ZeRO's authors report out-of-memory errors "with 30% of memory still available" (reference 003). The allocator's rules are enough to produce one. A GPU on which the allocator may reserve 1024 MiB: one 1000 MiB tensor is allocated and freed (its segment stays cached), then ten tensors of 98 MiB take consecutive blocks of that segment, and every second one is freed. Then a 150 MiB tensor is asked for.
+# The ZeRO paper (Rajbhandari et al., section 3.2) reports "significant memory fragmentation when training very large models", with out-of-memory errors "with over 30% of memory still available in some extreme cases"; its section 6.3 traces it to short-lived tensors interleaved with long-lived ones (discarded and checkpointed activations in the forward pass, activation and parameter gradients in the backward pass). The allocator's rules are enough to produce such an error. A GPU on which the allocator may reserve 1024 MiB: one 1000 MiB tensor is allocated and freed (its segment stays cached), then ten tensors of 98 MiB take consecutive blocks of that segment, and every second one is freed. Then a 150 MiB tensor is asked for.
 
 # %%
 def toy(settings=None):
@@ -228,7 +247,7 @@ assert (error.reserved, error.allocated, error.largest_free) == (1000 * MiB, 490
 # Two settings of `PYTORCH_CUDA_ALLOC_CONF` change this:
 #
 # - **`max_split_size_mb:N`**: blocks of N MiB or more are never split, and a smaller request never takes one. A large cached segment then cannot be cut up by small tensors; when memory runs short, such oversize blocks are given back first.
-# - **`expandable_segments:True`**: instead of one segment per large request, one segment per pool grows by mapping pages of physical memory (20 MiB in the large pool) at its end. Pages in the middle that hold no live tensor can be unmapped and mapped again at the end, so the free pieces are no longer stuck between live blocks.
+# - **`expandable_segments:True`**: instead of one segment per large request, one segment per pool and stream grows by mapping pages of physical memory (20 MiB in the large pool) at its end. Pages in the middle that hold no live tensor can be unmapped and mapped again at the end, so the free pieces are no longer stuck between live blocks.
 
 # %%
 for settings in ("max_split_size_mb:512", "expandable_segments:True"):
@@ -285,20 +304,20 @@ assert need[""] > need["expandable_segments:True"] > floor and need["max_split_s
 # %% [markdown]
 # Three lessons in these lines:
 #
-# - **Without memory pressure the cache only grows.** With the default settings, reserved memory climbs to over ten times what the tensors ever need, because each step's slightly larger tensors open new segments and the old ones are kept. On a real GPU `nvidia-smi` shows the card full; the allocator gives memory back only when a `cudaMalloc` fails.
+# - **Without memory pressure the cache only grows.** With the default settings, the model's reserved memory climbs to over ten times what the tensors ever need, because each step's slightly larger tensors open new segments and the old ones are kept. On a GPU the same rules fill the card: the allocator gives cached memory back only when a `cudaMalloc` fails.
 # - **Under pressure it costs time, then memory.** On a GPU just large enough, the allocator runs out, empties its cache (a device synchronisation) and retries: the *cache flushes* above, `num_alloc_retries` in `torch.cuda.memory_stats()`. Below that size, fragmentation turns into an out-of-memory error although the tensors alone would fit.
 # - **`expandable_segments:True` keeps reserved memory near the tensors' peak** (without a limit, 642 MiB against the defaults' gigabytes) and needs no flushes; its 20 MiB pages cost a little at the margin. `max_split_size_mb` saves memory here but flushes the cache more. If your input shapes vary, try `expandable_segments:True` first, or make the shapes constant (exercise 2).
 #
 # ## 5. A picture of segments and blocks over time
 #
-# PyTorch's memory snapshot viewer (https://pytorch.org/memory_viz) draws the allocator's state from a GPU recording. `plot_memory_map` draws the same kind of picture offline, from the model's trace of the ResNet18 step of section 2: time runs left to right over both steps; each segment is a band of addresses (light grey: reserved but free); coloured bars are the tensors' blocks, by category in the second step, which the engine labels (the first step's tensors are grey).
+# PyTorch's memory snapshot viewer (https://pytorch.org/memory_viz) draws the allocator's state from a GPU recording. `plot_memory_map` draws the same kind of picture offline, from the model's trace of the ResNet18 step of section 2: time runs left to right over both steps; each segment is a band of addresses (light grey: reserved but free); coloured bars are the tensors' blocks, by category (the first step's tensors, which the engine does not label, in sky blue). Parameters, gradients and optimizer states are drawn at least a few pixels high so that small ones can be seen; only their heights are not to scale.
 
 # %%
-plot_memory_map(run.allocator.trace, step.categories_by_serial(),
-                title="ResNet18, batch 128: segments (grey) and blocks over two steps (simulated, defaults)")
+plot_memory_map(run.allocator.trace, step.categories_by_serial(), first_step_until=run.trace_position(second),
+                title="ResNet18, batch 128: segments and blocks over two steps (allocator model, defaults)")
 
 # %% [markdown]
-# Read it from left to right. The parameters (blue, at the bottom) were placed before the first step. The first step's forward pass opens segment after segment for the activations it keeps (grey, rising), and its backward pass opens more, near the top: gradients of activations that fit none of the blocks freed so far. The momentum buffers (purple), created by the first `optimizer.step()`, landed in free blocks of those segments and stay there for the rest of training: long-lived tensors between short-lived ones are what pins a segment (section 4). In the second step every tensor finds a place in a segment the first step opened, and the top segments stay almost empty: most of section 2's 1.3 GiB of reserved but unallocated memory.
+# Look at the reddish-purple bars in the upper segments: they are momentum buffers, and they pin segments that are otherwise free. Read the map from left to right. The parameters (blue, at the bottom) were placed before the first step. The first step's forward pass opens segment after segment for the activations it keeps (sky blue, rising), and its backward pass opens more, near the top: gradients of activations (grey, "other") that fit none of the blocks freed so far. The momentum buffers, created by the first `optimizer.step()`, landed in free blocks of those segments and stay there for the rest of training: long-lived tensors between short-lived ones are what pins a segment (section 4). In the second step every tensor (activations in green) finds a place in a segment the first step opened, and the top segments stay almost empty: most of section 2's 1.3 GiB of reserved but unallocated memory.
 #
 # ## 6. On a real GPU
 #
@@ -412,15 +431,22 @@ explorer
 #
 # ## Key points
 #
-# - `memory_allocated()` counts the blocks of live tensors (each request rounded up to 512 bytes, plus unsplit rests of up to 1 MiB in the large pool); `memory_reserved()` counts whole segments, in use or cached; `nvidia-smi` adds the CUDA context (a few hundred MiB) and anything outside PyTorch's allocator.
+# - `memory_allocated()` counts the blocks of live tensors (each request rounded up to 512 bytes, plus unsplit rests of up to 1 MiB in the large pool); `memory_reserved()` counts whole segments, in use or cached; `nvidia-smi` adds the CUDA context (a few hundred MiB) and anything outside PyTorch's allocator. cuBLAS workspaces (32 MiB per handle and stream on an H100, two in a training step) go through the allocator.
 # - The caching allocator keeps freed blocks because `cudaMalloc` and `cudaFree` are slow and synchronise: memory climbs during the first step and stays up. `del` lowers allocated, never reserved; `empty_cache()` gives back only segments with nothing alive in them, and the next step asks for them again.
 # - Fragmentation is free memory in pieces too small for the next request, pinned between live blocks. It can raise an out-of-memory error with half the reserved memory free, and with varying shapes it makes the cache grow step after step.
-# - `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (set before the first CUDA allocation) grows one segment per pool and returns free pages from anywhere in it: the first thing to try when "reserved but unallocated" is large. Constant shapes remove the cause.
+# - `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (set before the first CUDA allocation) grows one segment per pool and stream and returns free pages from anywhere in it: the first thing to try when "reserved but unallocated" is large. Constant shapes remove the cause.
 # - Reserved memory is a function of the sizes *and order* of a step's tensors: replay the step instead of adding a fixed margin. Simulated figures cover the tensors the engine sees; a GPU adds cuDNN and cuBLAS workspaces.
 #
-# ## Further reading
+# ## References
 #
+# Cited in this lesson by name:
+#
+# - PyTorch source, `c10/cuda/CUDACachingAllocator.cpp` (the allocator's rules, and its notes, including *Expandable Segments*) and `aten/src/ATen/cuda/CublasHandlePool.cpp` (cuBLAS and cuBLASLt workspaces), version 2.14.1: https://github.com/pytorch/pytorch
 # - PyTorch documentation, *CUDA semantics: memory management* and *Optimizing memory usage with `PYTORCH_CUDA_ALLOC_CONF`* (`max_split_size_mb`, `expandable_segments`, `garbage_collection_threshold`): https://pytorch.org/docs/stable/notes/cuda.html#memory-management
 # - PyTorch documentation, *Understanding CUDA memory usage* (`torch.cuda.memory._record_memory_history`, `_snapshot`, https://pytorch.org/memory_viz): https://pytorch.org/docs/stable/torch_cuda_memory.html
-# - Z. DeVito, *A guide to PyTorch's CUDA caching allocator* (2022), and the notes at the top of `c10/cuda/CUDACachingAllocator.cpp`, including *Expandable Segments*.
-# - S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models* (arXiv:1910.02054), section 3.2 (fragmentation) and 6.3 (contiguous memory).
+# - S. Rajbhandari, J. Rasley, O. Ruwase, Y. He, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054: section 3.2 (memory fragmentation) and section 6.3 (memory defragmentation).
+# - pytorch/pytorch pull request #86509, *Sets CUDA_MODULE_LOADING to LAZY when not set by the user* (the context measurements of section 1); pytorch/pytorch issue #109888; unslothai/unsloth-zoo pull request #1053.
+# - HSF Training, *Machine Learning on GPU*, episode *Memory considerations* (allocated versus reserved memory, the out-of-memory message; lesson 01): https://hsf-training.github.io/hsf-training-ml-gpu-webpage/
+# - *Why the memory of GPU increase dramatically while training the deep learning model?*, an anonymous note among the documents this course was started from, whose claim that memory stays up "to avoid fragmentation" section 2 corrects.
+#
+# Further reading: Z. DeVito, *A guide to PyTorch's CUDA caching allocator* (2022).

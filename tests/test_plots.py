@@ -28,6 +28,21 @@ def test_timeline_leaves_room_for_the_peak_label(small):
     assert plot_categories(small).axes and plot_stages(small).axes
 
 
+def test_figures_draw_in_the_okabe_ito_palette(small):
+    from matplotlib.colors import to_hex
+
+    from helpers.allocator import replay
+    from helpers.record import OKABE_ITO
+    from helpers.teaching.plots import plot_reserved
+
+    palette = {c.lower() for c in OKABE_ITO.values()}
+    lines = plot_timeline([small, small], labels=["a", "b"]).axes[0].lines
+    lines += plot_reserved([replay(small.allocation_log)] * 2, ["a", "b"]).axes[0].lines
+    assert {to_hex(line.get_color()) for line in lines} <= palette
+    bars = plot_peak_bars([small], ["one"]).axes[0].patches
+    assert {to_hex(bar.get_facecolor()) for bar in bars} <= palette
+
+
 def test_the_allocator_figures_read_a_replay_and_a_real_snapshot(small):
     from helpers.allocator import replay
     from helpers.teaching.plots import memory_map, plot_memory_map, plot_reserved
@@ -59,3 +74,47 @@ def test_the_allocator_figures_read_a_replay_and_a_real_snapshot(small):
     assert plot_memory_map(trace, segments=segments).axes
     with pytest.raises(ValueError, match="nothing|no segment"):
         plot_memory_map([])
+
+
+def test_the_memory_map_tells_the_first_step_apart_and_shows_small_long_lived_blocks():
+    import numpy as np
+    from matplotlib.colors import to_hex
+
+    from helpers.allocator import replay
+    from helpers.record import CATEGORY_COLORS, OKABE_ITO
+    from helpers.teaching.plots import plot_memory_map
+
+    step = profile_step("resnet18", 2, image_size=32, num_classes=10, device="simulated", steady_state=True)
+    run = replay(step.allocation_log)
+    second = run.trace_position(step.events[0].log_position)
+    assert 0 < second < len(run.allocator.trace)
+
+    def drawn(fig):
+        ax = fig.axes[0]
+        return [(to_hex(c), float(np.ptp(p.vertices[:, 1]))) for coll in ax.collections[1:]
+                for c, p in zip(coll.get_facecolors(), coll.get_paths())]
+
+    labels = step.categories_by_serial()
+    plain = drawn(plot_memory_map(run.allocator.trace, labels, min_height=0))
+    marked = plot_memory_map(run.allocator.trace, labels, first_step_until=second)
+    assert OKABE_ITO["sky blue"].lower() not in {c for c, _ in plain}
+    assert OKABE_ITO["sky blue"].lower() in {c for c, _ in drawn(marked)}
+    assert "first step" in [t.get_text() for t in marked.axes[0].get_legend().get_texts()]
+    # A momentum buffer of this tiny model is far below 0.8% of the map's height at scale,
+    # and at least that high with the default min_height.
+    purple = CATEGORY_COLORS["optimizer_states"].lower()
+    height = marked.axes[0].get_ylim()[1]
+    assert min(h for c, h in plain if c == purple) < 0.008 * height
+    assert min(h for c, h in drawn(marked) if c == purple) >= 0.008 * height * 0.999
+
+
+def test_reserved_bars_draw_four_bars_per_step_and_check_their_inputs(small):
+    from helpers.allocator import replay
+    from helpers.teaching.plots import plot_reserved_bars
+
+    run = replay(small.allocation_log)
+    fig = plot_reserved_bars(["a", "b"], [small.peak_allocated_bytes] * 2, [run, run], [run, run])
+    assert len(fig.axes[0].patches) == 8
+    assert [t.get_text() for t in fig.axes[0].texts] == [f"×{run.peak_reserved / run.peak_allocated:.2f}"] * 2
+    with pytest.raises(ValueError, match="one of each"):
+        plot_reserved_bars(["a"], [1, 2], [run], [run])

@@ -8,7 +8,7 @@ from torch import nn
 
 from helpers import MiB, profile_step
 from helpers.allocator import replay
-from helpers.record import Storage
+from helpers.record import CATEGORIES, Storage
 
 
 def test_storages_at_the_peak_add_up_and_carry_dtypes(resnet18_b128):
@@ -179,3 +179,15 @@ def test_html_repr_is_a_small_table(resnet18_b128):
     assert html.startswith("<table>") and len(html) < 2000
     assert "2778.4 MiB" in html and "backward of ReLU &#x27;layer4.1.relu&#x27;" in html
     assert "(simulated)" in html and "batch_size" not in html
+
+
+def test_every_category_has_its_own_okabe_ito_colour():
+    from helpers.record import CATEGORY_COLORS, OKABE_ITO
+
+    # The palette's published values (Wong, Nature Methods 8, 441, 2011), plus grey for "other".
+    published = {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"}
+    assert set(OKABE_ITO.values()) == published | {"#999999"}
+    assert set(CATEGORY_COLORS) == set(CATEGORIES)
+    colours = [CATEGORY_COLORS[name].upper() for name in CATEGORIES]
+    assert set(colours) <= set(OKABE_ITO.values()) and len(set(colours)) == len(colours)
+    assert CATEGORY_COLORS["other"] == OKABE_ITO["grey"]

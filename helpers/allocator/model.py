@@ -585,6 +585,15 @@ class Replay:
         return sum(1 for e in self.allocator.trace[self._trace_at(start):self._trace_at(stop)]
                    if e["action"] in ("segment_alloc", "segment_map"))
 
+    def trace_position(self, index: int) -> int:
+        """The position in ``allocator.trace`` at which log entry ``index`` begins.
+
+        What :func:`helpers.teaching.plots.plot_memory_map` needs to mark a
+        moment of the log (e.g. where the second step starts) on the trace's
+        time axis.  ``index`` may be the log's length (the end).
+        """
+        return self._trace_at(index)
+
     def _trace_at(self, index: int | None) -> int | None:
         return None if index is None else bisect.bisect_left(self._entry_of_trace, index)
 

@@ -11,8 +11,13 @@ import bisect
 
 from matplotlib.figure import Figure
 
-from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, StepProfile
+from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, OKABE_ITO, StepProfile
 from ..units import MiB
+
+#: Line colours, in order, for figures that overlay several steps or settings
+#: (Okabe-Ito, as the categories' colours).
+_LINES = [OKABE_ITO[name] for name in ("blue", "vermillion", "bluish green", "reddish purple", "orange",
+                                       "sky blue", "black")]
 
 
 def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:
@@ -48,10 +53,10 @@ def plot_timeline(profiles: StepProfile | list[StepProfile], labels: list[str] |
             ax.axvspan(first, last, color="#f0f0f0", zorder=0)
         ax.text((first + last) / 2, 1.0, label, transform=ax.get_xaxis_transform(),
                 ha="center", va="bottom", fontsize=9, color="#555555")
-    for profile, label in zip(profiles, labels):
+    for i, (profile, label) in enumerate(zip(profiles, labels)):
         xs = [e.index for e in profile.events]
         ys = [e.allocated_bytes / MiB for e in profile.events]
-        (line,) = ax.plot(xs, ys, label=label, drawstyle="steps-post")
+        (line,) = ax.plot(xs, ys, label=label, drawstyle="steps-post", color=_LINES[i % len(_LINES)])
         ax.plot([profile.peak_event], [profile.peak_allocated_bytes / MiB], "o", color=line.get_color())
         ax.annotate(f"peak {profile.peak_allocated_bytes / MiB:.0f} MiB",
                     (profile.peak_event, profile.peak_allocated_bytes / MiB),
@@ -114,7 +119,8 @@ def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | 
     bottoms = [0.0] * len(profiles)
     for name in CATEGORIES:
         heights = [p.categories[name] / MiB for p in profiles]
-        ax.bar(labels, heights, bottom=bottoms, color=_COLORS[name], label=name.replace("_", " "))
+        ax.bar(labels, heights, bottom=bottoms, color=_COLORS[name], label=name.replace("_", " "),
+               edgecolor="white", linewidth=0.5)  # a thin white line between neighbours
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     for i, p in enumerate(profiles):
         ax.annotate(f"{p.peak_allocated_bytes / MiB:.0f} MiB", (i, bottoms[i]), textcoords="offset points",
@@ -146,8 +152,9 @@ def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = Non
         raise ValueError(f"{len(labels)} labels for {len(replays)} replays")
     fig = Figure(figsize=(9, 4), layout="constrained")
     ax = fig.add_subplot()
-    for replay, label in zip(replays, labels):
-        (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated")
+    for i, (replay, label) in enumerate(zip(replays, labels)):
+        (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated",
+                          color=_LINES[i % len(_LINES)])
         ax.plot([r / MiB for r in replay.reserved], lw=1.5, ls="--", color=line.get_color(),
                 label=f"{label}: reserved")
         if replay.failed_at is not None:
@@ -225,8 +232,17 @@ def memory_map(trace: list[dict], segments: list[dict] | None = None) -> tuple[l
     return reserved, blocks
 
 
+#: Blocks that the engine did not label: the untraced first step's tensors.
+FIRST_STEP = "first step"
+_MAP_COLORS = {**_COLORS, FIRST_STEP: OKABE_ITO["sky blue"]}
+#: Categories that live the whole step (or training): drawn at least
+#: ``min_height`` high in :func:`plot_memory_map`, so that they can be seen.
+_LONG_LIVED = ("parameters", "gradients", "optimizer_states")
+
+
 def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
-                    segments: list[dict] | None = None, title: str | None = None) -> Figure:
+                    segments: list[dict] | None = None, title: str | None = None,
+                    first_step_until: int | None = None, min_height: float = 0.008) -> Figure:
     """The allocator's segments and blocks over time, like memory_viz's "Allocator State History".
 
     Time (trace entries) runs left to right; each segment is a band of
@@ -236,11 +252,23 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     (:data:`helpers.record.CATEGORIES`).  The same function draws a
     simulated trace and a real one from ``torch.cuda.memory._snapshot()``.
 
+    Blocks of the long-lived categories (parameters, gradients, optimizer
+    states) are drawn at least ``min_height`` of the axis high, so that a
+    momentum buffer of a few MiB in a map of GiB is a visible bar, not a
+    one-pixel line: those blocks' heights are not to scale (their positions
+    are).
+
     Args:
         trace: see :func:`memory_map`.
         categories: storage serial -> category (e.g. from ``StepProfile.storages``).
         segments: see :func:`memory_map`.
         title: figure title.
+        first_step_until: trace position (:meth:`helpers.allocator.Replay.trace_position`)
+            where the traced step begins; blocks allocated before it that
+            ``categories`` calls "other" are the untraced first step's
+            tensors, and are drawn in their own colour ("first step").
+        min_height: the smallest height of a long-lived block, as a fraction
+            of the axis (0 draws every block to scale).
 
     Raises:
         ValueError: for a trace with nothing reserved or allocated in it.
@@ -278,15 +306,23 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     ax.add_collection(PolyCollection([rect(*r) for r in reserved], facecolors="#f4f4f4", edgecolors="#a0a0a0",
                                      linewidths=0.3))
     names = [categories.get(s, "other") if categories else "activations" for *_, s in blocks]
-    ax.add_collection(PolyCollection([rect(lo, hi, t0, t1) for lo, hi, t0, t1, _ in blocks],
-                                     facecolors=[_COLORS[n] for n in names], edgecolors="none"))
+    if first_step_until is not None:
+        names = [FIRST_STEP if n == "other" and b[2] < first_step_until else n for n, b in zip(names, blocks)]
+    floor = min_height * y
+    short = [(rect(*b[:4]), n) for b, n in zip(blocks, names) if n not in _LONG_LIVED]
+    long_lived = [(rect(lo, max(hi, lo + floor), t0, t1), n)
+                  for (lo, hi, t0, t1, _), n in zip(blocks, names) if n in _LONG_LIVED]
+    for group in (short, long_lived):  # long-lived blocks on top, where they widen
+        if group:
+            ax.add_collection(PolyCollection([r for r, _ in group], facecolors=[_MAP_COLORS[n] for _, n in group],
+                                             edgecolors="none"))
     ax.set_xlim(0, max(len(trace), 1))
     ax.set_ylim(0, y / MiB)
     ax.set_xlabel("allocator event (allocations, frees, segments)")
     ax.set_ylabel("address: segments stacked (MiB)")
-    shown = [n for n in CATEGORIES if n in names] if categories else []
+    shown = [n for n in (FIRST_STEP, *CATEGORIES) if n in names] if categories else []
     ax.legend(handles=[Patch(facecolor="#f4f4f4", edgecolor="#a0a0a0", label="reserved, free")] +
-              [Patch(color=_COLORS[n], label=n.replace("_", " ")) for n in shown] +
+              [Patch(color=_MAP_COLORS[n], label=n.replace("_", " ")) for n in shown] +
               ([] if categories else [Patch(color=_COLORS["activations"], label="allocated")]),
               fontsize=8, loc="upper left")
     if title:
@@ -294,12 +330,63 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     return fig
 
 
+# -- lesson 06 --
+
+def plot_reserved_bars(labels: list[str], tensors: list[int], default, expandable,
+                       title: str | None = None) -> Figure:
+    """Per step: its tensors' peak, and peak allocated and reserved under two allocator settings.
+
+    One group of horizontal bars per step, in MiB: the tensors at the peak
+    (what the engine counts, ``StepProfile.peak_allocated_bytes``), peak
+    allocated (unsplit rests included) and peak reserved of the allocator
+    model with the default settings, and peak reserved with
+    ``expandable_segments:True``.  Each default reserved bar is labelled with
+    its ratio to peak allocated.
+
+    Args:
+        labels: one label per step.
+        tensors: bytes of tensors at each step's peak.
+        default, expandable: one :class:`helpers.allocator.Replay` per step
+            (default settings, then ``expandable_segments:True``).
+        title: figure title.
+
+    Raises:
+        ValueError: if the four lists differ in length.
+    """
+    if not len(labels) == len(tensors) == len(default) == len(expandable):
+        raise ValueError(f"{len(labels)} labels, {len(tensors)} peaks, {len(default)} and "
+                         f"{len(expandable)} replays: give one of each per step")
+    bars = [("tensors at the peak", [t / MiB for t in tensors], OKABE_ITO["grey"]),
+            ("peak allocated", [r.peak_allocated / MiB for r in default], OKABE_ITO["sky blue"]),
+            ("peak reserved (defaults)", [r.peak_reserved / MiB for r in default], OKABE_ITO["blue"]),
+            ("peak reserved (expandable_segments)", [r.peak_reserved / MiB for r in expandable],
+             OKABE_ITO["vermillion"])]
+    fig = Figure(figsize=(9, 1.0 + 1.1 * len(labels)), layout="constrained")
+    ax = fig.add_subplot()
+    height = 0.8 / len(bars)
+    for k, (name, values, colour) in enumerate(bars):
+        ys = [i + (k - (len(bars) - 1) / 2) * height for i in range(len(labels))]
+        ax.barh(ys, values, height=height, color=colour, label=name)
+        if name == "peak reserved (defaults)":
+            for y, value, r in zip(ys, values, default):
+                ax.annotate(f"×{r.peak_reserved / r.peak_allocated:.2f}", (value, y), textcoords="offset points",
+                            xytext=(3, 0), va="center", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()  # the first step on top
+    ax.set_xlabel("MiB")
+    ax.set_xlim(0, 1.1 * max(max(v) for _, v, _ in bars))
+    fig.legend(fontsize=8, loc="outside lower center", ncols=4)  # below the axis: no bar hidden
+    if title:
+        ax.set_title(title)
+    return fig
+
+
 # -- lesson 08 --
 
-#: Okabe and Ito's colour-blind-safe palette (blue, orange, bluish green,
-#: vermillion, sky blue, reddish purple, yellow, black), for the parts of a
-#: transformer block, which are not the step's categories.
-_OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#000000")
+#: The parts of a transformer block, which are not the step's categories, take
+#: the Okabe-Ito colours (:data:`helpers.record.OKABE_ITO`) in this order.
+_OKABE_ITO = tuple(OKABE_ITO[name] for name in ("blue", "orange", "bluish green", "vermillion", "sky blue",
+                                                "reddish purple", "yellow", "black"))
 _UNITS = {"MiB": MiB, "GiB": 2**30}
 
 
