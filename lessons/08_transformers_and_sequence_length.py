@@ -26,8 +26,8 @@
 # - Derive the bytes a GPT block keeps from what each operation saves, and check the derivation against the engine, byte for byte.
 # - Show the a·s² term of the attention scores appear with the math kernel and vanish with flash attention.
 # - Measure a Llama-shaped 8B model from 512 to 16k tokens, and set the Ultra-Scale Playbook's formula beside the measurement.
-# - Measure full and selective activation checkpointing, and the logits with a chunked cross-entropy.
-# - Compute the KV cache per token, and the context that fits on a card.
+# - Measure full and selective activation checkpointing, what the loss keeps of the logits, and a chunked cross-entropy.
+# - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 #
 # **Time:** 45 minutes teaching (reading, running, the figures), 20 minutes exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, nothing of an 8-billion-parameter model is allocated).
 #
