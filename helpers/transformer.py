@@ -95,6 +95,42 @@ class Kept:
         """Its storage, rounded up to the caching allocator's 512-byte blocks."""
         return round_up(math.prod(self.shape) * self.dtype.itemsize)
 
+    @property
+    def group(self) -> str:
+        """The part of the block it belongs to, one of :data:`KEPT_GROUPS`."""
+        name = self.name
+        if "copy (autocast cache)" in name:
+            return KEPT_GROUPS[5]
+        if "scores" in name:
+            return KEPT_GROUPS[3]
+        if "GELU" in name:
+            return KEPT_GROUPS[4]
+        if name.startswith(("residual", "block output")):
+            return KEPT_GROUPS[0]
+        if name.startswith(("q", "k ", "v ")):
+            return KEPT_GROUPS[2]
+        if "input" in name:
+            return KEPT_GROUPS[1]
+        return KEPT_GROUPS[6]
+
+
+#: The parts of a block, as :attr:`Kept.group` names them (lesson 08's figure).
+KEPT_GROUPS = (
+    "residual stream (float32)",
+    "inputs of the linear layers",
+    "q, k, v",
+    "attention scores (b·a·s·s)",
+    "MLP's 4h-wide tensors",
+    "autocast's 16-bit weight and bias copies",
+    "small: norm statistics, log-sum-exp, masks",
+)
+
+
+def kept_by_group(kept: list[Kept]) -> dict[str, int]:
+    """Bytes of ``kept`` by :attr:`Kept.group`, in the order of :data:`KEPT_GROUPS` (zeros left out)."""
+    totals = {g: sum(k.nbytes for k in kept if k.group == g) for g in KEPT_GROUPS}
+    return {g: n for g, n in totals.items() if n}
+
 
 def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool = False,
                    attention: str = "math", dropout: bool = False) -> list[Kept]:

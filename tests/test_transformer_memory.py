@@ -156,3 +156,53 @@ def test_bad_input_is_refused_in_one_line():
         chunked_cross_entropy(torch.randn(4, 8), torch.randn(10, 8), torch.zeros(4, dtype=torch.long), 5)
     with pytest.raises(ValueError, match="unknown Llama preset"):
         Llama("llama-70b")
+
+
+# -- lesson 08's figures: a block by part, memory against the sequence length --
+
+@pytest.mark.parametrize("amp, attention, dropout", [(False, "math", False), (True, "math", True), (True, "flash", False)])
+def test_every_kept_tensor_has_a_group_and_the_groups_sum_to_the_block(amp, attention, dropout):
+    from helpers.transformer import KEPT_GROUPS, kept_by_group
+
+    kept = gpt_block_kept(2, 128, 64, 4, amp=amp, attention=attention, dropout=dropout)
+    groups = kept_by_group(kept)
+    assert sum(groups.values()) == kept_bytes(kept) and all(n > 0 for n in groups.values())
+    assert list(groups) == [g for g in KEPT_GROUPS if g in groups]  # in KEPT_GROUPS' order
+    assert ("attention scores (b·a·s·s)" in groups) == (attention == "math")
+    assert ("autocast's 16-bit weight and bias copies" in groups) == amp
+    # the scores are the float32 b·a·s·s tensor; the 4h-wide tensors are GELU's input and output
+    if attention == "math":
+        assert groups["attention scores (b·a·s·s)"] == 4 * 2 * 4 * 128 * 128
+    assert groups["MLP's 4h-wide tensors"] == 2 * 2 * 128 * 4 * 64 * (2 if amp else 4)
+
+
+def test_stacked_parts_figure_keeps_one_colour_per_part_and_checks_its_input():
+    from helpers.teaching.plots import plot_stacked_parts
+
+    order = ("a", "b", "c")
+    fig = plot_stacked_parts({"one": {"c": 2**20, "a": 2**21}, "two": {"b": 2**20, "x": 2**20, "a": 0}}, "MiB",
+                             title="t", order=order)
+    ax = fig.axes[0]
+    colours = {p.get_label(): tuple(p.patches[0].get_facecolor()) for p in ax.containers}
+    assert list(colours) == ["a", "b", "c", "x"]  # named parts first, in order; zero-byte parts still drawn as 0
+    assert len(set(colours.values())) == 4  # one colour each
+    again = plot_stacked_parts({"three": {"c": 1}}, order=order).axes[0].containers[0]
+    assert tuple(again.patches[0].get_facecolor()) == colours["c"]  # the same part, the same colour, in any figure
+    assert ax.get_xlabel() == "memory (MiB)"
+    with pytest.raises(ValueError, match="unit"):
+        plot_stacked_parts({"one": {"a": 1}}, "GB")
+    with pytest.raises(ValueError, match="at most 8 parts"):
+        plot_stacked_parts({"one": {str(i): 1 for i in range(9)}})
+
+
+def test_memory_against_sequence_figure_is_log_log_and_checks_its_input():
+    from helpers.teaching.plots import plot_memory_vs_seq
+
+    fig = plot_memory_vs_seq([512, 1024], {"math": [2**30, 4 * 2**30]}, levels={"states": 2**31}, title="t")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_ylabel() == "memory (GiB, log scale)"
+    assert list(ax.lines[0].get_ydata()) == [1, 4] and list(ax.lines[1].get_ydata()) == [2, 2]
+    with pytest.raises(ValueError, match="2 values for 1 sequence"):
+        plot_memory_vs_seq([512], {"math": [1, 2]})
+    with pytest.raises(ValueError, match="unit"):
+        plot_memory_vs_seq([512], {"math": [1]}, unit="TB")

@@ -526,3 +526,104 @@ def plot_sharded_peaks(steps: list, labels: list[str], title: str | None = None)
     if title:
         ax.set_title(title)
     return fig
+
+
+# -- lesson 08 --
+
+#: The parts of a transformer block, which are not the step's categories, take
+#: the Okabe-Ito colours (:data:`helpers.record.OKABE_ITO`) in this order.
+_OKABE_ITO = tuple(OKABE_ITO[name] for name in ("blue", "orange", "bluish green", "vermillion", "sky blue",
+                                                "reddish purple", "yellow", "black"))
+_UNITS = {"MiB": MiB, "GiB": 2**30}
+
+
+def plot_stacked_parts(columns: dict[str, dict[str, int]], unit: str = "MiB", title: str | None = None,
+                       order: tuple[str, ...] = ()) -> Figure:
+    """Horizontal bars, one per column, each stacked from its parts.
+
+    Args:
+        columns: ``{bar label: {part name: bytes}}``; a part has one colour in
+            every bar (Okabe-Ito); parts of zero bytes are left out.
+        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the x axis.
+        title: the figure's title.
+        order: part names in the order to stack them; the i-th name gets the
+            palette's i-th colour, so that figures drawn with the same ``order``
+            colour a part alike.  Parts not named come after, in the order they
+            first appear, with the colours no named part took.
+
+    Returns:
+        A ``matplotlib.figure.Figure``; the total of each bar is written at its end.
+
+    Raises:
+        ValueError: for another unit, or more parts than the palette's 8 colours.
+    """
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    present = {p for c in columns.values() for p, n in c.items() if n}
+    parts = [p for p in order if p in present]
+    parts += [p for p in dict.fromkeys(p for c in columns.values() for p in c) if p in present and p not in parts]
+    if len(parts) > len(_OKABE_ITO) or len(order) > len(_OKABE_ITO):
+        raise ValueError(f"at most {len(_OKABE_ITO)} parts, got {max(len(parts), len(order))}")
+    colours = {p: _OKABE_ITO[i] for i, p in enumerate(order)}
+    spare = iter(c for c in _OKABE_ITO if c not in colours.values())
+    colours.update({p: next(spare) for p in parts if p not in colours})
+    fig = Figure(figsize=(10, max(1.4 + 0.55 * len(columns), 0.5 + 0.25 * len(parts))), layout="constrained")
+    ax = fig.add_subplot()
+    labels = list(columns)[::-1]  # the first column on top
+    totals = [sum(columns[c].values()) / _UNITS[unit] for c in labels]
+    for part in parts:
+        colour = colours[part]
+        left = [sum(n for p, n in columns[c].items() if p in parts[:parts.index(part)]) / _UNITS[unit] for c in labels]
+        ax.barh(labels, [columns[c].get(part, 0) / _UNITS[unit] for c in labels], left=left, color=colour,
+                label=part, height=0.6)
+    for y, total in enumerate(totals):
+        ax.text(total, y, f" {total:,.1f}", va="center", fontsize=9)
+    ax.set_xlim(0, max(totals) * 1.12)
+    ax.set_xlabel(f"memory ({unit})")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def plot_memory_vs_seq(seqs: list[int], series: dict[str, list[int]], unit: str = "GiB",
+                       levels: dict[str, int] | None = None, title: str | None = None) -> Figure:
+    """Memory against sequence length, both axes logarithmic.
+
+    A line of slope 1 grows linearly with the sequence, one of slope 2 with its
+    square (the attention scores).
+
+    Args:
+        seqs: the sequence lengths (tokens), the x axis.
+        series: ``{label: bytes at each of seqs}``, one line with markers each.
+        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the y axis.
+        levels: ``{label: bytes}`` drawn as dashed horizontal lines (a figure
+            that does not depend on the sequence, such as the model states).
+        title: the figure's title.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for another unit, or a series whose length is not ``len(seqs)``.
+    """
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for (label, values), colour in zip(series.items(), _OKABE_ITO):
+        if len(values) != len(seqs):
+            raise ValueError(f"series {label!r} has {len(values)} values for {len(seqs)} sequence lengths")
+        ax.plot(seqs, [v / _UNITS[unit] for v in values], marker="o", color=colour, label=label)
+    for (label, value), colour in zip((levels or {}).items(), _OKABE_ITO[::-1]):
+        ax.axhline(value / _UNITS[unit], color=colour, linestyle="--", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(seqs, [f"{s // 1024}k" if s >= 1024 else str(s) for s in seqs])
+    ax.set_xlabel("sequence length s (tokens, log scale)")
+    ax.set_ylabel(f"memory ({unit}, log scale)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return fig
