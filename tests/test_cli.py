@@ -168,7 +168,8 @@ def test_reserved_replays_the_step_through_the_allocator_model(capsys):
     run = replay(profile.allocation_log)
     assert out["allocator"]["peak_reserved_bytes"] == run.peak_reserved >= out["peak_allocated_bytes"]
     assert out["allocator"]["settings"] == "defaults" and all(out["fits"]["cards"].values())
-    assert out["fits"]["judged"] == "peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed CUDA context"
+    assert out["fits"]["judged"] == ("peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
+                                     "CUDA context")
     assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64", "--reserved",
                  "--steady-state", "--alloc-conf", "expandable_segments:True"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -185,8 +186,8 @@ def test_the_cli_says_which_cards_a_steady_step_fits(capsys):
     peak = profile_step("resnet18", 800, device="simulated", steady_state=True).peak_allocated_bytes
     fit = [card for card, capacity in GPU_CARDS.items() if judge(capacity, peak).fits]
     assert fit == ["RTX 4090 24 GB", "A100 40 GB", "A100 80 GB", "H100 80 GB"]  # about 16.7 GiB + 1 GiB: no V100
-    assert (f"fits (peak allocated of the whole step + 1,024.0 MiB assumed overhead): RTX 4090 24 GB, A100 40 GB, "
-            f"A100 80 GB, H100 80 GB; does not fit: V100 16 GB") in capsys.readouterr().out.splitlines()
+    assert ("fits (peak allocated of the whole step + 1,024.0 MiB assumed overhead): RTX 4090 24 GB, A100 40 GB, "
+            "A100 80 GB, H100 80 GB; does not fit: V100 16 GB") in capsys.readouterr().out.splitlines()
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)["fits"]
     assert out["cards"] == {card: card in fit for card in GPU_CARDS} and out["overhead_bytes"] == 2**30

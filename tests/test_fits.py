@@ -28,7 +28,8 @@ def test_one_overhead_model_named_in_one_place():
     by_reserved = judge(16 * GiB, 10 * GiB, peak_reserved=15 * GiB + 512 * MiB, reserved=True)
     assert by_reserved.fits and by_reserved.need == 16 * GiB and by_reserved.overhead == CUDA_CONTEXT_BYTES
     assert BASIS == {"allocated": "peak allocated of the whole step + 1,024.0 MiB assumed overhead",
-                     "reserved": "peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed CUDA context"}
+                     "reserved": "peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
+                                 "CUDA context"}
     ran_out = judge(16 * GiB, 10 * GiB, peak_reserved=None, reserved=True)  # the replay ran out of memory
     assert not ran_out.fits and ran_out.need is None
     assert ran_out.sentence("V100 16 GB", "tried to allocate 2.0 MiB") == (
@@ -74,7 +75,8 @@ def _draw(rng: random.Random) -> dict:
                *(["--amp", "--amp-dtype", dtype] if dtype else [])]
     else:
         seq, batch = rng.choice([512, 1024, 2048, 4096, 8192]), rng.randint(1, 32)
-        policy, attention, reserved = rng.choice(["none", "none", "full", "selective"]), rng.choice(["math", "flash"]), False
+        policy, attention = rng.choice(["none", "none", "full", "selective"]), rng.choice(["math", "flash"])
+        reserved = False
         make = lambda: SequenceExplorer(model="gpt2", seq=seq, batch_size=batch, amp=amp, policy=policy,  # noqa: E731
                                         attention=attention, capacity=card)
         step = transformer_step("gpt2", seq, batch, amp=amp, attention=attention, policy=policy)

@@ -193,8 +193,11 @@ class _StepWidget(widgets.VBox):
         self._curves: dict[StepConfig, PeakCurve] = {}
         self._quiet = False
 
-    def _finish(self, rows: list, controls: list) -> None:
-        super().__init__(children=[widgets.HBox([self.batch_size, self.batch_box]), *rows, self.view])
+    def _finish(self, rows: list, controls: list, batch_row: bool = True) -> None:
+        """Lay out ``rows`` of controls (after the batch-size row, unless ``batch_row`` is False) and the view,
+        observe ``controls`` (and the batch size and GPU), and show the first result."""
+        batch = [widgets.HBox([self.batch_size, self.batch_box])] if batch_row else []
+        super().__init__(children=[*batch, *rows, self.view])
         for control in (self.batch_size, self.capacity, *controls):
             control.observe(self._on_change, names="value")
         self.update()
@@ -514,14 +517,16 @@ class SequenceExplorer(_StepWidget):
         self.model = widgets.Dropdown(options=list(transformer_presets()), value=model, description="model",
                                       style=style)
         self.seq = widgets.Dropdown(options=list(self.SEQ_LENS), value=seq, description="sequence", style=style)
-        self.amp = widgets.Checkbox(amp, description="AMP (float16)", indent=False)
+        self.amp = widgets.Checkbox(amp, description="AMP (float16)")
         self.policy = widgets.Dropdown(options=list(CHECKPOINT_POLICIES), value=policy, description="checkpointing",
                                        style=style)
         self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
                                           style=style)
+        # The batch size is typed (up to 512), in the first row: the box is linked to the slider, which is not shown.
+        self.batch_box.description, self.batch_box.style = "batch size", style
         controls = [self.model, self.seq, self.amp, self.policy, self.attention]
-        self._finish([widgets.HBox([self.model, self.seq, self.capacity]),
-                      widgets.HBox([self.policy, self.attention, self.amp])], controls)
+        self._finish([widgets.HBox([self.model, self.seq, self.batch_box]),
+                      widgets.HBox([self.amp, self.policy, self.attention, self.capacity])], controls, batch_row=False)
 
     def config(self) -> StepConfig:
         """The step the controls show (batch size aside): :func:`helpers.transformer.transformer_step`."""
