@@ -1,10 +1,14 @@
 """Command line: ``python -m helpers profile ...`` and ``python -m helpers check``.
 
 ``profile`` prints the per-module memory log of one training step (see
-:func:`helpers.step.profile_step`) and ends with
-``peak allocated: <X> MiB (<backend>)``.  ``--json`` prints one JSON object
-instead.  Bad input exits with status 2 and one line naming the problem; a
-step that does not fit on a real GPU exits with status 1.
+:func:`helpers.step.profile_step`), which GPUs of :data:`helpers.gpus.GPU_CARDS`
+it fits (:func:`card_verdicts`: the rule every widget applies, judged on the
+steady state, so with ``--steady-state``), and ends with
+``peak allocated: <X> MiB (<backend>)`` (then, with ``--reserved``, the
+allocator model's figures).
+``--json`` prints one JSON object instead.  Bad input exits with status 2 and
+one line naming the problem; a step that does not fit on a real GPU exits
+with status 1.
 
 ``check`` is the workshop pre-flight check (see :mod:`helpers.check`): exit
 status 0 when the lessons will run, 1 when the environment is broken.
@@ -116,10 +120,12 @@ def main(argv: list[str] | None = None) -> int:
               f"(first: {profile.params_without_grad[0]}); this configuration does not train them",
               file=sys.stderr)
     allocator = _allocator_report(profile, settings) if args.reserved else None
+    verdicts = card_verdicts(profile, args.reserved, settings)
     if args.json:
         out = profile.to_dict()
         if allocator is not None:
             out["allocator"] = allocator
+        out["fits"] = _fits_report(verdicts) if profile.config.steady_state else None
         print(json.dumps(out))
     else:
         print(profile.table())
@@ -127,52 +133,92 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model states at optimizer.step() (parameters + gradients + optimizer states): "
               f"{states / 2**20:.1f} MiB, {states / profile.parameter_count:.2f} bytes per parameter "
               f"({profile.parameter_count:,} parameters)")
+        print(_fits_line(verdicts) if profile.config.steady_state else
+              "whether training fits a GPU: give --steady-state (this is the first step, whose forward and backward "
+              "run before the optimizer's states exist)")
         print(profile.summary())
         if allocator is not None:
             print(_allocator_lines(allocator))
-    beyond = _beyond_any_card(profile.peak_allocated_bytes)
+    beyond = _beyond_any_card(verdicts)
     if beyond:
         print(f"{prog}: note: {beyond}", file=sys.stderr)
     return 0
 
 
+def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
+    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS`?  The command line's verdict.
+
+    The rule of every widget (:meth:`helpers.batch.Estimate.verdict`,
+    :func:`helpers.gpus.judge`): the step's peak allocated bytes plus the
+    assumed 1 GiB overhead, or with ``reserved`` the step replayed through the
+    caching-allocator model on each card (:func:`helpers.batch.reserved_estimate`)
+    plus the assumed 512 MiB CUDA context.  What must fit is a steady-state
+    step (``--steady-state``); on a first step the verdict is a lower bound.
+
+    Args:
+        profile: a :class:`helpers.record.StepProfile`.
+        reserved: judge by the allocator model (``--reserved``).
+        settings: with ``reserved``, the allocator's settings (``--alloc-conf``).
+
+    Returns:
+        Card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
+    """
+    from .batch import Estimate, reserved_estimate
+    from .gpus import GPU_CARDS
+
+    if reserved:
+        return {card: reserved_estimate(profile, capacity, settings).verdict(capacity)
+                for card, capacity in GPU_CARDS.items()}
+    estimate = Estimate.of(profile)
+    return {card: estimate.verdict(capacity) for card, capacity in GPU_CARDS.items()}
+
+
+def _fits_report(verdicts: dict) -> dict:
+    """The verdicts as JSON: what was judged, and per card whether it fits and the bytes needed."""
+    first = next(iter(verdicts.values()))
+    return {"judged": first.judged, "basis": first.basis, "overhead_bytes": first.overhead,
+            "cards": {card: v.fits for card, v in verdicts.items()},
+            "need_bytes": {card: v.need for card, v in verdicts.items()}}
+
+
+def _fits_line(verdicts: dict) -> str:
+    first = next(iter(verdicts.values()))
+    fit = [card for card, v in verdicts.items() if v.fits]
+    not_fit = [card for card, v in verdicts.items() if not v.fits]
+    return (f"fits ({first.judged}): {', '.join(fit) or 'none of the listed GPUs'}"
+            + (f"; does not fit: {', '.join(not_fit)}" if not_fit else ""))
+
+
 def _allocator_report(profile, settings) -> dict:
-    """The step's log replayed through the caching-allocator model, uncapped and on each card."""
-    from .allocator import replay, replay_on_gpu
-    from .gpus import CUDA_CONTEXT_BYTES, GPU_CARDS
+    """The step's log replayed through the caching-allocator model, uncapped."""
+    from .allocator import replay
 
     run = replay(profile.allocation_log, settings=settings)
     return {"settings": str(settings), "peak_reserved_bytes": run.peak_reserved,
-            "peak_allocated_bytes": run.peak_allocated, "segments": len(run.allocator.segments),
-            "cuda_context_bytes": CUDA_CONTEXT_BYTES,
-            "fits": {card: replay_on_gpu(profile.allocation_log, capacity, settings).error is None
-                     for card, capacity in GPU_CARDS.items()}}
+            "peak_allocated_bytes": run.peak_allocated, "segments": len(run.allocator.segments)}
 
 
 def _allocator_lines(report: dict) -> str:
     mib = 2**20
-    fit = [card for card, ok in report["fits"].items() if ok]
-    not_fit = [card for card, ok in report["fits"].items() if not ok]
-    return "\n".join([
-        f"simulated caching allocator ({report['settings']}): peak reserved {report['peak_reserved_bytes'] / mib:.1f} MiB, "
-        f"peak allocated {report['peak_allocated_bytes'] / mib:.1f} MiB in blocks, "
-        f"{report['segments']} segments cached after the step",
-        f"with reserved memory and an assumed {report['cuda_context_bytes'] / mib:.0f} MiB CUDA context, it fits: "
-        f"{', '.join(fit) or 'none of the listed GPUs'}" + (f"; does not fit: {', '.join(not_fit)}" if not_fit else ""),
-    ])
+    return (f"simulated caching allocator ({report['settings']}): peak reserved "
+            f"{report['peak_reserved_bytes'] / mib:.1f} MiB, peak allocated {report['peak_allocated_bytes'] / mib:.1f} "
+            f"MiB in blocks, {report['segments']} segments cached after the step")
 
 
-def _beyond_any_card(peak: int) -> str:
-    """A sentence when ``peak`` bytes exceed every card of ``helpers.gpus.GPU_CARDS``, else ''."""
+def _beyond_any_card(verdicts: dict) -> str:
+    """A sentence when the step fits no card of ``helpers.gpus.GPU_CARDS`` by ``verdicts``, else ''."""
     from .gpus import GPU_CARDS
     from .units import fmt_bytes
 
-    card, capacity = max(GPU_CARDS.items(), key=lambda item: item[1])
-    if peak <= capacity:
+    if any(v.fits for v in verdicts.values()):
         return ""
-    size = fmt_bytes(peak, "TiB" if peak >= 2**40 else "GiB")
-    return (f"this step needs {size} at its peak, more than any GPU in helpers' list has "
-            f"(the largest, {card}, has {fmt_bytes(capacity, 'GiB')}): it cannot run on one GPU as it is")
+    card, capacity = max(GPU_CARDS.items(), key=lambda item: item[1])
+    largest = f"(the largest, {card}, has {fmt_bytes(capacity, 'GiB')}): it cannot run on one GPU as it is"
+    v = verdicts[card]
+    if v.need is None:
+        return f"the simulated allocator runs out of memory on every GPU in helpers' list {largest}"
+    size = fmt_bytes(v.need, "TiB" if v.need >= 2**40 else "GiB")
+    return f"this step needs {size} ({v.judged}), more than any GPU in helpers' list has {largest}"
 
 
 if __name__ == "__main__":

@@ -20,11 +20,12 @@ the activations are all still alive), and the peak is a straight line,
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass, field
 
 from .engine.backends import get_backend
 from .config import StepConfig, check_int
-from .gpus import CUDA_OVERHEAD_BYTES, headroom
+from .gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, Verdict, headroom, judge
 from .record import StepProfile
 from .step import DoesNotFit, profile_step
 
@@ -112,8 +113,9 @@ class Estimate:
         reserved_bytes: the caching allocator's peak reserved memory, simulated
             on the chosen GPU (:func:`helpers.allocator.replay_on_gpu`), or None
             when not asked for.
-        allocator_error: the simulated allocator's out-of-memory message, when
-            the step did not fit with its reserved memory.
+        allocator_error: why the simulated allocator ran out of memory
+            (``"tried to allocate ..."``), when the step did not fit with its
+            reserved memory (:func:`reserved_estimate`).
     """
 
     batch_size: int
@@ -125,6 +127,60 @@ class Estimate:
     error: str | None = None
     reserved_bytes: int | None = None
     allocator_error: str | None = None
+
+    @classmethod
+    def of(cls, profile: StepProfile) -> "Estimate":
+        """The estimate a direct trace gives: its peak, categories and where."""
+        return cls(profile.batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
+                   True, profile.backend)
+
+    @property
+    def by_reserved(self) -> bool:
+        """True when the step was replayed through the allocator model (:func:`reserved_estimate`)."""
+        return self.reserved_bytes is not None or self.allocator_error is not None
+
+    def verdict(self, capacity: int) -> Verdict:
+        """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate,
+        by its reserved peak when it has one (:attr:`by_reserved`), else by its allocated peak.
+
+        Raises:
+            ValueError: when a real GPU ran out of memory (no peak to judge; see :attr:`error`).
+        """
+        if self.peak_bytes is None:
+            raise ValueError(f"batch {self.batch_size} ran out of memory: there is no peak to judge")
+        return judge(capacity, self.peak_bytes, peak_reserved=self.reserved_bytes, reserved=self.by_reserved)
+
+
+def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Estimate:
+    """``profile``'s step replayed through the caching-allocator model on a GPU of ``capacity`` bytes.
+
+    The replay (:func:`helpers.allocator.replay_on_gpu`) may reserve what the
+    GPU has less the assumed :data:`helpers.gpus.CUDA_CONTEXT_BYTES`; under that
+    cap it frees its cache and retries before it gives up, as the real
+    allocator does.  The returned estimate has the replay's peak reserved bytes,
+    or, when it ran out of memory, ``allocator_error`` (then the step does not fit).
+
+    Args:
+        profile: a direct trace (its :attr:`helpers.record.StepProfile.allocation_log`).
+        capacity: the GPU's memory in bytes.
+        settings: allocator settings (:class:`helpers.allocator.AllocatorSettings`
+            or a ``PYTORCH_CUDA_ALLOC_CONF`` string); default PyTorch's.
+
+    Raises:
+        ValueError: for a capacity that leaves nothing beside the CUDA context, or bad settings.
+    """
+    from .allocator import replay_on_gpu
+    from .units import fmt_mib
+
+    run = replay_on_gpu(profile.allocation_log, capacity, settings)
+    error = None
+    if run.error is not None:
+        e = run.error
+        error = (f"tried to allocate {fmt_mib(e.requested)} with {fmt_mib(e.allocated)} allocated, "
+                 f"{fmt_mib(e.reserved)} reserved, largest free block {fmt_mib(e.largest_free)}, "
+                 f"{fmt_mib(CUDA_CONTEXT_BYTES)} left to the assumed CUDA context")
+    return dataclasses.replace(Estimate.of(profile), reserved_bytes=None if error else run.peak_reserved,
+                               allocator_error=error)
 
 
 def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:
@@ -237,8 +293,7 @@ class PeakCurve:
             profile = self.trace(batch_size)
         except DoesNotFit as e:
             return Estimate(batch_size, None, backend=self.backend, error=e.cuda_message or str(e))
-        return Estimate(batch_size, profile.peak_allocated_bytes, dict(profile.categories),
-                        profile.peak.label, True, profile.backend)
+        return Estimate.of(profile)
 
 
 def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:

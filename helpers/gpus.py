@@ -1,15 +1,23 @@
 """GPU cards, their memory, and the one rule for "does it fit?".
 
-Every widget, the command line and every lesson judge a step by :func:`fits`:
-the whole step's peak allocated bytes (through ``optimizer.step()``) plus the
-stated overhead must not exceed the card's memory.
+Every widget, the command line and every lesson judge a step by :func:`judge`:
+the whole step's peak (through ``optimizer.step()``, in the steady state), plus
+one stated overhead model, must not exceed the card's memory.  The overhead
+model: an assumed CUDA context (:data:`CUDA_CONTEXT_BYTES`, 512 MiB), plus, when
+the step is judged by its allocated peak, an assumed allowance for the caching
+allocator's cache (:data:`CACHE_ALLOWANCE_BYTES`, 512 MiB; together
+:data:`CUDA_OVERHEAD_BYTES`, 1 GiB); when it is judged by its reserved peak
+(the allocator model replays it on the card), the replay replaces the
+allowance.  :data:`BASIS` says which, in the words every verdict uses.
 
 All sizes are bytes; 1 MiB = 2**20 bytes.
 """
 
 from __future__ import annotations
 
-from .units import cuda_size
+from dataclasses import dataclass
+
+from .units import cuda_size, fmt_mib
 
 #: ``total_memory`` of real cards, as ``torch.cuda.get_device_properties(0)``
 #: printed it in public logs (its repr shows whole MiB; the figure moves by a
@@ -31,32 +39,44 @@ GPU_CARDS = {
     "H100 80 GB": 81089 * 2**20,
 }
 
-#: Memory a training process holds on a GPU besides its tensors, *assumed* (not
-#: measured here) when a lesson asks whether a step fits a GPU of a given size:
-#: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the
-#: caching allocator's free-but-reserved blocks.  1 GiB is a round, deliberately
-#: generous figure; on a real GPU, measure instead.
-CUDA_OVERHEAD_BYTES = 1 * 2**30
-
-#: Memory a process holds on a GPU outside PyTorch's caching allocator, *assumed*
-#: when the allocator's reserved memory is simulated (lesson 06): the CUDA
-#: context, with its kernels loaded lazily (the default since PyTorch 1.13),
-#: and the library handles.  Published measurements: 287,047,680 bytes (274 MiB)
-#: of device memory in use after one small tensor, with lazy loading
-#: (pytorch/pytorch#86509, which made it the default; 666 MB without it);
-#: "around 400MB" with CUDA >= 11.7 (pytorch/pytorch#109888); 426 MiB in
-#: nvidia-smi for PyTorch 2.10 with CUDA 13.0 on an RTX 6000 Ada
-#: (unslothai/unsloth-zoo#1053).  512 MiB is a round figure above them.
-#: cuBLAS workspaces are not in it: they go through the caching allocator.
+#: The CUDA context, *assumed* (not measured here): memory a process holds on a
+#: GPU outside PyTorch's caching allocator, with its kernels loaded lazily (the
+#: default since PyTorch 1.13), and the library handles.  Published
+#: measurements: 287,047,680 bytes (274 MiB) of device memory in use after one
+#: small tensor, with lazy loading (pytorch/pytorch#86509, which made it the
+#: default; 666 MB without it); "around 400MB" with CUDA >= 11.7
+#: (pytorch/pytorch#109888); 426 MiB in nvidia-smi for PyTorch 2.10 with CUDA
+#: 13.0 on an RTX 6000 Ada (unslothai/unsloth-zoo#1053).  512 MiB is a round
+#: figure above them, which also leaves room for the cuBLAS workspaces: a real
+#: caching allocator holds them (tens of MiB, on the first matrix
+#: multiplication of each handle and stream), the simulated one does not.
 CUDA_CONTEXT_BYTES = 512 * 2**20
+
+#: An allowance for the caching allocator's cache, *assumed* when its reserved
+#: memory is not simulated: the free blocks it keeps, and their fragmentation,
+#: above the peak of the tensors.  Under memory pressure the allocator frees
+#: its cached blocks and retries before it reports an out-of-memory error
+#: (``release_cached_blocks`` in c10/cuda/CUDACachingAllocator.cpp), so what a
+#: step needs at a card's limit is far less than the cache it keeps when it has
+#: room (replayed through :mod:`helpers.allocator`, the lessons' steps reserve
+#: several hundred MiB to about 1.5 GiB above their allocated peak uncapped).
+#: 512 MiB is a round figure; the allocator model (the "reserved" view of the
+#: widgets, ``--reserved`` on the command line) replaces it with a replay of the
+#: step on the card, which can need more (fragmentation) or less.
+CACHE_ALLOWANCE_BYTES = 512 * 2**20
+
+#: The assumed overhead of a step judged by its allocated peak:
+#: :data:`CUDA_CONTEXT_BYTES` + :data:`CACHE_ALLOWANCE_BYTES` = 1 GiB.
+CUDA_OVERHEAD_BYTES = CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES
 
 
 def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
     """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead``.
 
-    The one rule behind "does it fit" everywhere (the simulated GPU, the largest
-    batch, the widget's verdict): the tensors' peak must fit what the CUDA
-    context, the library workspaces and the allocator's cache leave.
+    The rule behind "does it fit" when a step is judged by its allocated peak
+    (the simulated GPU's capacity, the largest batch, :func:`judge`): the
+    tensors' peak must fit what the CUDA context and the allocator's cache
+    leave.
 
     Raises:
         ValueError: if ``capacity`` or ``overhead`` is negative.
@@ -67,8 +87,106 @@ def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
 
 
 def fits(peak: int, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> bool:
-    """Whether a step whose tensors peak at ``peak`` bytes fits a GPU of ``capacity`` bytes."""
+    """Whether a step whose tensors peak at ``peak`` bytes fits a GPU of ``capacity`` bytes.
+
+    ``peak`` is the allocated peak of the *whole* step (through
+    ``optimizer.step()``, in the steady state: ``profile_step(...,
+    steady_state=True).peak_allocated_bytes``); with the default overhead this
+    is :func:`judge`'s verdict on it.
+    """
     return peak <= headroom(capacity, overhead)
+
+
+#: What a verdict judged, in the same words everywhere (widgets, command line):
+#: by the step's allocated peak, or by its reserved peak (the allocator model).
+BASIS = {
+    "allocated": f"peak allocated of the whole step + {fmt_mib(CUDA_OVERHEAD_BYTES)} assumed overhead",
+    "reserved": f"peak reserved of the whole step (simulated allocator) + {fmt_mib(CUDA_CONTEXT_BYTES)} "
+                f"assumed CUDA context",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a step fits a GPU, and on what it was judged.  Bytes.
+
+    Attributes:
+        fits: the answer.
+        capacity: the GPU's memory.
+        basis: ``"allocated"`` or ``"reserved"`` (a key of :data:`BASIS`).
+        peak: the step's peak allocated bytes (basis ``"allocated"``) or peak
+            reserved bytes (``"reserved"``); None when the allocator model ran
+            out of memory before the step's end (then it does not fit).
+        overhead: the assumed bytes added to ``peak``.
+    """
+
+    fits: bool
+    capacity: int
+    basis: str
+    peak: int | None
+    overhead: int
+
+    @property
+    def need(self) -> int | None:
+        """``peak + overhead``: what the card must hold (None if unknown)."""
+        return None if self.peak is None else self.peak + self.overhead
+
+    @property
+    def judged(self) -> str:
+        """What was judged, in words: :data:`BASIS` of :attr:`basis`."""
+        return BASIS[self.basis]
+
+    def sentence(self, gpu: str, detail: str = "") -> str:
+        """The verdict in words, sizes in MiB: ``"fits in <gpu>: <what was judged> =
+        <peak> + <overhead> = <need> MiB <= <capacity> MiB"``, or ``"does not fit in <gpu>: ..."``;
+        ``detail``, if given, follows in parentheses (say, why the allocator ran out of memory)."""
+        verb = "fits" if self.fits else "does not fit"
+        more = f" ({detail})" if detail else ""
+        if self.peak is None:
+            return f"{verb} in {gpu}: {self.judged}: the simulated allocator ran out of memory{more}"
+        return (f"{verb} in {gpu}: {self.judged} = {self.peak / 2**20:,.1f} + {self.overhead / 2**20:,.1f} = "
+                f"{fmt_mib(self.need)} {'<=' if self.fits else '>'} {fmt_mib(self.capacity)}{more}")
+
+
+def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: int | None = None,
+          reserved: bool = False) -> Verdict:
+    """The one rule for "does this training step fit this GPU?".
+
+    Two bases, one overhead model:
+
+    * by the allocated peak (``reserved=False``): ``peak_allocated`` +
+      :data:`CUDA_OVERHEAD_BYTES` (the assumed CUDA context and allocator
+      cache) <= ``capacity``;
+    * by the reserved peak (``reserved=True``), the step replayed through the
+      caching-allocator model on this card (``helpers.allocator.replay_on_gpu``,
+      which leaves :data:`CUDA_CONTEXT_BYTES` to the context): ``peak_reserved``
+      + :data:`CUDA_CONTEXT_BYTES` <= ``capacity``; ``peak_reserved`` None
+      means that the replay ran out of memory: it does not fit.
+
+    The peak is the whole step's, through ``optimizer.step()``, in the steady
+    state (the optimizer's states exist): what every step of a training loop needs.
+
+    Args:
+        capacity: the GPU's memory in bytes (:data:`GPU_CARDS`).
+        peak_allocated: the step's peak allocated bytes (basis "allocated").
+        peak_reserved: the replay's peak reserved bytes (basis "reserved").
+        reserved: which basis.
+
+    Raises:
+        ValueError: for a negative capacity or peak, or a missing allocated peak.
+    """
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0 bytes, got {capacity}")
+    if reserved:
+        peak, overhead = peak_reserved, CUDA_CONTEXT_BYTES
+    else:
+        if peak_allocated is None:
+            raise ValueError("judging by the allocated peak needs peak_allocated")
+        peak, overhead = peak_allocated, CUDA_OVERHEAD_BYTES
+    if peak is not None and peak < 0:
+        raise ValueError(f"a peak must be >= 0 bytes, got {peak}")
+    ok = peak is not None and peak + overhead <= capacity
+    return Verdict(ok, capacity, "reserved" if reserved else "allocated", peak, overhead)
 
 
 def oom_message(requested: int, capacity: int, in_use: int, allocated: int, reserved: int,

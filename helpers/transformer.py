@@ -14,8 +14,11 @@ bytes; 1 MiB = 2**20 bytes, 1 GB = 10**9 bytes.
   forward pass of a (small) model on the simulated GPU, with a checkpointing
   policy of :data:`helpers.techniques.checkpointing.CHECKPOINT_POLICIES`
   (full or selective, :class:`helpers.techniques.checkpointing.CheckpointedBlock`);
+* :func:`transformer_step`: the steady-state training step of lesson 08's
+  widget (:class:`helpers.teaching.widgets.SequenceExplorer`), for
+  :func:`helpers.step.profile_step`: its peak is what must fit;
 * :func:`end_of_forward`: a whole model's memory at the end of its forward
-  pass (lesson 08's widget, :class:`helpers.teaching.widgets.SequenceExplorer`);
+  pass, from two measured blocks (not the step's peak);
 * :func:`chunked_cross_entropy`: the output head and its loss, a chunk of
   tokens at a time, without ever holding all the logits;
 * :func:`kv_cache_bytes_per_token`: the inference KV cache.
@@ -345,7 +348,13 @@ def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attent
                    policy: str = "none"):
     """Memory at the end of the forward pass of a steady-state training step with Adam.
 
-    The moment the activations peak.  By category, in bytes:
+    The moment the activations are all alive, computed from two measured
+    blocks: *not* the step's peak, which comes later (in backward, when the
+    gradients join the activations, or at ``optimizer.step()``; for GPT-2 1.5B
+    at batch 19 and 1024 tokens, AMP and flash attention, 77,638 MiB here
+    against a peak of 81,698 MiB).  Whether a step fits is judged on the whole
+    step's peak: :func:`transformer_step` and :func:`helpers.step.profile_step`,
+    as :class:`helpers.teaching.widgets.SequenceExplorer` does.  By category, in bytes:
 
     * parameters (4 per parameter: float32, also under ``torch.autocast``) and
       Adam's states (8 per parameter); gradients are not allocated yet
@@ -402,3 +411,69 @@ def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attent
     return Estimate(batch, sum(categories.values()), categories, where, True, "simulated")
 
 
+
+
+@dataclass(frozen=True)
+class TransformerBuilder:
+    """Builds a model of :func:`transformer_presets` with a checkpointing policy applied.
+
+    A function of no arguments for :attr:`helpers.config.StepConfig.model`,
+    equal (and hashing equal) for equal configurations, so that traces of it
+    can be cached.
+
+    Attributes:
+        config: a :class:`helpers.models.gpt.GPTConfig` or :class:`helpers.models.llama.LlamaConfig`.
+        policy: one of :data:`CHECKPOINT_POLICIES`, applied with
+            :func:`helpers.techniques.checkpointing.checkpoint_blocks`.
+    """
+
+    config: object
+    policy: str = "none"
+
+    def __call__(self):
+        return checkpoint_blocks(_builder(self.config)(), self.policy)
+
+
+def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
+                     policy: str = "none", optimizer: str = "adam") -> StepConfig:
+    """The training step of lesson 08's widget, as a :class:`helpers.config.StepConfig`.
+
+    ``profile_step(transformer_step(...))`` traces the whole step, in the
+    steady state (the optimizer's states exist: what every step of a training
+    loop needs), simulated: forward with next-token cross-entropy, backward,
+    ``optimizer.step()``.  Its ``peak_allocated_bytes`` is what must fit
+    (:func:`helpers.gpus.judge`).
+
+    Args:
+        model: a name of :func:`transformer_presets`.  GPT-2's learned position
+            embedding is extended to ``seq`` positions when ``seq`` is longer
+            than its 1024 (it then has more parameters).
+        seq, batch: tokens per sequence, sequences per batch.
+        amp: float16 autocast (with a GradScaler).
+        attention: the simulated kernel: ``"math"``, ``"flash"`` or ``"efficient"``
+            (:data:`helpers.config.ATTENTION`).
+        policy: the checkpointing policy of every block, one of :data:`CHECKPOINT_POLICIES`.
+        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+
+    Raises:
+        ValueError: for an unknown model or policy, a size below 1, a sequence
+            longer than Llama's context, or an option StepConfig refuses.
+    """
+    import dataclasses
+
+    from .models.gpt import GPTConfig
+
+    presets = transformer_presets()
+    if model not in presets:
+        raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
+    check_int("seq", seq, 1)
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
+    config = presets[model]
+    if isinstance(config, GPTConfig) and seq > config.n_positions:
+        config = dataclasses.replace(config, n_positions=seq)
+    elif seq > config.n_positions:
+        raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
+    return StepConfig(model=TransformerBuilder(config, policy), name=model, batch_size=batch, seq_len=seq,
+                      vocab_size=config.vocab_size, amp=amp, attention=attention, optimizer=optimizer,
+                      steady_state=True, device="simulated")

@@ -19,6 +19,7 @@ def test_table_ends_with_the_peak(capsys):
     conv1 = next(line for line in out if " fwd " in line and " conv1 " in line)
     assert "+392.0" in conv1 and "(128, 64, 112, 112)" in conv1
     assert out[-1] == "peak allocated: 2778.4 MiB (simulated)"
+    assert any(line.startswith("whether training fits a GPU: give --steady-state") for line in out)
 
 
 def test_json_has_the_documented_fields(capsys):
@@ -87,7 +88,8 @@ def test_a_step_no_gpu_can_hold_says_so(capsys):
     assert main(["profile", "--device", "simulated", "--image-size", "100000"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("python -m helpers profile: note: this step needs ")
-    assert "TiB at its peak, more than any GPU in helpers' list has (the largest, H100 80 GB" in err[0]
+    assert ("TiB (peak allocated of the whole step + 1,024.0 MiB assumed overhead), more than any GPU in helpers' "
+            "list has (the largest, H100 80 GB") in err[0]
     assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64"]) == 0
     assert capsys.readouterr().err == ""
 
@@ -160,17 +162,41 @@ def test_reserved_replays_the_step_through_the_allocator_model(capsys):
     from helpers.allocator import replay
 
     assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64", "--reserved",
-                 "--json"]) == 0
+                 "--steady-state", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    profile = profile_step("resnet18", 8, image_size=64, device="simulated")
+    profile = profile_step("resnet18", 8, image_size=64, device="simulated", steady_state=True)
     run = replay(profile.allocation_log)
     assert out["allocator"]["peak_reserved_bytes"] == run.peak_reserved >= out["peak_allocated_bytes"]
-    assert out["allocator"]["settings"] == "defaults" and all(out["allocator"]["fits"].values())
+    assert out["allocator"]["settings"] == "defaults" and all(out["fits"]["cards"].values())
+    assert out["fits"]["judged"] == ("peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
+                                     "CUDA context")
     assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64", "--reserved",
-                 "--alloc-conf", "expandable_segments:True"]) == 0
+                 "--steady-state", "--alloc-conf", "expandable_segments:True"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-2].startswith("simulated caching allocator (expandable_segments:True): peak reserved")
-    assert lines[-1].startswith("with reserved memory and an assumed 512 MiB CUDA context, it fits: V100 16 GB")
+    assert lines[-1].startswith("simulated caching allocator (expandable_segments:True): peak reserved")
+    assert ("fits (peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed CUDA context): "
+            "V100 16 GB, RTX 4090 24 GB, A100 40 GB, A100 80 GB, H100 80 GB") in lines
+
+
+def test_the_cli_says_which_cards_a_steady_step_fits(capsys):
+    from helpers.gpus import GPU_CARDS, judge
+
+    args = ["profile", "--device", "simulated", "--model", "resnet18", "--batch-size", "800", "--steady-state"]
+    assert main(args) == 0
+    peak = profile_step("resnet18", 800, device="simulated", steady_state=True).peak_allocated_bytes
+    fit = [card for card, capacity in GPU_CARDS.items() if judge(capacity, peak).fits]
+    assert fit == ["RTX 4090 24 GB", "A100 40 GB", "A100 80 GB", "H100 80 GB"]  # about 16.7 GiB + 1 GiB: no V100
+    assert ("fits (peak allocated of the whole step + 1,024.0 MiB assumed overhead): RTX 4090 24 GB, A100 40 GB, "
+            "A100 80 GB, H100 80 GB; does not fit: V100 16 GB") in capsys.readouterr().out.splitlines()
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["fits"]
+    assert out["cards"] == {card: card in fit for card in GPU_CARDS} and out["overhead_bytes"] == 2**30
+    assert out["need_bytes"]["V100 16 GB"] == peak + 2**30
+    # a first step is no verdict on training: its forward and backward run without the optimizer's states
+    assert main(args[:-1]) == 0
+    assert "whether training fits a GPU: give --steady-state" in capsys.readouterr().out
+    assert main([*args[:-1], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is None
 
 
 @pytest.mark.parametrize("args, message", [

@@ -83,8 +83,11 @@ def test_sizes_are_written_as_the_lessons_show_them():
 def test_the_view_is_a_pure_function_of_the_estimate():
     small = Estimate(4, 2 * 2**20, {"parameters": 2**20, "activations": 2**20}, "backward of ReLU '1'", True, "simulated")
     message, view = render(small, "H100 80 GB", 80 * 2**30)
-    assert message.startswith("fits in H100 80 GB: peak 2.0 MiB + 1,024.0 MiB assumed overhead")
-    assert 'class="gm-zoom"' in view and "peak at the backward of ReLU &#x27;1&#x27;" in view  # too thin: zoomed
+    assert message == ("fits in H100 80 GB: peak allocated of the whole step + 1,024.0 MiB assumed overhead = "
+                       "2.0 + 1,024.0 = 1,026.0 MiB <= 81,920.0 MiB")
+    assert "CUDA context (assumed)" in view and "allocator cache (assumed)" in view  # the two parts of the overhead
+    assert 'class="gm-zoom"' in view  # too thin: zoomed
+    assert "peak of the whole step at the backward of ReLU &#x27;1&#x27;" in view
     assert render(small, "H100 80 GB", 80 * 2**30) == (message, view)
     big = Estimate(4, 20 * 2**30, {"activations": 20 * 2**30}, "x", True, "simulated")
     ok, text = verdict(big, "V100 16 GB", 16 * 2**30, False)
@@ -131,7 +134,13 @@ def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
     w.model.value = PARAMETER_COUNT
     w.parameters.value = 1_000_000_000
     w.capacity.value = "RTX 4090 24 GB"
-    assert w.result.peak_bytes == 20 * 10**9 and w.message.startswith("fits in RTX 4090 24 GB")
+    assert w.result.peak_bytes == 20 * 10**9
+    # a parameter count says nothing of the activations: only the model states can be said to fit
+    assert w.message.startswith("model states fit in RTX 4090 24 GB, activations not counted: model states at "
+                                "optimizer.step() + 1,024.0 MiB assumed overhead")
+    w.parameters.value = 2_000_000_000  # 40 GB of model states: that alone decides
+    assert w.message.startswith("does not fit in RTX 4090 24 GB: model states alone")
+    w.parameters.value = 1_000_000_000
     assert "from the parameter count" in w.view.value and w.size.layout.display == "none"
     w.optimizer.value = "sgd"
     assert w.result.peak_bytes == 8 * 10**9
@@ -162,28 +171,53 @@ def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
     run = replay_on_gpu(direct.allocation_log, GPU_CARDS["V100 16 GB"])
     shown = int(re.search(r'class="gm-reserved" data-bytes="(\d+)"', w.view.value).group(1))
     assert shown == w.result.reserved_bytes == run.peak_reserved > direct.peak_allocated_bytes
-    assert w.message.startswith("fits in V100 16 GB: peak reserved")
-    assert f"+ {CUDA_CONTEXT_BYTES / 2**20:,.1f} MiB assumed CUDA context" in w.message
+    assert w.message.startswith("fits in V100 16 GB: peak reserved of the whole step (simulated allocator) + "
+                                f"{CUDA_CONTEXT_BYTES / 2**20:,.1f} MiB assumed CUDA context = ")
     assert "reserved (sim.)" in w.summary()
     w.batch_size.value = 1000  # about 21 GB of tensors: more than a V100 holds
-    assert w.message.startswith("does not fit in V100 16 GB: the simulated allocator ran out of memory")
+    assert w.message.startswith("does not fit in V100 16 GB: peak reserved of the whole step (simulated allocator) "
+                                "+ 512.0 MiB assumed CUDA context: the simulated allocator ran out of memory "
+                                "(tried to allocate ")
     assert w.result.reserved_bytes is None and w.result.allocator_error
     w.reserved.value = False  # back to the assumed 1 GiB overhead
-    assert "assumed overhead" in w.message and w.result.reserved_bytes is None
+    assert w.message.startswith("does not fit in V100 16 GB: peak allocated of the whole step + 1,024.0 MiB assumed "
+                                "overhead = ") and w.result.reserved_bytes is None
     with pytest.raises(ValueError, match="reserved"):
         MemoryExplorer(device="simulated", reserved="yes")
 
 
-def test_the_sequence_explorer_is_a_widget_like_the_others_and_shows_end_of_forward():
+def test_the_sequence_explorer_judges_the_whole_step_not_the_end_of_the_forward_pass():
+    """Issue 22: it said "fits" for GPT-2 1.5B at batch 19 and 1024 tokens on an H100 (end of forward
+    77,637.9 MiB) where the step peaks at 81,698.5 MiB, and at 512 tokens on an RTX 4090 (22,139.3 MiB)
+    where the step peaks at 29,709.5 MiB at optimizer.step()."""
     from helpers.teaching.widgets import SequenceExplorer
-    from helpers.transformer import end_of_forward
+    from helpers.transformer import end_of_forward, transformer_step
 
-    explorer = SequenceExplorer(model="gpt2", seq=1024, batch_size=2, capacity="V100 16 GB")
+    explorer = SequenceExplorer(model="gpt2-xl", seq=1024, batch_size=19)
     assert isinstance(explorer, ipywidgets.VBox) and explorer.view in explorer.children
-    expected = end_of_forward("gpt2", 1024, 2, amp=True, attention="flash", policy="none")
-    assert explorer.result.peak_bytes == expected.peak_bytes
+    direct = profile_step(transformer_step("gpt2-xl", 1024, 19))
+    assert explorer.result.peak_bytes == direct.peak_allocated_bytes == 85_667_075_584  # 81,698.5 MiB
+    assert end_of_forward("gpt2-xl", 1024, 19).peak_bytes < direct.peak_allocated_bytes
+    assert explorer.message == ("does not fit in H100 80 GB: peak allocated of the whole step + 1,024.0 MiB assumed "
+                                "overhead = 81,698.5 + 1,024.0 = 82,722.5 MiB > 81,089.0 MiB")
+    assert "peak of the whole step at the backward of LayerNorm" in explorer.view.value
     assert explorer.summary().splitlines()[0] == explorer.message
-    explorer.seq.value = 2048  # a control changes: the figures follow
-    assert explorer.result.peak_bytes == end_of_forward("gpt2", 2048, 2).peak_bytes
+
+    shown = []
+    explorer.view.observe(lambda change: shown.append(change["new"]), names="value")
+    explorer.capacity.value = "RTX 4090 24 GB"  # same step: no new trace
+    assert len(shown) == 1 and "gm-busy" not in shown[0]
+    explorer.batch_size.value = 1
+    explorer.seq.value = 512  # new steps: each says first that it is working
+    assert "gm-busy" in shown[1] and "gm-busy" in shown[-2] and "gm-explorer" in shown[-1]
+    assert explorer.result.peak_bytes == 31_152_668_160 and explorer.result.where == "optimizer.step()"  # 29,709.5 MiB
+    assert explorer.message.startswith("does not fit in RTX 4090 24 GB")
+    assert fmt_mib(end_of_forward("gpt2-xl", 512, 1).peak_bytes) == "22,139.3 MiB"  # what it used to judge
+
+    explorer.policy.value = "full"  # a policy applies to every block: the step is profile_step's
+    full = profile_step(transformer_step("gpt2-xl", 512, 1, policy="full"))
+    assert explorer.result.peak_bytes == full.peak_allocated_bytes
     with pytest.raises(ValueError, match="seq must be one of"):
         SequenceExplorer(seq=1000)
+    with pytest.raises(ValueError, match="unknown checkpointing policy"):
+        SequenceExplorer(policy="some")

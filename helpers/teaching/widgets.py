@@ -12,6 +12,13 @@ printing into an ``Output`` widget: that way a notebook that contains it still
 passes strict nbval, which compares printed output but not widget views.  The
 view itself is made by a pure function, :func:`render`.
 
+Every widget judges "does it fit?" as the command line does, by
+:meth:`helpers.batch.Estimate.verdict` (:func:`helpers.gpus.judge`): the peak
+of the whole steady-state step (through ``optimizer.step()``) plus the assumed
+1 GiB overhead (CUDA context and allocator cache), or, with the "reserved"
+view, the step replayed through the allocator model on the card plus the
+assumed 512 MiB CUDA context; the verdict says which.
+
 On a GPU every value is measured (an out-of-memory error is caught, shown as
 "does not fit", and its memory released); elsewhere it is simulated, with
 :class:`helpers.batch.PeakCurve` interpolating exactly between traced batch
@@ -27,15 +34,14 @@ import html
 
 import ipywidgets as widgets
 
-from ..allocator import replay_on_gpu
-from ..batch import Estimate, PeakCurve, model_state_estimate
+from ..batch import Estimate, PeakCurve, model_state_estimate, reserved_estimate
 from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
 from ..engine.backends import get_backend
-from ..gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, fits
+from ..gpus import CACHE_ALLOWANCE_BYTES, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
 from ..models import LANGUAGE_PRESETS, model_names, resolve_model
 from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS
 from ..techniques.checkpointing import CHECKPOINT_POLICIES
-from ..transformer import end_of_forward, transformer_presets
+from ..transformer import transformer_presets, transformer_step
 from ..units import fmt_mib
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(StepConfig)}
@@ -65,7 +71,15 @@ def _bar(parts: list[tuple[str, int]], scale: float) -> str:
 
 
 def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool) -> tuple[bool, str]:
-    """Whether the step fits, and the sentence that says so.
+    """Whether the step fits, and the sentence that says so (and what it judged).
+
+    On a card of the list: :meth:`helpers.batch.Estimate.verdict`, the rule of
+    :func:`helpers.gpus.judge` that the command line applies too, in its words
+    (:meth:`helpers.gpus.Verdict.sentence`).  On this machine's own GPU
+    (``measured_here``): the step ran, with the real overhead, or ran out of
+    memory.  For a bare parameter count (backend ``"formula"``): the model
+    states alone are judged, and a verdict of "fits" says so, since the
+    activations are not counted.
 
     Args:
         r: the estimate at one batch size.
@@ -76,20 +90,19 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool) -> tuple[
     """
     if r.peak_bytes is None:
         return False, f"does not fit: batch {r.batch_size} ran out of memory on this GPU ({r.error})"
-    if r.allocator_error is not None:
-        return False, f"does not fit in {gpu}: {r.allocator_error}"
-    if r.reserved_bytes is not None:
-        need = r.reserved_bytes + CUDA_CONTEXT_BYTES
-        return True, (f"fits in {gpu}: peak reserved {fmt_mib(r.reserved_bytes)} (simulated allocator) + "
-                      f"{fmt_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context = {fmt_mib(need)} <= {fmt_mib(capacity)}")
-    overhead = 0 if measured_here else CUDA_OVERHEAD_BYTES
-    ok = fits(r.peak_bytes, capacity, overhead)
-    verb = "fits" if ok else "does not fit"
     if measured_here:
-        return ok, f"{verb}: peak {fmt_mib(r.peak_bytes)} measured on this GPU ({fmt_mib(capacity)})"
-    need = r.peak_bytes + overhead
-    return ok, (f"{verb} in {gpu}: peak {fmt_mib(r.peak_bytes)} + {fmt_mib(overhead)} assumed overhead = "
-                f"{fmt_mib(need)} {'<=' if ok else '>'} {fmt_mib(capacity)}")
+        return True, (f"fits on this GPU: the whole step ran, peak allocated {fmt_mib(r.peak_bytes)} measured "
+                      f"({fmt_mib(capacity)})")
+    v = r.verdict(capacity)
+    if r.backend == "formula":
+        sums = (f"{r.peak_bytes / 2**20:,.1f} + {v.overhead / 2**20:,.1f} = {fmt_mib(v.need)} "
+                f"{'<=' if v.fits else '>'} {fmt_mib(capacity)}")
+        if v.fits:
+            return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
+                          f"{fmt_mib(v.overhead)} assumed overhead = {sums}")
+        return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {fmt_mib(v.overhead)} "
+                       f"assumed overhead = {sums}")
+    return v.fits, v.sentence(gpu, r.allocator_error or "")
 
 
 def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) -> tuple[str, str]:
@@ -106,13 +119,14 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
     if r.peak_bytes is None:
         return message, f'<div class="gm-explorer">{head}</div>'
     parts = [(name, r.categories.get(name, 0)) for name in CATEGORIES]
-    if r.reserved_bytes is not None:  # the cache and the context instead of an assumed overhead
+    if r.reserved_bytes is not None:  # the replayed cache instead of the assumed allowance
         overhead = max(r.reserved_bytes - r.peak_bytes, 0) + CUDA_CONTEXT_BYTES
         parts += [("reserved, free", overhead - CUDA_CONTEXT_BYTES), ("CUDA context (assumed)", CUDA_CONTEXT_BYTES)]
+    elif measured_here:
+        overhead = 0
     else:
-        overhead = 0 if measured_here else CUDA_OVERHEAD_BYTES
-        if overhead:
-            parts.append(("overhead (assumed)", overhead))
+        overhead = CUDA_OVERHEAD_BYTES
+        parts += [("CUDA context (assumed)", CUDA_CONTEXT_BYTES), ("allocator cache (assumed)", CACHE_ALLOWANCE_BYTES)]
     scale = max(capacity, r.peak_bytes + overhead) * 1.05
     line = (f'<div title="{html.escape(gpu)}: {fmt_mib(capacity)}" style="position:absolute;'
             f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
@@ -128,7 +142,7 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
         rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
                     f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
                     f'style="text-align:right">{fmt_mib(nbytes)}</td></tr>')
-    rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated</b></td><td class="gm-peak" '
+    rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated (whole step)</b></td><td class="gm-peak" '
                 f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{fmt_mib(r.peak_bytes)}</b></td></tr>')
     if r.reserved_bytes is not None:
         rows.append(f'<tr><td style="padding-right:16px"><b>peak reserved (simulated)</b></td><td '
@@ -137,7 +151,7 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
     table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
     source = ("from the parameter count" if r.backend == "formula" else
               "traced" if r.traced else "interpolated between traced batch sizes")
-    note = (f'<div style="{_NOTE_STYLE}">batch {r.batch_size}; peak at the '
+    note = (f'<div style="{_NOTE_STYLE}">batch {r.batch_size}; peak of the whole step at the '
             f'{html.escape(r.where)}; {r.backend}, {source}.</div>')
     return message, f'<div class="gm-explorer">{head}{bar}{table}{note}</div>'
 
@@ -150,6 +164,9 @@ class _StepWidget(widgets.VBox):
     """
 
     _STYLE = {"description_width": "110px"}
+    #: Trace batch size 1 and the slider's end of a new configuration, so that
+    #: most slider positions interpolate (False: trace each batch size asked for).
+    _TRACE_ENDS = True
 
     def _start(self, device: str, capacity: str, batch_size: int, max_batch_size: int) -> None:
         self.runtime = get_backend(device)
@@ -176,8 +193,11 @@ class _StepWidget(widgets.VBox):
         self._curves: dict[StepConfig, PeakCurve] = {}
         self._quiet = False
 
-    def _finish(self, rows: list, controls: list) -> None:
-        super().__init__(children=[widgets.HBox([self.batch_size, self.batch_box]), *rows, self.view])
+    def _finish(self, rows: list, controls: list, batch_row: bool = True) -> None:
+        """Lay out ``rows`` of controls (after the batch-size row, unless ``batch_row`` is False) and the view,
+        observe ``controls`` (and the batch size and GPU), and show the first result."""
+        batch = [widgets.HBox([self.batch_size, self.batch_box])] if batch_row else []
+        super().__init__(children=[*batch, *rows, self.view])
         for control in (self.batch_size, self.capacity, *controls):
             control.observe(self._on_change, names="value")
         self.update()
@@ -203,7 +223,7 @@ class _StepWidget(widgets.VBox):
             # New traces take seconds: say so at once, so that old figures never look current.
             self.view.value = f'<div class="gm-busy" style="{_NOTE_STYLE}">tracing {html.escape(self._busy(key))} ...</div>'
             curve = PeakCurve(key)
-            if not self.runtime.measured:  # trace both ends, so most values interpolate
+            if self._TRACE_ENDS and not self.runtime.measured:  # trace both ends, so most values interpolate
                 for end in (1, self.batch_size.max):
                     try:
                         curve.trace(end)
@@ -225,22 +245,9 @@ class _StepWidget(widgets.VBox):
         reserved = getattr(self, "reserved", None)
         if (reserved is not None and reserved.value and gpu != "this GPU" and self.config() is not None
                 and self.result.peak_bytes is not None):
-            self.result = self._with_reserved(self.result.batch_size, self.capacities[gpu])
+            # the exact trace at this batch size, replayed through the allocator model on the card
+            self.result = reserved_estimate(self.curve().trace(self.result.batch_size), self.capacities[gpu])
         self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU")
-
-    def _with_reserved(self, batch_size: int, capacity: int) -> Estimate:
-        """The exact trace at ``batch_size``, replayed through the caching-allocator model on ``capacity``."""
-        profile = self.curve().trace(batch_size)
-        run = replay_on_gpu(profile.allocation_log, capacity)
-        error = None
-        if run.error is not None:
-            e = run.error
-            error = (f"the simulated allocator ran out of memory (tried to allocate {fmt_mib(e.requested)} with "
-                     f"{fmt_mib(e.allocated)} allocated, {fmt_mib(e.reserved)} reserved, largest free block "
-                     f"{fmt_mib(e.largest_free)}; {fmt_mib(CUDA_CONTEXT_BYTES)} assumed CUDA context)")
-        return Estimate(batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
-                        True, profile.backend, reserved_bytes=None if error else run.peak_reserved,
-                        allocator_error=error)
 
     def summary(self) -> str:
         """The figures on display, as text: the verdict, then bytes by category."""
@@ -251,7 +258,7 @@ class _StepWidget(widgets.VBox):
                   for name in CATEGORIES]
         if self.result.reserved_bytes is not None:
             lines.append(f"  {'reserved (sim.)':<17} {fmt_mib(self.result.reserved_bytes):>14}")
-        lines.append(f"  peak at the {self.result.where}")
+        lines.append(f"  peak of the whole step at the {self.result.where}")
         return "\n".join(lines)
 
 
@@ -275,10 +282,13 @@ class MemoryExplorer(_StepWidget):
             ...), or ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
         reserved: initial state of the "reserved" toggle: replay each step
-            through the caching-allocator model (lesson 06) on the chosen card,
-            and judge the fit by reserved memory plus the assumed CUDA context
-            (:data:`helpers.gpus.CUDA_CONTEXT_BYTES`) instead of the assumed
-            1 GiB overhead.  Each batch size is then traced exactly (about a
+            through the caching-allocator model (lesson 06) on the chosen card
+            (:func:`helpers.batch.reserved_estimate`), and judge the fit by its
+            peak reserved memory plus the assumed CUDA context
+            (:data:`helpers.gpus.CUDA_CONTEXT_BYTES`): the replay takes the place
+            of the assumed allowance for the allocator's cache
+            (:data:`helpers.gpus.CACHE_ALLOWANCE_BYTES`) in the 1 GiB overhead
+            used otherwise.  Each batch size is then traced exactly (about a
             second for ResNet18 at batch 128), not interpolated.
         **options: other options of :class:`helpers.config.StepConfig`.
             Those that describe the data (:data:`helpers.config.DATA_OPTIONS`:
@@ -465,22 +475,33 @@ class WillItFit(_StepWidget):
         return model_state_estimate(self.parameters.value, self.optimizer.value, self.batch_size.value)
 
 
-class SequenceExplorer(widgets.VBox):
-    """Lesson 08's widget: a transformer's memory against a GPU, by sequence length.
+class SequenceExplorer(_StepWidget):
+    """Lesson 08's widget: a transformer's training step against a GPU, by sequence length.
 
     Controls: the model (:func:`transformer_presets`), sequence length, batch
     size, AMP, the checkpointing policy, the attention kernel and the GPU.  The
-    view (made by :func:`helpers.teaching.widgets.render`) shows :func:`end_of_forward`
-    as a bar stacked by category against the GPU's memory, with the assumed
-    1 GiB of CUDA context and workspaces, and whether it fits.  Like the other
-    widgets it is an ``ipywidgets.VBox``: display it as the last expression of
-    a cell; ``explorer.summary()`` gives the same figures as text.
+    view (made by :func:`render`, as for the other widgets) shows the peak of
+    the whole steady-state training step with Adam (forward, next-token loss,
+    backward, ``optimizer.step()``; :func:`helpers.transformer.transformer_step`
+    traced by :func:`helpers.step.profile_step`, simulated) as a bar stacked
+    by category against the GPU's memory, where the peak is, and whether it
+    fits by the rule every widget and the command line apply
+    (:meth:`helpers.batch.Estimate.verdict`).  A new configuration is traced
+    once (seconds: GPT-2 1.5B or Llama-3 8B at 4,096 tokens about 5 s) and
+    kept; the view first says that it is working.  Like the other widgets it
+    is an ``ipywidgets.VBox``: display it as the last expression of a cell;
+    ``explorer.summary()`` gives the same figures as text.
+
+    Attributes:
+        model, seq, batch_size, amp, policy, attention, capacity: the controls;
+            view, result, message: as in :class:`MemoryExplorer`.
 
     Raises:
         ValueError: for an unknown model, sequence length, kernel, policy or GPU.
     """
 
     SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+    _TRACE_ENDS = False  # each configuration is traced at the batch size asked for
 
     def __init__(self, model: str = "llama3-8b", seq: int = 4096, batch_size: int = 1, amp: bool = True,
                  policy: str = "none", attention: str = "flash", capacity: str = "H100 80 GB"):
@@ -490,38 +511,37 @@ class SequenceExplorer(widgets.VBox):
             raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(GPU_CARDS)}")
         if attention not in ("math", "flash"):
             raise ValueError(f"attention must be 'math' or 'flash', got {attention!r}")
-        end_of_forward(model, 512, 1, policy=policy)  # checks the model and the policy
-        check_int("batch_size", batch_size, 1)
-        style = {"description_width": "110px"}
+        transformer_step(model, seq, 1, amp=amp, attention=attention, policy=policy)  # checks the rest
+        self._start("simulated", capacity, batch_size, 512)
+        style = self._STYLE
         self.model = widgets.Dropdown(options=list(transformer_presets()), value=model, description="model",
                                       style=style)
         self.seq = widgets.Dropdown(options=list(self.SEQ_LENS), value=seq, description="sequence", style=style)
-        self.batch_size = widgets.BoundedIntText(batch_size, min=1, max=512, description="batch size", style=style)
         self.amp = widgets.Checkbox(amp, description="AMP (float16)")
         self.policy = widgets.Dropdown(options=list(CHECKPOINT_POLICIES), value=policy, description="checkpointing",
                                        style=style)
         self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
                                           style=style)
-        self.capacity = widgets.Dropdown(options=list(GPU_CARDS), value=capacity, description="GPU", style=style)
-        self.cards = dict(GPU_CARDS)
-        self.view = widgets.HTML()
-        controls = (self.model, self.seq, self.batch_size, self.amp, self.policy, self.attention, self.capacity)
-        super().__init__(children=[widgets.HBox(list(controls[:3])), widgets.HBox(list(controls[3:])), self.view])
-        for control in controls:
-            control.observe(lambda change: self.update(), names="value")
-        self.update()
+        # The batch size is typed (up to 512), in the first row: the box is linked to the slider, which is not shown.
+        self.batch_box.description, self.batch_box.style = "batch size", style
+        controls = [self.model, self.seq, self.amp, self.policy, self.attention]
+        self._finish([widgets.HBox([self.model, self.seq, self.batch_box]),
+                      widgets.HBox([self.amp, self.policy, self.attention, self.capacity])], controls, batch_row=False)
 
-    def update(self) -> None:
-        """Recompute for the controls' values and redraw the view."""
-        self.view.value = '<div style="color:#555">measuring ...</div>'
-        self.result = end_of_forward(self.model.value, self.seq.value, self.batch_size.value, amp=self.amp.value,
-                                     attention=self.attention.value, policy=self.policy.value)
-        gpu = self.capacity.value
-        self.message, self.view.value = render(self.result, gpu, self.cards[gpu])
+    def config(self) -> StepConfig:
+        """The step the controls show (batch size aside): :func:`helpers.transformer.transformer_step`."""
+        return transformer_step(self.model.value, self.seq.value, 1, amp=self.amp.value,
+                                attention=self.attention.value, policy=self.policy.value).curve_key()
 
-    def summary(self) -> str:
-        """The verdict and the bytes by category, as text (GB = 10**9 bytes)."""
-        lines = [self.message]
-        lines += [f"  {name.replace('_', ' '):<17} {nbytes / 1e9:>9.2f} GB" for name, nbytes in
-                  self.result.categories.items()]
-        return "\n".join(lines)
+    def _busy(self, key: StepConfig) -> str:
+        return (f"{self.model.value} at {self.seq.value:,} tokens, batch {self.batch_size.value} "
+                f"({'AMP, ' if self.amp.value else ''}{self.attention.value} attention, "
+                f"checkpointing {self.policy.value})")
+
+    def curve(self) -> PeakCurve:
+        key = self.config()
+        if key in self._curves and self.batch_size.value not in self._curves[key].traces:
+            # a new batch size of a known configuration is a new trace too: say so
+            self.view.value = (f'<div class="gm-busy" style="{_NOTE_STYLE}">tracing '
+                               f'{html.escape(self._busy(key))} ...</div>')
+        return super().curve()

@@ -1,0 +1,120 @@
+"""One meaning of "fits" (issue 22): every widget, the command line and profile_step agree.
+
+helpers.gpus.judge is the rule; the widgets (MemoryExplorer, WillItFit,
+SequenceExplorer) and ``python -m helpers profile`` (helpers.__main__.card_verdicts)
+must give its verdict on the whole steady-state step that profile_step traces.
+"""
+
+import json
+import random
+
+import pytest
+
+from helpers import profile_step
+from helpers.__main__ import card_verdicts, main
+from helpers.batch import Estimate, reserved_estimate
+from helpers.gpus import (BASIS, CACHE_ALLOWANCE_BYTES, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, fits,
+                          judge)
+from helpers.teaching.widgets import PRECISIONS, MemoryExplorer, SequenceExplorer, WillItFit
+from helpers.transformer import transformer_step
+from helpers.units import GiB, MiB
+
+
+def test_one_overhead_model_named_in_one_place():
+    assert CUDA_OVERHEAD_BYTES == CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES == 1 * GiB
+    by_allocated = judge(16 * GiB, 15 * GiB)
+    assert by_allocated.fits and by_allocated.need == 16 * GiB and by_allocated.judged == BASIS["allocated"]
+    assert not judge(16 * GiB, 15 * GiB + 1).fits and fits(15 * GiB, 16 * GiB) and not fits(15 * GiB + 1, 16 * GiB)
+    by_reserved = judge(16 * GiB, 10 * GiB, peak_reserved=15 * GiB + 512 * MiB, reserved=True)
+    assert by_reserved.fits and by_reserved.need == 16 * GiB and by_reserved.overhead == CUDA_CONTEXT_BYTES
+    assert BASIS == {"allocated": "peak allocated of the whole step + 1,024.0 MiB assumed overhead",
+                     "reserved": "peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
+                                 "CUDA context"}
+    ran_out = judge(16 * GiB, 10 * GiB, peak_reserved=None, reserved=True)  # the replay ran out of memory
+    assert not ran_out.fits and ran_out.need is None
+    assert ran_out.sentence("V100 16 GB", "tried to allocate 2.0 MiB") == (
+        "does not fit in V100 16 GB: peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
+        "CUDA context: the simulated allocator ran out of memory (tried to allocate 2.0 MiB)")
+    with pytest.raises(ValueError, match="needs peak_allocated"):
+        judge(16 * GiB)
+    with pytest.raises(ValueError, match="a peak must be >= 0 bytes, got -1"):
+        judge(16 * GiB, -1)
+
+
+def _draw(rng: random.Random) -> dict:
+    """One random configuration of one widget, with the options of profile_step and of the CLI that match it."""
+    card = rng.choice(list(GPU_CARDS))
+    kind = rng.choice(["memory", "memory", "will", "sequence", "sequence"])
+    amp = rng.random() < 0.6
+    if kind == "memory":
+        model = rng.choice(["resnet18", "gpt2"])
+        top = {"resnet18": 1024, "gpt2": 48}[model]
+        batch = rng.randint(1, top)
+        checkpoint = rng.choice([0, 0, 2, 4]) if model == "resnet18" else 0  # segments: sequential models only
+        optimizer, reserved = rng.choice(["sgd-momentum", "adam"]), rng.random() < 0.3
+        make = lambda: MemoryExplorer(model=model, batch_size=batch, max_batch_size=top, amp=amp,  # noqa: E731
+                                      checkpoint=checkpoint, optimizer=optimizer, capacity=card,
+                                      device="simulated", reserved=reserved)
+        step = dict(model=model, batch_size=batch, amp=amp, checkpoint=checkpoint, optimizer=optimizer)
+        cli = ["--model", model, "--batch-size", str(batch), "--checkpoint", str(checkpoint), "--optimizer",
+               optimizer, *(["--amp"] if amp else []), *(["--reserved"] if reserved else [])]
+    elif kind == "will":
+        model = rng.choice(["gpt2", "resnet18"])
+        size = rng.choice([128, 256, 512, 1024] if model == "gpt2" else [64, 128, 224])
+        top = 32 if model == "gpt2" else 512
+        batch, optimizer = rng.randint(1, top), rng.choice(["sgd", "adam", "adamw"])
+        precision = rng.choice(list(PRECISIONS))
+        dtype, reserved = PRECISIONS[precision], False
+        make = lambda: WillItFit(model=model, batch_size=batch, max_batch_size=top, optimizer=optimizer,  # noqa: E731
+                                 precision=precision, size=size, capacity=card, device="simulated")
+        sized = {"seq_len": size} if model == "gpt2" else {"image_size": size}
+        step = dict(model=model, batch_size=batch, optimizer=optimizer, amp=dtype is not None,
+                    amp_dtype=dtype or "float16", **sized)
+        cli = ["--model", model, "--batch-size", str(batch), "--optimizer", optimizer,
+               "--seq-len" if model == "gpt2" else "--image-size", str(size),
+               *(["--amp", "--amp-dtype", dtype] if dtype else [])]
+    else:
+        seq, batch = rng.choice([512, 1024, 2048, 4096, 8192]), rng.randint(1, 32)
+        policy, attention = rng.choice(["none", "none", "full", "selective"]), rng.choice(["math", "flash"])
+        reserved = False
+        make = lambda: SequenceExplorer(model="gpt2", seq=seq, batch_size=batch, amp=amp, policy=policy,  # noqa: E731
+                                        attention=attention, capacity=card)
+        step = transformer_step("gpt2", seq, batch, amp=amp, attention=attention, policy=policy)
+        # the command line has no checkpointing policy, and GPT-2's context is 1024 tokens there
+        cli = (["--model", "gpt2", "--batch-size", str(batch), "--seq-len", str(seq), "--attention", attention,
+                "--optimizer", "adam", *(["--amp"] if amp else [])] if policy == "none" and seq <= 1024 else None)
+    return dict(kind=kind, card=card, make=make, step=step, cli=cli, reserved=reserved)
+
+
+def test_every_widget_judges_as_profile_step_and_the_command_line(capsys):
+    rng = random.Random(22)
+    verdicts, cli_runs = [], 0
+    for _ in range(16):
+        draw = _draw(rng)
+        card, capacity = draw["card"], GPU_CARDS[draw["card"]]
+        step = draw["step"]
+        profile = (profile_step(step) if not isinstance(step, dict) else
+                   profile_step(**step, steady_state=True, device="simulated"))
+        truth = (reserved_estimate(profile, capacity) if draw["reserved"] else Estimate.of(profile)).verdict(capacity)
+        widget = draw["make"]()
+        shown = widget.result.verdict(capacity)
+        where = (draw["kind"], card, step)
+        assert shown.fits == truth.fits and shown.basis == truth.basis, where
+        assert (shown.need is None) == (truth.need is None), where
+        if truth.need is not None:  # interpolated between traced batch sizes: each tensor's 512-byte rounding
+            assert abs(shown.need - truth.need) <= 4096, where
+        assert widget.message.startswith(f"{'fits' if truth.fits else 'does not fit'} in {card}: {truth.judged}")
+        assert f'data-fits="{str(truth.fits).lower()}"' in widget.view.value
+        # the command line's verdict function, on the same step
+        assert card_verdicts(profile, draw["reserved"])[card] == truth, where
+        if draw["cli"] is not None:  # and the command line itself, run in-process
+            assert main(["profile", "--device", "simulated", "--steady-state", "--json", *draw["cli"]]) == 0
+            out = json.loads(capsys.readouterr().out)
+            assert out["peak_allocated_bytes"] == profile.peak_allocated_bytes, where
+            assert out["fits"]["cards"][card] == truth.fits and out["fits"]["judged"] == truth.judged, where
+            cli_runs += 1
+        verdicts.append((draw["kind"], truth.basis, truth.fits))
+    kinds = {kind for kind, _, _ in verdicts}
+    assert kinds == {"memory", "will", "sequence"} and cli_runs >= 5
+    assert {ok for _, _, ok in verdicts} == {True, False}  # both answers were checked
+    assert {basis for _, basis, _ in verdicts} == {"allocated", "reserved"}
