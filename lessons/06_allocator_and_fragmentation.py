@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
+from helpers.gpus import CACHE_ALLOWANCE_BYTES
 from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
                                smallest_capacity)
 from helpers.teaching.plots import plot_memory_map, plot_reserved, plot_reserved_bars
@@ -122,11 +123,12 @@ for gpus, size in workspace.items():
 assert workspace["older GPUs"] == 8_519_680
 
 # %% [markdown]
-# On a GPU these 64 MiB (on an H100) are part of `memory_allocated()` and `memory_reserved()`; the simulation leaves them out. When the lessons judge whether a step fits with simulated reserved memory, they add an assumed CUDA context:
+# On a GPU these 64 MiB (on an H100) are part of `memory_allocated()` and `memory_reserved()`; the simulation leaves them out. Every "does it fit?" in the course adds one assumed overhead model: a CUDA context (with those workspaces), and, when the step is judged by its *allocated* peak, an allowance for the allocator's cache. Judged by the simulated *reserved* peak (section 7), the allocator model replaces the allowance:
 
 # %%
-print(f"assumed CUDA context and library handles: {fmt_bytes(CUDA_CONTEXT_BYTES)} "
-      f"(lessons 01-05 assumed {fmt_bytes(CUDA_OVERHEAD_BYTES)} for the context *and* the allocator's cache)")
+print(f"assumed CUDA context, library handles and workspaces: {fmt_bytes(CUDA_CONTEXT_BYTES)}; "
+      f"with the allocator's cache allowance: {fmt_bytes(CUDA_OVERHEAD_BYTES)}")
+assert CUDA_OVERHEAD_BYTES == CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES
 
 # %% [markdown]
 # ## 2. One training step, replayed through the allocator
@@ -355,7 +357,7 @@ print(reference_report(model="resnet18", batch_size=128))
 # %% [markdown]
 # ## 7. Does it fit, with reserved memory?
 #
-# The batch-size widget of lesson 01 has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context, and the verdict comes from the allocator (which flushes its cache and retries before it gives up), not from an assumed 1 GiB.
+# The batch-size widget of lesson 01 has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context (section 1), and the verdict comes from the allocator (which flushes its cache and retries before it gives up) instead of the assumed 512 MiB cache allowance. The label of every verdict says which of the two it judged.
 
 # %%
 explorer = MemoryExplorer("resnet18", batch_size=128, max_batch_size=256, reserved=True, device="simulated")
