@@ -351,13 +351,19 @@ ckpt = profile_step("gpt2-xl", B, seq_len=S, amp=True, optimizer="adam", steady_
 at_end = xl.event_categories[xl.events.index(xl.find("", "fwd"))]        # the end of the forward pass
 ckpt_end = ckpt.event_categories[ckpt.events.index(ckpt.find("", "fwd"))]
 assert xl.parameter_count == P15 and round(xl.model_state_bytes / P15, 2) == 16.0
+vocab = GPT2_PRESETS["gpt2-xl"].vocab_size
+logits = B * S * vocab * 2                # float16: what "other" holds at the end of the forward pass
+assert abs(at_end["other"] - logits) < 0.01 * logits
 inputs_fp32 = L * B * S * H * 4          # checkpointed: each block keeps its float32 input
 assert abs(ckpt_end["activations"] - inputs_fp32) < 0.5e9
-assert [round(b / GiB, 1) for b in (xl.model_state_bytes, at_end["activations"], ckpt_end["activations"])] == [23.2, 87.7, 9.8]
+copies = ckpt_end["other"] - logits       # checkpointed: autocast's cached 16-bit weight copies
+assert abs(copies - 2 * (P15 - vocab * H - 1024 * H)) < 0.01 * copies   # 2 bytes per block parameter
+kept_ckpt = ckpt_end["activations"] + copies
+assert [round(b / GiB, 1) for b in (xl.model_state_bytes, at_end["activations"], kept_ckpt)] == [23.2, 87.7, 12.6]
 
 paper = {"model states": 24e9, "activations": 60e9, "activations, checkpointed": 8e9}
 engine = {"model states": xl.model_state_bytes, "activations": at_end["activations"],
-          "activations, checkpointed": ckpt_end["activations"]}
+          "activations, checkpointed": kept_ckpt}
 colours = {"model states": CATEGORY_COLORS["optimizer_states"], "activations": CATEGORY_COLORS["activations"],
            "activations, checkpointed": CATEGORY_COLORS["activations"]}
 fig = Figure(figsize=(8, 3.4), layout="constrained")
@@ -373,7 +379,7 @@ ax.set(xlabel="GiB", xlim=(0, 118), title="GPT-2 1.5B, sequence 1024, batch 32, 
 fig
 
 # %% [markdown]
-# Look at the pairs: the model states agree (16 bytes per parameter, 23.2 GiB for GPT-2's exact 1.56 billion parameters; the paper rounds to 1.5 billion), though they are autocast's 4 + 4 + 8, not the paper's 2 + 2 + 12. The activations do not: 87.7 GiB against the paper's 55.9, and 9.8 GiB against 7.5 checkpointed.
+# Look at the pairs: the model states agree (16 bytes per parameter, 23.2 GiB for GPT-2's exact 1.56 billion parameters; the paper rounds to 1.5 billion), though they are autocast's 4 + 4 + 8, not the paper's 2 + 2 + 12. The activations do not: 87.7 GiB against the paper's 55.9, and 12.6 GiB against 7.5 checkpointed. (Activations here: all that the forward pass keeps beyond the parameters, the states and the logits, autocast's 16-bit weight copies included.)
 #
 # Why more? The paper's "12 values" is a formula about a set of tensors; PyTorch keeps others. One block, measured on its own (`measure_blocks`, the helper lesson 08 uses to take a block apart tensor by tensor):
 
@@ -387,12 +393,11 @@ assert 37.0 < per_token < 37.5 and abs(L * block - at_end["activations"]) < 0.02
 # %% [markdown]
 # About 37 bytes per token, hidden unit and layer instead of 24, and 48 blocks of them make the 87.7 GiB. Lesson 08 names every tensor; in short, `torch.autocast` keeps the residual stream and each LayerNorm's input in float32 (the parameters are float32, so every residual addition is), the MLP keeps its 4 × wide input and output, attention its q, k, v and output, and autocast a 16-bit copy of each weight (about 1.2 of the 37 bytes). Flash attention keeps no sequence × sequence scores, and this GPT has no dropout masks.
 #
-# And checkpointed? ZeRO's section 3.2 says what its 8 GB is: activation checkpointing (Chen et al., 2016) reduces activation memory "by approximately the square root of the total activations" at about 33% recomputation, which takes this model's 60 GB to about 8 (numerically, √60 ≈ 7.7). A rule of thumb, not a count of tensors. Checkpointing every block, as here, keeps each block's input: 48 float32 tensors of 32 × 1024 × 1600 values, 9.4 GiB (4.7 GiB if they were 16-bit), plus one block's activations while backward recomputes it.
+# And checkpointed? ZeRO's section 3.2 says what its 8 GB is: activation checkpointing (Chen et al., 2016) reduces activation memory "by approximately the square root of the total activations" at about 33% recomputation, which takes this model's 60 GB to about 8 (numerically, √60 ≈ 7.7). A rule of thumb, not a count of tensors. Checkpointing every block, as here, keeps each block's input, 48 float32 tensors of 32 × 1024 × 1600 values: 9.4 GiB (4.7 GiB if they were 16-bit). Autocast's cache keeps its 16-bit weight copies until the autocast region ends, checkpointed or not: 2.8 GiB more. Backward then recomputes one block at a time.
 #
 # Besides, the logits: 32 × 1024 × 50,257 values. The loss keeps two more copies for backward: their log-softmax in float16 (`cross_entropy` is in none of CUDA's autocast lists, so it runs in its input's type) and the float32 copy that autocast makes of it for `nll_loss` (on the float32 list). Backward starts with the float32 gradient of that copy, which is what "other" holds at the step's peak:
 
 # %%
-vocab = GPT2_PRESETS["gpt2-xl"].vocab_size
 print(f"'other' at the peak: {gib(xl.categories['other'])}; a float32 tensor the size of the logits: {gib(B * S * vocab * 4)}")
 assert abs(xl.categories["other"] - B * S * vocab * 4) < 0.01e9
 
@@ -622,7 +627,7 @@ fit
 # - Model states per parameter: parameter 4 + gradient 4 + optimizer state (SGD 0, momentum 4, Adam and AdamW 8) bytes in float32; Adam's `foreach` step adds 4 bytes for its duration (20 at its peak), `fused=True` none. `zero_grad(set_to_none=True)` frees the gradients between steps.
 # - "16 bytes per parameter" is two different things: fp32 Adam's 4 + 4 + 8, which `torch.autocast` training also needs, and ZeRO's 2 + 2 + 12. 18 is autocast's weight copies beside the gradients (backward inside the autocast region) or Megatron-LM's bf16 layout; 20 adds an fp32 gradient to a 16-bit model and gradient (Megatron-LM fp16, DeepSpeed ZeRO-2 on one GPU). Ask which loop a figure describes.
 # - The peak is at the optimizer step for small batches and in backward for large ones; find the crossover by measuring. The step in backward (`register_post_accumulate_grad_hook`) removes almost all gradients from the peak: ViT-L/16 at batch 1 from 5.7 to 3.7 GiB.
-# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24. The paper's checkpointed 8 GB is Chen et al.'s square-root rule of thumb.
+# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24; checkpointed, 12.6 GiB. The paper's checkpointed 8 GB is Chen et al.'s square-root rule of thumb.
 # - Gradient accumulation gives the same gradient at the memory of a micro-batch plus the gradients, for equal micro-batches of a per-sample mean; a per-token mean must be summed and divided by the total token count. Inference under `torch.inference_mode()` keeps no activations (and, under autocast, since PyTorch's December 2025 change, no cache of weight copies); a loop that holds a loss or an output with its graph grows by a whole batch of activations per iteration.
 #
 # ## Further reading
