@@ -59,3 +59,26 @@ def test_the_allocator_figures_read_a_replay_and_a_real_snapshot(small):
     assert plot_memory_map(trace, segments=segments).axes
     with pytest.raises(ValueError, match="nothing|no segment"):
         plot_memory_map([])
+
+
+def test_plot_bytes_per_parameter_stacks_parts_in_category_colours_and_refuses_bad_input():
+    from matplotlib.colors import to_hex
+
+    from helpers.record import CATEGORY_COLORS
+    from helpers.teaching.plots import plot_bytes_per_parameter
+
+    bars = {"fp32 Adam": [("parameters", "param", 4), ("gradients", "grad", 4), ("optimizer_states", "Adam", 8)],
+            "ZeRO": [("parameters", "fp16", 2), ("gradients", "fp16", 2), ("optimizer_states", "K", 12)]}
+    fig = plot_bytes_per_parameter(bars, title="t", marks={"ZeRO": 16.0})
+    ax = fig.axes[0]
+    rects = [p for p in ax.patches]
+    assert len(rects) == 6
+    assert [r.get_width() for r in rects] == [4, 4, 8, 2, 2, 12]
+    assert to_hex(rects[3].get_facecolor()) == to_hex(CATEGORY_COLORS["parameters"])
+    assert max(r.get_x() + r.get_width() for r in rects) == 16
+    with pytest.raises(ValueError, match="unknown category 'weights'"):
+        plot_bytes_per_parameter({"x": [("weights", "w", 4)]})
+    with pytest.raises(ValueError, match="negative part"):
+        plot_bytes_per_parameter({"x": [("parameters", "w", -1)]})
+    with pytest.raises(ValueError, match="marks for no bar: y"):
+        plot_bytes_per_parameter({"x": [("parameters", "w", 4)]}, marks={"y": 4})
