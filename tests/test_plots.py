@@ -118,3 +118,26 @@ def test_reserved_bars_draw_four_bars_per_step_and_check_their_inputs(small):
     assert [t.get_text() for t in fig.axes[0].texts] == [f"×{run.peak_reserved / run.peak_allocated:.2f}"] * 2
     with pytest.raises(ValueError, match="one of each"):
         plot_reserved_bars(["a"], [1, 2], [run], [run])
+
+
+def test_plot_bytes_per_parameter_stacks_parts_in_category_colours_and_refuses_bad_input():
+    from matplotlib.colors import to_hex
+
+    from helpers.record import CATEGORY_COLORS
+    from helpers.teaching.plots import plot_bytes_per_parameter
+
+    bars = {"fp32 Adam": [("parameters", "param", 4), ("gradients", "grad", 4), ("optimizer_states", "Adam", 8)],
+            "ZeRO": [("parameters", "fp16", 2), ("gradients", "fp16", 2), ("optimizer_states", "K", 12)]}
+    fig = plot_bytes_per_parameter(bars, title="t", marks={"ZeRO": 16.0})
+    ax = fig.axes[0]
+    rects = [p for p in ax.patches]
+    assert len(rects) == 6
+    assert [r.get_width() for r in rects] == [4, 4, 8, 2, 2, 12]
+    assert to_hex(rects[3].get_facecolor()) == to_hex(CATEGORY_COLORS["parameters"])
+    assert max(r.get_x() + r.get_width() for r in rects) == 16
+    with pytest.raises(ValueError, match="unknown category 'weights'"):
+        plot_bytes_per_parameter({"x": [("weights", "w", 4)]})
+    with pytest.raises(ValueError, match="negative part"):
+        plot_bytes_per_parameter({"x": [("parameters", "w", -1)]})
+    with pytest.raises(ValueError, match="marks for no bar: y"):
+        plot_bytes_per_parameter({"x": [("parameters", "w", 4)]}, marks={"y": 4})

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import profile_step
+from helpers import Meter, profile_step
 from helpers.batch import model_state_estimate
 from helpers.models import build_model, digits_cnn, sequential_form
 from helpers.techniques import (STATE_BYTES, STEP_TEMPORARY_BYTES, Checkpointed, frozen_batchnorm_stats,
@@ -144,6 +144,25 @@ def test_each_optimizers_bytes_per_parameter_match_its_formula(name, fused):
     formula = model_state_estimate(n, name, fused=fused).peak_bytes
     assert (at["parameters"] + at["gradients"] + at["optimizer_states"] + temporary) == pytest.approx(formula, rel=1e-3)
 
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_fused_adams_step_counters_are_device_memory_and_counted(name):
+    """Adam's ``step`` counters are host tensors on a GPU only for foreach and the
+    for-loop: ``fused=True`` and ``capturable=True`` create them on the parameters'
+    device (``_init_group`` in ``torch/optim/adam.py``), so the simulation counts
+    them there: 512 bytes per parameter tensor (one rounded float32 scalar)."""
+    foreach = profile_step("resnet18", 2, image_size=32, optimizer=name, steady_state=True, device="simulated")
+    fused = profile_step("resnet18", 2, image_size=32, optimizer=name, fused=True, steady_state=True,
+                         device="simulated")
+    tensors = 62  # ResNet18's parameter tensors
+    assert fused.event_categories[0]["optimizer_states"] - foreach.event_categories[0]["optimizer_states"] == 512 * tensors
+    # capturable=True cannot step on the CPU tensors of the simulation; it is left unwrapped, as fused is
+    with Meter("simulated") as meter:
+        w = torch.zeros(4, device=meter.device, requires_grad=True)
+        for options in ({"capturable": True}, {"fused": True}, {"foreach": True}):
+            opt = meter.host_side_steps(torch.optim.Adam([w], **options))
+            assert ("_init_group" in vars(opt)) == ("foreach" in options)
 
 def test_the_optimizer_step_in_backward_frees_each_gradient_at_once():
     normal = profile_step("resnet18", 2, image_size=32, optimizer="adam", steady_state=True, device="simulated")

@@ -21,8 +21,8 @@ CPU do what CUDA does, for as long as a simulated measurement lasts:
   sequence x sequence scores; :func:`attention_saved_bytes` derives each.
 
 Two places need no rule here: Adam's ``step`` counters live in host memory on a
-GPU (``torch/optim/adam.py``, ``_init_group``), which
-:func:`host_side_steps` tells the tracker; and float16 training uses a
+GPU unless the optimizer is ``fused`` or ``capturable`` (``torch/optim/adam.py``,
+``_init_group``), which :func:`host_side_steps` tells the tracker; and float16 training uses a
 ``GradScaler``, whose tensors :class:`SimulatedGradScaler` creates as the real
 one does.
 

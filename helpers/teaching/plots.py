@@ -330,6 +330,70 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     return fig
 
 
+# -- lesson 05 --
+
+def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], title: str | None = None,
+                             marks: dict[str, float] | None = None, mark_label: str = "measured") -> Figure:
+    """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05).
+
+    One bar per optimizer or per bytes-per-parameter convention, top to bottom
+    in the order of ``bars``; each part is coloured by its category
+    (:data:`helpers.record.CATEGORY_COLORS`) and, where it is wide enough,
+    labelled inside with its text and size.  Optional marks (black diamonds)
+    show a measured total beside a convention's bar.
+
+    Args:
+        bars: bar label -> its parts, left to right, each
+            ``(category, text, bytes per parameter)``.
+        title: figure title.
+        marks: bar label -> a measured total, in bytes per parameter.
+        mark_label: the legend's name for the marks.
+
+    Returns:
+        The figure (x axis: bytes per parameter).
+
+    Raises:
+        ValueError: for an unknown category, a negative part, or a mark for no bar.
+    """
+    marks = marks or {}
+    for label, parts in bars.items():
+        for category, _, size in parts:
+            if category not in _COLORS:
+                raise ValueError(f"unknown category {category!r} in bar {label!r}; use one of {', '.join(_COLORS)}")
+            if size < 0:
+                raise ValueError(f"negative part {size} in bar {label!r}")
+    if set(marks) - set(bars):
+        raise ValueError(f"marks for no bar: {', '.join(sorted(set(marks) - set(bars)))}")
+    labels = list(bars)
+    fig = Figure(figsize=(9, 0.55 * len(labels) + 1.6), layout="constrained")
+    ax = fig.add_subplot()
+    seen = set()
+    for row, label in enumerate(labels):
+        left = 0.0
+        for category, text, size in bars[label]:
+            name = category.replace("_", " ")
+            ax.barh(row, size, left=left, color=_COLORS[category], edgecolor="white", linewidth=0.8,
+                    label=None if category in seen else name)
+            seen.add(category)
+            if size >= 1.5:
+                ax.text(left + size / 2, row, f"{text} {size:g}" if text else f"{size:g}", ha="center",
+                        va="center", fontsize=8)
+            left += size
+        ax.text(left + (0.6 if label in marks else 0.2), row, f"{left:g}", va="center", fontsize=9,
+                fontweight="bold")
+    if marks:
+        rows = [labels.index(label) for label in marks]
+        ax.plot(list(marks.values()), rows, "D", color="black", markersize=6, label=mark_label)
+    ax.set_yticks(range(len(labels)), labels, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes per parameter")
+    ax.set_xlim(0, max(sum(s for *_, s in parts) for parts in bars.values()) * 1.12)
+    fig.legend(fontsize=8, loc="outside lower center", ncols=5, frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
 # -- lesson 06 --
 
 def plot_reserved_bars(labels: list[str], tensors: list[int], default, expandable,
