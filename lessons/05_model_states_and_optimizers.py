@@ -516,7 +516,7 @@ assert all(g == [0, 0, 0] for name, g in grow.items() if name != "eval, total_lo
 states_only = WillItFit(model=PARAMETER_COUNT, parameters=P15, capacity="RTX 4090 24 GB", device="simulated")
 assert states_only.message.startswith("does not fit")
 states_only.capacity.value = "A100 40 GB"
-assert states_only.message.startswith("fits") and states_only.result.peak_bytes == 20 * P15
+assert states_only.message.startswith("model states fit") and states_only.result.peak_bytes == 20 * P15
 print(f"GPT-2 1.5B, model states alone with foreach Adam: {gib(states_only.result.peak_bytes)}: "
       f"do not fit an RTX 4090 24 GB, fit an A100 40 GB")
 

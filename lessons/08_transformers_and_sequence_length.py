@@ -51,7 +51,7 @@ from helpers.saved import inspect_saved
 from helpers.teaching.plots import plot_memory_vs_seq, plot_stacked_parts
 from helpers.teaching.widgets import SequenceExplorer
 from helpers.techniques.checkpointing import CHECKPOINT_POLICIES
-from helpers.transformer import (KEPT_GROUPS, KORTHIKANTI_TERMS, chunked_cross_entropy, end_of_forward, gpt_block_kept,
+from helpers.transformer import (KEPT_GROUPS, KORTHIKANTI_TERMS, chunked_cross_entropy, gpt_block_kept,
                                  kept_by_group, kept_bytes, korthikanti_layer_bytes, kv_cache_bytes_per_token,
                                  measure_blocks)
 
@@ -76,7 +76,7 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 # %% [markdown]
 # ## 1. One GPT block, tensor by tensor
 #
-# Lesson 05 found that GPT-2 1.5B keeps 36 bytes per token, hidden unit and layer under AMP with flash attention. Here we take one block apart completely, in the simplest setting first: float32, and the **math** attention kernel, the plain PyTorch composition `softmax(q kᵀ / √d) v` that every GPU can run.
+# Lesson 05 found that a block of GPT-2 1.5B keeps about 37 bytes per token, hidden unit and layer under AMP with flash attention. Here we take one block apart completely, in the simplest setting first: float32, and the **math** attention kernel, the plain PyTorch composition `softmax(q kᵀ / √d) v` that every GPU can run.
 #
 # A small GPT (hidden h = 64, a = 4 heads of size d = 16, 3 blocks), batch b = 3, sequence s = 128. Lesson 02's inspector lists what each operation of one block saves for backward (on real CPU tensors, under the simulation's CUDA rules with the math kernel). The sizes are chosen so that every dimension has one name, and the table prints shapes in those names; the weights, which a Linear also saves, cost no extra memory and are left out:
 
@@ -218,7 +218,7 @@ assert 36.07 < saved / unit < 36.08 and 37.24 < layer["flash"] / unit < 37.25
 assert round(zero / GB) == 60 and layer["math"] < korthikanti and round(korthikanti / layer["flash"]) == 3
 
 # %% [markdown]
-# One block keeps **37.24 bytes per s·b·h**: 36.07 of tensors saved for backward and its output (lesson 05 takes them apart), 1.17 of 16-bit weight copies (2·12h² bytes), and four 16-bit bias copies, 29,696 bytes. Lesson 05 counts the same block from the step's allocation log, keeping the storages filed under "activations": the same bytes less the bias copies, which the engine files under "other" (1,952,677,888, asserted above), and the same 37.24 per s·b·h.
+# One block keeps **37.24 bytes per s·b·h**: 36.07 of tensors saved for backward and its output, 1.17 of 16-bit weight copies (2·12h² bytes), and four 16-bit bias copies, 29,696 bytes. Lesson 05 measures the same block with the same helper. Counting only the storages a profile files under "activations" gives the same bytes less the bias copies, which autocast caches but nothing saves for backward, so they are filed under "other" (1,952,677,888 bytes, asserted above).
 #
 # ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates a GPT-2-like model's activations as about 12 × hidden × batch × sequence × layers values: in 16 bits, **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022); it is an approximation that leaves the a·s² scores out, and even with a fused kernel, which keeps no scores, PyTorch keeps 37 bytes per s·b·h where it counts 24. Korthikanti's formula, written for attention that keeps its scores, gives **three times** the engine's flash figure, and more than even the math kernel keeps (16-bit scores plus a dropout mask and a dropped copy, against one float32 copy).
 #
@@ -457,7 +457,7 @@ assert per_token["llama3-8b"] == 128 * 1024 and fit_tokens["llama3-8b"] > fit_to
 #
 # ## 7. The widget: sequence length against a GPU
 #
-# Model, sequence length, batch, AMP, checkpointing policy, attention kernel and GPU. The bar shows the memory at the end of the forward pass of a steady-state step with Adam (the moment the activations peak): parameters and Adam states (12 bytes per parameter; gradients arrive in backward, 4 more), the activations (the layer count times one block, measured by the engine as above), and the logits with one float32 copy (6 bytes per logit: 2 fewer than the 8 that section 5 measured for a loss on 16-bit logits). First as text, for Llama 8B at 4k tokens on an H100:
+# Model, sequence length, batch, AMP, checkpointing policy, attention kernel and GPU. The bar shows the peak of the whole steady-state training step with Adam, traced by `profile_step` (the configuration is `transformer_step(model, seq, batch, ...)`): at short sequences the peak is at `optimizer.step()`, where parameters, gradients, Adam's two states and `foreach`'s temporaries coexist (20 bytes per parameter, lesson 05); at long ones it moves to the start of backward, where the activations and the logits (8 bytes per logit, section 5) sit beside the parameters and Adam's states (12 bytes per parameter). The verdict adds the assumed overhead and says what it judged. Each change traces the step anew (a few seconds; the view says "tracing ..." meanwhile). First as text, for Llama 8B at 4k tokens on an H100:
 
 # %%
 explorer = SequenceExplorer(model="llama3-8b", seq=4096, batch_size=1, amp=True, policy="full", attention="flash")
@@ -498,26 +498,31 @@ explorer
 # 64·s·b·h + 4·a·s²·b: in float32 every kept tensor is 4 bytes, the LayerNorm outputs are kept too (the linear layers' inputs), and q, k, v, the scores and the merged heads are each one tensor.
 # </details>
 #
-# **Exercise 2: the longest sequence.** GPT-2 1.5B at batch 1, AMP, no checkpointing: which is the longest sequence of `SequenceExplorer.SEQ_LENS` whose end-of-forward memory fits an A100 40 GB (with the assumed 1 GiB), with the math kernel, and with flash? (`from helpers import fits`.)
+# **Exercise 2: the longest sequence.** GPT-2 1.5B at batch 1, AMP, no checkpointing, Adam: which is the longest sequence of `SequenceExplorer.SEQ_LENS` whose whole training step fits an A100 40 GB (with the assumed 1 GiB), with the math kernel, and with flash? (`from helpers import fits, profile_step` and `from helpers.transformer import transformer_step`.)
 
 # %%
-# Your code here: end_of_forward("gpt2-xl", seq, 1, attention=...)
+# Your code here: profile_step(transformer_step("gpt2-xl", seq, 1, attention=...)).peak_allocated_bytes
 
 # %% [markdown]
 # <details><summary>Solution</summary>
 #
 # ```python
-# from helpers import fits
-# longest = {}
+# from helpers import fits, profile_step
+# from helpers.transformer import transformer_step
+# longest, steps = {}, {}
 # for kernel in ("math", "flash"):
-#     ok = [seq for seq in SequenceExplorer.SEQ_LENS
-#           if fits(end_of_forward("gpt2-xl", seq, 1, attention=kernel).peak_bytes, GPU_CARDS["A100 40 GB"])]
-#     longest[kernel] = max(ok)
+#     for seq in SequenceExplorer.SEQ_LENS:
+#         steps[kernel, seq] = profile_step(transformer_step("gpt2-xl", seq, 1, attention=kernel))
+#         if not fits(steps[kernel, seq].peak_allocated_bytes, GPU_CARDS["A100 40 GB"]):
+#             break
+#         longest[kernel] = seq
 # print(longest)
 # assert longest == {"math": 1024, "flash": 4096}
+# assert steps["flash", 2048].peak.label == "optimizer.step()"
+# assert [round(steps[k].peak_allocated_bytes / GiB, 1) for k in [("flash", 2048), ("math", 2048), ("flash", 8192)]] == [29.0, 46.2, 45.5]
 # ```
 #
-# 1k tokens with the math kernel, 4k with flash. Of the card's 39.6 GiB, the model states take 17.4 (12 bytes per parameter at this moment); with the math kernel the scores, 25 heads × s² × 4 bytes in each of 48 layers, take 18.75 GiB at 2k tokens; with flash the activations grow linearly, and the logits come on top: the widget counts 6 bytes × s × 50,257 for them, where the loss on 16-bit logits keeps 8 (the logits, their 16-bit log-softmax and its float32 copy, section 5).
+# 1k tokens with the math kernel, 4k with flash. Up to 2k tokens with flash, the step peaks at `optimizer.step()` at 29.0 GiB whatever the sequence: 20 bytes per parameter of model states with `foreach` Adam (lesson 05). Longer, the peak moves to the start of backward, where Adam's states and the parameters (12 bytes per parameter, 17.4 GiB) sit beside the activations and the logits: with the math kernel the scores, 25 heads × s² × 4 bytes in each of 48 layers, take 18.75 GiB at 2k tokens, and the step needs 46.2 GiB; with flash the activations grow linearly, and 8k tokens need 45.5 GiB. Of the card's 39.6 GiB, 1 GiB is left for the assumed overhead.
 # </details>
 #
 # **Exercise 3: the KV cache without grouped-query attention.** If Llama-3 8B had 32 key/value heads, how many bytes per token would its 16-bit KV cache take, and how many tokens would fit on an H100 80 GB beside the weights?
