@@ -57,7 +57,8 @@ test-other-cpu: setup
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 OMP_NUM_THREADS=1 $(BIN)/python -m pytest lessons
 
 # Each lesson's source is lessons/NN_topic.py (jupytext py:percent). Rebuild the
-# notebook from it (keeping cell ids) and run it top to bottom in a fresh kernel.
+# notebook from it (keeping cell ids), run it top to bottom in a fresh kernel, and
+# keep the widgets' readable stand-ins instead of views no one can display unrun.
 refresh-notebooks: setup
 	for src in $(LESSONS); do \
 	    nb=$${src%.py}.ipynb; \
@@ -66,6 +67,7 @@ refresh-notebooks: setup
 	        --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	        --ClearMetadataPreprocessor.enabled=True --ClearMetadataPreprocessor.clear_notebook_metadata=False \
 	        "$$nb" || exit 1; \
+	    $(BIN)/python tools/strip_widget_views.py "$$nb" || exit 1; \
 	done
 
 benchmark: setup

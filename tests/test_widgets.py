@@ -221,3 +221,11 @@ def test_the_sequence_explorer_judges_the_whole_step_not_the_end_of_the_forward_
         SequenceExplorer(seq=1000)
     with pytest.raises(ValueError, match="unknown checkpointing policy"):
         SequenceExplorer(policy="some")
+
+
+def test_every_widget_gives_a_readable_stand_in_for_a_notebook_opened_unrun():
+    w = WillItFit(model=PARAMETER_COUNT, device="simulated")
+    bundle = w._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # the live widget, when a kernel runs it
+    assert bundle["text/html"].startswith("<div") and "<b>WillItFit</b>" in bundle["text/html"]
+    assert "Run All Cells" in bundle["text/html"] and "whether a training step fits" in bundle["text/html"]

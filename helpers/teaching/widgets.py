@@ -164,6 +164,25 @@ class _StepWidget(widgets.VBox):
     """
 
     _STYLE = {"description_width": "110px"}
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget, and a readable stand-in for where no widget can be shown.
+
+        JupyterLab shows the live widget (its view has the highest rank).  A
+        notebook opened before it is run has no widget models: the stored
+        notebooks keep only this ``text/html`` stand-in (``make
+        refresh-notebooks`` drops the stored widget views, which cannot be
+        displayed without the kernel that made them), so a learner sees what
+        the widget does and how to get it instead of "Error displaying widget".
+        """
+        data = super()._repr_mimebundle_(**kwargs)
+        data["text/html"] = (f'<div style="border:1px dashed #999999; padding:8px; color:#333333">'
+                             f'<b>{type(self).__name__}</b>: {html.escape(self._PLACEHOLDER)} It appears here '
+                             f'when you run the notebook&rsquo;s cells from the top (Run &gt; Run All Cells).</div>')
+        return data
+
+    #: What the widget shows, for the stand-in of a notebook not yet run.
+    _PLACEHOLDER = "an interactive view of a training step's memory against a GPU."
     #: Trace batch size 1 and the slider's end of a new configuration, so that
     #: most slider positions interpolate (False: trace each batch size asked for).
     _TRACE_ENDS = True
@@ -309,6 +328,9 @@ class MemoryExplorer(_StepWidget):
             :class:`helpers.config.StepConfig` refuses (with its message).
     """
 
+    _PLACEHOLDER = ("a batch-size slider, with menus for the model, AMP, checkpointing, the optimizer and the "
+                    "GPU, and the peak memory of one training step, by category, against the GPU's memory.")
+
     def __init__(self, model="resnet18", batch_size: int = 128, max_batch_size: int = 1024,
                  amp: bool = False, checkpoint: int = 0, optimizer: str = "sgd-momentum",
                  capacity: str = "V100 16 GB", device: str = "auto", reserved: bool = False, **options):
@@ -394,6 +416,9 @@ class WillItFit(_StepWidget):
     Raises:
         ValueError: for an initial value the controls cannot take.
     """
+
+    _PLACEHOLDER = ("menus for the model (or a parameter count), optimizer, precision, batch, sequence or image "
+                    "size and GPU, and whether a training step fits, with its memory by category.")
 
     def __init__(self, model: str = "gpt2", batch_size: int = 8, max_batch_size: int = 256,
                  optimizer: str = "adam", precision: str = "AMP float16", size: int | None = None,
@@ -500,6 +525,8 @@ class SequenceExplorer(_StepWidget):
         ValueError: for an unknown model, sequence length, kernel, policy or GPU.
     """
 
+    _PLACEHOLDER = ("menus for a transformer, the sequence length, batch, AMP, checkpointing policy, attention "
+                    "kernel and GPU, and the peak of the whole training step against the GPU's memory.")
     SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
     _TRACE_ENDS = False  # each configuration is traced at the batch size asked for
 
