@@ -344,6 +344,31 @@ def _layer_bytes(config, batch: int, seq: int, amp: bool, attention: str, policy
     return measure_blocks(_builder(two), batch, seq, amp=amp, attention=attention, policy=policy)[1]
 
 
+def _preset_at(model: str, seq: int, policy: str):
+    """The config of preset ``model`` for sequences of ``seq`` tokens: GPT-2's learned
+    position embedding is extended past its 1024 positions; Llama's context is a limit.
+
+    Raises:
+        ValueError: for an unknown model or policy, a ``seq`` below 1 or past Llama's context.
+    """
+    import dataclasses
+
+    from .models.gpt import GPTConfig
+
+    presets = transformer_presets()
+    if model not in presets:
+        raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
+    check_int("seq", seq, 1)
+    if policy not in CHECKPOINT_POLICIES:
+        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
+    config = presets[model]
+    if isinstance(config, GPTConfig) and seq > config.n_positions:
+        return dataclasses.replace(config, n_positions=seq)
+    if seq > config.n_positions:
+        raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
+    return config
+
+
 def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
                    policy: str = "none"):
     """Memory at the end of the forward pass of a steady-state training step with Adam.
@@ -383,23 +408,10 @@ def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attent
     Raises:
         ValueError: for an unknown model, a size below 1, an unknown kernel or policy.
     """
-    import dataclasses
-
     from .batch import Estimate
-    from .models.gpt import GPTConfig
 
-    presets = transformer_presets()
-    if model not in presets:
-        raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
-    check_int("seq", seq, 1)
+    config = _preset_at(model, seq, policy)
     check_int("batch", batch, 1)
-    if policy not in CHECKPOINT_POLICIES:
-        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
-    config = presets[model]
-    if isinstance(config, GPTConfig) and seq > config.n_positions:
-        config = dataclasses.replace(config, n_positions=seq)
-    elif seq > config.n_positions:
-        raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
     params = config.parameter_count()
     per_layer = _layer_bytes(config, batch, seq, amp, attention, policy)
     logits = batch * seq * config.vocab_size
@@ -459,21 +471,7 @@ def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, atte
         ValueError: for an unknown model or policy, a size below 1, a sequence
             longer than Llama's context, or an option StepConfig refuses.
     """
-    import dataclasses
-
-    from .models.gpt import GPTConfig
-
-    presets = transformer_presets()
-    if model not in presets:
-        raise ValueError(f"unknown model {model!r}; use one of {', '.join(presets)}")
-    check_int("seq", seq, 1)
-    if policy not in CHECKPOINT_POLICIES:
-        raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
-    config = presets[model]
-    if isinstance(config, GPTConfig) and seq > config.n_positions:
-        config = dataclasses.replace(config, n_positions=seq)
-    elif seq > config.n_positions:
-        raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
+    config = _preset_at(model, seq, policy)
     return StepConfig(model=TransformerBuilder(config, policy), name=model, batch_size=batch, seq_len=seq,
                       vocab_size=config.vocab_size, amp=amp, attention=attention, optimizer=optimizer,
                       steady_state=True, device="simulated")
