@@ -17,8 +17,6 @@ bytes; 1 MiB = 2**20 bytes, 1 GB = 10**9 bytes.
 * :func:`transformer_step`: the steady-state training step of lesson 08's
   widget (:class:`helpers.teaching.widgets.SequenceExplorer`), for
   :func:`helpers.step.profile_step`: its peak is what must fit;
-* :func:`end_of_forward`: a whole model's memory at the end of its forward
-  pass, from two measured blocks (not the step's peak);
 * :func:`chunked_cross_entropy`: the output head and its loss, a chunk of
   tokens at a time, without ever holding all the logits;
 * :func:`kv_cache_bytes_per_token`: the inference KV cache.
@@ -26,7 +24,6 @@ bytes; 1 MiB = 2**20 bytes, 1 GB = 10**9 bytes.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -336,14 +333,6 @@ def _builder(config):
     return (lambda: GPT(config)) if isinstance(config, GPTConfig) else (lambda: Llama(config))
 
 
-@functools.lru_cache(maxsize=256)
-def _layer_bytes(config, batch: int, seq: int, amp: bool, attention: str, policy: str) -> int:
-    import dataclasses
-
-    two = dataclasses.replace(config, n_layer=2)
-    return measure_blocks(_builder(two), batch, seq, amp=amp, attention=attention, policy=policy)[1]
-
-
 def _preset_at(model: str, seq: int, policy: str):
     """The config of preset ``model`` for sequences of ``seq`` tokens: GPT-2's learned
     position embedding is extended past its 1024 positions; Llama's context is a limit.
@@ -367,62 +356,6 @@ def _preset_at(model: str, seq: int, policy: str):
     if seq > config.n_positions:
         raise ValueError(f"seq {seq} is longer than {model}'s context ({config.n_positions})")
     return config
-
-
-def end_of_forward(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
-                   policy: str = "none"):
-    """Memory at the end of the forward pass of a steady-state training step with Adam.
-
-    The moment the activations are all alive, computed from two measured
-    blocks: *not* the step's peak, which comes later (in backward, when the
-    gradients join the activations, or at ``optimizer.step()``; for GPT-2 1.5B
-    at batch 19 and 1024 tokens, AMP and flash attention, 77,638 MiB here
-    against a peak of 81,698 MiB).  Whether a step fits is judged on the whole
-    step's peak: :func:`transformer_step` and :func:`helpers.step.profile_step`,
-    as :class:`helpers.teaching.widgets.SequenceExplorer` does.  By category, in bytes:
-
-    * parameters (4 per parameter: float32, also under ``torch.autocast``) and
-      Adam's states (8 per parameter); gradients are not allocated yet
-      (``zero_grad(set_to_none=True)``);
-    * activations: the layer count times one block's bytes, measured by the
-      engine on a two-block copy of the model (:func:`measure_blocks`; every
-      block keeps the same, which lesson 08 checks); the embeddings' and the
-      final norm's few tensors are left out;
-    * other: the logits, ``batch x seq x vocab`` in 16 bits under AMP (else
-      float32), and the float32 log-softmax that cross-entropy keeps.
-
-    GPT-2's learned position embedding is extended to ``seq`` positions when
-    ``seq`` is longer than its 1024 (it then has more parameters).
-
-    Args:
-        model: a name of :func:`transformer_presets`.
-        seq, batch: tokens per sequence, sequences per batch.
-        amp: float16 autocast.
-        attention: ``"math"``, ``"flash"`` (or ``"efficient"``, which the
-            simulation runs as flash).
-        policy: one of :data:`CHECKPOINT_POLICIES`.
-
-    Returns:
-        A :class:`helpers.batch.Estimate` (backend ``"simulated"``).
-
-    Raises:
-        ValueError: for an unknown model, a size below 1, an unknown kernel or policy.
-    """
-    from .batch import Estimate
-
-    config = _preset_at(model, seq, policy)
-    check_int("batch", batch, 1)
-    params = config.parameter_count()
-    per_layer = _layer_bytes(config, batch, seq, amp, attention, policy)
-    logits = batch * seq * config.vocab_size
-    categories = {"parameters": 4 * params, "gradients": 0, "optimizer_states": 8 * params,
-                  "input": 2 * round_up(batch * seq * 8), "activations": config.n_layer * per_layer,
-                  "other": round_up(logits * (2 if amp else 4)) + round_up(logits * 4)}
-    where = (f"end of the forward pass ({model}, {config.n_layer} layers x {per_layer / 2**20:,.1f} MiB measured "
-             f"per layer, {attention} attention, checkpointing {policy}{', AMP' if amp else ''})")
-    return Estimate(batch, sum(categories.values()), categories, where, True, "simulated")
-
-
 
 
 @dataclass(frozen=True)
