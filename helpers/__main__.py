@@ -2,7 +2,7 @@
 
 ``profile`` prints the per-module memory log of one training step (see
 :func:`helpers.step.profile_step`), which GPUs of :data:`helpers.gpus.GPU_CARDS`
-it fits (:func:`card_verdicts`: the rule every widget applies, judged on the
+it fits (:func:`helpers.batch.card_verdicts`: the rule every widget applies, judged on the
 steady state, so with ``--steady-state``), and ends with
 ``peak allocated: <X> MiB (<backend>)`` (then, with ``--reserved``, the
 allocator model's figures).
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         from .check import run_check
 
         return run_check()
+    from .batch import card_verdicts
     from .step import DoesNotFit, profile_step
 
     prog = "python -m helpers profile"
@@ -143,34 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     if beyond:
         print(f"{prog}: note: {beyond}", file=sys.stderr)
     return 0
-
-
-def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
-    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS`?  The command line's verdict.
-
-    The rule of every widget (:meth:`helpers.batch.Estimate.verdict`,
-    :func:`helpers.gpus.judge`): the step's peak allocated bytes plus the
-    assumed 1 GiB overhead, or with ``reserved`` the step replayed through the
-    caching-allocator model on each card (:func:`helpers.batch.reserved_estimate`)
-    plus the assumed 512 MiB CUDA context.  What must fit is a steady-state
-    step (``--steady-state``); on a first step the verdict is a lower bound.
-
-    Args:
-        profile: a :class:`helpers.record.StepProfile`.
-        reserved: judge by the allocator model (``--reserved``).
-        settings: with ``reserved``, the allocator's settings (``--alloc-conf``).
-
-    Returns:
-        Card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
-    """
-    from .batch import Estimate, reserved_estimate
-    from .gpus import GPU_CARDS
-
-    if reserved:
-        return {card: reserved_estimate(profile, capacity, settings).verdict(capacity)
-                for card, capacity in GPU_CARDS.items()}
-    estimate = Estimate.of(profile)
-    return {card: estimate.verdict(capacity) for card, capacity in GPU_CARDS.items()}
 
 
 def _fits_report(verdicts: dict) -> dict:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .engine.backends import get_backend
 from .config import StepConfig, check_int
-from .gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, Verdict, headroom, judge
+from .gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Verdict, headroom, judge
 from .record import StepProfile
 from .step import DoesNotFit, profile_step
 
@@ -181,6 +181,31 @@ def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Est
                  f"{fmt_mib(CUDA_CONTEXT_BYTES)} left to the assumed CUDA context")
     return dataclasses.replace(Estimate.of(profile), reserved_bytes=None if error else run.peak_reserved,
                                allocator_error=error)
+
+
+def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
+    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS`?  The command line's verdict, and the pre-flight check's.
+
+    The rule of every widget (:meth:`helpers.batch.Estimate.verdict`,
+    :func:`helpers.gpus.judge`): the step's peak allocated bytes plus the
+    assumed 1 GiB overhead, or with ``reserved`` the step replayed through the
+    caching-allocator model on each card (:func:`helpers.batch.reserved_estimate`)
+    plus the assumed 512 MiB CUDA context.  What must fit is a steady-state
+    step (``--steady-state``); on a first step the verdict is a lower bound.
+
+    Args:
+        profile: a :class:`helpers.record.StepProfile`.
+        reserved: judge by the allocator model (``--reserved``).
+        settings: with ``reserved``, the allocator's settings (``--alloc-conf``).
+
+    Returns:
+        Card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
+    """
+    if reserved:
+        return {card: reserved_estimate(profile, capacity, settings).verdict(capacity)
+                for card, capacity in GPU_CARDS.items()}
+    estimate = Estimate.of(profile)
+    return {card: estimate.verdict(capacity) for card, capacity in GPU_CARDS.items()}
 
 
 def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:

@@ -3,7 +3,9 @@
 Prints, for the attendee's machine: the versions of what the lessons use
 (against the pins of ``requirements.txt``), the device and its memory, the
 backend the lessons will use, and whether ResNet18 at batch 128 fits (one
-training step, measured on a GPU, simulated otherwise).
+steady-state training step, measured on a GPU; simulated otherwise, and then
+judged on each card of ``helpers.gpus.GPU_CARDS`` by the rule every widget and
+the command line apply, :func:`helpers.batch.card_verdicts`).
 
 Exit status 0 when the lessons will run, 1 when the environment is broken
 (a package that does not import, a GPU that fails), each problem printed
@@ -92,8 +94,7 @@ def run_check(out=print) -> int:
 
 def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> None:
     from .engine.backends import get_backend
-    from .gpus import CUDA_OVERHEAD_BYTES
-    from .units import fmt_bytes
+    from .units import fmt_bytes, fmt_mib
 
     if torch.cuda.is_available():
         try:
@@ -113,10 +114,11 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
     out(f"  {'backend':<12} {runtime.name} ({meaning})")
     if not have_torchvision:
         return
+    from .batch import card_verdicts
     from .step import DoesNotFit, profile_step
 
-    try:
-        step = profile_step("resnet18", 128, device=runtime.name)
+    try:  # a steady-state step, through optimizer.step(): what must fit (helpers.gpus.judge)
+        step = profile_step("resnet18", 128, device=runtime.name, steady_state=True)
     except DoesNotFit as e:
         out(f"  {'ResNet18':<12} batch 128 does NOT fit on this GPU: {e.cuda_message}")
         return
@@ -130,6 +132,8 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
     if runtime.measured:
         out(f"  {'ResNet18':<12} batch 128 fits: peak {fmt_bytes(peak)} measured on this GPU")
     else:
-        out(f"  {'ResNet18':<12} batch 128: peak {fmt_bytes(peak)} simulated; a GPU would need about "
-            f"{fmt_bytes(peak + CUDA_OVERHEAD_BYTES, 'GiB')} with the assumed "
-            f"{fmt_bytes(CUDA_OVERHEAD_BYTES, 'GiB')} of CUDA context and workspaces")
+        verdicts = card_verdicts(step)
+        fit = [card for card, v in verdicts.items() if v.fits]
+        first = next(iter(verdicts.values()))
+        out(f"  {'ResNet18':<12} batch 128: whole-step peak {fmt_mib(peak)} simulated; fits "
+            f"{', '.join(fit) or 'none of the listed GPUs'} ({first.judged})")

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import helpers.check as check
 
 
@@ -51,3 +53,21 @@ def test_the_command_runs_even_when_torchvision_cannot_be_imported():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
     assert "torchvision  BROKEN" in result.stdout and "matching pair" in result.stdout
+
+
+def test_the_resnet18_verdict_is_the_rule_of_every_widget():
+    """The check judges a steady-state step on each card by helpers.gpus.judge, as the widgets and the CLI do."""
+    import torch
+
+    from helpers import profile_step
+    from helpers.gpus import GPU_CARDS, judge
+    from helpers.units import fmt_mib
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the check measures the step: there is no assumed overhead to judge by")
+    status, text = run()
+    step = profile_step("resnet18", 128, device="simulated", steady_state=True)
+    fit = [card for card, capacity in GPU_CARDS.items() if judge(capacity, step.peak_allocated_bytes).fits]
+    assert fit and status == 0
+    assert (f"ResNet18     batch 128: whole-step peak {fmt_mib(step.peak_allocated_bytes)} simulated; "
+            f"fits {', '.join(fit)} (peak allocated of the whole step + 1,024.0 MiB assumed overhead)") in text

@@ -1,7 +1,7 @@
 """One meaning of "fits" (issue 22): every widget, the command line and profile_step agree.
 
 helpers.gpus.judge is the rule; the widgets (MemoryExplorer, WillItFit,
-SequenceExplorer) and ``python -m helpers profile`` (helpers.__main__.card_verdicts)
+SequenceExplorer) and ``python -m helpers profile`` (helpers.batch.card_verdicts)
 must give its verdict on the whole steady-state step that profile_step traces.
 """
 
@@ -11,7 +11,8 @@ import random
 import pytest
 
 from helpers import profile_step
-from helpers.__main__ import card_verdicts, main
+from helpers.__main__ import main
+from helpers.batch import card_verdicts
 from helpers.batch import Estimate, reserved_estimate
 from helpers.gpus import (BASIS, CACHE_ALLOWANCE_BYTES, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, fits,
                           judge)
