@@ -47,6 +47,7 @@ from .engine.trace import StepTracer
 from .models import ModelSpec, output_logits, resolve_model, sequential_form
 from .record import Allocation, StepProfile, Storage, bytes_by_category, label_storages
 from .techniques import Checkpointed, StepInBackward
+from .techniques.checkpointing import CheckpointedBlock
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -333,6 +334,11 @@ class StepRunner:
                 raise ValueError(f"building {self.name} failed: {type(e).__name__}: {first_line}") from None
         if not isinstance(model, nn.Module):
             raise ValueError(f"the model function must return an nn.Module, got {type(model).__name__}")
+        if config.offload and any(getattr(m, "policy", None) == "selective" for m in model.modules()
+                                  if isinstance(m, CheckpointedBlock)):
+            raise ValueError("offloading saved tensors (save_on_cpu) with selective activation checkpointing is "
+                             "not simulated: PyTorch 2.14.1 lets the tensors SAC saves bypass save_on_cpu, and "
+                             "announces that this will change")
         self.model: nn.Module = model
         self.module: nn.Module | None = None
         self.optimizer = None
