@@ -15,9 +15,10 @@ All sizes are bytes; 1 MiB = 2**20 bytes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-from .units import cuda_size, fmt_mib
+from .units import cuda_size, fmt_bytes
 
 #: ``total_memory`` of real cards, as ``torch.cuda.get_device_properties(0)``
 #: printed it in public logs (its repr shows whole MiB; the figure moves by a
@@ -97,13 +98,16 @@ def fits(peak: int, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> bool:
     return peak <= headroom(capacity, overhead)
 
 
+def _basis(unit: str) -> dict[str, str]:
+    size = functools.partial(fmt_bytes, unit=unit, grouped=True)
+    return {"allocated": f"peak allocated of the whole step + {size(CUDA_OVERHEAD_BYTES)} assumed overhead",
+            "reserved": f"peak reserved of the whole step (simulated allocator) + {size(CUDA_CONTEXT_BYTES)} "
+                        f"assumed CUDA context"}
+
+
 #: What a verdict judged, in the same words everywhere (widgets, command line):
 #: by the step's allocated peak, or by its reserved peak (the allocator model).
-BASIS = {
-    "allocated": f"peak allocated of the whole step + {fmt_mib(CUDA_OVERHEAD_BYTES)} assumed overhead",
-    "reserved": f"peak reserved of the whole step (simulated allocator) + {fmt_mib(CUDA_CONTEXT_BYTES)} "
-                f"assumed CUDA context",
-}
+BASIS = _basis("MiB")
 
 
 @dataclass(frozen=True)
@@ -136,16 +140,30 @@ class Verdict:
         """What was judged, in words: :data:`BASIS` of :attr:`basis`."""
         return BASIS[self.basis]
 
-    def sentence(self, gpu: str, detail: str = "") -> str:
-        """The verdict in words, sizes in MiB: ``"fits in <gpu>: <what was judged> =
-        <peak> + <overhead> = <need> MiB <= <capacity> MiB"``, or ``"does not fit in <gpu>: ..."``;
-        ``detail``, if given, follows in parentheses (say, why the allocator ran out of memory)."""
+    def sentence(self, gpu: str, detail: str = "", unit: str = "MiB") -> str:
+        """The verdict in words: ``"fits in <gpu>: <what was judged> = <peak> + <overhead> =
+        <need> MiB <= <capacity> MiB"``, or ``"does not fit in <gpu>: ..."``; ``detail``, if
+        given, follows in parentheses (say, why the allocator ran out of memory).
+
+        Args:
+            gpu: the GPU's name.
+            detail: a reason, or ``""``.
+            unit: ``"MiB"`` (as nvidia-smi writes a card's memory) or ``"GiB"``.
+
+        Raises:
+            ValueError: for another unit.
+        """
+        if unit not in ("MiB", "GiB"):
+            raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
+        scale = 2**20 if unit == "MiB" else 2**30
         verb = "fits" if self.fits else "does not fit"
         more = f" ({detail})" if detail else ""
+        judged = _basis(unit)[self.basis]
         if self.peak is None:
-            return f"{verb} in {gpu}: {self.judged}: the simulated allocator ran out of memory{more}"
-        return (f"{verb} in {gpu}: {self.judged} = {self.peak / 2**20:,.1f} + {self.overhead / 2**20:,.1f} = "
-                f"{fmt_mib(self.need)} {'<=' if self.fits else '>'} {fmt_mib(self.capacity)}{more}")
+            return f"{verb} in {gpu}: {judged}: the simulated allocator ran out of memory{more}"
+        size = functools.partial(fmt_bytes, unit=unit, grouped=True)
+        return (f"{verb} in {gpu}: {judged} = {self.peak / scale:,.1f} + {self.overhead / scale:,.1f} = "
+                f"{size(self.need)} {'<=' if self.fits else '>'} {size(self.capacity)}{more}")
 
 
 def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: int | None = None,

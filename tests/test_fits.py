@@ -119,3 +119,15 @@ def test_every_widget_judges_as_profile_step_and_the_command_line(capsys):
     assert kinds == {"memory", "will", "sequence"} and cli_runs >= 5
     assert {ok for _, _, ok in verdicts} == {True, False}  # both answers were checked
     assert {basis for _, basis, _ in verdicts} == {"allocated", "reserved"}
+
+
+def test_a_verdict_in_gib_says_the_same_in_another_unit():
+    from helpers.gpus import GPU_CARDS, judge
+
+    v = judge(GPU_CARDS["H100 80 GB"], 153_165 * 2**20)
+    assert v.sentence("H100 80 GB") == ("does not fit in H100 80 GB: peak allocated of the whole step + 1,024.0 MiB "
+                                        "assumed overhead = 153,165.0 + 1,024.0 = 154,189.0 MiB > 81,089.0 MiB")
+    assert v.sentence("H100 80 GB", unit="GiB") == ("does not fit in H100 80 GB: peak allocated of the whole step + "
+                                                    "1.0 GiB assumed overhead = 149.6 + 1.0 = 150.6 GiB > 79.2 GiB")
+    with pytest.raises(ValueError, match="unit must be 'MiB' or 'GiB'"):
+        v.sentence("H100 80 GB", unit="GB")
