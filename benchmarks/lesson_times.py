@@ -3,7 +3,7 @@
 For each committed lesson (``lessons/*.ipynb``, or the paths given), runs a
 copy in a fresh kernel, as JupyterLab's "Run All" would, and prints the
 seconds it took, beside what the stated duration has to cover: words of
-prose (markdown), lines of code (not comments), the numbers printed by its
+prose (markdown, not counting the folded solutions), lines of code (not comments), the numbers printed by its
 stored outputs, and its figures.  The stated duration is the lesson's own
 "**Time:**" line.  Nothing is written back: the committed notebooks are left
 as they are.
@@ -33,13 +33,15 @@ STATED = re.compile(r"\*\*Time:\*\*\s*([^*]*)")
 
 
 def counts(nb: dict) -> dict:
-    """Words of prose, code lines, numbers printed and figures in a notebook's stored cells and outputs."""
+    """Words of prose (folded ``<details>`` solutions left out), code lines, numbers printed and figures
+    in a notebook's stored cells and outputs, and its stated duration."""
     words = code = numbers = figures = 0
     stated = ""
     for cell in nb["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            words += len(re.findall(r"\w+", re.sub(r"<[^>]+>", " ", source)))
+            prose = re.sub(r"<details>.*?</details>", " ", source, flags=re.S)  # solutions are read after trying
+            words += len(re.findall(r"\w+", re.sub(r"<[^>]+>", " ", prose)))
             stated = stated or next(iter(STATED.findall(source)), "").strip()
         elif cell["cell_type"] == "code":
             code += sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
