@@ -14,7 +14,7 @@ _VERSION = re.search(r'^version = "(.+)"', (_ROOT / "pyproject.toml").read_text(
 
 project = "Where does my GPU memory go?"
 author = "the authors of the course (CITATION.cff)"
-copyright = "lessons CC BY 4.0, code MIT"
+copyright = "2026, the authors of the course"
 version = release = _VERSION
 
 extensions = ["myst_nb"]

@@ -112,8 +112,7 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
 
     Returns ``{page name: {"problems": [...], "ids": set, "links": [...], "images": int,
     "stand_ins": int, "folds": int, "open_folds": int}}``.  ``screenshots`` maps a page
-    name to a PNG path: that page is saved there (the landing page whole; a lesson at
-    its first widget stand-in, with the figure before it in view).
+    name to a PNG path: that page is saved there (see :func:`_screenshots`).
     """
     host = urllib.parse.urlsplit(base).netloc
     seen: dict[str, dict] = {}
@@ -170,14 +169,7 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
             if "application/vnd.jupyter.widget" in facts["html"] or '"model_id"' in facts["text"]:
                 problem("shows raw widget JSON (a widget view or state)")
             if screenshots and path.name in screenshots:
-                target = pathlib.Path(screenshots[path.name])
-                stand_in = page.locator(".cell_output", has_text=STAND_IN)
-                if stand_in.count():
-                    stand_in.first.scroll_into_view_if_needed()
-                    page.evaluate("window.scrollBy(0, -420)")
-                    page.screenshot(path=str(target))
-                else:
-                    page.screenshot(path=str(target), full_page=True)
+                _screenshots(page, pathlib.Path(screenshots[path.name]))
     finally:
         page.close()
     for name, record in seen.items():
@@ -191,6 +183,25 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
             elif parts.fragment and target in seen and parts.fragment not in seen[target]["ids"]:
                 record["problems"].append(f"broken link (no #{parts.fragment} on {target}): {link}")
     return seen
+
+
+def _screenshots(page, target: pathlib.Path) -> None:
+    """Save the page at ``target``: whole, or, for a page with widget stand-ins, two views
+    (``*_figure.png`` centred on its first figure, ``*_widget.png`` on its first stand-in)."""
+    stand_in = page.locator(".cell_output", has_text=STAND_IN)
+    if not stand_in.count():
+        page.screenshot(path=str(target), full_page=True)
+        return
+    # The figure: the last one before the first stand-in (or the first one on the page).
+    page.evaluate("""() => {
+        const widget = [...document.querySelectorAll('.cell_output')].find(o => o.innerText.includes('%s'));
+        const imgs = [...document.querySelectorAll('.cell_output img')];
+        const before = imgs.filter(i => i.compareDocumentPosition(widget) & Node.DOCUMENT_POSITION_FOLLOWING);
+        (before.length ? before[before.length - 1] : imgs[0]).scrollIntoView({block: 'center'});
+    }""" % STAND_IN)
+    page.screenshot(path=str(target.with_name(f"{target.stem}_figure.png")))
+    stand_in.first.evaluate("e => e.scrollIntoView({block: 'center'})")
+    page.screenshot(path=str(target.with_name(f"{target.stem}_widget.png")))
 
 
 @pytest.fixture(scope="module")
