@@ -22,9 +22,13 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 
 # The notebooks' stored outputs, never re-run (a build needs neither torch nor a kernel).
 nb_execution_mode = "off"
-nb_output_stderr = "remove-warn"
-# The lessons' <details> solution folds are raw HTML in their Markdown.
-myst_enable_extensions = ["html_image"]
+# stderr (library warnings, which differ between machines) is not part of a lesson (nbval ignores it too).
+nb_output_stderr = "remove"
+# The lessons' <details> solution folds are raw HTML in their Markdown (passed through).
+# linkify: the bare URLs of the lessons' further reading become links; only those
+# with a scheme (no "fuzzy" links, which would turn train_fsdp.py into a web address).
+myst_enable_extensions = ["linkify"]
+myst_linkify_fuzzy_links = False
 myst_heading_anchors = 3
 suppress_warnings = ["mystnb.unknown_mime_type"]
 

@@ -76,7 +76,11 @@ def stage_lesson(path: pathlib.Path, dest: pathlib.Path) -> dict:
     nb.metadata.pop("widgets", None)
     nbformat.write(nb, dest / path.name)
     questions = re.search(r"\*\*Questions\*\*\n((?:- .*\n?)+)", nb.cells[0].source)
-    return {"page": path.stem, "title": lesson_pages.title(nb), "minutes": lesson_pages.minutes(nb),
+    try:
+        stated = lesson_pages.minutes(nb)
+    except ValueError as error:
+        raise SystemExit(f"{path.name}: {error}") from None
+    return {"page": path.stem, "title": lesson_pages.title(nb), "minutes": stated,
             "questions": [q[2:].strip() for q in questions.group(1).splitlines()] if questions else [],
             "reading": lesson_pages.further_reading(nb)}
 
