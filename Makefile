@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (see README.md):
 #   make lessons   set up .venv and open the lessons in JupyterLab (a working copy in my-lessons/)
 #   make test      set up .venv and run the unit tests and strict nbval
+# and, for the course's website: make site (build/site/html/index.html).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -13,7 +14,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]_*.py)
 
-.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels
+.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels site
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,3 +89,20 @@ gpu-wheels:
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --implementation cp \
 	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	    -d .whl $$(grep -E '^(nbval|ipykernel|ipywidgets|jupytext|nbconvert)==' requirements.txt)
+
+# The course as a static website (Sphinx + myst-nb, tools/build_site.py) from the
+# committed notebooks and their stored outputs, nothing executed, into
+# build/site/html. Its packages (requirements-site.txt) go into an environment of
+# their own, build/site-venv, so that `make setup` and the lessons' pins stay as
+# they are. tests/test_site.py opens every page in Chromium.
+SITE_VENV ?= build/site-venv
+SITE_OUT  ?= build/site
+
+$(SITE_VENV)/.installed: requirements-site.txt
+	$(PYTHON) -m venv $(SITE_VENV)
+	$(SITE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SITE_VENV)/bin/python -m pip install --quiet -r requirements-site.txt
+	touch $@
+
+site: $(SITE_VENV)/.installed
+	$(SITE_VENV)/bin/python tools/build_site.py $(SITE_OUT)
