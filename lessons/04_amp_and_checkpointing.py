@@ -72,7 +72,7 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 #
 # Two tools attack the activations, which lesson 03 showed are 95% of ResNet18's peak at batch 128:
 #
-# * **AMP** (`torch.autocast`) runs the convolutions and matrix products in a 16-bit float type: the activations they produce take 2 bytes per value instead of 4. On a GPU that is float16 with a `GradScaler` (which scales the loss so small float16 gradients do not underflow), and the simulation does the same: float16, CUDA's lists of which operations run in 16 bits, and a `GradScaler` (lesson 00). Section 8 checks the lists against a fake GPU. (The article, in 2019, used NVIDIA's Apex library for AMP: `torch.autocast` arrived in PyTorch 1.6, in 2020. This lesson re-creates its experiments with today's API.)
+# * **AMP** (`torch.autocast`) runs the convolutions and matrix products in a 16-bit float type: the activations they produce take 2 bytes per value instead of 4. On a GPU that is float16 with a `GradScaler` (which scales the loss so small float16 gradients do not underflow), and the simulation does the same, with CUDA's lists of which operations run in 16 bits (section 8 compares them with the CPU's). (The article, in 2019, used NVIDIA's Apex library for AMP: `torch.autocast` arrived in PyTorch 1.6, in 2020. This lesson re-creates its experiments with today's API.)
 # * **Activation checkpointing** (`torch.utils.checkpoint`) splits the network into segments. A checkpointed segment keeps only its *input* during the forward pass and runs its forward again during backward to get the activations back: memory traded for computation. `profile_step(checkpoint=4)` splits ResNet18's 10 units (the stem, 8 residual blocks, the head) into 4 segments with PyTorch's rule (10 // 4 = 2 units each; the last segment takes the other 4 and is not checkpointed), with the recommended non-reentrant implementation.
 #
 # Batch 128, 224 × 224 images, SGD with momentum, simulated:
@@ -175,8 +175,8 @@ assert parts["MaxPool's int64 indices"]["AMP"] == parts["MaxPool's int64 indices
 # * The float32 activations of the baseline become float16 activations of **exactly half** the size: in ResNet18 almost every operation's output is 16-bit under autocast (convolutions, BatchNorm, ReLU, pooling, the linear layer), and no activation at the peak stays float32. The gradient flowing back at that moment ("other") is 16-bit too, and halves.
 # * **MaxPool's int64 indices** (196 MiB) do not shrink: they are indices, not floating-point values.
 # * Autocast **adds** tensors: 16-bit copies of the input batch and of the weights, made for each convolution and kept for its backward.
-# * The **smaller tensors** line gathers BatchNorm's batch statistics and counters, the targets, and the scalars: the loss and its gradient and, under AMP, the `GradScaler`'s scale, its growth counter and the scale that the scaled loss keeps for backward (the one float32 "activation" of the AMP step, 512 bytes: the assertion above counts it as a scalar).
-# * **Parameters, gradients and the input batch** stay float32. `torch.autocast` keeps no separate "master" copy of the weights: the fp32 parameters *are* the weights the optimizer updates, and autocast casts them to 16 bits on the fly, at each operation. (Mixed-precision schemes that store 16-bit weights and keep an fp32 master copy, like Apex's O2 or the ZeRO paper's accounting, are a different layout; lessons 01 and 05 compare the conventions.)
+# * The **smaller tensors** line gathers BatchNorm's batch statistics and counters, the targets, and the scalars: the loss, its gradient, and the `GradScaler`'s scale and growth counter (the scale that the scaled loss keeps for backward is the AMP step's one float32 "activation", counted above as a scalar).
+# * **Parameters, gradients and the input batch** stay float32. `torch.autocast` keeps no separate "master" copy of the weights: the fp32 parameters *are* the weights the optimizer updates, and autocast casts them to 16 bits on the fly, at each operation. (Mixed-precision schemes that store 16-bit weights and keep an fp32 master copy, like Apex's O2 or the ZeRO paper's accounting, are a different layout; lessons 01 and 05a compare the conventions.)
 #
 # So the peak falls by about 40%, not 50%: only the float activations halve, and the rest either stays or is new.
 #
@@ -370,7 +370,7 @@ fig
 # %% [markdown]
 # The chain of equal blocks (64 blocks and the final `Linear`: 65 units) is smallest at 8 segments, next to √65 ≈ 8.1, with 3.4 times less memory, as the rule predicts; the bumps between come from PyTorch's segment sizes (n // k units each, the remainder in the last, unchecked segment). For real networks, use the rule as a starting point, then measure: the largest layer sets a floor no segmenting can break.
 #
-# What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 32, so that it runs in seconds. Timings vary between machines and with their load, so this output is neither checked nor asserted; the FLOP counts above are the deterministic version of the same claim:
+# What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 32, so that it runs in seconds. Timings vary between machines, so this output is not checked; the FLOP counts above are the deterministic version of the same claim:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -436,9 +436,7 @@ fig
 #
 # **"AMP converges worse": not observed here.** The bfloat16 run stays within a couple of test images of the fp32 run in every epoch. That is a small CNN, 8 epochs, one seed, bfloat16 on a CPU: it does not settle the question for your model. What would: float16 with its `GradScaler` on a GPU (float16 has a narrower range than bfloat16, which is what the scaler protects), your own network trained to the end, and several seeds, comparing final accuracies.
 #
-# **"Checkpointing is slower": confirmed**, in the time column above (milliseconds per step, measured on the machine that ran the notebook).
-#
-# Checkpointing pays for its recomputation in time, of the same order as the extra FLOPs counted in section 4 (compare the recorded timings there); measure it on your own hardware before relying on it. AMP's speed depends on the hardware (compare the AMP row of the time column, measured where the notebook ran): a CPU without 16-bit arithmetic units spends more on the casts than the bfloat16 products save, and AMP runs *slower*; a CPU with bfloat16 instructions (AVX-512 BF16, AMX, as on the machine that stored these outputs) runs it faster. On a GPU with tensor cores (V100 and later), float16 matrix products run several times faster, and AMP usually speeds training up; section 8 measures it when a GPU is present. The memory saving, measured in section 1, holds everywhere.
+# **"Checkpointing is slower": confirmed** in the time column above (measured on the machine that ran the notebook), by the same order as section 4's extra FLOPs; measure it on your own hardware before relying on it. AMP's speed depends on the hardware: a CPU without 16-bit arithmetic units spends more on the casts than the bfloat16 products save, and AMP runs *slower*; a CPU with bfloat16 instructions (AVX-512 BF16, AMX) runs it faster; on a GPU with tensor cores (V100 and later) float16 matrix products run several times faster, and AMP usually speeds training up (section 8 measures it). The memory saving of section 1 holds everywhere.
 #
 # ## 6. Beyond the article: offloading saved tensors to host memory
 #
@@ -487,7 +485,7 @@ assert 0 <= best_correct - floor < 64 * 1024 and base / floor < 5   # reached, u
 # %% [markdown]
 # Offload + AMP reaches that floor: its peak *is* the stem's MaxPool backward, to within a few tiny tensors (the loss, the targets). So **no correct combination of AMP, checkpointing and offloading divides ResNet18's batch-128 peak by 5**; about 3.5 is the limit. (The peaks of the configurations without offloading are elsewhere: the checkpointed ones in `layer1`'s recomputation, section 1.)
 #
-# The floor rests on the loop's habits, and two of them can go. A loop can drop its input batch once the forward pass is done (conv1's saved copy is offloaded anyway), and it can apply the optimizer *during* backward, one parameter as soon as its gradient is complete (`Tensor.register_post_accumulate_grad_hook`, lesson 05), so that no gradient waits. What is left is the four tensors of MaxPool's backward and the parameters themselves:
+# The floor rests on the loop's habits, and two of them can go. A loop can drop its input batch once the forward pass is done (conv1's saved copy is offloaded anyway), and it can apply the optimizer *during* backward, one parameter as soon as its gradient is complete (`Tensor.register_post_accumulate_grad_hook`, lesson 05a), so that no gradient waits. What is left is the four tensors of MaxPool's backward and the parameters themselves:
 
 # %%
 tighter = sum(maxpool_backward.values()) + at_peak["parameters"]
@@ -558,7 +556,25 @@ assert out == f"peak allocated: {steps['offload + AMP'].peak_allocated_bytes / M
 # %% [markdown]
 # ## 8. On a real GPU
 #
-# On a GPU, AMP runs float16 with a `GradScaler`, and so did the simulation above. Would the CPU's own autocast have done as well? The 16-bit type does not matter: float16 and bfloat16 both take 2 bytes. What matters is *which operations* autocast runs in 16 bits, because each device has its own list (lesson 00), and the simulation follows CUDA's. A forward pass on fake CUDA tensors needs no GPU, so compare what the forward pass keeps under the CPU's lists, on a fake GPU, and in the simulation, for ResNet18 and for a vision transformer (Swin-T, whose LayerNorms and softmaxes CUDA's autocast keeps in float32):
+# On a GPU, AMP runs float16 with a `GradScaler`, and so did the simulation above. Would the CPU's own autocast have done as well? Not always. Autocast follows a list of operations per device (PyTorch's *autocast op reference*): CUDA's runs `softmax`, `log_softmax`, `layer_norm` and `group_norm` (and `exp`, `sum` and others) in float32, where the CPU's lets them run in 16 bits when their input is 16-bit. The simulation runs the CPU's kernels with CUDA's lists.
+#
+# A forward pass on fake CUDA tensors needs no GPU (backward does: the autograd engine asks the CUDA runtime for device 0, PyTorch issue #92627). So `forward_saved_bytes` can run one forward pass and sum what autograd keeps for backward, on the CPU's kernels, on a fake GPU, and in the simulation. Each of those four layers after a `Linear(512, 512)`, on a (64, 512) input under float16 autocast:
+
+# %%
+followers = {"Softmax": nn.Softmax(dim=-1), "LogSoftmax": nn.LogSoftmax(dim=-1),
+             "LayerNorm": nn.LayerNorm(512, elementwise_affine=False), "GroupNorm": nn.GroupNorm(8, 512, affine=False)}
+print(f"{'kept for backward':<12} {'CPU':>24} {'CUDA':>24}")
+for name, layer in followers.items():
+    row = {dev: forward_saved_bytes(lambda layer=layer: nn.Sequential(nn.Linear(512, 512), layer), (64, 512),
+                                    device=dev, autocast_dtype=torch.float16) for dev in ("cpu", "cuda", "simulated")}
+    print(f"{name:<12} " + " ".join(f"{fmt_bytes(sum(row[d].values()), 'KiB'):>9}, {fmt_bytes(row[d].get(torch.float32, 0), 'KiB'):>9} fp32"
+                                    for d in ("cpu", "cuda")))
+    assert torch.float32 not in row["cpu"] and row["cuda"][torch.float32] >= 64 * 512 * 4   # float32 kept on CUDA
+    assert row["simulated"] == row["cuda"]                                                  # the simulation: CUDA's
+print("simulated: the same bytes as CUDA, dtype by dtype, for all four")
+
+# %% [markdown]
+# On CUDA each runs in float32 and keeps a float32 tensor for its backward (the softmaxes their output, the norms their input and statistics), twice the bytes of the CPU's 16-bit one; the other 64 KiB is the Linear's 16-bit copy of its input, the same on both. Now whole networks: ResNet18, and a vision transformer (Swin-T), whose LayerNorms and softmaxes are such layers, under both 16-bit types:
 
 # %%
 kept = {}
@@ -578,7 +594,7 @@ assert abs(kept["resnet18"]["CUDA, float16"] - kept["resnet18"]["CPU lists"]) < 
 assert kept["swin_t"]["CUDA, float16"] > 1.1 * kept["swin_t"]["CPU lists"]
 
 # %% [markdown]
-# float16 and bfloat16 keep the same bytes on CUDA, and the simulation keeps what the fake GPU keeps, to 0.1% (the rest is BatchNorm's saved statistics, whose dtype differs by a few KiB). For ResNet18 the CPU's lists would have given nearly the same figure, less than 1 MiB apart. For Swin-T they differ by more than 10%: CUDA's autocast keeps every LayerNorm and softmax output in float32, where the CPU's does not, so simulating a transformer with the CPU's own autocast would underestimate a GPU. That is why the simulation follows CUDA's lists.
+# float16 and bfloat16 keep the same bytes on CUDA: what matters is the device's list, not the 16-bit type. The simulation keeps what the fake GPU keeps, to 0.1% (the rest is BatchNorm's saved statistics, float32 on a GPU and float16 here, a few KiB). For ResNet18 the CPU's lists would have given nearly the same figure, less than 1 MiB apart; for Swin-T they keep more than 10% less, so simulating a transformer with the CPU's own autocast would underestimate a GPU. (The simulation follows CUDA's kernels in two more places: dropout's 1-byte mask, lesson 02, and the attention kernel, lesson 08.)
 #
 # With a GPU, the next cell measures the main configurations for real (float16 autocast with a `GradScaler`, `save_on_cpu(pin_memory=True)`), with the time per step. Expect small differences from the simulated figures (cuDNN workspaces, the allocator's unsplit blocks of lesson 00); the ordering and the trap do not change. (Output not checked: it depends on the GPU.)
 
@@ -688,7 +704,7 @@ print(reference_report("resnet18", 128))
 # assert (round(adam[False].categories["activations"] / MiB, 1), round(adam[True].categories["activations"] / MiB, 1)) == (2633.8, 1472.9)
 # ```
 #
-# Parameters (44.6 MiB), optimizer states (Adam's two fp32 moments, 89.2 MiB) and the input stay the same: autocast changes the dtype of operation outputs, not of the tensors the optimizer keeps, and `torch.autocast` has no separate master copy: the fp32 parameters are the weights it updates. Activations shrink by 44% (2633.8 to 1472.9 MiB), not 50%, for the reasons section 1 took apart: the float activations do halve exactly, but MaxPool's 196 MiB of int64 indices do not shrink, and autocast adds 16-bit copies of the input batch and the weights. For large models whose memory is dominated by model states (lesson 05), AMP alone saves little; schemes that do shrink the model states keep 16-bit weights and gradients beside an fp32 master copy, which is why the ZeRO paper's mixed-precision accounting still comes to 16 bytes per parameter (2 + 2 + 12, lesson 01).
+# Parameters (44.6 MiB), optimizer states (Adam's two fp32 moments, 89.2 MiB) and the input stay the same: autocast changes the dtype of operation outputs, not of the tensors the optimizer keeps, and keeps no master copy. Activations shrink by 44% (2633.8 to 1472.9 MiB), not 50%, for section 1's reasons: MaxPool's int64 indices do not shrink, and autocast adds 16-bit copies of the input batch and the weights. For large models whose memory is dominated by model states (lesson 05a), AMP alone saves little; schemes that do shrink the model states keep 16-bit weights and gradients beside an fp32 master copy, which is why the ZeRO paper's mixed-precision accounting still comes to 16 bytes per parameter (2 + 2 + 12, lesson 01).
 # </details>
 #
 # ## Key points
