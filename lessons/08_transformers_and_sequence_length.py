@@ -29,7 +29,7 @@
 # - Measure full and selective activation checkpointing, what the loss keeps of the logits, and a chunked cross-entropy.
 # - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 #
-# **Time:** about 65 minutes: 32 to read (3,200 words at 100 a minute, outputs included), 4 for the four figures, 2 to run, 24-30 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
+# **Time:** about 65 minutes: 32 to read (3,200 words at 100 a minute, outputs included), 4 for the four figures, 2-3 to run all, 24-30 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
 # Lessons 02 (what autograd saves), 04 (AMP, checkpointing) and 05 (model states; GPT-2 1.5B against the ZeRO paper) come first.
 
