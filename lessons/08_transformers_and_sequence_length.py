@@ -29,7 +29,7 @@
 # - Measure full and selective activation checkpointing, what the loss keeps of the logits, and a chunked cross-entropy.
 # - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 #
-# **Time:** 45 minutes teaching (reading, running, the figures), 20 minutes exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, nothing of an 8-billion-parameter model is allocated).
+# **Time:** about 65 minutes: 32 to read (3,200 words at 100 a minute, outputs included), 4 for the four figures, 2-3 to run all, 24-30 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
 # Lessons 02 (what autograd saves), 04 (AMP, checkpointing) and 05 (model states; GPT-2 1.5B against the ZeRO paper) come first.
 
@@ -76,9 +76,9 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 # %% [markdown]
 # ## 1. One GPT block, tensor by tensor
 #
-# Lesson 05 found that a block of GPT-2 1.5B keeps about 37 bytes per token, hidden unit and layer under AMP with flash attention. Here we take one block apart completely, in the simplest setting first: float32, and the **math** attention kernel, the plain PyTorch composition `softmax(q kᵀ / √d) v` that every GPU can run.
+# We take one GPT block apart, first in the simplest setting: float32 and the **math** attention kernel, the plain PyTorch composition `softmax(q kᵀ / √d) v`.
 #
-# A small GPT (hidden h = 64, a = 4 heads of size d = 16, 3 blocks), batch b = 3, sequence s = 128. Lesson 02's inspector lists what each operation of one block saves for backward (on real CPU tensors, under the simulation's CUDA rules with the math kernel). The sizes are chosen so that every dimension has one name, and the table prints shapes in those names; the weights, which a Linear also saves, cost no extra memory and are left out:
+# A small GPT block (hidden h = 64, a = 4 heads of size d = 16), batch b = 3, sequence s = 128: every size differs, so the table prints shapes by name. Lesson 02's inspector lists what each operation saves for backward, under the simulation's CUDA rules (the weights, whose saving costs no memory, left out):
 
 # %%
 b, s, h, a = 3, 128, 64, 4
@@ -97,12 +97,12 @@ for t in report.saved:
 # %% [markdown]
 # Read it from the bottom (the graph is walked from the output back):
 #
-# - each **LayerNorm** (`NativeLayerNormBackward0`) keeps its input and two per-token statistics, the mean and the inverse standard deviation (`result1`, `result2`, shape (b, s, 1));
-# - each **Linear** (`AddmmBackward0`) keeps its input `mat1`, flattened to (s·b, h) (and its weight, a parameter: no extra memory). Lesson 02's rule, dL/dW = Gᵀ X;
-# - the **attention** is two batched matmuls (`BmmBackward0`) and a softmax. The first, q kᵀ, keeps both operands: q (b·a matrices of s × d) and kᵀ. The softmax keeps its output, the **b·a·s·s scores**, and the second matmul, scores × v, keeps the scores again (the same storage: "saved above") and v. The module column names the last module entered; the attention runs inside `attn`, after `attn.qkv`;
-# - **GELU** keeps its input, the 4h-wide output of the first MLP linear; the second MLP linear keeps GELU's output.
+# - each **LayerNorm** keeps its input and two per-token statistics, the mean and the inverse standard deviation (`result1`, `result2`);
+# - each **Linear** (`AddmmBackward0`) keeps its input `mat1`, flattened to (s·b, h): lesson 02's dL/dW = Gᵀ X;
+# - the **attention** (under `attn.qkv`, the last module entered) is two batched matmuls and a softmax: q kᵀ keeps q and kᵀ; the softmax keeps its output, the **b·a·s·s scores**, which scores × v keeps again ("saved above") with v;
+# - **GELU** keeps its input, the first MLP linear's 4h-wide output; the second MLP linear keeps GELU's output.
 #
-# `helpers.transformer.gpt_block_kept` writes the same list as a function of b, s, h and a, including what the inspector counts as the block's input and output: the residual stream that the next block's first LayerNorm keeps (Korthikanti et al. count it as that LayerNorm's input). The engine then measures a whole forward pass of the 3-block GPT: each block's figure is the growth of allocated memory while it runs.
+# `helpers.transformer.gpt_block_kept` writes the same list as a function of b, s, h and a, plus the block's output (the residual stream the next LayerNorm keeps). The engine then measures a forward pass of a 3-block GPT, block by block:
 
 # %%
 kept = gpt_block_kept(b, s, h, a, attention="math")
@@ -116,9 +116,9 @@ print(f"one block keeps {kept_bytes(kept):,} bytes: gpt_block_kept's {len(kept)}
 assert sum(k.nbytes for k in kept if k.shape[-1] != 1 and k.shape != (b, a, s, s)) == 64 * sbh  # see below
 
 # %% [markdown]
-# The formula, the inspector and the engine agree **byte for byte**, and every block keeps the same (so later sections measure a model with two blocks and multiply by the layer count). What "a block keeps" means, here and in the rest of the lesson, is what `measure_blocks` measures: the growth of allocated memory from the moment the block starts to the moment it returns, every storage it made and still alive: what it saved for backward, its output, and (under AMP) autocast's cached weight copies.
+# The formula, the inspector and the engine agree **byte for byte**, and every block keeps the same, so later sections measure two blocks and multiply by the layer count. In this lesson, what "a block keeps" is what `measure_blocks` measures: every storage the block made that is still alive when it returns (what it saved for backward, its output and, under AMP, autocast's cached weight copies).
 #
-# Per s·b·h, float32 with the math kernel: 8 tensors of width h (4 bytes each) and 2 of width 4h (16 bytes each) make **64 bytes**; the scores add **4·a·s²·b** bytes (a float32 b × a × s × s tensor), and the four LayerNorm statistics 16·s·b. Under AMP the matmuls return float16 and the figure changes; here is that block beside the formula of Korthikanti et al. (*Reducing Activation Recomputation in Large Transformer Models*, 2022, section 4.1), which assumes 16-bit activations, dropout with 1-byte masks, and attention that keeps its scores. To compare like with like, the block gets dropout (p = 0.1) before each residual sum:
+# In float32 with the math kernel, 8 tensors of width h (4 bytes each) and 2 of width 4h (16 bytes each) make **64 bytes per s·b·h**; the scores add 4·a·s²·b bytes and the LayerNorm statistics 16·s·b. Now under AMP, beside the formula of Korthikanti et al. (*Reducing Activation Recomputation in Large Transformer Models*, 2022, section 4.1), which assumes 16-bit activations, dropout with 1-byte masks, and attention that keeps its scores; to compare like with like, the block gets dropout (p = 0.1) before each residual sum:
 
 # %%
 amp_kept = gpt_block_kept(b, s, h, a, amp=True, attention="math", dropout=True)
@@ -145,18 +145,18 @@ print("not in the paper: " + ", ".join(sorted({k.name for k in amp_kept if not k
 assert (engine_sbh, engine_s2) == (44, 4) and len(agree) == 7
 
 # %% [markdown]
-# **44·s·b·h + 4·a·s²·b** bytes against the paper's 34 and 5. Term by term, where PyTorch keeps more or less than the paper assumes:
+# **44·s·b·h + 4·a·s²·b** bytes against the paper's 34 and 5. Where PyTorch differs:
 #
-# - **+2 twice, the LayerNorm inputs**: `torch.autocast` leaves the residual stream in float32 (the parameters are float32, so the embeddings and every residual sum are), and each LayerNorm keeps that float32 input: 4 bytes, not 2.
-# - **+6, q, k and v**: the math kernel upcasts 16-bit inputs to float32 before its matmuls ("keep query, key, value in high precision for accuracy", `attention.cpp`), so q, kᵀ and v are kept in 4 bytes each. (The flash kernel keeps them in 16 bits: section 2.)
-# - **4 instead of 5 a·s²·b**: the softmax output is float32 (4 bytes, not 2), and this GPT, like GPT-2, has no dropout *inside* attention: no 1-byte mask of the scores and no dropped copy of them (−1 and −2).
-# - **Not in the paper**: the LayerNorm statistics (16·s·b, 0.25 byte per s·b·h here), and autocast's 16-bit copies of the weights and biases, cached for backward (2 bytes per parameter: 2·12h² per block, independent of b and s).
+# - **+2 twice, the LayerNorm inputs**: under `torch.autocast` the residual stream stays float32 (the parameters are), so each LayerNorm keeps 4 bytes, not 2.
+# - **+6, q, k and v**: the math kernel upcasts 16-bit inputs to float32 ("keep query, key, value in high precision for accuracy", `attention.cpp`) and keeps them in 4 bytes each.
+# - **4 instead of 5 a·s²·b**: the softmax output is float32, and this GPT, like GPT-2, has no dropout inside attention: no mask of the scores, no dropped copy.
+# - **Not in the paper**: the LayerNorm statistics, and autocast's 16-bit copies of the weights and biases, cached for backward (2·12h² bytes per block, whatever b and s).
 #
-# So 34 + 2 + 2 + 6 = 44. The paper is not wrong: it counts a Megatron-LM implementation in which everything is 16-bit; the engine counts what *this* PyTorch code keeps.
+# The paper counts Megatron-LM's all-16-bit implementation; the engine counts what *this* PyTorch code keeps.
 #
 # ## 2. Attention kernels: the s² term appears and vanishes
 #
-# `torch.nn.functional.scaled_dot_product_attention` picks a kernel. The math kernel keeps the a·s² scores; the fused kernels (FlashAttention, memory-efficient attention) never materialise them: they keep q, k, v, the output, and one float32 log-sum-exp per row and head, and recompute the scores block by block in backward. The engine runs the kernel you name (`attention=`). First one block of GPT-2 124M (h = 768, a = 12) at its full context, one sequence of 1024 tokens, by part (`gpt_block_kept`, grouped with `kept_by_group`):
+# `torch.nn.functional.scaled_dot_product_attention` picks a kernel. The math kernel keeps the scores; the fused kernels (FlashAttention, memory-efficient attention) keep q, k, v, the output and a float32 log-sum-exp per row and head, and recompute the scores in backward. The engine runs the kernel you name (`attention=`). One block of GPT-2 124M (h = 768, a = 12), one sequence of 1024 tokens, by part:
 
 # %%
 g124 = GPT2_PRESETS["gpt2"]
@@ -168,7 +168,7 @@ assert measure_blocks(gpt(g124), 1, 1024, amp=True, attention="flash")[1] == sum
 plot_stacked_parts(columns, "MiB", title="What one GPT-2 124M block keeps (b = 1, s = 1024), by part", order=KEPT_GROUPS)
 
 # %% [markdown]
-# Look at the vermillion segment: the float32 scores (4·a·s² bytes, 48 MiB) weigh about as much as everything else the block keeps at 1024 tokens, and under AMP they stay float32, because the math kernel computes in float32. Flash attention removes the segment entirely. AMP halves the linear layers' inputs and the MLP's wide tensors (orange, sky blue), not the float32 residual stream (blue) nor, in the math kernel, q, k and v (green), and it adds autocast's 16-bit weight copies (pink, 13.5 MiB per block whatever b and s). Now the same block from 512 to 16k tokens, per layer, with both kernels:
+# Look at the vermillion segment: the float32 scores (4·a·s² bytes, 48 MiB) weigh about as much as everything else the block keeps at 1024 tokens, and flash attention removes them. AMP halves the linear layers' inputs and the MLP's wide tensors (orange, sky blue), not the float32 residual stream (blue) nor the math kernel's q, k and v (green), and it adds autocast's weight copies (pink, 13.5 MiB per block). Now the same block from 512 to 16k tokens, with both kernels:
 
 # %%
 SEQS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -187,13 +187,13 @@ plot_memory_vs_seq(SEQS, {"math kernel (engine)": [m for m, _ in per_layer.value
                    unit="MiB", title="GPT-2 124M, one layer, b = 1, AMP")
 
 # %% [markdown]
-# Look at the slopes: on log-log axes the math kernel's line bends up to slope 2 and joins the line of the scores alone (95% of it at 16k tokens); flash attention's line has slope 1 at long sequences and flattens at short ones, where the 13.5 MiB of weight copies are a constant part. At 16k tokens the math kernel keeps more than 25 times what flash keeps. This is why users who measure with fused attention "see no s² term at all". (Beyond GPT-2's 1024 positions its position embedding is extended; nothing else changes.)
+# Look at the slopes: on log-log axes the math kernel's line bends up to slope 2 and joins the line of the scores alone (95% of it at 16k tokens); flash attention's has slope 1 at long sequences and flattens at short ones, where the weight copies are a constant part. At 16k tokens the math kernel keeps more than 25 times what flash keeps. (Beyond 1024 tokens GPT-2's position embedding is extended.)
 #
-# Which kernel runs is decided at each call by the GPU's dispatcher. In PyTorch 2.14.1 (`select_sdp_backend`, `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`) it tries cuDNN attention (first only on Hopper and Blackwell with a recent cuDNN), FlashAttention, memory-efficient attention, then the math kernel, and takes the first whose checks pass. FlashAttention needs 16-bit inputs, a head size up to 256 and no explicit `attn_mask` (`is_causal=True` is fine), and accepts `enable_gqa=True`; memory-efficient attention accepts a mask, `enable_gqa=True` and float32. So on an H100 a masked or grouped-query call runs a fused kernel and keeps no scores; the math kernel is the last resort, or what `torch.nn.attention.sdpa_kernel(SDPBackend.MATH)` asks for. **The simulation is coarser**: it sends every call with an `attn_mask` or `enable_gqa=True` to the math kernel, so its figures for those calls are an upper bound on a GPU's.
+# On a GPU, PyTorch 2.14.1's dispatcher (`select_sdp_backend` in `sdp_utils.cpp`) tries cuDNN attention (first only on Hopper and Blackwell with a recent cuDNN), FlashAttention, memory-efficient attention, then math, and takes the first whose checks pass. FlashAttention needs 16-bit inputs, a head size up to 256 and no explicit `attn_mask` (`is_causal=True` is fine); memory-efficient attention also accepts a mask and float32; both accept `enable_gqa=True`. So on an H100 masked and grouped-query calls run a fused kernel; **the simulation** sends them to the math kernel, an upper bound.
 #
 # ## 3. The ZeRO paper's GPT-2 1.5B, once more
 #
-# Lesson 05 measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024), against the paper's "about 60 GB" (55.9 GiB) of activations. Now per block, with the formulas beside it; a block's figure is what it keeps, as defined in section 1 (`measure_blocks`):
+# Lesson 05 measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024) against the paper's "about 60 GB" of activations. Now per block, with the formulas beside it:
 
 # %%
 xl = GPT2_PRESETS["gpt2-xl"]
@@ -215,11 +215,11 @@ assert 36.07 < saved / unit < 36.08 and 37.24 < layer["flash"] / unit < 37.25
 assert round(zero / GB) == 60 and layer["math"] < korthikanti and round(korthikanti / layer["flash"]) == 3
 
 # %% [markdown]
-# One block keeps **37.24 bytes per s·b·h**: 36.07 of tensors saved for backward and its output, 1.17 of 16-bit weight copies (2·12h² bytes), and four 16-bit bias copies, 29,696 bytes. Lesson 05 measures the same block with the same helper. Counting only the storages a profile files under "activations" gives the same bytes less the bias copies, which autocast caches but nothing saves for backward, so they are filed under "other" (1,952,677,888 bytes, asserted above).
+# One block keeps **37.24 bytes per s·b·h** (asserted): 36.07 saved for backward or returned, 1.17 of 16-bit weight copies, and 29,696 bytes of bias copies, which a profile files under "other" because nothing saves them for backward. Lesson 05 measures the same block with the same helper.
 #
-# ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates a GPT-2-like model's activations as about 12 × hidden × batch × sequence × layers values: in 16 bits, **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022); it is an approximation that leaves the a·s² scores out, and even with a fused kernel, which keeps no scores, PyTorch keeps 37 bytes per s·b·h where it counts 24. Korthikanti's formula, written for attention that keeps its scores, gives **three times** the engine's flash figure, and more than even the math kernel keeps (16-bit scores plus a dropout mask and a dropped copy, against one float32 copy).
+# ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates the activations as about 12 × hidden × batch × sequence × layers values: in 16 bits **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022): an approximation that leaves out the scores, with 24 bytes per s·b·h where PyTorch keeps 37 even with flash. Korthikanti's formula (16-bit scores, a dropout mask and a dropped copy) gives **three times** the flash figure, more than the math kernel keeps.
 #
-# With activation checkpointing, ZeRO says "about 8 GB" (7.5 GiB). Here every block is checkpointed:
+# With activation checkpointing, ZeRO says "about 8 GB". Here every block is checkpointed:
 
 # %%
 ck = measure_blocks(gpt(xl), B, S, amp=True, attention="flash", policy="full")[1]
@@ -231,11 +231,11 @@ assert fmt_bytes(L * ck, "GiB") == "12.1 GiB" and fmt_bytes(L * inputs32, "GiB")
 assert round(zero / L**0.5 / GB, 1) == 8.7 and fmt_bytes(zero / L**0.5, "GiB") == "8.1 GiB"  # ZeRO's "about 8 GB"
 
 # %% [markdown]
-# Checkpointed, each block keeps its float32 input (the residual stream), and autocast's cache keeps its 16-bit weight copies whether or not the block saved anything: 12.1 GiB, against ZeRO's "about 8 GB". The paper says where its figure comes from: checkpointing reduces the activation memory "by approximately the square root of the total activations", citing Chen et al. (2016), whose schedule keeps about √L segment boundaries instead of every layer's tensors: 60.4 GB / √48 = 8.7 GB (8.1 GiB), its "about 8 GB". Checkpointing every block is a different schedule: it keeps all 48 block inputs (float32, 9.4 GiB) and the weight copies; Chen et al.'s keeps fewer inputs, but holds a whole segment's activations while it recomputes that segment in backward.
+# Checkpointed, each block keeps its float32 input (9.4 GiB for the 48 blocks), and autocast's cache its weight copies: 12.1 GiB in all. The paper's "about 8 GB" assumes another schedule: checkpointing reduces the activations "by approximately the square root of the total activations", citing Chen et al. (2016), who keep about √L segment boundaries: 60.4 GB / √48 = 8.7 GB (8.1 GiB).
 #
 # ## 4. A Llama-shaped 8B model over sequence length
 #
-# Llama-3 8B differs from GPT-2 in every part that keeps memory: RMSNorm instead of LayerNorm, a SwiGLU MLP (three matrices, inner width 14336 = 3.5 h), grouped-query attention (32 query heads share 8 key/value heads), rotary position embeddings, no biases, no dropout, and a 128,256-token vocabulary. `helpers.models.llama` builds it in plain PyTorch, on the meta device:
+# Llama-3 8B differs from GPT-2 in every part that keeps memory: RMSNorm, a SwiGLU MLP (three matrices, inner width 14336 = 3.5 h), grouped-query attention (32 query heads share 8 key/value heads), rotary position embeddings, no biases, no dropout, and a 128,256-token vocabulary. `helpers.models.llama` builds it in plain PyTorch, on the meta device:
 
 # %%
 l8 = LLAMA_PRESETS["llama3-8b"]
@@ -250,7 +250,7 @@ tiny = measure_blocks(lambda: Llama("llama-tiny"), 2, 64, amp=True, attention="f
 assert tiny[0] == tiny[1]  # every block the same: measure two, multiply by 32
 
 # %% [markdown]
-# What does one Llama block keep? The engine's allocation log of a training step of a 2-block copy (b = 1, s = 2048, AMP, flash): every storage made in block 1 and alive at the end of the forward pass, as in lesson 05, grouped by the part of the block it belongs to (the log says which module made it). Llama has no biases, so this is exactly `measure_blocks`' figure (asserted):
+# What does one Llama block keep? A profiled training step of a 2-block copy (b = 1, s = 2048, AMP, flash) lists every storage block 1 made that is still alive at the end of the forward pass, as in lesson 05; here grouped by part. Llama has no biases, so the total is `measure_blocks`' figure (asserted):
 
 # %%
 from helpers import profile_step
@@ -290,16 +290,16 @@ assert [round(parts[k] / unit, 2) for k in ("MLP: four 3.5h-wide tensors", "16-b
 assert 54 < sum(parts.values()) / unit < 54.5
 
 # %% [markdown]
-# Grouped by where they come from (16-bit activations are 2 bytes per element):
+# Where they come from:
 #
-# - **the MLP keeps four tensors 3.5h wide**: the gate's output (kept by SiLU), SiLU's output and the up projection's output (kept by the product), and the product (kept by the down projection): 4 × 3.5 × 2 = **28**, where GPT-2's MLP keeps 16;
-# - **the normalised input is cast once per projection**: RMSNorm returns float32 under autocast, and `q`, `k`, `v`, `gate` and `up` each cast it to 16 bits and keep their copy (5 × 2 = 10): autocast caches casts of weights, not of activations;
-# - **grouped-query attention saves nothing here**: the keys and values are repeated to 32 heads before the kernel (as Hugging Face's `repeat_kv` does), and the kernel keeps the repeated copies (2 + 2) beside q and the output (2 + 2);
-# - the float32 residual stream twice (4 + 4), and small ones: RMSNorm's per-row statistics, the rotary tables cast to 16 bits, the log-sum-exp.
+# - **the MLP keeps four 3.5h-wide tensors** (the gate's output, SiLU's output, the up projection's output and their product): 4 × 3.5 × 2 = **28**, where GPT-2's MLP keeps 16;
+# - **the normalised input is cast once per projection**: RMSNorm returns float32 under autocast, and `q`, `k`, `v`, `gate` and `up` each keep their own 16-bit cast (5 × 2 = 10);
+# - **grouped-query attention saves nothing here**: the keys and values are repeated to 32 heads before the kernel (as Hugging Face's `repeat_kv` does), and the kernel keeps the copies (2 + 2) beside q and the output (2 + 2);
+# - the float32 residual stream twice (4 + 4), and small tensors.
 #
-# 28 + 10 + 8 + 8 = **54** bytes per s·b·h, plus the 16-bit weight copies (2 bytes per parameter of the block, 0.41 GiB, whatever s and b). The 54 is **this implementation's** figure, not Llama's: the casts and the float32 residual stream come from float32 weights under `torch.autocast` (a model held in bfloat16 casts nothing and keeps a 16-bit residual stream), the repeated keys and values from `repeat_kv` (with `enable_gqa=True` a fused kernel keeps the 8 heads), and fused RMSNorm or SwiGLU kernels keep fewer tensors than PyTorch's composition of them.
+# 28 + 10 + 8 + 8 = **54** bytes per s·b·h, plus the weight copies. The 54 is **this implementation's** figure, not Llama's: a model held in bfloat16 casts nothing and keeps a 16-bit residual stream, with `enable_gqa=True` a fused kernel keeps only the 8 heads, and fused RMSNorm or SwiGLU kernels keep fewer tensors.
 #
-# Now the sweep. The Ultra-Scale Playbook (Hugging Face, 2025) plots Llama 8B's activation memory at batch 1 against the sequence length with Korthikanti's formula times the layers, m_act = L·s·b·h·(34 + 5·a·s/h); its curve is that formula, so its values are computed here from it (**quoted formula**, not measured). Beside it, the engine with each kernel, and the model states (16 bytes per parameter for AMP with Adam, lesson 05):
+# The Ultra-Scale Playbook (Hugging Face, 2025) plots Llama 8B's activations at batch 1 against the sequence length with Korthikanti's formula times the layers, L·s·b·h·(34 + 5·a·s/h): **quoted**, computed here from the formula, not measured. Beside it, the engine with each kernel, and the model states (16 bytes per parameter for AMP with Adam, lesson 05):
 
 # %%
 states = 16 * P8
@@ -320,9 +320,9 @@ plot_memory_vs_seq(SEQS, {"Playbook: Korthikanti's formula x 32 layers (quoted)"
                    title="Llama-3 8B, activations of the 32 blocks, b = 1, AMP")
 
 # %% [markdown]
-# Look at where each line crosses the dashed one. The formula's line (quoted, not measured) is steeper than the engine's with the math kernel and far above flash attention's at long sequences; at 512 tokens it is below both. With the math kernel the activations pass the model states at 8k tokens, with flash only at 16k.
+# Look at where each line crosses the dashed one: with the math kernel the activations pass the model states at 8k tokens, with flash at 16k. The formula (quoted) is below both engine lines at 512 tokens: this Llama block keeps 54 bytes per s·b·h, not 34, and weight copies that weigh most when s is small. At long sequences it is far above them: its 5·a·s/h term counts the scores, a dropout mask and a dropped copy; Llama has no attention dropout, the math kernel keeps one float32 copy, flash none (at 16k tokens flash needs less than a tenth of the formula, asserted). The model states alone, 119.7 GiB, are more than one 80 GB card holds: long-context training shards them (lesson 07) *and* checkpoints.
 #
-# And over the batch size, for the four GPT-2 sizes at their 1024-token context (AMP, flash attention): at which batch do the activations of all blocks pass the model states (16 bytes per parameter)?
+# And over the batch size, for the four GPT-2 sizes at 1024 tokens (AMP, flash attention): at which batch do the activations pass the model states?
 
 # %%
 BATCHES = (1, 4, 16, 64)
@@ -337,13 +337,7 @@ print("activations pass the model states from batch " + ", ".join(f"{n}: {bb}" f
 assert all(4 < bb < 16 for bb in batch_takeover.values())
 
 # %% [markdown]
-# Beyond the autocast weight copies, activations are exactly linear in the batch (asserted above for b = 1, 4, 16 and 64), so the batch at which they pass the model states follows exactly from two numbers: for every GPT-2 size it is between 4 and 16 sequences of 1024 tokens: from there on, batch size and sequence length, not the parameter count, decide the memory.
-#
-# Back to Llama and the Playbook's formula:
-#
-# - **At short sequences the engine keeps more than the formula.** This Llama block keeps 54 bytes per s·b·h, not a GPT block's 34, and its weight copies (0.41 GiB per layer) weigh most when s is small.
-# - **At long sequences the formula keeps far more.** Its 5·a·s/h term is the scores, a dropout mask and a dropped copy; Llama has no attention dropout, the math kernel keeps one float32 copy, flash attention none: at 16k tokens flash needs less than a tenth of the formula (asserted).
-# - **Where activations take over**: the model states are 119.7 GiB whatever the sequence; at batch 1 and 8k tokens one 80 GB GPU holds neither. This is why long-context training shards the model states (lesson 07) *and* checkpoints.
+# Beyond the weight copies, activations are exactly linear in the batch (asserted), so for every GPT-2 size they pass the model states between 4 and 16 sequences of 1024 tokens: from there on, batch and sequence length, not the parameter count, decide the memory.
 #
 # ## 5. Remedies, measured
 #
@@ -357,7 +351,7 @@ assert all(4 < bb < 16 for bb in batch_takeover.values())
 #            context_fn=functools.partial(create_selective_checkpoint_contexts, save_matmuls))
 # ```
 #
-# (`helpers.techniques.checkpointing.CheckpointedBlock`.) Matmuls are expensive to recompute and their outputs are what the next cheap operation needs; norms, activations, products and the softmax are cheap. Llama 8B at 8k tokens, batch 1, AMP, all 32 layers:
+# (`helpers.techniques.checkpointing.CheckpointedBlock`.) Matmuls are expensive to recompute; norms, activations and the softmax are cheap. Llama 8B at 8k tokens, batch 1, AMP, 32 layers:
 
 # %%
 S8 = 8192
@@ -380,11 +374,11 @@ plot_stacked_parts(bars, "GiB", title="Llama-3 8B, 32 blocks, s = 8192, b = 1, A
 
 
 # %% [markdown]
-# Look at the bars in pairs (math, flash). **Full** checkpointing (the two shortest) removes the orange part and leaves each block's float32 input (blue, 4 GiB for the 32 blocks) and autocast's 16-bit weight copies (pink, 13 GiB, which checkpointing does not touch): 17 GiB with either kernel, since the scores are recomputed too. Of what the forward pass leaves, the copies are then the larger part; of the step's peak they are a small one, beside 120 GiB of model states (16 bytes per parameter against their 2). Weights held in 16 bits, or `torch.autocast(..., cache_enabled=False)`, remove them from checkpointed blocks. The price of full checkpointing is a second forward pass of every block in backward (about a third more compute).
+# Look at the bars in pairs (math, flash). **Full** checkpointing (the two shortest) leaves each block's float32 input (blue, 4 GiB for the 32 blocks) and autocast's weight copies (pink, 13 GiB, untouched by checkpointing): 17 GiB with either kernel. The copies are then the larger part of what the forward pass leaves, but a small part of the step's peak, beside 120 GiB of model states. Weights held in 16 bits, or `torch.autocast(..., cache_enabled=False)`, remove them. The price: a second forward pass of every block in backward (about a third more compute).
 #
-# **Selective** with this policy keeps the matmuls' outputs. With flash attention it is the obvious middle: the projections and the attention output are kept, SiLU and the product recomputed. With the **math** kernel it keeps the s² term, because q kᵀ is a matmul. Korthikanti et al.'s "selective recomputation" is the opposite choice: recompute exactly the attention core and keep the linear layers' inputs. The right policy depends on the kernel.
+# **Selective** with this policy keeps the matmuls' outputs: with flash, the obvious middle; with the **math** kernel it keeps the s² term, because q kᵀ is a matmul. Korthikanti et al.'s "selective recomputation" does the opposite: it recomputes exactly the attention core. The policy must match the kernel.
 #
-# **The logits.** The head turns s·b hidden states into s·b·vocab logits: with Llama's 128,256-token vocabulary, at 8k tokens a billion values, larger than any tensor inside a block. Under autocast the head returns 16-bit logits, and `F.cross_entropy` has no entry in CUDA's autocast lists: it is made of `log_softmax`, which runs in its input's 16 bits, and `nll_loss`, which autocast runs on a float32 copy of the log-softmax; backward needs both. Hugging Face's `LlamaForCausalLM` upcasts the logits first (`.float()`): then `log_softmax` runs in float32 and no copy is made. Measured on the head and the loss alone (the logits held, as a model's output is), then with `helpers.transformer.chunked_cross_entropy`, which computes the loss 1024 tokens at a time under `torch.utils.checkpoint` so that one chunk's logits exist at a time:
+# **The logits.** The head turns s·b hidden states into s·b·vocab logits: at 8k tokens and Llama's 128,256-token vocabulary, a billion values, often the largest tensor of a training step. Under autocast the head returns 16-bit logits, and `F.cross_entropy` has no entry in CUDA's autocast lists: it is made of `log_softmax`, which runs in its input's 16 bits, and `nll_loss`, which autocast runs on a float32 copy of the log-softmax; backward needs both. Hugging Face's `LlamaForCausalLM` upcasts the logits first (`.float()`): then `log_softmax` runs in float32 and no copy is made. Measured on the head and loss alone, then with `helpers.transformer.chunked_cross_entropy`, which computes the loss 1024 tokens at a time under `torch.utils.checkpoint`:
 
 # %%
 def head_and_loss(chunks, upcast=False):
@@ -419,11 +413,11 @@ assert losses["8 chunks of 1024 tokens"][1] < losses["logits upcast to float32"]
 assert losses["8 chunks of 1024 tokens"][0] < 512 * 2**10
 
 # %% [markdown]
-# With 16-bit logits the loss keeps **8 bytes per logit** (asserted): the logits (2), their 16-bit log-softmax (2) and its float32 copy for `nll_loss` (4), 7.8 GiB here, beside the 16-bit copies of the head's weight and input that the linear layer keeps; lesson 05 finds the same three in GPT-2's step. Upcast first, it keeps 6: the 16-bit logits (which the model returned) and a float32 log-softmax, no copy. Backward then adds the float32 gradient of the logits and its 16-bit cast. Chunked, the forward pass keeps nothing (each chunk's logits and log-softmax are recomputed in backward, one chunk at a time), and the peak falls by more than three times, to about the head's own float32 gradient and 16-bit weight copy plus one chunk. The same idea, fused into one kernel, is in Liger Kernel and in torchtune's chunked losses. The logits grow with the batch and the sequence like the activations, but they are one tensor: often the largest of a training step.
+# With 16-bit logits the loss keeps **8 bytes per logit** (asserted): the logits (2), their 16-bit log-softmax (2) and its float32 copy for `nll_loss` (4), beside the head's 16-bit weight and input; lesson 05 finds the same three in GPT-2's step. Upcast first, it keeps 6: the 16-bit logits and a float32 log-softmax. Chunked, the forward pass keeps nothing (each chunk is recomputed in backward) and the peak falls by more than three times.
 #
 # ## 6. Inference: the KV cache
 #
-# Generating token by token, a model keeps every earlier token's keys and values, for every layer: **2 · layers · KV heads · head size · bytes per value** per token. Grouped-query attention was designed for this: Llama-3 8B stores 8 key/value heads where GPT-2 1.5B stores 25. Checked against the engine: the keys and values the projections of the 16-bit Llama-3 8B (on meta, nothing allocated) produce for 16 tokens:
+# Generating token by token, a model keeps every earlier token's keys and values in every layer: **2 · layers · KV heads · head size · bytes per value** per token. Grouped-query attention shrinks it: Llama-3 8B's 32 query heads share 8 key/value heads. Checked against what the key and value projections of the 16-bit Llama-3 8B (on meta) produce for 16 tokens:
 
 # %%
 seen = []
@@ -450,11 +444,11 @@ print(f"a 128k-token context of Llama-3 8B: {fmt_bytes(128 * 1024 * per_token['l
 assert per_token["llama3-8b"] == 128 * 1024 and fit_tokens["llama3-8b"] > fit_tokens["gpt2-xl"]
 
 # %% [markdown]
-# 128 KiB per token for Llama-3 8B: a 128k-token context needs 16 GiB of cache per sequence, and an H100 holds **at most** about half a million tokens beside the weights (with the assumed 1 GiB of CUDA context and workspaces), shared by all the sequences of a batch. That is an upper bound: it leaves out what the forward pass needs while generating (the logits and activations of the first pass over a long prompt) and the cache's granularity (fixed pages, or one buffer per sequence at its maximum length); a serving engine reserves room for those. GPT-2 1.5B, five times smaller, holds fewer tokens: 300 KiB each, because every one of its 25 heads has its own keys and values. Without grouped-query attention Llama would need 512 KiB per token (exercise 3).
+# 128 KiB per token for Llama-3 8B: a 128k-token context needs 16 GiB of cache per sequence, and an H100 holds **at most** about half a million tokens beside the weights and the assumed 1 GiB of overhead, shared by a batch's sequences. An upper bound: it leaves out the forward pass's activations and logits, and the cache's granularity (pages, or a buffer per sequence at its maximum length). GPT-2 1.5B, five times smaller, holds fewer tokens: 300 KiB each, as each of its 25 heads has its own keys and values.
 #
 # ## 7. The widget: sequence length against a GPU
 #
-# Model, sequence length, batch, AMP, checkpointing policy, attention kernel and GPU. The bar shows the peak of the whole steady-state training step with Adam, traced by `profile_step` (the configuration is `transformer_step(model, seq, batch, ...)`): at short sequences the peak is at `optimizer.step()`, where parameters, gradients, Adam's two states and `foreach`'s temporaries coexist (20 bytes per parameter, lesson 05); at long ones it moves to the start of backward, where the activations and the logits (8 bytes per logit, section 5) sit beside the parameters and Adam's states (12 bytes per parameter). The verdict adds the assumed overhead and says what it judged. Each change traces the step anew (a few seconds; the view says "tracing ..." meanwhile). First as text, for Llama 8B at 4k tokens on an H100:
+# The widget's bar shows the peak of the whole training step with Adam, traced by `profile_step` (`transformer_step(model, seq, batch, ...)`): at short sequences it is at `optimizer.step()` (20 bytes per parameter with `foreach` Adam, lesson 05); at long ones, at the start of backward, where the activations and logits sit beside the parameters and Adam's states. The verdict adds the assumed overhead. Each change traces the step anew (a few seconds). First as text, Llama 8B at 4k tokens on an H100:
 
 # %%
 explorer = SequenceExplorer(model="llama3-8b", seq=4096, batch_size=1, amp=True, policy="full", attention="flash")
@@ -544,17 +538,17 @@ explorer
 #
 # ## Key points
 #
-# - A transformer block keeps, per token and hidden unit, a few dozen bytes that do not depend on the sequence (the inputs of its linear layers and norms, the MLP's wide tensors, the residual stream), plus the attention scores, a·s² per sequence, only if the kernel keeps them.
-# - The published formulas count someone's implementation: Korthikanti's 34·s·b·h + 5·a·s²·b is Megatron-LM's 16-bit GPT with dropout and scores kept; ZeRO's 12 values per s·b·h, which predates fused kernels, leaves the scores out. PyTorch with `torch.autocast` keeps 42 + 4·a·s/h (math kernel; 44 with dropout) or 36 (flash) bytes per s·b·h for a GPT-2 block, plus its 16-bit weight copies; this lesson's Llama block keeps 54 (SwiGLU's four wide tensors, per-projection casts, repeated keys and values), a figure of its implementation, not of Llama.
-# - Flash and memory-efficient attention remove the s² term: Llama 8B at 16k tokens keeps less than a tenth of what the formula says. On a GPU, PyTorch's dispatcher picks a fused kernel whenever one accepts the call (masks and grouped-query attention included); measure with the kernel your GPU runs.
-# - Full checkpointing per block leaves the block inputs (and, under autocast, 2 bytes per parameter of weight copies); a selective policy keeps what is costly to recompute, and must match the kernel: "save the matmuls" keeps the math kernel's scores.
-# - The logits (s·b·vocab) can be the largest tensor of a step, and the loss keeps more of them: 8 bytes per logit for 16-bit logits under autocast (logits, 16-bit log-softmax, its float32 copy), 6 when they are upcast first; a chunked cross-entropy never holds them all. At inference the KV cache, 2·layers·KV heads·head size·2 bytes per token, decides the context: 128 KiB per token for Llama-3 8B, and the tokens that fit beside the weights are an upper bound.
+# - A transformer block keeps a few dozen bytes per token and hidden unit whatever the sequence, plus the a·s² scores only if the kernel keeps them.
+# - Published formulas count someone's implementation (Korthikanti's: Megatron-LM's 16-bit GPT with kept scores; ZeRO's: no scores). PyTorch under `torch.autocast` keeps 44 + 4·a·s/h bytes per s·b·h for a GPT-2 block (math kernel, with dropout) or about 36 (flash); this lesson's Llama block keeps 54, a figure of its implementation.
+# - Fused attention removes the s² term; a GPU's dispatcher picks it whenever it accepts the call.
+# - Full checkpointing leaves the block inputs and autocast's weight copies; a selective policy must match the kernel.
+# - The loss keeps 8 bytes per 16-bit logit under autocast, 6 if upcast first; chunking never holds them all. At inference the KV cache decides the context, and the tokens that fit are an upper bound.
 #
 # ## Further reading
 #
-# - V. Korthikanti, J. Casper, S. Lym, L. McAfee, M. Andersch, M. Shoeybi, B. Catanzaro, *Reducing Activation Recomputation in Large Transformer Models*, 2022, arXiv:2205.05198, section 4.
-# - S. Rajbhandari, J. Rasley, O. Ruwase, Y. He, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054, section 3.
-# - N. Tazi et al., *The Ultra-Scale Playbook: Training LLMs on GPU Clusters*, Hugging Face, 2025 (activation memory and recomputation).
-# - T. Dao et al., *FlashAttention*, NeurIPS 2022, and *FlashAttention-2*, 2023; M. Rabe and C. Staats, *Self-attention Does Not Need O(n²) Memory*, 2021.
-# - J. Ainslie et al., *GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints*, 2023; A. Grattafiori et al., *The Llama 3 Herd of Models*, 2024.
-# - PyTorch documentation: `torch.nn.functional.scaled_dot_product_attention`, `torch.nn.attention.sdpa_kernel`, `torch.utils.checkpoint` (selective activation checkpointing); the PyTorch blog, *Current and New Activation Checkpointing Techniques in PyTorch* (2025).
+# - V. Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models*, 2022, arXiv:2205.05198, section 4.
+# - S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054, section 3.
+# - N. Tazi et al., *The Ultra-Scale Playbook: Training LLMs on GPU Clusters*, Hugging Face, 2025.
+# - T. Dao et al., *FlashAttention*, 2022, and *FlashAttention-2*, 2023; J. Ainslie et al., *GQA*, 2023; A. Grattafiori et al., *The Llama 3 Herd of Models*, 2024.
+# - Chunked cross-entropy fused into one kernel: Liger Kernel; torchtune's chunked losses.
+# - PyTorch documentation: `torch.nn.functional.scaled_dot_product_attention`, `torch.nn.attention.sdpa_kernel`, `torch.utils.checkpoint`.
