@@ -330,11 +330,11 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     return fig
 
 
-# -- lesson 05 --
+# -- lesson 05a --
 
 def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], title: str | None = None,
                              marks: dict[str, float] | None = None, mark_label: str = "measured") -> Figure:
-    """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05).
+    """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05a).
 
     One bar per optimizer or per bytes-per-parameter convention, top to bottom
     in the order of ``bars``; each part is coloured by its category
