@@ -31,7 +31,7 @@
 #
 # **Time:** 45 minutes teaching (reading, running, the figures), 20 minutes exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, nothing of an 8-billion-parameter model is allocated).
 #
-# Lessons 02 (what autograd saves), 04 (AMP, checkpointing) and 05 (model states; GPT-2 1.5B against the ZeRO paper) come first.
+# Lessons 02 (what autograd saves), 04 (AMP, checkpointing), 05a (model states) and 05b (GPT-2 1.5B against the ZeRO paper) come first.
 
 # %% [markdown]
 # ## Setup
@@ -76,7 +76,7 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 # %% [markdown]
 # ## 1. One GPT block, tensor by tensor
 #
-# Lesson 05 found that a block of GPT-2 1.5B keeps about 37 bytes per token, hidden unit and layer under AMP with flash attention. Here we take one block apart completely, in the simplest setting first: float32, and the **math** attention kernel, the plain PyTorch composition `softmax(q kᵀ / √d) v` that every GPU can run.
+# Lesson 05b (section 1) found that a block of GPT-2 1.5B keeps about 37 bytes per token, hidden unit and layer under AMP with flash attention. Here we take one block apart completely, in the simplest setting first: float32, and the **math** attention kernel, the plain PyTorch composition `softmax(q kᵀ / √d) v` that every GPU can run.
 #
 # A small GPT (hidden h = 64, a = 4 heads of size d = 16, 3 blocks), batch b = 3, sequence s = 128. Lesson 02's inspector lists what each operation of one block saves for backward (on real CPU tensors, under the simulation's CUDA rules with the math kernel). The sizes are chosen so that every dimension has one name, and the table prints shapes in those names; the weights, which a Linear also saves, cost no extra memory and are left out:
 
@@ -193,7 +193,7 @@ plot_memory_vs_seq(SEQS, {"math kernel (engine)": [m for m, _ in per_layer.value
 #
 # ## 3. The ZeRO paper's GPT-2 1.5B, once more
 #
-# Lesson 05 measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024), against the paper's "about 60 GB" (55.9 GiB) of activations. Now per block, with the formulas beside it; a block's figure is what it keeps, as defined in section 1 (`measure_blocks`):
+# Lesson 05b (section 1) measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024), against the paper's "about 60 GB" (55.9 GiB) of activations. Now per block, with the formulas beside it; a block's figure is what it keeps, as defined in section 1 (`measure_blocks`):
 
 # %%
 xl = GPT2_PRESETS["gpt2-xl"]
@@ -218,7 +218,7 @@ assert 36.07 < saved / unit < 36.08 and 37.24 < layer["flash"] / unit < 37.25
 assert round(zero / GB) == 60 and layer["math"] < korthikanti and round(korthikanti / layer["flash"]) == 3
 
 # %% [markdown]
-# One block keeps **37.24 bytes per s·b·h**: 36.07 of tensors saved for backward and its output, 1.17 of 16-bit weight copies (2·12h² bytes), and four 16-bit bias copies, 29,696 bytes. Lesson 05 measures the same block with the same helper. Counting only the storages a profile files under "activations" gives the same bytes less the bias copies, which autocast caches but nothing saves for backward, so they are filed under "other" (1,952,677,888 bytes, asserted above).
+# One block keeps **37.24 bytes per s·b·h**: 36.07 of tensors saved for backward and its output, 1.17 of 16-bit weight copies (2·12h² bytes), and four 16-bit bias copies, 29,696 bytes. Lesson 05b measures the same block with the same helper. Counting only the storages a profile files under "activations" gives the same bytes less the bias copies, which autocast caches but nothing saves for backward, so they are filed under "other" (1,952,677,888 bytes, asserted above).
 #
 # ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates a GPT-2-like model's activations as about 12 × hidden × batch × sequence × layers values: in 16 bits, **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022); it is an approximation that leaves the a·s² scores out, and even with a fused kernel, which keeps no scores, PyTorch keeps 37 bytes per s·b·h where it counts 24. Korthikanti's formula, written for attention that keeps its scores, gives **three times** the engine's flash figure, and more than even the math kernel keeps (16-bit scores plus a dropout mask and a dropped copy, against one float32 copy).
 #
@@ -253,7 +253,7 @@ tiny = measure_blocks(lambda: Llama("llama-tiny"), 2, 64, amp=True, attention="f
 assert tiny[0] == tiny[1]  # every block the same: measure two, multiply by 32
 
 # %% [markdown]
-# What does one Llama block keep? The engine's allocation log of a training step of a 2-block copy (b = 1, s = 2048, AMP, flash): every storage made in block 1 and alive at the end of the forward pass, as in lesson 05, grouped by the part of the block it belongs to (the log says which module made it). Llama has no biases, so this is exactly `measure_blocks`' figure (asserted):
+# What does one Llama block keep? The engine's allocation log of a training step of a 2-block copy (b = 1, s = 2048, AMP, flash): every storage made in block 1 and alive at the end of the forward pass, as in lesson 05b, grouped by the part of the block it belongs to (the log says which module made it). Llama has no biases, so this is exactly `measure_blocks`' figure (asserted):
 
 # %%
 from helpers import profile_step
@@ -302,7 +302,7 @@ assert 54 < sum(parts.values()) / unit < 54.5
 #
 # 28 + 10 + 8 + 8 = **54** bytes per s·b·h, plus the 16-bit weight copies (2 bytes per parameter of the block, 0.41 GiB, whatever s and b). The 54 is **this implementation's** figure, not Llama's: the casts and the float32 residual stream come from float32 weights under `torch.autocast` (a model held in bfloat16 casts nothing and keeps a 16-bit residual stream), the repeated keys and values from `repeat_kv` (with `enable_gqa=True` a fused kernel keeps the 8 heads), and fused RMSNorm or SwiGLU kernels keep fewer tensors than PyTorch's composition of them.
 #
-# Now the sweep. The Ultra-Scale Playbook (Hugging Face, 2025) plots Llama 8B's activation memory at batch 1 against the sequence length with Korthikanti's formula times the layers, m_act = L·s·b·h·(34 + 5·a·s/h); its curve is that formula, so its values are computed here from it (**quoted formula**, not measured). Beside it, the engine with each kernel, and the model states (16 bytes per parameter for AMP with Adam, lesson 05):
+# Now the sweep. The Ultra-Scale Playbook (Hugging Face, 2025) plots Llama 8B's activation memory at batch 1 against the sequence length with Korthikanti's formula times the layers, m_act = L·s·b·h·(34 + 5·a·s/h); its curve is that formula, so its values are computed here from it (**quoted formula**, not measured). Beside it, the engine with each kernel, and the model states (16 bytes per parameter for AMP with Adam, lesson 05a):
 
 # %%
 states = 16 * P8
@@ -422,7 +422,7 @@ assert losses["8 chunks of 1024 tokens"][1] < losses["logits upcast to float32"]
 assert losses["8 chunks of 1024 tokens"][0] < 512 * 2**10
 
 # %% [markdown]
-# With 16-bit logits the loss keeps **8 bytes per logit** (asserted): the logits (2), their 16-bit log-softmax (2) and its float32 copy for `nll_loss` (4), 7.8 GiB here, beside the 16-bit copies of the head's weight and input that the linear layer keeps; lesson 05 finds the same three in GPT-2's step. Upcast first, it keeps 6: the 16-bit logits (which the model returned) and a float32 log-softmax, no copy. Backward then adds the float32 gradient of the logits and its 16-bit cast. Chunked, the forward pass keeps nothing (each chunk's logits and log-softmax are recomputed in backward, one chunk at a time), and the peak falls by more than three times, to about the head's own float32 gradient and 16-bit weight copy plus one chunk. The same idea, fused into one kernel, is in Liger Kernel and in torchtune's chunked losses. The logits grow with the batch and the sequence like the activations, but they are one tensor: often the largest of a training step.
+# With 16-bit logits the loss keeps **8 bytes per logit** (asserted): the logits (2), their 16-bit log-softmax (2) and its float32 copy for `nll_loss` (4), 7.8 GiB here, beside the 16-bit copies of the head's weight and input that the linear layer keeps; lesson 05b (section 1) finds the same three in GPT-2's step. Upcast first, it keeps 6: the 16-bit logits (which the model returned) and a float32 log-softmax, no copy. Backward then adds the float32 gradient of the logits and its 16-bit cast. Chunked, the forward pass keeps nothing (each chunk's logits and log-softmax are recomputed in backward, one chunk at a time), and the peak falls by more than three times, to about the head's own float32 gradient and 16-bit weight copy plus one chunk. The same idea, fused into one kernel, is in Liger Kernel and in torchtune's chunked losses. The logits grow with the batch and the sequence like the activations, but they are one tensor: often the largest of a training step.
 #
 # ## 6. Inference: the KV cache
 #
@@ -457,7 +457,7 @@ assert per_token["llama3-8b"] == 128 * 1024 and fit_tokens["llama3-8b"] > fit_to
 #
 # ## 7. The widget: sequence length against a GPU
 #
-# Model, sequence length, batch, AMP, checkpointing policy, attention kernel and GPU. The bar shows the peak of the whole steady-state training step with Adam, traced by `profile_step` (the configuration is `transformer_step(model, seq, batch, ...)`): at short sequences the peak is at `optimizer.step()`, where parameters, gradients, Adam's two states and `foreach`'s temporaries coexist (20 bytes per parameter, lesson 05); at long ones it moves to the start of backward, where the activations and the logits (8 bytes per logit, section 5) sit beside the parameters and Adam's states (12 bytes per parameter). The verdict adds the assumed overhead and says what it judged. Each change traces the step anew (a few seconds; the view says "tracing ..." meanwhile). First as text, for Llama 8B at 4k tokens on an H100:
+# Model, sequence length, batch, AMP, checkpointing policy, attention kernel and GPU. The bar shows the peak of the whole steady-state training step with Adam, traced by `profile_step` (the configuration is `transformer_step(model, seq, batch, ...)`): at short sequences the peak is at `optimizer.step()`, where parameters, gradients, Adam's two states and `foreach`'s temporaries coexist (20 bytes per parameter, lesson 05a); at long ones it moves to the start of backward, where the activations and the logits (8 bytes per logit, section 5) sit beside the parameters and Adam's states (12 bytes per parameter). The verdict adds the assumed overhead and says what it judged. Each change traces the step anew (a few seconds; the view says "tracing ..." meanwhile). First as text, for Llama 8B at 4k tokens on an H100:
 
 # %%
 explorer = SequenceExplorer(model="llama3-8b", seq=4096, batch_size=1, amp=True, policy="full", attention="flash")
@@ -522,7 +522,7 @@ explorer
 # assert [round(steps[k].peak_allocated_bytes / GiB, 1) for k in [("flash", 2048), ("math", 2048), ("flash", 8192)]] == [29.0, 46.2, 45.5]
 # ```
 #
-# 1k tokens with the math kernel, 4k with flash. Up to 2k tokens with flash, the step peaks at `optimizer.step()` at 29.0 GiB whatever the sequence: 20 bytes per parameter of model states with `foreach` Adam (lesson 05). Longer, the peak moves to the start of backward, where Adam's states and the parameters (12 bytes per parameter, 17.4 GiB) sit beside the activations and the logits: with the math kernel the scores, 25 heads × s² × 4 bytes in each of 48 layers, take 18.75 GiB at 2k tokens, and the step needs 46.2 GiB; with flash the activations grow linearly, and 8k tokens need 45.5 GiB. Of the card's 39.6 GiB, 1 GiB is left for the assumed overhead.
+# 1k tokens with the math kernel, 4k with flash. Up to 2k tokens with flash, the step peaks at `optimizer.step()` at 29.0 GiB whatever the sequence: 20 bytes per parameter of model states with `foreach` Adam (lesson 05a). Longer, the peak moves to the start of backward, where Adam's states and the parameters (12 bytes per parameter, 17.4 GiB) sit beside the activations and the logits: with the math kernel the scores, 25 heads × s² × 4 bytes in each of 48 layers, take 18.75 GiB at 2k tokens, and the step needs 46.2 GiB; with flash the activations grow linearly, and 8k tokens need 45.5 GiB. Of the card's 39.6 GiB, 1 GiB is left for the assumed overhead.
 # </details>
 #
 # **Exercise 3: the KV cache without grouped-query attention.** If Llama-3 8B had 32 key/value heads, how many bytes per token would its 16-bit KV cache take, and how many tokens would fit on an H100 80 GB beside the weights?
