@@ -28,7 +28,7 @@
 # - Measure what a forward pass keeps in training and under `torch.no_grad()` and `torch.inference_mode()`, and find and fix the two classic leaks.
 # - Answer "will it fit?" for a model, an optimizer, a precision, a batch and a card.
 #
-# **Time:** about 70 minutes alone: 19 of reading, 31 of running the cells, reading their code and trying the widget (a run-all takes about a minute), 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
+# **Time:** about 70 minutes alone: 20 of reading and looking at its three figures, 31 of running the cells, reading their code and trying the widget (a run-all takes about a minute), 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
 #
 # Lessons 01 (steady state, the assumed overhead), 04 (AMP, checkpointing) and 05a come first. What this lesson uses from 05a: under `torch.autocast` with Adam, the model states are 16 bytes per parameter (4 of parameter, 4 of gradient, 8 of Adam's two moments), and 20 while a `foreach` `optimizer.step()` runs; the ZeRO paper's 16 is another sum, 2 + 2 + 12 (a 16-bit model and an fp32 master copy). A step peaks at the optimizer step for small batches and in backward, where the activations are, for large ones.
 
@@ -50,6 +50,7 @@ from helpers.models import digits_mlp
 from helpers.models.gpt import GPT, GPT2_PRESETS
 from helpers.record import CATEGORY_COLORS
 from helpers.teaching.data import load_digits
+from helpers.teaching.plots import plot_accumulation, plot_inference_and_leaks
 from helpers.teaching.widgets import PARAMETER_COUNT, WillItFit
 from helpers.transformer import measure_blocks
 
@@ -89,6 +90,9 @@ copies = ckpt_end["other"] - logits       # checkpointed: autocast's cached 16-b
 assert abs(copies - 2 * (P15 - vocab * H - 1024 * H)) < 0.01 * copies   # 2 bytes per block parameter
 kept_ckpt = ckpt_end["activations"] + copies
 assert [round(b / GiB, 1) for b in (xl.model_state_bytes, at_end["activations"], kept_ckpt)] == [23.2, 87.7, 12.6]
+zero_acts = 12 * 2 * B * S * H * L       # the paper's footnote: 12 16-bit values per token, hidden unit and layer
+zero_ckpt = zero_acts / L**0.5           # checkpointed as Chen et al. schedule it: total / sqrt(layers)
+assert round(zero_acts / 1e9, 1) == 60.4 and round(zero_ckpt / 1e9, 1) == 8.7 and round(zero_ckpt / GiB, 1) == 8.1
 
 paper = {"model states": 24e9, "activations": 60e9, "activations, checkpointed": 8e9}
 engine = {"model states": xl.model_state_bytes, "activations": at_end["activations"],
@@ -122,7 +126,7 @@ assert 37.0 < per_token < 37.5 and abs(L * block - at_end["activations"]) < 0.02
 # %% [markdown]
 # About 37 bytes per token, hidden unit and layer instead of 24, and 48 blocks of them make the 87.7 GiB. Lesson 08 names every tensor; in short, `torch.autocast` keeps the residual stream and each LayerNorm's input in float32 (the parameters are float32, so every residual addition is), the MLP keeps its 4 × wide input and output, attention its q, k, v and output, and autocast a 16-bit copy of each weight (about 1.2 of the 37 bytes). Flash attention keeps no sequence × sequence scores, and this GPT has no dropout masks.
 #
-# And checkpointed? ZeRO's section 3.2 says what its 8 GB is: activation checkpointing (Chen et al., 2016) reduces activation memory "by approximately the square root of the total activations" at about 33% recomputation, which takes this model's 60 GB to about 8 (numerically, √60 ≈ 7.7). A rule of thumb, not a count of tensors. Checkpointing every block, as here, keeps each block's input, 48 float32 tensors of 32 × 1024 × 1600 values: 9.4 GiB (4.7 GiB if they were 16-bit). Autocast's cache keeps its 16-bit weight copies until the autocast region ends, checkpointed or not: 2.8 GiB more. Backward then recomputes one block at a time.
+# And checkpointed? ZeRO's section 3.2 says where its 8 GB comes from: activation checkpointing reduces the activation memory "by approximately the square root of the total activations" at the expense of 33% recomputation, citing Chen et al. (2016). The square root is in the number of layers: Chen et al. cut L layers into about √L segments and keep only the segments' inputs, plus one segment's activations while backward recomputes it, so memory grows as √L instead of L. From the paper's footnote formula (60.4 GB here) that is 60.4 GB / √48 = 8.7 GB (8.1 GiB), its "about 8 GB", as lesson 08 section 3 reads it: a formula, not a count of tensors. Checkpointing every block, as here, is another schedule: it keeps each block's input, 48 float32 tensors of 32 × 1024 × 1600 values: 9.4 GiB (4.7 GiB if they were 16-bit). Autocast's cache keeps its 16-bit weight copies until the autocast region ends, checkpointed or not: 2.8 GiB more. Backward then recomputes one block at a time.
 #
 # Besides, the logits: 32 × 1024 × 50,257 values. The loss keeps two more copies for backward: their log-softmax in float16 (`cross_entropy` is in none of CUDA's autocast lists, so it runs in its input's type) and the float32 copy that autocast makes of it for `nll_loss` (on the float32 list). Backward starts with the float32 gradient of that copy, which is what "other" holds at the step's peak:
 
@@ -139,13 +143,26 @@ assert abs(xl.categories["other"] - B * S * vocab * 4) < 0.01e9
 
 # %%
 full = profile_step("resnet18", 128, optimizer="adam", steady_state=True, device="simulated")
-accumulated = profile_step("resnet18", 32, optimizer="adam", steady_state=True, accumulation_steps=4,
-                           device="simulated")
+split = {k: profile_step("resnet18", 128 // k, optimizer="adam", steady_state=True, accumulation_steps=k,
+                         device="simulated") for k in (2, 4, 8, 16)}    # k micro-batches of 128 / k
+accumulated = split[4]
 micro = profile_step("resnet18", 32, optimizer="adam", steady_state=True, device="simulated")
 print(f"ResNet18, peak: batch 128 at once {gib(full.peak_allocated_bytes)}; 4 micro-batches of 32 "
       f"{gib(accumulated.peak_allocated_bytes)}; one batch of 32 {gib(micro.peak_allocated_bytes)}")
 assert accumulated.peak_allocated_bytes < full.peak_allocated_bytes / 3
 assert accumulated.peak_allocated_bytes > micro.peak_allocated_bytes
+acts, states = full.categories["activations"], lambda p: p.categories["parameters"] + p.categories["optimizer_states"]
+for k, p in split.items():
+    assert abs(k * p.categories["activations"] - acts) < 0.02 * acts      # activations: 1 / k of the batch's
+    assert states(p) == states(full)                                     # parameters and Adam's states: the same
+    assert 2 * p.categories["gradients"] == p.categories["optimizer_states"]   # every gradient (as one moment)
+
+# %%
+plot_accumulation([full, *split.values()], ["1 × 128", *(f"{k} × {128 // k}" for k in split)],
+                  title="ResNet18 with Adam: one batch of 128, or k micro-batches of 128 / k accumulated")
+
+# %% [markdown]
+# Look at the green: the activations halve each time the micro-batch does, while the parameters (blue) and Adam's states (purple) stay, and from two micro-batches on every gradient (orange) is allocated at the peak. So each halving saves less than the one before: accumulation shrinks the activations, never the model states, which for a large model soon make most of the peak (sharding them is lesson 07).
 
 # %% [markdown]
 # Accumulating costs a little more than one micro-batch (the second micro-batch's backward starts with every gradient allocated), and far less than the whole batch. Is it the same step? When the micro-batches have equal numbers of samples and the loss is a mean over samples, yes: the mean over 128 samples is the mean of four means over 32. Check it on real data (in float64, so that the check does not depend on the CPU's rounding):
@@ -205,34 +222,38 @@ assert error(mean_of_means) > 0.1 and error(token_sum) < 1e-12
 
 # %%
 P124 = GPT2_PRESETS["gpt2"].parameter_count()
-fwd = {}
-for mode in ("enabled", "no_grad", "inference_mode"):
-    fwd[mode] = (forward_peak("resnet18", 128, grad_mode=mode, device="simulated"),
-                 forward_peak("gpt2", 8, seq_len=1024, grad_mode=mode, device="simulated"),
-                 forward_peak("gpt2", 8, seq_len=1024, amp=True, grad_mode=mode, device="simulated"))
-print(f"{'forward peak':<24} {'ResNet18, b128':>15} {'GPT-2 124M, b8 x 1024':>22} {'same, float16 AMP':>18}")
-for mode, label in (("enabled", "training"), ("no_grad", "torch.no_grad()"), ("inference_mode", "torch.inference_mode()")):
-    print(f"{label:<24} " + " ".join(f"{gib(v):>{w}}" for v, w in zip(fwd[mode], (15, 22, 18))))
-assert fwd["no_grad"][:2] == fwd["inference_mode"][:2]
-assert fwd["enabled"][0] > 3 * fwd["no_grad"][0]
-weight_cache = fwd["no_grad"][2] - fwd["inference_mode"][2]
+runs = {"ResNet18\nbatch 128": dict(model="resnet18", batch_size=128),
+        "GPT-2 124M\nbatch 8 × 1024 tokens": dict(model="gpt2", batch_size=8, seq_len=1024),
+        "GPT-2 124M, 8 × 1024\nfloat16 autocast": dict(model="gpt2", batch_size=8, seq_len=1024, amp=True)}
+modes = {"training": "enabled", "torch.no_grad()": "no_grad", "torch.inference_mode()": "inference_mode"}
+fwd = {run: {label: forward_peak(**kw, grad_mode=mode, device="simulated") for label, mode in modes.items()}
+       for run, kw in runs.items()}
+resnet, gpt, gpt_amp = fwd.values()
+assert all(r["torch.no_grad()"] == r["torch.inference_mode()"] for r in (resnet, gpt))   # float32: the same
+assert resnet["training"] > 3 * resnet["torch.no_grad()"] and gpt["training"] > 2 * gpt["torch.no_grad()"]
+weight_cache = gpt_amp["torch.no_grad()"] - gpt_amp["torch.inference_mode()"]
 assert abs(weight_cache - 2 * P124) < 0.05 * 2 * P124
 
 # %% [markdown]
-# Inference needs a third of the training forward pass for ResNet18, less than half for GPT-2, whose inference peak is its logits and their float32 log-softmax. In float32, `no_grad` and `inference_mode` keep the same tensors; `inference_mode` saves CPU time (no version counters, no view tracking). Under autocast (last column) they differ by 2 bytes per parameter: under `no_grad`, autocast caches the 16-bit copy of every weight until the region ends (it caches casts of leaves that require grad); under `inference_mode` it frees each copy after use. That difference is recent: PyTorch stopped caching under `inference_mode` with pull request #165068 (`aten/src/ATen/autocast_mode.cpp`, merged in December 2025); PyTorch 2.9 and earlier cache there too. On a current PyTorch, prefer `torch.inference_mode()` for inference.
-#
 # The two leaks of the PyTorch FAQ ("My model reports *cuda runtime error(2): out of memory*") are loops that keep something they should not. `loop_memory` runs four iterations of each loop on ResNet18 at batch 32 and reports the bytes still allocated after each:
 
 # %%
-grow = {}
-for loop in LOOPS:
-    after = loop_memory(loop, "resnet18", 32, steps=4, device="simulated")
-    grow[loop] = [b - a for a, b in zip(after, after[1:])]
-    print(f"{loop:<40} grows by {gib(grow[loop][0])} per batch")
-assert grow["eval, total_loss += loss"] == [grow["eval, total_loss += loss"][0]] * 3 and grow["eval, total_loss += loss"][0] > 600 * MiB
+after = {loop: loop_memory(loop, "resnet18", 32, steps=4, device="simulated") for loop in LOOPS}
+grow = {loop: [b - a for a, b in zip(a, a[1:])] for loop, a in after.items()}
+leak = grow["eval, total_loss += loss"][0]
+assert grow["eval, total_loss += loss"] == [leak] * 3 and round(leak / GiB, 2) == 0.66
 assert all(g == [0, 0, 0] for name, g in grow.items() if name != "eval, total_loss += loss")
 
+# %%
+plot_inference_and_leaks(fwd, after, title="Training vs inference, and loops that keep what they should not")
+
 # %% [markdown]
+# Look at the left panel first: without autograd recording, a forward pass needs a third of its training peak for ResNet18 and less than half for GPT-2, whose inference peak is its logits and their float32 log-softmax. Then at the right panel: one line climbs, the evaluation loop that sums the loss tensor without `torch.no_grad()`, by a whole batch of activations per iteration; the other loops stay flat (two pairs lie on top of each other).
+#
+# Left: in float32, `no_grad` and `inference_mode` keep the same tensors; `inference_mode` saves CPU time (no version counters, no view tracking). Under autocast (third group) they differ by 2 bytes per parameter: under `no_grad`, autocast caches the 16-bit copy of every weight until the region ends (it caches casts of leaves that require grad); under `inference_mode` it frees each copy after use. That difference is recent: PyTorch stopped caching under `inference_mode` with pull request #165068 (`aten/src/ATen/autocast_mode.cpp`, merged in December 2025); PyTorch 2.9 and earlier cache there too. On a current PyTorch, prefer `torch.inference_mode()` for inference.
+#
+# Right, the loops:
+#
 # - **Evaluation without `torch.no_grad()`, summing the loss tensor**: every batch's graph, with its saved activations, stays reachable from `total_loss`: 0.66 GiB more per batch until the GPU is full. With `.detach()` (or `.item()`) each graph is freed with its batch; under `torch.no_grad()` none is built.
 # - **Training, `total_loss += loss`**, the FAQ's example: on the GPU nothing grows, as `backward()` has freed each graph's saved tensors; what grows is the graph's *nodes*, in host memory, one graph per step. Write `total_loss += loss.item()`.
 #
@@ -335,7 +356,7 @@ fit
 #
 # ## Key points
 #
-# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24; checkpointed, 12.6 GiB. The paper's checkpointed 8 GB is Chen et al.'s square-root rule of thumb. A published activation figure is a formula about some set of tensors.
+# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24; checkpointed, 12.6 GiB. The paper's checkpointed 8 GB is Chen et al.'s schedule: 60.4 GB / √48 layers = 8.7 GB. A published activation figure is a formula about some set of tensors.
 # - Gradient accumulation gives the same gradient at the memory of a micro-batch plus the gradients, for equal micro-batches of a per-sample mean; a per-token mean must be summed and divided by the total token count.
 # - Inference under `torch.inference_mode()` keeps no activations (and, under autocast, since PyTorch's December 2025 change, no cache of weight copies); a loop that holds a loss or an output with its graph grows by a whole batch of activations per iteration.
 # - "Will it fit?" is the whole step's peak plus an assumed overhead, against the memory PyTorch sees on the card: GPT-2 1.5B's model states alone need 29.0 GiB at the `foreach` step.
