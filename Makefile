@@ -12,7 +12,7 @@ TORCH_INDEX_URL ?=
 # The learner's working copies: JupyterLab saves here, never over lessons/.
 WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
-LESSONS ?= $(wildcard lessons/[0-9][0-9]_*.py)
+LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
 .PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels site
 
@@ -57,9 +57,10 @@ lint-imports: setup
 test-other-cpu: setup
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 OMP_NUM_THREADS=1 $(BIN)/python -m pytest lessons
 
-# Each lesson's source is lessons/NN_topic.py (jupytext py:percent). Rebuild the
-# notebook from it (keeping cell ids), run it top to bottom in a fresh kernel, and
-# keep the widgets' readable stand-ins instead of views no one can display unrun.
+# Each lesson's source is lessons/NN_topic.py (NNa_topic.py and NNb_topic.py for a
+# lesson in two parts; jupytext py:percent). Rebuild the notebook from it (keeping
+# cell ids), run it top to bottom in a fresh kernel, and keep the widgets' readable
+# stand-ins instead of views no one can display unrun.
 refresh-notebooks: setup
 	for src in $(LESSONS); do \
 	    nb=$${src%.py}.ipynb; \

@@ -19,7 +19,7 @@ imports from a layer above its own (``.importlinter`` states it, CI checks it):
   step written once), :func:`profile_step` and :func:`time_step` (lesson 03);
 * studies built on the runner: :mod:`helpers.batch` (memory against batch
   size, lesson 01), :mod:`helpers.saved` (what autograd saves, lesson 02),
-  :mod:`helpers.loops` (inference and leaking loops, lesson 05),
+  :mod:`helpers.loops` (inference and leaking loops, lesson 05b),
   :mod:`helpers.fsdp` (FSDP2 on a fake process group, lesson 07),
   :mod:`helpers.transformer` (a transformer's activations, lesson 08);
 * :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data

@@ -1,6 +1,6 @@
 """Memory around the training step: inference, and loops that keep what they should not.
 
-Introduced in lesson 05.  Both functions run the parts of the step they need
+Introduced in lesson 05b (section 3).  Both functions run the parts of the step they need
 with :class:`helpers.step.StepRunner`, the step :func:`helpers.step.profile_step`
 runs (the same options, autocast and checkpointing included; the same
 backends: simulated by default on a machine without a GPU), without the

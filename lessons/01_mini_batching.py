@@ -500,7 +500,7 @@ for name, parts in conventions.items():
 assert [sum(parts.values()) for parts in conventions.values()] == [16, 16]
 
 # %% [markdown]
-# Same total, different tensors: which convention applies depends on the training loop. PyTorch's `torch.autocast` (lesson 04) keeps no master copy: its weights and gradients are fp32, so it is the first sum plus temporary 16-bit copies of the weights. Lesson 05 sets the conventions side by side (16, 18, 20 bytes per parameter). Activations at batch 32 are small by comparison: 32 × 5000 × 4 bytes = 625 KiB per tensor.
+# Same total, different tensors: which convention applies depends on the training loop. PyTorch's `torch.autocast` (lesson 04) keeps no master copy: its weights and gradients are fp32, so it is the first sum plus temporary 16-bit copies of the weights. Lesson 05a (section 2) sets the conventions side by side (16, 18, 20 bytes per parameter). Activations at batch 32 are small by comparison: 32 × 5000 × 4 bytes = 625 KiB per tensor.
 
 # %%
 per_layer = 5000 * 5000 + 5000

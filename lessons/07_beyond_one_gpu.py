@@ -29,7 +29,7 @@
 #
 # **Time:** about 55 minutes alone: 23 minutes of reading, 2 of running, 10 with the three figures and the options, 15 of exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
 #
-# Lesson 05 (model states, bytes per parameter, the ZeRO paper's conventions) comes first; lesson 04 introduced AMP and checkpointing; lesson 06 reserved memory.
+# Lesson 05a (model states, bytes per parameter, the ZeRO paper's conventions) comes first; lesson 04 introduced AMP and checkpointing; lesson 06 reserved memory.
 
 # %% [markdown]
 # ## Setup
@@ -64,7 +64,7 @@ print(f"torch {torch.__version__}, torch.distributed available: {dist.is_availab
 # - **stage 2, P_os+g**: also the gradients; each rank receives only the sum of its 1/N (a *reduce-scatter* instead of an all-reduce);
 # - **stage 3, P_os+g+p**: also the parameters; before a layer runs, its full parameters are collected from all ranks (an *all-gather*) and dropped again after use.
 #
-# With the paper's mixed-precision Adam (lesson 05: 2 bytes of 16-bit parameter, 2 of 16-bit gradient, K = 12 of fp32 master weights and Adam states per parameter), Ψ parameters and N ranks, the model states per rank are (the paper's section 5 and figure 1):
+# With the paper's mixed-precision Adam (lesson 05a, section 2: 2 bytes of 16-bit parameter, 2 of 16-bit gradient, K = 12 of fp32 master weights and Adam states per parameter), Ψ parameters and N ranks, the model states per rank are (the paper's section 5 and figure 1):
 #
 # | stage | per rank |
 # |---|---|
@@ -134,9 +134,9 @@ except RuntimeError as e:
 assert not dist.is_initialized()
 
 # %% [markdown]
-# `sharded_step` does the rest, as a real job does for a model too large for one GPU: it builds the model on the `meta` device (shapes only), wraps it unit by unit, and only then gives the *sharded* parameters storage, so that no rank ever holds the whole model. It runs two training steps with Adam (`foreach`, lesson 05), the first to create the optimizer states, and measures the second by category: this rank's sharded parameters, gradients and optimizer states; the unsharded (all-gathered) parameters; the flat all-gather buffers; the unsharded gradients and the reduce-scatter buffers; and everything else (activations, the loss, temporaries). FSDP2's collectives are PyTorch operators of their own (`torch.ops.fsdp.all_gather_copy_in`, `split_with_sizes_copy`, `chunk_cat`), so the storage tracker sees which storages they fill.
+# `sharded_step` does the rest, as a real job does for a model too large for one GPU: it builds the model on the `meta` device (shapes only), wraps it unit by unit, and only then gives the *sharded* parameters storage, so that no rank ever holds the whole model. It runs two training steps with Adam (`foreach`, lesson 05a), the first to create the optimizer states, and measures the second by category: this rank's sharded parameters, gradients and optimizer states; the unsharded (all-gathered) parameters; the flat all-gather buffers; the unsharded gradients and the reduce-scatter buffers; and everything else (activations, the loss, temporaries). FSDP2's collectives are PyTorch operators of their own (`torch.ops.fsdp.all_gather_copy_in`, `split_with_sizes_copy`, `chunk_cat`), so the storage tracker sees which storages they fill.
 #
-# Start with lesson 01's MLP (85,002 parameters, each `Linear` one unit) on 1 to 8 ranks. Everything here is fp32 Adam, 4 + 4 + 8 = 16 bytes per parameter (lesson 05), the same total as the paper's 2 + 2 + 12, so ZeRO-3's formula is 16Ψ/N:
+# Start with lesson 01's MLP (85,002 parameters, each `Linear` one unit) on 1 to 8 ranks. Everything here is fp32 Adam, 4 + 4 + 8 = 16 bytes per parameter (lesson 05a), the same total as the paper's 2 + 2 + 12, so ZeRO-3's formula is 16Ψ/N:
 
 # %%
 mlp = {n: sharded_step("mlp", n, batch_size=32) for n in range(1, 9)}
@@ -246,7 +246,7 @@ print(f"GPT-2, batch 8 x 512 per rank: activations at the end of forward {fmt_by
 assert (round(peak_states[1], 2), round(peak_states[8], 2)) == (0.3, 0.05)
 
 # %% [markdown]
-# The activations (with the logits, lesson 05) do not move: sharding divides the model states, and once they are divided the activations are most of the peak. For them lesson 04's techniques are still the tools, and they combine with FSDP2. Here are the options a learner can reach for, each measured on rank 0 (GPT-2, batch 8 × 512 per rank, N = 4 unless named):
+# The activations (with the logits, lesson 05b, section 1) do not move: sharding divides the model states, and once they are divided the activations are most of the peak. For them lesson 04's techniques are still the tools, and they combine with FSDP2. Here are the options a learner can reach for, each measured on rank 0 (GPT-2, batch 8 × 512 per rank, N = 4 unless named):
 #
 # - **`reshard_after_forward=True`** (section 3): the root freed between forward and backward.
 # - **The embeddings and the head as their own unit**, `fully_shard([model.embeddings, model.head])` before the root's `fully_shard`: a unit resharded after forward like any block, so the root keeps nothing. GPT-2's head shares the token embedding's weight, so the two must be one unit (`fully_shard` on a list groups them); a model with an untied head, like Llama, wraps each on its own.
@@ -345,7 +345,7 @@ print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g
 #
 # ## Exercises
 #
-# **Exercise 1: how many GPUs for the paper's 7.5B model?** How many A100 40 GB cards does the 7.5-billion-parameter model need before its model states fit in what PyTorch sees of each card (with the 1 GiB of CUDA overhead that lesson 05 assumes), with ZeRO stage 1, 2 or 3 as the paper counts them, with DeepSpeed's ZeRO-2 estimate as its code computes it and as its documentation writes it (4Ψ + 16Ψ/N, section 1), and with its ZeRO-3 estimate (say the largest layer has 400 million parameters)?
+# **Exercise 1: how many GPUs for the paper's 7.5B model?** How many A100 40 GB cards does the 7.5-billion-parameter model need before its model states fit in what PyTorch sees of each card (with the 1 GiB of CUDA overhead that lessons 01 and 05b assume), with ZeRO stage 1, 2 or 3 as the paper counts them, with DeepSpeed's ZeRO-2 estimate as its code computes it and as its documentation writes it (4Ψ + 16Ψ/N, section 1), and with its ZeRO-3 estimate (say the largest layer has 400 million parameters)?
 
 # %%
 # Your code here: zero_model_state_bytes(PAPER_PSI, n, stage), deepspeed_zero2_gpu_bytes(...), 4 * PAPER_PSI + 16 * PAPER_PSI // n,
@@ -371,7 +371,7 @@ print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g
 # Stage 3 needs 3 cards (40 GB each of the 120), stage 2 needs 4 and stage 1 needs 8, because their unsharded 16-bit parameters (15 GB) and gradients (15 GB more in stage 1) sit on every card. DeepSpeed's code asks for more: its 18 bytes per parameter (an fp32 copy of the gradients) make 6 cards for ZeRO-2, and for ZeRO-3 the largest layer gathered whole (1.6 GB) pushes 3 cards to 4. Its documentation's ZeRO-2 formula, older than the code, counts 4 bytes for each unsharded parameter where a 16-bit one takes 2, and asks for 11 cards: check an estimate against the code that computes it. These are model states only: the activations, which sharding does not divide, decide how many more cards (or how much checkpointing) the batch needs.
 # </details>
 #
-# **Exercise 2: SGD instead of Adam.** Predict rank 0's model states for ResNet18 with SGD with momentum (lesson 05: 4 + 4 + 4 bytes per parameter) on 4 ranks, then measure them with `sharded_step(..., optimizer="sgd-momentum")`. Do the transient all-gather buffers change?
+# **Exercise 2: SGD instead of Adam.** Predict rank 0's model states for ResNet18 with SGD with momentum (lesson 05a, section 1: 4 + 4 + 4 bytes per parameter) on 4 ranks, then measure them with `sharded_step(..., optimizer="sgd-momentum")`. Do the transient all-gather buffers change?
 
 # %%
 # Your code here: sharded_step("resnet18", 4, batch_size=8, optimizer="sgd-momentum")

@@ -31,7 +31,7 @@
 #
 # **Time:** about 65 minutes: 32 to read (3,200 words at 100 a minute, outputs included), 4 for the four figures, 2-3 to run all, 24-30 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
-# Lessons 02 (what autograd saves), 04 (AMP, checkpointing) and 05 (model states; GPT-2 1.5B against the ZeRO paper) come first.
+# Lessons 02 (what autograd saves), 04 (AMP, checkpointing), 05a (model states) and 05b (GPT-2 1.5B against the ZeRO paper) come first.
 
 # %% [markdown]
 # ## Setup
@@ -193,7 +193,7 @@ plot_memory_vs_seq(SEQS, {"math kernel (engine)": [m for m, _ in per_layer.value
 #
 # ## 3. The ZeRO paper's GPT-2 1.5B, once more
 #
-# Lesson 05 measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024) against the paper's "about 60 GB" of activations. Now per block, with the formulas beside it:
+# Lesson 05b (section 1) measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024) against the paper's "about 60 GB" of activations. Now per block, with the formulas beside it:
 
 # %%
 xl = GPT2_PRESETS["gpt2-xl"]
@@ -215,7 +215,7 @@ assert 36.07 < saved / unit < 36.08 and 37.24 < layer["flash"] / unit < 37.25
 assert round(zero / GB) == 60 and layer["math"] < korthikanti and round(korthikanti / layer["flash"]) == 3
 
 # %% [markdown]
-# One block keeps **37.24 bytes per s·b·h** (asserted): 36.07 saved for backward or returned, 1.17 of 16-bit weight copies, and 29,696 bytes of bias copies, which a profile files under "other" because nothing saves them for backward. Lesson 05 measures the same block with the same helper.
+# One block keeps **37.24 bytes per s·b·h** (asserted): 36.07 saved for backward or returned, 1.17 of 16-bit weight copies, and 29,696 bytes of bias copies, which a profile files under "other" because nothing saves them for backward. Lesson 05b measures the same block with the same helper.
 #
 # ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates the activations as about 12 × hidden × batch × sequence × layers values: in 16 bits **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022): an approximation that leaves out the scores, with 24 bytes per s·b·h where PyTorch keeps 37 even with flash. Korthikanti's formula (16-bit scores, a dropout mask and a dropped copy) gives **three times** the flash figure, more than the math kernel keeps.
 #
@@ -250,7 +250,7 @@ tiny = measure_blocks(lambda: Llama("llama-tiny"), 2, 64, amp=True, attention="f
 assert tiny[0] == tiny[1]  # every block the same: measure two, multiply by 32
 
 # %% [markdown]
-# What does one Llama block keep? A profiled training step of a 2-block copy (b = 1, s = 2048, AMP, flash) lists every storage block 1 made that is still alive at the end of the forward pass, as in lesson 05; here grouped by part. Llama has no biases, so the total is `measure_blocks`' figure (asserted):
+# What does one Llama block keep? A profiled training step of a 2-block copy (b = 1, s = 2048, AMP, flash) lists every storage block 1 made that is still alive at the end of the forward pass, as in lesson 05b; here grouped by part. Llama has no biases, so the total is `measure_blocks`' figure (asserted):
 
 # %%
 from helpers import profile_step
@@ -299,7 +299,7 @@ assert 54 < sum(parts.values()) / unit < 54.5
 #
 # 28 + 10 + 8 + 8 = **54** bytes per s·b·h, plus the weight copies. The 54 is **this implementation's** figure, not Llama's: a model held in bfloat16 casts nothing and keeps a 16-bit residual stream, with `enable_gqa=True` a fused kernel keeps only the 8 heads, and fused RMSNorm or SwiGLU kernels keep fewer tensors.
 #
-# The Ultra-Scale Playbook (Hugging Face, 2025) plots Llama 8B's activations at batch 1 against the sequence length with Korthikanti's formula times the layers, L·s·b·h·(34 + 5·a·s/h): **quoted**, computed here from the formula, not measured. Beside it, the engine with each kernel, and the model states (16 bytes per parameter for AMP with Adam, lesson 05):
+# The Ultra-Scale Playbook (Hugging Face, 2025) plots Llama 8B's activations at batch 1 against the sequence length with Korthikanti's formula times the layers, L·s·b·h·(34 + 5·a·s/h): **quoted**, computed here from the formula, not measured. Beside it, the engine with each kernel, and the model states (16 bytes per parameter for AMP with Adam, lesson 05a):
 
 # %%
 states = 16 * P8
@@ -413,7 +413,7 @@ assert losses["8 chunks of 1024 tokens"][1] < losses["logits upcast to float32"]
 assert losses["8 chunks of 1024 tokens"][0] < 512 * 2**10
 
 # %% [markdown]
-# With 16-bit logits the loss keeps **8 bytes per logit** (asserted): the logits (2), their 16-bit log-softmax (2) and its float32 copy for `nll_loss` (4), beside the head's 16-bit weight and input; lesson 05 finds the same three in GPT-2's step. Upcast first, it keeps 6: the 16-bit logits and a float32 log-softmax. Chunked, the forward pass keeps nothing (each chunk is recomputed in backward) and the peak falls by more than three times.
+# With 16-bit logits the loss keeps **8 bytes per logit** (asserted): the logits (2), their 16-bit log-softmax (2) and its float32 copy for `nll_loss` (4), beside the head's 16-bit weight and input; lesson 05b (section 1) finds the same three in GPT-2's step. Upcast first, it keeps 6: the 16-bit logits and a float32 log-softmax. Chunked, the forward pass keeps nothing (each chunk is recomputed in backward) and the peak falls by more than three times.
 #
 # ## 6. Inference: the KV cache
 #
@@ -448,7 +448,7 @@ assert per_token["llama3-8b"] == 128 * 1024 and fit_tokens["llama3-8b"] > fit_to
 #
 # ## 7. The widget: sequence length against a GPU
 #
-# The widget's bar shows the peak of the whole training step with Adam, traced by `profile_step` (`transformer_step(model, seq, batch, ...)`): at short sequences it is at `optimizer.step()` (20 bytes per parameter with `foreach` Adam, lesson 05); at long ones, at the start of backward, where the activations and logits sit beside the parameters and Adam's states. The verdict adds the assumed overhead. Each change traces the step anew (a few seconds). First as text, Llama 8B at 4k tokens on an H100:
+# The widget's bar shows the peak of the whole training step with Adam, traced by `profile_step` (`transformer_step(model, seq, batch, ...)`): at short sequences it is at `optimizer.step()` (20 bytes per parameter with `foreach` Adam, lesson 05a); at long ones, at the start of backward, where the activations and logits sit beside the parameters and Adam's states. The verdict adds the assumed overhead. Each change traces the step anew (a few seconds). First as text, Llama 8B at 4k tokens on an H100:
 
 # %%
 explorer = SequenceExplorer(model="llama3-8b", seq=4096, batch_size=1, amp=True, policy="full", attention="flash")
@@ -515,7 +515,7 @@ explorer
 # assert [round(steps[k].peak_allocated_bytes / GiB, 1) for k in [("flash", 2048), ("math", 2048), ("flash", 8192)]] == [29.0, 46.2, 45.5]
 # ```
 #
-# 1k tokens with the math kernel, 4k with flash. Up to 2k tokens with flash, the step peaks at `optimizer.step()` at 29.0 GiB whatever the sequence: 20 bytes per parameter of model states with `foreach` Adam (lesson 05). Longer, the peak moves to the start of backward, where Adam's states and the parameters (12 bytes per parameter, 17.4 GiB) sit beside the activations and the logits: with the math kernel the scores, 25 heads × s² × 4 bytes in each of 48 layers, take 18.75 GiB at 2k tokens, and the step needs 46.2 GiB; with flash the activations grow linearly, and 8k tokens need 45.5 GiB. Of the card's 39.6 GiB, 1 GiB is left for the assumed overhead.
+# 1k tokens with the math kernel, 4k with flash. Up to 2k tokens with flash, the step peaks at `optimizer.step()` at 29.0 GiB whatever the sequence: 20 bytes per parameter of model states with `foreach` Adam (lesson 05a). Longer, the peak moves to the start of backward, where Adam's states and the parameters (12 bytes per parameter, 17.4 GiB) sit beside the activations and the logits: with the math kernel the scores, 25 heads × s² × 4 bytes in each of 48 layers, take 18.75 GiB at 2k tokens, and the step needs 46.2 GiB; with flash the activations grow linearly, and 8k tokens need 45.5 GiB. Of the card's 39.6 GiB, 1 GiB is left for the assumed overhead.
 # </details>
 #
 # **Exercise 3: the KV cache without grouped-query attention.** If Llama-3 8B had 32 key/value heads, how many bytes per token would its 16-bit KV cache take, and how many tokens would fit on an H100 80 GB beside the weights?

@@ -20,7 +20,7 @@ _CODE = re.compile(r"```python\n(.*?)```", re.S)
 
 
 def lesson(number: str) -> nbformat.NotebookNode:
-    """The stored notebook whose name starts with ``number`` (``"01"``)."""
+    """The stored notebook whose name starts with ``number`` and an underscore (``"01"``, ``"05a"``)."""
     (path,) = LESSONS.glob(f"{number}_*.ipynb")
     return nbformat.read(path, as_version=4)
 

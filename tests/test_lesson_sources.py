@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 LESSONS = pathlib.Path(__file__).parent.parent / "lessons"
-NOTEBOOKS = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(LESSONS.glob("[0-9][0-9]*_*.ipynb"))   # 05a_..., 05b_...: a lesson in two parts
 
 
 def _cells(notebook) -> list[tuple[str, str]]:
@@ -20,7 +20,7 @@ def _cells(notebook) -> list[tuple[str, str]]:
 
 
 def test_every_notebook_has_a_source_and_every_source_a_notebook():
-    sources = {p.stem for p in LESSONS.glob("[0-9][0-9]_*.py")}
+    sources = {p.stem for p in LESSONS.glob("[0-9][0-9]*_*.py")}
     assert sources == {p.stem for p in NOTEBOOKS}
 
 

@@ -20,7 +20,7 @@ def documented_paths() -> list[tuple[str, str, str]]:
     """(path, lesson number, sections) rows of the guide's table of short paths."""
     text = GUIDE.read_text(encoding="utf-8")
     table = text.split("<!-- short paths: tested by tests/test_short_paths.py -->")[1].split("\n\n")[0]
-    rows = re.findall(r"^\| ([\w -]+?) \| (\d\d) [^|]*\| ([\d, -]+|all) \|", table, flags=re.M)
+    rows = re.findall(r"^\| ([\w -]+?) \| (\d\d[a-z]?) [^|]*\| ([\d, -]+|all) \|", table, flags=re.M)
     assert rows, "the guide's table of short paths was not found"
     return rows
 

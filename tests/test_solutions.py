@@ -10,7 +10,8 @@ import pytest
 
 from lesson_runner import LESSONS, lesson, run, solution_code
 
-NUMBERS = sorted(p.name[:2] for p in LESSONS.glob("[0-9][0-9]_*.ipynb"))
+#: "00" ... "08", and "05a", "05b" for a lesson in two parts: the name up to its first underscore.
+NUMBERS = sorted(p.name.split("_")[0] for p in LESSONS.glob("[0-9][0-9]*_*.ipynb"))
 
 
 @pytest.mark.parametrize("number", NUMBERS)

@@ -132,7 +132,7 @@ def test_optimizers_are_the_foreach_kinds_or_fused():
 @pytest.mark.parametrize("name", ["sgd", "sgd-momentum", "adam", "adamw"])
 @pytest.mark.parametrize("fused", [False, True])
 def test_each_optimizers_bytes_per_parameter_match_its_formula(name, fused):
-    """Lesson 05, section 1: parameter 4 + gradient 4 + state + the foreach step's temporary."""
+    """Lesson 05a, section 1: parameter 4 + gradient 4 + state + the foreach step's temporary."""
     p = profile_step("gpt2", 1, seq_len=16, optimizer=name, fused=fused, steady_state=True, device="simulated")
     step = p.find(None, "optimizer.step")
     at = p.event_categories[step.index]

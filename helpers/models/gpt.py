@@ -1,8 +1,9 @@
 """A GPT-2-style decoder in plain ``torch.nn``, with the GPT-2 sizes as presets.
 
-Introduced for lessons 05 and 08 (model states at GPT-2 scale; transformers
-and sequence length).  Built on the ``meta`` device by the simulation, so even
-the 1.5-billion-parameter ``gpt2-xl`` costs no memory; nothing is downloaded.
+Introduced for lessons 05a, 05b and 08 (model states at GPT-2 scale; GPT-2
+1.5B against the ZeRO paper; transformers and sequence length).  Built on the
+``meta`` device by the simulation, so even the 1.5-billion-parameter
+``gpt2-xl`` costs no memory; nothing is downloaded.
 
 The architecture is GPT-2's (Radford et al., 2019, "Language Models are
 Unsupervised Multitask Learners", and the released code): learned token and

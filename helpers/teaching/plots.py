@@ -330,11 +330,11 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     return fig
 
 
-# -- lesson 05 --
+# -- lesson 05a --
 
 def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], title: str | None = None,
                              marks: dict[str, float] | None = None, mark_label: str = "measured") -> Figure:
-    """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05).
+    """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05a).
 
     One bar per optimizer or per bytes-per-parameter convention, top to bottom
     in the order of ``bars``; each part is coloured by its category
@@ -690,4 +690,119 @@ def plot_memory_vs_seq(seqs: list[int], series: dict[str, list[int]], unit: str 
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
+    return fig
+
+
+# -- lesson 05b --
+
+def plot_accumulation(profiles: list[StepProfile], labels: list[str], unit: str = "GiB",
+                      title: str | None = None) -> Figure:
+    """Gradient accumulation: one bar per way of splitting a batch, stacked by category at the peak.
+
+    Each bar is one step (e.g. ``profile_step(..., accumulation_steps=k)`` with
+    micro-batches of b), stacked by the categories of
+    :data:`helpers.record.CATEGORIES` in their colours, its total written on
+    top.  Read left to right, the activations shrink with the micro-batch while
+    the parameters and the optimizer states stay, and from two micro-batches on
+    the whole gradient buffer is allocated at the peak (lesson 05b).
+
+    Args:
+        profiles: the steps, in the order of the bars.
+        labels: one label per profile, such as ``"4 × 32"``.
+        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the y axis.
+        title: figure title.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: for no profile, labels that do not match the profiles, or another unit.
+    """
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if not profiles or len(labels) != len(profiles):
+        raise ValueError(f"{len(labels)} labels for {len(profiles)} profiles (at least one)")
+    scale = _UNITS[unit]
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.add_subplot()
+    bottoms = [0.0] * len(profiles)
+    for name in CATEGORIES:
+        heights = [p.categories[name] / scale for p in profiles]
+        ax.bar(labels, heights, bottom=bottoms, color=_COLORS[name], label=name.replace("_", " "),
+               edgecolor="white", linewidth=0.5, width=0.6)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for i, p in enumerate(profiles):
+        ax.annotate(f"{p.peak_allocated_bytes / scale:.2f}", (i, bottoms[i]), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=9)
+    ax.set_ylim(0, 1.1 * max(bottoms))
+    ax.set_ylabel(f"allocated at the step's peak ({unit})")
+    ax.set_xlabel("micro-batches × samples each")
+    ax.legend(fontsize=8, loc="upper right", frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def plot_inference_and_leaks(forward: dict[str, dict[str, int]], loops: dict[str, list[int]],
+                             unit: str = "GiB", title: str | None = None) -> Figure:
+    """Two panels (lesson 05b): a forward pass's peak per grad mode, and loops that leak or not.
+
+    Left, grouped bars: for each configuration, the peak of one forward pass
+    and its loss under each grad mode (``helpers.loops.forward_peak``), its
+    value written on the bar.  Right, one line per loop: the bytes still
+    allocated after each iteration (``helpers.loops.loop_memory``); a loop that
+    keeps a graph climbs, the others stay flat.  Lines that coincide are told
+    apart by their markers and dashes; their colours (Okabe-Ito) are not the
+    bars' colours, as a loop is not a grad mode.
+
+    Args:
+        forward: ``{configuration: {grad mode: bytes}}``, every configuration
+            with the same grad modes, in the same order.
+        loops: ``{loop: bytes after each iteration}``.
+        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), both y axes.
+        title: figure title.
+
+    Returns:
+        The figure, with two axes.
+
+    Raises:
+        ValueError: for another unit, an empty ``forward`` or ``loops``, or
+            configurations whose grad modes differ.
+    """
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if not forward or not loops:
+        raise ValueError("forward and loops must each hold at least one entry")
+    modes = list(next(iter(forward.values())))
+    for config, peaks in forward.items():
+        if list(peaks) != modes:
+            raise ValueError(f"configuration {config!r} has grad modes {list(peaks)}, the first has {modes}")
+    scale = _UNITS[unit]
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax, ax2 = fig.subplots(1, 2, width_ratios=(1.15, 1))
+    width = 0.8 / len(modes)
+    for j, (mode, colour) in enumerate(zip(modes, _LINES)):
+        xs = [i + (j - (len(modes) - 1) / 2) * width for i in range(len(forward))]
+        values = [peaks[mode] / scale for peaks in forward.values()]
+        bars = ax.bar(xs, values, width=width, color=colour, label=mode, edgecolor="white", linewidth=0.5)
+        ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+    ax.set_xticks(range(len(forward)), list(forward), fontsize=8)
+    ax.set_ylabel(f"peak of the forward pass and loss ({unit})")
+    ax.set_ylim(0, 1.15 * max(v for peaks in forward.values() for v in peaks.values()) / scale)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.set_title("one forward pass: training vs inference", fontsize=10)
+    styles = [("o", "-", 9), ("s", "--", 6), ("D", "-", 8), ("^", ":", 5), ("v", "--", 4)]
+    for k, (loop, after) in enumerate(loops.items()):
+        marker, dash, size = styles[k % len(styles)]
+        ax2.plot(range(1, len(after) + 1), [b / scale for b in after], marker=marker, linestyle=dash,
+                 markersize=size, color=_LINES[(k + len(modes)) % len(_LINES)], label=loop)
+    longest = max(len(after) for after in loops.values())
+    ax2.set_xticks(range(1, longest + 1))
+    ax2.set_xlabel("iteration")
+    ax2.set_ylabel(f"still allocated after the iteration ({unit})")
+    ax2.set_ylim(0, 1.1 * max(max(after) for after in loops.values()) / scale)
+    ax2.legend(fontsize=8, loc="upper left", frameon=False)
+    ax2.set_title("a loop, iteration after iteration", fontsize=10)
+    if title:
+        fig.suptitle(title)
     return fig

@@ -385,7 +385,7 @@ PARAMETER_COUNT = "a parameter count"
 
 
 class WillItFit(_StepWidget):
-    """Will this training step fit on that GPU?  Lesson 05's widget.
+    """Will this training step fit on that GPU?  Lesson 05b's widget (section 4).
 
     Like :class:`MemoryExplorer`, a steady-state training step (the optimizer
     states exist) simulated or measured, by category, against a GPU, with a

@@ -1,7 +1,7 @@
 """The memory-saving techniques a profiled step can use.
 
 * :mod:`.checkpointing`: activation checkpointing by segments (lesson 04);
-* :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05);
+* :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05a);
 * :mod:`.masks`: ReLUs that save a 1-byte or 1-bit mask (lesson 02);
 * :mod:`.sharding`: ZeRO's stages and DeepSpeed's estimators as formulas
   (lesson 07; FSDP2 itself is run by :mod:`helpers.fsdp`);

@@ -1,7 +1,7 @@
 """The optimizers of a profiled step, their states, and the step inside backward.
 
 Introduced in lesson 01 (steady-state steps keep the optimizer states);
-lesson 05 measures every optimizer here against :data:`STATE_BYTES` and
+lesson 05a (section 1) measures every optimizer here against :data:`STATE_BYTES` and
 :data:`STEP_TEMPORARY_BYTES`.
 """
 

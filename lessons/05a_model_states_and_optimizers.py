@@ -14,49 +14,39 @@
 # ---
 
 # %% [markdown]
-# # 05 · Model states and optimizers: from GPT-2 124M to a 1.5-billion-parameter GPT-2
+# # 05a · Model states and optimizers: bytes per parameter, and where the peak is
 #
 # **Questions**
 # - How many bytes per parameter does training need, and why do the guides say 16, 18 or 20?
-# - When do the model states (parameters, gradients, optimizer states) rather than the activations fill the GPU?
-# - What can be done about them on one GPU: another optimizer, the optimizer step inside backward, gradient accumulation?
-# - Why does a model that trains at batch 32 run out of memory in evaluation?
+# - When do the model states (parameters, gradients, optimizer states) rather than the activations decide the peak of a step?
+# - What can be done about them on one GPU: another optimizer, a fused step, the optimizer step inside backward?
 #
 # **Objectives**
 # - Measure parameters, gradients and optimizer states for SGD, SGD with momentum, Adam and AdamW, and match each to its formula, including the optimizer step's own temporaries.
 # - Run each mixed-precision training loop behind the published "bytes per parameter" figures and tell which one describes your training.
 # - Find where the peak of a step is, and the batch size at which it moves.
-# - Reproduce PyTorch's "optimizer step in backward" figures for ViT-L/16, and compare the ZeRO paper's figures for GPT-2 1.5B with what PyTorch keeps.
-# - Use gradient accumulation (and average a token loss correctly), inference mode and leak-free loops, and answer "will it fit?".
+# - Reproduce PyTorch's "optimizer step in backward" figures for ViT-L/16.
 #
-# **Time:** about 90 minutes alone: 60 reading and running (a run-all takes under two minutes), 30 for the exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
+# **Time:** about 60 minutes alone: 16 of reading, 24 of running the cells and reading their code and the three figures (a run-all takes about a minute), 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
 #
-# Lessons 01 (steady state, bytes-per-parameter conventions) and 04 (AMP) come first.
+# Lessons 01 (steady state, bytes-per-parameter conventions) and 04 (AMP) come first. Lesson 05b goes on with GPT-2 1.5B against the ZeRO paper, gradient accumulation, inference and leaks, and the "will it fit?" widget.
 
 # %% [markdown]
 # ## Setup
 
 # %%
 # %matplotlib inline
-import dataclasses
-
 import torch
-import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import nn
 
 from helpers import GPU_CARDS, GiB, Meter, MiB, fmt_bytes, profile_step
 from helpers.batch import model_state_estimate
 from helpers.config import OPTIMIZER_NAMES, OPTIMIZERS
-from helpers.loops import LOOPS, forward_peak, loop_memory
-from helpers.models import digits_mlp
-from helpers.models.gpt import GPT, GPT2_PRESETS
+from helpers.models.gpt import GPT2_PRESETS
 from helpers.record import CATEGORY_COLORS
-from helpers.teaching.data import load_digits
 from helpers.teaching.plots import plot_bytes_per_parameter
-from helpers.teaching.widgets import PARAMETER_COUNT, WillItFit
 from helpers.techniques import STATE_BYTES, STEP_TEMPORARY_BYTES
-from helpers.transformer import measure_blocks
 
 _ = torch.manual_seed(0)
 
@@ -338,208 +328,9 @@ assert vit[True].categories["gradients"] < 0.02 * vit[False].categories["gradien
 # %% [markdown]
 # Both of the tutorial's figures, to the tenth of a GB (5.7 and 3.7 GiB). The peak **moves**: from the optimizer step, where all the gradients and the `foreach` temporary coexist with the states, to the backward pass of the last MLP layer, where only that layer's gradient exists. The price: no gradient clipping over the whole model, no gradient accumulation, one small step per parameter, and no `GradScaler`, which must see every gradient before stepping (the simulation refuses `step_in_backward` with float16 AMP).
 #
-# ## 5. The ZeRO paper's GPT-2 1.5B
-#
-# Section 3 of the ZeRO paper (Rajbhandari et al., SC20) explains where training memory goes with one example: GPT-2 with 1.5 billion parameters. Its model states, at 16 bytes per parameter, are 24 GB (22.4 GiB); its activations at sequence length 1K and batch 32 are "about 60 GB" (55.9 GiB), from about 12 half-precision values per token, hidden unit and layer (its footnote), and "about 8 GB" (7.5 GiB) with activation checkpointing. The engine's `gpt2-xl` has GPT-2 1.5B's sizes (48 layers, 1600 wide, 25 heads, 50,257 tokens): nothing is downloaded, and its steps are counted, not allocated. Run the paper's configuration under `torch.autocast` with the flash attention kernel that a recent GPU runs, without and with checkpointing of every block (the engine checkpoints GPT-2 as its 50 units: embeddings, 48 blocks, head):
-
-# %%
-P15 = GPT2_PRESETS["gpt2-xl"].parameter_count()
-B, S, H, L = 32, 1024, 1600, 48
-xl = profile_step("gpt2-xl", B, seq_len=S, amp=True, optimizer="adam", steady_state=True, device="simulated")
-ckpt = profile_step("gpt2-xl", B, seq_len=S, amp=True, optimizer="adam", steady_state=True, checkpoint=50,
-                    device="simulated")
-at_end = xl.event_categories[xl.events.index(xl.find("", "fwd"))]        # the end of the forward pass
-ckpt_end = ckpt.event_categories[ckpt.events.index(ckpt.find("", "fwd"))]
-assert xl.parameter_count == P15 and round(xl.model_state_bytes / P15, 2) == 16.0
-vocab = GPT2_PRESETS["gpt2-xl"].vocab_size
-logits = B * S * vocab * 2                # float16: what "other" holds at the end of the forward pass
-assert abs(at_end["other"] - logits) < 0.01 * logits
-inputs_fp32 = L * B * S * H * 4          # checkpointed: each block keeps its float32 input
-assert abs(ckpt_end["activations"] - inputs_fp32) < 0.5e9
-copies = ckpt_end["other"] - logits       # checkpointed: autocast's cached 16-bit weight copies
-assert abs(copies - 2 * (P15 - vocab * H - 1024 * H)) < 0.01 * copies   # 2 bytes per block parameter
-kept_ckpt = ckpt_end["activations"] + copies
-assert [round(b / GiB, 1) for b in (xl.model_state_bytes, at_end["activations"], kept_ckpt)] == [23.2, 87.7, 12.6]
-
-paper = {"model states": 24e9, "activations": 60e9, "activations, checkpointed": 8e9}
-engine = {"model states": xl.model_state_bytes, "activations": at_end["activations"],
-          "activations, checkpointed": kept_ckpt}
-colours = {"model states": CATEGORY_COLORS["optimizer_states"], "activations": CATEGORY_COLORS["activations"],
-           "activations, checkpointed": CATEGORY_COLORS["activations"]}
-fig = Figure(figsize=(8, 3.4), layout="constrained")
-ax = fig.add_subplot()
-for row, kind in enumerate(paper):
-    for offset, (source, value) in zip((-0.2, 0.2), (("ZeRO paper", paper[kind]), ("PyTorch (measured)", engine[kind]))):
-        ax.barh(row + offset, value / GiB, height=0.38, color=colours[kind], alpha=0.45 if source == "ZeRO paper" else 1,
-                hatch="//" if source == "ZeRO paper" else None, edgecolor="white")
-        ax.text(value / GiB + 1, row + offset, f"{source}: {value / GiB:.1f}", va="center", fontsize=8)
-ax.set_yticks(range(len(paper)), list(paper))
-ax.invert_yaxis()
-ax.set(xlabel="GiB", xlim=(0, 118), title="GPT-2 1.5B, sequence 1024, batch 32, float16 autocast, Adam")
-fig
-
-# %% [markdown]
-# Look at the pairs: the model states agree (16 bytes per parameter, 23.2 GiB for GPT-2's exact 1.56 billion parameters; the paper rounds to 1.5 billion), though they are autocast's 4 + 4 + 8, not the paper's 2 + 2 + 12. The activations do not: 87.7 GiB against the paper's 55.9, and 12.6 GiB against 7.5 checkpointed. (Activations here: all that the forward pass keeps beyond the parameters, the states and the logits, autocast's 16-bit weight copies included.)
-#
-# Why more? The paper's "12 values" is a formula about a set of tensors; PyTorch keeps others. One block, measured on its own (`measure_blocks`, the helper lesson 08 uses to take a block apart tensor by tensor):
-
-# %%
-two_blocks = dataclasses.replace(GPT2_PRESETS["gpt2-xl"], n_layer=2)   # every block keeps the same
-block = measure_blocks(lambda: GPT(two_blocks), B, S, amp=True, attention="flash")[1]  # the second block
-per_token = block / (B * S * H)
-print(f"one block keeps {gib(block)}: {per_token:.1f} bytes per token and hidden unit, against the paper's 12 x 2 = 24")
-assert 37.0 < per_token < 37.5 and abs(L * block - at_end["activations"]) < 0.02 * at_end["activations"]
-
-# %% [markdown]
-# About 37 bytes per token, hidden unit and layer instead of 24, and 48 blocks of them make the 87.7 GiB. Lesson 08 names every tensor; in short, `torch.autocast` keeps the residual stream and each LayerNorm's input in float32 (the parameters are float32, so every residual addition is), the MLP keeps its 4 × wide input and output, attention its q, k, v and output, and autocast a 16-bit copy of each weight (about 1.2 of the 37 bytes). Flash attention keeps no sequence × sequence scores, and this GPT has no dropout masks.
-#
-# And checkpointed? ZeRO's section 3.2 says what its 8 GB is: activation checkpointing (Chen et al., 2016) reduces activation memory "by approximately the square root of the total activations" at about 33% recomputation, which takes this model's 60 GB to about 8 (numerically, √60 ≈ 7.7). A rule of thumb, not a count of tensors. Checkpointing every block, as here, keeps each block's input, 48 float32 tensors of 32 × 1024 × 1600 values: 9.4 GiB (4.7 GiB if they were 16-bit). Autocast's cache keeps its 16-bit weight copies until the autocast region ends, checkpointed or not: 2.8 GiB more. Backward then recomputes one block at a time.
-#
-# Besides, the logits: 32 × 1024 × 50,257 values. The loss keeps two more copies for backward: their log-softmax in float16 (`cross_entropy` is in none of CUDA's autocast lists, so it runs in its input's type) and the float32 copy that autocast makes of it for `nll_loss` (on the float32 list). Backward starts with the float32 gradient of that copy, which is what "other" holds at the step's peak:
-
-# %%
-print(f"'other' at the peak: {gib(xl.categories['other'])}; a float32 tensor the size of the logits: {gib(B * S * vocab * 4)}")
-assert abs(xl.categories["other"] - B * S * vocab * 4) < 0.01e9
-
-# %% [markdown]
-# The lesson to keep: a published activation figure is a formula about some set of tensors; the engine counts every tensor your PyTorch code keeps.
-#
-# ## 6. Gradient accumulation
-#
-# When the batch you want does not fit, split it: run k micro-batches, each with its loss divided by k, add up their gradients in `.grad`, and step once. Memory is that of one micro-batch, plus the gradients that now live across the micro-batches:
-
-# %%
-full = profile_step("resnet18", 128, optimizer="adam", steady_state=True, device="simulated")
-accumulated = profile_step("resnet18", 32, optimizer="adam", steady_state=True, accumulation_steps=4,
-                           device="simulated")
-micro = profile_step("resnet18", 32, optimizer="adam", steady_state=True, device="simulated")
-print(f"ResNet18, peak: batch 128 at once {gib(full.peak_allocated_bytes)}; 4 micro-batches of 32 "
-      f"{gib(accumulated.peak_allocated_bytes)}; one batch of 32 {gib(micro.peak_allocated_bytes)}")
-assert accumulated.peak_allocated_bytes < full.peak_allocated_bytes / 3
-assert accumulated.peak_allocated_bytes > micro.peak_allocated_bytes
-
-# %% [markdown]
-# Accumulating costs a little more than one micro-batch (the second micro-batch's backward starts with every gradient allocated), and far less than the whole batch. Is it the same step? When the micro-batches have equal numbers of samples and the loss is a mean over samples, yes: the mean over 128 samples is the mean of four means over 32. Check it on real data (in float64, so that the check does not depend on the CPU's rounding):
-
-# %%
-data = load_digits()
-x, y = data.x_train[:128].double(), data.y_train[:128]
-torch.manual_seed(0)
-model = digits_mlp().double()
-F.cross_entropy(model(x), y).backward()
-whole = [p.grad.clone() for p in model.parameters()]
-model.zero_grad()
-for part in range(4):
-    sl = slice(32 * part, 32 * (part + 1))
-    (F.cross_entropy(model(x[sl]), y[sl]) / 4).backward()
-difference = max((p.grad - g).abs().max().item() for p, g in zip(model.parameters(), whole))
-assert difference < 1e-15
-print("the accumulated gradient equals the whole batch's, to the last bits of float64")
-
-# %% [markdown]
-# The same gradient. (With BatchNorm, each micro-batch normalises with its own statistics, so the step is not exactly the same: one more reason why large models use LayerNorm.)
-#
-# **The classic pitfall: a mean over tokens.** A language model's loss is a mean over the *tokens* of a batch (`cross_entropy` ignores padding, `ignore_index=-100`). Micro-batches hold different numbers of real tokens, and the mean of their means weighs a token of a short micro-batch more than one of a long one. Two micro-batches of 64 positions, with 8 and 56 real tokens:
-
-# %%
-torch.manual_seed(0)
-head = nn.Linear(16, 10).double()
-features = torch.randn(2, 64, 16, dtype=torch.float64)       # 2 micro-batches x 64 token positions
-targets = torch.randint(0, 10, (2, 64))
-targets[0, 8:] = -100                                          # padding: cross_entropy's default ignore_index
-targets[1, 56:] = -100
-n_tokens = int((targets != -100).sum())                        # 64 real tokens in all
-
-
-def gradient(loss_of):
-    """The gradient of the head, accumulated over the two micro-batches."""
-    head.zero_grad()
-    for f, t in zip(features, targets):
-        loss_of(f, t).backward()
-    return torch.cat([p.grad.flatten() for p in head.parameters()])
-
-
-whole_batch = gradient(lambda f, t: F.cross_entropy(head(features.flatten(0, 1)), targets.flatten()) / 2)
-mean_of_means = gradient(lambda f, t: F.cross_entropy(head(f), t) / 2)
-token_sum = gradient(lambda f, t: F.cross_entropy(head(f), t, reduction="sum") / n_tokens)
-error = lambda g: ((g - whole_batch).norm() / whole_batch.norm()).item()
-print(f"relative error against the whole batch: mean of means {error(mean_of_means):.0%}, "
-      f"sum / total tokens {error(token_sum):.0%}")
-assert error(mean_of_means) > 0.1 and error(token_sum) < 1e-12
-
-# %% [markdown]
-# The mean of means is another gradient (each of the first micro-batch's 8 tokens counts 7 times as much as one of the other 56). The fix: sum the per-token losses (`reduction="sum"`) and divide by the number of real tokens in the whole accumulated batch (over all ranks under data parallelism), counted before the first backward.
-#
-# ## 7. Training, inference, and two classic leaks
-#
-# A forward pass with autograd recording keeps what backward will need; under `torch.no_grad()` or `torch.inference_mode()` it keeps nothing, and each activation is freed as soon as the next layer has used it. The peak of one forward pass and its loss, parameters included:
-
-# %%
-fwd = {}
-for mode in ("enabled", "no_grad", "inference_mode"):
-    fwd[mode] = (forward_peak("resnet18", 128, grad_mode=mode, device="simulated"),
-                 forward_peak("gpt2", 8, seq_len=1024, grad_mode=mode, device="simulated"),
-                 forward_peak("gpt2", 8, seq_len=1024, amp=True, grad_mode=mode, device="simulated"))
-print(f"{'forward peak':<24} {'ResNet18, b128':>15} {'GPT-2 124M, b8 x 1024':>22} {'same, float16 AMP':>18}")
-for mode, label in (("enabled", "training"), ("no_grad", "torch.no_grad()"), ("inference_mode", "torch.inference_mode()")):
-    print(f"{label:<24} " + " ".join(f"{gib(v):>{w}}" for v, w in zip(fwd[mode], (15, 22, 18))))
-assert fwd["no_grad"][:2] == fwd["inference_mode"][:2]
-assert fwd["enabled"][0] > 3 * fwd["no_grad"][0]
-weight_cache = fwd["no_grad"][2] - fwd["inference_mode"][2]
-assert abs(weight_cache - 2 * P124) < 0.05 * 2 * P124
-
-# %% [markdown]
-# Inference needs a third of the training forward pass for ResNet18, less than half for GPT-2, whose inference peak is its logits and their float32 log-softmax. In float32, `no_grad` and `inference_mode` keep the same tensors; `inference_mode` saves CPU time (no version counters, no view tracking). Under autocast (last column) they differ by 2 bytes per parameter: under `no_grad`, autocast caches the 16-bit copy of every weight until the region ends (it caches casts of leaves that require grad); under `inference_mode` it frees each copy after use. That difference is recent: PyTorch stopped caching under `inference_mode` with pull request #165068 (`aten/src/ATen/autocast_mode.cpp`, merged in December 2025); PyTorch 2.9 and earlier cache there too. On a current PyTorch, prefer `torch.inference_mode()` for inference.
-#
-# The two leaks of the PyTorch FAQ ("My model reports *cuda runtime error(2): out of memory*") are loops that keep something they should not. `loop_memory` runs four iterations of each loop on ResNet18 at batch 32 and reports the bytes still allocated after each:
-
-# %%
-grow = {}
-for loop in LOOPS:
-    after = loop_memory(loop, "resnet18", 32, steps=4, device="simulated")
-    grow[loop] = [b - a for a, b in zip(after, after[1:])]
-    print(f"{loop:<40} grows by {gib(grow[loop][0])} per batch")
-assert grow["eval, total_loss += loss"] == [grow["eval, total_loss += loss"][0]] * 3 and grow["eval, total_loss += loss"][0] > 600 * MiB
-assert all(g == [0, 0, 0] for name, g in grow.items() if name != "eval, total_loss += loss")
-
-# %% [markdown]
-# - **Evaluation without `torch.no_grad()`, summing the loss tensor**: every batch's graph, with its saved activations, stays reachable from `total_loss`: 0.66 GiB more per batch until the GPU is full. With `.detach()` (or `.item()`) each graph is freed with its batch; under `torch.no_grad()` none is built.
-# - **Training, `total_loss += loss`**, the FAQ's example: on the GPU nothing grows, as `backward()` has freed each graph's saved tensors; what grows is the graph's *nodes*, in host memory, one graph per step. Write `total_loss += loss.item()`.
-#
-# ## 8. Will it fit?
-#
-# All of the above in one tool: the model (a GPT-2 preset, a torchvision classifier, or a bare parameter count), the optimizer, the precision, the batch, the sequence length or image size, and the GPU (the memory PyTorch sees on each card, lesson 01). It shows a steady-state step's peak by category and the verdict, with an assumed overhead for the CUDA context and workspaces. For a bare parameter count it shows the model states alone (section 1's formulas).
-#
-# First, driven from code as a learner would with the mouse: GPT-2 1.5B's model states alone, as a parameter count, on a 24 GB card and on an A100 40 GB:
-
-# %%
-states_only = WillItFit(model=PARAMETER_COUNT, parameters=P15, capacity="RTX 4090 24 GB", device="simulated")
-assert states_only.message.startswith("does not fit")
-states_only.capacity.value = "A100 40 GB"
-assert states_only.message.startswith("model states fit") and states_only.result.peak_bytes == 20 * P15
-print(f"GPT-2 1.5B, model states alone with foreach Adam: {gib(states_only.result.peak_bytes)}: "
-      f"do not fit an RTX 4090 24 GB, fit an A100 40 GB")
-
-# %% [markdown]
-# 20 bytes per parameter at the `foreach` step: 29.0 GiB of model states, which fit an A100 40 GB before any activation. Add the activations of section 5 and GPT-2 1.5B trains on one such GPU only at small batches, with checkpointing, or with the model states sharded over several GPUs (ZeRO, lesson 07).
-#
-# Now the widget itself, opened on GPT-2 124M at batch 8 and sequence 1024 with Adam and float16 AMP on an A100 40 GB. Its verdict first as text:
-
-# %%
-fit = WillItFit(model="gpt2", batch_size=8, optimizer="adam", precision="AMP float16", capacity="A100 40 GB",
-                device="simulated")
-print(fit.message)
-assert fit.message.startswith("fits in A100 40 GB")
-
-# %%
-fit
-
-# %% [markdown]
-# Move the batch slider to find the largest batch that fits, then switch to `gpt2-xl` and watch the activations overtake the model states.
-#
 # ## Exercises
 #
-# **Exercise 1: the largest model for its model states.** With fused AdamW (no step temporary) in `torch.autocast` training, how many bytes per parameter does the optimizer step need, and how many parameters can an H100 80 GB hold in model states alone, with the assumed 1 GiB of overhead? Check with `model_state_estimate`.
+# **Exercise 1: the largest model for its model states.** With fused AdamW (no step temporary) in `torch.autocast` training, how many bytes per parameter does the optimizer step need, and how many parameters can an H100 80 GB hold in model states alone, with lesson 01's assumed 1 GiB of overhead? Check with `model_state_estimate`.
 
 # %%
 # Your code here: model_state_estimate(parameters, "adamw", fused=True) and GPU_CARDS["H100 80 GB"]
@@ -560,7 +351,7 @@ fit
 # 16 bytes per parameter: about 5.25 billion parameters, before a single activation. With `foreach` (20 bytes) it is 4.2 billion. A 7-billion-parameter model does not train this way on one 80 GB GPU, whatever its batch size: its model states must shrink (16-bit states, 8-bit optimizers) or be sharded.
 # </details>
 #
-# **Exercise 2: which GPT-2 trains on a 24 GB card?** At batch 1, sequence 1024, Adam and float16 AMP, which presets fit an RTX 4090 24 GB (with the assumed overhead), and does the step in backward make the next one fit? (`from helpers import fits`.)
+# **Exercise 2: which GPT-2 trains on a 24 GB card?** At batch 1, sequence 1024, Adam and float16 AMP, which presets fit an RTX 4090 24 GB (with the same assumed overhead: `from helpers import fits`), and does the step in backward (section 4) make the next one fit?
 
 # %%
 # Your code here: for name in GPT2_PRESETS: profile_step(name, 1, seq_len=1024, amp=True, ...)
@@ -584,57 +375,16 @@ fit
 # GPT-2 774M fits (14.4 GiB); GPT-2 1.5B does not (29.0 GiB), even with the step in backward (which needs bfloat16: a `GradScaler` cannot unscale gradients that are already gone). Its parameters and Adam states alone are 12 bytes per parameter, 17.4 GiB, before the activations and the logits.
 # </details>
 #
-# **Exercise 3: a leak in your own loop.** This evaluation loop collects predictions. How much does it keep per batch for ResNet18 at batch 32, and what is the one-word fix? Measure it with `Meter` (the model is placed on the fake GPU as `profile_step` does).
-#
-# ```python
-# predictions = []
-# for x in batches:
-#     predictions.append(model(x))
-# ```
-
-# %%
-# Your code here: compare with forward_peak(..., grad_mode="enabled") and forward_peak(..., grad_mode="no_grad")
-
-# %% [markdown]
-# <details><summary>Solution</summary>
-#
-# ```python
-# from helpers.models import resolve_model
-#
-# def collected(detach):
-#     meter = Meter("simulated")
-#     unplaced = meter.build(resolve_model("resnet18").build)
-#     with meter:
-#         model = meter.place(unplaced).eval()
-#         predictions, after = [], []
-#         for _ in range(3):
-#             out = model(torch.randn(32, 3, 224, 224, device=meter.device))
-#             predictions.append(out.detach() if detach else out)
-#             del out
-#             after.append(meter.allocated())
-#     return [b - a for a, b in zip(after, after[1:])]
-#
-# leak, fixed = collected(False), collected(True)
-# print(f"kept per batch: {fmt_bytes(leak[0])} without detach, {fmt_bytes(fixed[0])} with it")
-# assert leak[0] == leak[1] > 500 * MiB and fixed == [128000, 128000]   # 32 x 1000 float32 logits
-# ```
-#
-# Each prediction keeps its whole graph, and with it every activation the batch saved: 0.66 GiB per batch of 32 (as the evaluation leak of section 7). `.detach()` keeps only the 32 × 1000 float32 logits; better still, run evaluation under `torch.inference_mode()` and build no graph at all.
-# </details>
-#
 # ## Key points
 #
 # - Model states per parameter: parameter 4 + gradient 4 + optimizer state (SGD 0, momentum 4, Adam and AdamW 8) bytes in float32; Adam's `foreach` step adds 4 bytes for its duration (20 at its peak), `fused=True` none. `zero_grad(set_to_none=True)` frees the gradients between steps.
 # - "16 bytes per parameter" is two different things: fp32 Adam's 4 + 4 + 8, which `torch.autocast` training also needs, and ZeRO's 2 + 2 + 12. 18 is autocast's weight copies beside the gradients (backward inside the autocast region) or Megatron-LM's bf16 layout; 20 adds an fp32 gradient to a 16-bit model and gradient (Megatron-LM fp16, DeepSpeed ZeRO-2 on one GPU). Ask which loop a figure describes.
-# - The peak is at the optimizer step for small batches and in backward for large ones; find the crossover by measuring. The step in backward (`register_post_accumulate_grad_hook`) removes almost all gradients from the peak: ViT-L/16 at batch 1 from 5.7 to 3.7 GiB.
-# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24; checkpointed, 12.6 GiB. The paper's checkpointed 8 GB is Chen et al.'s square-root rule of thumb.
-# - Gradient accumulation gives the same gradient at the memory of a micro-batch plus the gradients, for equal micro-batches of a per-sample mean; a per-token mean must be summed and divided by the total token count. Inference under `torch.inference_mode()` keeps no activations (and, under autocast, since PyTorch's December 2025 change, no cache of weight copies); a loop that holds a loss or an output with its graph grows by a whole batch of activations per iteration.
+# - The peak is at the optimizer step for small batches and in backward for large ones; find the crossover by measuring. Below it, a smaller batch saves nothing.
+# - The step in backward (`register_post_accumulate_grad_hook`) removes almost all gradients from the peak: ViT-L/16 at batch 1 from 5.7 to 3.7 GiB, at the price of gradient clipping, accumulation and `GradScaler`.
 #
 # ## Further reading
 #
 # - S. Rajbhandari, J. Rasley, O. Ruwase, Y. He, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054, section 3.
-# - V. Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models*, 2022, arXiv:2205.05198.
-# - PyTorch tutorials: *How to save memory by fusing the optimizer step into the backward pass*; PyTorch FAQ, *My model reports "cuda runtime error(2): out of memory"*; `torch.optim` documentation (foreach and fused implementations).
+# - PyTorch tutorial *How to save memory by fusing the optimizer step into the backward pass*; `torch.optim` documentation (foreach and fused implementations).
 # - Hugging Face, *Model training anatomy* and *The Ultra-Scale Playbook* (2025); S. Bekman, *Machine Learning Engineering*, chapter on model memory.
 # - NVIDIA Megatron-LM, README, *Distributed optimizer* (bytes per parameter); DeepSpeed, `estimate_zero2_model_states_mem_needs` in `deepspeed/runtime/zero/stage_1_and_2.py`.
-# - T. Chen, B. Xu, C. Zhang, C. Guestrin, *Training Deep Nets with Sublinear Memory Cost*, 2016, arXiv:1604.06174.
