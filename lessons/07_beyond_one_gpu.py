@@ -192,7 +192,7 @@ fig = plot_sharded_world_sizes(
 fig
 
 # %% [markdown]
-# Look at the solid bars and the solid line: rank 0's sharded parameters, gradients and Adam states sit on 16Ψ/N, plus the two rules (asserted byte for byte): within 0.05% for GPT-2 and 0.3% for ResNet18 (many small BatchNorm vectors, each rounded up to 512 bytes) when N is a power of two, which divides every channel and hidden size. At N = 7 a 64-channel convolution is cut into pieces of 10 rows: up to 1.5% for ResNet18, 0.15% for GPT-2.
+# Look at the solid bars and the solid line: rank 0's sharded parameters, gradients and Adam states sit on 16Ψ/N, off only by the two rules (asserted byte for byte): within 0.05% for GPT-2 and 0.3% for ResNet18 (many small BatchNorm vectors, each rounded up to 512 bytes) when N is a power of two, which divides every channel and hidden size. At N = 7 a 64-channel convolution is cut into pieces of 10 rows: up to 1.5% for ResNet18, 0.15% for GPT-2.
 #
 # Now look at the hatched tops, the gathered parameters and their buffers at their most: they do not shrink with N, and from N = 4 on they are about as large as all the model states. The dashed DeepSpeed estimate bends away for a similar reason, a layer gathered whole. What is gathered, and when? GPT-2 at N = 4, over one step:
 
