@@ -17,9 +17,9 @@
 # # 07 · When one GPU is not enough: sharding the model states with FSDP
 #
 # **Questions**
-# - How much memory does each GPU need when N GPUs train one model together, and what do ZeRO's three stages change?
-# - What does PyTorch's own engine for this, FSDP2 (`fully_shard`), actually allocate on each GPU, and why is it more than "the model states divided by N"?
-# - What does sharding not shrink, and which of FSDP2's options shrink the rest?
+# - How much memory does each GPU need when N GPUs train one model together?
+# - What does PyTorch's FSDP2 (`fully_shard`) allocate on each GPU, and why is it more than "the model states divided by N"?
+# - What does sharding not shrink, and which options shrink the rest?
 #
 # **Objectives**
 # - Compute the model states per GPU for ZeRO stages 1, 2 and 3 and for DeepSpeed's estimators, and reproduce the ZeRO paper's 7.5-billion-parameter table.
@@ -27,9 +27,9 @@
 # - Explain each gap between formula and measurement: padding, the 512-byte blocks, the root unit that is not resharded after forward, the buffers kept for prefetching, the largest unit's all-gather.
 # - Choose among FSDP2's remedies (`reshard_after_forward`, how the model is cut into units, prefetching, HSDP, CPU offload) and combine sharding with activation checkpointing and mixed precision (lesson 04); read a `torchrun` script that runs the same code on real GPUs.
 #
-# **Time:** about 55 minutes alone: 23 minutes of reading, 2 of running, 10 with the three figures and the options, 15 of exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
+# **Time:** about 60 minutes alone: 32 of reading (at 100 words a minute, outputs included), 3 for the figures, 4 of running, 18 for the two exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
 #
-# Lesson 05a (model states, bytes per parameter, the ZeRO paper's conventions) comes first; lesson 04 introduced AMP and checkpointing; lesson 06 reserved memory.
+# Before this: lesson 05a (model states, bytes per parameter), lesson 04 (AMP, checkpointing), lesson 06 (reserved memory).
 
 # %% [markdown]
 # ## Setup
@@ -58,13 +58,13 @@ print(f"torch {torch.__version__}, torch.distributed available: {dist.is_availab
 # %% [markdown]
 # ## 1. ZeRO's three stages, as formulas
 #
-# In plain data parallelism every GPU holds a full copy of the model states and trains on its own slice of the batch; after backward the GPUs average their gradients (an *all-reduce*) and each takes the same optimizer step. N GPUs then hold N identical copies. The ZeRO paper (Rajbhandari et al., SC20, arXiv:1910.02054) removes the copies in three stages, each *sharding* one more model state, so that each of the N GPUs (the *ranks*) keeps 1/N of it:
+# In plain data parallelism each GPU holds a full copy of the model states, trains on its own slice of the batch, averages the gradients with the others (an *all-reduce*) and takes the same optimizer step. The ZeRO paper (Rajbhandari et al., 2020) removes these N copies in three stages, each *sharding* one more model state so that each GPU (*rank*) keeps 1/N of it:
 #
 # - **stage 1, P_os**: the optimizer states; each rank updates only its 1/N of the parameters;
 # - **stage 2, P_os+g**: also the gradients; each rank receives only the sum of its 1/N (a *reduce-scatter* instead of an all-reduce);
-# - **stage 3, P_os+g+p**: also the parameters; before a layer runs, its full parameters are collected from all ranks (an *all-gather*) and dropped again after use.
+# - **stage 3, P_os+g+p**: also the parameters; before a layer runs, its full parameters are collected from all ranks (an *all-gather*) and dropped after use.
 #
-# With the paper's mixed-precision Adam (lesson 05a, section 2: 2 bytes of 16-bit parameter, 2 of 16-bit gradient, K = 12 of fp32 master weights and Adam states per parameter), Ψ parameters and N ranks, the model states per rank are (the paper's section 5 and figure 1):
+# With the paper's mixed-precision Adam (lesson 05a, section 2: 2 bytes of 16-bit parameter, 2 of 16-bit gradient, K = 12 of fp32 master weights and Adam states), Ψ parameters and N ranks, the model states per rank are (section 5, figure 1):
 #
 # | stage | per rank |
 # |---|---|
@@ -73,9 +73,9 @@ print(f"torch {torch.__version__}, torch.distributed available: {dist.is_availab
 # | P_os+g | 2Ψ + (2 + K)Ψ/N |
 # | P_os+g+p | (2 + 2 + K)Ψ/N |
 #
-# Each stage's row is what a rank *keeps*; the price is communication. The paper's section 7 counts it: stages 1 and 2 move 2Ψ per rank and step, as plain data parallelism does (a reduce-scatter and an all-gather of Ψ each); stage 3 moves 3Ψ, 1.5 times as much, because each unit's parameters are all-gathered twice, once for its forward and again for its backward. Keep that second gather in mind: section 3 shows the option that removes it.
+# The price is communication (section 7): stages 1 and 2 move 2Ψ per rank and step, as data parallelism does; stage 3 moves 3Ψ, 1.5 times as much, because each unit's parameters are all-gathered twice, for its forward and again for its backward. Section 3 shows the option that removes the second gather.
 #
-# The paper's figure 1 evaluates the formulas for a 7.5-billion-parameter model on 64 GPUs. Computed, beside the figures the paper prints (quoted, in GB = 10⁹ bytes; 120 GB = 111.8 GiB):
+# Figure 1 evaluates the formulas for 7.5 billion parameters on 64 GPUs; computed, beside the paper's figures (GB = 10⁹ bytes; 120 GB = 111.8 GiB):
 
 # %%
 PAPER_PSI, PAPER_N = 7_500_000_000, 64
@@ -87,12 +87,12 @@ for stage, name in ZERO_STAGES.items():
 assert round(zero_model_state_bytes(PAPER_PSI, PAPER_N, 0) / 2**30, 1) == 111.8
 
 # %% [markdown]
-# All four agree, to the paper's rounding. Stage 3 divides everything by N: 1.9 GB per GPU instead of 120. Stages 1 and 2 leave the 16-bit parameters (and, in stage 1, the gradients) whole on every rank, so they cannot go below 2Ψ or 4Ψ however many GPUs there are.
+# All four agree, to the paper's rounding. Stages 1 and 2 keep the 16-bit parameters (and, in stage 1, the gradients) whole on every rank, so they never go below 2Ψ or 4Ψ.
 #
-# DeepSpeed, the library that implements ZeRO, ships estimators of the same quantity (`estimate_zero2_model_states_mem_needs` in `deepspeed/runtime/zero/stage_1_and_2.py`, `estimate_zero3_model_states_mem_needs` in `deepspeed/runtime/zero/stage3.py`; here without offloading). Read from that source (DeepSpeed itself is not needed here):
+# DeepSpeed, which implements ZeRO, ships estimators of the same quantity (`estimate_zero2_model_states_mem_needs` in `deepspeed/runtime/zero/stage_1_and_2.py`, `estimate_zero3_model_states_mem_needs` in `stage3.py`; without offloading):
 #
-# - **ZeRO-2: `2Ψ + 18Ψ/N`**: the 16-bit parameters whole, and 18 bytes per parameter sharded (16-bit gradient 2, fp32 gradient 4, fp32 parameter 4, Adam's two moments 8: DeepSpeed keeps an fp32 copy of the gradients that the paper's K = 12 does not count). Its documentation page *Memory Requirements* still gives `4Ψ + 16Ψ/N`: that was the code's formula until June 2024, when DeepSpeed pull request #5099 corrected the 16-bit parameters and gradients from 4 bytes to 2, and the page was not updated. The lesson uses the code's formula; exercise 1 shows how far apart the two are.
-# - **ZeRO-3: `4 × largest layer + 18Ψ/N`**: everything sharded, plus the largest layer (the most parameters any one module holds itself) whole. The same page explains the 4: the layer's 16-bit parameters gathered (2 bytes) and its 16-bit gradients computed (2 bytes).
+# - **ZeRO-2: `2Ψ + 18Ψ/N`**: the 16-bit parameters whole, and 18 bytes per parameter sharded (16-bit gradient 2, fp32 gradient 4, fp32 parameter 4, Adam's moments 8: an fp32 copy of the gradients that the paper's K = 12 does not count). Its documentation page *Memory Requirements* still gives `4Ψ + 16Ψ/N`, the code's formula until pull request #5099 (June 2024) counted the 16-bit parameters and gradients as 2 bytes, not 4. The lesson uses the code's.
+# - **ZeRO-3: `4 × largest layer + 18Ψ/N`**: everything sharded, plus the largest layer (the most parameters one module holds itself) whole: its 16-bit parameters gathered (2 bytes) and its 16-bit gradients computed (2 bytes), as the same page explains.
 #
 # For GPT-2 124M, whose largest layer is the token embedding (50,257 × 768), on 8 GPUs:
 
@@ -110,11 +110,11 @@ print(f"N = 8: DeepSpeed ZeRO-2, documented / coded: {ratio2:.2f};  DeepSpeed Ze
 assert round(ratio2, 2) == 1.41 and round(ratio3, 2) == 1.75
 
 # %% [markdown]
-# The documented ZeRO-2 formula asks 41% more than the code at N = 8, and DeepSpeed's ZeRO-3 estimate is 1.75 times the paper's stage 3: GPT-2's embedding is a third of the model, and the layer that must be gathered does not shrink with N. Which of them describes PyTorch? Measure it.
+# The documented ZeRO-2 formula asks 41% more than the code at N = 8, and DeepSpeed's ZeRO-3 estimate is 1.75 times the paper's stage 3: the embedding, a third of GPT-2, is gathered whole whatever N. Which describes PyTorch? Measure it.
 #
 # ## 2. FSDP2 on a fake process group, in one process
 #
-# PyTorch's implementation of ZeRO stage 3 is *Fully Sharded Data Parallel*; its current version, FSDP2, is one function, `torch.distributed.fsdp.fully_shard`. Applied to a module, it replaces each parameter by a `DTensor` that holds only this rank's shard (a slice of dim 0), and registers hooks that all-gather the module's parameters before its forward and backward, and reduce-scatter its gradients after backward. Each module wrapped this way is one *unit*: the unit of gathering. Models are wrapped block by block, then the root:
+# PyTorch's ZeRO stage 3 is *Fully Sharded Data Parallel*; its current version, FSDP2, is `torch.distributed.fsdp.fully_shard`. Applied to a module, it replaces each parameter by a `DTensor` holding only this rank's shard (a slice of dim 0), and registers hooks that all-gather the module's parameters before its forward and backward and reduce-scatter its gradients after backward. Each wrapped module is one *unit* of gathering. Models are wrapped block by block, then the root:
 #
 # ```python
 # for block in model.blocks:
@@ -122,7 +122,7 @@ assert round(ratio2, 2) == 1.41 and round(ratio3, 2) == 1.75
 # fully_shard(model)        # the root: the embeddings and the head
 # ```
 #
-# Running this needs a process group of N ranks. PyTorch's tests have a *fake* one: `torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)` makes this single process rank 0 of N. Collectives return at once without moving any data; every tensor still has the shape it has on a real rank 0. Under the simulated backend (fake tensors, lesson 00) the values do not matter anyway: what is counted is the bytes the rank allocates. `fake_process_group` does this, builds the `DeviceMesh` that `fully_shard` takes, and always destroys the process group on the way out, even when the body fails.
+# Running this needs N ranks. PyTorch's tests use a *fake* process group, `torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=N)`: this process becomes rank 0 of N, collectives return at once without moving data, and every tensor has its shape on a real rank 0. `fake_process_group` does this, builds the `DeviceMesh` that `fully_shard` takes, and destroys the process group on the way out, even when the body fails:
 
 # %%
 try:
@@ -134,9 +134,9 @@ except RuntimeError as e:
 assert not dist.is_initialized()
 
 # %% [markdown]
-# `sharded_step` does the rest, as a real job does for a model too large for one GPU: it builds the model on the `meta` device (shapes only), wraps it unit by unit, and only then gives the *sharded* parameters storage, so that no rank ever holds the whole model. It runs two training steps with Adam (`foreach`, lesson 05a), the first to create the optimizer states, and measures the second by category: this rank's sharded parameters, gradients and optimizer states; the unsharded (all-gathered) parameters; the flat all-gather buffers; the unsharded gradients and the reduce-scatter buffers; and everything else (activations, the loss, temporaries). FSDP2's collectives are PyTorch operators of their own (`torch.ops.fsdp.all_gather_copy_in`, `split_with_sizes_copy`, `chunk_cat`), so the storage tracker sees which storages they fill.
+# `sharded_step` does the rest as a real job would: it builds the model on the `meta` device (shapes only), wraps it unit by unit, and only then gives the *sharded* parameters storage. It runs two Adam steps (`foreach`, lesson 05a) and measures the second by category: this rank's sharded parameters, gradients and optimizer states; gathered parameters and all-gather buffers; reduce-scatter buffers; everything else.
 #
-# Start with lesson 01's MLP (85,002 parameters, each `Linear` one unit) on 1 to 8 ranks. Everything here is fp32 Adam, 4 + 4 + 8 = 16 bytes per parameter (lesson 05a), the same total as the paper's 2 + 2 + 12, so ZeRO-3's formula is 16Ψ/N:
+# Start with lesson 01's MLP (85,002 parameters, each `Linear` one unit) on 1 to 8 ranks. Everything here is fp32 Adam, 4 + 4 + 8 = 16 bytes per parameter, the same total as the paper's 2 + 2 + 12, so ZeRO-3's formula is 16Ψ/N:
 
 # %%
 mlp = {n: sharded_step("mlp", n, batch_size=32) for n in range(1, 9)}
@@ -150,12 +150,12 @@ print(f"MLP, {P_MLP:,} parameters: rank 0's model states / (16Ψ/N) at N = 1, 2,
 assert over == [1.0, 1.0, 1.02, 1.05]
 
 # %% [markdown]
-# The model states per rank fall as 1/N, and the gap to 16Ψ/N, 5% at N = 8, is exactly accounted for by two rules (`sharded_parameter_bytes` reproduces rank 0's parameters byte for byte at every N, and its Adam states are twice that):
+# The model states fall as 1/N, and the gap to 16Ψ/N, 5% at N = 8, comes from exactly two rules (`sharded_parameter_bytes` reproduces rank 0's parameters byte for byte at every N; Adam's states are twice that):
 #
-# - **padding**: FSDP2 splits dim 0 of each parameter into N pieces of ⌈rows/N⌉ rows (as `torch.chunk` does) and gives every rank a storage of that size, so that the all-gather moves equal pieces (`_fsdp_param.py`: "0th always padded"). The output layer's 10 rows on 8 ranks are 2 rows each: rank 0 holds 2/10 of it, not 1/8;
-# - **512-byte blocks**: each shard is its own storage, rounded up to 512 bytes by the caching allocator (lesson 00); the MLP's six tensors are small, so their shards are too. The gradients of a unit share one flat storage (FSDP2 reduce-scatters a unit's gradients into one buffer and makes each gradient a view of it), so they are rounded once per unit.
+# - **padding**: FSDP2 splits dim 0 of each parameter into N pieces of ⌈rows/N⌉ rows (as `torch.chunk` does) and gives every rank a storage of that size, so the all-gather moves equal pieces (`_fsdp_param.py`: "0th always padded"). The output layer's 10 rows on 8 ranks are 2 rows each: rank 0 holds 2/10 of it, not 1/8;
+# - **512-byte blocks**: each shard is its own storage, rounded up to 512 bytes by the caching allocator (lesson 00); a unit's gradients share one flat storage (the reduce-scatter's output), so they are rounded once per unit.
 #
-# Is rank 0 the one to plan for? The last of 8 ranks holds none of the output layer's 10 rows (5 pieces of 2 cover them). `sharded_step(..., rank=7)` measures it:
+# Is rank 0 the one to plan for? Rank 7 of 8 holds none of the output layer's 10 rows (5 pieces of 2 cover them). `sharded_step(..., rank=7)` measures it:
 
 # %%
 last = sharded_step("mlp", 8, batch_size=32, rank=7)
@@ -165,11 +165,11 @@ assert (last.parameters, last.gradients) == (mlp[8].parameters, mlp[8].gradients
 assert last.optimizer_states < mlp[8].optimizer_states
 
 # %% [markdown]
-# Parameters and gradients are padded on *every* rank: each keeps a storage of rank 0's size (its local tensor is a view of the first rows, or of none), and the reduce-scatter writes an equal flat piece to each. Only Adam's states are smaller on the last ranks, because `torch.optim.Adam` makes them with `zeros_like` of the parameter, whose local tensor is the unpadded view: a rank holding none of the output layer gets no states for it. Rank 0 holds the largest shards of every kind, so it is the rank to measure.
+# Parameters and gradients are padded on *every* rank: each keeps a storage of rank 0's size (its local tensor a view of the first rows, or of none). Only Adam's states are smaller on the last ranks: `torch.optim.Adam` makes them with `zeros_like` of the local, unpadded view. Rank 0 holds the largest shards of every kind: it is the rank to measure.
 #
 # ## 3. ResNet18 and GPT-2 124M, rank by rank
 #
-# ResNet18 (each residual block one unit; the stem and the classifier in the root), at batch 8 per rank, and GPT-2 124M (each transformer block one unit; the embeddings, the final LayerNorm and the head, which shares the token embedding, in the root), at batch 8 and sequence 512 per rank, on 1 to 8 ranks:
+# ResNet18 (each residual block a unit; the stem and classifier in the root) at batch 8 per rank, and GPT-2 124M (each transformer block a unit; the embeddings, final LayerNorm and tied head in the root) at batch 8 × 512 tokens per rank, on 1 to 8 ranks:
 
 # %%
 with torch.device("meta"):
@@ -192,9 +192,9 @@ fig = plot_sharded_world_sizes(
 fig
 
 # %% [markdown]
-# Look at the solid bars and the solid line: rank 0's sharded parameters, gradients and Adam states sit on 16Ψ/N at every N (the assertions above check them against the padding and 512-byte rules byte for byte). When N is a power of two, which divides every channel count and hidden size, the gap stays within 0.05% for GPT-2 and 0.3% for ResNet18 (whose 62 parameter tensors, many of them small BatchNorm vectors, each round up to 512 bytes); at N = 7 a 64-channel convolution is cut into pieces of 10 rows, and ResNet18's model states are up to 1.5% above 16Ψ/N, GPT-2's 0.15%.
+# Look at the solid bars and the solid line: rank 0's sharded parameters, gradients and Adam states sit on 16Ψ/N, off only by the two rules (asserted byte for byte): within 0.05% for GPT-2 and 0.3% for ResNet18 (many small BatchNorm vectors, each rounded up to 512 bytes) when N is a power of two, which divides every channel and hidden size. At N = 7 a 64-channel convolution is cut into pieces of 10 rows: up to 1.5% for ResNet18, 0.15% for GPT-2.
 #
-# Now look at the hatched top of each bar: the gathered parameters and the all-gather buffers at their most. It does not shrink with N, so from N = 4 on it is about as large as all the model states together, and the bars stop following the solid line. The dashed line, DeepSpeed's ZeRO-3 estimate, bends away for a similar reason: a layer gathered whole. What exactly is gathered, and when? GPT-2 at N = 4, unit by unit, over one step:
+# Now look at the hatched tops, the gathered parameters and their buffers at their most: they do not shrink with N, and from N = 4 on they are about as large as all the model states. The dashed DeepSpeed estimate bends away for a similar reason, a layer gathered whole. What is gathered, and when? GPT-2 at N = 4, over one step:
 
 # %%
 g4 = gpt_runs[4]
@@ -222,20 +222,20 @@ fig = plot_sharded_timeline([reshard[None], reshard[True], reshard[False]],
 fig
 
 # %% [markdown]
-# Look at the top panel, the default. Every transient is a unit's parameters in fp32, whole, and none of them shrinks with N:
+# Look at the top panel, the default. Every transient is a unit's fp32 parameters, whole, whatever N:
 #
-# - **The root is not resharded after forward** (the wide band from the start of forward to the end of backward). `fully_shard`'s default, `reshard_after_forward=None`, frees each block's gathered parameters when the block's forward ends (and gathers them again for its backward), but keeps the root's, since backward starts with the head and would gather them at once. The root holds the token embedding: 150 MiB (4 bytes per parameter of the root, asserted above).
-# - **The largest unit's all-gather** (the spike at the very start). The root is GPT-2's largest unit by far (39.4 million parameters against 7.1 million per block). Gathering it needs a flat buffer of its size *and* the unsharded parameters copied out of it: two copies of the embedding in fp32, 8 bytes per parameter of the root. DeepSpeed's "4 × largest layer" counts something else: 16-bit parameters gathered and 16-bit gradients computed, 2 + 2 bytes, for the largest *module*, not the largest unit.
-# - **Prefetching** (the teeth on top of the band). To overlap communication with computation, FSDP2 keeps the previous unit's all-gather buffer in forward until the next unit's gather has started, and in backward gathers the next unit while the current one computes: two units' buffers at once. At the start of forward the root and the first block are each there twice, buffer and gathered parameters: more than rank 0's model states at N = 8 (asserted).
-# - **Reduce-scatter** (not drawn): a unit's unsharded gradients are copied into one flat buffer and reduce-scattered from it; for the root, 150 MiB again.
+# - **The root stays gathered** (the band from forward to the end of backward). The default, `reshard_after_forward=None`, frees each block's gathered parameters after its forward and gathers them again for backward, but keeps the root's, which backward needs first (the head). The root holds the token embedding: 150 MiB.
+# - **The largest unit's all-gather** (the spike at the start): the root, GPT-2's largest unit (150 MiB against 27 MiB per block), needs a flat buffer *and* the parameters copied out of it: 8 bytes per parameter of the root. DeepSpeed's "4 × largest layer" counts something else: 16-bit parameters gathered plus 16-bit gradients computed, for the largest *module*.
+# - **Prefetching** (the teeth on the band): to overlap communication with computation, FSDP2 keeps the previous unit's buffer in forward until the next gather has started, and in backward gathers the next unit while the current one computes: two units' buffers at once. At the start of forward the root and first block are each there twice: more than rank 0's model states at N = 8 (asserted).
+# - **Reduce-scatter** (not drawn): a unit's gradients are copied into one flat buffer and reduce-scattered from it: 150 MiB again for the root.
 #
-# ResNet18 follows the same rules with smaller units (asserted too): its root (the stem and the classifier) stays gathered, the last residual block is its largest unit, and two consecutive blocks' buffers coexist. Shard a model into units of similar size and the transient is a few units, whatever N. GPT-2's vocabulary makes that impossible: its embedding is a third of the model, and its unit, gathered, does not shrink with N.
+# ResNet18 follows the same rules (asserted): its root stays gathered, its last residual block is its largest unit, two consecutive blocks' buffers coexist. Units of similar size keep the transient to a few units, whatever N; GPT-2's embedding, a third of the model, prevents that.
 #
-# The two other panels are the first remedy, `reshard_after_forward`, which trades memory for communication. `True` reshards the root too: the band drops to zero between forward and backward, and the root is gathered again at once. `False` keeps every unit gathered from its forward to its backward: by the end of forward the whole model is there in fp32, 474.7 MiB, on every rank. That removes the backward all-gathers (`fully_shard`'s docstring), so its traffic is stage 2's, 2Ψ per step (section 1), not stage 3's 3Ψ, and its parameters are no longer sharded between forward and backward. (An integer, e.g. the GPUs per node, reshards to that smaller group after forward: the backward gather then stays inside a node.)
+# The other two panels set `reshard_after_forward`, trading memory for communication. `True` reshards the root too: the band drops to zero between forward and backward. `False` keeps every unit gathered from its forward to its backward, so by the end of forward the whole model is there in fp32, 474.7 MiB, on every rank; in exchange the backward all-gathers are gone (`fully_shard`'s docstring): stage 2's traffic, 2Ψ, not stage 3's 3Ψ (section 1). (An integer, e.g. the GPUs per node, reshards to that smaller group, keeping the backward gather inside a node.)
 #
 # ## 4. What sharding does not shard, and the other remedies
 #
-# Each rank runs the forward and backward pass of its own slice of the batch, whole. Its activations are those of one GPU at that batch size, whatever N:
+# Each rank runs forward and backward on its own slice of the batch, whole: its activations are one GPU's at that batch size, whatever N:
 
 # %%
 acts = {n: gpt_runs[n].after_forward["other"] for n in range(1, 9)}
@@ -246,14 +246,14 @@ print(f"GPT-2, batch 8 x 512 per rank: activations at the end of forward {fmt_by
 assert (round(peak_states[1], 2), round(peak_states[8], 2)) == (0.3, 0.05)
 
 # %% [markdown]
-# The activations (with the logits, lesson 05b, section 1) do not move: sharding divides the model states, and once they are divided the activations are most of the peak. For them lesson 04's techniques are still the tools, and they combine with FSDP2. Here are the options a learner can reach for, each measured on rank 0 (GPT-2, batch 8 × 512 per rank, N = 4 unless named):
+# The activations (with the logits, lesson 05b, section 1) do not move: once the model states are divided, the activations are most of the peak, and lesson 04's techniques combine with FSDP2. The options, each measured on rank 0 (GPT-2, batch 8 × 512 per rank, N = 4 unless named):
 #
-# - **`reshard_after_forward=True`** (section 3): the root freed between forward and backward.
-# - **The embeddings and the head as their own unit**, `fully_shard([model.embeddings, model.head])` before the root's `fully_shard`: a unit resharded after forward like any block, so the root keeps nothing. GPT-2's head shares the token embedding's weight, so the two must be one unit (`fully_shard` on a list groups them); a model with an untied head, like Llama, wraps each on its own.
-# - **Deeper prefetching**, `set_modules_to_forward_prefetch` and `set_modules_to_backward_prefetch` with the next two units: more overlap, one more block's all-gather buffer held. These methods can only prefetch *more*: FSDP2's default already prefetches one unit in backward, and an empty list restores that default (`_fsdp_state.py`, `_pre_backward`); unlike FSDP1 there is no `limit_all_gathers` to turn down.
-# - **HSDP**, a 2-dimensional mesh, `init_device_mesh("cuda", (nodes, gpus_per_node))`: parameters sharded within a node, replicated across nodes (the reduce-scattered gradients are then all-reduced between the copies). Measured at N = 8 as 2 × 4.
-# - **Activation checkpointing** of every unit (`torch.utils.checkpoint`, non-reentrant, inside the unit's `fully_shard`: when the unit's backward recomputes its forward, its parameters have already been gathered for the backward).
-# - **`MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`**: the all-gather casts each shard to bfloat16 and gathers 16-bit parameters, the forward and backward compute in bfloat16, and the gradients are reduce-scattered in fp32 into fp32 shards.
+# - **`reshard_after_forward=True`** (section 3).
+# - **The embeddings and the head as their own unit**, `fully_shard([model.embeddings, model.head])` before the root's `fully_shard`: resharded after forward like any block. GPT-2's head shares the embedding's weight, so the two must be one unit; Llama's untied head can be its own.
+# - **Deeper prefetching**, `set_modules_to_forward_prefetch` and `set_modules_to_backward_prefetch` with the next two units. These only prefetch *more* than the default's one unit in backward (`_fsdp_state.py`, `_pre_backward`); FSDP1's `limit_all_gathers` has no FSDP2 counterpart.
+# - **HSDP**, a 2-dimensional mesh `init_device_mesh("cuda", (nodes, gpus_per_node))`: sharded within a node, replicated across nodes. Measured at N = 8 as 2 × 4.
+# - **Activation checkpointing** of every unit (`torch.utils.checkpoint`, non-reentrant, inside the unit's `fully_shard`, so the recomputation finds the parameters already gathered).
+# - **`MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)`**: bfloat16 gathers and compute, gradients reduce-scattered in fp32 into fp32 shards.
 
 # %%
 own_unit = lambda m: [[m.embeddings, m.head], *m.blocks]   # noqa: E731  (the tied embedding and head: one unit)
@@ -288,21 +288,21 @@ print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g
       f"bf16 policy {fmt_bytes(mp.peak_bytes - g4.peak_bytes, sign=True)}")
 
 # %% [markdown]
-# Look at the green ends of the bars first: at this batch the activations are most of every peak, and only checkpointing (which keeps each block's input until backward: under a third of the activations) and the bfloat16 policy (which halves most activations) shorten them by gigabytes. The remedies for FSDP's own transients are the hatched parts, and they work as described, on a smaller scale:
+# Look at the green ends of the bars first: only checkpointing (which keeps each block's input: under a third of the activations) and the bfloat16 policy (which halves most activations) shorten them, by gigabytes. The remedies for FSDP's own transients shrink the hatched parts, on a smaller scale:
 #
-# - resharding the root after forward, or giving the embeddings and the head a unit of their own, saves the root's 150 MiB at the peak (the same bytes both ways: the peak comes at the start of backward, before the head is gathered again);
-# - prefetching two units holds one more block's all-gather buffer (27 MiB), in forward, away from this peak; on a model whose peak falls in forward it would count;
-# - HSDP on 8 GPUs keeps exactly the memory of FSDP on 4, in exchange for collectives that stay inside a node (and an all-reduce of the gradient shards across nodes);
-# - the bfloat16 policy halves every gathered parameter, but leaves the model states at 16 bytes per parameter over N: FSDP2 keeps fp32 sharded parameters and fp32 gradient shards beside Adam's states (4 + 4 + 8), and the 16-bit parameters exist only whole, for the unit being computed. That is not the paper's layout (2 + 2 + 12: 16-bit parameters and gradients, fp32 master weights and states): the same 16 bytes, cut differently.
+# - resharding the root, or giving the embeddings and head their own unit, saves the root's 150 MiB at the peak (the same both ways: the peak comes at the start of backward, before the head is gathered again);
+# - prefetching two units holds one more block's buffer (27 MiB) in forward, away from this peak (it would count on a model whose peak falls in forward);
+# - HSDP on 8 GPUs keeps exactly the memory of FSDP on 4, with collectives inside a node (plus an all-reduce of the gradient shards across nodes);
+# - the bfloat16 policy halves the gathered parameters but not the model states: FSDP2 keeps fp32 parameter and gradient shards beside Adam's states (4 + 4 + 8 over N), and 16-bit parameters only whole, for the unit being computed. The paper's 2 + 2 + 12 cuts the same 16 bytes differently.
 #
-# One more remedy cannot be measured here. **`CPUOffloadPolicy`** (`fully_shard(..., offload_policy=CPUOffloadPolicy())`) keeps the sharded parameters, the sharded gradients and the optimizer states in host memory (pinned by default), copies each shard to the GPU before its all-gather and the gradient shards back after the reduce-scatter, and runs the optimizer step on the CPU. On the GPU remain the gathered units, their buffers and the activations: the hatched and green parts of the bars, without the solid ones. The simulation counts one device, so it cannot tell host from GPU memory; the price of offloading, a CPU optimizer step and two host-device copies per unit and step, is time.
+# **`CPUOffloadPolicy`** (`fully_shard(..., offload_policy=CPUOffloadPolicy())`) cannot be measured here, where the simulation counts one device. It keeps the sharded parameters, gradients and optimizer states in (pinned) host memory, copies shards to the GPU for each all-gather and gradient shards back after each reduce-scatter, and runs the optimizer step on the CPU. The GPU keeps the hatched and green parts of the bars, not the solid ones; the price is time.
 #
 # ## 5. The same code on real GPUs: `torchrun`
 #
-# On a machine with 4 GPUs, the script below is started once per GPU by `torchrun --standalone --nproc-per-node 4 train_fsdp.py`. `torchrun` sets `RANK`, `LOCAL_RANK` and `WORLD_SIZE` in each process's environment; `init_process_group("nccl")` reads them. (Not run here: this machine has no GPU, and the CI that tests these lessons has none either.)
+# On a machine with 4 GPUs, `torchrun --standalone --nproc-per-node 4 train_fsdp.py` starts the script below once per GPU, setting `RANK`, `LOCAL_RANK` and `WORLD_SIZE`, which `init_process_group("nccl")` reads. (Not run here: no GPU.)
 #
 # ```python
-# # train_fsdp.py: run with  torchrun --standalone --nproc-per-node 4 train_fsdp.py
+# # train_fsdp.py
 # import os
 # import torch
 # import torch.distributed as dist
@@ -339,13 +339,13 @@ print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g
 #
 # What differs from the fake process group:
 #
-# - The collectives move data over NVLink or the network (NCCL), and run on their own CUDA streams, overlapping with computation; this is why FSDP2 keeps the buffers of section 3 a little longer than a single stream would need. The streams cost *reserved* memory as well: FSDP2 allocates its all-gather buffers on its all-gather streams and its reduce-scatter buffers on its reduce-scatter stream (`_fsdp_collectives.py`), and the caching allocator reuses freed memory only on the stream that allocated it (the `Tensor.record_stream` docstring), so the cached blocks of several streams sit side by side and `memory_reserved()` (lesson 06) can stand further above `memory_allocated()` than on one stream. NCCL also allocates its own buffers, outside PyTorch's caching allocator, like the CUDA context: `memory_allocated()` does not see them, `nvidia-smi` does.
-# - Every rank prints its own peak. Every rank holds parameter and gradient shards of rank 0's padded size, smaller Adam states or the same (section 2), and the same activations, so rank 0's figure is the one to plan for.
-# - On one GPU the same script needs no changes: `torchrun --nproc-per-node 1` gives a world of one, where FSDP2 shards nothing but still gathers (here, copies) each unit's parameters, as the N = 1 rows of section 3 show.
+# - The collectives move data over NVLink or the network (NCCL) on their own CUDA streams, overlapping with computation. FSDP2 allocates its buffers on those streams (`_fsdp_collectives.py`), and the caching allocator reuses freed memory only on the stream that allocated it (the `Tensor.record_stream` docstring), so `memory_reserved()` (lesson 06) can stand further above `memory_allocated()` than on one stream. NCCL's own buffers, like the CUDA context, sit outside the caching allocator: `nvidia-smi` sees them, `memory_allocated()` does not.
+# - Every rank prints its own peak; rank 0's is the one to plan for (section 2).
+# - With `--nproc-per-node 1` the script runs in a world of one, where FSDP2 shards nothing but still gathers (copies) each unit: the N = 1 bar of section 3.
 #
 # ## Exercises
 #
-# **Exercise 1: how many GPUs for the paper's 7.5B model?** How many A100 40 GB cards does the 7.5-billion-parameter model need before its model states fit in what PyTorch sees of each card (with the 1 GiB of CUDA overhead that lessons 01 and 05b assume), with ZeRO stage 1, 2 or 3 as the paper counts them, with DeepSpeed's ZeRO-2 estimate as its code computes it and as its documentation writes it (4Ψ + 16Ψ/N, section 1), and with its ZeRO-3 estimate (say the largest layer has 400 million parameters)?
+# **Exercise 1: how many GPUs for the paper's 7.5B model?** How many A100 40 GB cards does it need before its model states fit (`fits`, with lesson 05b's 1 GiB of CUDA overhead) under ZeRO stages 1, 2 and 3, DeepSpeed's ZeRO-2 estimate as coded and as documented, and its ZeRO-3 estimate (say the largest layer has 400 million parameters)?
 
 # %%
 # Your code here: zero_model_state_bytes(PAPER_PSI, n, stage), deepspeed_zero2_gpu_bytes(...), 4 * PAPER_PSI + 16 * PAPER_PSI // n,
@@ -396,15 +396,15 @@ print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g
 #
 # ## Key points
 #
-# - ZeRO shards the model states across N data-parallel ranks in three stages: optimizer states (P_os), + gradients (P_os+g), + parameters (P_os+g+p). Per rank: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N bytes; 120, 31.4, 16.6 and 1.9 GB for 7.5B parameters on 64 GPUs. Stage 3 communicates 1.5 times as much as stages 1 and 2: each unit is gathered for forward and again for backward.
-# - DeepSpeed's estimators count 18 bytes per parameter (its code: ZeRO-2 is 2Ψ + 18Ψ/N; its documentation still says 4Ψ + 16Ψ/N), and ZeRO-3 adds 4 bytes per parameter of the largest layer: its 16-bit parameters gathered and its 16-bit gradients computed.
-# - PyTorch's FSDP2 (`fully_shard`) is stage 3. Measured on rank 0 of a fake process group, its sharded parameters, gradients and Adam states follow 16Ψ/N within 0.3% for ResNet18 and 0.05% for GPT-2 when N is a power of two (1.5% and 0.15% at N = 7); the rest is padding of dim 0 to N equal pieces and 512-byte blocks, byte for byte. Every rank's parameter and gradient shards are padded to rank 0's size; only Adam's states are smaller on the last ranks.
-# - What does not shrink with N: the gathered units (the root, unless resharded; the largest unit, twice while it is gathered; two units' buffers for prefetching), the reduce-scatter buffer of a unit, and the activations of each rank's batch.
-# - The remedies: `reshard_after_forward=True`, or the embeddings and head as a unit of their own (the root's 150 MiB for GPT-2); `False` keeps the whole model gathered for stage 2's communication; deeper prefetch costs a unit's buffer per unit; HSDP shards within a node; `CPUOffloadPolicy` moves the shards and the optimizer step to the host; checkpointing and `MixedPrecisionPolicy` (16-bit gathers and compute, fp32 shards: 4 + 4 + 8, not the paper's 2 + 2 + 12) shrink what sharding does not. On real GPUs, NCCL's buffers and FSDP2's separate streams come on top.
+# - ZeRO shards optimizer states, then gradients, then parameters across N ranks: per rank 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N bytes. Stage 3 communicates 1.5 times as much: each unit is gathered for forward and again for backward.
+# - DeepSpeed's code counts 18 bytes per sharded parameter (ZeRO-2: 2Ψ + 18Ψ/N; its documentation still says 4Ψ + 16Ψ/N); ZeRO-3 adds 4 bytes per parameter of the largest layer (16-bit parameters gathered, 16-bit gradients computed).
+# - FSDP2 (`fully_shard`) is stage 3: rank 0's model states are 16Ψ/N plus padding of dim 0 and 512-byte blocks, byte for byte; only Adam's states are smaller on the last ranks.
+# - Sharding does not shrink the gathered units (the root, the largest unit twice, two units' buffers for prefetching), the reduce-scatter buffers, or the activations.
+# - Remedies: `reshard_after_forward=True` or the embeddings and head as their own unit (the root's 150 MiB); deeper prefetch; HSDP; `CPUOffloadPolicy`; for the activations, checkpointing and `MixedPrecisionPolicy` (fp32 shards: 4 + 4 + 8, not 2 + 2 + 12). `False` keeps the whole model gathered, for stage 2's traffic. On real GPUs, NCCL's buffers and FSDP2's streams come on top.
 #
 # ## Further reading
 #
-# - S. Rajbhandari, J. Rasley, O. Ruwase, Y. He, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054, sections 5 and 7, figure 1.
+# - S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054, sections 5 and 7, figure 1.
 # - PyTorch documentation: `torch.distributed.fsdp.fully_shard` (FSDP2), and the tutorial *Getting Started with Fully Sharded Data Parallel (FSDP2)*; `torchrun` (Elastic Launch).
 # - DeepSpeed documentation, *Memory Requirements* (the ZeRO-2 and ZeRO-3 estimators), and their source, `deepspeed/runtime/zero/stage_1_and_2.py` and `stage3.py`.
 # - Y. Zhao et al., *PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel*, VLDB 2023, arXiv:2304.11277.
