@@ -266,9 +266,6 @@ variants = {
     "checkpointing": sharded_step("gpt2", 4, batch_size=8, seq_len=512, checkpoint=True),
     "MixedPrecisionPolicy(bf16)": sharded_step("gpt2", 4, batch_size=8, seq_len=512, mixed_precision=True),
 }
-fig = plot_sharded_peaks(list(variants.values()), list(variants),
-                         title="GPT-2 124M, batch 8 x 512 per rank: rank 0 at its peak")
-fig
 
 # %%
 v = variants
@@ -286,6 +283,9 @@ assert mp.peak_bytes < ckpt.peak_bytes < g4.peak_bytes
 print(f"against the defaults' peak: root resharded {fmt_bytes(own.peak_bytes - g4.peak_bytes, sign=True)}, "
       f"checkpointing {fmt_bytes(ckpt.peak_bytes - g4.peak_bytes, sign=True)}, "
       f"bf16 policy {fmt_bytes(mp.peak_bytes - g4.peak_bytes, sign=True)}")
+fig = plot_sharded_peaks(list(variants.values()), list(variants),
+                         title="GPT-2 124M, batch 8 x 512 per rank: rank 0 at its peak")
+fig
 
 # %% [markdown]
 # Look at the green ends of the bars first: only checkpointing (which keeps each block's input: under a third of the activations) and the bfloat16 policy (which halves most activations) shorten them, by gigabytes. The remedies for FSDP's own transients shrink the hatched parts, on a smaller scale:
