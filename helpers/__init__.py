@@ -41,7 +41,7 @@ _HOME = {
     "StepConfig": "config",
     "round_up": "allocator.rules",
     "tensor_bytes": "engine.counting", "Meter": "engine.meter", "resolve_backend": "engine.backends",
-    "CATEGORIES": "record", "StepProfile": "record",
+    "CATEGORIES": "record", "OKABE_ITO": "record", "StepProfile": "record",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
     "DoesNotFit": "step", "StepRunner": "step", "profile_step": "step", "time_step": "step",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",

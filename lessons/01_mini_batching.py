@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from helpers import CUDA_OVERHEAD_BYTES, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp, profile_step
+from helpers import CUDA_OVERHEAD_BYTES, OKABE_ITO, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp, profile_step
 from helpers.teaching.data import load_digits
 from helpers.gpus import GPU_CARDS, oom_message
 from helpers.models import digits_mlp
@@ -81,6 +81,9 @@ for i, ax in enumerate(fig.subplots(1, 10)):
     ax.set_title(int(data.y_train[i]), fontsize=9)
     ax.axis("off")
 fig
+
+# %% [markdown]
+# Look at the first ten training images, each labelled with its digit: 8 × 8 grey pixels are coarse, yet most digits are easy to tell apart.
 
 # %% [markdown]
 # If you are online and want a bigger data set, `helpers.teaching.data.load_mnist(download=True)` gives MNIST (60,000 training images of 28 × 28) in the same form. It is off by default and nothing in this lesson needs it:
@@ -167,17 +170,18 @@ assert per_epoch[1] > 5 * per_epoch[128]
 # %%
 fig = Figure(figsize=(10, 3.6), layout="constrained")
 ax_epoch, ax_updates = fig.subplots(1, 2)
-for b, h in runs.items():
+colours = [OKABE_ITO[c] for c in ("blue", "orange", "bluish green", "vermillion")]  # colour-blind safe
+for (b, h), colour in zip(runs.items(), colours):
     label = "whole set" if b == n_train else f"batch {b}"
-    ax_epoch.plot(range(1, EPOCHS + 1), h.train_loss, marker="o", label=label)
-    ax_updates.plot(h.updates, h.train_loss, marker="o", label=label)
+    ax_epoch.plot(range(1, EPOCHS + 1), h.train_loss, marker="o", color=colour, label=label)
+    ax_updates.plot(h.updates, h.train_loss, marker="o", color=colour, label=label)
 ax_epoch.set(xlabel="epoch (= 1,437 samples seen)", ylabel="training loss", title="loss per epoch")
 ax_updates.set(xlabel="optimizer updates (log scale)", xscale="log", title="loss per update")
 ax_epoch.legend()
 fig
 
 # %% [markdown]
-# Per **epoch**, that is per sample seen, small batches win by far: an epoch at batch 1 makes 1,437 updates, an epoch at full batch makes one. Per **update** (right), the curves nearly line up: at this learning rate, a step on 128 samples does little more than a step on 16. The larger batch computed a more accurate gradient, and the optimizer, taking one small step along it, could not use the extra accuracy. The batch-1 curve shows the price of very small batches: its loss goes up after some epochs, because each step follows the gradient of a single sample.
+# Look at the left panel: per **epoch**, that is per sample seen, small batches win by far: an epoch at batch 1 makes 1,437 updates, an epoch at full batch makes one. Per **update** (right), the curves nearly line up: at this learning rate, a step on 128 samples does little more than a step on 16. The larger batch computed a more accurate gradient, and the optimizer, taking one small step along it, could not use the extra accuracy. The batch-1 curve shows the price of very small batches: its loss goes up after some epochs, because each step follows the gradient of a single sample.
 #
 # How noisy is a mini-batch gradient? Take the gradient over the whole training set as the truth, and measure how far the gradients of random batches of size b fall from it. Sampling theory says the expected squared distance is σ²/b · (N − b)/(N − 1), where σ² is the variance of one sample's gradient and the second factor corrects for drawing without replacement from N samples. So b · distance / correction should be the same for every b. (This measurement runs in float64, so that its printed digits are the same on every CPU.)
 
@@ -291,16 +295,21 @@ print(f"batch 128: gradients at the peak {fmt_bytes(traces[128].categories['grad
 
 fig = Figure(figsize=(10, 3.6), layout="constrained")
 ax_all, ax_gap = fig.subplots(1, 2)
-ax_all.plot(sizes, [traces[b].peak_allocated_bytes / MiB for b in sizes], "o", label="measured (simulated)")
-ax_all.plot(sizes, [fit.predict(b) / MiB for b in sizes], "-", lw=1, label="M0 + b·m (fit on b ≥ 128)")
+ax_all.plot(sizes, [traces[b].peak_allocated_bytes / MiB for b in sizes], "o", color=OKABE_ITO["blue"],
+            label="measured (simulated)")
+ax_all.plot(sizes, [fit.predict(b) / MiB for b in sizes], "-", lw=1, color=OKABE_ITO["orange"],
+            label="M0 + b·m (fit on b ≥ 128)")
 ax_all.set(xlabel="batch size", ylabel="peak allocated (MiB)", title="ResNet18, one steady-state training step")
 ax_all.legend()
-ax_gap.plot(sizes, [(traces[b].peak_allocated_bytes - fit.predict(b)) / MiB for b in sizes], "o-")
+ax_gap.plot(sizes, [(traces[b].peak_allocated_bytes - fit.predict(b)) / MiB for b in sizes], "o-",
+            color=OKABE_ITO["blue"])
 ax_gap.set(xscale="log", xlabel="batch size (log scale)", ylabel="measured minus line (MiB)",
            title="small batches lie above the line")
 fig
 
 # %% [markdown]
+# Look at the right panel: from batch 128 up the measured peaks sit on the line, and below 128 they rise above it, the more the smaller the batch.
+#
 # Why? The memory alive at *each* moment of the step is affine in b, with its own M0 and m. The peak is the highest of them. At large b the moment with the most activations alive wins (early in backward). At small b, activations are cheap and the winner is a later moment of backward, when most of the parameters' gradients have been allocated (42 MiB of them at batch 1, against 2 MiB at batch 128). A maximum of straight lines is convex, so the measured curve bends upward toward small b and is straight once one moment dominates. (This is also how the widget at the end of the lesson answers instantly: between two traced batch sizes whose peaks happened at the same moment, the straight line is exact.)
 #
 # ### How big a batch fits?

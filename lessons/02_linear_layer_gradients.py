@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import nn
 
-from helpers import MiB, build_model, fmt_bytes, profile_step
+from helpers import OKABE_ITO, MiB, build_model, fmt_bytes, profile_step
 from helpers.saved import forward_saved_bytes, inspect_saved
 from helpers.techniques.masks import BitMaskReLU, BoolMaskReLU, replace_relu
 
@@ -322,7 +322,7 @@ for n in (256, 1024, 4096):
 fig = Figure(figsize=(9, 3.8), layout="constrained")
 ax = fig.add_subplot()
 batches = [2**k for k in range(0, 15)]
-for n, color in ((256, "C0"), (1024, "C1"), (4096, "C2")):
+for n, color in ((256, OKABE_ITO["blue"]), (1024, OKABE_ITO["orange"]), (4096, OKABE_ITO["bluish green"])):
     params = 4 * (n * n + n)
     ax.plot(batches, [4 * b * n / MiB for b in batches], color=color, label=f"activations, n = {n}")
     ax.axhline(params / MiB, color=color, ls="--", lw=1, label=f"parameters, n = {n}")
@@ -335,6 +335,8 @@ ax.legend(fontsize=8, ncol=2)
 fig
 
 # %% [markdown]
+# Look at where each solid line (activations) crosses the dashed line of its colour (parameters): at the dot, batch n + 1, so the wider the layer, the larger the batch at which activations take over.
+#
 # And the optimizer multiplies the parameter side (gradients, momentum, Adam's two moments: lesson 05a), while activation checkpointing divides the activation side (lesson 04).
 #
 # ## Exercises

@@ -136,7 +136,7 @@ for name in ("layer1.0.conv1", "layer1.0.bn1", "layer1.0.conv2", "layer1.0.bn2")
 plot_timeline(step, title="ResNet18, batch 128, one training step (simulated)")
 
 # %% [markdown]
-# The climb is steep at first and then flattens. Why? Sum what each top-level stage of the network keeps after its forward, and compare with where the parameters are:
+# Look at the climb: steep at first, then flatter, up to the peak (the dot) early in the backward pass. Why? Sum what each top-level stage of the network keeps after its forward, and compare with where the parameters are:
 
 # %%
 with torch.device("meta"):  # shapes only: no memory, no initialisation
@@ -162,7 +162,7 @@ assert early / total_kept > 0.6 and params_per_stage["layer4"] / total_params > 
 plot_stages(step)
 
 # %% [markdown]
-# The two are opposite. Activations scale with batch × channels × height × width. Each ResNet stage halves height and width (a quarter of the pixels) and doubles the channels, so each stage keeps about half as much as the one before; the stem, at 112 × 112, keeps the most. Parameters scale with channels_in × channels_out × kernel size, and grow by about 4× per stage: `layer4` alone holds more than 70% of them (the table above).
+# Look at the bars: the stem and `layer1` keep the most and each later stage less, the opposite of the parameters (the table above). Activations scale with batch × channels × height × width. Each ResNet stage halves height and width (a quarter of the pixels) and doubles the channels, so each stage keeps about half as much as the one before; the stem, at 112 × 112, keeps the most. Parameters scale with channels_in × channels_out × kernel size, and grow by about 4× per stage: `layer4` alone holds more than 70% of them (the table above).
 #
 # So **the memory of training is dominated by the early, high-resolution, cheap-in-parameters layers**. Shrinking parameters (a smaller `fc`, fewer channels in `layer4`) barely changes the peak; the batch size and the input resolution do.
 
@@ -202,7 +202,7 @@ assert step.categories["activations"] > 0.9 * step.peak_allocated_bytes
 plot_categories(step)
 
 # %% [markdown]
-# At the peak, saved activations are almost all of the memory, and parameters a sliver (the shares are printed above); the gradients that exist so far (only those of the last layers: backward runs from the output towards the input) and the "other" tensors (gradients flowing between layers, the loss) are small. SGD's momentum buffers (one per parameter, 44.6 MiB) do not exist yet: they are created by the first `optimizer.step()`, after the peak. The categories are those of the ZeRO paper (Rajbhandari et al., 2020): *model states* (parameters, gradients, optimizer states) and *residual states* (activations, temporary buffers).
+# Look at the dashed line, the peak: there saved activations are almost all of the memory, and parameters a sliver (the shares are printed above); the gradients that exist so far (only those of the last layers: backward runs from the output towards the input) and the "other" tensors (gradients flowing between layers, the loss) are small. SGD's momentum buffers (one per parameter, 44.6 MiB) do not exist yet: they are created by the first `optimizer.step()`, after the peak. The categories are those of the ZeRO paper (Rajbhandari et al., 2020): *model states* (parameters, gradients, optimizer states) and *residual states* (activations, temporary buffers).
 #
 # After the step, what stays is the model states and the batch: parameters, momentum, the input.
 
