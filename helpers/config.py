@@ -67,6 +67,14 @@ def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *,
     return value
 
 
+def _is_config_object(model: Any) -> bool:
+    """A Hugging Face config given as an object: a dict with a ``model_type``, or a
+    ``transformers.PretrainedConfig`` (known by its ``to_dict`` and ``model_type``)."""
+    if isinstance(model, dict):
+        return "model_type" in model
+    return hasattr(model, "to_dict") and isinstance(getattr(model, "model_type", None), str) and not callable(model)
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(choices)}")
@@ -84,8 +92,11 @@ class StepConfig:
     Model:
         model: a torchvision classification model name, a model preset of
             :mod:`helpers.models` (``"mlp"``, ``"gpt2"``, ...), an ``nn.Module``
-            (profiled on a copy; the original is not touched), or a function
-            that returns a fresh one.
+            (profiled on a copy; the original is not touched), a function
+            that returns a fresh one, or a Hugging Face causal LM by its
+            config (:mod:`helpers.models.hf`: a shipped or Hub name such as
+            ``"meta-llama/Llama-3.1-8B"``, a ``config.json`` path, a dict or
+            a ``transformers.PretrainedConfig``).
         name: the label of the profile (default: the model's name).
     Data:
         batch_size: samples per batch, >= 1.
@@ -106,6 +117,8 @@ class StepConfig:
         amp: run forward and loss under autocast.
         amp_dtype: ``"float16"`` (with a GradScaler, as on GPUs) or ``"bfloat16"``.
         checkpoint: activation checkpointing in this many segments (0: off).
+            A Hugging Face model checkpoints its own way whatever the number
+            (``gradient_checkpointing_enable()``: each decoder layer a segment).
         reentrant: with ``checkpoint``, the old reentrant variant (lesson 04's trap).
         offload: keep tensors saved for backward in host memory.
         optimizer: one of :data:`OPTIMIZERS`.
@@ -121,6 +134,12 @@ class StepConfig:
             gradients after the step, False zeroes them and keeps them.
         attention: the simulated kernel of ``scaled_dot_product_attention``,
             one of :data:`ATTENTION` (a GPU picks its own).
+        lora_rank: LoRA (``peft``) adapters of this rank on ``lora_targets``,
+            with every base weight frozen (0: off, full fine-tuning);
+            :func:`helpers.models.hf.apply_lora`.
+        lora_targets: the last names of the linear layers LoRA adapts, e.g.
+            ``("q_proj", "v_proj")``; None: peft's default for the architecture.
+        lora_dropout: LoRA's dropout on each adapter's input, in [0, 1).
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         device: one of :data:`DEVICES`.
@@ -151,6 +170,9 @@ class StepConfig:
     accumulation_steps: int = 1
     set_to_none: bool = True
     attention: str = "auto"
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] | None = None
+    lora_dropout: float = 0.0
     steady_state: bool = False
     device: str = "auto"
     capacity: int | None = None
@@ -190,9 +212,24 @@ class StepConfig:
             _check_choice("loss", self.loss, LOSSES)
         if self.vocab_size is not None and self.seq_len is None:
             raise ValueError("vocab_size applies to token inputs: give seq_len too")
+        check_int("lora_rank", self.lora_rank, 0)
+        if self.lora_targets is not None:
+            targets = (self.lora_targets,) if isinstance(self.lora_targets, str) else self.lora_targets
+            if (not isinstance(targets, (tuple, list)) or not targets
+                    or not all(isinstance(t, str) and t for t in targets)):
+                raise ValueError(f"lora_targets must be names of linear layers such as ('q_proj', 'v_proj'), "
+                                 f"got {self.lora_targets!r}")
+            object.__setattr__(self, "lora_targets", tuple(targets))
+        if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
+                or not 0 <= self.lora_dropout < 1):
+            raise ValueError(f"lora_dropout must be a probability from 0 to below 1, got {self.lora_dropout!r}")
+        if not self.lora_rank and (self.lora_targets is not None or self.lora_dropout):
+            raise ValueError("lora_targets and lora_dropout apply to LoRA: give lora_rank too")
         if isinstance(self.model, str):
             if not self.model:
                 raise ValueError("model must be a model name, an nn.Module or a function returning one")
+        elif _is_config_object(self.model):
+            pass  # a Hugging Face config: helpers.models.hf reads it
         elif not callable(self.model):
             raise ValueError(f"model must be a model name, an nn.Module or a function returning one, got {self.model!r}")
         if self.name is not None and not isinstance(self.name, str):
@@ -236,6 +273,11 @@ class StepConfig:
             return self.name
         if isinstance(self.model, str):
             return self.model
+        if _is_config_object(self.model):
+            model = self.model
+            if isinstance(model, dict):
+                return model.get("_name_or_path") or model["model_type"]
+            return getattr(model, "name_or_path", "") or model.model_type
         return getattr(self.model, "__name__", type(self.model).__name__)
 
     def replace(self, **changes) -> "StepConfig":

@@ -44,7 +44,7 @@ from torch import nn
 from .config import StepConfig, check_int
 from .engine.meter import Meter
 from .engine.trace import StepTracer
-from .models import ModelSpec, output_logits, resolve_model, sequential_form
+from .models import ModelSpec, hf, output_logits, resolve_model, sequential_form
 from .record import Allocation, StepProfile, Storage, bytes_by_category, label_storages
 from .techniques import Checkpointed, StepInBackward
 from .techniques.checkpointing import CheckpointedBlock
@@ -327,8 +327,9 @@ class StepRunner:
                                                            attention=config.attention)
         self._place = place if place is not None else self.meter.runtime.place
         if model is None:
+            build = self.spec.build
             try:
-                model = self.meter.runtime.build(self.spec.build)
+                model = self.meter.runtime.build(lambda: hf.prepare(build(), config))
             except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
                 first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
                 raise ValueError(f"building {self.name} failed: {type(e).__name__}: {first_line}") from None
@@ -355,7 +356,7 @@ class StepRunner:
         config, runtime, tracker = self.config, self.meter.runtime, self.meter.tracker
         self.model = model = self._place(self.model)
         self.module = (Checkpointed(sequential_form(model), config.checkpoint, config.reentrant)
-                       if config.checkpoint else model)
+                       if config.checkpoint and not hf.is_hf_model(model) else model)  # HF: hf.prepare did it
         if config.step_in_backward:
             self.optimizer = StepInBackward(
                 model.parameters(), lambda params: runtime.optimizer(config.optimizer, params, tracker, config.fused))

@@ -27,6 +27,7 @@ import torchvision
 from torch import nn
 
 from ..config import check_int
+from . import hf
 from .gpt import GPT, GPT2_PRESETS, GPTConfig  # noqa: F401 (GPTConfig re-exported: a learner sizes their own GPT)
 from .llama import LLAMA_PRESETS, Llama
 
@@ -262,6 +263,22 @@ def _gpt_spec(name: str) -> ModelSpec:
     return ModelSpec(name, lambda: GPT(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
 
 
+def hf_spec(config, name: str | None = None) -> ModelSpec:
+    """The :class:`ModelSpec` of a Hugging Face causal LM from its config (:func:`helpers.models.hf.load_config`).
+
+    Its inputs are token ids below the config's ``vocab_size``, by default
+    as many as its ``max_position_embeddings``; its loss is next-token
+    cross-entropy on the output's ``logits``.
+
+    Raises:
+        ValueError: as :func:`helpers.models.hf.load_config` does.
+    """
+    loaded = hf.load_config(config)
+    text = loaded.get_text_config()
+    return ModelSpec(name or hf.config_label(config), hf.CausalLMBuilder(loaded), vocab_size=text.vocab_size,
+                     seq_len=text.max_position_embeddings)
+
+
 def _llama_spec(name: str) -> ModelSpec:
     config = LLAMA_PRESETS[name]
     return ModelSpec(name, lambda: Llama(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
@@ -344,8 +361,10 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
             :data:`PRESETS`, ``"package.module:function"`` or
             ``"path/to/file.py:function"`` (a function in a file of yours), an
             ``nn.Module`` (profiled on a :func:`meta_copy` when simulating, a
-            deep copy on a GPU: the original is not touched), or a function
-            returning a fresh one.
+            deep copy on a GPU: the original is not touched), a function
+            returning a fresh one, or a Hugging Face config (:func:`hf_spec`:
+            a shipped or Hub name ``org/model``, a ``config.json`` path, a
+            dict or a ``PretrainedConfig``).
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
 
@@ -355,6 +374,8 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
     if isinstance(model, str):
         if model in PRESETS:
             spec = PRESETS[model]()
+        elif hf.is_config_name(model):
+            spec = hf_spec(model)
         elif ":" in model:
             spec = ModelSpec(model.rpartition(":")[2], _import_function(model))
         elif _is_file(model):
@@ -364,6 +385,8 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
                 raise ValueError(unknown_model(model))
             classes = num_classes or 1000
             spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
+    elif hf.is_config_object(model):
+        spec = hf_spec(model)
     elif isinstance(model, nn.Module):
         instance = model
         spec = ModelSpec(type(instance).__name__, lambda: _copy_for_step(instance))
