@@ -179,7 +179,7 @@ def working(note: str, previous: str = "") -> str:
     stale = (f'<div class="gm-stale" style="opacity:0.35;filter:grayscale(100%)">{previous}</div>'
              if previous else "")
     return (f'<div class="gm-busy" aria-busy="true"><div class="gm-updating" style="font-weight:bold;color:#555">'
-            f'updating&hellip; {html.escape(note)} ...</div>{stale}</div>')
+            f'updating&hellip; {html.escape(note)}</div>{stale}</div>')
 
 
 class _WatchedCurve(PeakCurve):
@@ -618,6 +618,7 @@ class SequenceExplorer(_StepWidget):
                                           style=style)
         # The batch size is typed (up to 512), in the first row: the box is linked to the slider, which is not shown.
         self.batch_box.description, self.batch_box.style = "batch size", style
+        self.batch_box.layout.width = "200px"  # the 110 px label and a box wide enough to show the number
         controls = [self.model, self.seq, self.amp, self.policy, self.attention]
         self._finish([widgets.HBox([self.model, self.seq, self.batch_box]),
                       widgets.HBox([self.amp, self.policy, self.attention, self.capacity])], controls, batch_row=False)
