@@ -24,3 +24,15 @@ def resnet18_b128():
     from helpers import profile_step
 
     return profile_step("resnet18", 128, device="simulated")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say in one line what the browser test did not check when it was skipped (not just "N skipped")."""
+    reasons = []
+    for report in terminalreporter.stats.get("skipped", []):
+        if "test_browser.py" in report.nodeid and isinstance(report.longrepr, tuple):
+            reason = report.longrepr[2].removeprefix("Skipped: ")
+            if reason not in reasons:
+                reasons.append(reason)
+    for reason in reasons:
+        terminalreporter.write_line(reason, yellow=True, bold=True)

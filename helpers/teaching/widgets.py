@@ -22,9 +22,17 @@ assumed 512 MiB CUDA context; the verdict says which.
 On a GPU every value is measured (an out-of-memory error is caught, shown as
 "does not fit", and its memory released); elsewhere it is simulated, with
 :class:`helpers.batch.PeakCurve` interpolating exactly between traced batch
-sizes so that the slider answers at once.  A change that needs new traces
-(model, AMP, checkpointing, optimizer) first shows that it is working, so that
-old figures never look current.
+sizes so that the slider answers at once.  A change that needs a new trace
+(a new model, AMP, checkpointing or optimizer; a batch size that cannot be
+interpolated; each batch size in the "reserved" view, which replays the exact
+trace) first shows that it is working (:func:`working`: the previous figures
+dimmed under "updating..."), so that old figures never look current.
+
+The view carries its figures as data for programs (the browser test reads
+them): ``.gm-explorer`` has ``data-batch``, ``data-gpu`` and ``data-capacity``;
+``.gm-verdict`` ``data-fits``; ``.gm-bytes`` ``data-category`` and
+``data-bytes``; ``.gm-peak`` and ``.gm-reserved`` ``data-bytes``.  While
+``.gm-busy`` is shown, the figures inside it are the previous ones.
 """
 
 from __future__ import annotations
@@ -116,8 +124,10 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
     ok, message = verdict(r, gpu, capacity, measured_here)
     head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" '
             f'style="font-weight:bold;color:{"#1a7f37" if ok else "#b00"}">{html.escape(message)}</div>')
+    top = (f'<div class="gm-explorer" data-batch="{r.batch_size}" data-gpu="{html.escape(gpu)}" '
+           f'data-capacity="{capacity}">')
     if r.peak_bytes is None:
-        return message, f'<div class="gm-explorer">{head}</div>'
+        return message, f'{top}{head}</div>'
     parts = [(name, r.categories.get(name, 0)) for name in CATEGORIES]
     if r.reserved_bytes is not None:  # the replayed cache instead of the assumed allowance
         overhead = max(r.reserved_bytes - r.peak_bytes, 0) + CUDA_CONTEXT_BYTES
@@ -153,7 +163,36 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
               "traced" if r.traced else "interpolated between traced batch sizes")
     note = (f'<div style="{_NOTE_STYLE}">batch {r.batch_size}; peak of the whole step at the '
             f'{html.escape(r.where)}; {r.backend}, {source}.</div>')
-    return message, f'<div class="gm-explorer">{head}{bar}{table}{note}</div>'
+    return message, f'{top}{head}{bar}{table}{note}</div>'
+
+
+def working(note: str, previous: str = "") -> str:
+    """The view while a result is being computed: ``note`` in bold, over the ``previous`` view dimmed.
+
+    The previous figures stay in place (the layout does not jump) but greyed,
+    so that they never look current; the next result replaces the whole view.
+
+    Args:
+        note: what is being done (``"tracing resnet18 ... at batch 200"``), as plain text.
+        previous: the view's HTML before the change ("" for none).
+    """
+    stale = (f'<div class="gm-stale" style="opacity:0.35;filter:grayscale(100%)">{previous}</div>'
+             if previous else "")
+    return (f'<div class="gm-busy" aria-busy="true"><div class="gm-updating" style="font-weight:bold;color:#555">'
+            f'updating&hellip; {html.escape(note)}</div>{stale}</div>')
+
+
+class _WatchedCurve(PeakCurve):
+    """A :class:`helpers.batch.PeakCurve` that calls ``before_trace(curve, batch_size)`` before each new trace."""
+
+    def __init__(self, config: StepConfig, before_trace):
+        super().__init__(config)
+        self._before_trace = before_trace
+
+    def trace(self, batch_size: int):
+        if batch_size not in self.traces:
+            self._before_trace(self, batch_size)
+        return super().trace(batch_size)
 
 
 class _StepWidget(widgets.VBox):
@@ -211,6 +250,8 @@ class _StepWidget(widgets.VBox):
         self.message = ""
         self._curves: dict[StepConfig, PeakCurve] = {}
         self._quiet = False
+        self._updating = self._shown_working = False
+        self._figures = ""  # the view's last result, dimmed while the next one is computed
 
     def _finish(self, rows: list, controls: list, batch_row: bool = True) -> None:
         """Lay out ``rows`` of controls (after the batch-size row, unless ``batch_row`` is False) and the view,
@@ -239,20 +280,46 @@ class _StepWidget(widgets.VBox):
         """The :class:`helpers.batch.PeakCurve` of the configuration the controls show."""
         key = self.config()
         if key not in self._curves:
-            # New traces take seconds: say so at once, so that old figures never look current.
-            self.view.value = f'<div class="gm-busy" style="{_NOTE_STYLE}">tracing {html.escape(self._busy(key))} ...</div>'
-            curve = PeakCurve(key)
+            curve = _WatchedCurve(key, self._working)
+            self._curves[key] = curve
             if self._TRACE_ENDS and not self.runtime.measured:  # trace both ends, so most values interpolate
                 for end in (1, self.batch_size.max):
                     try:
                         curve.trace(end)
                     except ValueError:  # e.g. BatchNorm with one value per channel at batch 1;
                         pass            # estimate() reports it for the batch sizes it concerns
-            self._curves[key] = curve
         return self._curves[key]
 
+    def _working(self, curve: PeakCurve, batch_size: int) -> None:
+        """Called before each new trace (a fraction of a second to seconds): during :meth:`update`, show
+        once that the widget is working (:func:`working`), over the figures on display, dimmed."""
+        if not self._updating or self._shown_working:
+            return
+        self._shown_working = True
+        what = self._busy(curve.config)
+        if curve.traces or not self._TRACE_ENDS:  # one batch size, not the ends of a new configuration
+            what += f" at batch {batch_size:,}"
+        self.view.value = working(f"tracing {what}", self._figures)
+
     def update(self) -> None:
-        """Recompute for the controls' values and redraw the view."""
+        """Recompute for the controls' values and redraw the view.
+
+        When that needs a new trace, the view first says so (:func:`working`) and shows the previous
+        figures dimmed until the new ones replace them.
+        """
+        self._updating, self._shown_working = True, False
+        self._figures = self.view.value
+        try:
+            self._recompute()
+        except BaseException as e:  # say so rather than stay "updating" (e.g. the kernel was interrupted)
+            self.result, self.message = None, f"stopped before the new figures were in ({type(e).__name__})"
+            self.view.value = (f'<div class="gm-refused" style="color:#a00">{html.escape(self.message)}: change a '
+                               f'control to try again.</div>')
+            raise
+        finally:
+            self._updating = False
+
+    def _recompute(self) -> None:
         try:
             self.result = self.curve().estimate(self.batch_size.value) if self.config() else self._without_trace()
         except ValueError as e:
@@ -551,6 +618,7 @@ class SequenceExplorer(_StepWidget):
                                           style=style)
         # The batch size is typed (up to 512), in the first row: the box is linked to the slider, which is not shown.
         self.batch_box.description, self.batch_box.style = "batch size", style
+        self.batch_box.layout.width = "200px"  # the 110 px label and a box wide enough to show the number
         controls = [self.model, self.seq, self.amp, self.policy, self.attention]
         self._finish([widgets.HBox([self.model, self.seq, self.batch_box]),
                       widgets.HBox([self.amp, self.policy, self.attention, self.capacity])], controls, batch_row=False)
@@ -561,14 +629,6 @@ class SequenceExplorer(_StepWidget):
                                 attention=self.attention.value, policy=self.policy.value).curve_key()
 
     def _busy(self, key: StepConfig) -> str:
-        return (f"{self.model.value} at {self.seq.value:,} tokens, batch {self.batch_size.value} "
+        return (f"{self.model.value} at {self.seq.value:,} tokens "
                 f"({'AMP, ' if self.amp.value else ''}{self.attention.value} attention, "
                 f"checkpointing {self.policy.value})")
-
-    def curve(self) -> PeakCurve:
-        key = self.config()
-        if key in self._curves and self.batch_size.value not in self._curves[key].traces:
-            # a new batch size of a known configuration is a new trace too: say so
-            self.view.value = (f'<div class="gm-busy" style="{_NOTE_STYLE}">tracing '
-                               f'{html.escape(self._busy(key))} ...</div>')
-        return super().curve()
