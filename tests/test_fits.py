@@ -104,7 +104,10 @@ def test_every_widget_judges_as_profile_step_and_the_command_line(capsys):
         assert (shown.need is None) == (truth.need is None), where
         if truth.need is not None:  # interpolated between traced batch sizes: each tensor's 512-byte rounding
             assert abs(shown.need - truth.need) <= 4096, where
-        assert widget.message.startswith(f"{'fits' if truth.fits else 'does not fit'} in {card}: {truth.judged}")
+        # the same sentence as the command line's, in the widget's unit (GiB for lessons 05b and 08)
+        assert widget.message == truth.sentence(card, widget.result.allocator_error or "", unit=widget.UNIT) or (
+            widget.result.traced is False and widget.message.split(" = ")[0] == truth.sentence(
+                card, unit=widget.UNIT).split(" = ")[0]), where
         assert f'data-fits="{str(truth.fits).lower()}"' in widget.view.value
         # the command line's verdict function, on the same step
         assert card_verdicts(profile, draw["reserved"])[card] == truth, where

@@ -50,7 +50,7 @@ from ..models import LANGUAGE_PRESETS, model_names, resolve_model
 from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS
 from ..techniques.checkpointing import CHECKPOINT_POLICIES
 from ..transformer import transformer_presets, transformer_step
-from ..units import fmt_mib
+from ..units import fmt_bytes
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(StepConfig)}
 
@@ -67,18 +67,23 @@ def _paint(name: str) -> str:
     return _COLORS.get(name, "#dcdcdc" if name == "reserved, free" else _HATCH)
 
 
-def _bar(parts: list[tuple[str, int]], scale: float) -> str:
+def _size(nbytes: float, unit: str) -> str:
+    """Bytes in the widget's unit, thousands grouped: ``'16,160.0 MiB'`` or ``'15.8 GiB'``."""
+    return fmt_bytes(nbytes, unit, grouped=True)
+
+
+def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB") -> str:
     """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes."""
     left, out = 0.0, []
     for name, nbytes in parts:
         width = 100 * nbytes / scale
-        out.append(f'<div title="{name}: {fmt_mib(nbytes)}" style="position:absolute;top:0;bottom:0;'
+        out.append(f'<div title="{name}: {_size(nbytes, unit)}" style="position:absolute;top:0;bottom:0;'
                    f'left:{left:.3f}%;width:{width:.3f}%;background:{_paint(name)}"></div>')
         left += width
     return "".join(out)
 
 
-def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool) -> tuple[bool, str]:
+def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str = "MiB") -> tuple[bool, str]:
     """Whether the step fits, and the sentence that says so (and what it judged).
 
     On a card of the list: :meth:`helpers.batch.Estimate.verdict`, the rule of
@@ -95,33 +100,38 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool) -> tuple[
         capacity: its memory in bytes.
         measured_here: the capacity is this machine's own GPU, whose overhead
             is real (no assumed overhead is added).
+        unit: ``"MiB"`` or ``"GiB"``: the unit of the lesson the widget is in.
     """
+    if unit not in ("MiB", "GiB"):
+        raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
+    scale = 2**20 if unit == "MiB" else 2**30
     if r.peak_bytes is None:
         return False, f"does not fit: batch {r.batch_size} ran out of memory on this GPU ({r.error})"
     if measured_here:
-        return True, (f"fits on this GPU: the whole step ran, peak allocated {fmt_mib(r.peak_bytes)} measured "
-                      f"({fmt_mib(capacity)})")
+        return True, (f"fits on this GPU: the whole step ran, peak allocated {_size(r.peak_bytes, unit)} measured "
+                      f"({_size(capacity, unit)})")
     v = r.verdict(capacity)
     if r.backend == "formula":
-        sums = (f"{r.peak_bytes / 2**20:,.1f} + {v.overhead / 2**20:,.1f} = {fmt_mib(v.need)} "
-                f"{'<=' if v.fits else '>'} {fmt_mib(capacity)}")
+        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} = {_size(v.need, unit)} "
+                f"{'<=' if v.fits else '>'} {_size(capacity, unit)}")
         if v.fits:
             return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
-                          f"{fmt_mib(v.overhead)} assumed overhead = {sums}")
-        return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {fmt_mib(v.overhead)} "
+                          f"{_size(v.overhead, unit)} assumed overhead = {sums}")
+        return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {_size(v.overhead, unit)} "
                        f"assumed overhead = {sums}")
-    return v.fits, v.sentence(gpu, r.allocator_error or "")
+    return v.fits, v.sentence(gpu, r.allocator_error or "", unit=unit)
 
 
-def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) -> tuple[str, str]:
+def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, unit: str = "MiB") -> tuple[str, str]:
     """The widget's view of one estimate: ``(message, html)``.
 
     A pure function of its arguments: the verdict (:func:`verdict`), a bar of
     the peak by category against the GPU's capacity (and, when the peak is
     under a fifth of it, a second bar on the peak's own scale), the bytes per
-    category, and where the peak was reached.
+    category, and where the peak was reached; sizes in ``unit`` (``"MiB"`` or
+    ``"GiB"``), exact bytes in the view's ``data-bytes`` attributes.
     """
-    ok, message = verdict(r, gpu, capacity, measured_here)
+    ok, message = verdict(r, gpu, capacity, measured_here, unit)
     head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" '
             f'style="font-weight:bold;color:{"#1a7f37" if ok else "#b00"}">{html.escape(message)}</div>')
     top = (f'<div class="gm-explorer" data-batch="{r.batch_size}" data-gpu="{html.escape(gpu)}" '
@@ -138,26 +148,26 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False) ->
         overhead = CUDA_OVERHEAD_BYTES
         parts += [("CUDA context (assumed)", CUDA_CONTEXT_BYTES), ("allocator cache (assumed)", CACHE_ALLOWANCE_BYTES)]
     scale = max(capacity, r.peak_bytes + overhead) * 1.05
-    line = (f'<div title="{html.escape(gpu)}: {fmt_mib(capacity)}" style="position:absolute;'
+    line = (f'<div title="{html.escape(gpu)}: {_size(capacity, unit)}" style="position:absolute;'
             f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
-    bar = (f'<div style="{_NOTE_STYLE}">against the GPU\'s {fmt_mib(capacity)} (red line):</div>'
-           f'<div class="gm-bar" style="{_BAR_STYLE}">{_bar(parts, scale)}{line}</div>')
+    bar = (f'<div style="{_NOTE_STYLE}">against the GPU\'s {_size(capacity, unit)} (red line):</div>'
+           f'<div class="gm-bar" style="{_BAR_STYLE}">{_bar(parts, scale, unit)}{line}</div>')
     if r.peak_bytes < 0.2 * capacity:  # too thin to read: show the peak on its own scale too
         bar += (f'<div style="{_NOTE_STYLE}">the peak alone, on its own scale:</div>'
-                f'<div class="gm-zoom" style="{_BAR_STYLE}">{_bar(parts[:len(CATEGORIES)], r.peak_bytes * 1.05)}</div>')
+                f'<div class="gm-zoom" style="{_BAR_STYLE}">{_bar(parts[:len(CATEGORIES)], r.peak_bytes * 1.05, unit)}</div>')
     rows = []
     for name, nbytes in parts:
         swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
                   f'background:{_paint(name)}"></span>')
         rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
                     f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
-                    f'style="text-align:right">{fmt_mib(nbytes)}</td></tr>')
+                    f'style="text-align:right">{_size(nbytes, unit)}</td></tr>')
     rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated (whole step)</b></td><td class="gm-peak" '
-                f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{fmt_mib(r.peak_bytes)}</b></td></tr>')
+                f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_size(r.peak_bytes, unit)}</b></td></tr>')
     if r.reserved_bytes is not None:
         rows.append(f'<tr><td style="padding-right:16px"><b>peak reserved (simulated)</b></td><td '
                     f'class="gm-reserved" data-bytes="{r.reserved_bytes}" style="text-align:right">'
-                    f'<b>{fmt_mib(r.reserved_bytes)}</b></td></tr>')
+                    f'<b>{_size(r.reserved_bytes, unit)}</b></td></tr>')
     table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
     source = ("from the parameter count" if r.backend == "formula" else
               "traced" if r.traced else "interpolated between traced batch sizes")
@@ -222,6 +232,8 @@ class _StepWidget(widgets.VBox):
 
     #: What the widget shows, for the stand-in of a notebook not yet run.
     _PLACEHOLDER = "an interactive view of a training step's memory against a GPU."
+    #: The unit of its sizes: that of the lesson it belongs to (MiB for ResNets, GiB for billions of parameters).
+    UNIT = "MiB"
     #: Trace batch size 1 and the slider's end of a new configuration, so that
     #: most slider positions interpolate (False: trace each batch size asked for).
     _TRACE_ENDS = True
@@ -333,17 +345,17 @@ class _StepWidget(widgets.VBox):
                 and self.result.peak_bytes is not None):
             # the exact trace at this batch size, replayed through the allocator model on the card
             self.result = reserved_estimate(self.curve().trace(self.result.batch_size), self.capacities[gpu])
-        self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU")
+        self.message, self.view.value = render(self.result, gpu, self.capacities[gpu], gpu == "this GPU", self.UNIT)
 
     def summary(self) -> str:
         """The figures on display, as text: the verdict, then bytes by category."""
         if self.result is None:
             return self.message
         lines = [self.message]
-        lines += [f"  {name.replace('_', ' '):<17} {fmt_mib(self.result.categories.get(name, 0)):>14}"
+        lines += [f"  {name.replace('_', ' '):<17} {_size(self.result.categories.get(name, 0), self.UNIT):>14}"
                   for name in CATEGORIES]
         if self.result.reserved_bytes is not None:
-            lines.append(f"  {'reserved (sim.)':<17} {fmt_mib(self.result.reserved_bytes):>14}")
+            lines.append(f"  {'reserved (sim.)':<17} {_size(self.result.reserved_bytes, self.UNIT):>14}")
         lines.append(f"  peak of the whole step at the {self.result.where}")
         return "\n".join(lines)
 
@@ -484,6 +496,7 @@ class WillItFit(_StepWidget):
         ValueError: for an initial value the controls cannot take.
     """
 
+    UNIT = "GiB"  # lessons 05b and 08 write GiB
     _PLACEHOLDER = ("menus for the model (or a parameter count), optimizer, precision, batch, sequence or image "
                     "size and GPU, and whether a training step fits, with its memory by category.")
 
@@ -592,6 +605,7 @@ class SequenceExplorer(_StepWidget):
         ValueError: for an unknown model, sequence length, kernel, policy or GPU.
     """
 
+    UNIT = "GiB"  # lessons 05b and 08 write GiB
     _PLACEHOLDER = ("menus for a transformer, the sequence length, batch, AMP, checkpointing policy, attention "
                     "kernel and GPU, and the peak of the whole training step against the GPU's memory.")
     SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
