@@ -540,5 +540,6 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
                         reserved=True)
     assert after["fits"] == verdict.fits, (after["verdict"], verdict)
     if after["peak"] == step.peak_allocated_bytes:  # traced: the very sentence of the rule
-        assert after["verdict"] == verdict.sentence(after["gpu"]), (after["verdict"], verdict)
+        unit = {"WillItFit": "GiB", "SequenceExplorer": "GiB"}.get(cls, "MiB")  # the lesson's unit
+        assert after["verdict"] == verdict.sentence(after["gpu"], unit=unit), (after["verdict"], verdict)
     assert errors == [], f"{cls} in {path.name}"
