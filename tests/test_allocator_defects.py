@@ -99,8 +99,11 @@ def test_defect7_roundup_power2_divisions_rounds_to_quarters_of_a_power_of_two()
 
 def test_defect7_roundup_power2_divisions_per_interval():
     s = AllocatorSettings.parse("roundup_power2_divisions:[64:8,256:4,>:1]")
-    # the first entry also covers every smaller interval; '>' takes over from the last one named
-    assert [s.divisions(n * MiB) for n in (1, 64, 127, 128, 255, 256, 10**5)] == [8, 8, 8, 0, 0, 1, 1]
+    # the first entry also covers every smaller interval, '>' every interval after the last one
+    # named, and one not named (128-255 MiB) keeps 512-byte rounding (checked against PyTorch's
+    # own allocator in test_allocator_oracle.py)
+    assert [s.divisions(n * MiB) for n in (1, 64, 127, 128, 255, 256, 511, 512, 10**5)] == [8, 8, 8, 0, 0, 4, 4, 1, 1]
+    assert round_size(200 * MiB + 1, s.divisions(200 * MiB + 1)) == 200 * MiB + 512
     assert str(AllocatorSettings.parse("roundup_power2_divisions:4")) == "roundup_power2_divisions:4"
 
 
@@ -134,3 +137,32 @@ def test_options_are_read_as_pytorch_tokenizes_them():
                          ("max_split_size_mb", "unknown allocator option")):
         with pytest.raises(ValueError, match=message):
             AllocatorSettings.parse(bad)
+
+
+# Found by the oracle (tests/test_allocator_oracle.py), beyond the list:
+
+def test_an_expandable_segment_reserves_addresses_for_1_1_8_of_the_gpu_not_of_the_capacity():
+    a = CachingAllocator(capacity=100 * MiB, settings="expandable_segments:True", total_memory=1000 * MiB)
+    a.malloc(MiB + 512)
+    assert sum(b.size for b in a.segments[0].blocks) == 1140 * MiB  # 1125 MiB in whole 20 MiB pages
+    assert CachingAllocator(capacity=100 * MiB).total_memory == 100 * MiB  # default: the capacity
+
+
+def test_a_memory_fraction_checks_the_whole_segment_size_even_with_expandable_segments():
+    def after_370_mib(**kw):
+        a = CachingAllocator(settings="expandable_segments:True", **kw)
+        a.malloc(370 * MiB)  # 19 pages: 380 MiB reserved, a free 10 MiB tail
+        return a
+
+    fits = after_370_mib(capacity=500 * MiB)
+    fits.malloc(125 * MiB)  # 10 MiB free + six more pages: 500 MiB, within the capacity
+    assert fits.reserved == 500 * MiB
+    capped = after_370_mib(capacity=2048 * MiB, total_memory=1000 * MiB, memory_fraction=0.5)
+    with pytest.raises(AllocatorOutOfMemory):  # 380 + get_allocation_size(125 MiB) = 506 > 500 MiB allowed
+        capped.malloc(125 * MiB)
+    assert capped.reserved == 380 * MiB and capped.num_alloc_retries == 1
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ValueError, match="memory_fraction must be a number from 0 to 1"):
+            CachingAllocator(total_memory=MiB, memory_fraction=bad)
+    with pytest.raises(ValueError, match="total_memory"):
+        CachingAllocator(memory_fraction=0.5)

@@ -125,7 +125,9 @@ def _interval(nbytes: int) -> int:
 
 def _parse_divisions(value: str) -> int | tuple[int, ...]:
     """``roundup_power2_divisions``: ``4`` or ``[256:4,512:2,>:1]`` (intervals in MiB), as
-    ``AcceleratorAllocatorConfig::parseRoundUpPower2Divisions`` reads them."""
+    ``AcceleratorAllocatorConfig::parseRoundUpPower2Divisions`` reads them: the
+    first entry also sets every interval below it, ``>`` every interval after
+    the last one named, and an interval not named keeps 0 (512-byte rounding)."""
     def divisions(text: str) -> int:
         try:
             n = int(text)
@@ -148,8 +150,8 @@ def _parse_divisions(value: str) -> int | tuple[int, ...]:
         if not sep:
             raise ValueError(f"roundup_power2_divisions entries are <MiB>:<divisions> or >:<divisions>, got {item!r}")
         n = divisions(count)
-        if interval == ">":
-            table[last:] = [n] * (_DIVISION_INTERVALS - last)
+        if interval == ">":  # every interval after the last one named
+            table[last + 1:] = [n] * (_DIVISION_INTERVALS - last - 1)
             continue
         try:
             mib = int(interval)
@@ -340,6 +342,15 @@ class CachingAllocator:
             cap); ``None``: unlimited.
         settings: :class:`AllocatorSettings`, or the ``PYTORCH_CUDA_ALLOC_CONF``
             string for them.
+        total_memory: the GPU's memory in bytes (``totalGlobalMem``): an
+            expandable segment reserves addresses for 1 1/8 of it; default the
+            capacity (``None`` with no capacity: 1 TiB).
+        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: the
+            allocator refuses to open a segment when reserved memory plus the
+            segment's ``get_allocation_size`` would pass this fraction of
+            ``total_memory`` (``alloc_block``'s check, made before anything is
+            asked of the driver, also with expandable segments); ``None``: no
+            fraction.
 
     Attributes:
         allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``,
@@ -357,12 +368,20 @@ class CachingAllocator:
             named as in ``torch.cuda.memory_stats()``.
 
     Raises:
-        ValueError: for a capacity that is not a positive number of bytes.
+        ValueError: for a capacity or total memory that is not a positive number
+            of bytes, or a fraction outside [0, 1] or without a total memory.
     """
 
-    def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None):
+    def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
+                 total_memory: int | None = None, memory_fraction: float | None = None):
         if capacity is not None:
             check_int("capacity", capacity, 1, what="a positive number of bytes or None")
+        if total_memory is not None:
+            check_int("total_memory", total_memory, 1, what="a positive number of bytes or None")
+        self.total_memory = total_memory if total_memory is not None else capacity
+        self.allowed_memory_maximum: int | None = None
+        if memory_fraction is not None:
+            self.set_per_process_memory_fraction(memory_fraction)
         if settings is None or isinstance(settings, str):
             settings = AllocatorSettings.parse(settings or "")
         self.capacity, self.settings = capacity, settings
@@ -433,6 +452,19 @@ class CachingAllocator:
         self.requested -= round_up(block.requested)
         block.allocated, block.requested, block.serial = False, 0, None
         self._merge(block)                                                       # rule 6
+
+    def set_per_process_memory_fraction(self, fraction: float) -> None:
+        """``torch.cuda.set_per_process_memory_fraction``: cap reserved memory at
+        ``fraction`` of ``total_memory`` (``allowed_memory_maximum``, in bytes).
+
+        Raises:
+            ValueError: for a fraction outside [0, 1], or with no total memory.
+        """
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"memory_fraction must be a number from 0 to 1, got {fraction!r}")
+        if self.total_memory is None:
+            raise ValueError("memory_fraction needs the GPU's total_memory (or a capacity)")
+        self.allowed_memory_maximum = int(fraction * self.total_memory)
 
     def empty_cache(self) -> int:
         """``torch.cuda.empty_cache()``: give every cached free segment back; return the bytes released."""
@@ -555,6 +587,9 @@ class CachingAllocator:
 
     def _new_block(self, size: int, small: bool) -> Block | None:
         """Rules 3 and 7, ``alloc_block``: a new segment from the driver, or None if it does not fit."""
+        if (self.allowed_memory_maximum is not None
+                and self.reserved + get_allocation_size(size) > self.allowed_memory_maximum):
+            return None  # set_per_process_memory_fraction's cap
         if self.settings.expandable_segments:
             return self._expand(size, small)  # only the pages it maps must fit
         if not self._fits_capacity(get_allocation_size(size)):
@@ -621,7 +656,8 @@ class CachingAllocator:
 
     def _new_expandable_segment(self, small: bool) -> Segment:
         # Address space for 1 1/8 of the GPU's memory, as find_expandable_block reserves.
-        span = (self.capacity + self.capacity // 8) if self.capacity is not None else 2**40
+        total = self.total_memory
+        span = (total + total // 8) if total is not None else 2**40
         page = self._page(small)
         seg = Segment(self._take_addresses(), small, expandable=True)
         seg.blocks.append(Block(seg.address, -(-span // page) * page, seg, mapped=False))
@@ -764,7 +800,7 @@ class Replay:
 
 
 def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
-           empty_cache_at: Iterable[int] = ()) -> Replay:
+           empty_cache_at: Iterable[int] = (), total_memory: int | None = None) -> Replay:
     """Replay an allocation log through a :class:`CachingAllocator`.
 
     Args:
@@ -776,6 +812,7 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
         capacity: bytes the allocator may reserve (see :class:`CachingAllocator`).
         settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
         empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
+        total_memory: the GPU's memory (see :class:`CachingAllocator`).
 
     Returns:
         a :class:`Replay`; on out of memory it stops there, with ``failed_at``
@@ -784,7 +821,7 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
     Raises:
         ValueError: for an entry of unknown kind or a free of a storage never allocated.
     """
-    alloc = CachingAllocator(capacity, settings)
+    alloc = CachingAllocator(capacity, settings, total_memory)
     blocks: dict[int, Block] = {}
     sizes: dict[int, int] = {}
     allocated, reserved, requested, entry_of_trace = [], [], [], []
@@ -833,14 +870,15 @@ def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | s
     (``context``, by default the assumed :data:`helpers.gpus.CUDA_CONTEXT_BYTES`).
     Under that cap it frees its cache and retries before it gives up, as a
     real one does, so the step fits exactly when the returned replay's
-    ``error`` is None.
+    ``error`` is None.  Expandable segments reserve addresses for 1 1/8 of
+    ``gpu_bytes``, as PyTorch does of the card's ``totalGlobalMem``.
 
     Raises:
         ValueError: when the context leaves no memory, or as :func:`replay` does.
     """
     if gpu_bytes <= context:
         raise ValueError(f"a GPU of {gpu_bytes} bytes leaves nothing beside a CUDA context of {context} bytes")
-    return replay(log, capacity=gpu_bytes - context, settings=settings)
+    return replay(log, capacity=gpu_bytes - context, settings=settings, total_memory=gpu_bytes)
 
 
 def smallest_capacity(log: Iterable, settings: AllocatorSettings | str | None = None, start: int = 0,
