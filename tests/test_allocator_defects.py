@@ -117,7 +117,7 @@ def test_defect7_max_non_split_rounding_mb_is_modelled():
 
 
 @pytest.mark.parametrize("option", ["garbage_collection_threshold:0.6", "large_segment_size_mb:40",
-                                    "per_process_memory_fraction:0.5", "throw_on_cudamalloc_oom:True",
+                                    "throw_on_cudamalloc_oom:True",
                                     "release_lock_on_cudamalloc:True", "graph_capture_record_stream_reuse:True",
                                     "pinned_use_cuda_host_register:True", "pinned_num_register_threads:8",
                                     "pinned_reserve_segment_size_mb:64", "pinned_free_catch_all:True",
@@ -166,3 +166,17 @@ def test_a_memory_fraction_checks_the_whole_segment_size_even_with_expandable_se
             CachingAllocator(total_memory=MiB, memory_fraction=bad)
     with pytest.raises(ValueError, match="total_memory"):
         CachingAllocator(memory_fraction=0.5)
+
+
+def test_per_process_memory_fraction_as_an_option_is_the_same_cap():
+    by_option = CachingAllocator(capacity=2048 * MiB, settings="per_process_memory_fraction:0.25")
+    assert by_option.allowed_memory_maximum == 512 * MiB
+    by_option.malloc(500 * MiB)
+    with pytest.raises(AllocatorOutOfMemory):
+        by_option.malloc(20 * MiB)  # 500 + 20 > 512 MiB
+    assert str(by_option.settings) == "per_process_memory_fraction:0.25"
+    for bad in ("per_process_memory_fraction:1.5", "per_process_memory_fraction:half"):
+        with pytest.raises(ValueError, match="per_process_memory_fraction must be a number from 0 to 1"):
+            AllocatorSettings.parse(bad)
+    with pytest.raises(ValueError, match="total_memory"):
+        CachingAllocator(settings="per_process_memory_fraction:0.5")

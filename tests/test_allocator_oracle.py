@@ -165,6 +165,7 @@ SETTINGS = {
     "roundup_power2_divisions_list": ("roundup_power2_divisions:[2:8,64:2,>:4]", 8 * GiB, None, None, 200 * MiB),
     "memory_fraction": ("", 2 * GiB, 2 * GiB, 0.3, 200 * MiB),
     "memory_fraction_expandable": ("expandable_segments:True", 2 * GiB, 2 * GiB, 0.3, 200 * MiB),
+    "per_process_memory_fraction": ("per_process_memory_fraction:0.3", 2 * GiB, 2 * GiB, None, 200 * MiB),
     "small_capacity": ("", 384 * MiB, None, None, 120 * MiB),
     "small_capacity_expandable": ("expandable_segments:True", 384 * MiB, None, None, 120 * MiB),
 }

@@ -101,7 +101,6 @@ class AllocatorOutOfMemory(MemoryError):
 _REFUSED_OPTIONS = {
     "garbage_collection_threshold": "it frees cached blocks by age, only under a memory fraction",
     "large_segment_size_mb": "it changes the 20 MiB segment of 1-10 MiB requests",
-    "per_process_memory_fraction": "give the allocator a capacity instead",
     "throw_on_cudamalloc_oom": "it changes when cudaMalloc is tried",
     "release_lock_on_cudamalloc": "it changes locking, which a one-stream model has none of",
     "release_lock_on_hipmalloc": "it changes locking, which a one-stream model has none of",
@@ -183,6 +182,8 @@ class AllocatorSettings:
             ... [32, 64) GiB; 0 or 1: PyTorch's default 512-byte rounding.
         expandable_segments: grow one segment per pool instead of allocating
             one per request (PyTorch's default: False).
+        per_process_memory_fraction: as ``torch.cuda.set_per_process_memory_fraction``
+            (see :class:`CachingAllocator`'s ``memory_fraction``); ``None``: none.
 
     Every other option PyTorch 2.14.1 accepts is refused by :meth:`parse` with
     the reason (``garbage_collection_threshold``, ``pinned_*``, ...).
@@ -198,6 +199,7 @@ class AllocatorSettings:
     expandable_segments: bool = False
     roundup_power2_divisions: int | tuple[int, ...] = 0
     max_non_split_rounding_mb: int | None = None
+    per_process_memory_fraction: float | None = None
 
     def __post_init__(self):
         lowest = K_LARGE_BUFFER // MiB  # PyTorch's rule: at least kLargeBuffer (20 MiB)
@@ -206,6 +208,10 @@ class AllocatorSettings:
                 check_int(name, getattr(self, name), lowest, what=f"a whole number of MiB >= {lowest}")
         if not isinstance(self.expandable_segments, bool):
             raise ValueError(f"expandable_segments must be True or False, got {self.expandable_segments!r}")
+        fraction = self.per_process_memory_fraction
+        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                     or not 0 <= fraction <= 1):
+            raise ValueError(f"per_process_memory_fraction must be a number from 0 to 1, got {fraction!r}")
         table = self.roundup_power2_divisions
         if isinstance(table, int) and not isinstance(table, bool):
             table = (table,) * _DIVISION_INTERVALS
@@ -238,10 +244,11 @@ class AllocatorSettings:
             if key in _REFUSED_OPTIONS:
                 raise ValueError(f"allocator option {key} is not modelled: {_REFUSED_OPTIONS[key]}")
             if not sep or key not in ("max_split_size_mb", "max_non_split_rounding_mb", "expandable_segments",
-                                      "roundup_power2_divisions", "backend"):
+                                      "roundup_power2_divisions", "per_process_memory_fraction", "backend"):
                 raise ValueError(f"unknown allocator option {item!r}; this model knows max_split_size_mb:<MiB>, "
                                  "max_non_split_rounding_mb:<MiB>, roundup_power2_divisions:<n>|[<MiB>:<n>,...], "
-                                 "expandable_segments:True|False and backend:native")
+                                 "expandable_segments:True|False, per_process_memory_fraction:<0..1> "
+                                 "and backend:native")
             if key == "backend":
                 if value != "native":
                     raise ValueError(f"allocator backend {value!r} is not modelled; this model is backend:native")
@@ -251,6 +258,11 @@ class AllocatorSettings:
                 values[key] = value == "True"
             elif key == "roundup_power2_divisions":
                 values[key] = _parse_divisions(value)
+            elif key == "per_process_memory_fraction":
+                try:
+                    values[key] = float(value)
+                except ValueError:
+                    raise ValueError(f"per_process_memory_fraction must be a number from 0 to 1, got {value!r}") from None
             else:
                 try:
                     values[key] = int(value)
@@ -284,6 +296,8 @@ class AllocatorSettings:
             parts.append("roundup_power2_divisions:[" + ",".join(f"{2**i}:{n}" for i, n in enumerate(table)) + "]")
         if self.expandable_segments:
             parts.append("expandable_segments:True")
+        if self.per_process_memory_fraction is not None:
+            parts.append(f"per_process_memory_fraction:{self.per_process_memory_fraction}")
         return ",".join(parts) or "defaults"
 
 
@@ -349,8 +363,8 @@ class CachingAllocator:
             allocator refuses to open a segment when reserved memory plus the
             segment's ``get_allocation_size`` would pass this fraction of
             ``total_memory`` (``alloc_block``'s check, made before anything is
-            asked of the driver, also with expandable segments); ``None``: no
-            fraction.
+            asked of the driver, also with expandable segments); ``None``: the
+            settings' ``per_process_memory_fraction``, if any.
 
     Attributes:
         allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``,
@@ -379,12 +393,14 @@ class CachingAllocator:
         if total_memory is not None:
             check_int("total_memory", total_memory, 1, what="a positive number of bytes or None")
         self.total_memory = total_memory if total_memory is not None else capacity
-        self.allowed_memory_maximum: int | None = None
-        if memory_fraction is not None:
-            self.set_per_process_memory_fraction(memory_fraction)
         if settings is None or isinstance(settings, str):
             settings = AllocatorSettings.parse(settings or "")
         self.capacity, self.settings = capacity, settings
+        self.allowed_memory_maximum: int | None = None
+        if memory_fraction is None:
+            memory_fraction = settings.per_process_memory_fraction
+        if memory_fraction is not None:
+            self.set_per_process_memory_fraction(memory_fraction)
         self.allocated = self.requested = self.reserved = 0
         self.peak_allocated = self.peak_reserved = 0
         self.segments: list[Segment] = []
