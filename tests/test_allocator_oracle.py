@@ -326,14 +326,26 @@ def test_pytorchs_own_allocator_tests_agree(cuda_stub, name):
     assert agree == len(ops), first
 
 
-@pytest.mark.parametrize("conf", ["foo:1,bar:2", "garbage_collection_threshold:1.2", "max_split_size_mb:2",
-                                  "release_lock_on_cudamalloc:none", "pinned_use_cuda_host_register:none",
-                                  "pinned_num_register_threads:none", "pinned_num_register_threads:1024"])
-def test_test_allocator_settings_refusals_are_refused_by_both(cuda_stub, conf):
+BAD_SETTINGS = ["foo:1,bar:2", "garbage_collection_threshold:1.2", "max_split_size_mb:2",
+                "release_lock_on_cudamalloc:none", "pinned_use_cuda_host_register:none",
+                "pinned_num_register_threads:none", "pinned_num_register_threads:1024"]
+
+
+@pytest.fixture(scope="module")
+def refused_by_pytorch(cuda_stub) -> list[bool]:
+    """For each of BAD_SETTINGS, whether PyTorch raises ValueError (one subprocess, no stub needed)."""
+    script = ("import json, torch\nout = []\n"
+              f"for conf in {BAD_SETTINGS!r}:\n"
+              "    try:\n        torch._C._accelerator_setAllocatorSettings(conf)\n        out.append(False)\n"
+              "    except ValueError:\n        out.append(True)\nprint(json.dumps(out))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("conf", BAD_SETTINGS)
+def test_test_allocator_settings_refusals_are_refused_by_both(refused_by_pytorch, conf):
     """test_allocator_settings' bad settings: PyTorch raises ValueError, and so does the model."""
-    done = subprocess.run([sys.executable, "-c", "import sys, torch\ntry:\n"
-                           f"    torch._C._accelerator_setAllocatorSettings({conf!r})\n"
-                           "except ValueError:\n    sys.exit(3)"], capture_output=True, text=True)
-    assert done.returncode == 3, done.stderr[-2000:]
+    assert refused_by_pytorch[BAD_SETTINGS.index(conf)]
     with pytest.raises(ValueError):
         AllocatorSettings.parse(conf)
