@@ -201,8 +201,8 @@ def test_the_cli_says_which_cards_a_steady_step_fits(capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--alloc-conf", "expandable_segments:True"], "give --reserved too"),
-    (["--reserved", "--alloc-conf", "roundup_power2_divisions:4"], "unknown allocator option"),
-    (["--reserved", "--alloc-conf", "max_split_size_mb:8"], "above 20"),
+    (["--reserved", "--alloc-conf", "garbage_collection_threshold:0.6"], "not modelled"),
+    (["--reserved", "--alloc-conf", "max_split_size_mb:8"], ">= 20"),
 ])
 def test_bad_allocator_settings_exit_with_one_line(capsys, args, message):
     assert main(["profile", "--device", "simulated", *args]) == 2

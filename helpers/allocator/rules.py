@@ -39,15 +39,32 @@ def round_up(nbytes: int, block: int = K_MIN_BLOCK) -> int:
     return -(-nbytes // block) * block
 
 
-def round_size(nbytes: int) -> int:
+def round_size(nbytes: int, divisions: int = 0) -> int:
     """``round_size``: a request rounded up to a multiple of 512 bytes, at least 512.
+
+    With ``divisions`` (``roundup_power2_divisions``, a power of two), a
+    request larger than ``512 * divisions`` bytes is rounded up instead to the
+    next of ``divisions`` equal steps between two powers of two
+    (``roundup_power2_next_division``): 84 MiB with 4 divisions takes 96 MiB
+    (64 MiB plus steps of 16 MiB).  A power of two stays as it is.
 
     Raises:
         ValueError: for a negative size.
     """
     if nbytes < 0:
         raise ValueError(f"a request must be >= 0 bytes, got {nbytes}")
-    return max(round_up(nbytes), K_MIN_BLOCK)
+    if nbytes < K_MIN_BLOCK:
+        return K_MIN_BLOCK
+    if divisions > 1 and nbytes > K_MIN_BLOCK * divisions:
+        if nbytes & (nbytes - 1) == 0:
+            return nbytes
+        floor = 1 << (nbytes.bit_length() - 1)
+        step = floor >> (divisions.bit_length() - 1)
+        if step == 0:
+            return floor << 1
+        low = nbytes & ~(step - 1)
+        return nbytes if low == nbytes else low + step
+    return round_up(nbytes)
 
 
 def get_allocation_size(size: int) -> int:

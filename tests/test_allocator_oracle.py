@@ -1,0 +1,351 @@
+"""PyTorch's own caching allocator as the oracle for the model (issue 23).
+
+The pinned CUDA wheel's compiled allocator (``libc10_cuda.so``) runs on a
+machine with no GPU when the CUDA runtime, driver and NVML under it are a test
+double: ``tests/cuda_stub/cuda_stub.c``, compiled here with the system ``cc``
+into a temporary directory as ``libcuda.so.1`` (and ``libnvidia-ml.so.1``, the
+same file) and loaded with ``LD_PRELOAD`` in a subprocess only
+(``tests/cuda_stub/oracle.py``), never in this process.  ``LD_PRELOAD`` is
+enough: ``libc10_cuda.so`` asks for ``cudaMalloc@libcudart.so.13`` (versioned),
+and the dynamic linker binds a versioned reference to an unversioned
+definition of a preloaded library; the driver entry points come through
+``cudaGetDriverEntryPointByVersion``, which the stub also answers, and
+``libcuda.so.1``/``libnvidia-ml.so.1``, which PyTorch ``dlopen``s, are found
+first on ``LD_LIBRARY_PATH``.
+
+Random allocation logs go through both, and after every operation the two must
+agree on ``memory_allocated()``, ``memory_reserved()``, whether it ran out of
+memory, and the snapshot (segments in address order, each with its size,
+allocated bytes, pool, whether expandable, and its blocks' sizes, states and
+requested sizes).  ``ALLOCATOR_ORACLE_OPS`` sets the operations per setting
+(default 10,000).
+
+Skipped, with the reason, where it cannot run: not Linux, no C compiler, a
+CPU-only torch wheel, or no CUDA headers in the wheel's packages.
+"""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.allocator import AllocatorOutOfMemory, AllocatorSettings, CachingAllocator
+
+STUB = Path(__file__).parent / "cuda_stub"
+MiB, GiB = 2**20, 2**30
+OPS = int(os.environ.get("ALLOCATOR_ORACLE_OPS", "10000"))
+
+
+def _cuda_includes() -> list[Path] | None:
+    """Directories with ``cuda.h``/``cuda_runtime_api.h`` and ``crt/host_defines.h``.
+
+    The pinned wheel's packages ship them: ``nvidia/cu13/include`` (without
+    ``crt/``) and triton's ``backends/nvidia/include`` (with it).
+    """
+    import torch
+
+    site = Path(torch.__file__).resolve().parents[1]
+    candidates = sorted(site.glob("nvidia/*/include")) + [site / "triton/backends/nvidia/include",
+                                                          Path("/usr/local/cuda/include")]
+    api = next((d for d in candidates if (d / "cuda.h").is_file() and (d / "cuda_runtime_api.h").is_file()), None)
+    crt = next((d for d in candidates if (d / "crt" / "host_defines.h").is_file()), None)
+    return None if api is None or crt is None else [api, crt]
+
+
+@pytest.fixture(scope="session")
+def cuda_stub(tmp_path_factory) -> Path:
+    """The directory holding the compiled stub as ``libcuda.so.1`` and ``libnvidia-ml.so.1``."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip(f"the stub driver needs Linux's LD_PRELOAD (this is {sys.platform})")
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the stub driver")
+    import torch
+
+    if torch.version.cuda is None:
+        pytest.skip("a CPU-only torch wheel: it has no CUDA caching allocator to test against")
+    includes = _cuda_includes()
+    if includes is None:
+        pytest.skip("no CUDA headers (cuda.h, crt/host_defines.h) in the wheel's packages")
+    out = tmp_path_factory.mktemp("cuda_stub")
+    done = subprocess.run([cc, "-O1", "-shared", "-fPIC", "-w", "-Wl,-soname,libcuda.so.1",
+                           *(f"-I{d}" for d in includes), "-o", str(out / "libcuda.so.1"), str(STUB / "cuda_stub.c")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"the stub driver did not compile:\n{done.stderr[-2000:]}"
+    (out / "libnvidia-ml.so.1").symlink_to("libcuda.so.1")
+    return out
+
+
+def run_pytorch(stub: Path, ops: list, conf: str, capacity: int, total: int | None = None,
+                fraction: float | None = None) -> list:
+    """The states after every op through PyTorch's allocator on the stub (see oracle.py)."""
+    env = dict(os.environ, LD_PRELOAD=str(stub / "libcuda.so.1"),
+               LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(stub), os.environ.get("LD_LIBRARY_PATH")])),
+               STUB_CUDA_CAPACITY=str(capacity), STUB_CUDA_TOTAL=str(total or capacity),
+               PYTORCH_CUDA_ALLOC_CONF=conf, OMP_NUM_THREADS="1")
+    env.pop("PYTORCH_ALLOC_CONF", None)
+    done = subprocess.run([sys.executable, str(STUB / "oracle.py")], input=json.dumps({"ops": ops, "fraction": fraction}),
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, f"PyTorch on the stub failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_model(ops: list, conf: str, capacity: int, total: int | None = None, fraction: float | None = None) -> list:
+    """The same states through :class:`helpers.allocator.CachingAllocator`."""
+    alloc, live, states = CachingAllocator(capacity, conf, total, fraction), {}, []
+    for op in ops:
+        oom = False
+        if op[0] in ("alloc", "tensor"):
+            try:
+                live[op[1]] = alloc.malloc(op[2])
+            except AllocatorOutOfMemory:
+                oom = True
+        elif op[0] == "free":
+            block = live.pop(op[1], None)
+            if block is not None:
+                alloc.free(block)
+        elif op[0] == "empty_cache":
+            alloc.empty_cache()
+        elif op[0] == "settings":  # the model's spelling, where it differs, comes second
+            alloc.settings = AllocatorSettings.parse(op[-1])
+        elif op[0] == "fraction":
+            alloc.set_per_process_memory_fraction(op[1])
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        segments = [[s["total_size"], s["allocated_size"], s["is_expandable"], s["segment_type"] == "small",
+                     [[b["size"], b["state"], b["requested_size"] if b["state"] == "active_allocated" else 0]
+                      for b in s["blocks"]]] for s in alloc.snapshot()]
+        states.append([oom, alloc.allocated, alloc.reserved, segments])
+    return states
+
+
+def random_log(seed: int, n: int, largest: int = 200 * MiB, live: int = 24) -> list:
+    """``n`` random ops: allocations (small, 1-10 MiB, up to ``largest``; a few of 0 bytes),
+    frees (about ``live`` tensors alive on average) and, rarely, ``empty_cache``."""
+    rng = random.Random(seed)
+    ops, alive, next_id = [], [], 0
+    for _ in range(n):
+        if rng.random() < 0.01:
+            ops.append(["empty_cache"])
+        elif alive and rng.random() < len(alive) / (len(alive) + live):
+            ops.append(["free", alive.pop(rng.randrange(len(alive)))])
+        else:
+            kind = rng.random()
+            size = (0 if kind < 0.01 else rng.randint(1, MiB) if kind < 0.4 else
+                    rng.randint(MiB + 1, 10 * MiB) if kind < 0.7 else rng.randint(10 * MiB, largest))
+            ops.append(["alloc", next_id, size])
+            alive.append(next_id)
+            next_id += 1
+    return ops
+
+
+def compare(real: list, model: list, ops: list) -> tuple[int, str]:
+    """How many states agree, and the first disagreement in words ('' when none)."""
+    agree = sum(r == m for r, m in zip(real, model))
+    first = next((i for i, (r, m) in enumerate(zip(real, model)) if r != m), None)
+    if first is None:
+        return agree, ""
+    r, m = real[first], model[first]
+    return agree, (f"first disagreement after op {first} {ops[first]}: PyTorch (oom, allocated, reserved, "
+                   f"segments) = {r[:3]}, {len(r[3])}; model = {m[:3]}, {len(m[3])}")
+
+
+# (conf, capacity the stub hands out, total it reports, per-process memory fraction, largest request)
+SETTINGS = {
+    "defaults": ("", 8 * GiB, None, None, 200 * MiB),
+    "max_split_size_mb": ("max_split_size_mb:64", 1 * GiB, None, None, 200 * MiB),
+    "max_non_split_rounding_mb": ("max_split_size_mb:40,max_non_split_rounding_mb:64", 1 * GiB, None, None, 200 * MiB),
+    "expandable_segments": ("expandable_segments:True", 8 * GiB, None, None, 200 * MiB),
+    "roundup_power2_divisions": ("roundup_power2_divisions:4", 8 * GiB, None, None, 200 * MiB),
+    "roundup_power2_divisions_list": ("roundup_power2_divisions:[2:8,64:2,>:4]", 8 * GiB, None, None, 200 * MiB),
+    "memory_fraction": ("", 2 * GiB, 2 * GiB, 0.3, 200 * MiB),
+    "memory_fraction_expandable": ("expandable_segments:True", 2 * GiB, 2 * GiB, 0.3, 200 * MiB),
+    "per_process_memory_fraction": ("per_process_memory_fraction:0.3", 2 * GiB, 2 * GiB, None, 200 * MiB),
+    "small_capacity": ("", 384 * MiB, None, None, 120 * MiB),
+    "small_capacity_expandable": ("expandable_segments:True", 384 * MiB, None, None, 120 * MiB),
+}
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+def test_the_model_agrees_with_pytorch_op_by_op(cuda_stub, setting):
+    conf, capacity, total, fraction, largest = SETTINGS[setting]
+    ops = random_log(sum(map(ord, setting)), OPS, largest)
+    real = run_pytorch(cuda_stub, ops, conf, capacity, total, fraction)
+    model = run_model(ops, conf, capacity, total, fraction)
+    agree, first = compare(real, model, ops)
+    print(f"{setting}: {agree}/{len(ops)} ops agree; out of memory {sum(r[0] for r in real)} times")
+    assert agree == len(ops), first
+    assert len(real) == len(ops) == OPS
+
+
+# -- PyTorch's own allocator tests, translated ------------------------------------------
+# The tests of test/test_cuda.py (class TestCuda and TestCudaMallocAsync) and
+# test/test_cuda_multigpu.py (_test_memory_stats_generator) that are allocations,
+# frees, empty_cache, settings and a memory fraction, as op lists: a tensor of n
+# bytes is ["tensor", id, n] (torch.empty(n, dtype=uint8)), a Python rebinding
+# allocates the new tensor before it frees the old one.  Each one runs through
+# PyTorch on the stub, which must pass the original test's own checks
+# ("expect"), and through the model, which must agree op by op.  The card: 8 GiB
+# of which 512 MiB go to a CUDA context, as on a GPU.
+# Not translated: test_garbage_collect_expandable (garbage_collection_threshold,
+# which the model refuses), test_cachingAllocator_raw_alloc
+# (caching_allocator_enable(False)), test_notifies_oom (an OOM observer),
+# test_get_per_process_memory_fraction and test_allocator_memory_fraction_setting
+# (no allocation), and every test of streams, events, graphs or pinned memory.
+
+TOTAL = 8 * GiB
+CAPACITY = TOTAL - 512 * MiB
+
+
+def _memory_snapshot_ops():
+    rng = random.Random(0)  # the test's randint order, reproducibly
+    ops = [["tensor", 0, 2 * 311 * 411 * 4], ["free", 0], ["tensor", 1, 310 * 410 * 4], ["tensor", 2, 311 * 411 * 4]]
+    small = list(range(10, 1010))
+    ops += [["tensor", i, 128 * 4] for i in small]
+    while small:
+        ops.append(["free", small.pop(rng.randint(0, len(small) - 1))])
+    ops += [["tensor", 3, 128 * 5 * 4], ["free", 3], ["free", 1], ["free", 2], ["empty_cache"]]
+    return ops
+
+
+def _allocator_settings_ops():
+    n, big = 21 * MiB * 4, 100 * MiB * 4
+    gc = "garbage_collection_threshold:0.5"  # no effect without a memory fraction (malloc checks set_fraction)
+    return [["empty_cache"], ["settings", ""], ["tensor", 0, n], ["settings", "roundup_power2_divisions:4"],
+            ["tensor", 1, n], ["settings", gc, ""], ["settings", gc + ",max_split_size_mb:40", "max_split_size_mb:40"],
+            ["empty_cache"], ["tensor", 2, n], ["empty_cache"],
+            ["settings", gc + ",roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]",
+             "roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]"],
+            ["tensor", 3, n], ["empty_cache"], ["tensor", 4, big], ["empty_cache"],
+            ["settings", "release_lock_on_cudamalloc:True", ""],  # locking only: the model has none
+            ["tensor", 5, n], ["free", 3]]
+
+
+def _allocator_fuzz_ops():
+    rng, ops, mem, total, c = random.Random(123), [], [], 0, 0  # random.seed(123), N = 10000
+    for _ in range(10000):
+        while total >= 1024 * 1024 * 1024 / (4 * 10):
+            ident, numel = mem.pop(rng.randrange(0, len(mem)))
+            ops.append(["free", ident])
+            total -= numel
+        action = rng.choices(["alloc", "free", "empty_cache"], weights=[1, 1 if mem else 0, 0.1])[0]
+        if action == "alloc":
+            b = rng.randrange(2 * 1024 * 1024 // 4, 20 * 1024 * 1024 // 4)
+            ops.append(["tensor", c, 4 * b])  # torch.full((b,), c, dtype=torch.int32)
+            mem.append((c, b))
+            c += 1
+            total += b
+        elif action == "free":
+            ident, numel = mem.pop(rng.randrange(0, len(mem)))
+            ops.append(["free", ident])
+            total -= numel
+        else:
+            ops.append(["empty_cache"])
+    return ops
+
+
+def _memory_stats_generator_ops(n=35):
+    ops, ids = [], iter(range(10**6))
+
+    def alloc(*size):  # torch.cuda.FloatTensor(*size)
+        i = next(ids)
+        numel = 1
+        for s in size:
+            numel *= s
+        ops.append(["tensor", i, 4 * numel])
+        return i
+
+    tensors1 = [alloc(1), alloc(10, 20), alloc(200, 300, 2000)]
+    tensors2 = [alloc(i, i * 4) for i in range(1, n // 2 + 1)]
+    tensors2 += [alloc(i, i * 7, i * 9, i * 11) for i in range(5, n // 2 + 5)]
+    tensors2.append(alloc(0, 0, 0))
+    order = list(range(len(tensors2)))
+    random.Random(0).shuffle(order)  # torch.randperm
+    tensors2 = [tensors2[i] for i in order]
+    for i in range(n // 2):
+        ops.append(["free", tensors2.pop(i)])
+    tensors2 += [alloc(i, i * 3, i * 8) for i in range(2, 2 * n // 3 + 2)]
+    ops += [["free", i] for i in tensors2] + [["free", i] for i in tensors1] + [["empty_cache"]]
+    return ops
+
+
+def _oom_at(real, *indices):
+    return [i for i, s in enumerate(real) if s[0]] == list(indices)
+
+
+# name: (ops, PYTORCH_CUDA_ALLOC_CONF at start, the original test's checks on PyTorch's states)
+PYTORCH_TESTS = {
+    "test_memory_allocation": ([["alloc", 0, 1], ["free", 0]], "",
+                               lambda r: r[0][1] > 0 and r[1][1] == 0),
+    "test_memory_stats": ([["tensor", 0, 1024], ["free", 0], ["empty_cache"]], "",
+                          lambda r: r[0][1] == 1024 and r[2][1:3] == [0, 0]),
+    "test_out_of_memory": ([["tensor", 0, 4096], ["tensor", 1, 1024**3 * 800000000], ["tensor", 2, 1024**3 * 8000000000]],
+                           "", lambda r: _oom_at(r, 1, 2)),
+    "test_out_of_memory_retry": ([["empty_cache"], ["tensor", 0, TOTAL // 2], ["tensor", 1, TOTAL // 2], ["free", 0],
+                                  ["tensor", 1, TOTAL // 2], ["free", 1], ["empty_cache"]], "",
+                                 lambda r: _oom_at(r, 2)),
+    "test_set_per_process_memory_fraction": (
+        [["tensor", 0, 4096], ["empty_cache"], ["fraction", 0.5], ["tensor", 1, int(TOTAL * 0.499) - 2 * MiB],
+         ["free", 1], ["empty_cache"], ["tensor", 2, int(TOTAL * 0.5)], ["fraction", 1.0]], "",
+        lambda r: _oom_at(r, 6)),
+    "test_memory_snapshot": (_memory_snapshot_ops(), "",
+                             lambda r: any(b[2] == 311 * 411 * 4 for s in r[1003][3] for b in s[4])
+                             and r[-1][1:3] == [0, 0]),
+    "test_max_split_expandable": (
+        [["empty_cache"], ["fraction", 120 * MiB / TOTAL], ["settings", "expandable_segments:False,max_split_size_mb:40"],
+         ["tensor", 0, 40 * MiB], ["settings", "expandable_segments:True,max_split_size_mb:40"], ["tensor", 1, 40 * MiB],
+         ["settings", "expandable_segments:False,max_split_size_mb:40"], ["tensor", 2, 40 * MiB],
+         ["tensor", 3, 40 * MiB], ["free", 0], ["free", 1], ["free", 2], ["tensor", 4, 120 * MiB], ["free", 4],
+         ["fraction", 1.0]], "", lambda r: _oom_at(r, 8)),
+    "test_allocator_settings": (
+        _allocator_settings_ops(), "",
+        lambda r: [b - a for a, b in ((r[1][1], r[2][1]), (r[3][1], r[4][1]), (r[7][1], r[8][1]), (r[10][1], r[11][1]),
+                                      (r[12][1], r[13][1]))] == [84 * MiB, 96 * MiB, 84 * MiB, 88 * MiB, 512 * MiB]),
+    "test_raises_oom[max_split_size_mb_setting=False]": ([["tensor", 0, 4 * 1024**4]], "", lambda r: _oom_at(r, 0)),
+    "test_raises_oom[max_split_size_mb_setting=True]": (
+        [["settings", "max_split_size_mb:1024"], ["empty_cache"], ["tensor", 0, 4 * 1024**4]], "",
+        lambda r: _oom_at(r, 2)),
+    "test_allocator_fuzz": (_allocator_fuzz_ops(), "", lambda r: not any(s[0] for s in r)),
+    "test_cuda_multigpu._test_memory_stats_generator": (
+        _memory_stats_generator_ops(), "", lambda r: r[-2][1] == 0 and r[-1][1:3] == [0, 0]),
+}
+
+
+@pytest.mark.parametrize("name", list(PYTORCH_TESTS))
+def test_pytorchs_own_allocator_tests_agree(cuda_stub, name):
+    ops, conf, expect = PYTORCH_TESTS[name]
+    real = run_pytorch(cuda_stub, ops, conf, CAPACITY, TOTAL)
+    assert expect(real), f"the translation of {name} does not pass on PyTorch itself"
+    agree, first = compare(real, run_model(ops, conf, CAPACITY, TOTAL), ops)
+    print(f"{name}: {agree}/{len(ops)} ops agree")
+    assert agree == len(ops), first
+
+
+BAD_SETTINGS = ["foo:1,bar:2", "garbage_collection_threshold:1.2", "max_split_size_mb:2",
+                "release_lock_on_cudamalloc:none", "pinned_use_cuda_host_register:none",
+                "pinned_num_register_threads:none", "pinned_num_register_threads:1024"]
+
+
+@pytest.fixture(scope="module")
+def refused_by_pytorch(cuda_stub) -> list[bool]:
+    """For each of BAD_SETTINGS, whether PyTorch raises ValueError (one subprocess, no stub needed)."""
+    script = ("import json, torch\nout = []\n"
+              f"for conf in {BAD_SETTINGS!r}:\n"
+              "    try:\n        torch._C._accelerator_setAllocatorSettings(conf)\n        out.append(False)\n"
+              "    except ValueError:\n        out.append(True)\nprint(json.dumps(out))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("conf", BAD_SETTINGS)
+def test_test_allocator_settings_refusals_are_refused_by_both(refused_by_pytorch, conf):
+    """test_allocator_settings' bad settings: PyTorch raises ValueError, and so does the model."""
+    assert refused_by_pytorch[BAD_SETTINGS.index(conf)]
+    with pytest.raises(ValueError):
+        AllocatorSettings.parse(conf)
