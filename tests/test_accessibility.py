@@ -40,11 +40,9 @@ KNOWN = {
     ("01", "captions"): "lesson 01: its three figures (cells 6, 17, 30) have no 'Look at' caption after them",
     ("02", "captions"): "lesson 02: the figure of cell 30 has no 'Look at' caption after it",
     ("03", "captions"): "lesson 03: its three figures (cells 19, 22, 31) have no 'Look at' caption after them",
-    ("04", "captions"): "lesson 04: its four figures (cells 6, 7, 29, 35) have no 'Look at' caption after them",
     ("07", "captions"): "lesson 07: the figure of cell 21 is followed by a code cell, not a caption",
     ("01", "palette"): "lesson 01: the figures of cells 17 and 30 draw in matplotlib's default colours (tab10)",
     ("02", "palette"): "lesson 02: the figure of cell 30 draws in matplotlib's default colours (tab10)",
-    ("04", "palette"): "lesson 04: the figures of cells 29 and 35 draw in matplotlib's default colours (tab10)",
 }
 PALETTE = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in OKABE_ITO.values()], dtype=float)
 #: A colour counts when it covers this share of the picture (not an antialiased edge).
