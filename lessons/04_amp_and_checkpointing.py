@@ -53,6 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from helpers import CATEGORIES, DoesNotFit, MiB, fmt_bytes, profile_step, round_up
 from helpers.teaching.data import load_digits
 from helpers.models import build_model, digits_cnn, sequential_form
+from helpers.record import OKABE_ITO
 from helpers.teaching.plots import plot_peak_bars, plot_timeline
 from helpers.saved import forward_saved_bytes
 from helpers.techniques import Checkpointed
@@ -98,13 +99,16 @@ assert all(p.params_without_grad == [] for p in steps.values())
 fig = plot_timeline(list(steps.values()), labels=list(steps), title="ResNet18, batch 128: one training step (simulated)")
 fig
 
+# %% [markdown]
+# Look at where each curve peaks: the baseline and AMP climb through the forward pass and peak early in backward, while the checkpointed steps stay low through the forward pass (they keep only each segment's input) and peak late, when backward recomputes the first segment, which holds the stem. Their curves run longer because they have extra `recompute` events; the shading marks the baseline's phases.
+
 # %%
 fig = plot_peak_bars(list(steps.values()), list(steps), title="What is allocated at each configuration's peak")
 fig
 
 
 # %% [markdown]
-# In the bars, the parameters and the input batch are the same in every configuration; what changes is the activations (green) and "other" (grey: mostly the gradients flowing back through the activations). The checkpointed steps also hold more parameter gradients (orange) at their peak, because they peak later in backward. In the timeline, the baseline and AMP climb through the forward pass and peak early in backward. The checkpointed steps stay low through the forward pass (they keep only each segment's input) and peak late, when backward recomputes the first segment, which holds the stem. Their curves run longer because they have extra `recompute` events; the shading marks the baseline's phases. Now explain each difference.
+# Look at what changes between the bars: the parameters and the input batch are the same in every configuration, while the activations (green) and "other" (grey: mostly the gradients flowing back through the activations) change. The checkpointed steps also hold more parameter gradients (orange) at their peak, because they peak later in backward. Now explain each difference.
 #
 # **AMP.** Look at the first convolution. In fp32 it added its 392 MiB output. Under autocast it adds a float16 output (half the size) *and* float16 copies of its input and its weight, because autocast casts the inputs of each convolution to 16 bits and autograd keeps the casts for backward:
 
@@ -355,20 +359,20 @@ assert best == 8
 # %%
 fig = Figure(figsize=(10, 3.6), layout="constrained")
 ax_r, ax_m = fig.subplots(1, 2)
-ax_r.plot(list(sweep), [v[0] / MiB for v in sweep.values()], "o-", label="peak")
+ax_r.plot(list(sweep), [v[0] / MiB for v in sweep.values()], "o-", color=OKABE_ITO["blue"], label="peak")
 ax_r.set(xlabel="checkpoint segments", ylabel="peak allocated (MiB)", title="ResNet18, batch 128")
 ax_f = ax_r.twinx()
-ax_f.plot(list(sweep), [v[1] / base_flops for v in sweep.values()], "s--", color="C3")
-ax_f.set_ylabel("FLOPs ÷ baseline", color="C3")
-ax_m.plot(list(chain), [v / MiB for v in chain.values()], "o-")
-ax_m.axvline(65 ** 0.5, color="gray", ls=":", label="√n")
+ax_f.plot(list(sweep), [v[1] / base_flops for v in sweep.values()], "s--", color=OKABE_ITO["vermillion"])
+ax_f.set_ylabel("FLOPs ÷ baseline", color=OKABE_ITO["vermillion"])
+ax_m.plot(list(chain), [v / MiB for v in chain.values()], "o-", color=OKABE_ITO["blue"])
+ax_m.axvline(65 ** 0.5, color=OKABE_ITO["grey"], ls=":", label="√n")
 ax_m.set(xscale="log", xlabel="checkpoint segments (log scale)", ylabel="peak allocated (MiB)",
          title="64 equal blocks, batch 16384")
 ax_m.legend()
 fig
 
 # %% [markdown]
-# The chain of equal blocks (64 blocks and the final `Linear`: 65 units) is smallest at 8 segments, next to √65 ≈ 8.1, with 3.4 times less memory, as the rule predicts; the bumps between come from PyTorch's segment sizes (n // k units each, the remainder in the last, unchecked segment). For real networks, use the rule as a starting point, then measure: the largest layer sets a floor no segmenting can break.
+# Look at the two panels: on the left, ResNet18's peak (solid line, left axis) stops falling at 6 segments, while the FLOPs (dashed, right axis) stay 19% to 34% above the baseline's; on the right, the chain of equal blocks (64 blocks and the final `Linear`: 65 units) is smallest at 8 segments, next to √65 ≈ 8.1 (the dotted line), with 3.4 times less memory, as the rule predicts. The bumps between come from PyTorch's segment sizes (n // k units each, the remainder in the last, unchecked segment). For real networks, use the rule as a starting point, then measure: the largest layer sets a floor no segmenting can break.
 #
 # What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 32, so that it runs in seconds. Timings vary between machines, so this output is not checked; the FLOP counts above are the deterministic version of the same claim:
 
@@ -425,16 +429,19 @@ for name, h in runs.items():
 # %%
 fig = Figure(figsize=(9, 3.5), layout="constrained")
 ax = fig.add_subplot()
-for (name, h), style in zip(runs.items(), ("-", "--", ":", "-.")):
-    ax.plot(range(1, 9), [100 * a for a in h.test_accuracy], style, marker="o", label=name)
+colours = [OKABE_ITO[c] for c in ("blue", "vermillion", "bluish green", "reddish purple")]   # as in section 1
+for (name, h), style, colour in zip(runs.items(), ("-", "--", ":", "-."), colours):
+    ax.plot(range(1, 9), [100 * a for a in h.test_accuracy], style, marker="o", color=colour, label=name)
 ax.set(xlabel="epoch", ylabel="test accuracy (%)", title="digits CNN: accuracy per epoch in four configurations")
 ax.legend()
 fig
 
 # %% [markdown]
+# Look at the lines in pairs: checkpoint 4 lies on the baseline and AMP + checkpoint 4 on AMP in every epoch, and the two pairs stay within a couple of test images of each other, all four above 95% after 8 epochs.
+#
 # **"Checkpointing changes training": refuted.** With the BatchNorm fix, checkpointed training is the same computation: every epoch's loss and accuracy are identical to the baseline's, to the last bit.
 #
-# **"AMP converges worse": not observed here.** The bfloat16 run stays within a couple of test images of the fp32 run in every epoch. That is a small CNN, 8 epochs, one seed, bfloat16 on a CPU: it does not settle the question for your model. What would: float16 with its `GradScaler` on a GPU (float16 has a narrower range than bfloat16, which is what the scaler protects), your own network trained to the end, and several seeds, comparing final accuracies.
+# **"AMP converges worse": not observed here**, but on a small CNN, 8 epochs, one seed, bfloat16 on a CPU: it does not settle the question for your model. What would: float16 with its `GradScaler` on a GPU (float16 has a narrower range than bfloat16, which is what the scaler protects), your own network trained to the end, and several seeds, comparing final accuracies.
 #
 # **"Checkpointing is slower": confirmed** in the time column above (measured on the machine that ran the notebook), by the same order as section 4's extra FLOPs; measure it on your own hardware before relying on it. AMP's speed depends on the hardware: a CPU without 16-bit arithmetic units spends more on the casts than the bfloat16 products save, and AMP runs *slower*; a CPU with bfloat16 instructions (AVX-512 BF16, AMX) runs it faster; on a GPU with tensor cores (V100 and later) float16 matrix products run several times faster, and AMP usually speeds training up (section 8 measures it). The memory saving of section 1 holds everywhere.
 #

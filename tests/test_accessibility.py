@@ -37,8 +37,6 @@ import lesson_pages  # noqa: E402
 
 #: (lesson number, check) -> what breaks today.  Remove an entry when its lesson is fixed.
 KNOWN = {
-    ("04", "captions"): "lesson 04: its four figures (cells 6, 7, 29, 35) have no 'Look at' caption after them",
-    ("04", "palette"): "lesson 04: the figures of cells 29 and 35 draw in matplotlib's default colours (tab10)",
 }
 PALETTE = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in OKABE_ITO.values()], dtype=float)
 #: A colour counts when it covers this share of the picture (not an antialiased edge).
