@@ -110,7 +110,7 @@ machine with Python 3.10+ and `make` (Linux or macOS), in a clone of the reposit
 
 Each lesson states how long it takes a learner alone (reading, running the cells
 and the exercises): {total} minutes, about {total / 60:.1f} hours, for all {len(rows)}.
-For a workshop (a full day, with breaks, and shorter variants), see the
+For a workshop (two days with breaks, and shorter variants), see the
 [instructor guide](instructor_guide.md).
 
 {chr(10).join(table)}
