@@ -56,6 +56,7 @@ from html.parser import HTMLParser
 
 import nbformat
 import pytest
+from browser_env import CHROMIUM, browser_unavailable
 
 from helpers import profile_step
 from helpers.allocator import replay_on_gpu
@@ -68,7 +69,6 @@ from lesson_runner import sections
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("BROWSER_TEST") == "required"
 VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -149,16 +149,6 @@ def _visible_text(markup: str) -> str:
 
 # -- the server, the browser ----------------------------------------------------------------------------------
 
-def _unavailable() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is not installed (pip install -r requirements.txt)"
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)"
-    return None
-
-
 def not_checked() -> str:
     """What these tests check, for the line that says it was not checked."""
     lessons = sorted({path.name[:2] for path, _, _ in WIDGETS})
@@ -173,7 +163,7 @@ def lab(tmp_path_factory):
     Yields ``(base URL, token, folder)``; the app is exposed as ``window.jupyterapp`` so that the test opens
     notebooks with JupyterLab's own commands (those of a double click in the file browser).
     """
-    reason = _unavailable()
+    reason = browser_unavailable()
     if reason:
         if REQUIRED:
             pytest.fail(f"browser test required (BROWSER_TEST=required) but {reason}")

@@ -34,13 +34,13 @@ import threading
 import urllib.parse
 
 import pytest
+from browser_env import CHROMIUM, browser_unavailable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import lesson_pages  # noqa: E402
 
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 REQUIRED = os.environ.get("BROWSER_TEST") == "required"
 SITE_PYTHON = ROOT / "build" / "site-venv" / "bin" / "python"
 #: Bounded waits, in seconds.
@@ -52,13 +52,7 @@ SOLUTION = "Solution"
 def _unavailable() -> str | None:
     if not SITE_PYTHON.exists():
         return f"no website environment at {SITE_PYTHON.parent.parent} (run make site)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is not installed (pip install -r requirements.txt)"
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)"
-    return None
+    return browser_unavailable()
 
 
 def _skip_unless_available():
