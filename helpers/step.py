@@ -40,6 +40,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .config import StepConfig, check_int
 from .engine.meter import Meter
@@ -354,7 +355,11 @@ class StepRunner:
             The placed model.
         """
         config, runtime, tracker = self.config, self.meter.runtime, self.meter.tracker
-        self.model = model = self._place(self.model)
+        if config.quantization == "nf4":  # QLoRA: the frozen weights arrive in 4 bits, one at a time
+            self.model = model = hf.quantize_nf4(self.model, self._place, self.meter.device)
+            self.meter.reset_peak()  # loading and quantizing is not the step (the bf16 copies are gone)
+        else:
+            self.model = model = self._place(self.model)
         self.module = (Checkpointed(sequential_form(model), config.checkpoint, config.reentrant)
                        if config.checkpoint and not hf.is_hf_model(model) else model)  # HF: hf.prepare did it
         if config.step_in_backward:
@@ -533,12 +538,22 @@ def _loss(task: Task, output, targets: torch.Tensor | None) -> tuple[torch.Tenso
     return F.cross_entropy(logits, targets), targets
 
 
+def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
+    """The meter's serials of every storage of ``t``: its own, or its inner tensors' for a tensor subclass
+    (an ``NF4Tensor`` keeps its codes, scales and code book in five; its constants count as parameters)."""
+    if is_traceable_wrapper_subclass(t):
+        return [s for name in t.__tensor_flatten__()[0] if isinstance(getattr(t, name), torch.Tensor)
+                for s in _serials(meter, getattr(t, name))]
+    serial = meter.serial_of(t)
+    return [] if serial is None else [serial]
+
+
 def _profile(runner: StepRunner) -> StepProfile:
     """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter."""
     meter, config, task = runner.meter, runner.config, runner.task
     runtime = meter.runtime
     model = runner.place()
-    parameters = {meter.serial_of(t) for t in chain(model.parameters(), model.buffers())}
+    parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in _serials(meter, t)}
 
     if config.steady_state:  # one untraced step, so that the optimizer states exist
         runner.run()

@@ -51,7 +51,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from torch import nn
 
@@ -343,11 +343,15 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
 
 
 def prepare(model: nn.Module, config: StepConfig) -> nn.Module:
-    """A model as ``config`` trains it: Hugging Face's checkpointing, then LoRA.
+    """A model as ``config`` trains it: its parameters' dtype, Hugging Face's checkpointing, then LoRA.
 
     Called once, by the step runner, on every model it builds (other models
     pass through unchanged, and are checkpointed by segments by the runner).
 
+    * ``config.param_dtype`` ``"bfloat16"``: ``model.to(torch.bfloat16)``,
+      what ``from_pretrained(torch_dtype=torch.bfloat16)`` loads (for a
+      model without ``_keep_in_fp32_modules``; a module listed there stays
+      float32, as ``transformers`` keeps it).
     * ``config.checkpoint`` > 0, a Hugging Face model: ``model.gradient_checkpointing_enable()``,
       Hugging Face's own checkpointing: every decoder layer is a segment,
       its forward recomputed in backward (``use_reentrant`` as
@@ -355,13 +359,197 @@ def prepare(model: nn.Module, config: StepConfig) -> nn.Module:
     * ``config.lora_rank`` > 0: :func:`apply_lora` with ``config.lora_targets``
       and ``config.lora_dropout``.  peft makes the input embeddings' output
       require grad when checkpointing is on, so the reentrant variant still
-      reaches the adapters.
+      reaches the adapters.  peft makes the adapters float32 whatever the
+      base layer's dtype (``autocast_adapter_dtype=True``, its default).
+
+    Quantization (``config.quantization``) comes later, when the model is
+    placed (:func:`quantize_nf4`).
 
     Raises:
         ValueError: as :func:`apply_lora` does.
     """
+    if config.param_dtype == "bfloat16":
+        import torch
+
+        keep = set(getattr(model, "_keep_in_fp32_modules", None) or ())
+        model.to(torch.bfloat16)
+        for name, module in model.named_modules():
+            if keep and any(part in keep for part in name.split(".")):
+                module.to(torch.float32)
     if config.checkpoint and is_hf_model(model):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": config.reentrant})
     if config.lora_rank:
         model = apply_lora(model, config.lora_rank, config.lora_targets, config.lora_dropout)
+    return model
+
+
+# -- QLoRA: 4-bit NormalFloat base weights -------------------------------------------------------------------------
+
+#: NF4's blocks: one absmax scale per 64 weights, and those scales quantized to
+#: int8 with one float scale per 256 of them (double quantization): torchao's
+#: ``to_nf4(tensor, block_size=64, scaler_block_size=256)`` defaults, and the
+#: QLoRA paper's (Dettmers et al., 2023, section 3: blocksize 64 for W, 256 for c2).
+NF4_BLOCK = 64
+NF4_SCALER_BLOCK = 256
+
+
+def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
+    """The bytes of one weight of ``numel`` elements as torchao's ``NF4Tensor`` stores it (before the allocator
+    rounds each storage up).
+
+    From ``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py`` (torchao 0.18.0),
+    ``NF4Tensor.from_tensor`` of a weight of ``dtype_bytes`` per element (2: bfloat16):
+
+    * ``quantized_data``: two 4-bit codes per uint8: ``numel / 2``;
+    * ``quantized_scalers``: one int8 per block of 64 weights: ``numel / 64``;
+    * ``quantization_factor``: one scale per 256 blocks, in the weight's dtype:
+      ``dtype_bytes * numel / (64 * 256)``;
+    * ``scaler_mean`` (one value) and ``nf4`` (the 16-value code book), in the weight's dtype.
+
+    So ``4 + 8/64 + 16/16384`` bits per weight in bfloat16 (about 4.126), against
+    the QLoRA paper's ``4 + 8/64 + 32/(64*256)`` (about 4.127): bitsandbytes
+    keeps the second-level scales in float32, torchao in the weight's dtype,
+    and torchao subtracts the mean of the first-level scales (one value) where
+    bitsandbytes keeps an offset too.  Both need ``numel`` divisible by
+    64 * 256 here (torchao asserts it).
+
+    Returns:
+        ``{"codes": ..., "scales": ..., "scale_factors": ..., "mean": ..., "code_book": ...}`` in bytes.
+    """
+    blocks = numel // NF4_BLOCK
+    return {"codes": numel // 2, "scales": blocks, "scale_factors": dtype_bytes * (blocks // nf4_scaler_block(numel)),
+            "mean": dtype_bytes, "code_book": 16 * dtype_bytes}
+
+
+def nf4_scaler_block(numel: int) -> int:
+    """The scaler block of a weight of ``numel`` elements: :data:`NF4_SCALER_BLOCK` (256) when its blocks of 64
+    are a multiple of it, else the largest number below it that divides them (see :func:`nf4_bytes`)."""
+    blocks = numel // NF4_BLOCK
+    return max(d for d in range(1, NF4_SCALER_BLOCK + 1) if blocks % d == 0)
+
+
+def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """The linear layers QLoRA quantizes, as ``(parent, attribute, layer)``: every ``nn.Linear`` whose weight is
+    frozen (LoRA's base layers and the layers it does not adapt), but the output embeddings (the LM head)
+    and any weight tied to another module.
+
+    That is ``transformers``' rule for bitsandbytes 4-bit loading when
+    ``llm_int8_skip_modules`` is not given (``transformers/quantizers/base.py``,
+    ``get_keys_to_not_convert``: tied weights, the last module and the output
+    embeddings stay in 16 bits); the token embedding is an ``nn.Embedding``,
+    which it never converts.
+    """
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    counts: dict[int, int] = {}
+    for module in model.modules():
+        for p in module._parameters.values():
+            if p is not None:
+                counts[id(p)] = counts.get(id(p), 0) + 1
+    found = []
+    for parent in model.modules():
+        for attribute, layer in parent.named_children():
+            if (type(layer) is nn.Linear and layer is not head and not layer.weight.requires_grad
+                    and counts[id(layer.weight)] == 1):
+                found.append((parent, attribute, layer))
+    return found
+
+
+class NF4Linear(nn.Module):
+    """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16: what bitsandbytes'
+    ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does (the input is cast to bfloat16, the
+    output back to the input's dtype), through torchtune's ``FrozenNF4Linear`` path, ``torchao``'s ``linear_nf4``.
+
+    ``linear_nf4`` is an autograd function (``LinearNF4``) that dequantizes the
+    weight to the input's dtype for the matmul and frees it; it saves the
+    ``NF4Tensor`` itself for backward (``ctx.save_for_backward(weight)``), not
+    the dequantized copy, and dequantizes again in backward for the input's
+    gradient.  So a dequantized weight lives only during its matmul, in
+    forward and again in backward, and nothing of it stays; the weight gets
+    no gradient.  torchao's dequantization is eager PyTorch
+    (``NF4Tensor.get_original_weight``): for the length of the matmul it
+    holds two int64 tensors of code indices (``numel / 2`` each), the looked-up
+    values, the scaled values and their interleaving, about 14 bytes per
+    weight (224.5 MiB for a 4096 x 4096 weight, measured by the engine), where
+    bitsandbytes' CUDA kernel writes the 2-byte bf16 weight directly: the
+    engine's QLoRA transient is torchao's, larger than bitsandbytes' by about
+    12 bytes per weight of the largest layer being multiplied.
+
+    Args:
+        weight: the ``NF4Tensor``.
+        bias: the layer's bias (kept as it is), or None.
+    """
+
+    def __init__(self, weight, bias: nn.Parameter | None):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.bias = bias
+        self.out_features, self.in_features = weight.shape
+
+    def forward(self, x):
+        import torch
+        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4
+
+        out = linear_nf4(x.to(torch.bfloat16), self.weight)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight=NF4"
+
+
+def quantize_nf4(model: nn.Module, place: Callable[[nn.Module], nn.Module], device) -> nn.Module:
+    """Place ``model`` on ``device`` with its frozen linear weights (:func:`nf4_linears`) in NF4 (QLoRA).
+
+    The other parameters are placed by ``place`` (the backend's); then each
+    frozen weight arrives on the device in bfloat16, one at a time, is
+    quantized by torchao's ``to_nf4`` (block 64, scaler block 256: double
+    quantization, :func:`nf4_bytes`) and its bfloat16 copy freed, as
+    bitsandbytes quantizes a weight while ``from_pretrained`` loads it.  The
+    layer becomes an :class:`NF4Linear`.  (Quantizing after a whole placement
+    would hold every weight dense at once; and placing an ``NF4Tensor`` would
+    make it dense again: ``place`` makes plain tensors.)
+
+    Why torchao's ``NF4Tensor`` and not bitsandbytes' ``Linear4bit``: both
+    were tried on the engine's fake tensors; ``to_nf4`` and ``linear_nf4`` are
+    written in PyTorch operations, so they run under ``FakeTensorMode`` and
+    every storage they make is counted; bitsandbytes quantizes and
+    multiplies in its own CUDA kernels (``bnb.functional.quantize_4bit``,
+    ``matmul_4bit``), which fake tensors cannot run (and it needs a GPU build).
+    The layout is the same as bitsandbytes' to within a few bytes per 16384
+    weights (:func:`nf4_bytes`).
+
+    Args:
+        model: the built model (frozen base weights: LoRA applied).
+        place: puts a model's parameters and buffers on the device; returns it.
+        device: where the quantized weights are made.
+
+    Returns:
+        The placed model.
+
+    Raises:
+        ValueError: if a weight's size is not a multiple of 64, naming the layer.
+    """
+    import torch
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import to_nf4
+
+    layers = nf4_linears(model)
+    names = {id(m): n for n, m in model.named_modules()}
+    for _, _, layer in layers:
+        if layer.weight.numel() % NF4_BLOCK:
+            raise ValueError(f"quantization='nf4': {names[id(layer)]} has {layer.weight.numel()} weights, not a "
+                             f"multiple of {NF4_BLOCK} (torchao's NF4 blocks)")
+    weights = [layer.weight for _, _, layer in layers]
+    for _, _, layer in layers:
+        layer._parameters["weight"] = None  # placed below, one at a time, in 4 bits
+    model = place(model)
+    for (parent, attribute, layer), weight in zip(layers, weights):
+        if weight.is_meta:
+            dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
+        else:
+            dense = weight.detach().to(device=device, dtype=torch.bfloat16)
+        scaler_block = nf4_scaler_block(weight.numel())
+        setattr(parent, attribute, NF4Linear(to_nf4(dense, NF4_BLOCK, scaler_block), layer.bias))
+        del dense
     return model
