@@ -48,6 +48,7 @@ LoRA (:func:`apply_lora`) goes through ``peft.get_peft_model`` with a
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,15 @@ from typing import Any, Callable
 from torch import nn
 
 from ..config import StepConfig
+
+def _not_torchaos_enum_notice(record: logging.LogRecord) -> bool:
+    return "is an Enum subclass and is now natively supported" not in record.getMessage()
+
+
+# torch 2.14 logs a deprecation notice (with a time stamp and a process id) when torchao 0.18 registers
+# its enums with torch.utils._pytree; transformers imports torchao as soon as it is installed.  The
+# notice is meant for torchao's authors: keep it out of the learner's output (and the stored notebooks).
+logging.getLogger("torch.utils._pytree").addFilter(_not_torchaos_enum_notice)
 
 #: Where the shipped configs are (package data).
 CONFIG_DIR = Path(__file__).parent / "hf_configs"
@@ -421,6 +431,13 @@ def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
             "mean": dtype_bytes, "code_book": 16 * dtype_bytes}
 
 
+def _nf4():
+    """torchao's NF4 module (imported when first needed: torchao takes a second to import)."""
+    from torchao.quantization.quantize_.workflows.nf4 import nf4_tensor
+
+    return nf4_tensor
+
+
 def nf4_scaler_block(numel: int) -> int:
     """The scaler block of a weight of ``numel`` elements: :data:`NF4_SCALER_BLOCK` (256) when its blocks of 64
     are a multiple of it, else the largest number below it that divides them (see :func:`nf4_bytes`)."""
@@ -488,9 +505,8 @@ class NF4Linear(nn.Module):
 
     def forward(self, x):
         import torch
-        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4
 
-        out = linear_nf4(x.to(torch.bfloat16), self.weight)
+        out = _nf4().linear_nf4(x.to(torch.bfloat16), self.weight)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.to(x.dtype)
@@ -512,13 +528,16 @@ def quantize_nf4(model: nn.Module, place: Callable[[nn.Module], nn.Module], devi
     make it dense again: ``place`` makes plain tensors.)
 
     Why torchao's ``NF4Tensor`` and not bitsandbytes' ``Linear4bit``: both
-    were tried on the engine's fake tensors; ``to_nf4`` and ``linear_nf4`` are
-    written in PyTorch operations, so they run under ``FakeTensorMode`` and
-    every storage they make is counted; bitsandbytes quantizes and
-    multiplies in its own CUDA kernels (``bnb.functional.quantize_4bit``,
-    ``matmul_4bit``), which fake tensors cannot run (and it needs a GPU build).
-    The layout is the same as bitsandbytes' to within a few bytes per 16384
-    weights (:func:`nf4_bytes`).
+    were tried on the engine's fake tensors.  torchao 0.18.0's ``to_nf4`` and
+    ``linear_nf4`` are written in PyTorch operations: they run under
+    ``FakeTensorMode`` and every storage they make is counted.  bitsandbytes
+    0.50.2 does not: ``bnb.functional.quantize_4bit`` of a fake bfloat16
+    weight raises ``DataDependentOutputException``
+    (``aten._local_scalar_dense``: its CPU path reads a tensor's value), and on
+    a GPU it quantizes and multiplies in its own CUDA kernels, which fake
+    tensors cannot run; a ``Linear4bit`` built on ``meta`` cannot be moved
+    (``Cannot copy out of meta tensor``).  The two layouts agree to within a
+    few bytes per 16384 weights (:func:`nf4_bytes`).
 
     Args:
         model: the built model (frozen base weights: LoRA applied).
@@ -532,8 +551,8 @@ def quantize_nf4(model: nn.Module, place: Callable[[nn.Module], nn.Module], devi
         ValueError: if a weight's size is not a multiple of 64, naming the layer.
     """
     import torch
-    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import to_nf4
 
+    to_nf4 = _nf4().to_nf4
     layers = nf4_linears(model)
     names = {id(m): n for n, m in model.named_modules()}
     for _, _, layer in layers:
