@@ -227,6 +227,9 @@ class StepConfig:
                                 ("attention", ATTENTION), ("quantization", QUANTIZATIONS),
                                 ("param_dtype", PARAM_DTYPES)):
             _check_choice(option, getattr(self, option), choices)
+        if self.fused and self.optimizer == "adamw8bit":
+            raise ValueError("fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no "
+                             "fused implementation")
         if self.reentrant and not self.checkpoint:
             raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
         if self.step_in_backward and self.amp and self.amp_dtype == "float16":

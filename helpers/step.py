@@ -51,6 +51,7 @@ from .techniques import Checkpointed, StepInBackward
 from .techniques.checkpointing import CheckpointedBlock
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_PARAM_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class DoesNotFit(RuntimeError):
@@ -399,8 +400,8 @@ class StepRunner:
             if task.loss == "next_token":
                 return Batch((ids,), torch.randint(0, task.vocab_size, (b, *task.sample_shape), device=device))
             x = ids
-        else:
-            x = torch.randn(b, *task.sample_shape, device=device)
+        else:  # float samples in the parameters' dtype (config.param_dtype), as a bf16 model is fed
+            x = torch.randn(b, *task.sample_shape, device=device, dtype=_PARAM_DTYPES[config.param_dtype])
         if task.loss == "classification" and task.num_classes:
             return Batch((x,), torch.randint(0, task.num_classes, (b,), device=device))
         return Batch((x,))
@@ -491,8 +492,8 @@ class StepRunner:
         moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in got]
         self.step()
         record("optimizer.step()", "optimizer.step")
-        moments.states = {meter.serial_of(t) for state in opt.state.values() for t in state.values()
-                          if isinstance(t, torch.Tensor)}
+        moments.states = {serial for state in opt.state.values() for t in state.values()
+                          if isinstance(t, torch.Tensor) for serial in _serials(meter, t)}
         self.zero_grad()
         record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
         return moments

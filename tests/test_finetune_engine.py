@@ -116,3 +116,85 @@ def test_qlora_peak_is_below_lora_by_the_weight_bytes_saved(steps):
     # dequantizing one weight (NF4Tensor.get_original_weight): two int64 index tensors of numel/2 and
     # bf16 values, scaled values and their stack: at most 20 bytes per weight of the largest layer
     assert saved - 20 * largest <= drop <= saved
+
+
+# -- bfloat16 parameters and 8-bit AdamW: full fine-tuning ----------------------------------------------------------
+
+FULL = dict(batch_size=1, seq_len=32, device="simulated", optimizer="adamw")
+
+
+def _shapes():
+    """Every parameter's shape of SmolLM2-135M (the tied embedding once), from its config, by hand."""
+    layer = [(o, i) for o, i in LINEARS] + [(H,), (H,)]
+    return [(VOCAB, H)] + LAYERS * layer + [(H,)]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _adamw8bit_bytes(numel: int, param_bytes: int) -> int:
+    """torchao AdamW8bit's two moments of one parameter, by hand (torchao 0.18.0 optim/adam.py _new_buffer,
+    subclass_8bit.py OptimState8bit.zeros): >= 4096 weights and a multiple of 256: uint8 codes, a float32 scale
+    per 256, a 256-entry float32 code book each; else two zeros_like(p)."""
+    if numel >= 4096 and numel % 256 == 0:
+        return 2 * (round_up(numel) + round_up(4 * numel // 256) + round_up(4 * 256))
+    return 2 * round_up(param_bytes * numel)
+
+
+@pytest.fixture(scope="module")
+def full():
+    """Full fine-tuning of SmolLM2-135M, 32 tokens: AdamW in float32, AdamW in bf16, 8-bit AdamW in float32."""
+    return {"fp32": profile_step(SMOL, **FULL), "bf16": profile_step(SMOL, param_dtype="bfloat16", **FULL),
+            "8bit": profile_step(SMOL, **{**FULL, "optimizer": "adamw8bit"})}
+
+
+def test_bf16_parameters_halve_the_parameters_gradients_and_adamw_states(full):
+    fp32, bf16 = full["fp32"], full["bf16"]
+    params = sum(round_up(4 * _numel(s)) for s in _shapes())
+    assert _bytes(fp32, "parameters") == params + 2 * 512  # and the rotary embedding's two buffers
+    assert _bytes(bf16, "parameters") == sum(round_up(2 * _numel(s)) for s in _shapes()) + 2 * 512
+    assert _bytes(bf16, "gradients") == sum(round_up(2 * _numel(s)) for s in _shapes())
+    # torch/optim/adamw.py (_init_group): exp_avg and exp_avg_sq are torch.zeros_like(p): bf16 like the parameter
+    assert _bytes(bf16, "optimizer_states") == 2 * _bytes(bf16, "gradients")
+    # half of float32's, but for each storage's rounding up to 512 bytes (the 61 norms of 576)
+    assert 0 <= _bytes(bf16, "optimizer_states") - _bytes(fp32, "optimizer_states") // 2 <= 2 * 61 * 512
+    assert {s.dtype for s in bf16.storages.values() if s.category == "optimizer_states"} == {torch.bfloat16}
+
+
+def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
+    eight = full["8bit"]
+    expected = sum(_adamw8bit_bytes(_numel(s), 4) for s in _shapes())
+    assert _bytes(eight, "optimizer_states") == expected
+    big = sum(_numel(s) for s in _shapes() if _numel(s) >= 4096)
+    assert 2 * big <= expected <= 2.04 * big + 2 * 4 * 4 * 576 * 61  # the 61 norms of 576 stay float32
+    assert _bytes(eight, "gradients") == _bytes(full["fp32"], "gradients")
+    assert eight.peak_allocated_bytes < full["fp32"].peak_allocated_bytes - 0.7 * _bytes(full["fp32"], "optimizer_states")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"quantization": "nf4"}, "quantization='nf4' (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+    ({"quantization": "int4", "lora_rank": 8}, "unknown quantization 'int4'; use one of none, nf4"),
+    ({"param_dtype": "float16"}, "unknown param_dtype 'float16'; use one of float32, bfloat16"),
+    ({"optimizer": "adamw8bit", "fused": True},
+     "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
+    ({"optimizer_offload": "yes"}, "optimizer_offload must be True or False, got 'yes'"),
+])
+def test_bad_options_are_refused_in_one_line(options, message):
+    with pytest.raises(ValueError) as error:
+        StepConfig(model=SMOL, seq_len=32, **options)
+    assert str(error.value) == message
+
+
+def test_the_new_options_are_in_the_json_and_in_the_widget_curve_key():
+    config = StepConfig(model=SMOL, seq_len=32, batch_size=4, lora_rank=8, quantization="nf4",
+                        param_dtype="bfloat16", optimizer="adamw8bit", optimizer_offload=True)
+    d = config.to_dict()
+    assert (d["quantization"], d["param_dtype"], d["optimizer"], d["optimizer_offload"]) == (
+        "nf4", "bfloat16", "adamw8bit", True)
+    key = config.curve_key()
+    assert key.batch_size == 1 and key.quantization == "nf4" and key.optimizer_offload
+    assert key != config.replace(quantization="none").curve_key()  # each option its own curve

@@ -17,14 +17,32 @@ from ..config import OPTIMIZERS
 #: (``torch/optim/sgd.py``: one ``momentum_buffer``; ``adam.py``, ``adamw.py``:
 #: ``exp_avg`` and ``exp_avg_sq``).  Adam's per-tensor ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
-STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
+STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2}
 
 #: Bytes per float32 parameter that the ``foreach`` implementation allocates
 #: for the length of ``optimizer.step()``: Adam and AdamW take the square root
 #: of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
 #: ``_multi_tensor_adam``); SGD updates in place.  The fused implementations
 #: allocate none.
-STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4}
+STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0}
+
+#: torchao's 8-bit AdamW (``torchao/optim/adam.py``, ``AdamW8bit``; ``subclass_8bit.py``,
+#: ``OptimState8bit``): each moment of a parameter of ``numel >= 4096`` weights, a multiple of
+#: the block, is one uint8 code per weight plus one float32 scale per block of 256, and a
+#: 256-entry float32 code book (``qmap``); a smaller parameter keeps ``torch.zeros_like(p)``
+#: states, as bitsandbytes does ("only quantize tensors >= 4096 values").
+ADAMW8BIT_BLOCK = 256
+ADAMW8BIT_MIN_SIZE = 4096
+
+
+def adamw8bit_state_bytes(numel: int, param_bytes: int = 4) -> int:
+    """Bytes of torchao ``AdamW8bit``'s two moments of one parameter of ``numel`` weights (before the
+    allocator rounds each storage up): ``2 * (numel + 4 * numel / 256 + 4 * 256)`` when quantized, i.e.
+    2.03125 bytes per weight plus two 1 KiB code books; else ``2 * param_bytes * numel``.  The per-tensor
+    ``step`` counter is a host tensor."""
+    if numel >= ADAMW8BIT_MIN_SIZE and numel % ADAMW8BIT_BLOCK == 0:
+        return 2 * (numel + 4 * (numel // ADAMW8BIT_BLOCK) + 4 * 256)
+    return 2 * param_bytes * numel
 
 
 def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimizer:
@@ -36,6 +54,16 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
     * ``adam``: ``Adam(lr=1e-3)``: two moment estimates per parameter
       (8 bytes per fp32 parameter) and a step counter per tensor;
     * ``adamw``: ``AdamW(lr=1e-3, weight_decay=0.01)``: the same states as Adam.
+    * ``adamw8bit``: torchao's ``AdamW8bit(lr=1e-3, weight_decay=0.01)``: the
+      two moments block-wise quantized to 8 bits (Dettmers et al., 2022,
+      "8-bit Optimizers via Block-wise Quantization"):
+      :func:`adamw8bit_state_bytes`, about 2 bytes per parameter instead of 8.
+      torchao's, not bitsandbytes' ``AdamW8bit``: torchao's states are tensor
+      subclasses written in PyTorch operations, so they run on the engine's
+      fake tensors (its step is ``torch.compile``'d on a GPU; the simulation
+      runs it eagerly, see :meth:`helpers.engine.backends.SimulatedBackend.optimizer`),
+      where bitsandbytes steps in its own CUDA kernels.  It has no fused or
+      foreach variant (``fused`` is refused by :class:`helpers.config.StepConfig`).
 
     Args:
         name: one of :data:`helpers.config.OPTIMIZERS`.
@@ -56,6 +84,10 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
         return torch.optim.Adam(params, lr=1e-3, **impl)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **impl)
+    if name == "adamw8bit":
+        from torchao.optim import AdamW8bit
+
+        return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
