@@ -230,6 +230,12 @@ class StepConfig:
         if self.fused and self.optimizer == "adamw8bit":
             raise ValueError("fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no "
                              "fused implementation")
+        if self.optimizer_offload and self.step_in_backward:
+            raise ValueError("optimizer_offload steps on the host after backward: it cannot step inside backward "
+                             "(step_in_backward)")
+        if self.optimizer_offload and not self.set_to_none:
+            raise ValueError("optimizer_offload frees the GPU gradients at zero_grad (torchao's CPUOffloadOptimizer "
+                             "asserts set_to_none): leave set_to_none=True")
         if self.reentrant and not self.checkpoint:
             raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
         if self.step_in_backward and self.amp and self.amp_dtype == "float16":

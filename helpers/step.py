@@ -264,8 +264,9 @@ class StepRunner:
       any measurement; placed on the device, counted, by :meth:`place`;
     * what the forward pass calls (:attr:`module`): the model, or the model
       in ``config.checkpoint`` checkpointed segments (``config.reentrant``);
-    * the optimizer (:attr:`optimizer`: ``config.optimizer``, ``fused``, or
-      stepped inside backward with ``step_in_backward``) and the
+    * the optimizer (:attr:`optimizer`: ``config.optimizer``, ``fused``,
+      stepped inside backward with ``step_in_backward``, or with its states in
+      host memory with ``optimizer_offload``) and the
       ``GradScaler`` (:attr:`scaler`, float16 AMP only);
     * the forward pass's contexts: autocast (``config.amp`` in
       ``config.amp_dtype``, the backend's, :meth:`autocast`) and offloading
@@ -366,6 +367,8 @@ class StepRunner:
         if config.step_in_backward:
             self.optimizer = StepInBackward(
                 model.parameters(), lambda params: runtime.optimizer(config.optimizer, params, tracker, config.fused))
+        elif config.optimizer_offload:
+            self.optimizer = runtime.offloaded_optimizer(config.optimizer, model.parameters(), tracker, config.fused)
         else:
             self.optimizer = runtime.optimizer(config.optimizer, model.parameters(), tracker, config.fused)
         self.scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None

@@ -198,3 +198,33 @@ def test_the_new_options_are_in_the_json_and_in_the_widget_curve_key():
     key = config.curve_key()
     assert key.batch_size == 1 and key.quantization == "nf4" and key.optimizer_offload
     assert key != config.replace(quantization="none").curve_key()  # each option its own curve
+
+
+# -- optimizer states in host memory ----------------------------------------------------------------------------------
+
+def test_optimizer_offload_keeps_only_the_small_parameters_states_on_the_gpu(full):
+    """torchao's CPUOffloadOptimizer (optim/cpu_offload.py): parameters of >= 4096 weights are stepped on
+    the host, with their states there; the 61 norms of 576 keep a GPU AdamW.  The gradients stay on the GPU
+    until zero_grad (offload_gradients=False, its default)."""
+    offloaded = profile_step(SMOL, optimizer_offload=True, **FULL)
+    small = [s for s in _shapes() if _numel(s) < 4096]
+    assert len(small) == 61
+    assert _bytes(offloaded, "optimizer_states") == 2 * sum(round_up(4 * _numel(s)) for s in small) == 312_320
+    fp32 = full["fp32"]
+    assert _bytes(offloaded, "gradients") == _bytes(fp32, "gradients")
+    assert _bytes(offloaded, "parameters") == _bytes(fp32, "parameters")  # no GPU copy of anything
+    # the peak loses the states and the foreach step's temporary (one float32 per parameter: the host steps)
+    assert offloaded.peak_allocated_bytes <= fp32.peak_allocated_bytes - _bytes(fp32, "optimizer_states")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"optimizer_offload": True, "step_in_backward": True},
+     "optimizer_offload steps on the host after backward: it cannot step inside backward (step_in_backward)"),
+    ({"optimizer_offload": True, "set_to_none": False},
+     "optimizer_offload frees the GPU gradients at zero_grad (torchao's CPUOffloadOptimizer asserts set_to_none): "
+     "leave set_to_none=True"),
+])
+def test_offload_combinations_refused_in_one_line(options, message):
+    with pytest.raises(ValueError) as error:
+        StepConfig(model=SMOL, seq_len=32, optimizer="adamw", **options)
+    assert str(error.value) == message
