@@ -86,7 +86,9 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
             ``amp``, ``amp_dtype``, ``checkpoint``, ``reentrant``, ``offload``,
             ``optimizer``, ``attention``, ``steady_state``, ``device``,
             ``capacity``, ``input_shape``, ``seq_len``, ``vocab_size``,
-            ``inputs``, ``loss``, ``num_classes``, ``name``.  With
+            ``inputs``, ``loss``, ``num_classes``, ``name``, and for fine-tuning
+            ``lora_rank``, ``lora_targets``, ``lora_dropout``, ``quantization``,
+            ``param_dtype``, ``optimizer_offload``.  With
             ``steady_state`` one untraced step runs first and creates the
             optimizer states, which then stay allocated through every later
             step (lesson 01).  With ``offload``, tensors saved inside
