@@ -497,7 +497,7 @@ class StepRunner:
         moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in got]
         self.step()
         record("optimizer.step()", "optimizer.step")
-        moments.states = {serial for state in opt.state.values() for t in state.values()
+        moments.states = {serial for state in _device_states(opt).values() for t in state.values()
                           if isinstance(t, torch.Tensor) for serial in _serials(meter, t)}
         self.zero_grad()
         record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
@@ -542,6 +542,15 @@ def _loss(task: Task, output, targets: torch.Tensor | None) -> tuple[torch.Tenso
     if targets is None:
         targets = torch.randint(0, logits.shape[1], (logits.shape[0],), device=logits.device)
     return F.cross_entropy(logits, targets), targets
+
+
+def _device_states(optimizer) -> dict:
+    """The optimizer's states, by parameter; for torchao's ``CPUOffloadOptimizer`` (which has no ``state``
+    of its own: the host optimizers hold theirs) the states of its GPU optimizer of small parameters."""
+    if hasattr(optimizer, "state"):
+        return optimizer.state
+    on_device = getattr(optimizer, "d_opt", None)
+    return on_device.state if on_device is not None else {}
 
 
 def _serials(meter: Meter, t: torch.Tensor) -> list[int]:

@@ -18,7 +18,7 @@ Attention runs as ``attn_implementation="sdpa"`` (PyTorch's
 ``scaled_dot_product_attention``, which the simulation gives the kernel of
 ``helpers.config.ATTENTION``), ``use_cache=False`` (a training step keeps no
 KV cache), and parameters in float32 (PyTorch's default, as the project's own
-GPT and Llama presets).  The step feeds token ids only, no ``attention_mask``:
+GPT and Llama presets) unless ``StepConfig.param_dtype`` says bfloat16.  The step feeds token ids only, no ``attention_mask``:
 ``transformers`` then passes ``is_causal=True`` to SDPA and builds no mask,
 so no code reads tensor values (no ``.item()``, no data-dependent branch).
 "eager" attention runs too, and keeps the full ``(batch, heads, seq, seq)``
@@ -43,6 +43,8 @@ LoRA (:func:`apply_lora`) goes through ``peft.get_peft_model`` with a
 ``LoraConfig``; gradient checkpointing is Hugging Face's own
 ``gradient_checkpointing_enable()`` (each decoder layer recomputed in backward).
 :func:`prepare` applies both, in that order, as a :class:`helpers.config.StepConfig` says.
+QLoRA (``StepConfig.quantization="nf4"``) stores the frozen linear weights in
+torchao's 4-bit NF4 when the model is placed (:func:`quantize_nf4`).
 """
 
 from __future__ import annotations
