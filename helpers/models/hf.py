@@ -554,7 +554,7 @@ def quantize_nf4(model: nn.Module, place: Callable[[nn.Module], nn.Module], devi
     """
     import torch
 
-    to_nf4 = _nf4().to_nf4
+    nf4 = _nf4()
     layers = nf4_linears(model)
     names = {id(m): n for n, m in model.named_modules()}
     for _, _, layer in layers:
@@ -565,12 +565,18 @@ def quantize_nf4(model: nn.Module, place: Callable[[nn.Module], nn.Module], devi
     for _, _, layer in layers:
         layer._parameters["weight"] = None  # placed below, one at a time, in 4 bits
     model = place(model)
+    chunk = nf4.CHUNK_SIZE
     for (parent, attribute, layer), weight in zip(layers, weights):
-        if weight.is_meta:
+        if weight.is_meta:  # simulated: fake tensors, so quantize in one chunk, not in chunks of 2**20 (speed only:
+            # the chunks bound a GPU's transient while loading, which is over before the step and not counted)
             dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
+            nf4.CHUNK_SIZE = max(chunk, weight.numel())
         else:
             dense = weight.detach().to(device=device, dtype=torch.bfloat16)
-        scaler_block = nf4_scaler_block(weight.numel())
-        setattr(parent, attribute, NF4Linear(to_nf4(dense, NF4_BLOCK, scaler_block), layer.bias))
+        try:
+            quantized = nf4.to_nf4(dense, NF4_BLOCK, nf4_scaler_block(weight.numel()))
+        finally:
+            nf4.CHUNK_SIZE = chunk
+        setattr(parent, attribute, NF4Linear(quantized, layer.bias))
         del dense
     return model
