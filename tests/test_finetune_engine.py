@@ -228,3 +228,19 @@ def test_offload_combinations_refused_in_one_line(options, message):
     with pytest.raises(ValueError) as error:
         StepConfig(model=SMOL, seq_len=32, optimizer="adamw", **options)
     assert str(error.value) == message
+
+
+def test_llama_8b_qlora_weights_by_formula():
+    """Llama-3.1-8B, built on meta with LoRA r=16 on q, k, v, o: QLoRA quantizes the 7 linear layers of each of
+    the 32 decoder layers (the untied LM head stays 16-bit), 6,979,321,856 weights in 0.5157 bytes each."""
+    with torch.device("meta"):
+        model = hf.apply_lora(hf.build_causal_lm("meta-llama/Llama-3.1-8B"), 16, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    layers = hf.nf4_linears(model)
+    assert len(layers) == 32 * 7
+    assert all(not name.endswith("lm_head") for name, m in model.named_modules() if any(m is l for *_, l in layers))
+    h, kv, mlp = 4096, 1024, 14336
+    weights = 32 * (2 * h * h + 2 * kv * h + 3 * h * mlp)
+    assert sum(layer.weight.numel() for *_, layer in layers) == weights == 6_979_321_856
+    nf4 = sum(sum(hf.nf4_bytes(layer.weight.numel()).values()) for *_, layer in layers)
+    assert nf4 == weights // 2 + weights // 64 + 2 * weights // 16384 + 224 * 34
+    assert round(nf4 / weights, 4) == 0.5157  # 4.126 bits
