@@ -17,6 +17,9 @@ from typing import Any, Callable
 #: plain SGD, SGD with momentum (the default), Adam, AdamW, and AdamW with
 #: 8-bit block-wise quantized states (torchao's ``AdamW8bit``).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit")
+#: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused``
+#: implementation: what lessons 01-08 and their widgets compare.
+TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
                    "adamw8bit": "8-bit AdamW"}
