@@ -19,18 +19,26 @@ Attention runs as ``attn_implementation="sdpa"`` (PyTorch's
 ``helpers.config.ATTENTION``), ``use_cache=False`` (a training step keeps no
 KV cache), and parameters in float32 (PyTorch's default, as the project's own
 GPT and Llama presets).  The step feeds token ids only, no ``attention_mask``:
-``transformers`` then passes ``is_causal=True`` to SDPA and builds no mask,
-so no code reads tensor values (no ``.item()``, no data-dependent branch).
+on real tensors ``transformers`` then passes ``is_causal=True`` to SDPA and
+builds no mask, and with grouped-query attention passes the key and value
+un-expanded with ``enable_gqa=True`` (``use_gqa_in_sdpa`` in
+``transformers/integrations/sdpa_attention.py``), which PyTorch 2.14.1's fused
+kernels take as they are (:func:`helpers.engine.cuda_rules.attention_kernel`).
 "eager" attention runs too, and keeps the full ``(batch, heads, seq, seq)``
 scores, as the math kernel does.
 
-One limit: with grouped-query attention ``transformers`` also passes
-``enable_gqa=True`` (PyTorch >= 2.5), and the simulation
-(:mod:`helpers.engine.cuda_rules`) runs every ``enable_gqa`` call with the
-math kernel, keeping the scores, where a GPU's flash kernel supports it
-(PyTorch's ``sdp_utils.cpp``: ``supports_grouped_query_attention`` for flash,
-not for memory-efficient attention).  Until the engine's rule follows,
-compare kernels at ``attention="math"``.
+On the simulation's fake tensors ``transformers`` cannot see that the
+positions it made (``arange``) are one unpacked sequence: its check for
+packed sequences (``find_packed_sequence_indices`` in ``masking_utils.py``)
+reads tensor values, so under ``is_tracing`` (true for a ``FakeTensor``) it
+keeps a ``(batch, 1, seq, seq)`` boolean mask, repeats the key and value to
+every head, and SDPA takes the math kernel, which a GPU would not.  The
+supported way around it is ``transformers``' own extension point: "sdpa" is
+built as :data:`SDPA`, Hugging Face's SDPA forward unchanged, registered
+(``AttentionInterface``) with a mask function (``AttentionMaskInterface``)
+that returns no mask exactly when the mask would be the plain causal one (no
+``attention_mask``, no cache, query as long as the keys, no sliding window
+shorter than the sequence), as ``transformers`` itself does on real tensors.
 
 Against the project's own Llama (:mod:`helpers.models.llama`), Hugging
 Face's Llama keeps one more ``(batch, seq, hidden)`` float32 tensor per
@@ -234,6 +242,32 @@ def is_config_object(model: Any) -> bool:
     return hasattr(model, "to_dict") and hasattr(model, "model_type") and not isinstance(model, nn.Module)
 
 
+#: The name "sdpa" models are built with (see the module's docstring): Hugging
+#: Face's SDPA forward, with :func:`_causal_sdpa_mask` as its mask function.
+SDPA = "sdpa_causal_skip"
+
+
+def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
+                      attention_mask=None, local_size=None, **kwargs):
+    """``transformers``' ``sdpa_mask``, except that it returns None (SDPA's ``is_causal=True``)
+    whenever the mask would be the plain causal one, even on fake tensors."""
+    from transformers.masking_utils import sdpa_mask
+
+    if (attention_mask is None and q_length == kv_length and isinstance(q_offset, int) and q_offset == 0
+            and isinstance(kv_offset, int) and kv_offset == 0 and (local_size is None or local_size >= kv_length)):
+        return None
+    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask,
+                     local_size=local_size, **kwargs)
+
+
+def _register_sdpa() -> None:
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(SDPA, _causal_sdpa_mask)
+
+
 @dataclass(frozen=True)
 class CausalLMBuilder:
     """A function of no arguments that builds one Hugging Face causal LM from its config.
@@ -255,8 +289,12 @@ class CausalLMBuilder:
 
         config = self.config.__class__.from_dict(self.config.to_dict())
         config.use_cache = False  # a training step keeps no KV cache
+        attn_implementation = self.attn_implementation
+        if attn_implementation == "sdpa":
+            _register_sdpa()
+            attn_implementation = SDPA
         try:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=self.attn_implementation,
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
                                                      dtype=torch.float32, trust_remote_code=False)
         except Exception as e:  # a ValueError: never the backend's fallback to a real (CPU-sized) build
             raise ValueError(f"transformers cannot build a causal LM from {config_label(self.config)}: "
