@@ -55,7 +55,9 @@ LoRA (:func:`apply_lora`) goes through ``peft.get_peft_model`` with a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +66,13 @@ from typing import Any
 from torch import nn
 
 from ..config import StepConfig
+
+class Refused(ValueError):
+    """A model or LoRA option this module refuses, in one line that names the problem.
+
+    Raised while the step runner builds the model; it reports the message as
+    it is (other errors of a constructor are prefixed with what failed)."""
+
 
 #: Where the shipped configs are (package data).
 CONFIG_DIR = Path(__file__).parent / "hf_configs"
@@ -122,9 +131,10 @@ def shipped_configs() -> list[str]:
 
 def is_config_name(name: str) -> bool:
     """True when ``name`` is something :func:`load_config` reads as a string:
-    a shipped name, a ``.json`` path, a folder holding ``config.json``, or a
+    a shipped name, a ``.json`` path, a folder (holding ``config.json``, or
+    named with a trailing ``/``), or a
     Hub name ``org/model`` (not a Python file, not ``module:function``)."""
-    if name in SHIPPED or name.endswith(".json"):
+    if name in SHIPPED or name.endswith((".json", "/")):
         return True
     path = Path(name)
     if path.is_dir() and (path / "config.json").is_file():
@@ -175,19 +185,60 @@ def load_config(config: Any):
         if not isinstance(data, dict):
             raise ValueError(f"{str(path)!r} is not a config.json: it holds no JSON object")
         return _from_dict(data, str(path))
+    if name.endswith(("/", "\\")):
+        raise ValueError(f"no folder {name!r} holding a config.json")
     if not _HUB_NAME.match(name):
         raise ValueError(f"{name!r} is not a Hugging Face config: give {ACCEPTED}")
+    offline = (f"cannot fetch the config of {name!r} from the Hugging Face Hub"
+               + " ({}); offline, use a local config.json or a shipped name " + f"({', '.join(SHIPPED)})")
+    unreachable = _hub_unreachable()
+    if unreachable:  # fail at once, not after huggingface_hub's retries (about half a minute)
+        raise ValueError(offline.format(unreachable))
     try:  # the Hub: config.json only, never the weights; remote code is never run
-        loaded = AutoConfig.from_pretrained(name, trust_remote_code=False)
+        with _quiet_hub():
+            loaded = AutoConfig.from_pretrained(name, trust_remote_code=False)
     except Exception as e:  # offline, unknown, gated, remote code: one line, not transformers' traceback
         text = _first_line(e)
         if "trust_remote_code" in text:
             raise ValueError(f"{name} needs trust_remote_code (its code is not in transformers "
                              f"{transformers.__version__}): refused, only architectures transformers ships "
                              f"run here") from None
-        raise ValueError(f"cannot fetch the config of {name!r} from the Hugging Face Hub ({text}); "
-                         f"offline, use a local config.json or a shipped name ({', '.join(SHIPPED)})") from None
+        raise ValueError(offline.format(text)) from None
     return _refuse_remote_code(loaded, name)
+
+
+def _hub_unreachable() -> str:
+    """Why the Hub cannot be asked now (``HF_HUB_OFFLINE`` set, or its host name does not
+    resolve: no network), or ``""``."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return f"no network: {host} does not resolve"
+    return ""
+
+
+def _quiet_hub():
+    """``huggingface_hub``'s warnings (retries, HTTP errors) off: the one-line error says what failed."""
+    return _quiet_logger("huggingface_hub")
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """The logger ``name`` shows errors only, while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _from_dict(data: dict, where: str, name_or_path: str | None = None):
@@ -284,6 +335,10 @@ class CausalLMBuilder:
     attn_implementation: str = "sdpa"
 
     def __call__(self) -> nn.Module:
+        with _quiet_logger("torch.utils._pytree"):  # transformers' quantizers import torchao: torch warns twice
+            return self._build()
+
+    def _build(self) -> nn.Module:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -297,7 +352,7 @@ class CausalLMBuilder:
             model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
                                                      dtype=torch.float32, trust_remote_code=False)
         except Exception as e:  # a ValueError: never the backend's fallback to a real (CPU-sized) build
-            raise ValueError(f"transformers cannot build a causal LM from {config_label(self.config)}: "
+            raise Refused(f"transformers cannot build a causal LM from {config_label(self.config)}: "
                              f"{_first_line(e)}") from None
         return model.train()
 
@@ -355,29 +410,30 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
         The ``peft.PeftModel``.
 
     Raises:
-        ValueError: in one line, for a target that names no linear module of
+        Refused (a ValueError): in one line, for a target that names no linear module of
             the model (naming those it has), or an architecture peft has no
             default targets for when ``targets`` is None.
     """
-    from peft import LoraConfig, get_peft_model
-    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+    with _quiet_logger("torch.utils._pytree"):  # peft imports torchao, whose enums make torch warn twice
+        from peft import LoraConfig, get_peft_model
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
     label = config_label(getattr(model, "config", None)) if hasattr(model, "config") else type(model).__name__
     have = linear_names(model)
     if targets is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if model_type not in DEFAULTS:
-            raise ValueError(f"peft has no default LoRA targets for {label}: name them with lora_targets "
+            raise Refused(f"peft has no default LoRA targets for {label}: name them with lora_targets (--lora-targets) "
                              f"(its linear layers: {', '.join(have)})")
         targets = tuple(DEFAULTS[model_type])
     missing = [t for t in targets if t not in have]
     if missing:
-        raise ValueError(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
+        raise Refused(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
                          f"its linear layers are {', '.join(have)}")
     try:
         return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout))
     except Exception as e:
-        raise ValueError(f"peft cannot add LoRA adapters to {label}: {_first_line(e)}") from None
+        raise Refused(f"peft cannot add LoRA adapters to {label}: {_first_line(e)}") from None
 
 
 def prepare(model: nn.Module, config: StepConfig) -> nn.Module:
