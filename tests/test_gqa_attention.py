@@ -44,13 +44,25 @@ def test_a_fused_kernel_keeps_the_un_expanded_key_and_value_and_no_scores(kernel
     out = round_up(B * HEADS * SEQ * DIM * half)
     lse = round_up(B * HEADS * SEQ * 4)  # float32, one per query row
     assert _kept(kernel) == q + k + v + out + lse
+    if kernel != "efficient":  # its log-sum-exp is padded to 32 rows in the formula; 256 rows already are
+        assert _kept(kernel) == attention_saved_bytes("flash", B, HEADS, SEQ, DIM, kv_heads=KV_HEADS)
+    assert attention_saved_bytes("efficient", B, HEADS, SEQ, DIM, kv_heads=KV_HEADS) == q + k + v + out + lse
     # the same call with the key and value repeated to eight heads would keep 3 more heads' worth each
     assert _kept(kernel) < attention_saved_bytes("flash", B, HEADS, SEQ, DIM)
+
+
+def test_the_formula_refuses_kv_heads_that_do_not_divide_the_heads():
+    with pytest.raises(ValueError, match="kv_heads must divide heads"):
+        attention_saved_bytes("flash", B, HEADS, SEQ, DIM, kv_heads=3)
+    # the math kernel keeps the repeated key and value: kv_heads changes nothing
+    assert (attention_saved_bytes("math", B, HEADS, SEQ, DIM, kv_heads=KV_HEADS)
+            == attention_saved_bytes("math", B, HEADS, SEQ, DIM))
 
 
 def test_the_math_kernel_still_keeps_the_scores_with_gqa():
     scores = B * HEADS * SEQ * SEQ * 4  # float32, as the math kernel computes 16-bit inputs
     assert _kept("math") - _kept("auto") > scores
+    assert _kept("math") == attention_saved_bytes("math", B, HEADS, SEQ, DIM, kv_heads=KV_HEADS)
 
 
 def test_the_rule_is_decided_in_one_place():

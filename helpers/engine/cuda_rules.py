@@ -431,7 +431,7 @@ def cuda_rules(attention: str = "auto"):
 
 
 def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_dim: int,
-                          dtype: torch.dtype = torch.float16) -> int:
+                          dtype: torch.dtype = torch.float16, kv_heads: int | None = None) -> int:
     """Bytes one ``scaled_dot_product_attention`` call keeps for backward, by kernel.
 
     From the ``derivatives.yaml`` entries of the three kernels (q, k, v of
@@ -451,12 +451,20 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
       accuracy" in ``aten/src/ATen/native/transformers/attention.cpp``), so
       all four are float32.
 
+    With grouped-query attention (``kv_heads`` key/value heads shared by the
+    ``heads`` query heads, ``enable_gqa=True``) the fused kernels keep the key
+    and value with their ``kv_heads`` heads (:func:`attention_kernel`); the
+    math kernel repeats them to ``heads`` heads first and keeps those.
+
     Raises:
-        ValueError: for another kernel.
+        ValueError: for another kernel, or ``kv_heads`` that does not divide ``heads``.
     """
 
+    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
+        raise ValueError(f"kv_heads must divide heads ({heads}), got {kv_heads}")
     size = dtype.itemsize
-    qkv = 3 * round_up(batch * heads * seq * head_dim * size)
+    kv = heads if kv_heads is None else kv_heads
+    qkv = round_up(batch * heads * seq * head_dim * size) + 2 * round_up(batch * kv * seq * head_dim * size)
     out = round_up(batch * heads * seq * head_dim * size)
     if kernel == "flash":
         return qkv + out + round_up(batch * heads * seq * 4)
