@@ -48,6 +48,11 @@ LOSSES = ("auto", "classification", "next_token")
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
 
 
+#: The Hugging Face configs shipped with the package (``helpers.models.hf.SHIPPED``,
+#: which a test checks against this list): named here for the command line's help,
+#: which must not import transformers.
+HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "HuggingFaceTB/SmolLM2-135M")
+
 #: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
 IMAGE_SIZE = 224
 
@@ -361,7 +366,9 @@ class StepConfig:
 #: The options ``python -m helpers profile`` offers: (flag, field, help).  Flags
 #: without a value are booleans; the others take the field's type.
 CLI_OPTIONS = (
-    ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), or your "
+    ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), a Hugging "
+                         f"Face causal LM by its config (a shipped one, offline: {', '.join(HF_SHIPPED)}; a "
+                         f"path/to/config.json; another Hub name org/model, online; give --seq-len), or your "
                          f"own: package.module:function or path/to/file.py:function (default resnet18)"),
     ("--batch-size", "batch_size", "samples per batch (default 128)"),
     ("--image-size", "image_size", f"image height and width, for image models (default {IMAGE_SIZE})"),
@@ -388,5 +395,11 @@ CLI_OPTIONS = (
     ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
     ("--optimizer-offload", "optimizer_offload", "optimizer states in host memory, stepped on the CPU"),
     ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),
+    ("--lora-rank", "lora_rank", "LoRA adapters of this rank (peft) on a Hugging Face model, its base weights "
+                                 "frozen (default 0: off, full fine-tuning)"),
+    ("--lora-targets", "lora_targets", "with --lora-rank: the linear layers to adapt, by last name, "
+                                       "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
+    ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
+                                       "(default 0)"),
     ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
 )

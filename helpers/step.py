@@ -201,6 +201,9 @@ def _task(config: StepConfig, spec: ModelSpec) -> Task:
     if spec.vocab_size and config.input_shape is not None:
         raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "
                          f"not input_shape=")
+    if config.seq_len is None and config.inputs is None and isinstance(spec.build, hf.CausalLMBuilder):
+        raise ValueError(f"{spec.name} is a Hugging Face causal LM: give the sequence length with seq_len= "
+                         f"(--seq-len); its context, {spec.seq_len:,} tokens, is not taken by default")
     seq_len = config.seq_len if config.seq_len is not None else (spec.seq_len if spec.vocab_size else None)
     if config.inputs is not None:
         kind, shape, vocab = "custom", (), None
@@ -335,6 +338,8 @@ class StepRunner:
             build = self.spec.build
             try:
                 model = self.meter.runtime.build(lambda: hf.prepare(build(), config))
+            except hf.Refused as e:  # already one line that names the problem
+                raise ValueError(str(e)) from None
             except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
                 first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
                 raise ValueError(f"building {self.name} failed: {type(e).__name__}: {first_line}") from None

@@ -19,18 +19,26 @@ Attention runs as ``attn_implementation="sdpa"`` (PyTorch's
 ``helpers.config.ATTENTION``), ``use_cache=False`` (a training step keeps no
 KV cache), and parameters in float32 (PyTorch's default, as the project's own
 GPT and Llama presets) unless ``StepConfig.param_dtype`` says bfloat16.  The step feeds token ids only, no ``attention_mask``:
-``transformers`` then passes ``is_causal=True`` to SDPA and builds no mask,
-so no code reads tensor values (no ``.item()``, no data-dependent branch).
+on real tensors ``transformers`` then passes ``is_causal=True`` to SDPA and
+builds no mask, and with grouped-query attention passes the key and value
+un-expanded with ``enable_gqa=True`` (``use_gqa_in_sdpa`` in
+``transformers/integrations/sdpa_attention.py``), which PyTorch 2.14.1's fused
+kernels take as they are (:func:`helpers.engine.cuda_rules.attention_kernel`).
 "eager" attention runs too, and keeps the full ``(batch, heads, seq, seq)``
 scores, as the math kernel does.
 
-One limit: with grouped-query attention ``transformers`` also passes
-``enable_gqa=True`` (PyTorch >= 2.5), and the simulation
-(:mod:`helpers.engine.cuda_rules`) runs every ``enable_gqa`` call with the
-math kernel, keeping the scores, where a GPU's flash kernel supports it
-(PyTorch's ``sdp_utils.cpp``: ``supports_grouped_query_attention`` for flash,
-not for memory-efficient attention).  Until the engine's rule follows,
-compare kernels at ``attention="math"``.
+On the simulation's fake tensors ``transformers`` cannot see that the
+positions it made (``arange``) are one unpacked sequence: its check for
+packed sequences (``find_packed_sequence_indices`` in ``masking_utils.py``)
+reads tensor values, so under ``is_tracing`` (true for a ``FakeTensor``) it
+keeps a ``(batch, 1, seq, seq)`` boolean mask, repeats the key and value to
+every head, and SDPA takes the math kernel, which a GPU would not.  The
+supported way around it is ``transformers``' own extension point: "sdpa" is
+built as :data:`SDPA`, Hugging Face's SDPA forward unchanged, registered
+(``AttentionInterface``) with a mask function (``AttentionMaskInterface``)
+that returns no mask exactly when the mask would be the plain causal one (no
+``attention_mask``, no cache, query as long as the keys, no sliding window
+shorter than the sequence), as ``transformers`` itself does on real tensors.
 
 Against the project's own Llama (:mod:`helpers.models.llama`), Hugging
 Face's Llama keeps one more ``(batch, seq, hidden)`` float32 tensor per
@@ -49,6 +57,7 @@ torchao's 4-bit NF4 when the model is placed (:func:`quantize_nf4`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -68,6 +77,13 @@ def _not_torchaos_enum_notice(record: logging.LogRecord) -> bool:
 # its enums with torch.utils._pytree; transformers imports torchao as soon as it is installed.  The
 # notice is meant for torchao's authors: keep it out of the learner's output (and the stored notebooks).
 logging.getLogger("torch.utils._pytree").addFilter(_not_torchaos_enum_notice)
+
+class Refused(ValueError):
+    """A model or LoRA option this module refuses, in one line that names the problem.
+
+    Raised while the step runner builds the model; it reports the message as
+    it is (other errors of a constructor are prefixed with what failed)."""
+
 
 #: Where the shipped configs are (package data).
 CONFIG_DIR = Path(__file__).parent / "hf_configs"
@@ -126,9 +142,10 @@ def shipped_configs() -> list[str]:
 
 def is_config_name(name: str) -> bool:
     """True when ``name`` is something :func:`load_config` reads as a string:
-    a shipped name, a ``.json`` path, a folder holding ``config.json``, or a
+    a shipped name, a ``.json`` path, a folder (holding ``config.json``, or
+    named with a trailing ``/``), or a
     Hub name ``org/model`` (not a Python file, not ``module:function``)."""
-    if name in SHIPPED or name.endswith(".json"):
+    if name in SHIPPED or name.endswith((".json", "/")):
         return True
     path = Path(name)
     if path.is_dir() and (path / "config.json").is_file():
@@ -179,19 +196,60 @@ def load_config(config: Any):
         if not isinstance(data, dict):
             raise ValueError(f"{str(path)!r} is not a config.json: it holds no JSON object")
         return _from_dict(data, str(path))
+    if name.endswith(("/", "\\")):
+        raise ValueError(f"no folder {name!r} holding a config.json")
     if not _HUB_NAME.match(name):
         raise ValueError(f"{name!r} is not a Hugging Face config: give {ACCEPTED}")
+    offline = (f"cannot fetch the config of {name!r} from the Hugging Face Hub"
+               + " ({}); offline, use a local config.json or a shipped name " + f"({', '.join(SHIPPED)})")
+    unreachable = _hub_unreachable()
+    if unreachable:  # fail at once, not after huggingface_hub's retries (about half a minute)
+        raise ValueError(offline.format(unreachable))
     try:  # the Hub: config.json only, never the weights; remote code is never run
-        loaded = AutoConfig.from_pretrained(name, trust_remote_code=False)
+        with _quiet_hub():
+            loaded = AutoConfig.from_pretrained(name, trust_remote_code=False)
     except Exception as e:  # offline, unknown, gated, remote code: one line, not transformers' traceback
         text = _first_line(e)
         if "trust_remote_code" in text:
             raise ValueError(f"{name} needs trust_remote_code (its code is not in transformers "
                              f"{transformers.__version__}): refused, only architectures transformers ships "
                              f"run here") from None
-        raise ValueError(f"cannot fetch the config of {name!r} from the Hugging Face Hub ({text}); "
-                         f"offline, use a local config.json or a shipped name ({', '.join(SHIPPED)})") from None
+        raise ValueError(offline.format(text)) from None
     return _refuse_remote_code(loaded, name)
+
+
+def _hub_unreachable() -> str:
+    """Why the Hub cannot be asked now (``HF_HUB_OFFLINE`` set, or its host name does not
+    resolve: no network), or ``""``."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return f"no network: {host} does not resolve"
+    return ""
+
+
+def _quiet_hub():
+    """``huggingface_hub``'s warnings (retries, HTTP errors) off: the one-line error says what failed."""
+    return _quiet_logger("huggingface_hub")
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """The logger ``name`` shows errors only, while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _from_dict(data: dict, where: str, name_or_path: str | None = None):
@@ -246,6 +304,32 @@ def is_config_object(model: Any) -> bool:
     return hasattr(model, "to_dict") and hasattr(model, "model_type") and not isinstance(model, nn.Module)
 
 
+#: The name "sdpa" models are built with (see the module's docstring): Hugging
+#: Face's SDPA forward, with :func:`_causal_sdpa_mask` as its mask function.
+SDPA = "sdpa_causal_skip"
+
+
+def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
+                      attention_mask=None, local_size=None, **kwargs):
+    """``transformers``' ``sdpa_mask``, except that it returns None (SDPA's ``is_causal=True``)
+    whenever the mask would be the plain causal one, even on fake tensors."""
+    from transformers.masking_utils import sdpa_mask
+
+    if (attention_mask is None and q_length == kv_length and isinstance(q_offset, int) and q_offset == 0
+            and isinstance(kv_offset, int) and kv_offset == 0 and (local_size is None or local_size >= kv_length)):
+        return None
+    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, attention_mask=attention_mask,
+                     local_size=local_size, **kwargs)
+
+
+def _register_sdpa() -> None:
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(SDPA, _causal_sdpa_mask)
+
+
 @dataclass(frozen=True)
 class CausalLMBuilder:
     """A function of no arguments that builds one Hugging Face causal LM from its config.
@@ -262,16 +346,24 @@ class CausalLMBuilder:
     attn_implementation: str = "sdpa"
 
     def __call__(self) -> nn.Module:
+        with _quiet_logger("torch.utils._pytree"):  # transformers' quantizers import torchao: torch warns twice
+            return self._build()
+
+    def _build(self) -> nn.Module:
         import torch
         from transformers import AutoModelForCausalLM
 
         config = self.config.__class__.from_dict(self.config.to_dict())
         config.use_cache = False  # a training step keeps no KV cache
+        attn_implementation = self.attn_implementation
+        if attn_implementation == "sdpa":
+            _register_sdpa()
+            attn_implementation = SDPA
         try:
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=self.attn_implementation,
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
                                                      dtype=torch.float32, trust_remote_code=False)
         except Exception as e:  # a ValueError: never the backend's fallback to a real (CPU-sized) build
-            raise ValueError(f"transformers cannot build a causal LM from {config_label(self.config)}: "
+            raise Refused(f"transformers cannot build a causal LM from {config_label(self.config)}: "
                              f"{_first_line(e)}") from None
         return model.train()
 
@@ -329,29 +421,30 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
         The ``peft.PeftModel``.
 
     Raises:
-        ValueError: in one line, for a target that names no linear module of
+        Refused (a ValueError): in one line, for a target that names no linear module of
             the model (naming those it has), or an architecture peft has no
             default targets for when ``targets`` is None.
     """
-    from peft import LoraConfig, get_peft_model
-    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+    with _quiet_logger("torch.utils._pytree"):  # peft imports torchao, whose enums make torch warn twice
+        from peft import LoraConfig, get_peft_model
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
     label = config_label(getattr(model, "config", None)) if hasattr(model, "config") else type(model).__name__
     have = linear_names(model)
     if targets is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
         if model_type not in DEFAULTS:
-            raise ValueError(f"peft has no default LoRA targets for {label}: name them with lora_targets "
+            raise Refused(f"peft has no default LoRA targets for {label}: name them with lora_targets (--lora-targets) "
                              f"(its linear layers: {', '.join(have)})")
         targets = tuple(DEFAULTS[model_type])
     missing = [t for t in targets if t not in have]
     if missing:
-        raise ValueError(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
+        raise Refused(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
                          f"its linear layers are {', '.join(have)}")
     try:
         return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout))
     except Exception as e:
-        raise ValueError(f"peft cannot add LoRA adapters to {label}: {_first_line(e)}") from None
+        raise Refused(f"peft cannot add LoRA adapters to {label}: {_first_line(e)}") from None
 
 
 def prepare(model: nn.Module, config: StepConfig) -> nn.Module:
