@@ -22,6 +22,19 @@ output, a float32 log-sum-exp per row, two 8-byte random-number scalars), so
 the peaks agree.  Swin-T computes its attention itself (matmul, softmax) and
 runs no SDPA kernel.
 
+What remains, each well inside 0.1% (the simulation is under by a few KiB):
+
+* batch norm on 16-bit inputs: CUDA keeps the saved mean and inverse
+  standard deviation in float32 (``cudnn_batch_norm``, or
+  ``native_batch_norm`` for bfloat16 and 2-D inputs), the CPU's kernel in the
+  input's type; 512-byte rounding hides most of it (ResNet18 AMP: 7 KiB of
+  269 MiB; EfficientNet-B0 AMP: 80 KiB of 417 MiB);
+* flash and cuDNN attention keep two 8-byte random-number scalars on the
+  device (512 B each after rounding), which the CPU's flash kernel does not
+  create (1 KiB per attention layer: 12 KiB for ViT-B/16 and GPT-2 under AMP).
+  :func:`helpers.engine.cuda_rules.attention_saved_bytes` and lesson 08's
+  per-block formulas leave them out too.
+
 By default a representative subset runs (CI time); ``WHOLE_STEP_REFERENCE=all``
 runs all twelve cases, and ``benchmarks/whole_step_reference.py`` prints the
 table of all twelve.

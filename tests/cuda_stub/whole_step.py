@@ -30,13 +30,22 @@ it always takes the step (``_maybe_opt_step`` reads ``found_inf.item()``),
 which changes no allocation.
 
 Input (stdin): a JSON list of cases ``{"model": name, "batch": n, "seq_len": n or
-null, "amp": bool}``.  Output (stdout, last line): a JSON list, for each case,
-``{"peak": bytes, "categories": {...}, "attention": [op names], "seconds": s}``;
-``categories`` are the bytes alive at the peak by kind (parameters, gradients,
-optimizer_states, input, other); ``attention`` names the fused attention
-kernels (``aten`` operators) the dispatch ran, and ``"math"`` when
-``scaled_dot_product_attention`` ran none (the math kernel is a composite of
-matmuls and a softmax).
+null, "amp": bool, "kernel": null or one of KERNELS}`` (``kernel`` forces one SDPA
+backend with ``torch.nn.attention.sdpa_kernel``; by default PyTorch picks).
+Output (stdout, last line): a JSON list, for each case, ``{"peak": bytes,
+"backward_peak": bytes, "categories": {...}, "attention": [...], "at_peak":
+[...], "seconds": s}``: the measured step's peak, its peak up to
+``loss.backward()`` returning, the bytes alive at the peak by kind
+(parameters and buffers, gradients, optimizer_states, input, other), the SDPA
+kernels that ran (``"flash"``, ``"efficient"``, ``"cudnn"`` by their
+``aten`` operator, ``"math"`` when SDPA ran none of them: the math kernel is a
+composite of matmuls and a softmax), and ``[dtype, shape, bytes]`` of every
+storage alive at the peak (to find what differs).
+
+Nothing is copied from the host: ``torch.tensor(..., device="cuda")`` would
+copy host data with the CUDA runtime (``cudaMemcpyAsync``), which the stub
+does not provide, so the model is built on ``meta`` and given fake ``cuda``
+storages (:func:`place`).
 """
 
 from __future__ import annotations
@@ -68,20 +77,37 @@ KERNELS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudn
 
 
 class Recorder(StorageTracker):
-    """The core tracker, noting which attention operators reach the dispatch."""
+    """The core tracker, noting which fused attention operators reach the dispatch."""
 
     def __init__(self):
         super().__init__("cuda")
         self.attention: set[str] = set()
-        self.sdpa_calls = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.name().removeprefix("aten::")
         if name in FUSED:
             self.attention.add(FUSED[name])
-        if name == "_fused_sdp_choice":
-            self.sdpa_calls += 1
         return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+class SDPACalls:
+    """Counts calls of ``torch.nn.functional.scaled_dot_product_attention`` while active
+    (a composite: the dispatch sees only the kernels it picks, none for the math kernel)."""
+
+    def __init__(self):
+        self.calls = 0
+        self._original = F.scaled_dot_product_attention
+
+    def __enter__(self):
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self._original(*args, **kwargs)
+
+        F.scaled_dot_product_attention = counted  # torchvision's MultiheadAttention and GPT look it up here
+        return self
+
+    def __exit__(self, *exc):
+        F.scaled_dot_product_attention = self._original
 
 
 class FakeGradScaler(torch.amp.GradScaler):
@@ -107,16 +133,17 @@ def place(net: torch.nn.Module) -> torch.nn.Module:
 
 
 def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str | None = None) -> dict:
+    """One case (see the module's docstring): build, place, two steps, the second measured."""
     start = time.perf_counter()
     kernels = (lambda: contextlib.nullcontext()) if kernel is None else (
         lambda: sdpa_kernel(getattr(SDPBackend, KERNELS[kernel])))
     spec = resolve_model(model)
     with torch.device("meta"):
         net = spec.build().train()
-    fake, tracker = FakeTensorMode(), Recorder()
+    fake, tracker, sdpa = FakeTensorMode(), Recorder(), SDPACalls()
     with fake:
         net = place(net)
-    with fake, tracker:
+    with fake, tracker, sdpa:
         params = {tracker.track(t) for t in (*net.parameters(), *net.buffers())}
         optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01, foreach=True)
         scaler = FakeGradScaler("cuda") if amp else None
@@ -161,7 +188,7 @@ def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str
         kind = ("parameters" if serial in params else "gradients" if serial in grads else
                 "optimizer_states" if serial in states else "input" if serial in inputs else "other")
         categories[kind] += tracker.sizes[serial]
-    attention = sorted(tracker.attention) or (["math"] if tracker.sdpa_calls else [])
+    attention = sorted(tracker.attention) or (["math"] if sdpa.calls else [])
     return {"peak": tracker.peak, "backward_peak": backward_peak[-1], "categories": categories, "attention": attention,
             "at_peak": sorted([str(tracker.dtypes[s]).removeprefix("torch."), list(tracker.shapes[s]), tracker.sizes[s]]
                               for s in tracker.peak_serials),
