@@ -418,9 +418,11 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
 
     * ``"flash"`` (``_scaled_dot_product_flash_attention``): query, key,
       value, output, and a float32 log-sum-exp per row ``(batch, heads, seq)``
-      (its random-number state, two scalars, is left out);
+      (its random-number state, two 8-byte scalars on the device, 1 KiB
+      after rounding, is left out);
     * ``"efficient"`` (``_scaled_dot_product_efficient_attention``): the same,
-      its log-sum-exp padded to a multiple of 32 rows;
+      its log-sum-exp padded to a multiple of 32 rows (its seed and offset,
+      1 KiB, left out here too; the simulation keeps them, as CUDA does);
     * ``"math"`` (``_scaled_dot_product_attention_math``, a composite of
       matmuls and softmax): the scaled query and key (for the scores'
       backward), the softmax output ``(batch, heads, seq, seq)`` (also the
