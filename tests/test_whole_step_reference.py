@@ -64,9 +64,9 @@ MODELS = {"resnet18": (8, None), "swin_t": (8, None), "convnext_tiny": (8, None)
           "vit_b_16": (16, None), "gpt2": (4, 256)}
 PRECISIONS = ("amp", "fp32")
 CASES = [(model, precision) for model in MODELS for precision in PRECISIONS]
-#: The default run: a CNN, the attention models in each precision (both SDPA kernels), a depthwise CNN.
-DEFAULT = {("resnet18", "amp"), ("vit_b_16", "amp"), ("vit_b_16", "fp32"), ("gpt2", "fp32"),
-           ("efficientnet_b0", "amp")}
+#: The default run (CI time): a CNN with batch norm under AMP, and the attention models in each precision
+#: (both SDPA kernels PyTorch picks; ViT-B/16 in float32 is the case that found the efficient kernel's rule).
+DEFAULT = {("resnet18", "amp"), ("vit_b_16", "amp"), ("vit_b_16", "fp32"), ("gpt2", "fp32")}
 ALL = os.environ.get("WHOLE_STEP_REFERENCE", "") == "all"
 
 #: The attention kernel PyTorch's dispatch picks on the stub's H100 (None: no SDPA call).
