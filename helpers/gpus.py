@@ -286,7 +286,8 @@ class Verdict:
         if self.peak is None:
             return f"{verb} in {gpu}: {judged}: the simulated allocator ran out of memory{more}"
         size = functools.partial(fmt_bytes, unit=unit, grouped=True)
-        terms = " + ".join(f"{n / scale:,.1f}" for n in [self.peak, self.overhead, *(n for _, n in named)])
+        terms = " + ".join([f"{self.peak / scale:,.1f}", f"{self.overhead / scale:,.1f}",
+                            *(f"{n / scale:,.{1 if n >= scale / 10 else 2}f}" for _, n in named)])  # 16 MiB: 0.02 GiB
         return (f"{verb} in {gpu}: {judged} = {terms} = "
                 f"{size(self.need)} {'<=' if self.fits else '>'} {size(self.capacity)}{more}")
 

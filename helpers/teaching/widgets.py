@@ -117,7 +117,8 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
                       f"({_size(capacity, unit)})")
     v = r.verdict(capacity, gpu if gpu in GPU_CARDS else None)
     if r.backend == "formula":
-        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} + {v.unseen / scale:,.1f} = "
+        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} + "
+                f"{v.unseen / scale:,.{1 if v.unseen >= scale / 10 else 2}f} = "
                 f"{_size(v.need, unit)} {'<=' if v.fits else '>'} {_size(capacity, unit)}")
         if v.fits:
             return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
