@@ -51,11 +51,13 @@ def main() -> int:
         if c.reserved is not None:
             lines.append(f"  allocated peak {c.allocated:,} B, reserved (allocator model) {c.reserved:,} B")
         if c.verdict is not None:
-            lines.append(f"  {c.verdict.sentence(r.card or 'a card of ' + format(r.published / 2**30, '.0f') + ' GiB')}")
+            card = r.card or f"a card of {r.published / 2**30:.0f} GiB"
+            lines.append(f"  {c.verdict.sentence(card)}")
         for what, n in r.extra:
             lines.append(f"  + {what}: {n:,} B")
-        lines.append(f"  ratio {c.ratio:.3f}" + (f" ({c.ratio_explained:.3f} with the untraced lines)" if r.extra else "")
-                     + f"; expected {r.expected} {r.tolerance:.0%}: {'yes' if c.agrees else 'NO'}; "
+        explained = f" ({c.ratio_explained:.3f} with the untraced lines)" if r.extra else ""
+        where = "yes" if c.agrees else "NO"
+        lines.append(f"  ratio {c.ratio:.3f}{explained}; expected {r.expected} {r.tolerance:.0%}: {where}; "
                      f"{times[r.key]:.1f} s")
         lines += textwrap.wrap("  gap: " + r.gap, 110, subsequent_indent="    ")
         print("\n".join(lines))
