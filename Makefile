@@ -78,6 +78,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/widget_latency.py
 	$(BIN)/python benchmarks/allocator_replay.py
 	$(BIN)/python benchmarks/lesson_times.py
+	$(BIN)/python benchmarks/finetune_step.py
 
 # Published real-GPU figures beside the engine's (helpers/teaching/published.py):
 # the whole table, 7B to 65B models included (several minutes on two cores).
