@@ -18,8 +18,9 @@ from helpers.teaching.plots import plot_published_comparison
 
 ALL = (*P.PUBLISHED, *P.ENGINE_CHECKS)
 FIELDS = {f.name for f in dataclasses.fields(StepConfig)}
-#: The rows the tests run: fast, and covering both tutorial figures and both attention kernels of the BERT table.
-FAST = ("vit-l16-adam", "vit-l16-adam-in-backward", "bert-eager-b16-s512", "bert-sdpa-b16-s512")
+#: The rows the tests run: fast, covering both tutorial figures, both attention kernels of the BERT table
+#: and one 7B model (bloomz-7b1 at 64 tokens, a few seconds).
+FAST = ("vit-l16-adam", "vit-l16-adam-in-backward", "bert-eager-b16-s512", "bert-sdpa-b16-s512", "peft-readme-bloomz")
 
 
 def test_every_row_is_well_formed():
@@ -60,6 +61,7 @@ def test_the_rows_name_the_published_setups():
 
 @pytest.mark.parametrize("key", FAST)
 def test_the_fast_rows_land_where_their_rows_say(key):
+    assert not P.ROWS[key].slow
     c = P.compare(P.ROWS[key])
     assert c.agrees, f"{key}: engine {c.after:,} B against published {c.row.published:,} B ({c.ratio:.3f})"
     assert c.after == c.before + c.workspaces and c.reserved is None and c.verdict is None
