@@ -17,7 +17,10 @@ Every widget judges "does it fit?" as the command line does, by
 of the whole steady-state step (through ``optimizer.step()``) plus the assumed
 1 GiB overhead (CUDA context and allocator cache), or, with the "reserved"
 view, the step replayed through the allocator model on the card plus the
-assumed 512 MiB CUDA context; the verdict says which.
+assumed 512 MiB CUDA context; the verdict says which.  On a card of the list
+it adds the card's cuBLAS workspaces (:func:`helpers.gpus.unseen_lines`), shown
+as a line of the breakdown, and for a step with convolutions says that the
+cuDNN workspaces are not modelled.
 
 On a GPU every value is measured (an out-of-memory error is caught, shown as
 "does not fit", and its memory released); elsewhere it is simulated, with
@@ -45,9 +48,9 @@ import ipywidgets as widgets
 from ..batch import Estimate, PeakCurve, model_state_estimate, reserved_estimate
 from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, TORCH_OPTIMIZERS, StepConfig, check_int
 from ..engine.backends import get_backend
-from ..gpus import CACHE_ALLOWANCE_BYTES, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
+from ..gpus import CACHE_ALLOWANCE_BYTES, CUBLAS_LINE, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
 from ..models import LANGUAGE_PRESETS, model_names, resolve_model
-from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS
+from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, OKABE_ITO
 from ..techniques.checkpointing import CHECKPOINT_POLICIES
 from ..transformer import transformer_presets, transformer_step
 from ..units import fmt_bytes
@@ -63,7 +66,9 @@ _NOTE_STYLE = "color:#555;font-size:90%"
 
 
 def _paint(name: str) -> str:
-    """CSS background of a category, of cached free memory, or of an assumed overhead."""
+    """CSS background of a category, of cached free memory, of the cuBLAS workspaces, or of an assumed overhead."""
+    if name == CUBLAS_LINE:
+        return OKABE_ITO["sky blue"]
     return _COLORS.get(name, "#dcdcdc" if name == "reserved, free" else _HATCH)
 
 
@@ -110,15 +115,16 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
     if measured_here:
         return True, (f"fits on this GPU: the whole step ran, peak allocated {_size(r.peak_bytes, unit)} measured "
                       f"({_size(capacity, unit)})")
-    v = r.verdict(capacity)
+    v = r.verdict(capacity, gpu if gpu in GPU_CARDS else None)
     if r.backend == "formula":
-        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} = {_size(v.need, unit)} "
-                f"{'<=' if v.fits else '>'} {_size(capacity, unit)}")
+        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} + "
+                f"{v.unseen / scale:,.{1 if v.unseen >= scale / 10 else 2}f} = "
+                f"{_size(v.need, unit)} {'<=' if v.fits else '>'} {_size(capacity, unit)}")
         if v.fits:
             return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
-                          f"{_size(v.overhead, unit)} assumed overhead = {sums}")
+                          f"{_size(v.overhead, unit)} assumed overhead + cuBLAS workspaces = {sums}")
         return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {_size(v.overhead, unit)} "
-                       f"assumed overhead = {sums}")
+                       f"assumed overhead + cuBLAS workspaces = {sums}")
     return v.fits, v.sentence(gpu, r.allocator_error or "", unit=unit)
 
 
@@ -128,8 +134,12 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     A pure function of its arguments: the verdict (:func:`verdict`), a bar of
     the peak by category against the GPU's capacity (and, when the peak is
     under a fifth of it, a second bar on the peak's own scale), the bytes per
-    category, and where the peak was reached; sizes in ``unit`` (``"MiB"`` or
-    ``"GiB"``), exact bytes in the view's ``data-bytes`` attributes.
+    category, what the card adds that the tensors do not show (the lines of
+    :func:`helpers.gpus.unseen_lines`: the cuBLAS workspaces; the cuDNN
+    workspaces, "not modelled"), and where the peak was reached; sizes in
+    ``unit`` (``"MiB"`` or ``"GiB"``), exact bytes in the view's
+    ``data-bytes`` attributes (``.gm-unseen`` rows have ``data-line``, and
+    ``data-bytes`` unless not modelled).
     """
     ok, message = verdict(r, gpu, capacity, measured_here, unit)
     head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" '
@@ -147,6 +157,11 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     else:
         overhead = CUDA_OVERHEAD_BYTES
         parts += [("CUDA context (assumed)", CUDA_CONTEXT_BYTES), ("allocator cache (assumed)", CACHE_ALLOWANCE_BYTES)]
+    lines = r.verdict(capacity, gpu).lines if gpu in GPU_CARDS and not measured_here else {}
+    for name, nbytes in lines.items():  # what the card adds that the traced tensors do not show
+        if nbytes:
+            parts.append((name, nbytes))
+            overhead += nbytes
     scale = max(capacity, r.peak_bytes + overhead) * 1.05
     line = (f'<div title="{html.escape(gpu)}: {_size(capacity, unit)}" style="position:absolute;'
             f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
@@ -159,9 +174,14 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     for name, nbytes in parts:
         swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
                   f'background:{_paint(name)}"></span>')
+        cell = (f'class="gm-unseen" data-line="{name}" data-bytes="{nbytes}"' if name in lines else
+                f'class="gm-bytes" data-category="{name}" data-bytes="{nbytes}"')
         rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
-                    f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
-                    f'style="text-align:right">{_size(nbytes, unit)}</td></tr>')
+                    f'<td {cell} style="text-align:right">{_size(nbytes, unit)}</td></tr>')
+    for name, nbytes in lines.items():
+        if nbytes is None:
+            rows.append(f'<tr><td style="padding-right:16px">{name}</td><td class="gm-unseen" data-line="{name}" '
+                        f'style="text-align:right">not modelled</td></tr>')
     rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated (whole step)</b></td><td class="gm-peak" '
                 f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_size(r.peak_bytes, unit)}</b></td></tr>')
     if r.reserved_bytes is not None:
@@ -356,6 +376,11 @@ class _StepWidget(widgets.VBox):
                   for name in CATEGORIES]
         if self.result.reserved_bytes is not None:
             lines.append(f"  {'reserved (sim.)':<17} {_size(self.result.reserved_bytes, self.UNIT):>14}")
+        gpu = self.capacity.value
+        if gpu in GPU_CARDS and self.result.peak_bytes is not None:
+            for name, nbytes in self.result.verdict(self.capacities[gpu], gpu).lines.items():
+                shown = "not modelled" if nbytes is None else _size(nbytes, self.UNIT)
+                lines.append(f"  {name:<17} {shown:>14}")
         lines.append(f"  peak of the whole step at the {self.result.where}")
         return "\n".join(lines)
 
