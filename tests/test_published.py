@@ -86,8 +86,16 @@ def test_a_card_row_is_judged_by_the_verdict_rule():
     row = P.ROWS["qlora-guanaco-65b"]
     verdict = gpus.judge(row.published, 40 * 2**30)
     c = _fake(row, 40 * 2**30, verdict=verdict)
-    assert c.before == verdict.need == 40 * 2**30 + gpus.CUDA_OVERHEAD_BYTES
+    assert c.before == c.after == verdict.need == 40 * 2**30 + gpus.CUDA_OVERHEAD_BYTES
     assert c.ratio == pytest.approx(41 / 48) and c.agrees is False  # 15% below the card: not "just fits"
+
+
+def test_a_card_row_that_names_its_card_adds_the_workspaces_once():
+    row = P.ROWS["unsloth-hf-24gb"]
+    verdict = gpus.judge(row.published, 16 * 2**30, card=row.card, cublas_handles=2)
+    workspaces = 2 * gpus.cublas_workspace_bytes(gpus.COMPUTE_CAPABILITY[row.card])
+    c = _fake(row, 16 * 2**30, workspaces=workspaces, verdict=verdict)
+    assert c.after == verdict.need == c.before + workspaces and verdict.unseen == workspaces
 
 
 def test_expected_sides():

@@ -473,7 +473,8 @@ class Comparison:
             on the row's card (two handles: the forward's thread and
             autograd's; :func:`helpers.gpus.unseen_lines`), 0 without a card.
         verdict: for a ``"card"`` row, :func:`helpers.gpus.judge` of the
-            allocated peak on a card of ``row.published`` bytes; else None.
+            allocated peak on a card of ``row.published`` bytes (with the
+            card's workspace lines when the row names it); else None.
     """
 
     row: Published
@@ -485,12 +486,13 @@ class Comparison:
     @property
     def before(self) -> int:
         """The engine's figure for what the row measures, tensors only: the
-        reserved replay for a reserved figure, the judged need (peak plus the
-        assumed overhead) for a card, else the allocated peak."""
+        reserved replay for a reserved figure, the peak plus the assumed
+        overhead for a card (the verdict's need without its workspace
+        lines), else the allocated peak."""
         if self.row.measured == "reserved" and self.reserved is not None:
             return self.reserved
         if self.row.measured == "card":
-            return self.verdict.need
+            return self.verdict.peak + self.verdict.overhead
         return self.allocated
 
     @property
@@ -550,7 +552,10 @@ def compare(row: Published) -> Comparison:
     if row.measured == "reserved":
         result = replay(profile.allocation_log)
         reserved = max(result.reserved) if result.reserved else 0
-    verdict = gpus.judge(row.published, profile.peak_allocated_bytes) if row.measured == "card" else None
+    verdict = None
+    if row.measured == "card":  # the verdict of every widget, with the card's workspace lines when it is named
+        verdict = gpus.judge(row.published, profile.peak_allocated_bytes, card=row.card,
+                             cublas_handles=2 if row.card else 0)
     return Comparison(row, profile.peak_allocated_bytes, reserved, _workspaces(row.card), verdict)
 
 
