@@ -176,21 +176,25 @@ class BertLM:
 
 @dataclass(frozen=True)
 class EagerCausalLM:
-    """Builds a Hugging Face causal LM from a config given as ``(key, value)`` pairs,
-    with ``attn_implementation="eager"``: for an architecture that
-    ``transformers`` runs without SDPA (BLOOM), which
-    :func:`helpers.models.hf.build_causal_lm`'s default refuses.
+    """Builds a Hugging Face causal LM with ``attn_implementation="eager"``: the
+    attention of an architecture that ``transformers`` runs without SDPA
+    (BLOOM), or of a model as ``transformers`` ran it before SDPA (Llama in
+    2023: the full scores, softmax in float32), which
+    :func:`helpers.models.hf.build_causal_lm`'s default (SDPA) does not give.
 
     Attributes:
-        items: the ``config.json`` keys and values, as sorted pairs (hashable).
+        config: a name of :data:`helpers.models.hf.SHIPPED`, or the
+            ``config.json`` keys and values as sorted ``(key, value)`` pairs
+            (hashable).
     """
 
-    items: tuple[tuple[str, Any], ...]
+    config: str | tuple[tuple[str, Any], ...]
 
     def __call__(self) -> torch.nn.Module:
         from ..models import hf
 
-        return hf.CausalLMBuilder(hf.load_config(dict(self.items)), "eager")()
+        config = hf.load_config(self.config if isinstance(self.config, str) else dict(self.config))
+        return hf.CausalLMBuilder(config, "eager")()
 
 
 #: bigscience/bloomz-7b1's config.json (BLOOM 7B1's sizes: 4096 wide, 30 layers, 32
@@ -222,16 +226,17 @@ class TokenIds:
 
 
 def shifted_float32_loss(output) -> torch.Tensor:
-    """The next-token loss as the 2023-2024 fine-tuning code of these sources computed it.
+    """The next-token loss as the 2024 fine-tuning code of these sources computed it.
 
-    transformers 4.28 to 4.45's Llama returned its logits upcast to float32
-    (``self.lm_head(hidden_states).float()``), and its loss, torchtune's recipes
-    (whose model also returned ``.float()`` logits) and the PEFT notebook all
-    shifted them into a contiguous copy before the cross-entropy
-    (``logits[..., :-1, :].contiguous()``).  On a float32 model ``.float()``
-    copies nothing.  The pinned transformers returns the logits in the model's
-    dtype, so this loss makes the same float32 copies from them.  Targets are
-    random token ids.
+    transformers 4.31 to 4.45's Llama returned its logits upcast to float32
+    (``self.lm_head(hidden_states).float()``, removed by transformers #33902),
+    and its loss, torchtune's recipes (whose model also returned ``.float()``
+    logits) and the PEFT notebook all shifted them into a contiguous copy
+    before the cross-entropy (``logits[..., :-1, :].contiguous()``).  On a
+    float32 model ``.float()`` copies nothing.  The pinned transformers returns
+    the logits in the model's dtype, so this loss makes the same float32 copies
+    from them.  Targets are random token ids.  See :func:`shifted_loss` for the
+    same without the upcast.
 
     Args:
         output: a model output with ``.logits``, or the logits, ``(batch, seq, vocabulary)``.
@@ -240,6 +245,17 @@ def shifted_float32_loss(output) -> torch.Tensor:
         The mean cross-entropy over the ``batch x (seq - 1)`` shifted positions.
     """
     logits = getattr(output, "logits", output).float()
+    shifted = logits[..., :-1, :].contiguous()
+    targets = torch.randint(0, shifted.shape[-1], shifted.shape[:-1], device=shifted.device)
+    return torch.nn.functional.cross_entropy(shifted.flatten(0, 1), targets.flatten())
+
+
+def shifted_loss(output) -> torch.Tensor:
+    """The next-token loss as transformers computed it before 4.31 (and for BLOOM):
+    the logits in the model's dtype, shifted into a contiguous copy, then the
+    cross-entropy against random token ids (:func:`shifted_float32_loss` without
+    the float32 upcast)."""
+    logits = getattr(output, "logits", output)
     shifted = logits[..., :-1, :].contiguous()
     targets = torch.randint(0, shifted.shape[-1], shifted.shape[:-1], device=shifted.device)
     return torch.nn.functional.cross_entropy(shifted.flatten(0, 1), targets.flatten())
@@ -327,7 +343,7 @@ PUBLISHED: tuple[Published, ...] = (
               "twitter_complaints samples padded to 64 tokens, no checkpointing, no mixed precision, on an "
               "A100 80GB; the table's PEFT-LoRA PyTorch column: 32GB GPU, rounded from the script's peak "
               "(torch.cuda.max_memory_allocated, printed in MiB).",
-        options=_options(model=EagerCausalLM(BLOOMZ_7B1), name="bigscience/bloomz-7b1", loss=shifted_float32_loss,
+        options=_options(model=EagerCausalLM(BLOOMZ_7B1), name="bigscience/bloomz-7b1", loss=shifted_loss,
                          batch_size=8, seq_len=64, vocab_size=250880, lora_rank=8, lora_dropout=0.1,
                          optimizer="adamw", steady_state=True),
         published=32_000 * 2**20, measured="allocated", card="A100 80 GB",
@@ -339,18 +355,20 @@ PUBLISHED: tuple[Published, ...] = (
         source="QLoRA paper: Guanaco 65B on one 48 GB GPU",
         url="https://arxiv.org/abs/2305.14314 (abstract: a 65B model fine-tuned on a single 48 GB GPU); "
             "setup from artidoro/qlora scripts/finetune_guanaco_65b.sh and qlora.py",
-        setup="LLaMA 65B, base weights NF4 with double quantization, computed in bfloat16, LoRA rank 64 "
-              "(alpha 16, dropout 0.05) on every linear layer, paged AdamW with 32-bit states, gradient "
+        setup="LLaMA 65B as transformers ran it in May 2023 (eager attention: the full scores, softmax in "
+              "float32; logits not upcast), base weights NF4 with double quantization, computed in bfloat16, "
+              "LoRA rank 64 (alpha 16, dropout 0.05) on every linear layer, paged AdamW with 32-bit states, gradient "
               "checkpointing, batch 4 of OASST1 samples (at most 16 source + 512 target tokens), gradient "
               "accumulation 4; the claim: it fits one 48 GB GPU.",
-        options=_options(model="huggyllama/llama-65b", loss=shifted_float32_loss, batch_size=4, seq_len=528,
+        options=_options(model=EagerCausalLM("huggyllama/llama-65b"), name="huggyllama/llama-65b (eager attention)",
+                         loss=shifted_loss, batch_size=4, seq_len=528, vocab_size=32000,
                          lora_rank=64, lora_targets=LLAMA_LINEAR, lora_dropout=0.05, quantization="nf4",
                          param_dtype="bfloat16", optimizer="adamw", checkpoint=1, steady_state=True),
         published=CARD_48GB, measured="card", card=None,
-        gap="Just over the card (about 1%) with the stated 1 GiB overhead, where the paper fits it: the LoRA "
+        gap="Just over the card (2%) with the stated 1 GiB overhead, where the paper fits it: the LoRA "
             "adapters are float32 in the engine (peft's default), bfloat16 in qlora.py (--bf16): 800 million "
             "adapter parameters (rank 64 on every linear layer of 80 layers) and their gradients take 3.2 GB "
-            "more, without which it fits with about 2.5 GB to spare.  And the paged AdamW keeps its 6.4 GB of "
+            "more, without which it fits with about 2 GB to spare.  And the paged AdamW keeps its 6.4 GB of "
             "32-bit states in CUDA unified memory, which the driver pages out to host memory under pressure: "
             "a count of allocations cannot show that.",
         tolerance=0.10),
