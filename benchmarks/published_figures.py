@@ -7,9 +7,10 @@ workspaces ("after"), with the row's untraced lines where it has any, the
 ratio, whether the engine is where the row expects it, and the gap explained;
 then the wall time of each row.
 
-The 7B-65B rows take from tens of seconds (an 8B LoRA step) to minutes (the
-65B QLoRA step) on two cores; the tests (tests/test_published.py) run only the
-fast rows.  Run with ``make benchmark-published`` or
+On the project's two-core machine, quiet, the whole table takes about four
+minutes: the BERT and ViT rows a second or so each, the 7-8B LoRA rows about
+10 s, the QLoRA rows 30-50 s, the 65B QLoRA row about a minute.  The tests
+(tests/test_published.py) run only fast rows.  Run with ``make benchmark-published`` or
 ``python benchmarks/published_figures.py [--only KEY ...] [--issue 23|24]``.
 """
 

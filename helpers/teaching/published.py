@@ -583,8 +583,11 @@ def finetune_comparison(rows: tuple[Published, ...] | list[Published] = PUBLISHE
 
     Each row's step is profiled once per process (simulated, whole step, steady
     state as the row says) and judged by the same rule as every "does it fit?"
-    of the course; an 8B step takes tens of seconds on two cores, a 65B one
-    minutes.
+    of the course.  Measured on the project's two-core machine, quiet: the
+    BERT and ViT rows about a second each, bloomz-7b1 5 s, the LoRA rows of
+    7-8B models about 10 s, the QLoRA rows 30-50 s (quantizing the weights),
+    the 65B QLoRA row about a minute (``benchmarks/published_figures.py``
+    prints them); a lesson passes the rows it shows.
 
     Args:
         rows: :class:`Published` rows (default :data:`PUBLISHED`; also
