@@ -51,7 +51,8 @@ DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", 
 #: The Hugging Face configs shipped with the package (``helpers.models.hf.SHIPPED``,
 #: which a test checks against this list): named here for the command line's help,
 #: which must not import transformers.
-HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "HuggingFaceTB/SmolLM2-135M")
+HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "meta-llama/Llama-2-7b-hf",
+              "huggyllama/llama-65b", "HuggingFaceTB/SmolLM2-135M")
 
 #: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
 IMAGE_SIZE = 224

@@ -60,6 +60,7 @@ from browser_env import CHROMIUM, browser_unavailable
 
 from helpers import profile_step
 from helpers.allocator import replay_on_gpu
+from helpers.batch import cublas_handles, has_convolutions
 from helpers.config import OPTIMIZER_NAMES
 from helpers.gpus import GPU_CARDS, judge
 from helpers.models import LANGUAGE_PRESETS
@@ -522,12 +523,13 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
     assert abs(after["peak"] - step.peak_allocated_bytes) < tolerance, (after["peak"], step.peak_allocated_bytes)
     for category, nbytes in step.categories.items():
         assert abs(after["categories"].get(category, 0) - nbytes) < tolerance, category
+    lines = dict(card=after["gpu"], cublas_handles=cublas_handles(step), convolutions=has_convolutions(step))
     if replay is None:
-        verdict = judge(after["capacity"], step.peak_allocated_bytes)
+        verdict = judge(after["capacity"], step.peak_allocated_bytes, **lines)
     else:
         assert after["reserved"] == replay.peak_reserved
         verdict = judge(after["capacity"], step.peak_allocated_bytes, peak_reserved=replay.peak_reserved,
-                        reserved=True)
+                        reserved=True, **lines)
     assert after["fits"] == verdict.fits, (after["verdict"], verdict)
     if after["peak"] == step.peak_allocated_bytes:  # traced: the very sentence of the rule
         unit = {"WillItFit": "GiB", "SequenceExplorer": "GiB"}.get(cls, "MiB")  # the lesson's unit
