@@ -683,7 +683,8 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int) -> tuple[
     the rule of every widget), and the next line goes through the last two
     points, or the search halves the interval where a line makes no progress.
     When the peak is affine near the answer, four traces settle it: two for
-    the line, the answer (which fits) and one more (which does not).
+    the line, the answer (which fits) and one more (which does not); two
+    more where the smallest steps peak elsewhere (at ``optimizer.step()``).
 
     Args:
         estimate_at: ``n -> Estimate`` of a direct trace (judged by its
@@ -722,20 +723,17 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int) -> tuple[
                 hi = min(hi, n)
         if hi - lo <= 1:
             return lo, seen
-        x1, x2 = order[-2:] if len(order) > 1 else (lo, lo)
-        guess = None
-        if x1 != x2:
-            e1, e2 = seen[x1], seen[x2]
-            v = e2.verdict(capacity)
-            y1, y2 = (e.reserved_bytes if e.reserved_bytes is not None else e.peak_bytes for e in (e1, e2))
-            try:
-                guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, v.overhead)
-            except ValueError:  # flat: the peak does not grow here (the optimizer step's, say)
-                guess = hi - 1
-        if guess is None or not lo < guess < hi or guess in seen:
-            guess = min(max(guess if guess is not None else hi - 1, lo + 1), hi - 1)
-            if guess in seen:
-                guess = (lo + hi) // 2
+        same = [m for m in order if seen[m].where == seen[order[-1]].where]  # the same moment peaks
+        x1, x2 = same[-2:] if len(same) > 1 else order[-2:]
+        e1, e2 = seen[x1], seen[x2]
+        y1, y2 = (e.reserved_bytes if e.reserved_bytes is not None else e.peak_bytes for e in (e1, e2))
+        try:
+            guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, e2.verdict(capacity).overhead)
+        except ValueError:  # flat: the peak does not grow here (the optimizer step's, say): look further
+            guess = 4 * max(x1, x2)
+        guess = min(max(guess, lo + 1), hi - 1)
+        if guess in seen:  # no progress along the line: halve the interval
+            guess = (lo + hi) // 2
         n = guess
     return lo, seen  # not reached for a peak that does not fall as n grows
 
