@@ -806,3 +806,67 @@ def plot_inference_and_leaks(forward: dict[str, dict[str, int]], loops: dict[str
     if title:
         fig.suptitle(title)
     return fig
+
+
+# -- lesson 09 --
+
+def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int], unit: str = "GiB",
+                        title: str | None = None) -> Figure:
+    """One horizontal bar per fine-tuning setup: its step's peak, stacked by category, against GPU cards.
+
+    Each bar is a step's peak allocated memory by category (the colours of
+    every lesson, :data:`helpers.record.CATEGORY_COLORS`), with its total and
+    where the peak is ("at optimizer.step()" or "in backward") at its end.
+    Each card is a dashed vertical line at its memory less the assumed 1 GiB
+    overhead (:data:`helpers.gpus.CUDA_OVERHEAD_BYTES`): a bar that ends left of
+    a line fits that card by the rule of every widget (:func:`helpers.gpus.judge`).
+
+    Args:
+        profiles: ``{label: StepProfile}``, the first drawn on top.
+        cards: ``{card name: bytes}``, e.g. a selection of :data:`helpers.gpus.GPU_CARDS`.
+        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the x axis.
+        title: the figure's title.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for another unit, no profiles, or more than four cards.
+    """
+    from ..gpus import CUDA_OVERHEAD_BYTES
+
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if not profiles:
+        raise ValueError("give at least one profile")
+    if len(cards) > 4:
+        raise ValueError(f"at most 4 cards, got {len(cards)}")
+    scale = _UNITS[unit]
+    labels = list(profiles)[::-1]  # the first on top
+    fig = Figure(figsize=(10, 1.6 + 0.55 * len(labels)), layout="constrained")
+    ax = fig.add_subplot()
+    for category in CATEGORIES:
+        left = [sum(profiles[k].categories.get(c, 0) for c in CATEGORIES[:CATEGORIES.index(category)]) / scale
+                for k in labels]
+        values = [profiles[k].categories.get(category, 0) / scale for k in labels]
+        if any(values):
+            ax.barh(labels, values, left=left, color=_COLORS[category], height=0.6,
+                    label=category.replace("_", " "))
+    for y, k in enumerate(labels):
+        p = profiles[k]
+        where = "at optimizer.step()" if p.peak.label == "optimizer.step()" else "in backward" \
+            if "backward" in p.peak.label else f"at {p.peak.label}"
+        ax.text(p.peak_allocated_bytes / scale, y, f" {p.peak_allocated_bytes / scale:,.1f} {where}", va="center",
+                fontsize=8)
+    top = max(max(p.peak_allocated_bytes for p in profiles.values()), *cards.values()) / scale
+    for (name, capacity), style in zip(cards.items(), ("--", "-.", ":", (0, (5, 1)))):
+        x = (capacity - CUDA_OVERHEAD_BYTES) / scale
+        ax.axvline(x, color=OKABE_ITO["black"], linestyle=style, linewidth=1)
+        ax.text(x, len(labels) - 0.45, f" {name}", rotation=90, va="top", ha="right", fontsize=8)
+    ax.set_xlim(0, top * 1.25)
+    ax.set_ylim(-0.6, len(labels) - 0.4)
+    ax.set_xlabel(f"peak allocated ({unit}); dashed lines: each card's memory less the assumed 1 GiB overhead")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig
