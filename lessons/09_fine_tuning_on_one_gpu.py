@@ -44,7 +44,7 @@ import torch
 from helpers import GPU_CARDS, GiB, fit_affine, fits, fmt_bytes, profile_step
 from helpers.batch import card_verdicts
 from helpers.models import hf
-from helpers.teaching.plots import plot_finetune_peaks, plot_memory_vs_seq
+from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens
 from helpers.teaching.widgets import CARD_48GB, FineTuneFit
 
 _ = torch.manual_seed(0)
@@ -110,24 +110,24 @@ full, lora16, qlora16 = methods.values()
 plot_finetune_peaks(methods, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens, bfloat16 autocast, AdamW")
 
 # %% [markdown]
-# Look at TODO
-#
-# The same, with the verdicts:
+# Look at the three bars against the three dashed lines, each a card's memory less the assumed 1 GiB overhead: full fine-tuning's bar, four colours wide, passes every card; LoRA's and QLoRA's are mostly blue (the frozen weights) and green (what the forward pass keeps for backward), with almost no orange or purple. Full fine-tuning peaks at `optimizer.step()`, the two others in backward. The same, with the verdicts:
 
 # %%
 print(f"{'method':<36} {'peak':>10}  {'where':<18} {'24 GB':>6} {'48 GB':>6} {'80 GB':>6}")
 for label, p in methods.items():
     where = "optimizer.step()" if p.peak.label == "optimizer.step()" else "backward"
     print(f"{label:<36} {gib(p.peak_allocated_bytes):>10}  {where:<18} " + " ".join(f"{v:>6}" for v in verdicts(p)))
-assert full.peak.label == "optimizer.step()" and "backward" in lora16.peak.label
-assert verdicts(full) == ["no", "no", "no"]
+assert full.peak.label == "optimizer.step()" and "backward" in lora16.peak.label and "backward" in qlora16.peak.label
+assert verdicts(full) == ["no", "no", "no"] and round(full.model_state_bytes / P8, 2) == 16.0
+nf4_weights = qlora16.categories["parameters"]
+TODO_SECTION2_ASSERTS = None
 
 # %% [markdown]
-# TODO message
+# Full fine-tuning needs TODO GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. No card holds it, at any sequence length. LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights in 4 bits: TODO GiB of parameters, the embedding and the LM head still in bfloat16, and it fits 24 GB. In both, the green part now weighs about as much as the weights: at 2,048 tokens the activations are what is left to remove.
 #
-# ## 3. Why LoRA can take as much memory as full fine-tuning
+# ## 3. Why LoRA can take as much memory as full fine-tuning, or more
 #
-# peft issue #1514, *Tinyllama with Lora consumes more memory than full-finetuning* (2024), trains TinyLlama 1.1B in bfloat16 (the model loaded with `torch_dtype=torch.bfloat16`, no autocast) with AdamW, FlashAttention-2, batch 2 × 8,192 tokens, on an A100, with and without a LoRA adapter whose `print_trainable_parameters()` reads "trainable params: 50,462,720 || all params: 1,150,511,104". The reporter found that at long context the memory with and without LoRA was about the same, and that the difference was large only at short context; the maintainers could not reproduce it at 1,024 tokens. The engine builds TinyLlama from its config's sizes; the printed counts pin the adapter: rank 64 on all seven linear layers of each block.
+# peft issue #1514, *Tinyllama with Lora consumes more memory than full-finetuning* (2024), trains TinyLlama 1.1B in bfloat16 (loaded with `torch_dtype=torch.bfloat16`, no autocast) with PyTorch's AdamW and FlashAttention-2, batch 2 × 8,192 tokens, on an A100, with and without a LoRA adapter whose `print_trainable_parameters()` reads "trainable params: 50,462,720 || all params: 1,150,511,104". The reporter found the memory with and without LoRA about the same at long context, and far apart only at short context; a maintainer, trying 1,024 tokens in float16 without FlashAttention, found LoRA using less. The engine builds TinyLlama from its config's sizes, and the printed counts pin the adapter: rank 64 on all seven linear layers of each block.
 
 # %%
 TINYLLAMA = dict(model_type="llama", hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -148,76 +148,99 @@ plot_finetune_peaks(issue, {"A100 40 GB": GPU_CARDS["A100 40 GB"], "A100 80 GB":
                     title="TinyLlama 1.1B in bfloat16, AdamW, flash attention (peft issue #1514's setup)")
 
 # %% [markdown]
-# Look at TODO
+# Look at the pairs: at 2 × 1,024 tokens LoRA's bar is the shorter, as full fine-tuning peaks at `optimizer.step()` with AdamW's states (purple); at 2 × 8,192 both peak in backward, green activations fill both bars, and LoRA's is the longer. The engine reproduces the report, title included. Where LoRA's extra activations come from, per token and layer:
 
 # %%
-TODO_section3_numbers = None
+h_t, inter = TINYLLAMA["hidden_size"], TINYLLAMA["intermediate_size"]
+full_inputs = 2 * (h_t + h_t + h_t + inter)      # bfloat16 inputs of q/k/v (one), o, gate/up (one), down: once each
+lora_inputs = 4 * (3 * h_t + h_t + 2 * h_t + inter) + 4 * 7 * 64  # a float32 copy of its input in each of the 7
+                                                                  # adapted layers, and lora_A's rank-64 outputs
+f8, l8 = issue["full fine-tuning, 2 x 8,192"], issue["LoRA r64 all linear, 2 x 8,192"]
+grown = (l8.categories["activations"] - f8.categories["activations"]) / (2 * 8192 * TINYLLAMA["num_hidden_layers"])
+print(f"linear-layer inputs kept per token and layer: full fine-tuning {full_inputs:,} bytes, LoRA {lora_inputs:,}; "
+      f"the engine's activations grow by {grown:,.0f}")
+for seq in (1024, 8192):
+    f, l = issue[f"full fine-tuning, 2 x {seq:,}"], issue[f"LoRA r64 all linear, 2 x {seq:,}"]
+    assert (l.peak_allocated_bytes < f.peak_allocated_bytes) == (seq == 1024)
+TODO_SECTION3_ASSERT = None
 
 # %% [markdown]
-# TODO explanation + #1023
+# Three things decide the comparison:
 #
-# ## 4. Checkpointing, 8-bit states, offloading, and the loss over 128k tokens
+# - **What LoRA removes**: the gradients and AdamW's states of the frozen weights (bfloat16 here, 2 + 4 bytes per parameter, 6.1 GiB), not the weights themselves, and not the activations: backward must go through every layer to reach the first adapters.
+# - **What LoRA adds**: peft keeps the adapters in float32 (`get_peft_model(..., autocast_adapter_dtype=True)`, its default) and casts each adapted layer's input to the adapter's dtype (`_cast_input_dtype`, peft 0.21.2's `tuners/lora/layer.py`). `lora_A` keeps that float32 copy for its weight's gradient, one copy per adapted layer: q, k and v each keep their own copy of the same input, which full fine-tuning keeps once, in bfloat16. A frozen base layer keeps no input (it computes no weight gradient). The count above is that difference, TODO.
+# - **Which wins** depends on the tokens: the model states are fixed, the activations grow with batch × sequence. At 2 × 1,024 the saved states weigh more; at 2 × 8,192 the added activations do.
 #
-# TODO intro
+# What the thread shows is narrower: its reporter ran peft 0.8.2 and did not post the adapter's config, so whether that version kept float32 copies, or dropout copies (a `lora_dropout` above 0 makes each adapted layer keep a dropped copy of its input and a mask), it does not say. The mechanism is the one peft pull request #2468 (LoRA-FA) states: LoRA reduces only the gradients and optimizer states, and since A is trained its input must be kept; LoRA-FA freezes A to avoid that. peft issue #1023 (ESM-2 with QLoRA) is another case: there a maintainer measured *less allocated* memory with LoRA than with full fine-tuning but *more reserved*, the caching allocator's share (lesson 06), which the widget's "reserved" view judges by.
+#
+# ## 4. Checkpointing, 8-bit states, offloading
+#
+# Back to Llama-3.1 8B at 2,048 tokens. Each technique removes one part of section 2's bars:
+#
+# - **8-bit AdamW** (Dettmers et al., 2021; torchao's `AdamW8bit` here) stores each moment in 8 bits with a scale per block of values: about 2 bytes of states per parameter instead of 8.
+# - **Offloading the optimizer states** (torchao's `CPUOffloadOptimizer`): the states live in host memory and the step runs on the CPU; the GPU keeps the weights and the gradients. A *paged* optimizer (bitsandbytes' `PagedAdamW`) is another thing: its states live in CUDA unified memory, which the driver moves to host memory only when the GPU runs short and back when the step touches them. What that costs is the driver's paging under pressure, time rather than bytes, and `torch.cuda.memory_allocated` does not see those states at all: a count of allocations cannot show it, and the engine does not simulate it.
+# - **Gradient checkpointing** the Hugging Face way (`model.gradient_checkpointing_enable()`): every decoder layer keeps only its input, and recomputes the rest in backward (lesson 04).
 
 # %%
 at2k = dict(seq_len=2048, **STEP)
 techniques = {
     "full, AdamW (section 2)": full,
     "full, 8-bit AdamW": profile_step(L8, 1, **(at2k | dict(optimizer="adamw8bit"))),
-    "full, AdamW states in host memory": profile_step(L8, 1, optimizer_offload=True, **at2k),
     "full, bfloat16 weights, states in host memory, checkpointing": profile_step(
         L8, 1, param_dtype="bfloat16", optimizer_offload=True, checkpoint=1, **at2k),
     "LoRA r16 (section 2), checkpointing": profile_step(L8, 1, lora_rank=16, param_dtype="bfloat16", checkpoint=1,
                                                         **at2k),
-    "QLoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, quantization="nf4", param_dtype="bfloat16",
-                                             checkpoint=1, **at2k),
+    "QLoRA r16 (section 2), checkpointing": profile_step(L8, 1, lora_rank=16, quantization="nf4",
+                                                         param_dtype="bfloat16", checkpoint=1, **at2k),
 }
 plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens: what each technique changes")
 
 # %% [markdown]
-# Look at TODO
+# Look at what each bar lost against the one it comes from: TODO
 
 # %%
-TODO_section4_numbers = None
+TODO_SECTION4 = None
 
 # %% [markdown]
-# ## 5. The longest sequence and the largest batch
+# TODO message section 4
 #
-# TODO
+# ## 5. The longest sequence, the largest batch, and the logits
+#
+# With flash attention every tensor a step keeps grows linearly with the tokens of the batch (batch × sequence), or not at all: the peak is a straight line in the token count, once it is in backward (lesson 01's M0 + b·m, with tokens for samples). Two traces give the line; the line gives the longest sequence each card holds (in steps of 256 tokens); a trace at each answer confirms it. QLoRA with checkpointing, batch 1:
 
 # %%
-qlora_ckpt = techniques["QLoRA r16, checkpointing"]
-qlora_8k = profile_step(L8, 1, seq_len=8192, lora_rank=16, quantization="nf4", param_dtype="bfloat16", checkpoint=1,
-                        **STEP)
-line = fit_affine([2048, 8192], [qlora_ckpt.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
-longest = {}
-for card, capacity in CARDS.items():
-    tokens = line.largest_batch(capacity)  # the line's largest "batch" is a number of tokens here
-    longest[card] = tokens // 256 * 256
-confirmed = {card: profile_step(L8, 1, seq_len=n, lora_rank=16, quantization="nf4", param_dtype="bfloat16",
-                                checkpoint=1, **STEP) for card, n in longest.items()}
+QLORA_CKPT = dict(lora_rank=16, quantization="nf4", param_dtype="bfloat16", checkpoint=1, **STEP)
+qlora_2k = techniques["QLoRA r16 (section 2), checkpointing"]
+qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
+line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
+longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
+confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
 for card, p in confirmed.items():
-    assert fits(p.peak_allocated_bytes, CARDS[card])  # the answer, traced, fits
-    assert not fits(line.predict(longest[card] + 256), CARDS[card])  # 256 tokens more do not, by the line
-    assert abs(p.peak_allocated_bytes - line.predict(longest[card])) < 0.01 * GiB  # and the line is exact there
-print("longest sequence at batch 1, QLoRA r16 with checkpointing: " +
-      "; ".join(f"{card} {n:,} tokens" for card, n in longest.items()))
-
-# %%
-seqs = sorted({2048, 8192, *longest.values()})
-peaks = {2048: qlora_ckpt.peak_allocated_bytes, 8192: qlora_8k.peak_allocated_bytes,
+    assert fits(p.peak_allocated_bytes, CARDS[card])                     # the answer, traced, fits
+    assert abs(p.peak_allocated_bytes - line.predict(longest[card])) < 0.01 * GiB  # the line holds there
+    assert not fits(line.predict(longest[card] + 256), CARDS[card])      # and 256 tokens more do not fit
+peaks = {2048: qlora_2k.peak_allocated_bytes, 8192: qlora_8k.peak_allocated_bytes,
          **{longest[card]: p.peak_allocated_bytes for card, p in confirmed.items()}}
-plot_memory_vs_seq(seqs, {"QLoRA r16, checkpointing (engine)": [peaks[s] for s in seqs]}, unit="GiB",
-                   levels={f"{card} less 1 GiB": capacity - GiB for card, capacity in CARDS.items()},
-                   title="Llama-3.1 8B, batch 1: the peak against the sequence length")
+plot_peak_vs_tokens(peaks, line, CARDS, longest, title="Llama-3.1 8B, QLoRA r16 with checkpointing, batch 1")
 
 # %% [markdown]
-# Look at TODO
+# Look at the points: the three confirming traces (diamonds) lie on the line drawn through the first two, each just under its card's dashed line. TODO numbers. The line's slope is what one more token costs:
+
+# %%
+vocab = c.vocab_size
+print(f"each token adds {fmt_bytes(line.per_sample_bytes, 'MiB')} to the peak; longest sequence at batch 1: "
+      + "; ".join(f"{card} {n:,} tokens" for card, n in longest.items()))
+alive = set(qlora_8k.peak_serials)
+logits = sum(st.nbytes for st in qlora_8k.storages.values() if st.serial in alive and st.shape[-1:] == (vocab,))
+print(f"at 8,192 tokens, logit-sized tensors hold {gib(logits)} of the {gib(qlora_8k.peak_allocated_bytes)} peak")
+TODO_SECTION5_ASSERT = None
+
+# %% [markdown]
+# TODO logits message. The largest batch follows from the same line: at 2,048 tokens a sample costs 2,048 tokens, so about TODO samples fit where TODO tokens do; exercise 2 finds it exactly.
 #
 # ## 6. The widget: will this fine-tune fit?
 #
-# TODO
+# All of the above in one place: the model (Llama-3.1 8B, Qwen2.5 7B, Mistral 7B v0.3), the method (full fine-tuning, LoRA with its rank, QLoRA), the optimizer (AdamW, 8-bit AdamW, AdamW with offloaded states), the weights' dtype, checkpointing, the sequence, the batch and the card, and a question: "does it fit?", "largest batch" (at the sequence shown) or "longest sequence" (at the batch shown). It judges the whole step's peak plus the assumed overhead, like every widget (or, with "reserved", the step replayed through the allocator model). The two searches run section 5's method: a line through two traces, then a trace at the answer and one just beyond it, so an 8B search takes several traces (tens of seconds); the view says "updating" meanwhile. First as text, its default: LoRA with checkpointing on a 24 GB card:
 
 # %%
 fit = FineTuneFit()
@@ -228,18 +251,84 @@ assert fit.result.peak_bytes == techniques["LoRA r16 (section 2), checkpointing"
 fit
 
 # %% [markdown]
+# TODO widget suggestion.
+#
 # ## Exercises
 #
+# **Exercise 1: LoRA on every linear layer.** peft's default adapts `q_proj` and `v_proj`; many recipes adapt all seven linear layers of each block (`ALL_LINEAR` above). For Llama-3.1 8B at rank 16, how many parameters does that train, and how much higher is the peak of section 4's "LoRA r16, checkpointing" step? Explain the difference from section 3.
+
+# %%
+# Your code here: profile_step(L8, 1, lora_rank=16, lora_targets=ALL_LINEAR, param_dtype="bfloat16", checkpoint=1, **at2k)
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# all_linear = profile_step(L8, 1, lora_rank=16, lora_targets=ALL_LINEAR, param_dtype="bfloat16", checkpoint=1, **at2k)
+# with torch.device("meta"):
+#     trained = sum(p.numel() for p in hf.apply_lora(hf.build_causal_lm(L8), 16, ALL_LINEAR).parameters()
+#                   if p.requires_grad)
+# qv = techniques["LoRA r16 (section 2), checkpointing"]
+# extra = all_linear.peak_allocated_bytes - qv.peak_allocated_bytes
+# print(f"{trained:,} trained parameters ({trained / P8:.2%}); the peak grows by {gib(extra)}")
+# assert trained == 16 * c.num_hidden_layers * (2 * (h + q_out) + 2 * (h + v_out) + 3 * (h + c.intermediate_size))
+# TODO_EX1
+# ```
+#
 # TODO
+# </details>
+#
+# **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.teaching.widgets import largest_fit`) on `Estimate.of(profile_step(...))` (`from helpers.batch import Estimate`), then check the answer against section 5's line.
+
+# %%
+# Your code here: largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, CARDS[...])
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# from helpers.batch import Estimate
+# from helpers.teaching.widgets import largest_fit
+#
+# card = "RTX A6000 48 GB"
+# found, seen = largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, CARDS[card])
+# print(f"largest batch at 2,048 tokens on the {card}: {found}, found with {len(seen)} traces; "
+#       f"the line of section 5 says {line.largest_batch(CARDS[card]) / 2048:.2f}")
+# assert fits(seen[found].peak_bytes, CARDS[card]) and not fits(seen[found + 1].peak_bytes, CARDS[card])
+# TODO_EX2
+# ```
+#
+# TODO
+# </details>
+#
+# **Exercise 3: the vocabulary.** At the peak of section 5's 8,192-token step, the logits and their float32 copies take 10 bytes per logit (token × vocabulary entry). How many GiB is that per 1,000 tokens for Llama-3.1 8B (128,256 entries), Qwen2.5 7B (152,064) and Mistral 7B v0.3 (32,768), and at how many tokens does it pass Llama's 4-bit linear weights?
+
+# %%
+# Your code here: hf.load_config(name).vocab_size for each name of hf.SHIPPED
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# for name in (L8, "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3"):
+#     per_token = 10 * hf.load_config(name).vocab_size
+#     print(f"{name:<26} {gib(1000 * per_token)} per 1,000 tokens")
+# passes = qlora16.categories["parameters"] / (10 * c.vocab_size)
+# print(f"Llama's logits pass its QLoRA parameters ({gib(qlora16.categories['parameters'])}) at {passes:,.0f} tokens")
+# TODO_EX3
+# ```
+#
+# TODO
+# </details>
 #
 # ## Key points
 #
-# TODO
+# - TODO
 #
 # ## Further reading
 #
 # - E. J. Hu et al., *LoRA: Low-Rank Adaptation of Large Language Models*, 2021, arXiv:2106.09685.
 # - T. Dettmers, A. Pagnoni, A. Holtzman, L. Zettlemoyer, *QLoRA: Efficient Finetuning of Quantized LLMs*, 2023, arXiv:2305.14314.
 # - T. Dettmers, M. Lewis, S. Shleifer, L. Zettlemoyer, *8-bit Optimizers via Block-wise Quantization*, 2021, arXiv:2110.02861.
-# - peft issues #1514 (*Tinyllama with Lora consumes more memory than full-finetuning*) and #1023 (*ESM-V2 + QLoRa: high memory usage*).
-# - Hugging Face documentation: *PEFT* (`LoraConfig`, `get_peft_model`), *transformers* (`gradient_checkpointing_enable`), torchao (`NF4Tensor`, `CPUOffloadOptimizer`).
+# - peft issues #1514 (*Tinyllama with Lora consumes more memory than full-finetuning*) and #1023 (*ESM-V2 + QLoRa: high memory usage*); peft pull request #2468 (LoRA-FA).
+# - Documentation: peft (`LoraConfig`, `get_peft_model`), transformers (`gradient_checkpointing_enable`), torchao (`NF4Tensor`, `AdamW8bit`, `CPUOffloadOptimizer`), bitsandbytes (paged optimizers).

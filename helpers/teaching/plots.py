@@ -872,3 +872,57 @@ def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int],
     if title:
         ax.set_title(title, pad=30)
     return fig
+
+
+def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answers: dict[str, int],
+                        unit: str = "GiB", title: str | None = None) -> Figure:
+    """A step's peak against its token count (linear axes): the traced points, their fitted line, and cards.
+
+    Args:
+        peaks: ``{tokens: peak allocated bytes}`` of traced steps.
+        line: the :class:`helpers.batch.AffineFit` through two of them (bytes against tokens).
+        cards: ``{card name: bytes}``; each is a dashed horizontal line at its
+            memory less the assumed 1 GiB overhead (:data:`helpers.gpus.CUDA_OVERHEAD_BYTES`).
+        answers: ``{card name: tokens}``, the longest sequence that fits each
+            card, marked on its line.
+        unit: ``"MiB"`` or ``"GiB"``, the y axis.
+        title: the figure's title.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for another unit, or fewer than two points.
+    """
+    from ..gpus import CUDA_OVERHEAD_BYTES
+
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if len(peaks) < 2:
+        raise ValueError("give at least two traced points")
+    scale = _UNITS[unit]
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    right = max(*peaks, *answers.values()) * 1.08
+    ax.plot([0, right], [line.predict(0) / scale, line.predict(right) / scale], color=_LINES[0], linewidth=1.2,
+            label="the line through the first two traces")
+    xs = sorted(peaks)
+    ax.plot(xs, [peaks[x] / scale for x in xs], "o", color=_LINES[0], markersize=7, label="traced steps")
+    for (name, capacity), colour in zip(cards.items(), _LINES[1:]):
+        y = (capacity - CUDA_OVERHEAD_BYTES) / scale
+        ax.axhline(y, color=colour, linestyle="--", linewidth=1)
+        ax.text(0.01 * right, y, f"{name} less 1 GiB", va="bottom", fontsize=8, color="black")
+        if name in answers:
+            ax.plot([answers[name]], [peaks.get(answers[name], line.predict(answers[name])) / scale], "D",
+                    color=colour, markersize=8)
+            ax.annotate(f"{answers[name]:,} tokens", (answers[name], y), xytext=(-4, -14),
+                        textcoords="offset points", ha="right", fontsize=8)
+    ax.set_xlim(0, right)
+    ax.set_ylim(0, max(max(cards.values()) / scale, max(peaks.values()) / scale) * 1.08)
+    ax.set_xlabel("tokens in the batch (batch x sequence length)")
+    ax.set_ylabel(f"peak allocated ({unit})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return fig
