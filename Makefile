@@ -78,6 +78,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/widget_latency.py
 	$(BIN)/python benchmarks/allocator_replay.py
 	$(BIN)/python benchmarks/lesson_times.py
+	$(BIN)/python benchmarks/finetune_step.py
 
 # Real-GPU figures beside the simulated ones, then the tests and lessons on the
 # GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing).

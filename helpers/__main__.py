@@ -52,6 +52,20 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, like q_proj,v_proj, got {text!r}")
+    return names
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
     parser = _Parser(prog="python -m helpers",
@@ -62,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
-              "accumulation_steps": 1}
+              "accumulation_steps": 1, "lora_rank": 0}
     for flag, name, text in config.CLI_OPTIONS:
         default = defaults[name]
         if isinstance(default, bool):
@@ -74,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
                            metavar="SEGMENTS" if name == "checkpoint" else None)
         elif name == "input_shape":
             p.add_argument(flag, dest=name, type=_shape, default=default, help=text, metavar="N[,N...]")
+        elif name == "lora_targets":
+            p.add_argument(flag, dest=name, type=_names, default=default, help=text, metavar="NAME[,NAME...]")
+        elif name == "lora_dropout":
+            p.add_argument(flag, dest=name, type=_number, default=default, help=text, metavar="P")
         else:
             p.add_argument(flag, dest=name, default=default, help=text)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")

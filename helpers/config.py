@@ -14,10 +14,21 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 #: Optimizers a step can use (see :func:`helpers.techniques.optimizers.make_optimizer`):
-#: plain SGD, SGD with momentum (the default), Adam and AdamW.
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
+#: plain SGD, SGD with momentum (the default), Adam, AdamW, and AdamW with
+#: 8-bit block-wise quantized states (torchao's ``AdamW8bit``).
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit")
+#: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused``
+#: implementation: what lessons 01-08 and their widgets compare.
+TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
-OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW"}
+OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
+                   "adamw8bit": "8-bit AdamW"}
+#: How the frozen base weights of a LoRA model are stored: as they are, or
+#: "nf4" (QLoRA: 4-bit NormalFloat with double-quantized constants, computed in
+#: bfloat16; :func:`helpers.models.hf.quantize_nf4`).
+QUANTIZATIONS = ("none", "nf4")
+#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``).
+PARAM_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
 DEVICES = ("auto", "cuda", "simulated")
 #: The 16-bit types autocast can use.  GPUs default to float16 (with a GradScaler).
@@ -36,6 +47,11 @@ LOSSES = ("auto", "classification", "next_token")
 #: their own).
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
 
+
+#: The Hugging Face configs shipped with the package (``helpers.models.hf.SHIPPED``,
+#: which a test checks against this list): named here for the command line's help,
+#: which must not import transformers.
+HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "HuggingFaceTB/SmolLM2-135M")
 
 #: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
 IMAGE_SIZE = 224
@@ -140,6 +156,33 @@ class StepConfig:
         lora_targets: the last names of the linear layers LoRA adapts, e.g.
             ``("q_proj", "v_proj")``; None: peft's default for the architecture.
         lora_dropout: LoRA's dropout on each adapter's input, in [0, 1).
+        quantization: one of :data:`QUANTIZATIONS`.  ``"nf4"`` is QLoRA
+            (Dettmers et al., 2023): every frozen base ``nn.Linear`` weight
+            (all but the LM head, which ``transformers``' bitsandbytes
+            quantizer keeps in 16 bits too; embeddings are not linear layers)
+            is stored as torchao's ``NF4Tensor`` (4-bit codes, one int8
+            scale per 64 weights, one scale of those per 256 blocks) and
+            computed in bfloat16 (:func:`helpers.models.hf.quantize_nf4`).
+            Needs ``lora_rank``: only frozen weights are quantized.
+        param_dtype: one of :data:`PARAM_DTYPES`: the dtype the model's
+            parameters are stored in (``from_pretrained(torch_dtype=...)``).
+            With ``"bfloat16"`` the gradients are bfloat16, and so are
+            PyTorch's Adam and AdamW states (``torch/optim/adamw.py`` makes
+            ``exp_avg`` and ``exp_avg_sq`` with ``torch.zeros_like(p)``):
+            half the bytes of float32.  peft's LoRA adapters stay float32
+            (``get_peft_model(autocast_adapter_dtype=True)``, its default,
+            upcasts bfloat16 and float16 adapters to float32).
+        optimizer_offload: keep the optimizer states in host memory and step
+            on the CPU, as torchao's ``CPUOffloadOptimizer`` does
+            (:class:`helpers.techniques.optimizers.HostStates`): the GPU keeps
+            the parameters and gradients only.  Paged optimizers
+            (bitsandbytes' ``PagedAdamW``) are not simulated: their states
+            live in CUDA unified memory, which the driver pages out to host
+            memory only when the GPU runs short and back in when the step
+            touches them; what they cost depends on the driver's paging under
+            pressure (time, not the allocator's bytes), which a count of
+            allocations cannot show: ``torch.cuda.memory_allocated`` does not
+            see them at all.
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         device: one of :data:`DEVICES`.
@@ -173,6 +216,9 @@ class StepConfig:
     lora_rank: int = 0
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float = 0.0
+    quantization: str = "none"
+    param_dtype: str = "float32"
+    optimizer_offload: bool = False
     steady_state: bool = False
     device: str = "auto"
     capacity: int | None = None
@@ -182,11 +228,22 @@ class StepConfig:
         check_int("image_size", self.image_size, 1)
         check_int("checkpoint", self.checkpoint, 0)
         check_int("accumulation_steps", self.accumulation_steps, 1)
-        for flag in ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none"):
+        for flag in ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none",
+                     "optimizer_offload"):
             _check_bool(flag, getattr(self, flag))
         for option, choices in (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES),
-                                ("attention", ATTENTION)):
+                                ("attention", ATTENTION), ("quantization", QUANTIZATIONS),
+                                ("param_dtype", PARAM_DTYPES)):
             _check_choice(option, getattr(self, option), choices)
+        if self.fused and self.optimizer == "adamw8bit":
+            raise ValueError("fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no "
+                             "fused implementation")
+        if self.optimizer_offload and self.step_in_backward:
+            raise ValueError("optimizer_offload steps on the host after backward: it cannot step inside backward "
+                             "(step_in_backward)")
+        if self.optimizer_offload and not self.set_to_none:
+            raise ValueError("optimizer_offload frees the GPU gradients at zero_grad (torchao's CPUOffloadOptimizer "
+                             "asserts set_to_none): leave set_to_none=True")
         if self.reentrant and not self.checkpoint:
             raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
         if self.step_in_backward and self.amp and self.amp_dtype == "float16":
@@ -225,6 +282,9 @@ class StepConfig:
             raise ValueError(f"lora_dropout must be a probability from 0 to below 1, got {self.lora_dropout!r}")
         if not self.lora_rank and (self.lora_targets is not None or self.lora_dropout):
             raise ValueError("lora_targets and lora_dropout apply to LoRA: give lora_rank too")
+        if self.quantization == "nf4" and not self.lora_rank:
+            raise ValueError("quantization='nf4' (QLoRA) quantizes the frozen base weights of LoRA: "
+                             "give lora_rank too")
         if isinstance(self.model, str):
             if not self.model:
                 raise ValueError("model must be a model name, an nn.Module or a function returning one")
@@ -306,7 +366,9 @@ class StepConfig:
 #: The options ``python -m helpers profile`` offers: (flag, field, help).  Flags
 #: without a value are booleans; the others take the field's type.
 CLI_OPTIONS = (
-    ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), or your "
+    ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), a Hugging "
+                         f"Face causal LM by its config (a shipped one, offline: {', '.join(HF_SHIPPED)}; a "
+                         f"path/to/config.json; another Hub name org/model, online; give --seq-len), or your "
                          f"own: package.module:function or path/to/file.py:function (default resnet18)"),
     ("--batch-size", "batch_size", "samples per batch (default 128)"),
     ("--image-size", "image_size", f"image height and width, for image models (default {IMAGE_SIZE})"),
@@ -323,11 +385,21 @@ CLI_OPTIONS = (
     ("--reentrant", "reentrant", "with --checkpoint: the reentrant variant (lesson 04's trap)"),
     ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
     ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist (lesson 01)"),
-    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam or adamw"),
+    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw or adamw8bit (8-bit states)"),
     ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
     ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
     ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
                                                    "(default 1)"),
+    ("--quantization", "quantization", "none (default) or nf4: QLoRA, the frozen base weights in 4 bits "
+                                       "(needs a LoRA rank)"),
+    ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
+    ("--optimizer-offload", "optimizer_offload", "optimizer states in host memory, stepped on the CPU"),
     ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),
+    ("--lora-rank", "lora_rank", "LoRA adapters of this rank (peft) on a Hugging Face model, its base weights "
+                                 "frozen (default 0: off, full fine-tuning)"),
+    ("--lora-targets", "lora_targets", "with --lora-rank: the linear layers to adapt, by last name, "
+                                       "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
+    ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
+                                       "(default 0)"),
     ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
 )

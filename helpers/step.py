@@ -40,6 +40,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from .config import StepConfig, check_int
 from .engine.meter import Meter
@@ -50,6 +51,7 @@ from .techniques import Checkpointed, StepInBackward
 from .techniques.checkpointing import CheckpointedBlock
 
 _DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_PARAM_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 class DoesNotFit(RuntimeError):
@@ -84,7 +86,9 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
             ``amp``, ``amp_dtype``, ``checkpoint``, ``reentrant``, ``offload``,
             ``optimizer``, ``attention``, ``steady_state``, ``device``,
             ``capacity``, ``input_shape``, ``seq_len``, ``vocab_size``,
-            ``inputs``, ``loss``, ``num_classes``, ``name``.  With
+            ``inputs``, ``loss``, ``num_classes``, ``name``, and for fine-tuning
+            ``lora_rank``, ``lora_targets``, ``lora_dropout``, ``quantization``,
+            ``param_dtype``, ``optimizer_offload``.  With
             ``steady_state`` one untraced step runs first and creates the
             optimizer states, which then stay allocated through every later
             step (lesson 01).  With ``offload``, tensors saved inside
@@ -197,6 +201,9 @@ def _task(config: StepConfig, spec: ModelSpec) -> Task:
     if spec.vocab_size and config.input_shape is not None:
         raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "
                          f"not input_shape=")
+    if config.seq_len is None and config.inputs is None and isinstance(spec.build, hf.CausalLMBuilder):
+        raise ValueError(f"{spec.name} is a Hugging Face causal LM: give the sequence length with seq_len= "
+                         f"(--seq-len); its context, {spec.seq_len:,} tokens, is not taken by default")
     seq_len = config.seq_len if config.seq_len is not None else (spec.seq_len if spec.vocab_size else None)
     if config.inputs is not None:
         kind, shape, vocab = "custom", (), None
@@ -262,8 +269,9 @@ class StepRunner:
       any measurement; placed on the device, counted, by :meth:`place`;
     * what the forward pass calls (:attr:`module`): the model, or the model
       in ``config.checkpoint`` checkpointed segments (``config.reentrant``);
-    * the optimizer (:attr:`optimizer`: ``config.optimizer``, ``fused``, or
-      stepped inside backward with ``step_in_backward``) and the
+    * the optimizer (:attr:`optimizer`: ``config.optimizer``, ``fused``,
+      stepped inside backward with ``step_in_backward``, or with its states in
+      host memory with ``optimizer_offload``) and the
       ``GradScaler`` (:attr:`scaler`, float16 AMP only);
     * the forward pass's contexts: autocast (``config.amp`` in
       ``config.amp_dtype``, the backend's, :meth:`autocast`) and offloading
@@ -330,6 +338,8 @@ class StepRunner:
             build = self.spec.build
             try:
                 model = self.meter.runtime.build(lambda: hf.prepare(build(), config))
+            except hf.Refused as e:  # already one line that names the problem
+                raise ValueError(str(e)) from None
             except Exception as e:  # the learner's constructor: report it in one line, not from inside torch
                 first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
                 raise ValueError(f"building {self.name} failed: {type(e).__name__}: {first_line}") from None
@@ -354,12 +364,18 @@ class StepRunner:
             The placed model.
         """
         config, runtime, tracker = self.config, self.meter.runtime, self.meter.tracker
-        self.model = model = self._place(self.model)
+        if config.quantization == "nf4":  # QLoRA: the frozen weights arrive in 4 bits, one at a time
+            self.model = model = hf.quantize_nf4(self.model, self._place, self.meter.device)
+            self.meter.reset_peak()  # loading and quantizing is not the step (the bf16 copies are gone)
+        else:
+            self.model = model = self._place(self.model)
         self.module = (Checkpointed(sequential_form(model), config.checkpoint, config.reentrant)
                        if config.checkpoint and not hf.is_hf_model(model) else model)  # HF: hf.prepare did it
         if config.step_in_backward:
             self.optimizer = StepInBackward(
                 model.parameters(), lambda params: runtime.optimizer(config.optimizer, params, tracker, config.fused))
+        elif config.optimizer_offload:
+            self.optimizer = runtime.offloaded_optimizer(config.optimizer, model.parameters(), tracker, config.fused)
         else:
             self.optimizer = runtime.optimizer(config.optimizer, model.parameters(), tracker, config.fused)
         self.scaler = runtime.grad_scaler(_DTYPES[config.amp_dtype]) if config.amp else None
@@ -394,8 +410,8 @@ class StepRunner:
             if task.loss == "next_token":
                 return Batch((ids,), torch.randint(0, task.vocab_size, (b, *task.sample_shape), device=device))
             x = ids
-        else:
-            x = torch.randn(b, *task.sample_shape, device=device)
+        else:  # float samples in the parameters' dtype (config.param_dtype), as a bf16 model is fed
+            x = torch.randn(b, *task.sample_shape, device=device, dtype=_PARAM_DTYPES[config.param_dtype])
         if task.loss == "classification" and task.num_classes:
             return Batch((x,), torch.randint(0, task.num_classes, (b,), device=device))
         return Batch((x,))
@@ -486,8 +502,8 @@ class StepRunner:
         moments.missing = [n for n, p in model.named_parameters() if p.requires_grad and p not in got]
         self.step()
         record("optimizer.step()", "optimizer.step")
-        moments.states = {meter.serial_of(t) for state in opt.state.values() for t in state.values()
-                          if isinstance(t, torch.Tensor)}
+        moments.states = {serial for state in _device_states(opt).values() for t in state.values()
+                          if isinstance(t, torch.Tensor) for serial in _serials(meter, t)}
         self.zero_grad()
         record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
         return moments
@@ -533,12 +549,31 @@ def _loss(task: Task, output, targets: torch.Tensor | None) -> tuple[torch.Tenso
     return F.cross_entropy(logits, targets), targets
 
 
+def _device_states(optimizer) -> dict:
+    """The optimizer's states, by parameter; for torchao's ``CPUOffloadOptimizer`` (which has no ``state``
+    of its own: the host optimizers hold theirs) the states of its GPU optimizer of small parameters."""
+    if hasattr(optimizer, "state"):
+        return optimizer.state
+    on_device = getattr(optimizer, "d_opt", None)
+    return on_device.state if on_device is not None else {}
+
+
+def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
+    """The meter's serials of every storage of ``t``: its own, or its inner tensors' for a tensor subclass
+    (an ``NF4Tensor`` keeps its codes, scales and code book in five; its constants count as parameters)."""
+    if is_traceable_wrapper_subclass(t):
+        return [s for name in t.__tensor_flatten__()[0] if isinstance(getattr(t, name), torch.Tensor)
+                for s in _serials(meter, getattr(t, name))]
+    serial = meter.serial_of(t)
+    return [] if serial is None else [serial]
+
+
 def _profile(runner: StepRunner) -> StepProfile:
     """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter."""
     meter, config, task = runner.meter, runner.config, runner.task
     runtime = meter.runtime
     model = runner.place()
-    parameters = {meter.serial_of(t) for t in chain(model.parameters(), model.buffers())}
+    parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in _serials(meter, t)}
 
     if config.steady_state:  # one untraced step, so that the optimizer states exist
         runner.run()

@@ -42,7 +42,7 @@ from torch import nn
 
 from helpers import GPU_CARDS, GiB, Meter, MiB, fmt_bytes, profile_step
 from helpers.batch import model_state_estimate
-from helpers.config import OPTIMIZER_NAMES, OPTIMIZERS
+from helpers.config import OPTIMIZER_NAMES, TORCH_OPTIMIZERS
 from helpers.models.gpt import GPT2_PRESETS
 from helpers.record import CATEGORY_COLORS
 from helpers.teaching.plots import plot_bytes_per_parameter
@@ -76,7 +76,7 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 # %%
 P124 = GPT2_PRESETS["gpt2"].parameter_count()
 rows = {}
-for name in OPTIMIZERS:
+for name in TORCH_OPTIMIZERS:
     for fused in (False, True):
         p = profile_step("gpt2", 1, seq_len=64, optimizer=name, fused=fused, steady_state=True, device="simulated")
         step = p.find(None, "optimizer.step")

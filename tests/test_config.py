@@ -13,7 +13,7 @@ from helpers.config import CLI_OPTIONS, IMAGE_SIZE, StepConfig, check_int
     (dict(batch_size=True), "batch_size must be an integer"),
     (dict(image_size=0), "image_size must be an integer >= 1"),
     (dict(checkpoint=-1), "checkpoint must be an integer >= 0"),
-    (dict(optimizer="lion"), "unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw"),
+    (dict(optimizer="lion"), "unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw, adamw8bit"),
     (dict(device="tpu"), "unknown device 'tpu'"),
     (dict(amp_dtype="float8"), "unknown amp_dtype 'float8'"),
     (dict(attention="ring"), "unknown attention 'ring'"),

@@ -16,6 +16,7 @@ answers each question that has two answers.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import warnings
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..techniques.optimizers import make_optimizer
+from ..techniques.optimizers import HostStates, make_optimizer
 from .counting import StorageTracker
 from .cuda_rules import SimulatedGradScaler, SimulatedTracker, cuda_rules, host_side_steps, simulated_autocast
 
@@ -136,6 +137,11 @@ class Backend:
         """The optimizer ``name`` (see :func:`helpers.techniques.optimizers.make_optimizer`)."""
         return make_optimizer(name, params, fused)
 
+    def offloaded_optimizer(self, name: str, params, tracker: StorageTracker, fused: bool = False):
+        """The optimizer ``name`` with its states in host memory, stepped on the CPU
+        (``StepConfig.optimizer_offload``: torchao's ``CPUOffloadOptimizer``)."""
+        raise NotImplementedError
+
     def offload(self, tracker: StorageTracker):
         """A context in which autograd keeps saved tensors in host memory."""
         raise NotImplementedError
@@ -196,6 +202,11 @@ class CudaBackend(Backend):
 
     def grad_scaler(self, dtype):
         return torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+
+    def offloaded_optimizer(self, name, params, tracker, fused=False):
+        from torchao.optim import CPUOffloadOptimizer
+
+        return CPUOffloadOptimizer(params, optimizer_class=lambda groups, **kw: make_optimizer(name, groups, fused))
 
     def offload(self, tracker):
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
@@ -295,7 +306,23 @@ class SimulatedBackend(Backend):
         return SimulatedGradScaler() if dtype == torch.float16 else None
 
     def optimizer(self, name, params, tracker, fused=False):
-        return host_side_steps(make_optimizer(name, params, fused), tracker)
+        """The optimizer of :meth:`Backend.optimizer`, with Adam's ``step`` counters on the host
+        (:func:`helpers.engine.cuda_rules.host_side_steps`); torchao's ``adamw8bit`` runs as
+        :func:`_eager_8bit_step` says."""
+        optimizer = make_optimizer(name, params, fused)
+        if name == "adamw8bit":
+            return _eager_8bit_step(optimizer, tracker)
+        return host_side_steps(optimizer, tracker)
+
+    def offloaded_optimizer(self, name, params, tracker, fused=False):
+        """:class:`helpers.techniques.optimizers.HostStates`: torchao's ``CPUOffloadOptimizer`` asserts a
+        CUDA device, so the simulation keeps the same tensors where it does, host ones uncounted."""
+        def on_host(ps):
+            optimizer = make_optimizer(name, ps, fused)
+            return _eager_8bit_step(optimizer) if name == "adamw8bit" else optimizer
+
+        return HostStates(params, lambda ps: self.optimizer(name, ps, tracker, fused), on_host,
+                          lambda: _paused(tracker))
 
     def offload(self, tracker):
         """``save_on_cpu``'s two hooks, with the host copy made while the tracker
@@ -312,6 +339,69 @@ class SimulatedBackend(Backend):
             return host.clone()  # copied back to the device for backward
 
         return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+@contextlib.contextmanager
+def _paused(tracker: StorageTracker):
+    """New tensors are host memory (not counted) inside."""
+    was, tracker.paused = tracker.paused, True
+    try:
+        yield
+    finally:
+        tracker.paused = was
+
+
+def _eager(fn, *args, **kwargs):
+    """``torch.compile``'s stand-in while a simulated optimizer steps: the function itself, run eagerly."""
+    return fn
+
+
+def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker | None = None) -> torch.optim.Optimizer:
+    """torchao's ``AdamW8bit`` on the simulated GPU: its states counted, its step's arithmetic not.
+
+    On a GPU, torchao's step runs ``torch.compile(single_param_adam,
+    fullgraph=True)`` per parameter: one fused kernel that dequantizes, updates
+    and requantizes the 8-bit states block by block, in registers.  Compiling
+    fake tensors is neither possible under the tracker's dispatch mode nor
+    fast, so the simulation runs the same function eagerly
+    (``torch._dynamo.config.disable``), with the tracker paused: the eager
+    float32 temporaries (a copy of the parameter, its gradient and both
+    moments) are what the compiled kernel does not allocate.  The states it
+    creates at the first step are then counted, all but the host ``step``
+    counter (``torch.tensor(0.0)``, as for PyTorch's Adam).  torchao computes
+    its two 256-entry code books from real tensors (``create_dynamic_map``,
+    cached): they are computed here once, outside the fake tensors.  Without
+    a ``tracker`` (a host optimizer, already uncounted) the step only runs eagerly.
+    """
+    from torch.utils._python_dispatch import _disable_current_modes
+    from torchao.optim import subclass_8bit
+
+    with _disable_current_modes():
+        subclass_8bit.get_qmap_signed(), subclass_8bit.get_qmap_unsigned()
+    original = optimizer.step
+
+    def step(closure=None):
+        if tracker is None:
+            compile_, torch.compile = torch.compile, _eager
+            try:
+                return original(closure)
+            finally:
+                torch.compile = compile_
+        before = {p: set(state) for p, state in optimizer.state.items()}
+        tracker.paused, compile_ = True, torch.compile
+        torch.compile = _eager  # for the length of the step: torchao calls torch.compile(single_param_adam, ...)
+        try:
+            result = original(closure)
+        finally:
+            tracker.paused, torch.compile = False, compile_
+        for p, state in optimizer.state.items():
+            for key, value in state.items():
+                if key not in before.get(p, ()) and key != "step" and isinstance(value, torch.Tensor):
+                    tracker.track(value)
+        return result
+
+    optimizer.step = step
+    return optimizer
 
 
 def _children_first(module: nn.Module, seen: set[int] | None = None):

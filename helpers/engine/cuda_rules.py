@@ -267,10 +267,52 @@ def _rms_norm(input, normalized_shape, weight=None, eps=None):
     return _FusedRMSNorm.apply(input, weight, dims, eps)
 
 
+def attention_kernel(kernel: str, masked: bool = False) -> str:
+    """The kernel one simulated ``scaled_dot_product_attention`` call runs: ``"fused"`` or ``"math"``.
+
+    The one place the simulation decides it.  ``kernel`` is the option
+    (:data:`helpers.config.ATTENTION`); ``"auto"``, ``"flash"`` and
+    ``"efficient"`` run a fused kernel, which keeps query, key, value, output
+    and a float32 log-sum-exp (see :func:`attention_saved_bytes`).
+
+    Grouped-query attention (``enable_gqa=True``, fewer key/value heads than
+    query heads) takes the fused kernel too, as in PyTorch 2.14.1 on an NVIDIA
+    GPU: ``can_use_flash_attention`` and ``can_use_mem_efficient_attention``
+    (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) both check the
+    dense inputs with ``check_batch_size_and_num_heads_dense<supports_gqa=true>``
+    (``sdp_utils_cpp.h``: query heads a multiple of the key/value heads), so
+    16-bit inputs run flash (or cuDNN attention, first on Hopper and Blackwell
+    with a recent cuDNN) and float32 inputs, which flash refuses, run the
+    memory-efficient kernel (on sm80 and newer); neither falls back to math.
+    Both take the key and value un-expanded, and keep them so
+    (``_scaled_dot_product_efficient_backward``'s meta function makes the key's
+    gradient with the key's own head count).  Only ROCm's memory-efficient
+    kernel lacks GQA, which the simulation does not model.
+
+    An explicit ``attn_mask`` takes the math kernel here, which keeps the
+    scores: an upper bound (on a GPU flash refuses a mask, memory-efficient
+    attention accepts one).
+
+    Raises:
+        ValueError: for a kernel not in :data:`helpers.config.ATTENTION`.
+    """
+    if kernel not in ("auto", "flash", "efficient", "math"):
+        raise ValueError(f"unknown attention kernel {kernel!r}; use auto, flash, efficient or math")
+    return "math" if kernel == "math" or masked else "fused"
+
+
 def _attention(kernel: str):
-    """``scaled_dot_product_attention`` running the chosen kernel (see :func:`cuda_rules`)."""
+    """``scaled_dot_product_attention`` running the chosen kernel (:func:`attention_kernel`).
+
+    The fused kernels run as the CPU's flash kernel
+    (``_scaled_dot_product_flash_attention_for_cpu``), which keeps what the
+    GPU's do; with ``enable_gqa`` it takes the key and value un-expanded, as
+    the GPU's flash and memory-efficient kernels do.
+    """
+    attention_kernel(kernel)
+
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
-        if kernel == "math" or attn_mask is not None or enable_gqa:
+        if attention_kernel(kernel, masked=attn_mask is not None) == "math":
             return torch.ops.aten._scaled_dot_product_attention_math(
                 query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -369,9 +411,9 @@ def cuda_rules(attention: str = "auto"):
 
     Args:
         attention: ``"auto"``, ``"flash"`` and ``"efficient"`` run a fused
-            kernel (no sequence x sequence scores kept); ``"math"`` the math
-            kernel.  A mask or grouped-query attention always take the math
-            kernel here.
+            kernel (no sequence x sequence scores kept), grouped-query
+            attention included; ``"math"`` the math kernel.  A mask always
+            takes the math kernel here (:func:`attention_kernel`).
     """
     library = torch.library.Library("aten", "IMPL")
     try:
@@ -389,7 +431,7 @@ def cuda_rules(attention: str = "auto"):
 
 
 def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_dim: int,
-                          dtype: torch.dtype = torch.float16) -> int:
+                          dtype: torch.dtype = torch.float16, kv_heads: int | None = None) -> int:
     """Bytes one ``scaled_dot_product_attention`` call keeps for backward, by kernel.
 
     From the ``derivatives.yaml`` entries of the three kernels (q, k, v of
@@ -409,12 +451,20 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
       accuracy" in ``aten/src/ATen/native/transformers/attention.cpp``), so
       all four are float32.
 
+    With grouped-query attention (``kv_heads`` key/value heads shared by the
+    ``heads`` query heads, ``enable_gqa=True``) the fused kernels keep the key
+    and value with their ``kv_heads`` heads (:func:`attention_kernel`); the
+    math kernel repeats them to ``heads`` heads first and keeps those.
+
     Raises:
-        ValueError: for another kernel.
+        ValueError: for another kernel, or ``kv_heads`` that does not divide ``heads``.
     """
 
+    if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
+        raise ValueError(f"kv_heads must divide heads ({heads}), got {kv_heads}")
     size = dtype.itemsize
-    qkv = 3 * round_up(batch * heads * seq * head_dim * size)
+    kv = heads if kv_heads is None else kv_heads
+    qkv = round_up(batch * heads * seq * head_dim * size) + 2 * round_up(batch * kv * seq * head_dim * size)
     out = round_up(batch * heads * seq * head_dim * size)
     if kernel == "flash":
         return qkv + out + round_up(batch * heads * seq * 4)

@@ -17,8 +17,10 @@ Foundation Language Models") and the Llama 3 report (Grattafiori et al. 2024,
   ``n_kv_head`` key and value heads.  The keys and values are repeated to
   ``n_head`` heads before ``scaled_dot_product_attention`` (``expand`` and
   ``reshape``), as Hugging Face's ``repeat_kv`` does, so that every attention
-  kernel can run it (the simulation sends ``enable_gqa=True`` to the math
-  kernel, see :mod:`helpers.engine.cuda_rules`);
+  kernel can run it.  Passing them un-expanded with ``enable_gqa=True``
+  instead would keep only ``n_kv_head`` heads of each: PyTorch 2.14.1's flash
+  and memory-efficient kernels take it on a GPU, and so does the simulation
+  (:func:`helpers.engine.cuda_rules.attention_kernel`);
 * rotary position embeddings (Su et al. 2021, "RoFormer"), their cosines and
   sines computed once per forward pass from the positions, in float32.
 """

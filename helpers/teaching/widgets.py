@@ -43,7 +43,7 @@ import html
 import ipywidgets as widgets
 
 from ..batch import Estimate, PeakCurve, fit_affine, model_state_estimate, reserved_estimate
-from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, OPTIMIZERS, StepConfig, check_int
+from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, TORCH_OPTIMIZERS, StepConfig, check_int
 from ..engine.backends import get_backend
 from ..gpus import CACHE_ALLOWANCE_BYTES, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
 from ..models import LANGUAGE_PRESETS, hf, model_names, resolve_model
@@ -375,7 +375,7 @@ class MemoryExplorer(_StepWidget):
         max_batch_size: the slider's upper end (at least 1024 is useful).
         amp: initial state of the AMP toggle.
         checkpoint: initial checkpoint segments (0: off; 2, 4 or 8).
-        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`.
         capacity: a card of :data:`helpers.gpus.GPU_CARDS` (``"V100 16 GB"``,
             ...), or ``"this GPU"`` (only on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
@@ -433,7 +433,7 @@ class MemoryExplorer(_StepWidget):
         self.amp = widgets.Checkbox(amp, description="AMP (autocast)", indent=False)
         self.checkpoint = widgets.Dropdown(options=list(SEGMENTS.items()), value=checkpoint,
                                            description="checkpointing", style=style)
-        self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in OPTIMIZERS],
+        self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in TORCH_OPTIMIZERS],
                                           value=optimizer, description="optimizer", style=style)
         if not isinstance(reserved, bool):
             raise ValueError(f"reserved must be True or False, got {reserved!r}")
@@ -480,7 +480,7 @@ class WillItFit(_StepWidget):
         model: a GPT-2 or Llama preset, a torchvision classification model name, or
             :data:`PARAMETER_COUNT`.
         batch_size, max_batch_size: the slider's start and upper end.
-        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`.
         precision: a key of :data:`PRECISIONS`.
         size: the sequence length (one of :data:`SEQ_LENS`) or image size (one
             of :data:`IMAGE_SIZES`); None: the model's default (1024, 224).
@@ -515,7 +515,7 @@ class WillItFit(_StepWidget):
         self._start(device, capacity, batch_size, max_batch_size)
         style = self._STYLE
         self.model = widgets.Dropdown(options=names, value=model, description="model", style=style)
-        self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in OPTIMIZERS],
+        self.optimizer = widgets.Dropdown(options=[(OPTIMIZER_NAMES[o], o) for o in TORCH_OPTIMIZERS],
                                           value=optimizer, description="optimizer", style=style)
         self.precision = widgets.Dropdown(options=list(PRECISIONS), value=precision, description="precision",
                                           style=style)

@@ -7,7 +7,7 @@ lesson 05a (section 1) measures every optimizer here against :data:`STATE_BYTES`
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 
@@ -17,14 +17,32 @@ from ..config import OPTIMIZERS
 #: (``torch/optim/sgd.py``: one ``momentum_buffer``; ``adam.py``, ``adamw.py``:
 #: ``exp_avg`` and ``exp_avg_sq``).  Adam's per-tensor ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
-STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
+STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2}
 
 #: Bytes per float32 parameter that the ``foreach`` implementation allocates
 #: for the length of ``optimizer.step()``: Adam and AdamW take the square root
 #: of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
 #: ``_multi_tensor_adam``); SGD updates in place.  The fused implementations
 #: allocate none.
-STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4}
+STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0}
+
+#: torchao's 8-bit AdamW (``torchao/optim/adam.py``, ``AdamW8bit``; ``subclass_8bit.py``,
+#: ``OptimState8bit``): each moment of a parameter of ``numel >= 4096`` weights, a multiple of
+#: the block, is one uint8 code per weight plus one float32 scale per block of 256, and a
+#: 256-entry float32 code book (``qmap``); a smaller parameter keeps ``torch.zeros_like(p)``
+#: states, as bitsandbytes does ("only quantize tensors >= 4096 values").
+ADAMW8BIT_BLOCK = 256
+ADAMW8BIT_MIN_SIZE = 4096
+
+
+def adamw8bit_state_bytes(numel: int, param_bytes: int = 4) -> int:
+    """Bytes of torchao ``AdamW8bit``'s two moments of one parameter of ``numel`` weights (before the
+    allocator rounds each storage up): ``2 * (numel + 4 * numel / 256 + 4 * 256)`` when quantized, i.e.
+    2.03125 bytes per weight plus two 1 KiB code books; else ``2 * param_bytes * numel``.  The per-tensor
+    ``step`` counter is a host tensor."""
+    if numel >= ADAMW8BIT_MIN_SIZE and numel % ADAMW8BIT_BLOCK == 0:
+        return 2 * (numel + 4 * (numel // ADAMW8BIT_BLOCK) + 4 * 256)
+    return 2 * param_bytes * numel
 
 
 def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimizer:
@@ -36,6 +54,16 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
     * ``adam``: ``Adam(lr=1e-3)``: two moment estimates per parameter
       (8 bytes per fp32 parameter) and a step counter per tensor;
     * ``adamw``: ``AdamW(lr=1e-3, weight_decay=0.01)``: the same states as Adam.
+    * ``adamw8bit``: torchao's ``AdamW8bit(lr=1e-3, weight_decay=0.01)``: the
+      two moments block-wise quantized to 8 bits (Dettmers et al., 2022,
+      "8-bit Optimizers via Block-wise Quantization"):
+      :func:`adamw8bit_state_bytes`, about 2 bytes per parameter instead of 8.
+      torchao's, not bitsandbytes' ``AdamW8bit``: torchao's states are tensor
+      subclasses written in PyTorch operations, so they run on the engine's
+      fake tensors (its step is ``torch.compile``'d on a GPU; the simulation
+      runs it eagerly, see :meth:`helpers.engine.backends.SimulatedBackend.optimizer`),
+      where bitsandbytes steps in its own CUDA kernels.  It has no fused or
+      foreach variant (``fused`` is refused by :class:`helpers.config.StepConfig`).
 
     Args:
         name: one of :data:`helpers.config.OPTIMIZERS`.
@@ -56,6 +84,10 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
         return torch.optim.Adam(params, lr=1e-3, **impl)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01, **impl)
+    if name == "adamw8bit":
+        from torchao.optim import AdamW8bit
+
+        return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
@@ -107,3 +139,82 @@ class StepInBackward:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing: each gradient was freed during backward."""
+
+
+class HostStates:
+    """The optimizer states in host memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer`` on the
+    simulated GPU (``torchao/optim/cpu_offload.py``, torchao 0.18.0, with its defaults).
+
+    What it keeps where, as torchao does:
+
+    * every trained parameter of at least ``minimal_size`` (4096) weights has
+      a host copy and a host gradient buffer (pinned memory), and its own
+      optimizer on the host, whose states are host memory: nothing of it on
+      the GPU but the parameter and its gradient;
+    * smaller parameters (norms, biases) keep an optimizer on the GPU, with
+      their states there ("to avoid excessively many small transfers");
+    * each gradient is copied to the host as backward completes it; the GPU
+      gradients stay until ``zero_grad`` (``offload_gradients=False``, the
+      default: ``True`` frees each at once, but forbids accumulation);
+    * ``step()`` steps on the host, then copies each parameter back into the
+      GPU parameter in place: no new GPU memory.
+
+    So the GPU keeps the parameters and gradients and only the small
+    parameters' states.  (With ``param_dtype="bfloat16"`` the host copy is
+    bfloat16 too: torchao keeps no float32 master copy.)  What the simulation
+    cannot show is time: the copies over PCIe and the CPU's step.
+
+    Args:
+        params: the model's parameters.
+        make: builds the GPU optimizer of a list of parameters.
+        make_host: builds a host optimizer of a list of host parameters (it is
+            made and stepped inside ``host``).
+        host: a new context in which new tensors are host memory (not counted).
+        minimal_size: parameters smaller than this stay with a GPU optimizer.
+    """
+
+    def __init__(self, params, make: Callable[[list], torch.optim.Optimizer],
+                 make_host: Callable[[list], torch.optim.Optimizer], host: Callable[[], ContextManager],
+                 minimal_size: int = 4096):
+        params = [p for p in params if p.requires_grad]
+        self._host = host
+        self.params = params
+        self.host: dict[torch.Tensor, torch.Tensor] = {}
+        self.optimizers: dict[torch.Tensor, torch.optim.Optimizer] = {}
+        small = [p for p in params if p.numel() < minimal_size]
+        with host():
+            for p in params:
+                if p.numel() >= minimal_size:
+                    copy = torch.empty_like(p).copy_(p.detach())
+                    copy.grad = torch.empty_like(copy)
+                    self.host[p] = copy
+                    self.optimizers[p] = make_host([copy])
+        self.device_optimizer = make(small) if small else None
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """The GPU parameters, as one group (what a ``GradScaler`` unscales)."""
+        return [{"params": self.params}]
+
+    @property
+    def state(self) -> dict:
+        """The optimizer states on the GPU: the small parameters' (the others' are host memory)."""
+        return dict(self.device_optimizer.state) if self.device_optimizer is not None else {}
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """The small parameters' step on the GPU; each other's on the host, copied back in place."""
+        if self.device_optimizer is not None:
+            self.device_optimizer.step()
+        with self._host():
+            for p, copy in self.host.items():
+                if p.grad is None:
+                    continue
+                copy.grad.copy_(p.grad)  # done during backward by torchao's hook: the same bytes
+                self.optimizers[p].step()
+                p.copy_(copy)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Free the GPU gradients (torchao asserts ``set_to_none``; the host buffers are reused)."""
+        for p in self.params:
+            p.grad = None

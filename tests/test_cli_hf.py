@@ -1,0 +1,172 @@
+"""``python -m helpers profile`` with a Hugging Face model and LoRA, and its bad input.
+
+Every run uses the small shipped SmolLM2-135M at a few tokens (about a second
+each).  Bad input ends with exit status 2 and one line naming the problem, on
+the command line and as one ``ValueError`` line from ``profile_step``.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import config, profile_step
+from helpers.__main__ import main
+from helpers.models import hf
+
+SMOL = "HuggingFaceTB/SmolLM2-135M"
+SHORT = ["--batch-size", "1", "--seq-len", "8", "--device", "simulated"]
+ERROR = "python -m helpers profile: error: "
+
+
+def _run(capsys, *argv):
+    code = main(["profile", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_shipped_names_in_the_help_are_the_shipped_configs():
+    assert list(config.HF_SHIPPED) == hf.shipped_configs()
+
+
+def test_lora_flags_reach_the_step(capsys):
+    code, out, err = _run(capsys, "--model", SMOL, *SHORT, "--amp", "--amp-dtype", "bfloat16", "--lora-rank", "4",
+                          "--lora-targets", "q_proj,v_proj", "--lora-dropout", "0.05", "--optimizer", "adamw",
+                          "--json")
+    assert code == 0, err
+    profile = json.loads(out)
+    assert profile["config"]["lora_rank"] == 4
+    assert profile["config"]["lora_targets"] == ["q_proj", "v_proj"]
+    assert profile["config"]["lora_dropout"] == 0.05
+    # SmolLM2-135M: 30 layers, hidden 576, 3 KV heads of 64: q_proj 576 -> 576, v_proj 576 -> 192
+    adapters = 30 * 4 * ((576 + 576) + (576 + 192))
+    full = profile_step(SMOL, batch_size=1, seq_len=8, device="simulated")
+    assert profile["parameter_count"] == full.parameter_count + adapters
+    assert profile["categories"]["gradients"] < full.categories["gradients"] / 100  # the adapters' only
+
+
+def test_a_config_path_works_as_a_shipped_name(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text((hf.CONFIG_DIR / hf.SHIPPED[SMOL].file).read_text())
+    peaks = []
+    for model in (SMOL, str(path), str(tmp_path)):
+        code, out, err = _run(capsys, "--model", model, *SHORT, "--json")
+        assert code == 0, err
+        peaks.append(json.loads(out)["peak_allocated_bytes"])
+    assert len(set(peaks)) == 1
+
+
+def test_the_example_of_the_issue_parses():
+    args = ["profile", "--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--batch-size", "1", "--amp",
+            "--amp-dtype", "bfloat16", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj", "--lora-dropout",
+            "0.05", "--optimizer", "adamw"]
+    from helpers.__main__ import _parser
+
+    parsed = _parser().parse_args(args)
+    assert (parsed.lora_rank, parsed.lora_targets, parsed.lora_dropout) == (16, ("q_proj", "v_proj"), 0.05)
+
+
+def _config_file(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+NO_SEQ = ["--batch-size", "1", "--device", "simulated"]
+
+#: case: (argv from a temporary folder, what the one line must say)
+BAD = {
+    "unknown architecture": (lambda d: ["--model", _config_file(d, "a.json", '{"model_type": "nosuchmodel"}'),
+                                        *SHORT], "does not know the architecture 'nosuchmodel'"),
+    "remote code": (lambda d: ["--model", _config_file(d, "b.json", json.dumps(
+        {"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "x.Y"}})), *SHORT], "needs trust_remote_code"),
+    "target matching nothing": (lambda d: ["--model", SMOL, "--lora-rank", "4", "--lora-targets", "q_proj,qkv",
+                                           *SHORT],
+                                "LoRA target 'qkv' matches no linear layer of HuggingFaceTB/SmolLM2-135M; its "
+                                "linear layers are q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, "
+                                "lm_head"),
+    "rank 0 with targets": (lambda d: ["--model", SMOL, "--lora-rank", "0", "--lora-targets", "q_proj", *SHORT],
+                            "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
+    "negative dropout": (lambda d: ["--model", SMOL, "--lora-rank", "4", "--lora-dropout", "-0.1", *SHORT],
+                         "lora_dropout must be a probability from 0 to below 1, got -0.1"),
+    "missing config": (lambda d: ["--model", str(d / "missing.json"), *SHORT], "no config file"),
+    "missing folder": (lambda d: ["--model", str(d / "nowhere") + "/", *SHORT], "no folder"),
+    "malformed config": (lambda d: ["--model", _config_file(d, "c.json", '{"model_type": '), *SHORT],
+                         "as a config.json: Expecting value"),
+    "LoRA on a torchvision model without targets": (lambda d: ["--model", "resnet18", "--lora-rank", "4", *NO_SEQ],
+                                                    "peft has no default LoRA targets for ResNet"),
+    "Hub name offline": (lambda d: ["--model", "someorg/somemodel", *SHORT],
+                         "cannot fetch the config of 'someorg/somemodel' from the Hugging Face Hub"),
+    "no sequence length": (lambda d: ["--model", SMOL, *NO_SEQ],
+                           "is a Hugging Face causal LM: give the sequence length with seq_len= (--seq-len)"),
+}
+
+
+def _argv(case, tmp_path):
+    return BAD[case][0](tmp_path)
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_one_line_and_exit_status_2(case, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the Hub case: no network here, and none tried in tests
+    code, out, err = _run(capsys, *_argv(case, tmp_path))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(ERROR) and err.count("\n") == 1, err
+    assert BAD[case][1] in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", [c for c in BAD if c != "Hub name offline"])
+def test_bad_input_is_one_valueerror_line_from_profile_step(case, tmp_path):
+    argv = _argv(case, tmp_path)
+    options = vars(_parse(argv))
+    options = {name: options[name] for _, name, _ in config.CLI_OPTIONS}
+    try:
+        profile_step(**options)
+    except ValueError as e:
+        assert BAD[case][1] in str(e) and "\n" not in str(e)
+    else:
+        pytest.fail(f"{case}: no ValueError")
+
+
+def _parse(argv):
+    from helpers.__main__ import _parser
+
+    return _parser().parse_args(["profile", *argv])
+
+
+def test_a_hub_name_offline_fails_at_once_without_network_noise(tmp_path):
+    """In a fresh process (no HF_HUB_OFFLINE): the host does not resolve here, so no retries are tried."""
+    result = subprocess.run([sys.executable, "-m", "helpers", "profile", "--model", "someorg/somemodel", *SHORT],
+                            capture_output=True, text=True, timeout=120, env={**_env(), "HF_HUB_OFFLINE": "0"})
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Retrying" not in result.stderr, result.stderr
+    assert "cannot fetch the config of 'someorg/somemodel'" in result.stderr
+    assert all(name in result.stderr for name in hf.shipped_configs())
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+
+
+def test_lora_on_a_torchvision_model_with_named_targets_trains_only_the_adapters():
+    """peft wraps any nn.Module when the targets are named: ResNet18's fc gains rank x (512 + 1000) parameters."""
+    from helpers import round_up
+
+    step = profile_step("resnet18", batch_size=2, image_size=32, lora_rank=4, lora_targets=("fc",),
+                        device="simulated", optimizer="sgd")
+    gradients = step.model_state_bytes - step.categories["parameters"]  # plain SGD: no states
+    assert gradients == round_up(4 * 512 * 4) + round_up(1000 * 4 * 4)
+
+
+def test_a_lora_run_prints_nothing_on_stderr():
+    """transformers and peft import torchao, whose enums make torch log two warnings: silenced."""
+    result = subprocess.run([sys.executable, "-m", "helpers", "profile", "--model", SMOL, *SHORT, "--lora-rank", "2"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0
+    assert result.stderr == ""
+    assert result.stdout.splitlines()[-1].startswith("peak allocated: ")
