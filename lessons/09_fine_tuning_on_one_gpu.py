@@ -30,7 +30,7 @@
 # - Measure what checkpointing, 8-bit AdamW and offloading each change, and what the loss over a 128k vocabulary keeps.
 # - Find the longest sequence that fits each card with an affine fit of two traces, confirmed by a trace at the answer.
 #
-# **Time:** TODO **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
+# **Time:** about 65 minutes alone: 27 to read (2,700 words at 100 a minute, outputs included), 5 for the five figures, 3 to run all (an 8B step takes seconds to trace), 24-30 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) and 08 (a transformer's activations, flash attention, the logits) come first.
 
@@ -119,11 +119,13 @@ for label, p in methods.items():
     print(f"{label:<36} {gib(p.peak_allocated_bytes):>10}  {where:<18} " + " ".join(f"{v:>6}" for v in verdicts(p)))
 assert full.peak.label == "optimizer.step()" and "backward" in lora16.peak.label and "backward" in qlora16.peak.label
 assert verdicts(full) == ["no", "no", "no"] and round(full.model_state_bytes / P8, 2) == 16.0
-nf4_weights = qlora16.categories["parameters"]
-TODO_SECTION2_ASSERTS = None
+linear = P8 - 2 * c.vocab_size * h - (2 * c.num_hidden_layers + 1) * h  # the decoder layers' linear weights
+nf4 = linear * (0.5 + 1 / 64 + 4 / (64 * 256))  # 4-bit codes, an 8-bit scale per 64, a float32 scale per 256 blocks
+bf16_rest = 2 * (P8 - linear)                   # embedding, LM head and norms stay bfloat16
+assert abs(qlora16.categories["parameters"] - nf4 - bf16_rest - 4 * adapters) < 0.005 * nf4
 
 # %% [markdown]
-# Full fine-tuning needs TODO GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. No card holds it, at any sequence length. LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights in 4 bits: TODO GiB of parameters, the embedding and the LM head still in bfloat16, and it fits 24 GB. In both, the green part now weighs about as much as the weights: at 2,048 tokens the activations are what is left to remove.
+# Full fine-tuning needs 149.6 GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. No card holds it, at any sequence length. LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights of the 32 layers in 4 bits plus their scales, about 0.52 bytes per weight (asserted): 5.3 GiB of parameters, of which 2.0 GiB are the embedding and the LM head, still bfloat16. It fits 24 GB. In both, the green part now weighs about as much as the weights: at 2,048 tokens the activations are what is left to remove.
 #
 # ## 3. Why LoRA can take as much memory as full fine-tuning, or more
 #
@@ -162,13 +164,14 @@ print(f"linear-layer inputs kept per token and layer: full fine-tuning {full_inp
 for seq in (1024, 8192):
     f, l = issue[f"full fine-tuning, 2 x {seq:,}"], issue[f"LoRA r64 all linear, 2 x {seq:,}"]
     assert (l.peak_allocated_bytes < f.peak_allocated_bytes) == (seq == 1024)
-TODO_SECTION3_ASSERT = None
+predicted = lora_inputs - full_inputs
+assert 0.85 < grown / predicted < 0.95
 
 # %% [markdown]
 # Three things decide the comparison:
 #
 # - **What LoRA removes**: the gradients and AdamW's states of the frozen weights (bfloat16 here, 2 + 4 bytes per parameter, 6.1 GiB), not the weights themselves, and not the activations: backward must go through every layer to reach the first adapters.
-# - **What LoRA adds**: peft keeps the adapters in float32 (`get_peft_model(..., autocast_adapter_dtype=True)`, its default) and casts each adapted layer's input to the adapter's dtype (`_cast_input_dtype`, peft 0.21.2's `tuners/lora/layer.py`). `lora_A` keeps that float32 copy for its weight's gradient, one copy per adapted layer: q, k and v each keep their own copy of the same input, which full fine-tuning keeps once, in bfloat16. A frozen base layer keeps no input (it computes no weight gradient). The count above is that difference, TODO.
+# - **What LoRA adds**: peft keeps the adapters in float32 (`get_peft_model(..., autocast_adapter_dtype=True)`, its default) and casts each adapted layer's input to the adapter's dtype (`_cast_input_dtype`, peft 0.21.2's `tuners/lora/layer.py`). `lora_A` keeps that float32 copy for its weight's gradient, one copy per adapted layer: q, k and v each keep their own copy of the same input, which full fine-tuning keeps once, in bfloat16. A frozen base layer keeps no input (it computes no weight gradient). The count above predicts 49,920 bytes more per token and layer; the engine measures 45,079 more, the net of these copies and of smaller tensors that differ elsewhere in the layer.
 # - **Which wins** depends on the tokens: the model states are fixed, the activations grow with batch × sequence. At 2 × 1,024 the saved states weigh more; at 2 × 8,192 the added activations do.
 #
 # What the thread shows is narrower: its reporter ran peft 0.8.2 and did not post the adapter's config, so whether that version kept float32 copies, or dropout copies (a `lora_dropout` above 0 makes each adapted layer keep a dropped copy of its input and a mask), it does not say. The mechanism is the one peft pull request #2468 (LoRA-FA) states: LoRA reduces only the gradients and optimizer states, and since A is trained its input must be kept; LoRA-FA freezes A to avoid that. peft issue #1023 (ESM-2 with QLoRA) is another case: there a maintainer measured *less allocated* memory with LoRA than with full fine-tuning but *more reserved*, the caching allocator's share (lesson 06), which the widget's "reserved" view judges by.
@@ -196,13 +199,22 @@ techniques = {
 plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens: what each technique changes")
 
 # %% [markdown]
-# Look at what each bar lost against the one it comes from: TODO
+# Look at what each bar lost against the one it comes from. 8-bit AdamW shrinks the purple states to a quarter and the peak moves to backward, where green activations now sit beside the weights, gradients and states: it fits 80 GB. Offloading removes the purple altogether; with bfloat16 weights and checkpointing, only the weights and gradients are left, 2 + 2 bytes per parameter, and full fine-tuning fits 48 GB. Checkpointing shortens LoRA's and QLoRA's green parts to a sliver: LoRA fits 24 GB, and QLoRA needs a third of it.
 
 # %%
-TODO_SECTION4 = None
+eight, offloaded = techniques["full, 8-bit AdamW"], techniques["full, bfloat16 weights, states in host memory, checkpointing"]
+assert abs(eight.categories["optimizer_states"] / P8 - 2) < 0.05 and "backward" in eight.peak.label
+assert offloaded.categories["optimizer_states"] == 0
+assert abs(offloaded.categories["parameters"] / P8 - 2) < 0.01 and abs(offloaded.categories["gradients"] / P8 - 2) < 0.01
+ckpt_lora, ckpt_qlora = techniques["LoRA r16 (section 2), checkpointing"], techniques["QLoRA r16 (section 2), checkpointing"]
+print(f"{'':<62} {'peak':>10}  {'24 GB':>6} {'48 GB':>6} {'80 GB':>6}")
+for label, p in list(techniques.items())[1:]:
+    print(f"{label:<62} {gib(p.peak_allocated_bytes):>10}  " + " ".join(f"{v:>6}" for v in verdicts(p)))
+assert verdicts(eight) == ["no", "no", "yes"] and verdicts(offloaded) == ["no", "yes", "yes"]
+assert verdicts(ckpt_lora) == ["yes"] * 3
 
 # %% [markdown]
-# TODO message section 4
+# In bytes per parameter (lesson 05a), each technique takes one term away: 8-bit states 8 → 2, offloading 8 → 0 (and the `foreach` step's temporaries with them, since the step runs on the CPU), bfloat16 weights 4 + 4 → 2 + 2 for the weights and gradients, LoRA the gradients and states of the frozen weights, QLoRA 2 → about 0.5 for the frozen weights themselves. Checkpointing is the only one that removes activations. What each costs is time: a second forward pass of every layer (checkpointing), traffic to host memory at each step (offloading), the 4-bit weights dequantized at every use (QLoRA); the engine counts bytes, not seconds.
 #
 # ## 5. The longest sequence, the largest batch, and the logits
 #
@@ -224,7 +236,7 @@ peaks = {2048: qlora_2k.peak_allocated_bytes, 8192: qlora_8k.peak_allocated_byte
 plot_peak_vs_tokens(peaks, line, CARDS, longest, title="Llama-3.1 8B, QLoRA r16 with checkpointing, batch 1")
 
 # %% [markdown]
-# Look at the points: the three confirming traces (diamonds) lie on the line drawn through the first two, each just under its card's dashed line. TODO numbers. The line's slope is what one more token costs:
+# Look at the points: the three confirming traces (diamonds) lie on the line drawn through the first two, each just under its card's dashed line, at 12,032, 28,160 and 49,920 tokens. The line's slope is what one more token costs:
 
 # %%
 vocab = c.vocab_size
@@ -233,10 +245,12 @@ print(f"each token adds {fmt_bytes(line.per_sample_bytes, 'MiB')} to the peak; l
 alive = set(qlora_8k.peak_serials)
 logits = sum(st.nbytes for st in qlora_8k.storages.values() if st.serial in alive and st.shape[-1:] == (vocab,))
 print(f"at 8,192 tokens, logit-sized tensors hold {gib(logits)} of the {gib(qlora_8k.peak_allocated_bytes)} peak")
-TODO_SECTION5_ASSERT = None
+assert logits == 10 * 8192 * vocab and 0.75 < 10 * vocab / line.per_sample_bytes < 0.85
 
 # %% [markdown]
-# TODO logits message. The largest batch follows from the same line: at 2,048 tokens a sample costs 2,048 tokens, so about TODO samples fit where TODO tokens do; exercise 2 finds it exactly.
+# With checkpointing, most of what a token costs is its logits: the LM head's bfloat16 output, the float32 copy that Hugging Face's loss makes of it (`logits.float()`) and the float32 gradient that backward starts from, 2 + 4 + 4 = 10 bytes for each of the 128,256 vocabulary entries, 1.2 of the 1.5 MiB per token (asserted). At 8,192 tokens they are 9.8 GiB of the 17.3 GiB peak, twice the 4-bit model. Lesson 08's chunked cross-entropy, which never holds all the logits, is the remedy that would move these answers furthest.
+#
+# The largest batch follows from the same line: a batch of 2,048-token samples fits where its tokens do, so the A6000's 28,160 tokens hold 13 such samples (exercise 2 checks it with traces).
 #
 # ## 6. The widget: will this fine-tune fit?
 #
@@ -251,7 +265,7 @@ assert fit.result.peak_bytes == techniques["LoRA r16 (section 2), checkpointing"
 fit
 
 # %% [markdown]
-# TODO widget suggestion.
+# It fits, with checkpointing: switch it off and LoRA no longer fits the 24 GB card; choose "QLoRA", then the question "longest sequence", and compare with section 5. Then try Qwen2.5 7B, whose 152,064-entry vocabulary makes each token's logits dearer.
 #
 # ## Exercises
 #
@@ -272,10 +286,10 @@ fit
 # extra = all_linear.peak_allocated_bytes - qv.peak_allocated_bytes
 # print(f"{trained:,} trained parameters ({trained / P8:.2%}); the peak grows by {gib(extra)}")
 # assert trained == 16 * c.num_hidden_layers * (2 * (h + q_out) + 2 * (h + v_out) + 3 * (h + c.intermediate_size))
-# TODO_EX1
+# assert abs(extra - 12 * (trained - adapters)) < 0.1 * extra
 # ```
 #
-# TODO
+# 41,943,040 parameters (0.52%), six times the q and v adapters, and 0.4 GiB more at the peak: the new adapters' float32 weights and AdamW's two moments, 12 bytes per trained parameter (their gradients do not exist yet at the peak, the start of backward). With checkpointing, the float32 input copies of section 3 exist only for the one layer being recomputed, so adapting every layer costs almost nothing here; without it, every layer would keep them.
 # </details>
 #
 # **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.teaching.widgets import largest_fit`) on `Estimate.of(profile_step(...))` (`from helpers.batch import Estimate`), then check the answer against section 5's line.
@@ -295,10 +309,10 @@ fit
 # print(f"largest batch at 2,048 tokens on the {card}: {found}, found with {len(seen)} traces; "
 #       f"the line of section 5 says {line.largest_batch(CARDS[card]) / 2048:.2f}")
 # assert fits(seen[found].peak_bytes, CARDS[card]) and not fits(seen[found + 1].peak_bytes, CARDS[card])
-# TODO_EX2
+# assert found == line.largest_batch(CARDS[card]) // 2048
 # ```
 #
-# TODO
+# Batch 13: four traces (batch 1, 4, the line's answer 13, and 14, which does not fit). Section 5's line, made from two batch-1 traces at 2,048 and 8,192 tokens, says 13.8 samples: the peak depends on the batch's tokens, not on how they are split into samples.
 # </details>
 #
 # **Exercise 3: the vocabulary.** At the peak of section 5's 8,192-token step, the logits and their float32 copies take 10 bytes per logit (token × vocabulary entry). How many GiB is that per 1,000 tokens for Llama-3.1 8B (128,256 entries), Qwen2.5 7B (152,064) and Mistral 7B v0.3 (32,768), and at how many tokens does it pass Llama's 4-bit linear weights?
@@ -315,15 +329,19 @@ fit
 #     print(f"{name:<26} {gib(1000 * per_token)} per 1,000 tokens")
 # passes = qlora16.categories["parameters"] / (10 * c.vocab_size)
 # print(f"Llama's logits pass its QLoRA parameters ({gib(qlora16.categories['parameters'])}) at {passes:,.0f} tokens")
-# TODO_EX3
+# assert round(passes) == 4467
 # ```
 #
-# TODO
+# 1.2 GiB per 1,000 tokens for Llama-3.1 8B, 1.4 for Qwen2.5 7B, 0.3 for Mistral 7B v0.3, whose vocabulary is a quarter of Llama's. From about 4,500 tokens on, Llama's logits at the peak weigh more than its whole QLoRA model: at long sequences a fine-tune's memory is decided by its vocabulary as much as by its parameter count.
 # </details>
 #
 # ## Key points
 #
-# - TODO
+# - A 7-8B model's config decides every tensor: the engine builds it on the meta device and counts a step without the weights or a GPU.
+# - Full fine-tuning with AdamW needs 16 bytes per parameter plus 4 at the `foreach` step (150 GiB for Llama-3.1 8B): no single card. 8-bit states, offloaded states and bfloat16 weights each remove one term.
+# - LoRA removes the gradients and optimizer states of the frozen weights, not the weights and not the activations; peft's float32 copies of each adapted layer's input can make its activations larger than full fine-tuning's, so at long sequences LoRA can need more (peft issue #1514, reproduced). QLoRA stores the frozen linear weights in about 0.52 bytes each.
+# - With checkpointing and QLoRA, most of what a token costs is its logits (10 bytes per vocabulary entry): the vocabulary decides the longest sequence.
+# - With flash attention the peak is a straight line in the batch's tokens: two traces predict the longest sequence and the largest batch, and a trace at the answer confirms it.
 #
 # ## Further reading
 #

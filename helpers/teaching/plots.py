@@ -859,18 +859,19 @@ def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int],
         ax.text(p.peak_allocated_bytes / scale, y, f" {p.peak_allocated_bytes / scale:,.1f} {where}", va="center",
                 fontsize=8)
     top = max(max(p.peak_allocated_bytes for p in profiles.values()), *cards.values()) / scale
-    for (name, capacity), style in zip(cards.items(), ("--", "-.", ":", (0, (5, 1)))):
+    for i, ((name, capacity), style) in enumerate(zip(cards.items(), ("--", "-.", ":", (0, (5, 1))))):
         x = (capacity - CUDA_OVERHEAD_BYTES) / scale
         ax.axvline(x, color=OKABE_ITO["black"], linestyle=style, linewidth=1)
         maker, _, size = name.rpartition(" ")[0].rpartition(" ")
         ax.annotate(f"{maker}\n{size} {name.rpartition(' ')[2]}", xy=(x, 1), xycoords=("data", "axes fraction"),
-                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7.5)
+                    xytext=(0, 2 + 22 * (i % 2)), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7.5)  # every other label higher: neighbouring cards' labels do not overlap
     ax.set_xlim(0, top * 1.35)
     ax.set_ylim(-0.6, len(labels) - 0.4)
     ax.set_xlabel(f"peak allocated ({unit}); dashed lines: each card's memory less the assumed 1 GiB overhead")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     if title:
-        ax.set_title(title, pad=30)
+        ax.set_title(title, pad=52)
     return fig
 
 
