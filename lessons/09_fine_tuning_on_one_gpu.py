@@ -187,13 +187,13 @@ assert 0.85 < grown / predicted < 0.95
 # %%
 at2k = dict(seq_len=2048, **STEP)
 techniques = {
-    "full, AdamW (section 2)": full,
+    "full, AdamW": full,
     "full, 8-bit AdamW": profile_step(L8, 1, **(at2k | dict(optimizer="adamw8bit"))),
-    "full, bfloat16 weights, states in host memory, checkpointing": profile_step(
+    "full, bfloat16, states offloaded, checkpointing": profile_step(
         L8, 1, param_dtype="bfloat16", optimizer_offload=True, checkpoint=1, **at2k),
-    "LoRA r16 (section 2), checkpointing": profile_step(L8, 1, lora_rank=16, param_dtype="bfloat16", checkpoint=1,
+    "LoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, param_dtype="bfloat16", checkpoint=1,
                                                         **at2k),
-    "QLoRA r16 (section 2), checkpointing": profile_step(L8, 1, lora_rank=16, quantization="nf4",
+    "QLoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, quantization="nf4",
                                                          param_dtype="bfloat16", checkpoint=1, **at2k),
 }
 plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens: what each technique changes")
@@ -202,14 +202,14 @@ plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 toke
 # Look at what each bar lost against the one it comes from. 8-bit AdamW shrinks the purple states to a quarter and the peak moves to backward, where green activations now sit beside the weights, gradients and states: it fits 80 GB. Offloading removes the purple altogether; with bfloat16 weights and checkpointing, only the weights and gradients are left, 2 + 2 bytes per parameter, and full fine-tuning fits 48 GB. Checkpointing shortens LoRA's and QLoRA's green parts to a sliver: LoRA fits 24 GB, and QLoRA needs a third of it.
 
 # %%
-eight, offloaded = techniques["full, 8-bit AdamW"], techniques["full, bfloat16 weights, states in host memory, checkpointing"]
+eight, offloaded = techniques["full, 8-bit AdamW"], techniques["full, bfloat16, states offloaded, checkpointing"]
 assert abs(eight.categories["optimizer_states"] / P8 - 2) < 0.05 and "backward" in eight.peak.label
 assert offloaded.categories["optimizer_states"] == 0
 assert abs(offloaded.categories["parameters"] / P8 - 2) < 0.01 and abs(offloaded.categories["gradients"] / P8 - 2) < 0.01
-ckpt_lora, ckpt_qlora = techniques["LoRA r16 (section 2), checkpointing"], techniques["QLoRA r16 (section 2), checkpointing"]
-print(f"{'':<62} {'peak':>10}  {'24 GB':>6} {'48 GB':>6} {'80 GB':>6}")
+ckpt_lora, ckpt_qlora = techniques["LoRA r16, checkpointing"], techniques["QLoRA r16, checkpointing"]
+print(f"{'':<50} {'peak':>10}  {'24 GB':>6} {'48 GB':>6} {'80 GB':>6}")
 for label, p in list(techniques.items())[1:]:
-    print(f"{label:<62} {gib(p.peak_allocated_bytes):>10}  " + " ".join(f"{v:>6}" for v in verdicts(p)))
+    print(f"{label:<50} {gib(p.peak_allocated_bytes):>10}  " + " ".join(f"{v:>6}" for v in verdicts(p)))
 assert verdicts(eight) == ["no", "no", "yes"] and verdicts(offloaded) == ["no", "yes", "yes"]
 assert verdicts(ckpt_lora) == ["yes"] * 3
 
@@ -222,7 +222,7 @@ assert verdicts(ckpt_lora) == ["yes"] * 3
 
 # %%
 QLORA_CKPT = dict(lora_rank=16, quantization="nf4", param_dtype="bfloat16", checkpoint=1, **STEP)
-qlora_2k = techniques["QLoRA r16 (section 2), checkpointing"]
+qlora_2k = techniques["QLoRA r16, checkpointing"]
 qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
 line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
 longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
@@ -259,7 +259,7 @@ assert logits == 10 * 8192 * vocab and 0.75 < 10 * vocab / line.per_sample_bytes
 # %%
 fit = FineTuneFit()
 print(fit.message)
-assert fit.result.peak_bytes == techniques["LoRA r16 (section 2), checkpointing"].peak_allocated_bytes
+assert fit.result.peak_bytes == techniques["LoRA r16, checkpointing"].peak_allocated_bytes
 
 # %%
 fit
@@ -282,7 +282,7 @@ fit
 # with torch.device("meta"):
 #     trained = sum(p.numel() for p in hf.apply_lora(hf.build_causal_lm(L8), 16, ALL_LINEAR).parameters()
 #                   if p.requires_grad)
-# qv = techniques["LoRA r16 (section 2), checkpointing"]
+# qv = techniques["LoRA r16, checkpointing"]
 # extra = all_linear.peak_allocated_bytes - qv.peak_allocated_bytes
 # print(f"{trained:,} trained parameters ({trained / P8:.2%}); the peak grows by {gib(extra)}")
 # assert trained == 16 * c.num_hidden_layers * (2 * (h + q_out) + 2 * (h + v_out) + 3 * (h + c.intermediate_size))

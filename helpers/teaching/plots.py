@@ -843,7 +843,7 @@ def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int],
         raise ValueError(f"at most 4 cards, got {len(cards)}")
     scale = _UNITS[unit]
     labels = list(profiles)[::-1]  # the first on top
-    fig = Figure(figsize=(10, 1.6 + 0.55 * len(labels)), layout="constrained")
+    fig = Figure(figsize=(11, 1.9 + 0.55 * len(labels)), layout="constrained")
     ax = fig.add_subplot()
     for category in CATEGORIES:
         left = [sum(profiles[k].categories.get(c, 0) for c in CATEGORIES[:CATEGORIES.index(category)]) / scale
@@ -866,7 +866,7 @@ def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int],
         ax.annotate(f"{maker}\n{size} {name.rpartition(' ')[2]}", xy=(x, 1), xycoords=("data", "axes fraction"),
                     xytext=(0, 2 + 22 * (i % 2)), textcoords="offset points", ha="center", va="bottom",
                     fontsize=7.5)  # every other label higher: neighbouring cards' labels do not overlap
-    ax.set_xlim(0, top * 1.35)
+    ax.set_xlim(0, top * 1.45)
     ax.set_ylim(-0.6, len(labels) - 0.4)
     ax.set_xlabel(f"peak allocated ({unit}); dashed lines: each card's memory less the assumed 1 GiB overhead")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
