@@ -51,13 +51,15 @@ def test_the_largest_batch_is_a_traced_fit_and_one_more_is_not():
 
 
 def test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not():
-    w = _widget(seq=512, capacity="V100 16 GB", question="longest sequence")
+    w = _widget(seq=512, batch_size=4, capacity="V100 16 GB", question="longest sequence")
     s = w.largest
-    assert s % SEQ_STEP == 0 and s >= 2 * SEQ_STEP and w.seq.value == s and w.seq.disabled
+    assert s % SEQ_STEP == 0 and 2 * SEQ_STEP <= s < 8192 and w.seq.value == s and w.seq.disabled
     capacity = GPU_CARDS["V100 16 GB"]
-    at, over = (profile_step(SMOL, 1, seq_len=n, lora_rank=16, **STEP) for n in (s, s + SEQ_STEP))
+    at, over = (profile_step(SMOL, 4, seq_len=n, lora_rank=16, **STEP) for n in (s, s + SEQ_STEP))
     assert _fits(at, capacity) and not _fits(over, capacity)
     assert w.message == judge(capacity, at.peak_allocated_bytes).sentence("V100 16 GB", unit="GiB")
+    w.batch_box.value = 1  # at batch 1 the whole context fits, and the answer says so
+    assert w.largest == 8192 and w.answer.endswith("8,192 (the model's whole context)")
 
 
 def _affine(m0: int, per: int, calls: list, flat: int = 0):

@@ -904,10 +904,10 @@ class FineTuneFit(_StepWidget):
         try:
             if question == "largest batch":
                 found, seen = self.largest_batch()
-                lowest, step, what = 1, 1, f"batch at {self.seq.value:,} tokens"
+                lowest, step, what = 1, 1, f"largest batch at {self.seq.value:,} tokens"
             else:
                 found, seen = self.longest_sequence()
-                lowest, step, what = SEQ_STEP, SEQ_STEP, f"sequence at batch {self.batch_box.value}"
+                lowest, step, what = SEQ_STEP, SEQ_STEP, f"longest sequence at batch {self.batch_box.value}"
         except ValueError as e:
             self.result = None
             self.message = f"cannot run this configuration: {e}"
@@ -917,7 +917,11 @@ class FineTuneFit(_StepWidget):
         shown = found or lowest
         capacity = self.capacities[gpu]
         if found:
-            self.answer = f"largest {what} that fits {gpu}: {found:,}"
+            self.answer = f"{what} that fits {gpu}: {found:,}"
+            if question == "longest sequence" and found == self._max_seq[self.model.value] // SEQ_STEP * SEQ_STEP:
+                self.answer += " (the model's whole context)"
+            elif question == "largest batch" and found == self.MAX_BATCH:
+                self.answer += f" (the end of the menu, {self.MAX_BATCH})"
             if found + step in seen:
                 need = seen[found + step].verdict(capacity).need
                 self.answer += (f" ({found + step:,} does not fit: it needs "
