@@ -77,6 +77,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/gpt2_step.py
 	$(BIN)/python benchmarks/widget_latency.py
 	$(BIN)/python benchmarks/allocator_replay.py
+	$(BIN)/python benchmarks/whole_step_reference.py
 	$(BIN)/python benchmarks/lesson_times.py
 	$(BIN)/python benchmarks/finetune_step.py
 

@@ -27,6 +27,8 @@ STEP = dict(model="meta-llama/Llama-3.1-8B", seq_len=2048, batch_size=1, amp=Tru
 #: AdamW, ...) is one more entry.
 CONFIGURATIONS = {
     "LoRA r=16 on q_proj, v_proj": dict(lora_rank=16, lora_targets=("q_proj", "v_proj")),
+    "QLoRA r=16 on q_proj, v_proj (NF4, bf16)": dict(lora_rank=16, lora_targets=("q_proj", "v_proj"),
+                                                     quantization="nf4", param_dtype="bfloat16"),
 }
 
 #: The issue's targets.

@@ -74,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profile", help="memory of one training step, module by module")
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
-               "attention": config.ATTENTION}
+               "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
+               "param_dtype": config.PARAM_DTYPES}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
     for flag, name, text in config.CLI_OPTIONS:

@@ -6,7 +6,9 @@ compared (as the MDAnalysis UserGuide does); everything else is, strictly,
 after the substitutions in sanitize_output.cfg.
 
 The unit tests share one simulated ResNet18 step at batch 128 (the lessons'
-running example), made once per session.
+running example), made once per session, and one compiled stub driver
+(``cuda_stub``), the test double of the CUDA runtime under PyTorch's own CUDA
+code (issue 23).
 """
 
 import pytest
@@ -24,6 +26,25 @@ def resnet18_b128():
     from helpers import profile_step
 
     return profile_step("resnet18", 128, device="simulated")
+
+
+@pytest.fixture(scope="session")
+def cuda_stub(tmp_path_factory):
+    """The directory holding the compiled stub driver as ``libcuda.so.1`` and
+    ``libnvidia-ml.so.1`` (``tests/cuda_stub/build.py``), built once per session.
+
+    Skips, with the reason, where it cannot be built: not Linux, no C
+    compiler, a CPU-only torch wheel, or no CUDA headers in the wheel's packages.
+    """
+    from cuda_stub import build
+
+    reason = build.why_not()
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        return build.build(tmp_path_factory.mktemp("cuda_stub"))
+    except RuntimeError as e:  # a compiler error is a failure, not a skip
+        pytest.fail(str(e))
 
 
 def pytest_terminal_summary(terminalreporter):

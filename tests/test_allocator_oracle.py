@@ -2,8 +2,9 @@
 
 The pinned CUDA wheel's compiled allocator (``libc10_cuda.so``) runs on a
 machine with no GPU when the CUDA runtime, driver and NVML under it are a test
-double: ``tests/cuda_stub/cuda_stub.c``, compiled here with the system ``cc``
-into a temporary directory as ``libcuda.so.1`` (and ``libnvidia-ml.so.1``, the
+double: ``tests/cuda_stub/cuda_stub.c``, compiled once per test session with
+the system ``cc`` (the ``cuda_stub`` fixture of ``tests/conftest.py``,
+``tests/cuda_stub/build.py``) into a temporary directory as ``libcuda.so.1`` (and ``libnvidia-ml.so.1``, the
 same file) and loaded with ``LD_PRELOAD`` in a subprocess only
 (``tests/cuda_stub/oracle.py``), never in this process.  ``LD_PRELOAD`` is
 enough: ``libc10_cuda.so`` asks for ``cudaMalloc@libcudart.so.13`` (versioned),
@@ -27,7 +28,6 @@ CPU-only torch wheel, or no CUDA headers in the wheel's packages.
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,60 +35,17 @@ from pathlib import Path
 import pytest
 
 from helpers.allocator import AllocatorOutOfMemory, AllocatorSettings, CachingAllocator
+from cuda_stub.build import STUB, stub_env
 
-STUB = Path(__file__).parent / "cuda_stub"
 MiB, GiB = 2**20, 2**30
 OPS = int(os.environ.get("ALLOCATOR_ORACLE_OPS", "10000"))
-
-
-def _cuda_includes() -> list[Path] | None:
-    """Directories with ``cuda.h``/``cuda_runtime_api.h`` and ``crt/host_defines.h``.
-
-    The pinned wheel's packages ship them: ``nvidia/cu13/include`` (without
-    ``crt/``) and triton's ``backends/nvidia/include`` (with it).
-    """
-    import torch
-
-    site = Path(torch.__file__).resolve().parents[1]
-    candidates = sorted(site.glob("nvidia/*/include")) + [site / "triton/backends/nvidia/include",
-                                                          Path("/usr/local/cuda/include")]
-    api = next((d for d in candidates if (d / "cuda.h").is_file() and (d / "cuda_runtime_api.h").is_file()), None)
-    crt = next((d for d in candidates if (d / "crt" / "host_defines.h").is_file()), None)
-    return None if api is None or crt is None else [api, crt]
-
-
-@pytest.fixture(scope="session")
-def cuda_stub(tmp_path_factory) -> Path:
-    """The directory holding the compiled stub as ``libcuda.so.1`` and ``libnvidia-ml.so.1``."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip(f"the stub driver needs Linux's LD_PRELOAD (this is {sys.platform})")
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (cc) to build the stub driver")
-    import torch
-
-    if torch.version.cuda is None:
-        pytest.skip("a CPU-only torch wheel: it has no CUDA caching allocator to test against")
-    includes = _cuda_includes()
-    if includes is None:
-        pytest.skip("no CUDA headers (cuda.h, crt/host_defines.h) in the wheel's packages")
-    out = tmp_path_factory.mktemp("cuda_stub")
-    done = subprocess.run([cc, "-O1", "-shared", "-fPIC", "-w", "-Wl,-soname,libcuda.so.1",
-                           *(f"-I{d}" for d in includes), "-o", str(out / "libcuda.so.1"), str(STUB / "cuda_stub.c")],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, f"the stub driver did not compile:\n{done.stderr[-2000:]}"
-    (out / "libnvidia-ml.so.1").symlink_to("libcuda.so.1")
-    return out
 
 
 def run_pytorch(stub: Path, ops: list, conf: str, capacity: int, total: int | None = None,
                 fraction: float | None = None) -> list:
     """The states after every op through PyTorch's allocator on the stub (see oracle.py)."""
-    env = dict(os.environ, LD_PRELOAD=str(stub / "libcuda.so.1"),
-               LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(stub), os.environ.get("LD_LIBRARY_PATH")])),
-               STUB_CUDA_CAPACITY=str(capacity), STUB_CUDA_TOTAL=str(total or capacity),
-               PYTORCH_CUDA_ALLOC_CONF=conf, OMP_NUM_THREADS="1")
-    env.pop("PYTORCH_ALLOC_CONF", None)
+    env = stub_env(stub, STUB_CUDA_CAPACITY=str(capacity), STUB_CUDA_TOTAL=str(total or capacity),
+                   PYTORCH_CUDA_ALLOC_CONF=conf)
     done = subprocess.run([sys.executable, str(STUB / "oracle.py")], input=json.dumps({"ops": ops, "fraction": fraction}),
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, f"PyTorch on the stub failed ({done.returncode}):\n{done.stderr[-3000:]}"

@@ -92,8 +92,8 @@ class StorageTracker(TorchDispatchMode):
         super().__init__()
         self.device_type = device_type
         self.allocated = self.peak = 0
-        self.peak_serials: tuple[int, ...] = ()
         self.peak_at = -1
+        self._peak_log = 0  # len(self.log) when the peak was reached
         self.paused = False
         self.sizes: dict[int, int] = {}
         self.dtypes: dict[int, torch.dtype] = {}
@@ -160,7 +160,7 @@ class StorageTracker(TorchDispatchMode):
         self.allocated += delta
         self.log.append(LogEntry(serial, kind, delta))
         if self.allocated > self.peak:
-            self.peak, self.peak_serials, self.peak_at = self.allocated, self.live_serials(), serial
+            self.peak, self._peak_log, self.peak_at = self.allocated, len(self.log), serial
 
     def _free(self, key: int) -> None:
         serial = self._live.pop(key)
@@ -197,4 +197,15 @@ class StorageTracker(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         """Start a new peak from the bytes alive now."""
-        self.peak, self.peak_serials, self.peak_at = self.allocated, self.live_serials(), len(self.sizes) - 1
+        self.peak, self._peak_log, self.peak_at = self.allocated, len(self.log), len(self.sizes) - 1
+
+    @property
+    def peak_serials(self) -> tuple[int, ...]:
+        """Serials of the storages alive, holding bytes, at the peak, in the order
+        they were allocated: :attr:`log` replayed up to the peak (recording them
+        at every new peak instead would cost a pass over every live storage at
+        each allocation of a growing forward pass)."""
+        now: dict[int, int] = {}
+        for entry in self.log[:self._peak_log]:
+            now[entry.serial] = now.get(entry.serial, 0) + entry.delta
+        return tuple(serial for serial, nbytes in now.items() if nbytes)

@@ -42,6 +42,7 @@ import warnings
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
+from torch._subclasses.fake_tensor import FakeTensor
 
 from ..allocator.rules import allocation_size, round_up
 from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message
@@ -304,17 +305,32 @@ def attention_kernel(kernel: str, masked: bool = False) -> str:
 def _attention(kernel: str):
     """``scaled_dot_product_attention`` running the chosen kernel (:func:`attention_kernel`).
 
-    The fused kernels run as the CPU's flash kernel
+    The memory-efficient kernel (``"efficient"``, and ``"auto"`` for float32
+    inputs) runs CUDA's own operator, ``_scaled_dot_product_efficient_attention``,
+    whose fake-tensor implementation needs no GPU: its output is laid out
+    ``(batch, seq, heads, head_dim)`` in memory, whatever the query's layout,
+    its log-sum-exp is padded to a multiple of 32 rows, and its random-number
+    seed and offset are two int64 scalars on the device, all kept for backward
+    (``attention.cu``, ``derivatives.yaml``).  Checked against PyTorch's CUDA
+    dispatch on the stub driver (``tests/test_whole_step_reference.py``): with
+    the CPU's flash kernel instead, a model that makes the output contiguous
+    in another layout (torchvision's ``MultiheadAttention``: ViT-B/16) copied
+    nothing where a GPU keeps a copy, 3.8% of its float32 step.  The other
+    fused kernels, and every kernel on real (not fake) tensors, which have no
+    CUDA kernel, run as the CPU's flash kernel
     (``_scaled_dot_product_flash_attention_for_cpu``), which keeps what the
-    GPU's do; with ``enable_gqa`` it takes the key and value un-expanded, as
-    the GPU's flash and memory-efficient kernels do.
+    GPU's flash kernel does; with ``enable_gqa`` both take the key and value
+    un-expanded, as the GPU's flash and memory-efficient kernels do.
     """
-    attention_kernel(kernel)
-
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
         if attention_kernel(kernel, masked=attn_mask is not None) == "math":
             return torch.ops.aten._scaled_dot_product_attention_math(
                 query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        efficient = kernel == "efficient" or (kernel == "auto" and query.dtype == torch.float32)
+        if efficient and isinstance(query, FakeTensor):
+            grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, None, grad, dropout_p, is_causal, scale=scale)[0]
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, dropout_p, is_causal, scale=scale)[0]
     return sdpa
@@ -440,9 +456,11 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
 
     * ``"flash"`` (``_scaled_dot_product_flash_attention``): query, key,
       value, output, and a float32 log-sum-exp per row ``(batch, heads, seq)``
-      (its random-number state, two scalars, is left out);
+      (its random-number state, two 8-byte scalars on the device, 1 KiB
+      after rounding, is left out);
     * ``"efficient"`` (``_scaled_dot_product_efficient_attention``): the same,
-      its log-sum-exp padded to a multiple of 32 rows;
+      its log-sum-exp padded to a multiple of 32 rows (its seed and offset,
+      1 KiB, left out here too; the simulation keeps them, as CUDA does);
     * ``"math"`` (``_scaled_dot_product_attention_math``, a composite of
       matmuls and softmax): the scaled query and key (for the scores'
       backward), the softmax output ``(batch, heads, seq, seq)`` (also the
