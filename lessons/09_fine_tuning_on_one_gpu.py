@@ -39,6 +39,8 @@
 
 # %%
 # %matplotlib inline
+import warnings
+
 import torch
 
 from helpers import GPU_CARDS, GiB, fit_affine, fits, fmt_bytes, profile_step
@@ -48,6 +50,9 @@ from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens
 from helpers.teaching.widgets import CARD_48GB, FineTuneFit
 
 _ = torch.manual_seed(0)
+# peft asks transformers' deprecated `is_gradient_checkpointing` when it wraps a checkpointed model: a
+# FutureWarning of the libraries' own, not of this lesson's code (and its path differs between machines)
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 L8 = "meta-llama/Llama-3.1-8B"
 #: The cards of this lesson: GPU_CARDS' 24 and 80 GB cards, and a 48 GB card (CARD_48GB: an RTX A6000's total_memory).
 CARDS = {"RTX 4090 24 GB": GPU_CARDS["RTX 4090 24 GB"], **CARD_48GB, "H100 80 GB": GPU_CARDS["H100 80 GB"]}
