@@ -166,19 +166,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fits_report(verdicts: dict) -> dict:
-    """The verdicts as JSON: what was judged, and per card whether it fits and the bytes needed."""
+    """The verdicts as JSON: what was judged, and per card whether it fits, the bytes needed, and the
+    lines the card adds that the traced tensors do not show (name -> bytes, null: not modelled)."""
     first = next(iter(verdicts.values()))
     return {"judged": first.judged, "basis": first.basis, "overhead_bytes": first.overhead,
             "cards": {card: v.fits for card, v in verdicts.items()},
-            "need_bytes": {card: v.need for card, v in verdicts.items()}}
+            "need_bytes": {card: v.need for card, v in verdicts.items()},
+            "unseen_bytes": {card: dict(v.lines) for card, v in verdicts.items()},
+            "caveat": first.caveat or None}
 
 
 def _fits_line(verdicts: dict) -> str:
+    """Which cards the step fits, then one line per name of what the cards add (helpers.gpus.unseen_lines)."""
     first = next(iter(verdicts.values()))
     fit = [card for card, v in verdicts.items() if v.fits]
     not_fit = [card for card, v in verdicts.items() if not v.fits]
-    return (f"fits ({first.judged}): {', '.join(fit) or 'none of the listed GPUs'}"
-            + (f"; does not fit: {', '.join(not_fit)}" if not_fit else ""))
+    lines = [f"fits ({first.judged} + the lines below): {', '.join(fit) or 'none of the listed GPUs'}"
+             + (f"; does not fit: {', '.join(not_fit)}" if not_fit else "")]
+    for name in first.lines:
+        sizes = [v.lines[name] for v in verdicts.values()]
+        if all(n is None for n in sizes):
+            lines.append(f"  {name}: not modelled (they depend on the algorithm cuDNN picks, up to the largest "
+                         f"free block of the allocator's cache; the margin does not cover them)")
+        else:
+            lines.append(f"  {name}: " + ", ".join(f"{card} {n / 2**20:,.1f} MiB" for card, n in
+                                                   zip(verdicts, sizes)))
+    return "\n".join(lines)
 
 
 def _allocator_report(profile, settings) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 from .engine.backends import get_backend
@@ -95,6 +96,41 @@ def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
     return AffineFit(intercept, slope, tuple(batch_sizes), tuple(peak_bytes), residual)
 
 
+#: Module types whose forward runs a matrix multiplication through cuBLAS
+#: (``aten::addmm``/``mm``/``bmm``/``matmul`` on CUDA): ``nn.Linear`` and every
+#: type whose name ends in ``Linear`` (``NonDynamicallyQuantizableLinear``,
+#: LoRA's), ``nn.Bilinear``, ``nn.MultiheadAttention`` and Hugging Face's
+#: ``Conv1D`` (a linear layer; ``addmm``).  Their backward multiplies matrices too.
+MATMUL_MODULES = re.compile(r"(Linear|Bilinear|MultiheadAttention|Conv1D)$")
+#: Module types that run cuDNN convolutions on CUDA (``nn.Conv1d`` ... ``nn.ConvTranspose3d``).
+CONV_MODULES = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
+
+
+def cublas_handles(profile: StepProfile) -> int:
+    """How many cuBLAS handles (so workspaces) ``profile``'s step takes on a GPU: 0, 1 or 2.
+
+    cuBLAS handles belong to threads (``getCurrentCUDABlasHandle`` in
+    ``aten/src/ATen/cuda/CublasHandlePool.cpp``, a thread-local pool window):
+    the forward pass runs on the Python thread, the backward pass (and the
+    recomputation of activation checkpointing) on autograd's thread for the
+    GPU.  A thread takes one at its first matrix multiplication.  Read from the
+    trace: one for a forward event (``"fwd"``) of a module of
+    :data:`MATMUL_MODULES`, one for a backward or recomputation event of one.
+    A matrix multiplication written in a module's own ``forward``
+    (``torch.matmul``) outside such a module is not seen.
+    """
+    def ran(phases) -> bool:
+        return any(e.phase in phases and e.module_type and MATMUL_MODULES.search(e.module_type)
+                   for e in profile.events)
+
+    return int(ran(("fwd",))) + int(ran(("bwd", "recompute")))
+
+
+def has_convolutions(profile: StepProfile) -> bool:
+    """Whether ``profile``'s step runs cuDNN convolutions on a GPU (a module of :data:`CONV_MODULES`)."""
+    return any(e.module_type and CONV_MODULES.match(e.module_type) for e in profile.events)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """The peak of one training step at one batch size.  Bytes.
@@ -116,6 +152,10 @@ class Estimate:
         allocator_error: why the simulated allocator ran out of memory
             (``"tried to allocate ..."``), when the step did not fit with its
             reserved memory (:func:`reserved_estimate`).
+        cublas_handles: the cuBLAS handles the step takes on a GPU
+            (:func:`cublas_handles`); 2 for a parameter count (a training step
+            of a model made of linear layers).
+        convolutions: the step runs cuDNN convolutions (:func:`has_convolutions`).
     """
 
     batch_size: int
@@ -127,28 +167,36 @@ class Estimate:
     error: str | None = None
     reserved_bytes: int | None = None
     allocator_error: str | None = None
+    cublas_handles: int = 2
+    convolutions: bool = False
 
     @classmethod
     def of(cls, profile: StepProfile) -> "Estimate":
-        """The estimate a direct trace gives: its peak, categories and where."""
+        """The estimate a direct trace gives: its peak, categories and where, and the libraries it calls."""
         return cls(profile.batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
-                   True, profile.backend)
+                   True, profile.backend, cublas_handles=cublas_handles(profile),
+                   convolutions=has_convolutions(profile))
 
     @property
     def by_reserved(self) -> bool:
         """True when the step was replayed through the allocator model (:func:`reserved_estimate`)."""
         return self.reserved_bytes is not None or self.allocator_error is not None
 
-    def verdict(self, capacity: int) -> Verdict:
+    def verdict(self, capacity: int, card: str | None = None) -> Verdict:
         """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate,
-        by its reserved peak when it has one (:attr:`by_reserved`), else by its allocated peak.
+        by its reserved peak when it has one (:attr:`by_reserved`), else by its allocated peak,
+        plus, for a ``card`` of :data:`helpers.gpus.GPU_CARDS`, the lines it adds
+        (:func:`helpers.gpus.unseen_lines`: the cuBLAS workspaces of :attr:`cublas_handles`;
+        the cuDNN workspaces, not modelled, with :attr:`convolutions`).
 
         Raises:
-            ValueError: when a real GPU ran out of memory (no peak to judge; see :attr:`error`).
+            ValueError: when a real GPU ran out of memory (no peak to judge; see :attr:`error`),
+                or for an unknown card.
         """
         if self.peak_bytes is None:
             raise ValueError(f"batch {self.batch_size} ran out of memory: there is no peak to judge")
-        return judge(capacity, self.peak_bytes, peak_reserved=self.reserved_bytes, reserved=self.by_reserved)
+        return judge(capacity, self.peak_bytes, peak_reserved=self.reserved_bytes, reserved=self.by_reserved,
+                     card=card, cublas_handles=self.cublas_handles, convolutions=self.convolutions)
 
 
 def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Estimate:
@@ -190,7 +238,8 @@ def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
     :func:`helpers.gpus.judge`): the step's peak allocated bytes plus the
     assumed 1 GiB overhead, or with ``reserved`` the step replayed through the
     caching-allocator model on each card (:func:`helpers.batch.reserved_estimate`)
-    plus the assumed 512 MiB CUDA context.  What must fit is a steady-state
+    plus the assumed 512 MiB CUDA context; plus, for each card, the cuBLAS
+    workspaces of the step's handles (:func:`helpers.gpus.unseen_lines`).  What must fit is a steady-state
     step (``--steady-state``); on a first step the verdict is a lower bound.
 
     Args:
@@ -202,10 +251,10 @@ def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
         Card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
     """
     if reserved:
-        return {card: reserved_estimate(profile, capacity, settings).verdict(capacity)
+        return {card: reserved_estimate(profile, capacity, settings).verdict(capacity, card)
                 for card, capacity in GPU_CARDS.items()}
     estimate = Estimate.of(profile)
-    return {card: estimate.verdict(capacity) for card, capacity in GPU_CARDS.items()}
+    return {card: estimate.verdict(capacity, card) for card, capacity in GPU_CARDS.items()}
 
 
 def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:
@@ -329,4 +378,5 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
 
     categories = {k: between(lo.categories[k], hi.categories[k]) for k in lo.categories}
     return Estimate(b, between(lo.peak_allocated_bytes, hi.peak_allocated_bytes), categories,
-                    hi.peak.label, False, lo.backend)
+                    hi.peak.label, False, lo.backend, cublas_handles=cublas_handles(lo),
+                    convolutions=has_convolutions(lo))

@@ -10,13 +10,22 @@ allocator's cache (:data:`CACHE_ALLOWANCE_BYTES`, 512 MiB; together
 (the allocator model replays it on the card), the replay replaces the
 allowance.  :data:`BASIS` says which, in the words every verdict uses.
 
+Beside the overhead, a verdict adds the memory that a real GPU allocates for
+the step but that its traced tensors do not show, as named lines for the card
+(:func:`unseen_lines`): the cuBLAS workspaces, computed from the card's compute
+capability (:data:`COMPUTE_CAPABILITY`, :func:`cublas_workspace_bytes`) and the
+number of threads that run matrix multiplications; and, for a step with
+convolutions, the cuDNN workspaces, which are not modelled (their line has no
+bytes, and the verdict says that its margin does not cover them).
+
 All sizes are bytes; 1 MiB = 2**20 bytes.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from .units import cuda_size, fmt_bytes
 
@@ -40,6 +49,18 @@ GPU_CARDS = {
     "H100 80 GB": 81089 * 2**20,
 }
 
+#: The compute capability ``(major, minor)`` of each card of :data:`GPU_CARDS`
+#: (``torch.cuda.get_device_capability()``; NVIDIA's "CUDA GPUs" list: Volta
+#: 7.0, Ampere A100 8.0, Ada RTX 4090 8.9, Hopper H100 9.0).  It decides the
+#: default size of a cuBLAS workspace (:func:`cublas_workspace_bytes`).
+COMPUTE_CAPABILITY = {
+    "V100 16 GB": (7, 0),
+    "RTX 4090 24 GB": (8, 9),
+    "A100 40 GB": (8, 0),
+    "A100 80 GB": (8, 0),
+    "H100 80 GB": (9, 0),
+}
+
 #: The CUDA context, *assumed* (not measured here): memory a process holds on a
 #: GPU outside PyTorch's caching allocator, with its kernels loaded lazily (the
 #: default since PyTorch 1.13), and the library handles.  Published
@@ -48,9 +69,9 @@ GPU_CARDS = {
 #: default; 666 MB without it); "around 400MB" with CUDA >= 11.7
 #: (pytorch/pytorch#109888); 426 MiB in nvidia-smi for PyTorch 2.10 with CUDA
 #: 13.0 on an RTX 6000 Ada (unslothai/unsloth-zoo#1053).  512 MiB is a round
-#: figure above them, which also leaves room for the cuBLAS workspaces: a real
-#: caching allocator holds them (tens of MiB, on the first matrix
-#: multiplication of each handle and stream), the simulated one does not.
+#: figure above them.  The cuBLAS workspaces, which a real caching allocator
+#: holds beside the tensors, are not part of it: every verdict adds them as a
+#: line of their own, for the card (:func:`unseen_lines`).
 CUDA_CONTEXT_BYTES = 512 * 2**20
 
 #: An allowance for the caching allocator's cache, *assumed* when its reserved
@@ -69,6 +90,92 @@ CACHE_ALLOWANCE_BYTES = 512 * 2**20
 #: The assumed overhead of a step judged by its allocated peak:
 #: :data:`CUDA_CONTEXT_BYTES` + :data:`CACHE_ALLOWANCE_BYTES` = 1 GiB.
 CUDA_OVERHEAD_BYTES = CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES
+
+
+#: The default cuBLAS workspace of PyTorch 2.14.1 on compute capability 9, 10
+#: and 12 (Hopper, Blackwell): 32 MiB per handle and stream.
+CUBLAS_WORKSPACE_HOPPER = 4096 * 8 * 1024
+#: The default cuBLAS workspace on the other cards: ``:4096:2:16:8``, two
+#: chunks of 4,096 KiB and eight of 16 KiB = 8,519,680 bytes.
+CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def cublas_workspace_bytes(capability: tuple[int, int], config: str | None = None) -> int:
+    """Bytes of one cuBLAS workspace (one per cuBLAS handle and CUDA stream) on a card.
+
+    The rule of ``parseChosenWorkspaceSize`` in
+    ``aten/src/ATen/cuda/CublasHandlePool.cpp`` (PyTorch 2.14.1): with
+    ``CUBLAS_WORKSPACE_CONFIG`` unset, 32 MiB on compute capability 9, 10 or 12
+    (:data:`CUBLAS_WORKSPACE_HOPPER`), else ``:4096:2:16:8`` =
+    8,519,680 bytes (:data:`CUBLAS_WORKSPACE_DEFAULT`).  With it set, every
+    ``:SIZE:COUNT`` pair the regular expression ``:([0-9]+):([0-9]+)`` finds
+    adds ``SIZE`` KiB times ``COUNT``; a string with no such pair gives the
+    default (PyTorch warns "Could not parse CUBLAS_WORKSPACE_CONFIG").  The
+    workspace is allocated through the caching allocator at the first matrix
+    multiplication of each handle and stream (``setWorkspaceForHandle``) and
+    kept; cuBLASLt shares the workspace of the same handle and stream unless
+    ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=0`` (``getCUDABlasLtWorkspace``).
+
+    Args:
+        capability: ``(major, minor)``, as :data:`COMPUTE_CAPABILITY` gives it.
+        config: the value of ``CUBLAS_WORKSPACE_CONFIG``, or None (unset).
+
+    Raises:
+        ValueError: for a capability that is not two integers >= 0.
+    """
+    if (not isinstance(capability, tuple) or len(capability) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in capability)):
+        raise ValueError(f"capability must be (major, minor), two integers >= 0, got {capability!r}")
+    default = CUBLAS_WORKSPACE_HOPPER if capability[0] in (9, 10, 12) else CUBLAS_WORKSPACE_DEFAULT
+    if config is None:
+        return default
+    pairs = re.findall(r":([0-9]+):([0-9]+)", str(config))
+    if not pairs:
+        return default
+    return sum(int(size) * 1024 * int(count) for size, count in pairs)
+
+
+#: The names of the lines :func:`unseen_lines` gives, in order.
+CUBLAS_LINE = "cuBLAS workspaces"
+CUDNN_LINE = "cuDNN workspaces"
+#: What a verdict says of a step with convolutions: its margin does not cover their workspaces.
+CUDNN_NOTE = "cuDNN workspaces not modelled, not covered by the margin"
+
+
+def unseen_lines(card: str, cublas_handles: int, convolutions: bool = False,
+                 config: str | None = None) -> dict[str, int | None]:
+    """What a real GPU allocates for a step that its traced tensors do not show, line by line.  Bytes.
+
+    * ``"cuBLAS workspaces"``: ``cublas_handles`` x :func:`cublas_workspace_bytes`
+      of the card.  cuBLAS handles belong to threads: a training step takes
+      one on the Python thread (forward) and one on autograd's thread for the
+      GPU (backward), a forward under ``torch.no_grad()`` only the first; a
+      thread that runs no matrix multiplication takes none
+      (:meth:`helpers.batch.Estimate.cublas_handles` counts them from the trace).
+    * ``"cuDNN workspaces"`` (only with ``convolutions``): None, *not
+      modelled*.  Their size depends on the algorithm cuDNN picks; PyTorch
+      offers it any algorithm whose workspace fits the largest free block of
+      the caching allocator (``cacheInfo`` in ``getMaxWorkspaceSize``,
+      ``aten/src/ATen/native/cudnn/Conv_v7.cpp``, and
+      ``get_available_workspace``, ``Conv_v8.cpp``), so no fixed bound applies.
+
+    Args:
+        card: a key of :data:`GPU_CARDS`.
+        cublas_handles: 0, 1 or 2.
+        convolutions: the step runs cuDNN convolutions.
+        config: ``CUBLAS_WORKSPACE_CONFIG``, or None.
+
+    Raises:
+        ValueError: for an unknown card or a count outside 0-2.
+    """
+    if card not in COMPUTE_CAPABILITY:
+        raise ValueError(f"unknown GPU {card!r}; use one of {', '.join(COMPUTE_CAPABILITY)}")
+    if cublas_handles not in (0, 1, 2) or isinstance(cublas_handles, bool):
+        raise ValueError(f"cublas_handles must be 0, 1 or 2, got {cublas_handles!r}")
+    lines: dict[str, int | None] = {CUBLAS_LINE: cublas_handles * cublas_workspace_bytes(COMPUTE_CAPABILITY[card], config)}
+    if convolutions:
+        lines[CUDNN_LINE] = None
+    return lines
 
 
 def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
@@ -122,6 +229,9 @@ class Verdict:
             reserved bytes (``"reserved"``); None when the allocator model ran
             out of memory before the step's end (then it does not fit).
         overhead: the assumed bytes added to ``peak``.
+        lines: what the GPU adds that the traced tensors do not show, name ->
+            bytes (:func:`unseen_lines`; None: not modelled); empty when the
+            card is not known.
     """
 
     fits: bool
@@ -129,21 +239,32 @@ class Verdict:
     basis: str
     peak: int | None
     overhead: int
+    lines: dict = field(default_factory=dict)
+
+    @property
+    def unseen(self) -> int:
+        """The bytes of the modelled :attr:`lines` (the cuBLAS workspaces)."""
+        return sum(n for n in self.lines.values() if n is not None)
 
     @property
     def need(self) -> int | None:
-        """``peak + overhead``: what the card must hold (None if unknown)."""
-        return None if self.peak is None else self.peak + self.overhead
+        """``peak + unseen + overhead``: what the card must hold (None if unknown)."""
+        return None if self.peak is None else self.peak + self.unseen + self.overhead
 
     @property
     def judged(self) -> str:
         """What was judged, in words: :data:`BASIS` of :attr:`basis`."""
         return BASIS[self.basis]
 
+    @property
+    def caveat(self) -> str:
+        """What the margin does not cover (:data:`CUDNN_NOTE` for a step with convolutions), or ``""``."""
+        return CUDNN_NOTE if CUDNN_LINE in self.lines else ""
+
     def sentence(self, gpu: str, detail: str = "", unit: str = "MiB") -> str:
-        """The verdict in words: ``"fits in <gpu>: <what was judged> = <peak> + <overhead> =
-        <need> MiB <= <capacity> MiB"``, or ``"does not fit in <gpu>: ..."``; ``detail``, if
-        given, follows in parentheses (say, why the allocator ran out of memory).
+        """The verdict in words: ``"fits in <gpu>: <what was judged> + cuBLAS workspaces = <peak> +
+        <overhead> + <workspaces> = <need> MiB <= <capacity> MiB"``, or ``"does not fit in <gpu>: ..."``;
+        ``detail`` (say, why the allocator ran out of memory) and :attr:`caveat`, if any, follow in parentheses.
 
         Args:
             gpu: the GPU's name.
@@ -157,29 +278,43 @@ class Verdict:
             raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
         scale = 2**20 if unit == "MiB" else 2**30
         verb = "fits" if self.fits else "does not fit"
-        more = f" ({detail})" if detail else ""
+        notes = "; ".join(filter(None, [detail, self.caveat]))
+        more = f" ({notes})" if notes else ""
         judged = _basis(unit)[self.basis]
+        named = [(name, n) for name, n in self.lines.items() if n]
+        judged += "".join(f" + {name}" for name, _ in named)
         if self.peak is None:
             return f"{verb} in {gpu}: {judged}: the simulated allocator ran out of memory{more}"
         size = functools.partial(fmt_bytes, unit=unit, grouped=True)
-        return (f"{verb} in {gpu}: {judged} = {self.peak / scale:,.1f} + {self.overhead / scale:,.1f} = "
+        terms = " + ".join([f"{self.peak / scale:,.1f}", f"{self.overhead / scale:,.1f}",
+                            *(f"{n / scale:,.{1 if n >= scale / 10 else 2}f}" for _, n in named)])  # 16 MiB: 0.02 GiB
+        return (f"{verb} in {gpu}: {judged} = {terms} = "
                 f"{size(self.need)} {'<=' if self.fits else '>'} {size(self.capacity)}{more}")
 
 
 def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: int | None = None,
-          reserved: bool = False) -> Verdict:
+          reserved: bool = False, card: str | None = None, cublas_handles: int = 0,
+          convolutions: bool = False) -> Verdict:
     """The one rule for "does this training step fit this GPU?".
 
-    Two bases, one overhead model:
+    Two bases, one overhead model, plus what the card adds:
 
     * by the allocated peak (``reserved=False``): ``peak_allocated`` +
       :data:`CUDA_OVERHEAD_BYTES` (the assumed CUDA context and allocator
-      cache) <= ``capacity``;
+      cache) + the card's lines <= ``capacity``;
     * by the reserved peak (``reserved=True``), the step replayed through the
       caching-allocator model on this card (``helpers.allocator.replay_on_gpu``,
       which leaves :data:`CUDA_CONTEXT_BYTES` to the context): ``peak_reserved``
-      + :data:`CUDA_CONTEXT_BYTES` <= ``capacity``; ``peak_reserved`` None
-      means that the replay ran out of memory: it does not fit.
+      + :data:`CUDA_CONTEXT_BYTES` + the card's lines <= ``capacity``;
+      ``peak_reserved`` None means that the replay ran out of memory: it does
+      not fit.  The cuBLAS workspaces are added beside the replayed peak, not
+      replayed (on a GPU each is a block of its own, allocated at the first
+      matrix multiplication of its thread and kept).
+
+    The card's lines (:func:`unseen_lines`, given ``card``): the cuBLAS
+    workspaces of ``cublas_handles`` handles, and for a step with
+    ``convolutions`` the cuDNN workspaces, not modelled (the verdict says so,
+    :attr:`Verdict.caveat`).  Without ``card`` (a bare capacity) there are none.
 
     The peak is the whole step's, through ``optimizer.step()``, in the steady
     state (the optimizer's states exist): what every step of a training loop needs.
@@ -189,9 +324,13 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
         peak_allocated: the step's peak allocated bytes (basis "allocated").
         peak_reserved: the replay's peak reserved bytes (basis "reserved").
         reserved: which basis.
+        card: the card's name, a key of :data:`GPU_CARDS`, or None.
+        cublas_handles: how many cuBLAS handles the step takes (0, 1 or 2).
+        convolutions: the step runs convolutions (cuDNN).
 
     Raises:
-        ValueError: for a negative capacity or peak, or a missing allocated peak.
+        ValueError: for a negative capacity or peak, a missing allocated peak,
+            an unknown card or a handle count outside 0-2.
     """
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0 bytes, got {capacity}")
@@ -203,8 +342,10 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
         peak, overhead = peak_allocated, CUDA_OVERHEAD_BYTES
     if peak is not None and peak < 0:
         raise ValueError(f"a peak must be >= 0 bytes, got {peak}")
-    ok = peak is not None and peak + overhead <= capacity
-    return Verdict(ok, capacity, "reserved" if reserved else "allocated", peak, overhead)
+    lines = unseen_lines(card, cublas_handles, convolutions) if card is not None else {}
+    unseen = sum(n for n in lines.values() if n is not None)
+    ok = peak is not None and peak + unseen + overhead <= capacity
+    return Verdict(ok, capacity, "reserved" if reserved else "allocated", peak, overhead, lines)
 
 
 def oom_message(requested: int, capacity: int, in_use: int, allocated: int, reserved: int,

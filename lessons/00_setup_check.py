@@ -155,11 +155,21 @@ assert allocated == 100 * GiB
 # |---|---|---|
 # | every tensor of your code, with its lifetime, rounded to 512 bytes | exact | exact |
 # | unsplit blocks (section 2); memory *reserved* by the allocator but not in use | modelled in lesson 06 | real |
-# | cuDNN / cuBLAS workspaces (scratch memory inside a kernel) | **not seen** | included |
-# | the CUDA context (a few hundred MiB per process) | not seen | only in `nvidia-smi` |
+# | cuBLAS workspaces (one per thread that multiplies matrices) | not in the traced peak; added to every "does it fit?" for the card you pick | included |
+# | cuDNN workspaces (scratch memory inside a convolution) | **not seen**, not modelled | included |
+# | NCCL buffers (several GPUs) | not seen | included |
+# | the CUDA context (a few hundred MiB per process) | assumed, not seen | only in `nvidia-smi` |
 #
-# So a simulated peak is what `torch.cuda.max_memory_allocated()` would report for your code's tensors, to within section 2's unsplit blocks; on a GPU, plan a margin for the rest.
-#
+# So a simulated peak is what `torch.cuda.max_memory_allocated()` would report for your code's tensors, to within section 2's unsplit blocks. The cuBLAS workspaces are known exactly for a card (lesson 06, section 1): a training step takes two, one for the forward pass on your thread and one for backward on autograd's, and the verdicts add them; on a GPU, plan a margin for the rest:
+
+# %%
+from helpers.gpus import COMPUTE_CAPABILITY, cublas_workspace_bytes
+
+for card in ("V100 16 GB", "H100 80 GB"):
+    print(f"{card}: a training step's two cuBLAS workspaces = {fmt_bytes(2 * cublas_workspace_bytes(COMPUTE_CAPABILITY[card]))}")
+assert 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"]) == 64 * MiB
+
+# %% [markdown]
 # `make gpu-reference`, run once on a machine with an NVIDIA GPU, records about thirty steps with both backends there. This cell shows them, naming every run whose two figures differ by more than 2%:
 
 # %%

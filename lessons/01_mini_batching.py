@@ -586,7 +586,7 @@ for gib in (2, 3, 4):
 #
 # ## 8. The batch-size widget
 #
-# Everything above in one place. Move the batch-size slider (or type a value), and choose the model, AMP, activation checkpointing (lesson 04), the optimizer and the GPU size. The bar shows the peak of one steady-state training step by category, the red line the GPU's capacity, and the verdict whether it fits with the assumed overhead. On a GPU each value is measured ("this GPU" compares with your card); elsewhere it is simulated, and most slider positions are interpolated exactly between traced batch sizes (the method of section 3), so the answer is immediate.
+# Everything above in one place. Move the batch-size slider (or type a value), and choose the model, AMP, activation checkpointing (lesson 04), the optimizer and the GPU size. The bar shows the peak of one steady-state training step by category, the red line the GPU's capacity, and the verdict whether it fits with the assumed overhead and the chosen card's cuBLAS workspaces (lesson 06). On a GPU each value is measured ("this GPU" compares with your card); elsewhere it is simulated, and most slider positions are interpolated exactly between traced batch sizes (the method of section 3), so the answer is immediate.
 
 # %%
 explorer = MemoryExplorer(model="resnet18", batch_size=128, device="simulated")

@@ -259,7 +259,7 @@ plot_inference_and_leaks(fwd, after, title="Training vs inference, and loops tha
 #
 # ## 4. Will it fit?
 #
-# All of the above in one tool: the model (a GPT-2 preset, a torchvision classifier, or a bare parameter count), the optimizer, the precision, the batch, the sequence length or image size, and the GPU (the memory PyTorch sees on each card, lesson 01). It shows a steady-state step's peak by category and the verdict, with an assumed overhead for the CUDA context and workspaces. For a bare parameter count it shows the model states alone (lesson 05a's formulas, section 1).
+# All of the above in one tool: the model (a GPT-2 preset, a torchvision classifier, or a bare parameter count), the optimizer, the precision, the batch, the sequence length or image size, and the GPU (the memory PyTorch sees on each card, lesson 01). It shows a steady-state step's peak by category and the verdict, with an assumed overhead for the CUDA context and the card's cuBLAS workspaces (lesson 06). For a bare parameter count it shows the model states alone (lesson 05a's formulas, section 1).
 #
 # First, driven from code as a learner would with the mouse: GPT-2 1.5B's model states alone, as a parameter count, on a 24 GB card and on an A100 40 GB:
 

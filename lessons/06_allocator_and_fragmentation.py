@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
-from helpers.gpus import CACHE_ALLOWANCE_BYTES
+from helpers.gpus import CACHE_ALLOWANCE_BYTES, COMPUTE_CAPABILITY, cublas_workspace_bytes, unseen_lines
 from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
                                smallest_capacity)
 from helpers.teaching.plots import plot_memory_map, plot_reserved, plot_reserved_bars
@@ -114,20 +114,28 @@ assert probe.reserved == 20 * MiB and measured["lazy loading (the default)"] - p
 # %% [markdown]
 # So the context itself was about 254 MiB there. Later reports give "around 400 MB" (381 MiB) with CUDA 11.7 or later (pytorch/pytorch #109888) and 426 MiB in `nvidia-smi` for PyTorch 2.10 with CUDA 13.0 (unslothai/unsloth-zoo #1053).
 #
-# **cuBLAS workspaces** are different: PyTorch allocates them *through* the caching allocator, one per cuBLAS handle and stream, at the first matrix multiplication, and keeps them. Handles belong to threads, and a training step uses two: the forward pass runs on your Python thread, the backward pass on autograd's own thread for the GPU. In PyTorch 2.14.1 a workspace is 32 MiB on GPUs of compute capability 9 to 12 (Hopper, such as this course's reference H100, and Blackwell) and 8,519,680 bytes (`CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`) on older ones (`parseChosenWorkspaceSize` in `aten/src/ATen/cuda/CublasHandlePool.cpp`). cuBLASLt, the library behind many of PyTorch's matrix multiplications, shares that workspace by default in 2.14.1: it uses `CUBLASLT_WORKSPACE_SIZE` (1 MiB by default) of the cuBLAS workspace of the same handle and stream, and allocates nothing of its own unless `TORCH_CUBLASLT_UNIFIED_WORKSPACE=0` is set. Older releases gave cuBLASLt separate workspaces, so sizes quoted for them no longer apply.
+# **cuBLAS workspaces** are different: PyTorch allocates them *through* the caching allocator, one per cuBLAS handle and stream, at the first matrix multiplication, and keeps them. Handles belong to threads, and a training step uses two: the forward pass runs on your Python thread, the backward pass on autograd's own thread for the GPU (a forward pass under `torch.no_grad()` uses only the first). In PyTorch 2.14.1 a workspace is 32 MiB on GPUs of compute capability 9, 10 and 12 (Hopper, such as this course's reference H100, and Blackwell) and 8,519,680 bytes (`CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8`) on older ones (`parseChosenWorkspaceSize` in `aten/src/ATen/cuda/CublasHandlePool.cpp`; setting `CUBLAS_WORKSPACE_CONFIG` yourself, each `:SIZE:COUNT` pair adds SIZE KiB × COUNT). cuBLASLt, the library behind many of PyTorch's matrix multiplications, shares that workspace by default in 2.14.1: it works in the cuBLAS workspace of the same handle and stream and allocates nothing of its own, unless `TORCH_CUBLASLT_UNIFIED_WORKSPACE=0` is set. Older releases gave cuBLASLt separate workspaces, so sizes quoted for them no longer apply. `helpers.gpus` knows each card's compute capability and applies that rule:
 
 # %%
-workspace = {"H100 (Hopper) or Blackwell": 32 * MiB, "older GPUs": 4096 * 1024 * 2 + 16 * 1024 * 8}  # :4096:2:16:8
-for gpus, size in workspace.items():
-    print(f"{gpus}: 2 cuBLAS workspaces (forward and backward threads) = {fmt_bytes(2 * size)}")
-assert workspace["older GPUs"] == 8_519_680
+workspace = {card: cublas_workspace_bytes(COMPUTE_CAPABILITY[card]) for card in ("V100 16 GB", "H100 80 GB")}
+for card, size in workspace.items():
+    major, minor = COMPUTE_CAPABILITY[card]
+    print(f"{card} (compute capability {major}.{minor}): one cuBLAS workspace {fmt_bytes(size)}, "
+          f"a training step's two (forward and backward threads) {fmt_bytes(2 * size)}")
+assert workspace["H100 80 GB"] == 32 * MiB and workspace["V100 16 GB"] == 4096 * 1024 * 2 + 16 * 1024 * 8 == 8_519_680
 
 # %% [markdown]
-# On a GPU these 64 MiB (on an H100) are part of `memory_allocated()` and `memory_reserved()`; the simulation leaves them out. Every "does it fit?" in the course adds one assumed overhead model: a CUDA context (with those workspaces), and, when the step is judged by its *allocated* peak, an allowance for the allocator's cache. Judged by the simulated *reserved* peak (section 7), the allocator model replaces the allowance:
+# On a GPU these 64 MiB (on an H100) are part of `memory_allocated()` and `memory_reserved()`, but no tensor of your code holds them, so the traced peak leaves them out. Every "does it fit?" of the course (the widgets, `python -m helpers profile`) adds them for the card you pick, as a line of their own, beside one assumed overhead model: a CUDA context, and, when the step is judged by its *allocated* peak, an allowance for the allocator's cache. Judged by the simulated *reserved* peak (section 7), the allocator model replaces the allowance, and the workspaces are added beside the replayed peak.
+#
+# What stays unseen: **cuDNN workspaces**, the scratch memory of a convolution, whose size depends on the algorithm cuDNN picks. PyTorch offers cuDNN any algorithm whose workspace fits the largest free block in the allocator's cache (`getMaxWorkspaceSize` in `Conv_v7.cpp`, `get_available_workspace` in `Conv_v8.cpp`), so no fixed figure bounds them, and the verdict of a step with convolutions says that its margin does not cover them. NCCL's buffers (several GPUs, lesson 07) are not modelled either, and the CUDA context is assumed, not measured:
 
 # %%
-print(f"assumed CUDA context, library handles and workspaces: {fmt_bytes(CUDA_CONTEXT_BYTES)}; "
+for card in ("V100 16 GB", "H100 80 GB"):
+    lines = unseen_lines(card, cublas_handles=2, convolutions=True)  # a training step of a convolutional network
+    print(f"{card}: " + "; ".join(f"{name} {'not modelled' if n is None else fmt_bytes(n)}" for name, n in lines.items()))
+print(f"assumed CUDA context: {fmt_bytes(CUDA_CONTEXT_BYTES)}; "
       f"with the allocator's cache allowance: {fmt_bytes(CUDA_OVERHEAD_BYTES)}")
+assert unseen_lines("H100 80 GB", 2)["cuBLAS workspaces"] == 64 * MiB
 assert CUDA_OVERHEAD_BYTES == CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES
 
 # %% [markdown]

@@ -448,7 +448,7 @@ assert per_token["llama3-8b"] == 128 * 1024 and fit_tokens["llama3-8b"] > fit_to
 #
 # ## 7. The widget: sequence length against a GPU
 #
-# The widget's bar shows the peak of the whole training step with Adam, traced by `profile_step` (`transformer_step(model, seq, batch, ...)`): at short sequences it is at `optimizer.step()` (20 bytes per parameter with `foreach` Adam, lesson 05a); at long ones, at the start of backward, where the activations and logits sit beside the parameters and Adam's states. The verdict adds the assumed overhead. Each change traces the step anew (a few seconds). First as text, Llama 8B at 4k tokens on an H100:
+# The widget's bar shows the peak of the whole training step with Adam, traced by `profile_step` (`transformer_step(model, seq, batch, ...)`): at short sequences it is at `optimizer.step()` (20 bytes per parameter with `foreach` Adam, lesson 05a); at long ones, at the start of backward, where the activations and logits sit beside the parameters and Adam's states. The verdict adds the assumed overhead and the card's cuBLAS workspaces. Each change traces the step anew (a few seconds). First as text, Llama 8B at 4k tokens on an H100:
 
 # %%
 explorer = SequenceExplorer(model="llama3-8b", seq=4096, batch_size=1, amp=True, policy="full", attention="flash")

@@ -43,8 +43,8 @@ import warnings
 
 import torch
 
-from helpers import GPU_CARDS, GiB, fit_affine, fits, fmt_bytes, profile_step
-from helpers.batch import card_verdicts
+from helpers import GPU_CARDS, GiB, fit_affine, fmt_bytes, profile_step
+from helpers.batch import Estimate
 from helpers.models import hf
 from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens
 from helpers.teaching.widgets import CARD_48GB, FineTuneFit
@@ -65,9 +65,15 @@ def gib(nbytes):
     return f"{nbytes / GiB:.1f} GiB"
 
 
+def judged(profile, card):
+    """The verdict of every widget on ``profile``'s step for ``card`` of CARDS: the peak allocated, plus the
+    assumed 1 GiB overhead, plus the cuBLAS workspaces of a card of GPU_CARDS (the A6000 is a bare capacity)."""
+    return Estimate.of(profile).verdict(CARDS[card], card if card in GPU_CARDS else None)
+
+
 def verdicts(profile):
-    """'yes' or 'no' for each card of CARDS: the rule of every widget (peak allocated + 1 GiB assumed overhead)."""
-    return ["yes" if fits(profile.peak_allocated_bytes, capacity) else "no" for capacity in CARDS.values()]
+    """'yes' or 'no' for each card of CARDS."""
+    return ["yes" if judged(profile, card).fits else "no" for card in CARDS]
 
 
 # %%
@@ -230,12 +236,13 @@ QLORA_CKPT = dict(lora_rank=16, quantization="nf4", param_dtype="bfloat16", chec
 qlora_2k = techniques["QLoRA r16, checkpointing"]
 qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
 line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
-longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
+beside = {card: judged(qlora_2k, card).overhead + judged(qlora_2k, card).unseen for card in CARDS}  # overhead, cuBLAS
+longest = {card: line.largest_batch(CARDS[card], beside[card]) // 256 * 256 for card in CARDS}  # tokens, not samples
 confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
 for card, p in confirmed.items():
-    assert fits(p.peak_allocated_bytes, CARDS[card])                     # the answer, traced, fits
+    assert judged(p, card).fits                                          # the answer, traced, fits
     assert abs(p.peak_allocated_bytes - line.predict(longest[card])) < 0.01 * GiB  # the line holds there
-    assert not fits(line.predict(longest[card] + 256), CARDS[card])      # and 256 tokens more do not fit
+    assert line.predict(longest[card] + 256) + beside[card] > CARDS[card]  # and 256 tokens more do not fit
 peaks = {2048: qlora_2k.peak_allocated_bytes, 8192: qlora_8k.peak_allocated_bytes,
          **{longest[card]: p.peak_allocated_bytes for card, p in confirmed.items()}}
 plot_peak_vs_tokens(peaks, line, CARDS, longest, title="Llama-3.1 8B, QLoRA r16 with checkpointing, batch 1")
@@ -297,23 +304,22 @@ fit
 # 41,943,040 parameters (0.52%), six times the q and v adapters, and 0.4 GiB more at the peak: the new adapters' float32 weights and AdamW's two moments, 12 bytes per trained parameter (their gradients do not exist yet at the peak, the start of backward). With checkpointing, the float32 input copies of section 3 exist only for the one layer being recomputed, so adapting every layer costs almost nothing here; without it, every layer would keep them.
 # </details>
 #
-# **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.teaching.widgets import largest_fit`) on `Estimate.of(profile_step(...))` (`from helpers.batch import Estimate`), then check the answer against section 5's line.
+# **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.teaching.widgets import largest_fit`) on `Estimate.of(profile_step(...))`, then check the answer against section 5's line.
 
 # %%
-# Your code here: largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, CARDS[...])
+# Your code here: largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, ...)
 
 # %% [markdown]
 # <details><summary>Solution</summary>
 #
 # ```python
-# from helpers.batch import Estimate
 # from helpers.teaching.widgets import largest_fit
 #
 # card = "RTX A6000 48 GB"
 # found, seen = largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, CARDS[card])
 # print(f"largest batch at 2,048 tokens on the {card}: {found}, found with {len(seen)} traces; "
 #       f"the line of section 5 says {line.largest_batch(CARDS[card]) / 2048:.2f}")
-# assert fits(seen[found].peak_bytes, CARDS[card]) and not fits(seen[found + 1].peak_bytes, CARDS[card])
+# assert seen[found].verdict(CARDS[card]).fits and not seen[found + 1].verdict(CARDS[card]).fits
 # assert found == line.largest_batch(CARDS[card]) // 2048
 # ```
 #

@@ -96,9 +96,9 @@ def test_every_widget_judges_as_profile_step_and_the_command_line(capsys):
         step = draw["step"]
         profile = (profile_step(step) if not isinstance(step, dict) else
                    profile_step(**step, steady_state=True, device="simulated"))
-        truth = (reserved_estimate(profile, capacity) if draw["reserved"] else Estimate.of(profile)).verdict(capacity)
+        truth = (reserved_estimate(profile, capacity) if draw["reserved"] else Estimate.of(profile)).verdict(capacity, card)
         widget = draw["make"]()
-        shown = widget.result.verdict(capacity)
+        shown = widget.result.verdict(capacity, card)
         where = (draw["kind"], card, step)
         assert shown.fits == truth.fits and shown.basis == truth.basis, where
         assert (shown.need is None) == (truth.need is None), where

@@ -24,8 +24,9 @@ def _widget(**kw) -> FineTuneFit:
     return FineTuneFit(SMOL, **(options | kw))
 
 
-def _fits(step, capacity: int) -> bool:
-    return judge(capacity, step.peak_allocated_bytes).fits
+def _fits(step, card: str) -> bool:
+    """The widgets' verdict on ``step`` for a card of GPU_CARDS (with the lines it adds: cuBLAS workspaces)."""
+    return Estimate.of(step).verdict(GPU_CARDS[card], card).fits
 
 
 def test_its_verdict_is_the_command_lines_for_the_same_step():
@@ -43,9 +44,8 @@ def test_the_largest_batch_is_a_traced_fit_and_one_more_is_not():
     w = _widget(method="full fine-tuning", seq=1024, capacity="V100 16 GB", question="largest batch")
     n = w.largest
     assert n >= 2 and w.batch_box.value == n and w.batch_box.disabled  # the control shows the answer
-    capacity = GPU_CARDS["V100 16 GB"]
     at, over = (profile_step(SMOL, b, seq_len=1024, **STEP) for b in (n, n + 1))
-    assert _fits(at, capacity) and not _fits(over, capacity)
+    assert _fits(at, "V100 16 GB") and not _fits(over, "V100 16 GB")
     assert w.result.peak_bytes == at.peak_allocated_bytes and w.result.traced
     assert w.answer.startswith(f"largest batch at 1,024 tokens that fits V100 16 GB: {n} ({n + 1} does not fit")
 
@@ -56,8 +56,8 @@ def test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not():
     assert s % SEQ_STEP == 0 and 2 * SEQ_STEP <= s < 8192 and w.seq.value == s and w.seq.disabled
     capacity = GPU_CARDS["V100 16 GB"]
     at, over = (profile_step(SMOL, 4, seq_len=n, lora_rank=16, **STEP) for n in (s, s + SEQ_STEP))
-    assert _fits(at, capacity) and not _fits(over, capacity)
-    assert w.message == judge(capacity, at.peak_allocated_bytes).sentence("V100 16 GB", unit="GiB")
+    assert _fits(at, "V100 16 GB") and not _fits(over, "V100 16 GB")
+    assert w.message == Estimate.of(at).verdict(capacity, "V100 16 GB").sentence("V100 16 GB", unit="GiB")
     w.batch_box.value = 1  # at batch 1 the whole context fits, and the answer says so
     assert w.largest == 8192 and w.answer.endswith("8,192 (the model's whole context)")
 

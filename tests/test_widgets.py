@@ -83,8 +83,8 @@ def test_sizes_are_written_as_the_lessons_show_them():
 def test_the_view_is_a_pure_function_of_the_estimate():
     small = Estimate(4, 2 * 2**20, {"parameters": 2**20, "activations": 2**20}, "backward of ReLU '1'", True, "simulated")
     message, view = render(small, "H100 80 GB", 80 * 2**30)
-    assert message == ("fits in H100 80 GB: peak allocated of the whole step + 1,024.0 MiB assumed overhead = "
-                       "2.0 + 1,024.0 = 1,026.0 MiB <= 81,920.0 MiB")
+    assert message == ("fits in H100 80 GB: peak allocated of the whole step + 1,024.0 MiB assumed overhead + cuBLAS workspaces = "
+                       "2.0 + 1,024.0 + 64.0 = 1,090.0 MiB <= 81,920.0 MiB")
     assert "CUDA context (assumed)" in view and "allocator cache (assumed)" in view  # the two parts of the overhead
     assert 'class="gm-zoom"' in view  # too thin: zoomed
     assert "peak of the whole step at the backward of ReLU &#x27;1&#x27;" in view
@@ -137,7 +137,7 @@ def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
     assert w.result.peak_bytes == 20 * 10**9
     # a parameter count says nothing of the activations: only the model states can be said to fit
     assert w.message == ("model states fit in RTX 4090 24 GB, activations not counted: model states at "
-                         "optimizer.step() + 1.0 GiB assumed overhead = 18.6 + 1.0 = 19.6 GiB <= 24.0 GiB")
+                         "optimizer.step() + 1.0 GiB assumed overhead + cuBLAS workspaces = 18.6 + 1.0 + 0.02 = 19.6 GiB <= 24.0 GiB")
     w.parameters.value = 2_000_000_000  # 40 GB of model states: that alone decides
     assert w.message.startswith("does not fit in RTX 4090 24 GB: model states alone")
     w.parameters.value = 1_000_000_000
@@ -172,16 +172,16 @@ def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
     shown = int(re.search(r'class="gm-reserved" data-bytes="(\d+)"', w.view.value).group(1))
     assert shown == w.result.reserved_bytes == run.peak_reserved > direct.peak_allocated_bytes
     assert w.message.startswith("fits in V100 16 GB: peak reserved of the whole step (simulated allocator) + "
-                                f"{CUDA_CONTEXT_BYTES / 2**20:,.1f} MiB assumed CUDA context = ")
+                                f"{CUDA_CONTEXT_BYTES / 2**20:,.1f} MiB assumed CUDA context + cuBLAS workspaces = ")
     assert "reserved (sim.)" in w.summary()
     w.batch_size.value = 1000  # about 21 GB of tensors: more than a V100 holds
     assert w.message.startswith("does not fit in V100 16 GB: peak reserved of the whole step (simulated allocator) "
-                                "+ 512.0 MiB assumed CUDA context: the simulated allocator ran out of memory "
+                                "+ 512.0 MiB assumed CUDA context + cuBLAS workspaces: the simulated allocator ran out of memory "
                                 "(tried to allocate ")
     assert w.result.reserved_bytes is None and w.result.allocator_error
     w.reserved.value = False  # back to the assumed 1 GiB overhead
     assert w.message.startswith("does not fit in V100 16 GB: peak allocated of the whole step + 1,024.0 MiB assumed "
-                                "overhead = ") and w.result.reserved_bytes is None
+                                "overhead + cuBLAS workspaces = ") and w.result.reserved_bytes is None
     with pytest.raises(ValueError, match="reserved"):
         MemoryExplorer(device="simulated", reserved="yes")
 
@@ -198,7 +198,7 @@ def test_the_sequence_explorer_judges_the_whole_step_not_the_end_of_the_forward_
     direct = profile_step(transformer_step("gpt2-xl", 1024, 19))
     assert explorer.result.peak_bytes == direct.peak_allocated_bytes == 85_667_075_584  # 81,698.5 MiB
     assert explorer.message == ("does not fit in H100 80 GB: peak allocated of the whole step + 1.0 GiB assumed "
-                                "overhead = 79.8 + 1.0 = 80.8 GiB > 79.2 GiB")  # lesson 08 writes GiB
+                                "overhead + cuBLAS workspaces = 79.8 + 1.0 + 0.06 = 80.8 GiB > 79.2 GiB")  # lesson 08 writes GiB
     assert "  optimizer states        11.6 GiB" in explorer.summary().splitlines()
     assert "peak of the whole step at the backward of LayerNorm" in explorer.view.value
     assert explorer.summary().splitlines()[0] == explorer.message

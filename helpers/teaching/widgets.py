@@ -17,7 +17,10 @@ Every widget judges "does it fit?" as the command line does, by
 of the whole steady-state step (through ``optimizer.step()``) plus the assumed
 1 GiB overhead (CUDA context and allocator cache), or, with the "reserved"
 view, the step replayed through the allocator model on the card plus the
-assumed 512 MiB CUDA context; the verdict says which.
+assumed 512 MiB CUDA context; the verdict says which.  On a card of the list
+it adds the card's cuBLAS workspaces (:func:`helpers.gpus.unseen_lines`), shown
+as a line of the breakdown, and for a step with convolutions says that the
+cuDNN workspaces are not modelled.
 
 On a GPU every value is measured (an out-of-memory error is caught, shown as
 "does not fit", and its memory released); elsewhere it is simulated, with
@@ -45,9 +48,9 @@ import ipywidgets as widgets
 from ..batch import Estimate, PeakCurve, fit_affine, model_state_estimate, reserved_estimate
 from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, TORCH_OPTIMIZERS, StepConfig, check_int
 from ..engine.backends import get_backend
-from ..gpus import CACHE_ALLOWANCE_BYTES, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
+from ..gpus import CACHE_ALLOWANCE_BYTES, CUBLAS_LINE, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
 from ..models import LANGUAGE_PRESETS, hf, model_names, resolve_model
-from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS
+from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, OKABE_ITO
 from ..techniques.checkpointing import CHECKPOINT_POLICIES
 from ..transformer import transformer_presets, transformer_step
 from ..units import fmt_bytes
@@ -63,7 +66,9 @@ _NOTE_STYLE = "color:#555;font-size:90%"
 
 
 def _paint(name: str) -> str:
-    """CSS background of a category, of cached free memory, or of an assumed overhead."""
+    """CSS background of a category, of cached free memory, of the cuBLAS workspaces, or of an assumed overhead."""
+    if name == CUBLAS_LINE:
+        return OKABE_ITO["sky blue"]
     return _COLORS.get(name, "#dcdcdc" if name == "reserved, free" else _HATCH)
 
 
@@ -110,15 +115,16 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
     if measured_here:
         return True, (f"fits on this GPU: the whole step ran, peak allocated {_size(r.peak_bytes, unit)} measured "
                       f"({_size(capacity, unit)})")
-    v = r.verdict(capacity)
+    v = r.verdict(capacity, gpu if gpu in GPU_CARDS else None)
     if r.backend == "formula":
-        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} = {_size(v.need, unit)} "
-                f"{'<=' if v.fits else '>'} {_size(capacity, unit)}")
+        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} + "
+                f"{v.unseen / scale:,.{1 if v.unseen >= scale / 10 else 2}f} = "
+                f"{_size(v.need, unit)} {'<=' if v.fits else '>'} {_size(capacity, unit)}")
         if v.fits:
             return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
-                          f"{_size(v.overhead, unit)} assumed overhead = {sums}")
+                          f"{_size(v.overhead, unit)} assumed overhead + cuBLAS workspaces = {sums}")
         return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {_size(v.overhead, unit)} "
-                       f"assumed overhead = {sums}")
+                       f"assumed overhead + cuBLAS workspaces = {sums}")
     return v.fits, v.sentence(gpu, r.allocator_error or "", unit=unit)
 
 
@@ -128,8 +134,12 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     A pure function of its arguments: the verdict (:func:`verdict`), a bar of
     the peak by category against the GPU's capacity (and, when the peak is
     under a fifth of it, a second bar on the peak's own scale), the bytes per
-    category, and where the peak was reached; sizes in ``unit`` (``"MiB"`` or
-    ``"GiB"``), exact bytes in the view's ``data-bytes`` attributes.
+    category, what the card adds that the tensors do not show (the lines of
+    :func:`helpers.gpus.unseen_lines`: the cuBLAS workspaces; the cuDNN
+    workspaces, "not modelled"), and where the peak was reached; sizes in
+    ``unit`` (``"MiB"`` or ``"GiB"``), exact bytes in the view's
+    ``data-bytes`` attributes (``.gm-unseen`` rows have ``data-line``, and
+    ``data-bytes`` unless not modelled).
     """
     ok, message = verdict(r, gpu, capacity, measured_here, unit)
     head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" '
@@ -147,6 +157,11 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     else:
         overhead = CUDA_OVERHEAD_BYTES
         parts += [("CUDA context (assumed)", CUDA_CONTEXT_BYTES), ("allocator cache (assumed)", CACHE_ALLOWANCE_BYTES)]
+    lines = r.verdict(capacity, gpu).lines if gpu in GPU_CARDS and not measured_here else {}
+    for name, nbytes in lines.items():  # what the card adds that the traced tensors do not show
+        if nbytes:
+            parts.append((name, nbytes))
+            overhead += nbytes
     scale = max(capacity, r.peak_bytes + overhead) * 1.05
     line = (f'<div title="{html.escape(gpu)}: {_size(capacity, unit)}" style="position:absolute;'
             f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
@@ -159,9 +174,14 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     for name, nbytes in parts:
         swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
                   f'background:{_paint(name)}"></span>')
+        cell = (f'class="gm-unseen" data-line="{name}" data-bytes="{nbytes}"' if name in lines else
+                f'class="gm-bytes" data-category="{name}" data-bytes="{nbytes}"')
         rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
-                    f'<td class="gm-bytes" data-category="{name}" data-bytes="{nbytes}" '
-                    f'style="text-align:right">{_size(nbytes, unit)}</td></tr>')
+                    f'<td {cell} style="text-align:right">{_size(nbytes, unit)}</td></tr>')
+    for name, nbytes in lines.items():
+        if nbytes is None:
+            rows.append(f'<tr><td style="padding-right:16px">{name}</td><td class="gm-unseen" data-line="{name}" '
+                        f'style="text-align:right">not modelled</td></tr>')
     rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated (whole step)</b></td><td class="gm-peak" '
                 f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_size(r.peak_bytes, unit)}</b></td></tr>')
     if r.reserved_bytes is not None:
@@ -356,6 +376,11 @@ class _StepWidget(widgets.VBox):
                   for name in CATEGORIES]
         if self.result.reserved_bytes is not None:
             lines.append(f"  {'reserved (sim.)':<17} {_size(self.result.reserved_bytes, self.UNIT):>14}")
+        gpu = self.capacity.value
+        if gpu in GPU_CARDS and self.result.peak_bytes is not None:
+            for name, nbytes in self.result.verdict(self.capacities[gpu], gpu).lines.items():
+                shown = "not modelled" if nbytes is None else _size(nbytes, self.UNIT)
+                lines.append(f"  {name:<17} {shown:>14}")
         lines.append(f"  peak of the whole step at the {self.result.where}")
         return "\n".join(lines)
 
@@ -666,12 +691,14 @@ LORA_RANKS = (8, 16, 32, 64, 128)
 SEQ_STEP = 256
 #: A 48 GB card beside :data:`helpers.gpus.GPU_CARDS`' 24 and 80 GB ones: the ``total_memory`` that
 #: ``torch.cuda.get_device_properties`` printed for an NVIDIA RTX A6000, 48676 MiB (pytorch/ao,
-#: ``torchao/prototype/hqq/README.md``, "GPU details"), the same figure as "a total capacity of 47.53 GiB"
-#: in that card's out-of-memory messages.
+#: ``torchao/prototype/hqq/README.md``, "GPU details").  It is not a card of ``GPU_CARDS`` (nor of
+#: :data:`helpers.gpus.COMPUTE_CAPABILITY`): judged as a bare capacity, its verdicts add no cuBLAS
+#: workspace line (two of about 8 MiB on that card: a hair of its 47.5 GiB).
 CARD_48GB = {"RTX A6000 48 GB": 48676 * 2**20}
 
 
-def largest_fit(estimate_at, lowest: int, highest: int, capacity: int) -> tuple[int, dict[int, Estimate]]:
+def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
+                card: str | None = None) -> tuple[int, dict[int, Estimate]]:
     """The largest ``n`` from ``lowest`` to ``highest`` whose step fits ``capacity``, each candidate traced.
 
     ``n`` is a batch size, or a sequence length in units of :data:`SEQ_STEP`
@@ -691,6 +718,9 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int) -> tuple[
             reserved peak when it has one).
         lowest, highest: the range searched, ``1 <= lowest <= highest``.
         capacity: the GPU's memory in bytes.
+        card: the card's name when it is one of :data:`helpers.gpus.GPU_CARDS`:
+            its verdicts then add the lines it adds (the cuBLAS workspaces), as
+            the widgets' do; None for a bare capacity.
 
     Returns:
         ``(n, estimates)``: the answer (0 when not even ``lowest`` fits) and
@@ -709,7 +739,7 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int) -> tuple[
         if n not in seen:
             seen[n] = estimate_at(n)
             order.append(n)
-        return seen[n].verdict(capacity).fits
+        return seen[n].verdict(capacity, card).fits
 
     if not fits(lowest):
         return 0, seen
@@ -728,7 +758,8 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int) -> tuple[
         e1, e2 = seen[x1], seen[x2]
         y1, y2 = (e.reserved_bytes if e.reserved_bytes is not None else e.peak_bytes for e in (e1, e2))
         try:
-            guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, e2.verdict(capacity).overhead)
+            v = e2.verdict(capacity, card)
+            guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, v.overhead + v.unseen)
         except ValueError:  # flat: the peak does not grow here (the optimizer step's, say): look further
             guess = 4 * max(x1, x2)
         guess = min(max(guess, lo + 1), hi - 1)
@@ -880,15 +911,18 @@ class FineTuneFit(_StepWidget):
     def largest_batch(self) -> tuple[int, dict[int, Estimate]]:
         """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`)."""
         seq = self.seq.value
-        return largest_fit(lambda b: self.estimate_at(seq, b), 1, self.MAX_BATCH,
-                           self.capacities[self.capacity.value])
+        gpu = self.capacity.value
+        return largest_fit(lambda b: self.estimate_at(seq, b), 1, self.MAX_BATCH, self.capacities[gpu],
+                           gpu if gpu in GPU_CARDS else None)
 
     def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
         """The longest sequence at the batch shown, in tokens (a multiple of :data:`SEQ_STEP`), and the
         estimates judged by sequence length (:func:`largest_fit`)."""
         batch = self.batch_box.value
+        gpu = self.capacity.value
         steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
-                                  self._max_seq[self.model.value] // SEQ_STEP, self.capacities[self.capacity.value])
+                                  self._max_seq[self.model.value] // SEQ_STEP, self.capacities[gpu],
+                                  gpu if gpu in GPU_CARDS else None)
         return steps * SEQ_STEP, {n * SEQ_STEP: e for n, e in seen.items()}
 
     def _recompute(self) -> None:
@@ -923,7 +957,7 @@ class FineTuneFit(_StepWidget):
             elif question == "largest batch" and found == self.MAX_BATCH:
                 self.answer += f" (the end of the menu, {self.MAX_BATCH})"
             if found + step in seen:
-                need = seen[found + step].verdict(capacity).need
+                need = seen[found + step].verdict(capacity, gpu if gpu in GPU_CARDS else None).need
                 self.answer += (f" ({found + step:,} does not fit: it needs "
                                 f"{'more than the card' if need is None else _size(need, self.UNIT)})")
         else:
