@@ -52,14 +52,18 @@ class AffineFit:
         """Peak bytes the line predicts at ``batch_size``."""
         return self.m0_bytes + batch_size * self.per_sample_bytes
 
-    def largest_batch(self, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
-        """The largest batch size whose predicted peak fits ``capacity - overhead`` bytes.
+    def largest_batch(self, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
+        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom`:
+        ``capacity - overhead``, less the cuBLAS workspaces on a card of
+        :data:`helpers.gpus.GPU_CARDS`.
 
         Args:
             capacity: GPU memory in bytes (e.g. ``16 * GiB``).
             overhead: memory the process needs besides tensors (CUDA context,
-                workspaces, allocator slack); default the assumed
+                allocator slack); default the assumed
                 :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
+            cublas_handles: cuBLAS handles of the step (2 for training, 1 for
+                a forward under ``no_grad``).
 
         Returns:
             The batch size, 0 if not even the model state fits.
@@ -69,7 +73,8 @@ class AffineFit:
         """
         if self.per_sample_bytes <= 0:
             raise ValueError("the fitted memory does not grow with the batch size")
-        return max(int((headroom(capacity, overhead) - self.m0_bytes) // self.per_sample_bytes), 0)
+        room = headroom(capacity, overhead, cublas_handles=cublas_handles)
+        return max(int((room - self.m0_bytes) // self.per_sample_bytes), 0)
 
 
 def fit_affine(batch_sizes, peak_bytes) -> AffineFit:

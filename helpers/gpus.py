@@ -178,31 +178,46 @@ def unseen_lines(card: str, cublas_handles: int, convolutions: bool = False,
     return lines
 
 
-def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> int:
-    """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead``.
+def card_of(capacity: int) -> str | None:
+    """The card of :data:`GPU_CARDS` whose memory is exactly ``capacity`` bytes, or None.
+
+    A capacity taken from :data:`GPU_CARDS` is judged as that card, with its
+    lines (:func:`unseen_lines`), whichever function judges it.
+    """
+    return next((card for card, nbytes in GPU_CARDS.items() if nbytes == capacity), None)
+
+
+def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
+    """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead - workspaces``.
 
     The rule behind "does it fit" when a step is judged by its allocated peak
     (the simulated GPU's capacity, the largest batch, :func:`judge`): the
-    tensors' peak must fit what the CUDA context and the allocator's cache
-    leave.
+    tensors' peak must fit what the CUDA context, the allocator's cache and,
+    on a card of :data:`GPU_CARDS` (:func:`card_of`), the cuBLAS workspaces of
+    ``cublas_handles`` handles leave (a training step takes two: forward and
+    backward run on two threads).
 
     Raises:
-        ValueError: if ``capacity`` or ``overhead`` is negative.
+        ValueError: if ``capacity`` or ``overhead`` is negative, or for a
+            handle count outside 0-2.
     """
     if capacity < 0 or overhead < 0:
         raise ValueError(f"capacity and overhead must be >= 0 bytes, got {capacity} and {overhead}")
-    return capacity - overhead
+    card = card_of(capacity)
+    lines = unseen_lines(card, cublas_handles) if card is not None else {}
+    return capacity - overhead - sum(n for n in lines.values() if n is not None)
 
 
-def fits(peak: int, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES) -> bool:
+def fits(peak: int, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> bool:
     """Whether a step whose tensors peak at ``peak`` bytes fits a GPU of ``capacity`` bytes.
 
     ``peak`` is the allocated peak of the *whole* step (through
     ``optimizer.step()``, in the steady state: ``profile_step(...,
     steady_state=True).peak_allocated_bytes``); with the default overhead this
-    is :func:`judge`'s verdict on it.
+    is :func:`judge`'s verdict on it, the cuBLAS workspaces of a card of
+    :data:`GPU_CARDS` included (:func:`headroom`).
     """
-    return peak <= headroom(capacity, overhead)
+    return peak <= headroom(capacity, overhead, cublas_handles=cublas_handles)
 
 
 def _basis(unit: str) -> dict[str, str]:
@@ -293,7 +308,7 @@ class Verdict:
 
 
 def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: int | None = None,
-          reserved: bool = False, card: str | None = None, cublas_handles: int = 0,
+          reserved: bool = False, card: str | None = None, cublas_handles: int = 2,
           convolutions: bool = False) -> Verdict:
     """The one rule for "does this training step fit this GPU?".
 
@@ -314,7 +329,8 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
     The card's lines (:func:`unseen_lines`, given ``card``): the cuBLAS
     workspaces of ``cublas_handles`` handles, and for a step with
     ``convolutions`` the cuDNN workspaces, not modelled (the verdict says so,
-    :attr:`Verdict.caveat`).  Without ``card`` (a bare capacity) there are none.
+    :attr:`Verdict.caveat`).  Without ``card``, a capacity of :data:`GPU_CARDS`
+    is that card (:func:`card_of`); any other capacity has no lines.
 
     The peak is the whole step's, through ``optimizer.step()``, in the steady
     state (the optimizer's states exist): what every step of a training loop needs.
@@ -342,6 +358,7 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
         peak, overhead = peak_allocated, CUDA_OVERHEAD_BYTES
     if peak is not None and peak < 0:
         raise ValueError(f"a peak must be >= 0 bytes, got {peak}")
+    card = card_of(capacity) if card is None else card
     lines = unseen_lines(card, cublas_handles, convolutions) if card is not None else {}
     unseen = sum(n for n in lines.values() if n is not None)
     ok = peak is not None and peak + unseen + overhead <= capacity

@@ -128,9 +128,12 @@ def test_a_verdict_in_gib_says_the_same_in_another_unit():
     from helpers.gpus import GPU_CARDS, judge
 
     v = judge(GPU_CARDS["H100 80 GB"], 153_165 * 2**20)
+    # a capacity of GPU_CARDS is that card: its two cuBLAS workspaces are a line of the verdict
     assert v.sentence("H100 80 GB") == ("does not fit in H100 80 GB: peak allocated of the whole step + 1,024.0 MiB "
-                                        "assumed overhead = 153,165.0 + 1,024.0 = 154,189.0 MiB > 81,089.0 MiB")
+                                        "assumed overhead + cuBLAS workspaces = 153,165.0 + 1,024.0 + 64.0 = "
+                                        "154,253.0 MiB > 81,089.0 MiB")
     assert v.sentence("H100 80 GB", unit="GiB") == ("does not fit in H100 80 GB: peak allocated of the whole step + "
-                                                    "1.0 GiB assumed overhead = 149.6 + 1.0 = 150.6 GiB > 79.2 GiB")
+                                                    "1.0 GiB assumed overhead + cuBLAS workspaces = 149.6 + 1.0 + 0.06 "
+                                                    "= 150.6 GiB > 79.2 GiB")
     with pytest.raises(ValueError, match="unit must be 'MiB' or 'GiB'"):
         v.sentence("H100 80 GB", unit="GB")

@@ -9,7 +9,7 @@ from helpers import profile_step
 from helpers.__main__ import main
 from helpers.batch import Estimate, card_verdicts, cublas_handles, has_convolutions
 from helpers.gpus import (COMPUTE_CAPABILITY, CUBLAS_LINE, CUDA_OVERHEAD_BYTES, CUDNN_LINE, GPU_CARDS,
-                          cublas_workspace_bytes, judge, unseen_lines)
+                          card_of, cublas_workspace_bytes, fits, headroom, judge, unseen_lines)
 from helpers.teaching.widgets import render
 
 MiB = 2**20
@@ -66,7 +66,11 @@ def test_the_verdict_adds_exactly_the_lines():
     v = judge(capacity, edge, card="H100 80 GB", cublas_handles=2, convolutions=True)
     assert v.need == edge + CUDA_OVERHEAD_BYTES + 64 * MiB == capacity
     assert v.lines == {CUBLAS_LINE: 64 * MiB, CUDNN_LINE: None} and "cuDNN workspaces not modelled" in v.sentence("H100")
-    assert judge(capacity, edge).lines == {}  # a bare capacity: no card, no lines
+    # a capacity of GPU_CARDS is that card (two handles unless told), whichever function judges it
+    assert judge(capacity, edge).lines == {CUBLAS_LINE: 64 * MiB} and card_of(capacity) == "H100 80 GB"
+    assert fits(edge, capacity) and not fits(edge + 1, capacity) and headroom(capacity) == edge
+    assert fits(edge + 32 * MiB, capacity, cublas_handles=1)
+    assert judge(capacity - 1, edge).lines == {} and headroom(capacity - 1) == edge + 64 * MiB - 1  # no card
     reserved = judge(capacity, peak_reserved=1000 * MiB, reserved=True, card="V100 16 GB", cublas_handles=2)
     assert reserved.need == 1000 * MiB + 512 * MiB + 2 * 8_519_680
 

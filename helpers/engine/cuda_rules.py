@@ -384,6 +384,7 @@ class SimulatedTracker(StorageTracker):
     def __init__(self, capacity: int | None = None):
         super().__init__(None)
         self.capacity = capacity
+        self._room = None if capacity is None else headroom(capacity)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if (not self.paused and torch.is_inference_mode_enabled() and func.namespace == "aten"
@@ -395,7 +396,7 @@ class SimulatedTracker(StorageTracker):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
     def before_alloc(self, nbytes: int) -> None:
-        if self.capacity is not None and self.allocated + nbytes > headroom(self.capacity):
+        if self._room is not None and self.allocated + nbytes > self._room:
             in_use = self.allocated + CUDA_OVERHEAD_BYTES
             error = torch.OutOfMemoryError(
                 oom_message(allocation_size(nbytes), self.capacity, in_use, self.allocated, self.allocated))
