@@ -236,8 +236,8 @@ QLORA_CKPT = dict(lora_rank=16, quantization="nf4", param_dtype="bfloat16", chec
 qlora_2k = techniques["QLoRA r16, checkpointing"]
 qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
 line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
+longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
 beside = {card: judged(qlora_2k, card).overhead + judged(qlora_2k, card).unseen for card in CARDS}  # overhead, cuBLAS
-longest = {card: line.largest_batch(CARDS[card], beside[card]) // 256 * 256 for card in CARDS}  # tokens, not samples
 confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
 for card, p in confirmed.items():
     assert judged(p, card).fits                                          # the answer, traced, fits

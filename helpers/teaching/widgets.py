@@ -758,8 +758,8 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
         e1, e2 = seen[x1], seen[x2]
         y1, y2 = (e.reserved_bytes if e.reserved_bytes is not None else e.peak_bytes for e in (e1, e2))
         try:
-            v = e2.verdict(capacity, card)
-            guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, v.overhead + v.unseen)
+            v = e2.verdict(capacity, card)  # its overhead; headroom() leaves out a listed card's cuBLAS workspaces
+            guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, v.overhead)
         except ValueError:  # flat: the peak does not grow here (the optimizer step's, say): look further
             guess = 4 * max(x1, x2)
         guess = min(max(guess, lo + 1), hi - 1)
