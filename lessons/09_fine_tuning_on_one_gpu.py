@@ -210,7 +210,7 @@ techniques = {
 plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens: what each technique changes")
 
 # %% [markdown]
-# Look at what each bar lost against the one it comes from. 8-bit AdamW shrinks the purple states to a quarter and the peak moves to backward, where green activations now sit beside the weights, gradients and states: it fits 80 GB. Offloading removes the purple altogether; with bfloat16 weights and checkpointing, only the weights and gradients are left, 2 + 2 bytes per parameter, and full fine-tuning fits 48 GB. Checkpointing shortens LoRA's and QLoRA's green parts to a sliver: LoRA fits 24 GB, and QLoRA needs a third of it.
+# Look at what each bar lost against the one it comes from. 8-bit AdamW shrinks the purple states to a quarter and the peak moves to backward, where green activations (autocast's cached bfloat16 copies of the float32 weights among them, lesson 08) now sit beside the weights, gradients and states: it fits 80 GB. Offloading removes the purple altogether; with bfloat16 weights and checkpointing, only the weights and gradients are left, 2 + 2 bytes per parameter, and full fine-tuning fits 48 GB. Checkpointing shortens LoRA's and QLoRA's green parts to a sliver: LoRA fits 24 GB, and QLoRA needs a third of it.
 
 # %%
 eight, offloaded = techniques["full, 8-bit AdamW"], techniques["full, bfloat16, states offloaded, checkpointing"]
@@ -229,7 +229,7 @@ assert verdicts(ckpt_lora) == ["yes"] * 3
 #
 # ## 5. The longest sequence, the largest batch, and the logits
 #
-# With flash attention every tensor a step keeps grows linearly with the tokens of the batch (batch × sequence), or not at all: the peak is a straight line in the token count, once it is in backward (lesson 01's M0 + b·m, with tokens for samples). Two traces give the line; the line gives the longest sequence each card holds (in steps of 256 tokens); a trace at each answer confirms it. QLoRA with checkpointing, batch 1:
+# With flash attention nearly every tensor a step keeps grows linearly with the tokens of the batch (batch × sequence), or not at all (the rotary position tables, which grow with the sequence alone, are small): the peak is a straight line in the token count, once it is in backward (lesson 01's M0 + b·m, with tokens for samples). Two traces give the line; the line gives the longest sequence each card holds (in steps of 256 tokens); a trace at each answer confirms it. QLoRA with checkpointing, batch 1:
 
 # %%
 QLORA_CKPT = dict(lora_rank=16, quantization="nf4", param_dtype="bfloat16", checkpoint=1, **STEP)
