@@ -14,7 +14,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
-.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark gpu-reference gpu-wheels site
+.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,11 @@ benchmark: setup
 	$(BIN)/python benchmarks/whole_step_reference.py
 	$(BIN)/python benchmarks/lesson_times.py
 	$(BIN)/python benchmarks/finetune_step.py
+
+# Published real-GPU figures beside the engine's (helpers/teaching/published.py):
+# the whole table, 7B to 65B models included (several minutes on two cores).
+benchmark-published: setup
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/published_figures.py
 
 # Real-GPU figures beside the simulated ones, then the tests and lessons on the
 # GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing).

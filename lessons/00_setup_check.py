@@ -158,6 +158,7 @@ assert allocated == 100 * GiB
 # | cuBLAS workspaces (one per thread that multiplies matrices) | not in the traced peak; added to every "does it fit?" for the card you pick | included |
 # | cuDNN workspaces (scratch memory inside a convolution) | **not seen**, not modelled | included |
 # | NCCL buffers (several GPUs) | not seen | included |
+# | copies a kernel makes of an operand it cannot read in place (cuBLAS needs each matrix dense in one direction: the expanded gradient of a `.sum()` loss is copied while the multiplication runs) | **not seen** | included |
 # | the CUDA context (a few hundred MiB per process) | assumed, not seen | only in `nvidia-smi` |
 #
 # So a simulated peak is what `torch.cuda.max_memory_allocated()` would report for your code's tensors, to within section 2's unsplit blocks. The cuBLAS workspaces are known exactly for a card (lesson 06, section 1): a training step takes two, one for the forward pass on your thread and one for backward on autograd's, and the verdicts add them; on a GPU, plan a margin for the rest:

@@ -120,6 +120,20 @@ SHIPPED: dict[str, ShippedConfig] = {
         "Mistral 7B's (edadaltocg/mistral-src-finetune finetune/config.py: 4096, 32 layers, 14336, 32 heads, "
         "8 KV heads, rope_theta 1e6) with v0.3's vocabulary extended to 32768 (model card); 7.25B as listed "
         "for it in public tables"),
+    "meta-llama/Llama-2-7b-hf": ShippedConfig(
+        "Llama-2-7b-hf.json", 6_738_415_616,
+        "config.json of meta-llama/Llama-2-7b-hf (transformers 4.31.0.dev0), as printed in public write-ups "
+        "(e.g. a chenshake.com post on the Llama 2 files, and transformers' own log of the file with 4.39.1, "
+        "which adds only rope_theta 10000.0, attention_bias and attention_dropout at their defaults); "
+        "6,738,415,616 parameters, as peft's print_trainable_parameters() prints them for this model"),
+    "huggyllama/llama-65b": ShippedConfig(
+        "llama-65b.json", 65_285_660_672,
+        "LLaMA 65B (Touvron et al., 2023: 8192 wide, 80 layers, 64 heads, 65.2B parameters), as QLoRA's "
+        "Guanaco 65B was fine-tuned from it: no stored copy of the Hub's config.json was found; its values are "
+        "those of PaddleNLP's llama configuration table (facebook/llama-65b: 8192, 22016, 80 layers, 64 heads, "
+        "rms_norm_eps 1e-05, vocabulary 32000, 2048 positions) and EasyLM's LLAMA_STANDARD_CONFIGS['65b'], "
+        "with num_key_value_heads 64 written out (LlamaConfig's default: no grouped-query attention); "
+        "65,285,660,672 parameters as counted in public tables (the paper rounds it down to 65.2B)"),
     "HuggingFaceTB/SmolLM2-135M": ShippedConfig(
         "SmolLM2-135M.json", 134_515_008,
         "config.json of HuggingFaceTB/SmolLM2-135M, as printed in satyasundar/erav3-s13 README.md (an "
