@@ -54,11 +54,8 @@ def main() -> int:
         if c.verdict is not None:
             card = r.card or f"a card of {r.published / 2**30:.0f} GiB"
             lines.append(f"  {c.verdict.sentence(card)}")
-        for what, n in r.extra:
-            lines.append(f"  + {what}: {n:,} B")
-        explained = f" ({c.ratio_explained:.3f} with the untraced lines)" if r.extra else ""
         where = "yes" if c.agrees else "NO"
-        lines.append(f"  ratio {c.ratio:.3f}{explained}; expected {r.expected} {r.tolerance:.0%}: {where}; "
+        lines.append(f"  ratio {c.ratio:.3f}; expected {r.expected} {r.tolerance:.0%}: {where}; "
                      f"{times[r.key]:.1f} s")
         lines += textwrap.wrap("  gap: " + r.gap, 110, subsequent_indent="    ")
         print("\n".join(lines))

@@ -150,6 +150,19 @@ class StorageTracker(TorchDispatchMode):
         weakref.finalize(st, self._free, id(st))
         return serial
 
+    def transient(self, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]) -> int:
+        """Count ``nbytes`` that a kernel allocates for itself (no tensor of the
+        program holds them) until :meth:`release`; return their serial."""
+        self.before_alloc(nbytes)
+        serial = len(self.sizes)
+        self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, dtype, tuple(shape)
+        self._change(serial, "alloc", nbytes)
+        return serial
+
+    def release(self, serial: int) -> None:
+        """Free what :meth:`transient` counted."""
+        self._change(serial, "free", -self._now[serial])
+
     def before_alloc(self, nbytes: int) -> None:
         """Called before ``nbytes`` more are counted: a simulated GPU of limited
         capacity raises ``torch.OutOfMemoryError`` here (see

@@ -42,6 +42,7 @@ import warnings
 
 import torch
 from torch._C import DispatchKey, DispatchKeySet
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 from torch._subclasses.fake_tensor import FakeTensor
 
 from ..allocator.rules import allocation_size, round_up
@@ -361,6 +362,36 @@ def simulated_autocast(dtype: torch.dtype):
         _AUTOCAST_DTYPE.reset(token)
 
 
+#: Matrix products that hand their operands to cuBLAS as they are, and where
+#: the two matrices are among their arguments.
+_CUBLAS_OPERANDS = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2)}
+
+
+def cublas_operand_copy(matrix: torch.Tensor) -> int:
+    """Bytes of the copy a GPU makes of a 2-D operand of ``mm``/``addmm`` that cuBLAS cannot read in place.
+
+    cuBLAS reads a matrix with one of its two dimensions dense (stride 1) and
+    the other's stride at least that dimension's size; PyTorch 2.14.1 clones
+    any other operand to a contiguous matrix for as long as the product runs
+    (``prepare_matrix_for_cublas`` in ``ATen/native/cuda/cuBlasCommonArgs.h``,
+    which the wheel ships).  The usual case is a gradient expanded from a
+    scalar: the backward of ``logits.sum()`` has strides of 0, and the layer
+    that made the logits multiplies it twice (for its input's and its weight's
+    gradients), each time through a full copy.  The CPU's kernels read such
+    a matrix in place, so the simulation adds it (:class:`SimulatedTracker`).
+
+    Returns:
+        0 for a matrix cuBLAS reads in place, else its bytes rounded as the
+        caching allocator rounds them (512).
+    """
+    if matrix.dim() != 2 or is_non_overlapping_and_dense(matrix):
+        return 0
+    (rows, cols), (down, across) = matrix.shape, matrix.stride()
+    if (down == 1 and across >= max(1, rows)) or (across == 1 and down >= max(1, cols)):
+        return 0
+    return round_up(matrix.numel() * matrix.element_size())
+
+
 class SimulatedTracker(StorageTracker):
     """The :class:`helpers.engine.counting.StorageTracker` of the simulated GPU.
 
@@ -393,7 +424,13 @@ class SimulatedTracker(StorageTracker):
                 out = func.decompose(*args, **(kwargs or {}))
             if out is not NotImplemented:
                 return out
-        return super().__torch_dispatch__(func, types, args, kwargs)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if func in _CUBLAS_OPERANDS and not self.paused:  # after the result, as cuBLAS's caller allocates them
+            copies = [self.transient(n, args[i].dtype, args[i].shape) for i in _CUBLAS_OPERANDS[func]
+                      if (n := cublas_operand_copy(args[i]))]
+            for serial in copies:
+                self.release(serial)
+        return out
 
     def before_alloc(self, nbytes: int) -> None:
         if self._room is not None and self.allocated + nbytes > self._room:

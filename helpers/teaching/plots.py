@@ -939,15 +939,14 @@ def plot_published_comparison(comparisons, title: str | None = None) -> Figure:
             (what ``finetune_comparison`` returns): each gives its row's
             ``source``, ``published`` bytes and ``measured``, and the engine's
             ``after`` (tensors and cuBLAS workspaces; for a card, the judged
-            need) and ``explained`` (with the row's untraced lines).
+            need).
         title: the figure's title.
 
     Returns:
         A ``matplotlib.figure.Figure``: per row, the published figure (blue)
         and the engine's (vermillion: the whole step's peak plus the card's
         cuBLAS workspaces; for a card, plus the assumed overhead), the
-        engine's ratio to it written at the bar's end; a black diamond marks
-        the engine's figure with the row's untraced lines, where it has any.
+        engine's ratio to it written at the bar's end.
         A card's size (a claim that the step fits it) is drawn hatched.
 
     Raises:
@@ -972,15 +971,9 @@ def plot_published_comparison(comparisons, title: str | None = None) -> Figure:
         label = "engine"
         ax.barh(y - height / 2, c.after / 1e9, height=height, color=red, label=None if label in labelled else label)
         labelled.add(label)
-        end = max(c.after, c.explained) / 1e9
-        ax.text(end, y - height / 2, f"  {c.ratio:.2f}x", va="center", fontsize=8)
-        if c.row.extra:
-            label = "engine + untraced lines"
-            ax.plot([c.explained / 1e9], [y - height / 2], marker="D", color=OKABE_ITO["black"], linestyle="none",
-                    markersize=5, label=None if label in labelled else label)
-            labelled.add(label)
+        ax.text(c.after / 1e9, y - height / 2, f"  {c.ratio:.2f}x", va="center", fontsize=8)
     ax.set_yticks(list(ys), [c.row.source for c in rows], fontsize=8)
-    ax.set_xlim(0, max(max(c.row.published, c.explained) for c in rows) / 1e9 * 1.15)
+    ax.set_xlim(0, max(max(c.row.published, c.after) for c in rows) / 1e9 * 1.15)
     ax.set_xlabel("memory (GB = 10\u2079 bytes)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     if title:
