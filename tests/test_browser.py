@@ -21,7 +21,7 @@ its own here), serve every check:
    the four start at once, each in its own tab, and compute while the lessons
    are opened unrun.  Then, in each, one control changes as a learner would change it (the batch-size slider in
    lessons 01 and 05, the batch-size box in lesson 06, whose reserved view
-   traces each batch size, the attention menu in lesson 08); once the view has
+   traces each batch size, the attention menu in lesson 08, the method menu in lesson 09); once the view has
    updated, its figures (peak, categories, reserved, verdict), read from the
    view's data attributes, must equal a direct ``profile_step`` (and, for the
    reserved view, ``replay_on_gpu``) with the settings its controls show,
@@ -64,7 +64,7 @@ from helpers.batch import cublas_handles, has_convolutions
 from helpers.config import OPTIMIZER_NAMES
 from helpers.gpus import GPU_CARDS, judge
 from helpers.models import LANGUAGE_PRESETS
-from helpers.teaching.widgets import PRECISIONS, SEGMENTS
+from helpers.teaching.widgets import FINETUNE_METHODS, FINETUNE_OPTIMIZERS, PRECISIONS, SEGMENTS
 from helpers.transformer import transformer_step
 from lesson_runner import sections
 
@@ -415,6 +415,16 @@ _WATCH = """(root) => {
 def _direct(cls: str, controls: dict, figures: dict):
     """``(profile, replay or None)``: the step the controls show, computed directly."""
     batch = figures["batch"]
+    if cls == "FineTuneFit":
+        method, options = FINETUNE_METHODS[controls["method"]], dict(FINETUNE_OPTIMIZERS[controls["optimizer"]])
+        if method.get("quantization"):
+            options["quantization"] = method["quantization"]
+        if controls["weights"] != "float32":
+            options["param_dtype"] = controls["weights"]
+        return profile_step(controls["model"], batch, seq_len=int(controls["sequence"]), amp=True,
+                            amp_dtype="bfloat16", checkpoint=1 if controls["gradient checkpointing"] else 0,
+                            lora_rank=int(controls["LoRA rank"]) if method.get("lora") else 0, steady_state=True,
+                            device="simulated", **options), None
     if cls == "SequenceExplorer":
         return profile_step(transformer_step(controls["model"], int(controls["sequence"]), batch,
                                              amp=controls["AMP (float16)"], attention=controls["attention"],
@@ -472,6 +482,10 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
         if cls == "SequenceExplorer":  # the lesson's first suggestion: the math kernel
             root.locator(".widget-dropdown", has_text="attention").locator("select").select_option(label="math")
             expect = "the attention menu on math"
+        elif cls == "FineTuneFit":  # lesson 09: from LoRA to QLoRA, a new trace of an 8B model
+            root.locator(".widget-dropdown", has_text="method").locator("select").select_option(
+                label="QLoRA (NF4 base)")
+            expect = "the method menu on QLoRA"
         elif reserved:  # lesson 06: each batch size is traced and replayed; type one
             box = root.locator(".widget-text input").first
             box.fill(str(before["batch"] + 72))
@@ -480,7 +494,7 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
         else:
             _drag_slider(page, root, 0.6)
             expect = "the slider's new batch size"
-        traces = cls == "SequenceExplorer" or reserved  # these changes need a new trace: "updating" must show
+        traces = cls in ("SequenceExplorer", "FineTuneFit") or reserved  # these changes need a new trace: "updating" must show
         if traces:
             try:
                 page.wait_for_function("(root) => root.__busy.seen", arg=handle, timeout=10_000, polling=50)
@@ -494,7 +508,7 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
             return now && (JSON.stringify(now) !== JSON.stringify(before)) && String(now.batch) === String(batch);
         }""" % (_FIGURES, _CONTROLS)
         browser.wait(f"{cls} in {path.name} to show its figures for {expect}", changed, [handle, before])
-        if cls != "SequenceExplorer" and not reserved:
+        if cls not in ("SequenceExplorer", "FineTuneFit") and not reserved:
             time.sleep(1.0)  # a slider sends its last values after the drag: let them arrive
             browser.wait(f"{cls} in {path.name} to settle on the slider's last value", changed, [handle, before])
         after = page.evaluate(f"(root) => ({_FIGURES})(root)", handle)
@@ -510,6 +524,8 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
     assert all(width >= 40 for _, width in boxes), f"{cls}: a number box too narrow to read: {boxes}"
     if cls == "SequenceExplorer":
         assert controls["attention"] == "math" and after["batch"] == before["batch"]
+    elif cls == "FineTuneFit":
+        assert controls["method"] == "QLoRA (NF4 base)" and after["batch"] == before["batch"]
     elif reserved:
         assert after["batch"] == before["batch"] + 72
     else:
@@ -532,6 +548,6 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
                         reserved=True, **lines)
     assert after["fits"] == verdict.fits, (after["verdict"], verdict)
     if after["peak"] == step.peak_allocated_bytes:  # traced: the very sentence of the rule
-        unit = {"WillItFit": "GiB", "SequenceExplorer": "GiB"}.get(cls, "MiB")  # the lesson's unit
+        unit = {"WillItFit": "GiB", "SequenceExplorer": "GiB", "FineTuneFit": "GiB"}.get(cls, "MiB")  # the lesson's unit
         assert after["verdict"] == verdict.sentence(after["gpu"], unit=unit), (after["verdict"], verdict)
     assert errors == [], f"{cls} in {path.name}"

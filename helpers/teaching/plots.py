@@ -808,6 +808,127 @@ def plot_inference_and_leaks(forward: dict[str, dict[str, int]], loops: dict[str
     return fig
 
 
+# -- lesson 09 --
+
+def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int], unit: str = "GiB",
+                        title: str | None = None) -> Figure:
+    """One horizontal bar per fine-tuning setup: its step's peak, stacked by category, against GPU cards.
+
+    Each bar is a step's peak allocated memory by category (the colours of
+    every lesson, :data:`helpers.record.CATEGORY_COLORS`), with its total and
+    where the peak is ("at optimizer.step()" or "in backward") at its end.
+    Each card is a dashed vertical line at its memory less the assumed 1 GiB
+    overhead (:data:`helpers.gpus.CUDA_OVERHEAD_BYTES`): a bar that ends left of
+    a line fits that card by the rule of every widget (:func:`helpers.gpus.judge`).
+
+    Args:
+        profiles: ``{label: StepProfile}``, the first drawn on top.
+        cards: ``{card name: bytes}``, e.g. a selection of :data:`helpers.gpus.GPU_CARDS`.
+        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the x axis.
+        title: the figure's title.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for another unit, no profiles, or more than four cards.
+    """
+    from ..gpus import CUDA_OVERHEAD_BYTES
+
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if not profiles:
+        raise ValueError("give at least one profile")
+    if len(cards) > 4:
+        raise ValueError(f"at most 4 cards, got {len(cards)}")
+    scale = _UNITS[unit]
+    labels = list(profiles)[::-1]  # the first on top
+    fig = Figure(figsize=(11, 1.9 + 0.55 * len(labels)), layout="constrained")
+    ax = fig.add_subplot()
+    for category in CATEGORIES:
+        left = [sum(profiles[k].categories.get(c, 0) for c in CATEGORIES[:CATEGORIES.index(category)]) / scale
+                for k in labels]
+        values = [profiles[k].categories.get(category, 0) / scale for k in labels]
+        if any(values):
+            ax.barh(labels, values, left=left, color=_COLORS[category], height=0.6,
+                    label=category.replace("_", " "))
+    for y, k in enumerate(labels):
+        p = profiles[k]
+        where = "at optimizer.step()" if p.peak.label == "optimizer.step()" else "in backward" \
+            if "backward" in p.peak.label else f"at {p.peak.label}"
+        ax.text(p.peak_allocated_bytes / scale, y, f" {p.peak_allocated_bytes / scale:,.1f} {where}", va="center",
+                fontsize=8)
+    top = max(max(p.peak_allocated_bytes for p in profiles.values()), *cards.values()) / scale
+    for i, ((name, capacity), style) in enumerate(zip(cards.items(), ("--", "-.", ":", (0, (5, 1))))):
+        x = (capacity - CUDA_OVERHEAD_BYTES) / scale
+        ax.axvline(x, color=OKABE_ITO["black"], linestyle=style, linewidth=1)
+        maker, _, size = name.rpartition(" ")[0].rpartition(" ")
+        ax.annotate(f"{maker}\n{size} {name.rpartition(' ')[2]}", xy=(x, 1), xycoords=("data", "axes fraction"),
+                    xytext=(0, 2 + 22 * (i % 2)), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7.5)  # every other label higher: neighbouring cards' labels do not overlap
+    ax.set_xlim(0, top * 1.45)
+    ax.set_ylim(-0.6, len(labels) - 0.4)
+    ax.set_xlabel(f"peak allocated ({unit}); dashed lines: each card's memory less the assumed 1 GiB overhead")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    if title:
+        ax.set_title(title, pad=52)
+    return fig
+
+
+def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answers: dict[str, int],
+                        unit: str = "GiB", title: str | None = None) -> Figure:
+    """A step's peak against its token count (linear axes): the traced points, their fitted line, and cards.
+
+    Args:
+        peaks: ``{tokens: peak allocated bytes}`` of traced steps.
+        line: the :class:`helpers.batch.AffineFit` through two of them (bytes against tokens).
+        cards: ``{card name: bytes}``; each is a dashed horizontal line at its
+            memory less the assumed 1 GiB overhead (:data:`helpers.gpus.CUDA_OVERHEAD_BYTES`).
+        answers: ``{card name: tokens}``, the longest sequence that fits each
+            card, marked on its line.
+        unit: ``"MiB"`` or ``"GiB"``, the y axis.
+        title: the figure's title.
+
+    Returns:
+        A ``matplotlib.figure.Figure``.
+
+    Raises:
+        ValueError: for another unit, or fewer than two points.
+    """
+    from ..gpus import CUDA_OVERHEAD_BYTES
+
+    if unit not in _UNITS:
+        raise ValueError(f"unit must be one of {', '.join(_UNITS)}, got {unit!r}")
+    if len(peaks) < 2:
+        raise ValueError("give at least two traced points")
+    scale = _UNITS[unit]
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    right = max(*peaks, *answers.values()) * 1.08
+    ax.plot([0, right], [line.predict(0) / scale, line.predict(right) / scale], color=_LINES[0], linewidth=1.2,
+            label="the line through the first two traces")
+    xs = sorted(peaks)
+    ax.plot(xs, [peaks[x] / scale for x in xs], "o", color=_LINES[0], markersize=7, label="traced steps")
+    for (name, capacity), colour in zip(cards.items(), _LINES[1:]):
+        y = (capacity - CUDA_OVERHEAD_BYTES) / scale
+        ax.axhline(y, color=colour, linestyle="--", linewidth=1)
+        ax.text(0.01 * right, y, f"{name} less 1 GiB", va="bottom", fontsize=8, color="black")
+        if name in answers:
+            ax.plot([answers[name]], [peaks.get(answers[name], line.predict(answers[name])) / scale], "D",
+                    color=colour, markersize=8)
+            ax.annotate(f"{answers[name]:,} tokens", (answers[name], y), xytext=(-4, -14),
+                        textcoords="offset points", ha="right", fontsize=8)
+    ax.set_xlim(0, right)
+    ax.set_ylim(0, max(max(cards.values()) / scale, max(peaks.values()) / scale) * 1.08)
+    ax.set_xlabel("tokens in the batch (batch x sequence length)")
+    ax.set_ylabel(f"peak allocated ({unit})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
 # -- lesson 09 (published figures) --
 
 def plot_published_comparison(comparisons, title: str | None = None) -> Figure:

@@ -1,0 +1,102 @@
+"""Lesson 09's widget, FineTuneFit: its verdict is every widget's, and its largest batch and longest sequence
+are traced fits with one more that does not fit.
+
+The model is SmolLM2-135M (a shipped config, offered through ``models=``), at short sequences, so that the
+whole file traces about a dozen steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import profile_step
+from helpers.batch import Estimate, card_verdicts
+from helpers.gpus import GPU_CARDS, judge
+from helpers.teaching.widgets import CARD_48GB, SEQ_STEP, FineTuneFit, largest_fit
+
+SMOL = "HuggingFaceTB/SmolLM2-135M"
+STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
+
+
+def _widget(**kw) -> FineTuneFit:
+    options = dict(models=(SMOL,), method="LoRA", weights="float32", checkpointing=False, seq=256,
+                   capacity="V100 16 GB")
+    return FineTuneFit(SMOL, **(options | kw))
+
+
+def _fits(step, card: str) -> bool:
+    """The widgets' verdict on ``step`` for a card of GPU_CARDS (with the lines it adds: cuBLAS workspaces)."""
+    return Estimate.of(step).verdict(GPU_CARDS[card], card).fits
+
+
+def test_its_verdict_is_the_command_lines_for_the_same_step():
+    w = _widget()
+    step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, **STEP)
+    assert w.result.peak_bytes == step.peak_allocated_bytes and w.result.categories == step.categories
+    assert w.message == card_verdicts(step)["V100 16 GB"].sentence("V100 16 GB", unit="GiB")
+    w.capacity.value = "RTX A6000 48 GB"  # the card beside GPU_CARDS, judged by the same rule
+    assert w.message == judge(CARD_48GB["RTX A6000 48 GB"], step.peak_allocated_bytes).sentence(
+        "RTX A6000 48 GB", unit="GiB")
+    assert "RTX A6000 48 GB" not in GPU_CARDS and w.largest is None and w.answer == ""
+
+
+def test_the_largest_batch_is_a_traced_fit_and_one_more_is_not():
+    w = _widget(method="full fine-tuning", seq=1024, capacity="V100 16 GB", question="largest batch")
+    n = w.largest
+    assert n >= 2 and w.batch_box.value == n and w.batch_box.disabled  # the control shows the answer
+    at, over = (profile_step(SMOL, b, seq_len=1024, **STEP) for b in (n, n + 1))
+    assert _fits(at, "V100 16 GB") and not _fits(over, "V100 16 GB")
+    assert w.result.peak_bytes == at.peak_allocated_bytes and w.result.traced
+    assert w.answer.startswith(f"largest batch at 1,024 tokens that fits V100 16 GB: {n} ({n + 1} does not fit")
+
+
+def test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not():
+    w = _widget(seq=512, batch_size=4, capacity="V100 16 GB", question="longest sequence")
+    s = w.largest
+    assert s % SEQ_STEP == 0 and 2 * SEQ_STEP <= s < 8192 and w.seq.value == s and w.seq.disabled
+    capacity = GPU_CARDS["V100 16 GB"]
+    at, over = (profile_step(SMOL, 4, seq_len=n, lora_rank=16, **STEP) for n in (s, s + SEQ_STEP))
+    assert _fits(at, "V100 16 GB") and not _fits(over, "V100 16 GB")
+    assert w.message == Estimate.of(at).verdict(capacity, "V100 16 GB").sentence("V100 16 GB", unit="GiB")
+    w.batch_box.value = 1  # at batch 1 the whole context fits, and the answer says so
+    assert w.largest == 8192 and w.answer.endswith("8,192 (the model's whole context)")
+
+
+def _affine(m0: int, per: int, calls: list, flat: int = 0):
+    """A synthetic step: ``max(flat, m0 + n * per)`` bytes, peaking at the optimizer step where it is flat."""
+    def estimate_at(n: int) -> Estimate:
+        calls.append(n)
+        line = m0 + n * per
+        return Estimate(n, max(flat, line), where="backward" if line >= flat else "optimizer.step()")
+    return estimate_at
+
+
+@pytest.mark.parametrize("per_gib", [0.25, 1, 3, 7])
+@pytest.mark.parametrize("flat_gib, judgements", [(0, 4), (40, 7)])
+def test_largest_fit_judges_four_steps_where_the_peak_is_affine(per_gib, flat_gib, judgements):
+    calls: list[int] = []
+    capacity = GPU_CARDS["H100 80 GB"]
+    found, seen = largest_fit(_affine(30 * 2**30, int(per_gib * 2**30), calls, flat_gib * 2**30), 1, 512,
+                              capacity)
+    assert found == (capacity - 2**30 - 30 * 2**30) // int(per_gib * 2**30)
+    assert judge(capacity, seen[found].peak_bytes).fits and not judge(capacity, seen[found + 1].peak_bytes).fits
+    assert len(calls) == len(set(calls)) <= judgements, calls
+
+
+def test_largest_fit_answers_zero_when_nothing_fits_and_the_top_when_everything_does():
+    calls: list[int] = []
+    assert largest_fit(_affine(100 * 2**30, 2**20, calls), 1, 64, GPU_CARDS["H100 80 GB"])[0] == 0
+    assert calls == [1]
+    assert largest_fit(_affine(2**30, 2**20, []), 1, 64, GPU_CARDS["H100 80 GB"])[0] == 64
+    with pytest.raises(ValueError, match="highest must be"):
+        largest_fit(_affine(2**30, 2**20, []), 4, 2, GPU_CARDS["H100 80 GB"])
+
+
+def test_it_refuses_what_its_menus_cannot_show():
+    for bad, match in ((dict(method="DoRA"), "unknown method"), (dict(lora_rank=7), "unknown lora_rank"),
+                       (dict(capacity="T4 16 GB"), "unknown capacity"), (dict(seq=0), "seq must be"),
+                       (dict(checkpointing="yes"), "checkpointing must be True or False")):
+        with pytest.raises(ValueError, match=match):
+            _widget(**bad)
+    with pytest.raises(ValueError, match="models must be shipped configs"):
+        FineTuneFit("gpt2", models=("gpt2",))
