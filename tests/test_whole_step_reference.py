@@ -12,7 +12,10 @@ kernels under :func:`helpers.engine.cuda_rules.cuda_rules`) must reach the
 same peak allocated within 0.1%, for the whole step and for forward and
 backward alone (the peak up to ``loss.backward()`` returning): AdamW
 (``foreach``, the second step, when its states exist), float16 AMP with a
-``GradScaler`` or float32, attention "auto".
+``GradScaler`` or float32, attention "auto".  The models: ResNet18, Swin-T,
+ConvNeXt-T, EfficientNet-B0, ViT-B/16, GPT-2, and a Hugging Face model
+fine-tuned with LoRA (SmolLM2-135M from its shipped config, peft's adapters,
+grouped-query attention; issue 24).
 
 The card the stub reports is an H100 (sm 9.0).  On it PyTorch 2.14.1 runs
 ``scaled_dot_product_attention`` with cuDNN's kernel for float16 and the
@@ -62,21 +65,27 @@ ROOT = Path(__file__).resolve().parents[1]
 #: fake tensors takes a second or two, but large enough that the activations
 #: reach above the optimizer step's peak (the whole step's peak is in backward).
 MODELS = {"resnet18": (8, None), "swin_t": (8, None), "convnext_tiny": (8, None), "efficientnet_b0": (8, None),
-          "vit_b_16": (16, None), "gpt2": (4, 256)}
+          "vit_b_16": (16, None), "gpt2": (4, 256), "HuggingFaceTB/SmolLM2-135M": (2, 256)}
+#: model -> LoRA rank (peft's default targets, base weights frozen): a Hugging Face model fine-tuned
+#: with LoRA (issue 24), grouped-query attention included (9 query heads, 3 key/value heads).
+LORA = {"HuggingFaceTB/SmolLM2-135M": 16}
 PRECISIONS = ("amp", "fp32")
 CASES = [(model, precision) for model in MODELS for precision in PRECISIONS]
 #: The default run (CI time): a CNN with batch norm under AMP, and the attention models in each precision
 #: (both SDPA kernels PyTorch picks; ViT-B/16 in float32 is the case that found the efficient kernel's rule).
-DEFAULT = {("resnet18", "amp"), ("vit_b_16", "amp"), ("vit_b_16", "fp32"), ("gpt2", "fp32")}
+DEFAULT = {("resnet18", "amp"), ("vit_b_16", "amp"), ("vit_b_16", "fp32"), ("gpt2", "fp32"),
+           ("HuggingFaceTB/SmolLM2-135M", "amp")}
 ALL = os.environ.get("WHOLE_STEP_REFERENCE", "") == "all"
 
 #: The attention kernel PyTorch's dispatch picks on the stub's H100 (None: no SDPA call).
-KERNEL = {"vit_b_16": {"amp": "cudnn", "fp32": "efficient"}, "gpt2": {"amp": "cudnn", "fp32": "efficient"}}
+KERNEL = {"vit_b_16": {"amp": "cudnn", "fp32": "efficient"}, "gpt2": {"amp": "cudnn", "fp32": "efficient"},
+          "HuggingFaceTB/SmolLM2-135M": {"amp": "cudnn", "fp32": "efficient"}}
 
 
 def case_dict(model: str, precision: str) -> dict:
     batch, seq_len = MODELS[model]
-    return {"model": model, "batch": batch, "seq_len": seq_len, "amp": precision == "amp"}
+    return {"model": model, "batch": batch, "seq_len": seq_len, "amp": precision == "amp",
+            "lora_rank": LORA.get(model, 0)}
 
 
 def run_reference(stub: Path, cases: list[dict]) -> list[dict]:
@@ -91,6 +100,8 @@ def run_reference(stub: Path, cases: list[dict]) -> list[dict]:
 def simulate(case: dict) -> tuple[int, int]:
     """The simulated step's peak allocated, and its peak up to the end of backward (bytes)."""
     extra = {"seq_len": case["seq_len"]} if case["seq_len"] else {}
+    if case["lora_rank"]:
+        extra["lora_rank"] = case["lora_rank"]
     profile = profile_step(case["model"], case["batch"], amp=case["amp"], optimizer="adamw", steady_state=True,
                            device="simulated", **extra)
     backward = next(e.peak_bytes for e in profile.events if e.phase == "backward")
@@ -120,6 +131,8 @@ def test_the_simulated_step_matches_pytorchs_cuda_dispatch(reference, model, pre
     assert real["attention"] == ([KERNEL[model][precision]] if model in KERNEL else [])
     # and the steady state was measured: parameters, optimizer states and the batch alive at the peak
     assert all(real["categories"][kind] > 0 for kind in ("parameters", "optimizer_states", "input"))
+    if model in LORA:  # only the adapters train: their AdamW states are a sliver of the frozen weights
+        assert real["categories"]["optimizer_states"] < 0.02 * real["categories"]["parameters"]
 
 
 @pytest.mark.parametrize("kernel", ["efficient", "auto"])

@@ -132,20 +132,27 @@ def place(net: torch.nn.Module) -> torch.nn.Module:
     return net
 
 
-def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str | None = None) -> dict:
-    """One case (see the module's docstring): build, place, two steps, the second measured."""
+def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str | None = None,
+             lora_rank: int = 0) -> dict:
+    """One case (see the module's docstring): build, place, two steps, the second measured.
+    With ``lora_rank`` (a Hugging Face model), peft's LoRA adapters on peft's default
+    targets, the base weights frozen, as ``helpers.models.hf.apply_lora`` adds them."""
     start = time.perf_counter()
     kernels = (lambda: contextlib.nullcontext()) if kernel is None else (
         lambda: sdpa_kernel(getattr(SDPBackend, KERNELS[kernel])))
     spec = resolve_model(model)
     with torch.device("meta"):
         net = spec.build().train()
+        if lora_rank:
+            from helpers.models.hf import apply_lora
+            net = apply_lora(net, lora_rank)
     fake, tracker, sdpa = FakeTensorMode(), Recorder(), SDPACalls()
     with fake:
         net = place(net)
     with fake, tracker, sdpa:
         params = {tracker.track(t) for t in (*net.parameters(), *net.buffers())}
-        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01, foreach=True)
+        trained = [p for p in net.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trained, lr=1e-3, weight_decay=0.01, foreach=True)
         scaler = FakeGradScaler("cuda") if amp else None
         inputs: set = set()
         backward_peak: list[int] = []
@@ -199,7 +206,7 @@ def main() -> None:
     cases = json.load(sys.stdin)
     if not torch.cuda.is_available():
         raise SystemExit("the stub did not load: torch.cuda.is_available() is False")
-    print(json.dumps([run_case(c["model"], c["batch"], c.get("seq_len"), c["amp"], c.get("kernel")) for c in cases]))
+    print(json.dumps([run_case(c["model"], c["batch"], c.get("seq_len"), c["amp"], c.get("kernel"), c.get("lora_rank", 0)) for c in cases]))
 
 
 if __name__ == "__main__":
