@@ -360,8 +360,7 @@ class CausalLMBuilder:
     attn_implementation: str = "sdpa"
 
     def __call__(self) -> nn.Module:
-        with _quiet_logger("torch.utils._pytree"):  # transformers' quantizers import torchao: torch warns twice
-            return self._build()
+        return self._build()
 
     def _build(self) -> nn.Module:
         import torch
@@ -439,9 +438,8 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
             the model (naming those it has), or an architecture peft has no
             default targets for when ``targets`` is None.
     """
-    with _quiet_logger("torch.utils._pytree"):  # peft imports torchao, whose enums make torch warn twice
-        from peft import LoraConfig, get_peft_model
-        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+    from peft import LoraConfig, get_peft_model
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
     label = config_label(getattr(model, "config", None)) if hasattr(model, "config") else type(model).__name__
     have = linear_names(model)
