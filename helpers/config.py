@@ -285,14 +285,9 @@ class StepConfig:
         optimizer_offload: keep the optimizer states in host memory and step
             on the CPU, as torchao's ``CPUOffloadOptimizer`` does
             (:class:`helpers.engine.backends.HostStates`): the GPU keeps
-            the parameters and gradients only.  Paged optimizers
-            (bitsandbytes' ``PagedAdamW``) are not simulated: their states
-            live in CUDA unified memory, which the driver pages out to host
-            memory only when the GPU runs short and back in when the step
-            touches them; what they cost depends on the driver's paging under
-            pressure (time, not the allocator's bytes), which a count of
-            allocations cannot show: ``torch.cuda.memory_allocated`` does not
-            see them at all.
+            the parameters and gradients only.  (Paged optimizers keep their
+            states in CUDA unified memory, which ``torch.cuda.memory_allocated``
+            does not see: not simulated.)
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         device: one of :data:`DEVICES`.

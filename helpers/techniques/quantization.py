@@ -108,20 +108,14 @@ class NF4Linear(nn.Module):
     ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does (the input is cast to bfloat16, the
     output back to the input's dtype), through torchtune's ``FrozenNF4Linear`` path, ``torchao``'s ``linear_nf4``.
 
-    ``linear_nf4`` is an autograd function (``LinearNF4``) that dequantizes the
-    weight to the input's dtype for the matmul and frees it; it saves the
-    ``NF4Tensor`` itself for backward (``ctx.save_for_backward(weight)``), not
-    the dequantized copy, and dequantizes again in backward for the input's
-    gradient.  So a dequantized weight lives only during its matmul, in
-    forward and again in backward, and nothing of it stays; the weight gets
-    no gradient.  torchao's dequantization is eager PyTorch
-    (``NF4Tensor.get_original_weight``): for the length of the matmul it
-    holds two int64 tensors of code indices (``numel / 2`` each), the looked-up
-    values, the scaled values and their interleaving, about 14 bytes per
-    weight (224.5 MiB for a 4096 x 4096 weight, measured by the engine), where
-    bitsandbytes' CUDA kernel writes the 2-byte bf16 weight directly: the
-    engine's QLoRA transient is torchao's, larger than bitsandbytes' by about
-    12 bytes per weight of the largest layer being multiplied.
+    ``linear_nf4`` (``LinearNF4``) dequantizes the weight to the input's dtype
+    for the matmul and frees it, saves the ``NF4Tensor`` itself for backward
+    (not the dequantized copy) and dequantizes again there: a dequantized
+    weight lives only during its matmul, and the weight gets no gradient.
+    torchao dequantizes in eager PyTorch (``NF4Tensor.get_original_weight``),
+    holding about 14 bytes per weight for the length of the matmul (two int64
+    index tensors of ``numel / 2``, the looked-up, scaled and interleaved
+    values), where bitsandbytes' CUDA kernel writes the 2-byte weight directly.
 
     Args:
         weight: the ``NF4Tensor``.
