@@ -2,21 +2,27 @@
 
 **Start reading at** :mod:`helpers.engine.counting`: the storage-counting mode
 that makes every simulated number (200 lines, half of them explanation), then
-:class:`helpers.config.StepConfig` (every option of a step) and
-:mod:`helpers.step` (the one step runner).  The layers, lowest first; nothing
-imports from a layer above its own (``.importlinter`` states it, CI checks it):
+:mod:`helpers.engine.meter` (the one API over both backends),
+:mod:`helpers.step` (the recipe and the one step runner) and
+:mod:`helpers.record` (how each storage gets its category).  The layers,
+lowest first; nothing imports from a layer above its own (``.importlinter``
+states it, CI checks it):
 
-* :mod:`helpers.units`, :mod:`helpers.gpus`, :mod:`helpers.config`: bytes and
-  formatting; GPU cards and the one "does it fit?" rule; every option of a step;
+* :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.gpus`,
+  :mod:`helpers.config`: bytes and formatting; one-line errors; GPU cards and
+  the one "does it fit?" rule; every option of a step;
 * :mod:`helpers.allocator`: the caching allocator's size rules and a model of
   it that replays a step (lesson 06);
-* :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter,
-  the per-module trace (lesson 00);
-* :mod:`helpers.models`, :mod:`helpers.techniques` (checkpointing, optimizers,
-  masks, sharding formulas), :mod:`helpers.record` (a step's profile and its
-  categories);
-* :mod:`helpers.step`: the step runner (:class:`StepRunner`, the training
-  step written once), :func:`profile_step` and :func:`time_step` (lesson 03);
+* :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter
+  (the engine's one face), the per-module trace (lesson 00);
+* :mod:`helpers.models`: presets, Hugging Face configs, and what a model eats
+  (its inputs and loss);
+* :mod:`helpers.techniques` (precision, checkpointing, LoRA, quantization,
+  optimizers, masks, sharding formulas), each with its step of the recipe;
+  :mod:`helpers.record` (a step's profile and its categories);
+* :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`,
+  the training step written once), :func:`profile_step` and
+  :func:`time_step` (lesson 03);
 * studies built on the runner: :mod:`helpers.batch` (memory against batch
   size, lesson 01), :mod:`helpers.saved` (what autograd saves, lesson 02),
   :mod:`helpers.loops` (inference and leaking loops, lesson 05b),
@@ -31,6 +37,18 @@ The names below can be imported from :mod:`helpers` itself.
 """
 
 import importlib
+import logging
+
+
+def _not_torchaos_enum_notice(record: logging.LogRecord) -> bool:
+    return "is an Enum subclass and is now natively supported" not in record.getMessage()
+
+
+# torch logs a deprecation notice (with a time stamp and a process id) when torchao registers its enums
+# with torch.utils._pytree, at its import (by transformers, as soon as torchao is installed; by a QLoRA step;
+# by 8-bit AdamW).  The notice is meant for torchao's authors: keep it out of the learner's output (and the
+# stored notebooks), whichever module imports torchao first.
+logging.getLogger("torch.utils._pytree").addFilter(_not_torchaos_enum_notice)
 
 # Where each public name lives.  Modules are imported on first use (PEP 562),
 # so that ``python -m helpers check`` can diagnose a broken torch or

@@ -10,7 +10,9 @@ is named, given its default and checked here and nowhere else.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 #: Optimizers a step can use (see :func:`helpers.techniques.optimizers.make_optimizer`):
@@ -25,7 +27,7 @@ OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "A
                    "adamw8bit": "8-bit AdamW"}
 #: How the frozen base weights of a LoRA model are stored: as they are, or
 #: "nf4" (QLoRA: 4-bit NormalFloat with double-quantized constants, computed in
-#: bfloat16; :func:`helpers.models.hf.quantize_nf4`).
+#: bfloat16; :mod:`helpers.techniques.quantization`).
 QUANTIZATIONS = ("none", "nf4")
 #: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``).
 PARAM_DTYPES = ("float32", "bfloat16")
@@ -53,6 +55,9 @@ DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", 
 #: which must not import transformers.
 HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "meta-llama/Llama-2-7b-hf",
               "huggyllama/llama-65b", "HuggingFaceTB/SmolLM2-135M")
+
+#: A Hub name, ``org/model``.
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 #: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
 IMAGE_SIZE = 224
@@ -84,12 +89,29 @@ def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *,
     return value
 
 
-def _is_config_object(model: Any) -> bool:
-    """A Hugging Face config given as an object: a dict with a ``model_type``, or a
-    ``transformers.PretrainedConfig`` (known by its ``to_dict`` and ``model_type``)."""
+def is_hf_config(model: Any) -> bool:
+    """True when ``model`` names or holds a Hugging Face config (what :mod:`helpers.models.hf` builds).
+
+    The one test of it, for :class:`StepConfig` and :func:`helpers.models.resolve_model` alike:
+
+    * an object: a dict with a ``"model_type"`` key, or a
+      ``transformers.PretrainedConfig`` (any object that is not callable, with
+      ``to_dict`` and a string ``model_type``), known without importing ``transformers``;
+    * a string: a shipped name (:data:`HF_SHIPPED`), a ``.json`` path, a
+      folder (holding a ``config.json``, or written with a trailing ``/``),
+      or a Hub name ``org/model`` that is not a Python file (``path/to/file.py``)
+      nor an existing path.
+    """
     if isinstance(model, dict):
         return "model_type" in model
-    return hasattr(model, "to_dict") and isinstance(getattr(model, "model_type", None), str) and not callable(model)
+    if not isinstance(model, str):
+        return hasattr(model, "to_dict") and isinstance(getattr(model, "model_type", None), str) and not callable(model)
+    if model in HF_SHIPPED or model.endswith((".json", "/")):
+        return True
+    path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        return True
+    return bool(_HUB_NAME.match(model)) and not model.endswith(".py") and not path.exists()
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -100,6 +122,93 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 def _check_bool(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+#: The integer options and their lowest value; then those that may be None.
+_INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
+_OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
+#: The options that are True or False.
+_FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload")
+#: The options that name one of a few choices.
+_CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
+            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES))
+
+
+def _check_values(config: "StepConfig") -> None:
+    """Each option on its own: integers, flags, choices."""
+    for option, lowest in _INTEGERS:
+        check_int(option, getattr(config, option), lowest)
+    for option in _OPTIONAL_INTEGERS:
+        if getattr(config, option) is not None:
+            check_int(option, getattr(config, option), 1)
+    for flag in _FLAGS:
+        _check_bool(flag, getattr(config, flag))
+    for option, choices in _CHOICES:
+        _check_choice(option, getattr(config, option), choices)
+
+
+def _check_data(config: "StepConfig") -> None:
+    """The inputs and the loss: ``input_shape`` (made a tuple), ``inputs``, ``loss``."""
+    if config.input_shape is not None:
+        shape = tuple(config.input_shape)
+        for n in shape:
+            check_int("each input_shape entry", n, 1)
+        object.__setattr__(config, "input_shape", shape)
+    if config.inputs is not None and not callable(config.inputs):
+        raise ValueError(f"inputs must be a function (batch_size, device) -> tensors, got {config.inputs!r}")
+    if not callable(config.loss):
+        _check_choice("loss", config.loss, LOSSES)
+
+
+def _check_lora(config: "StepConfig") -> None:
+    """LoRA's targets (made a tuple of names) and dropout."""
+    if config.lora_targets is not None:
+        targets = (config.lora_targets,) if isinstance(config.lora_targets, str) else config.lora_targets
+        if (not isinstance(targets, (tuple, list)) or not targets
+                or not all(isinstance(t, str) and t for t in targets)):
+            raise ValueError(f"lora_targets must be names of linear layers such as ('q_proj', 'v_proj'), "
+                             f"got {config.lora_targets!r}")
+        object.__setattr__(config, "lora_targets", tuple(targets))
+    dropout = config.lora_dropout
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"lora_dropout must be a probability from 0 to below 1, got {dropout!r}")
+
+
+def _check_model(config: "StepConfig") -> None:
+    """The model (a name, a Hugging Face config, or something callable) and the profile's name."""
+    model = config.model
+    if (isinstance(model, str) and not model) or not (isinstance(model, str) or is_hf_config(model)
+                                                      or callable(model)):
+        got = f", got {model!r}" if not isinstance(model, str) else ""
+        raise ValueError(f"model must be a model name, an nn.Module or a function returning one{got}")
+    if config.name is not None and not isinstance(config.name, str):
+        raise ValueError(f"name must be a string, got {config.name!r}")
+
+
+#: Options that do not go together: (when, the message), checked in this order.
+_CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
+    (lambda c: c.fused and c.optimizer == "adamw8bit",
+     "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
+    (lambda c: c.optimizer_offload and c.step_in_backward,
+     "optimizer_offload steps on the host after backward: it cannot step inside backward (step_in_backward)"),
+    (lambda c: c.optimizer_offload and not c.set_to_none,
+     "optimizer_offload frees the GPU gradients at zero_grad (torchao's CPUOffloadOptimizer asserts "
+     "set_to_none): leave set_to_none=True"),
+    (lambda c: c.reentrant and not c.checkpoint, "reentrant applies to checkpointing: give checkpoint segments too"),
+    (lambda c: c.step_in_backward and c.amp and c.amp_dtype == "float16",
+     "step_in_backward cannot unscale float16 gradients (GradScaler): use amp_dtype='bfloat16', or no AMP"),
+    (lambda c: c.step_in_backward and c.accumulation_steps > 1,
+     "step_in_backward steps at every backward: it cannot accumulate gradients"),
+    (lambda c: c.inputs is not None and (c.input_shape is not None or c.seq_len is not None),
+     "give inputs=, or input_shape= / seq_len=, not both"),
+    (lambda c: c.input_shape is not None and c.seq_len is not None,
+     "give input_shape= (float samples) or seq_len= (token ids), not both"),
+    (lambda c: c.vocab_size is not None and c.seq_len is None, "vocab_size applies to token inputs: give seq_len too"),
+    (lambda c: not c.lora_rank and (c.lora_targets is not None or c.lora_dropout),
+     "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
+    (lambda c: c.quantization == "nf4" and not c.lora_rank,
+     "quantization='nf4' (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+)
 
 
 @dataclass(frozen=True)
@@ -153,7 +262,7 @@ class StepConfig:
             one of :data:`ATTENTION` (a GPU picks its own).
         lora_rank: LoRA (``peft``) adapters of this rank on ``lora_targets``,
             with every base weight frozen (0: off, full fine-tuning);
-            :func:`helpers.models.hf.apply_lora`.
+            :func:`helpers.techniques.lora.apply_lora`.
         lora_targets: the last names of the linear layers LoRA adapts, e.g.
             ``("q_proj", "v_proj")``; None: peft's default for the architecture.
         lora_dropout: LoRA's dropout on each adapter's input, in [0, 1).
@@ -163,7 +272,7 @@ class StepConfig:
             quantizer keeps in 16 bits too; embeddings are not linear layers)
             is stored as torchao's ``NF4Tensor`` (4-bit codes, one int8
             scale per 64 weights, one scale of those per 256 blocks) and
-            computed in bfloat16 (:func:`helpers.models.hf.quantize_nf4`).
+            computed in bfloat16 (:mod:`helpers.techniques.quantization`).
             Needs ``lora_rank``: only frozen weights are quantized.
         param_dtype: one of :data:`PARAM_DTYPES`: the dtype the model's
             parameters are stored in (``from_pretrained(torch_dtype=...)``).
@@ -175,15 +284,10 @@ class StepConfig:
             upcasts bfloat16 and float16 adapters to float32).
         optimizer_offload: keep the optimizer states in host memory and step
             on the CPU, as torchao's ``CPUOffloadOptimizer`` does
-            (:class:`helpers.techniques.optimizers.HostStates`): the GPU keeps
-            the parameters and gradients only.  Paged optimizers
-            (bitsandbytes' ``PagedAdamW``) are not simulated: their states
-            live in CUDA unified memory, which the driver pages out to host
-            memory only when the GPU runs short and back in when the step
-            touches them; what they cost depends on the driver's paging under
-            pressure (time, not the allocator's bytes), which a count of
-            allocations cannot show: ``torch.cuda.memory_allocated`` does not
-            see them at all.
+            (:class:`helpers.engine.backends.HostStates`): the GPU keeps
+            the parameters and gradients only.  (Paged optimizers keep their
+            states in CUDA unified memory, which ``torch.cuda.memory_allocated``
+            does not see: not simulated.)
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         device: one of :data:`DEVICES`.
@@ -225,76 +329,11 @@ class StepConfig:
     capacity: int | None = None
 
     def __post_init__(self) -> None:
-        check_int("batch_size", self.batch_size, 1)
-        check_int("image_size", self.image_size, 1)
-        check_int("checkpoint", self.checkpoint, 0)
-        check_int("accumulation_steps", self.accumulation_steps, 1)
-        for flag in ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none",
-                     "optimizer_offload"):
-            _check_bool(flag, getattr(self, flag))
-        for option, choices in (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES),
-                                ("attention", ATTENTION), ("quantization", QUANTIZATIONS),
-                                ("param_dtype", PARAM_DTYPES)):
-            _check_choice(option, getattr(self, option), choices)
-        if self.fused and self.optimizer == "adamw8bit":
-            raise ValueError("fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no "
-                             "fused implementation")
-        if self.optimizer_offload and self.step_in_backward:
-            raise ValueError("optimizer_offload steps on the host after backward: it cannot step inside backward "
-                             "(step_in_backward)")
-        if self.optimizer_offload and not self.set_to_none:
-            raise ValueError("optimizer_offload frees the GPU gradients at zero_grad (torchao's CPUOffloadOptimizer "
-                             "asserts set_to_none): leave set_to_none=True")
-        if self.reentrant and not self.checkpoint:
-            raise ValueError("reentrant applies to checkpointing: give checkpoint segments too")
-        if self.step_in_backward and self.amp and self.amp_dtype == "float16":
-            raise ValueError("step_in_backward cannot unscale float16 gradients (GradScaler): "
-                             "use amp_dtype='bfloat16', or no AMP")
-        if self.step_in_backward and self.accumulation_steps > 1:
-            raise ValueError("step_in_backward steps at every backward: it cannot accumulate gradients")
-        if self.input_shape is not None:
-            shape = tuple(self.input_shape)
-            for n in shape:
-                check_int("each input_shape entry", n, 1)
-            object.__setattr__(self, "input_shape", shape)
-        for option in ("seq_len", "vocab_size", "num_classes", "capacity"):
-            if getattr(self, option) is not None:
-                check_int(option, getattr(self, option), 1)
-        if self.inputs is not None and not callable(self.inputs):
-            raise ValueError(f"inputs must be a function (batch_size, device) -> tensors, got {self.inputs!r}")
-        if self.inputs is not None and (self.input_shape is not None or self.seq_len is not None):
-            raise ValueError("give inputs=, or input_shape= / seq_len=, not both")
-        if self.input_shape is not None and self.seq_len is not None:
-            raise ValueError("give input_shape= (float samples) or seq_len= (token ids), not both")
-        if not callable(self.loss):
-            _check_choice("loss", self.loss, LOSSES)
-        if self.vocab_size is not None and self.seq_len is None:
-            raise ValueError("vocab_size applies to token inputs: give seq_len too")
-        check_int("lora_rank", self.lora_rank, 0)
-        if self.lora_targets is not None:
-            targets = (self.lora_targets,) if isinstance(self.lora_targets, str) else self.lora_targets
-            if (not isinstance(targets, (tuple, list)) or not targets
-                    or not all(isinstance(t, str) and t for t in targets)):
-                raise ValueError(f"lora_targets must be names of linear layers such as ('q_proj', 'v_proj'), "
-                                 f"got {self.lora_targets!r}")
-            object.__setattr__(self, "lora_targets", tuple(targets))
-        if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
-                or not 0 <= self.lora_dropout < 1):
-            raise ValueError(f"lora_dropout must be a probability from 0 to below 1, got {self.lora_dropout!r}")
-        if not self.lora_rank and (self.lora_targets is not None or self.lora_dropout):
-            raise ValueError("lora_targets and lora_dropout apply to LoRA: give lora_rank too")
-        if self.quantization == "nf4" and not self.lora_rank:
-            raise ValueError("quantization='nf4' (QLoRA) quantizes the frozen base weights of LoRA: "
-                             "give lora_rank too")
-        if isinstance(self.model, str):
-            if not self.model:
-                raise ValueError("model must be a model name, an nn.Module or a function returning one")
-        elif _is_config_object(self.model):
-            pass  # a Hugging Face config: helpers.models.hf reads it
-        elif not callable(self.model):
-            raise ValueError(f"model must be a model name, an nn.Module or a function returning one, got {self.model!r}")
-        if self.name is not None and not isinstance(self.name, str):
-            raise ValueError(f"name must be a string, got {self.name!r}")
+        for check in (_check_values, _check_data, _check_lora, _check_model):
+            check(self)
+        for conflict, message in _CONFLICTS:
+            if conflict(self):
+                raise ValueError(message)
         takes = self._not_images()
         if self.image_size != IMAGE_SIZE and takes:
             raise ValueError(f"image_size (--image-size) applies to image inputs; {self.label} takes {takes}")
@@ -316,13 +355,6 @@ class StepConfig:
         return self.seq_len is not None
 
     @property
-    def task_loss(self) -> str | Callable:
-        """The loss to compute: ``"auto"`` resolved from the inputs."""
-        if self.loss == "auto":
-            return "next_token" if self.tokens else "classification"
-        return self.loss
-
-    @property
     def sample_shape(self) -> tuple[int, ...]:
         """Shape of one float sample: ``input_shape``, or ``(3, image_size, image_size)``."""
         return self.input_shape if self.input_shape is not None else (3, self.image_size, self.image_size)
@@ -334,7 +366,7 @@ class StepConfig:
             return self.name
         if isinstance(self.model, str):
             return self.model
-        if _is_config_object(self.model):
+        if is_hf_config(self.model) and not isinstance(self.model, str):
             model = self.model
             if isinstance(model, dict):
                 return model.get("_name_or_path") or model["model_type"]

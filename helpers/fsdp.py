@@ -24,9 +24,10 @@ import torch.distributed as dist
 from torch import nn
 
 from .config import StepConfig, check_int
-from .engine.counting import StorageTracker
 from .engine.cuda_rules import SimulatedTracker
 from .engine.meter import Meter
+from .engine.trace import StepTracer
+from .record import bytes_by_category, label_storages
 from .step import StepRunner
 
 
@@ -230,9 +231,8 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
             >= 1 makes every unit prefetch the next k units explicitly in
             forward and in backward (``set_modules_to_forward_prefetch``,
             ``set_modules_to_backward_prefetch``; k = 1 is the default overlap,
-            more overlaps more and holds more all-gather buffers).  An empty
-            list restores the default in FSDP2 (``_fsdp_state.py``,
-            ``_pre_backward``): there is no public switch below one unit.
+            more overlaps more and holds more all-gather buffers; FSDP2 has no
+            public switch below one unit).
 
     Returns:
         A :class:`ShardedStep`.
@@ -242,7 +242,6 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
             divide the world size, prefetch), an unknown model or optimizer,
             or a process group already initialised.
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 
     check_int("world_size", world_size, 1)
@@ -250,8 +249,8 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
         check_int("prefetch", prefetch, 1)
     config = StepConfig(model=model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                         optimizer=optimizer, device="simulated")
-    meter = Meter("simulated")
-    tracker = meter.tracker = _FSDPTracker()
+    tracker = _FSDPTracker()
+    meter = Meter("simulated", tracker=tracker)
     # The runner builds the model (on meta); its sharded parameters get storage only
     # when it places the model, after fully_shard.
     runner = StepRunner(config, meter, place=lambda m: m._apply(lambda t: _empty_like_shard(t, meter.device, DTensor)))
@@ -260,95 +259,88 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
     result = ShardedStep(runner.name, world_size, sum(p.numel() for p in built.parameters()),
                          [(_unit_name(u), _unit_parameters(u)) for u in chosen])
     result.units.append(("root", result.parameter_count - sum(n for _, n in result.units)))
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if mixed_precision else MixedPrecisionPolicy()
+    with fake_process_group(world_size, rank, replicas) as mesh:
+        _shard(built, chosen, mesh, reshard_after_forward, mixed_precision, checkpoint, prefetch)
+        with meter:
+            labels, events, peak_serials = _two_steps(runner, tracker)
+    _measure(result, meter, labels, events, peak_serials)
+    return result
+
+
+def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, str], list, tuple[int, ...]]:
+    """Inside the runner's meter: place the sharded model, run a first step (it creates the optimizer
+    states), then the traced one.  Returns each storage's category of :data:`SHARDED_CATEGORIES`, the
+    traced step's events and the storages alive at its peak."""
+    meter = runner.meter
+    net = runner.place()
+    runner.run(free_batch=True)
+    meter.reset_peak()
+    marks = StepTracer(meter, net)  # not entered: the step's own events, no module hooks
+    roles = runner.run(marks, free_batch=True)
+    for serial in _unsharded_serials(net, meter):  # also at world size 1, where FSDP copies, not gathers
+        tracker.roles[serial] = "unsharded_parameters"
+    known = {"parameters": {meter.serial_of(p) for p in net.parameters()}, "gradients": roles.gradients,
+             "optimizer_states": roles.optimizer_states}
+    for role in SHARDED_CATEGORIES[3:-1]:
+        known[role] = {serial for serial, r in tracker.roles.items() if r == role}
+    labels = label_storages({serial: nbytes for serial, (nbytes, _, _) in meter.storages().items()}, known)
+    return labels, marks.events, meter.peak_serials()
+
+
+def _shard(model: nn.Module, units: list, mesh, reshard_after_forward: bool | None, mixed_precision: bool,
+           checkpoint: bool, prefetch: int | None) -> None:
+    """``fully_shard`` each unit, then the root, on ``mesh`` (see :func:`sharded_step` for the options)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
     if checkpoint:
-        for unit in chosen:
+        for unit in units:
             for module in unit if isinstance(unit, (list, tuple)) else [unit]:
                 _checkpoint_forward(module)
 
-    with fake_process_group(world_size, rank, replicas) as mesh:
-        options = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-        wrapped = [fully_shard(unit, **options) for unit in chosen]
-        wrapped = [w[0] if isinstance(w, list) else w for w in wrapped]  # a grouped unit: one state, any module
-        fully_shard(built, **options)
-        if prefetch is not None:  # in forward order: each unit prefetches the next k, and in backward the previous k
-            for i, unit in enumerate(wrapped):
-                unit.set_modules_to_forward_prefetch(wrapped[i + 1:i + 1 + prefetch])
-                unit.set_modules_to_backward_prefetch(wrapped[max(0, i - prefetch):i][::-1])
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if mixed_precision else MixedPrecisionPolicy()
+    options = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    wrapped = [fully_shard(unit, **options) for unit in units]
+    wrapped = [w[0] if isinstance(w, list) else w for w in wrapped]  # a grouped unit: one state, any module
+    fully_shard(model, **options)
+    if prefetch is not None:  # in forward order: each unit prefetches the next k, and in backward the previous k
+        for i, unit in enumerate(wrapped):
+            unit.set_modules_to_forward_prefetch(wrapped[i + 1:i + 1 + prefetch])
+            unit.set_modules_to_backward_prefetch(wrapped[max(0, i - prefetch):i][::-1])
 
-        with meter:
-            net = runner.place()
-            opt = runner.optimizer
-            moments: dict[str, tuple[int, ...]] = {}
-            phase_marks: list[tuple[int, str]] = []
 
-            def mark(phase):
-                phase_marks.append((len(tracker.log), phase))
+#: The phase of the traced step that begins at each of the runner's step events.
+_PHASE_FROM = {"model": "forward", "loss": "backward", "backward": "optimizer.step"}
 
-            for traced in (False, True):
-                if traced:
-                    tracker.reset_peak()
-                    start_log = len(tracker.log)
-                    mark("forward")
-                batch = runner.batch()
-                loss = runner.forward(batch)
-                if traced:
-                    moments["after_forward"] = tracker.live_serials()
-                    mark("backward")
-                runner.backward(loss)
-                del loss, batch
-                if traced:
-                    grads = {tracker.serial_of(p.grad) for p in net.parameters() if p.grad is not None}
-                    mark("optimizer.step")
-                runner.step()
-                if traced:
-                    states = {tracker.serial_of(v) for s in opt.state.values() for k, v in s.items()
-                              if k != "step" and isinstance(v, torch.Tensor)}
-                    moments["step"] = tracker.live_serials()
-                runner.zero_grad()
-            params = {tracker.serial_of(p) for p in net.parameters()}
-            for serial in _unsharded_serials(net, tracker):  # also at world size 1, where FSDP copies, not gathers
-                tracker.roles[serial] = "unsharded_parameters"
-            peak_serials = tracker.peak_serials
 
-    def label(serial):
-        for name, known in (("parameters", params), ("gradients", grads), ("optimizer_states", states)):
-            if serial in known:
-                return name
-        return tracker.roles.get(serial, "other")
-
-    def by_category(serials, sizes):
-        totals = dict.fromkeys(SHARDED_CATEGORIES, 0)
-        for s in serials:
-            totals[label(s)] += sizes[s]
-        return totals
-
-    at_step = by_category(moments["step"], tracker.sizes)
+def _measure(result: ShardedStep, meter: Meter, labels: dict[int, str], events: list, peak_serials) -> None:
+    """Fill ``result``'s figures from the traced step: its step events, the meter's log and sizes, each
+    storage's category (``labels``)."""
+    sizes = {serial: nbytes for serial, (nbytes, _, _) in meter.storages().items()}
+    at = {e.phase: e for e in events}
+    at_step = bytes_by_category(at["optimizer.step"].live, sizes, labels, SHARDED_CATEGORIES)
     result.parameters, result.gradients, result.optimizer_states = (
         at_step["parameters"], at_step["gradients"], at_step["optimizer_states"])
-    result.peak_bytes = tracker.peak
-    result.at_peak = by_category(peak_serials, tracker.sizes)
-    result.after_forward = by_category(moments["after_forward"], tracker.sizes)
-    # Replay the traced step's log: every category's largest total, and the phase of the peak.
+    result.peak_bytes = meter.peak()
+    result.at_peak = bytes_by_category(peak_serials, sizes, labels, SHARDED_CATEGORIES)
+    result.after_forward = bytes_by_category(at["loss"].live, sizes, labels, SHARDED_CATEGORIES)
+    # Replay the log: every category's largest total in the traced step, and the phase of the peak.
+    marks = [(e.log_position, _PHASE_FROM[e.phase]) for e in events if e.phase in _PHASE_FROM]
     totals = dict.fromkeys(SHARDED_CATEGORIES, 0)
-    best, peak_phase = -1, ""
     largest = dict.fromkeys(SHARDED_CATEGORIES, 0)
-    for i, entry in enumerate(tracker.log):
-        totals[label(entry.serial)] += entry.delta
-        if i < start_log:
+    best = -1
+    for i, entry in enumerate(meter.allocation_log()):
+        totals[labels[entry.serial]] += entry.delta
+        if i < marks[0][0]:
             continue
         running = sum(totals.values())
-        phase = [p for at, p in phase_marks if at <= i][-1]
+        phase = [p for position, p in marks if position <= i][-1]
         result.timeline.append((phase, running, totals["unsharded_parameters"], totals["all_gather_buffers"]))
         if running > best:
-            best = running
-            peak_phase = phase
+            best, result.peak_phase = running, phase
         for k in largest:
             largest[k] = max(largest[k], totals[k])
     result.largest = largest
-    result.peak_phase = peak_phase
-    return result
 
 
 def _unit_name(unit) -> str:
@@ -364,7 +356,7 @@ def _unit_parameters(unit) -> int:
     return sum({id(p): p.numel() for m in modules for p in m.parameters()}.values())
 
 
-def _unsharded_serials(model: nn.Module, tracker: StorageTracker) -> set[int]:
+def _unsharded_serials(model: nn.Module, meter: Meter) -> set[int]:
     """Serials of the storages FSDP2 all-gathers each unit's parameters into
     (``FSDPParam.all_gather_outputs``; resized to 0 bytes while resharded)."""
     from torch.distributed.fsdp import FSDPModule
@@ -374,7 +366,7 @@ def _unsharded_serials(model: nn.Module, tracker: StorageTracker) -> set[int]:
         group = module._get_fsdp_state()._fsdp_param_group if isinstance(module, FSDPModule) else None
         for fsdp_param in group.fsdp_params if group is not None else ():
             for t in getattr(fsdp_param, "all_gather_outputs", ()):
-                serial = tracker.serial_of(t)
+                serial = meter.serial_of(t)
                 if serial is not None:
                     serials.add(serial)
     return serials

@@ -28,6 +28,7 @@ A storage has the first category that applies, in the order above.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import html
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ from typing import NamedTuple
 import torch
 
 from .config import StepConfig
-from .units import MiB, fmt_bytes
+from .engine.meter import Meter
 from .engine.trace import Event
+from .units import MiB, fmt_bytes
 
 
 CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")
@@ -71,53 +73,41 @@ CATEGORY_COLORS = {
 }
 
 
-def label_storages(
-    sizes: dict[int, int],
-    parameters: set[int],
-    gradients: set[int],
-    optimizer_states: set[int],
-    inputs: set[int],
-    activations: set[int],
-) -> dict[int, str]:
-    """Give every storage serial in ``sizes`` one category from :data:`CATEGORIES`.
+def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: str = "other") -> dict[int, str]:
+    """Give every storage serial in ``sizes`` one category: the first of ``roles`` that holds it.
 
     Args:
-        sizes: serial -> bytes, as :attr:`helpers.engine.counting.StorageTracker.sizes`.
-        parameters, gradients, optimizer_states, inputs, activations: serials known to
-            belong to each category; a serial in several sets gets the first.
+        sizes: serial -> bytes, as :meth:`helpers.engine.meter.Meter.storages` gives them.
+        roles: category -> the serials known to belong to it, in the order of
+            precedence (:data:`CATEGORIES`' order for a profile): a serial in
+            several gets the first.
+        default: the category of a serial in none of them.
 
     Returns:
-        serial -> category name.
+        serial -> category name, in the order of ``sizes``.
     """
-    labels = {}
-    for serial in sizes:
-        if serial in parameters:
-            labels[serial] = "parameters"
-        elif serial in gradients:
-            labels[serial] = "gradients"
-        elif serial in optimizer_states:
-            labels[serial] = "optimizer_states"
-        elif serial in inputs:
-            labels[serial] = "input"
-        elif serial in activations:
-            labels[serial] = "activations"
-        else:
-            labels[serial] = "other"
+    labels = dict.fromkeys(sizes, default)
+    for name, serials in reversed(roles.items()):  # the first role is written last: it wins
+        for serial in serials:
+            if serial in labels:
+                labels[serial] = name
     return labels
 
 
-def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str]) -> dict[str, int]:
+def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str],
+                      categories: tuple[str, ...] = CATEGORIES) -> dict[str, int]:
     """Sum the bytes of ``serials`` per category.
 
     Args:
         serials: storage serials alive at some moment.
         sizes: serial -> bytes.
         labels: serial -> category, from :func:`label_storages`.
+        categories: every category, in order (default: :data:`CATEGORIES`).
 
     Returns:
-        A dict with every name of :data:`CATEGORIES` as key, bytes as value.
+        A dict with every name of ``categories`` as key, bytes as value.
     """
-    totals = dict.fromkeys(CATEGORIES, 0)
+    totals = dict.fromkeys(categories, 0)
     for serial in serials:
         totals[labels[serial]] += sizes[serial]
     return totals
@@ -524,3 +514,47 @@ class StepProfile:
         names each block by the serial of the storage in it.
         """
         return {serial: storage.category for serial, storage in self.storages.items()}
+
+
+def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *, config: StepConfig, model: str,
+                input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str]) -> StepProfile:
+    """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive.
+
+    Every storage the meter counted gets the first category of ``roles`` that
+    holds it (:func:`label_storages`), else ``other``; on cuda, what the real
+    counters hold beyond the tracker's storages is ``other`` too.
+
+    Args:
+        meter: the step's :class:`helpers.engine.meter.Meter`, still inside its block.
+        events: the :class:`helpers.engine.trace.Event` list of the traced step.
+        roles: the serials of each category of :data:`CATEGORIES` but ``other``, in that order.
+        config, model, input_shape, parameter_count, params_without_grad: as :class:`StepProfile` has them.
+    """
+    storages = meter.storages()
+    sizes = {serial: nbytes for serial, (nbytes, _, _) in storages.items()}
+    labels = label_storages(sizes, roles)
+
+    def categories(serials, total: int) -> dict[str, int]:
+        cats = bytes_by_category(serials, sizes, labels)
+        cats["other"] += total - sum(cats.values())  # on cuda: what the tracker cannot see
+        return cats
+
+    peak, at_peak = meter.peak(), meter.peak_serials()
+    positions = [e.log_position for e in events]
+    return StepProfile(
+        backend=meter.backend, model=model, config=config, input_shape=input_shape,
+        parameter_count=parameter_count, events=events,
+        event_categories=[categories(e.live, e.allocated_bytes) for e in events],
+        peak_allocated_bytes=peak,
+        peak_event=next(e.index for e in events if e.peak_bytes == peak),
+        categories=categories(at_peak, peak),
+        reserved_bytes=meter.reserved(),
+        params_without_grad=params_without_grad,
+        peak_allocation=meter.peak_allocation(),
+        storages={serial: Storage(serial, labels[serial], dtype, shape, nbytes)
+                  for serial, (nbytes, dtype, shape) in storages.items()},
+        peak_serials=tuple(at_peak),
+        allocation_log=[Allocation(entry.serial, entry.kind, entry.delta, labels[entry.serial],
+                                   bisect.bisect_right(positions, i))
+                        for i, entry in enumerate(meter.allocation_log())],
+    )

@@ -44,7 +44,7 @@ def test_simulated_offload_keeps_saved_tensors_out_of_the_count():
     def kept(offload: bool) -> int:
         with Meter("simulated") as meter:
             x = torch.ones(1024, 1024, device=meter.device, requires_grad=True)  # 4 MiB
-            hooks = meter.runtime.offload(meter.tracker) if offload else contextlib.nullcontext()
+            hooks = meter.offload() if offload else contextlib.nullcontext()
             with hooks:
                 y = x.sin()
                 z = y.sin()  # SinBackward saves y
@@ -96,10 +96,10 @@ PARAMETER_BYTES = sum(round_up(4 * math.prod(s)) for s in SHAPES)  # float32, in
     not torch.cuda.is_available(), reason="model.to('cuda') needs a GPU"))])
 def test_shared_parameters_stay_shared_under_every_backend(device):
     meter = Meter(device)
-    built = meter.runtime.build(TiedLM)
+    built = meter.build(TiedLM)
     assert sum(p.numel() for _, p in built.named_parameters(remove_duplicate=False)) == UNTIED
     with meter:
-        placed = meter.runtime.place(built)
+        placed = meter.place(built)
         assert placed.head.weight is placed.embed.weight
         assert placed.head.weight.device.type == meter.device.type
         assert sum(p.numel() for p in placed.parameters()) == UNTIED - SHARED
@@ -110,9 +110,9 @@ def test_a_submodule_under_two_parents_is_placed_once():
     shared = nn.Linear(64, 64)
     model = nn.Sequential(nn.Sequential(shared), nn.Sequential(shared))
     meter = Meter("simulated")
-    built = meter.runtime.build(lambda: model)
+    built = meter.build(lambda: model)
     with meter:
-        placed = meter.runtime.place(built)
+        placed = meter.place(built)
         assert placed[0][0].weight is placed[1][0].weight
         assert meter.allocated() == round_up(4 * 64 * 64) + round_up(4 * 64)
         assert meter.peak() == meter.allocated()  # no storage made and dropped on the second visit

@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from helpers.config import CLI_OPTIONS, IMAGE_SIZE, StepConfig, check_int
+import torch
+
+from helpers.config import CLI_OPTIONS, IMAGE_SIZE, StepConfig, check_int, is_hf_config
 
 
 @pytest.mark.parametrize("options, message", [
@@ -59,9 +61,39 @@ def test_a_config_is_frozen_hashable_and_echoed():
 
 
 def test_tasks_follow_the_inputs():
-    assert StepConfig().task_loss == "classification" and not StepConfig().tokens
-    assert StepConfig(seq_len=16).task_loss == "next_token"
-    assert StepConfig(seq_len=16, loss="classification").task_loss == "classification"
+    from helpers.models import resolve_model, resolve_task
+
+    def task(**options):
+        config = StepConfig(**options)
+        return resolve_task(config, resolve_model(config.model, config.num_classes))
+
+    images = task()
+    assert (images.inputs, images.sample_shape, images.loss, images.num_classes) == (
+        "features", (3, 224, 224), "classification", 1000) and not StepConfig().tokens
+    tokens = task(model="gpt2", seq_len=16)
+    assert (tokens.inputs, tokens.sample_shape, tokens.vocab_size, tokens.loss) == ("tokens", (16,), 50257, "next_token")
+    assert task(model="gpt2").sample_shape == (1024,)  # a preset's context is its default length
+    assert task(seq_len=16, vocab_size=10).loss == "next_token"
+    assert task(seq_len=16, vocab_size=10, loss="classification").loss == "classification"
+    assert task(model="mlp", param_dtype="bfloat16").dtype == torch.bfloat16  # float samples as the parameters
+    with pytest.raises(ValueError, match="token inputs need a vocabulary"):
+        task(seq_len=16)
+
+
+def test_one_check_says_what_is_a_hugging_face_config():
+    assert is_hf_config({"model_type": "llama"}) and is_hf_config("HuggingFaceTB/SmolLM2-135M")
+    assert is_hf_config("org/model") and is_hf_config("configs/") and is_hf_config("my_config.json")
+    assert not is_hf_config("resnet18") and not is_hf_config("models/net.py") and not is_hf_config("pkg.mod:build")
+    assert not is_hf_config({"hidden_size": 8}) and not is_hf_config(lambda: None)
+
+    class Config:  # what transformers' PretrainedConfig looks like, without transformers
+        model_type = "llama"
+
+        def to_dict(self):
+            return {}
+
+    assert is_hf_config(Config()) and not is_hf_config(Config)  # an instance, not the class (callable)
+    assert StepConfig(model=Config()).label == "llama"
 
 
 def test_every_cli_flag_is_a_field():

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import Meter, profile_step, round_up
+from helpers import Meter, StepRunner, profile_step, round_up
+from helpers.config import StepConfig
 from helpers.engine.cuda_rules import (CUDA_AUTOCAST, NOT_EMULATED, SAME_ON_BOTH, SimulatedGradScaler, attention_saved_bytes, cuda_autocast_policy, cuda_rules)
 from helpers.saved import forward_saved_bytes
 
@@ -122,8 +123,12 @@ def test_float16_amp_uses_a_grad_scaler_whose_scale_autograd_keeps():
     assert scalars, "the scaled loss keeps the scale"
     bf16 = profile_step("resnet18", 2, image_size=32, amp=True, amp_dtype="bfloat16", device="simulated")
     assert bf16.peak_allocated_bytes <= step.peak_allocated_bytes
-    assert isinstance(Meter("simulated").runtime.grad_scaler(torch.float16), SimulatedGradScaler)
-    assert Meter("simulated").runtime.grad_scaler(torch.bfloat16) is None
+    assert isinstance(Meter("simulated").grad_scaler(), SimulatedGradScaler)
+    for amp_dtype, scaled in (("float16", True), ("bfloat16", False)):  # bfloat16 needs no scaler
+        runner = StepRunner(StepConfig(model="mlp", batch_size=2, amp=True, amp_dtype=amp_dtype, device="simulated"))
+        with runner.meter:
+            runner.place()
+        assert isinstance(runner.scaler, SimulatedGradScaler) is scaled and (runner.scaler is None) is not scaled
 
 
 def _loss_storages(device: str, grad_mode) -> list[tuple[tuple[int, ...], torch.dtype]]:

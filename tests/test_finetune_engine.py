@@ -15,6 +15,8 @@ from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
 from helpers.models import hf
 from helpers.step import profile_step
+from helpers.techniques import quantization
+from helpers.techniques.lora import apply_lora
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
 LAYERS, H, KV, MLP, VOCAB = 30, 576, 192, 1536, 49152
@@ -61,12 +63,12 @@ def test_nf4_bytes_formula_against_the_paper():
     """bits per weight: 4 + 8/64 + 16/16384 (torchao, bf16 factors) against the QLoRA paper's
     4 + 8/64 + 32/(64*256) (bitsandbytes, fp32 factors): 4.1260 and 4.1270."""
     n = 4096 * 4096
-    parts = hf.nf4_bytes(n)
+    parts = quantization.nf4_bytes(n)
     assert parts == {"codes": n // 2, "scales": n // 64, "scale_factors": 2 * n // 16384, "mean": 2, "code_book": 32}
     bits = 8 * (sum(parts.values()) - 34) / n
     assert bits == pytest.approx(4 + 8 / 64 + 16 / 16384) and round(bits, 4) == 4.1260
     assert round(4 + 8 / 64 + 32 / (64 * 256), 4) == 4.1270
-    assert hf.nf4_scaler_block(n) == 256 and hf.nf4_scaler_block(KV * H) == 216  # 1728 blocks = 8 * 216
+    assert quantization.nf4_scaler_block(n) == 256 and quantization.nf4_scaler_block(KV * H) == 216  # 1728 blocks = 8 * 216
 
 
 def test_qlora_stores_every_frozen_linear_weight_in_nf4_and_the_rest_as_it_was(steps):
@@ -234,13 +236,13 @@ def test_llama_8b_qlora_weights_by_formula():
     """Llama-3.1-8B, built on meta with LoRA r=16 on q, k, v, o: QLoRA quantizes the 7 linear layers of each of
     the 32 decoder layers (the untied LM head stays 16-bit), 6,979,321,856 weights in 0.5157 bytes each."""
     with torch.device("meta"):
-        model = hf.apply_lora(hf.build_causal_lm("meta-llama/Llama-3.1-8B"), 16, ("q_proj", "k_proj", "v_proj", "o_proj"))
-    layers = hf.nf4_linears(model)
+        model = apply_lora(hf.build_causal_lm("meta-llama/Llama-3.1-8B"), 16, ("q_proj", "k_proj", "v_proj", "o_proj"))
+    layers = quantization.nf4_linears(model)
     assert len(layers) == 32 * 7
     assert all(not name.endswith("lm_head") for name, m in model.named_modules() if any(m is l for *_, l in layers))
     h, kv, mlp = 4096, 1024, 14336
     weights = 32 * (2 * h * h + 2 * kv * h + 3 * h * mlp)
     assert sum(layer.weight.numel() for *_, layer in layers) == weights == 6_979_321_856
-    nf4 = sum(sum(hf.nf4_bytes(layer.weight.numel()).values()) for *_, layer in layers)
+    nf4 = sum(sum(quantization.nf4_bytes(layer.weight.numel()).values()) for *_, layer in layers)
     assert nf4 == weights // 2 + weights // 64 + 2 * weights // 16384 + 224 * 34
     assert round(nf4 / weights, 4) == 0.5157  # 4.126 bits

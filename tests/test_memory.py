@@ -197,25 +197,30 @@ def test_storage_resizes_are_counted_and_logged():
         x = torch.empty(1024, 1024, device=meter.device)  # 4 MiB
         serial = meter.serial_of(x)
         x.untyped_storage().resize_(0)
-        assert meter.allocated() == 0 and meter.tracker.bytes_now(serial) == 0
-        assert serial not in meter.tracker.live_serials()  # alive, but holding nothing
+        assert meter.allocated() == 0
+        assert serial not in meter.live_serials()  # alive, but holding nothing
         x.untyped_storage().resize_(8 * MiB)
-        assert meter.allocated() == meter.peak() == meter.tracker.bytes_now(serial) == 8 * MiB
+        assert meter.allocated() == meter.peak() == 8 * MiB and meter.live_serials() == (serial,)
         del x
-        assert meter.allocated() == 0 and meter.tracker.bytes_now(serial) == 0
-    assert [(e.serial, e.kind, e.delta) for e in meter.tracker.log] == [
+        assert meter.allocated() == 0 and meter.live_serials() == ()
+    assert [(e.serial, e.kind, e.delta) for e in meter.allocation_log()] == [
         (serial, "alloc", 4 * MiB), (serial, "resize", -4 * MiB), (serial, "resize", 8 * MiB),
         (serial, "free", -8 * MiB)]
-    assert meter.tracker.sizes[serial] == 8 * MiB  # a storage's largest size
+    assert meter.storages()[serial][0] == 8 * MiB  # a storage's largest size
     assert torch.UntypedStorage.resize_ is original  # unwrapped again
 
 
 def test_a_paused_tracker_counts_nothing():
-    with Meter("simulated") as meter:
-        meter.tracker.paused = True
+    from helpers.engine.cuda_rules import SimulatedTracker
+
+    tracker = SimulatedTracker(None)
+    with Meter("simulated", tracker=tracker) as meter:
+        tracker.paused = True
         host = torch.empty(1024, device=meter.device)
-        meter.tracker.paused = False
+        tracker.paused = False
         assert meter.allocated() == 0 and meter.serial_of(host) is None
+        counted = torch.empty(1024, device=meter.device)
+        assert meter.allocated() == 4096 and meter.serial_of(counted) == 0
 
 
 def test_capacity_must_be_a_positive_number_of_bytes():

@@ -129,7 +129,9 @@ def test_a_model_instance_is_profiled_on_a_copy():
 
 def test_token_inputs_and_next_token_loss_for_a_gpt():
     p = profile_step("gpt2", 2, seq_len=64, device="simulated")
-    assert p.input_shape == (64,) and p.config.task_loss == "next_token"
+    assert p.input_shape == (64,)
+    inputs = [(s.shape, s.dtype) for s in p.storages.values() if s.category == "input"]
+    assert inputs == [((2, 64), torch.int64)] * 2  # the token ids, and the next tokens as targets
     logits = next(e for e in p.events if e.module == "" and e.phase == "fwd")
     assert logits.shape == (2, 64, 50257)
     with pytest.raises(ValueError, match="longer than the model's context"):
@@ -285,3 +287,37 @@ def test_the_runner_is_the_step_in_parts():
         del batch, loss
         assert runner.meter.allocated() == after_run
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_resnet_step_runs_no_hugging_face_code():
+    """The recipe's LoRA and QLoRA steps do nothing for a ResNet: transformers, peft and torchao stay unimported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from helpers import profile_step; profile_step('resnet18', 2, image_size=32, "
+            "device='simulated'); print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('transformers', 'peft', 'torchao', 'bitsandbytes') or m == 'helpers.models.hf'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_recipe_prepares_before_placing_and_counts_from_placing_on():
+    """Every step before "place on the device" runs when the runner is made (nothing counted, the model on
+    meta); placing, the optimizer and the GradScaler are counted inside the meter, in the recipe's order."""
+    from helpers.step import RECIPE, StepRunner
+
+    names = [name for name, _ in RECIPE]
+    assert names.index("build") == 0 and names.index("LoRA adapters") < names.index("place on the device")
+    assert names.index("place on the device") < names.index("quantize") < names.index(
+        "optimizer")
+    runner = StepRunner(StepConfig(model="resnet18", batch_size=2, image_size=32, checkpoint=2, amp=True,
+                                   optimizer="adam", device="simulated"))
+    assert {p.device.type for p in runner.model.parameters()} == {"meta"}
+    assert runner.segments is not None and runner.module is runner.segments  # checkpointed by segments
+    assert runner.optimizer is None and runner.scaler is None
+    with runner.meter:
+        runner.place()
+        placed = runner.meter.allocated()
+        assert placed == sum(round_up(t.untyped_storage().nbytes()) for t in
+                             (*runner.model.parameters(), *runner.model.buffers()))
+        assert runner.optimizer is not None and runner.scaler is not None  # float16 AMP

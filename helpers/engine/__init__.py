@@ -9,6 +9,7 @@ every simulated number.  The other modules refine it:
 * :mod:`helpers.engine.backends`: a real GPU's counters or the simulation,
   behind one object;
 * :mod:`helpers.engine.meter`: :class:`~helpers.engine.meter.Meter`, one API
-  over both backends;
+  over both backends, and the engine's one face: the step runner, FSDP and
+  every study talk to it only (the backend object and the tracker are its own);
 * :mod:`helpers.engine.trace`: per-module events of a step.
 """

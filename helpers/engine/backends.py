@@ -21,13 +21,12 @@ import gc
 import logging
 import warnings
 from itertools import chain
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..techniques.optimizers import HostStates, make_optimizer
 from .counting import StorageTracker
 from .cuda_rules import SimulatedGradScaler, SimulatedTracker, cuda_rules, host_side_steps, simulated_autocast
 
@@ -129,16 +128,16 @@ class Backend:
         """The autocast context of a forward pass in ``dtype``."""
         return torch.autocast(self.device.type, dtype=dtype)
 
-    def grad_scaler(self, dtype: torch.dtype):
-        """A gradient scaler for float16 training, or None (bfloat16 needs none)."""
-        return None
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """A gradient scaler for float16 training."""
+        raise NotImplementedError
 
-    def optimizer(self, name: str, params, tracker: StorageTracker, fused: bool = False) -> torch.optim.Optimizer:
-        """The optimizer ``name`` (see :func:`helpers.techniques.optimizers.make_optimizer`)."""
-        return make_optimizer(name, params, fused)
+    def optimizer(self, optimizer: torch.optim.Optimizer, tracker: StorageTracker) -> torch.optim.Optimizer:
+        """``optimizer``, its states counted where a GPU keeps them (see :meth:`helpers.engine.meter.Meter.optimizer`)."""
+        return optimizer
 
-    def offloaded_optimizer(self, name: str, params, tracker: StorageTracker, fused: bool = False):
-        """The optimizer ``name`` with its states in host memory, stepped on the CPU
+    def offloaded_optimizer(self, make: Callable[[list], torch.optim.Optimizer], params, tracker: StorageTracker):
+        """An optimizer made by ``make`` with its states in host memory, stepped on the CPU
         (``StepConfig.optimizer_offload``: torchao's ``CPUOffloadOptimizer``)."""
         raise NotImplementedError
 
@@ -200,13 +199,13 @@ class CudaBackend(Backend):
     def place(self, model):
         return model.to(self.device)
 
-    def grad_scaler(self, dtype):
-        return torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
+    def grad_scaler(self):
+        return torch.amp.GradScaler("cuda")
 
-    def offloaded_optimizer(self, name, params, tracker, fused=False):
+    def offloaded_optimizer(self, make, params, tracker):
         from torchao.optim import CPUOffloadOptimizer
 
-        return CPUOffloadOptimizer(params, optimizer_class=lambda groups, **kw: make_optimizer(name, groups, fused))
+        return CPUOffloadOptimizer(params, optimizer_class=lambda groups, **kw: make(groups))
 
     def offload(self, tracker):
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
@@ -302,27 +301,25 @@ class SimulatedBackend(Backend):
     def autocast(self, dtype):
         return simulated_autocast(dtype)
 
-    def grad_scaler(self, dtype):
-        return SimulatedGradScaler() if dtype == torch.float16 else None
+    def grad_scaler(self):
+        return SimulatedGradScaler()
 
-    def optimizer(self, name, params, tracker, fused=False):
-        """The optimizer of :meth:`Backend.optimizer`, with Adam's ``step`` counters on the host
-        (:func:`helpers.engine.cuda_rules.host_side_steps`); torchao's ``adamw8bit`` runs as
+    def optimizer(self, optimizer, tracker):
+        """``optimizer`` with Adam's ``step`` counters on the host
+        (:func:`helpers.engine.cuda_rules.host_side_steps`); a torchao optimizer steps as
         :func:`_eager_8bit_step` says."""
-        optimizer = make_optimizer(name, params, fused)
-        if name == "adamw8bit":
+        if _compiled_step(optimizer):
             return _eager_8bit_step(optimizer, tracker)
         return host_side_steps(optimizer, tracker)
 
-    def offloaded_optimizer(self, name, params, tracker, fused=False):
-        """:class:`helpers.techniques.optimizers.HostStates`: torchao's ``CPUOffloadOptimizer`` asserts a
-        CUDA device, so the simulation keeps the same tensors where it does, host ones uncounted."""
+    def offloaded_optimizer(self, make, params, tracker):
+        """:class:`HostStates`: torchao's ``CPUOffloadOptimizer`` asserts a CUDA device, so the
+        simulation keeps the same tensors where it does, host ones uncounted."""
         def on_host(ps):
-            optimizer = make_optimizer(name, ps, fused)
-            return _eager_8bit_step(optimizer) if name == "adamw8bit" else optimizer
+            optimizer = make(ps)
+            return _eager_8bit_step(optimizer) if _compiled_step(optimizer) else optimizer
 
-        return HostStates(params, lambda ps: self.optimizer(name, ps, tracker, fused), on_host,
-                          lambda: _paused(tracker))
+        return HostStates(params, lambda ps: self.optimizer(make(ps), tracker), on_host, lambda: _paused(tracker))
 
     def offload(self, tracker):
         """``save_on_cpu``'s two hooks, with the host copy made while the tracker
@@ -341,6 +338,85 @@ class SimulatedBackend(Backend):
         return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
+class HostStates:
+    """The optimizer states in host memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer`` on the
+    simulated GPU (``torchao/optim/cpu_offload.py``, with its defaults).
+
+    What it keeps where, as torchao does:
+
+    * every trained parameter of at least ``minimal_size`` (4096) weights has
+      a host copy and a host gradient buffer (pinned memory), and its own
+      optimizer on the host, whose states are host memory: nothing of it on
+      the GPU but the parameter and its gradient;
+    * smaller parameters (norms, biases) keep an optimizer on the GPU, with
+      their states there ("to avoid excessively many small transfers");
+    * each gradient is copied to the host as backward completes it; the GPU
+      gradients stay until ``zero_grad`` (``offload_gradients=False``, the
+      default: ``True`` frees each at once, but forbids accumulation);
+    * ``step()`` steps on the host, then copies each parameter back into the
+      GPU parameter in place: no new GPU memory.
+
+    So the GPU keeps the parameters and gradients and only the small
+    parameters' states.  (With ``param_dtype="bfloat16"`` the host copy is
+    bfloat16 too: torchao keeps no float32 master copy.)  What the simulation
+    cannot show is time: the copies over PCIe and the CPU's step.
+
+    Args:
+        params: the model's parameters.
+        make: builds the GPU optimizer of a list of parameters.
+        make_host: builds a host optimizer of a list of host parameters (it is
+            made and stepped inside ``host``).
+        host: a new context in which new tensors are host memory (not counted).
+        minimal_size: parameters smaller than this stay with a GPU optimizer.
+    """
+
+    def __init__(self, params, make: Callable[[list], torch.optim.Optimizer],
+                 make_host: Callable[[list], torch.optim.Optimizer], host: Callable[[], ContextManager],
+                 minimal_size: int = 4096):
+        params = [p for p in params if p.requires_grad]
+        self._host = host
+        self.params = params
+        self.host: dict[torch.Tensor, torch.Tensor] = {}
+        self.optimizers: dict[torch.Tensor, torch.optim.Optimizer] = {}
+        small = [p for p in params if p.numel() < minimal_size]
+        with host():
+            for p in params:
+                if p.numel() >= minimal_size:
+                    copy = torch.empty_like(p).copy_(p.detach())
+                    copy.grad = torch.empty_like(copy)
+                    self.host[p] = copy
+                    self.optimizers[p] = make_host([copy])
+        self.device_optimizer = make(small) if small else None
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """The GPU parameters, as one group (what a ``GradScaler`` unscales)."""
+        return [{"params": self.params}]
+
+    @property
+    def state(self) -> dict:
+        """The optimizer states on the GPU: the small parameters' (the others' are host memory)."""
+        return dict(self.device_optimizer.state) if self.device_optimizer is not None else {}
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """The small parameters' step on the GPU; each other's on the host, copied back in place."""
+        if self.device_optimizer is not None:
+            self.device_optimizer.step()
+        with self._host():
+            for p, copy in self.host.items():
+                if p.grad is None:
+                    continue
+                copy.grad.copy_(p.grad)  # done during backward by torchao's hook: the same bytes
+                self.optimizers[p].step()
+                p.copy_(copy)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Free the GPU gradients (torchao asserts ``set_to_none``; the host buffers are reused)."""
+        for p in self.params:
+            p.grad = None
+
+
 @contextlib.contextmanager
 def _paused(tracker: StorageTracker):
     """New tensors are host memory (not counted) inside."""
@@ -349,6 +425,11 @@ def _paused(tracker: StorageTracker):
         yield
     finally:
         tracker.paused = was
+
+
+def _compiled_step(optimizer: torch.optim.Optimizer) -> bool:
+    """True for torchao's optimizers (``AdamW8bit``), whose step a GPU runs ``torch.compile``'d."""
+    return type(optimizer).__module__.startswith("torchao.")
 
 
 def _eager(fn, *args, **kwargs):

@@ -4,16 +4,24 @@ Introduced in lesson 03 (ResNet18 layer by layer).  Models are always built
 with random weights (``weights=None``): nothing is downloaded, and memory does
 not depend on the values of the weights.
 
-:func:`resolve_model` turns what a learner passes to
-:func:`helpers.step.profile_step` (a name, a preset, an ``nn.Module``, a
-builder, ``"package.module:function"`` or ``"path/to/file.py:function"``)
-into a :class:`ModelSpec`: how to build it, and what input and loss it expects.
+This module decides what a model is and what it eats, for every step:
+
+* :func:`resolve_model` turns what a learner passes to
+  :func:`helpers.step.profile_step` (a name, a preset, an ``nn.Module``, a
+  builder, ``"package.module:function"``, ``"path/to/file.py:function"``, or a
+  Hugging Face config, built by :mod:`helpers.models.hf`) into a
+  :class:`ModelSpec`: how to build it, and what it knows of its inputs;
+* :func:`resolve_task` adds the step's options: the :class:`Task`, which
+  makes each :class:`Batch` and computes the loss;
+* :func:`build` is the first step of the step runner's recipe
+  (:data:`helpers.step.RECIPE`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import warnings
@@ -23,11 +31,12 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from ..config import check_int
-from . import hf
+from ..config import StepConfig, check_int, is_hf_config
+from ..errors import Refused, first_line
 from .gpt import GPT, GPT2_PRESETS, GPTConfig  # noqa: F401 (GPTConfig re-exported: a learner sizes their own GPT)
 from .llama import LLAMA_PRESETS, Llama
 
@@ -248,6 +257,8 @@ class ModelSpec:
         input_shape: one float sample's shape, if the model fixes it (``mlp``).
         vocab_size, seq_len: token models: the vocabulary and the longest sequence.
         num_classes: classifiers: the number of classes, if known before a forward pass.
+        seq_len_required: a token model whose context is too long to be the
+            default sequence (a Hugging Face causal LM): ``seq_len`` must be given.
     """
 
     name: str
@@ -256,6 +267,7 @@ class ModelSpec:
     vocab_size: int | None = None
     seq_len: int | None = None
     num_classes: int | None = None
+    seq_len_required: bool = False
 
 
 def _gpt_spec(name: str) -> ModelSpec:
@@ -264,19 +276,20 @@ def _gpt_spec(name: str) -> ModelSpec:
 
 
 def hf_spec(config, name: str | None = None) -> ModelSpec:
-    """The :class:`ModelSpec` of a Hugging Face causal LM from its config (:func:`helpers.models.hf.load_config`).
+    """The :class:`ModelSpec` of a Hugging Face causal LM from its config (:func:`helpers.models.hf.causal_lm`).
 
-    Its inputs are token ids below the config's ``vocab_size``, by default
-    as many as its ``max_position_embeddings``; its loss is next-token
-    cross-entropy on the output's ``logits``.
+    Its inputs are token ids below the config's ``vocab_size``, as many as
+    ``seq_len`` says (its ``max_position_embeddings`` is no default); its
+    loss is next-token cross-entropy on the output's ``logits``.
 
     Raises:
         ValueError: as :func:`helpers.models.hf.load_config` does.
     """
-    loaded = hf.load_config(config)
-    text = loaded.get_text_config()
-    return ModelSpec(name or hf.config_label(config), hf.CausalLMBuilder(loaded), vocab_size=text.vocab_size,
-                     seq_len=text.max_position_embeddings)
+    from . import hf  # only for a Hugging Face config: no transformers on the path of other models
+
+    builder = hf.causal_lm(config)
+    return ModelSpec(name or builder.label, builder, vocab_size=builder.vocab_size, seq_len=builder.context,
+                     seq_len_required=True)
 
 
 def _llama_spec(name: str) -> ModelSpec:
@@ -332,8 +345,7 @@ def _import_function(path: str) -> Callable[[], nn.Module]:
         else:
             module = importlib.import_module(source)
     except Exception as e:  # any import failure is the learner's file, reported in one line
-        first_line = (str(e).strip() or type(e).__name__).splitlines()[0]
-        raise ValueError(f"cannot import {source!r} for --model {path}: {type(e).__name__}: {first_line}") from None
+        raise ValueError(f"cannot import {source!r} for --model {path}: {type(e).__name__}: {first_line(e)}") from None
     builder = getattr(module, attribute, None)
     if not callable(builder):
         raise ValueError(f"{source!r} has no function {attribute!r} (from --model {path})")
@@ -371,12 +383,12 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
     Raises:
         ValueError: for an unknown name, an import that fails, or anything else.
     """
-    if isinstance(model, str):
-        if model in PRESETS:
-            spec = PRESETS[model]()
-        elif hf.is_config_name(model):
-            spec = hf_spec(model)
-        elif ":" in model:
+    if isinstance(model, str) and model in PRESETS:
+        spec = PRESETS[model]()
+    elif is_hf_config(model):
+        spec = hf_spec(model)
+    elif isinstance(model, str):
+        if ":" in model:
             spec = ModelSpec(model.rpartition(":")[2], _import_function(model))
         elif _is_file(model):
             raise ValueError(f"name the function in {model} that returns the model: {model}:function")
@@ -385,8 +397,6 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
                 raise ValueError(unknown_model(model))
             classes = num_classes or 1000
             spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
-    elif hf.is_config_object(model):
-        spec = hf_spec(model)
     elif isinstance(model, nn.Module):
         instance = model
         spec = ModelSpec(type(instance).__name__, lambda: _copy_for_step(instance))
@@ -394,8 +404,7 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
         spec = ModelSpec(getattr(model, "__name__", type(model).__name__), model)
     else:
         raise ValueError(f"model must be a model name, an nn.Module or a function returning one, got {model!r}")
-    return spec if name is None else ModelSpec(name, spec.build, spec.input_shape, spec.vocab_size,
-                                               spec.seq_len, spec.num_classes)
+    return spec if name is None else dataclasses.replace(spec, name=name)
 
 
 def _copy_for_step(module: nn.Module) -> nn.Module:
@@ -404,3 +413,142 @@ def _copy_for_step(module: nn.Module) -> nn.Module:
     if torch.get_default_device().type == "meta":
         return meta_copy(module)
     return copy.deepcopy(module)
+
+
+def build(runner) -> None:
+    """The recipe's first step: ``runner.model`` is ``runner.spec.build()``, outside any measurement.
+
+    Raises:
+        Refused (a ValueError): if the builder returns something else than an ``nn.Module``.
+    """
+    model = runner.spec.build()
+    if not isinstance(model, nn.Module):
+        raise Refused(f"the model function must return an nn.Module, got {type(model).__name__}")
+    runner.model = model
+
+
+@dataclass
+class Batch:
+    """One (micro-)batch: the model's inputs and the loss's targets.
+
+    Attributes:
+        inputs: the positional inputs of the model's forward.
+        targets: the targets, or ``None`` when they can only be drawn once the
+            output's shape is known (:meth:`Task.loss_of` draws them).
+    """
+
+    inputs: tuple
+    targets: torch.Tensor | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The inputs and targets that are tensors."""
+        return [t for t in (*self.inputs, self.targets) if isinstance(t, torch.Tensor)]
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a step feeds the model and how it scores the output (:func:`resolve_task`).
+
+    Attributes:
+        inputs: ``"features"`` (float samples), ``"tokens"`` (int64 ids) or
+            ``"custom"`` (made by :attr:`make`).
+        sample_shape: one sample's shape (``()`` for custom inputs).
+        vocab_size: token inputs: ids are drawn below it.
+        loss: ``"classification"``, ``"next_token"``, or a function of the output.
+        num_classes: a classifier's classes, if known before the forward pass.
+        dtype: the float samples' dtype: the parameters' (``StepConfig.param_dtype``).
+        make: custom inputs: ``StepConfig.inputs``, a function ``(batch_size, device)``.
+    """
+
+    inputs: str
+    sample_shape: tuple[int, ...]
+    vocab_size: int | None
+    loss: str | Callable
+    num_classes: int | None
+    dtype: torch.dtype = torch.float32
+    make: Callable | None = None
+
+    def batch(self, batch_size: int, device: torch.device) -> Batch:
+        """Random inputs of ``batch_size`` samples on ``device``, and the targets when they can be drawn
+        before the forward pass (class ids for a known number of classes; next tokens)."""
+        if self.inputs == "custom":
+            made = self.make(batch_size, device)
+            return Batch(made if isinstance(made, tuple) else (made,))
+        shape = (batch_size, *self.sample_shape)
+        if self.inputs == "tokens":
+            x = torch.randint(0, self.vocab_size, shape, device=device)
+            if self.loss == "next_token":
+                return Batch((x,), torch.randint(0, self.vocab_size, shape, device=device))
+        else:
+            x = torch.randn(shape, device=device, dtype=self.dtype)
+        if self.loss == "classification" and self.num_classes:
+            return Batch((x,), torch.randint(0, self.num_classes, (batch_size,), device=device))
+        return Batch((x,))
+
+    def loss_of(self, output, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The loss (a scalar) of the model's ``output``, and the targets (drawn here if ``targets`` is None).
+
+        Raises:
+            ValueError: in one line, if the output does not fit the loss.
+        """
+        if callable(self.loss):
+            loss = self.loss(output)
+            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+                raise ValueError(f"the loss function must return a scalar tensor, got {type(loss).__name__}"
+                                 + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else ""))
+            return loss, targets
+        logits = output_logits(output)
+        if self.loss == "next_token":
+            if logits.dim() != 3:
+                raise ValueError(f"next-token loss expects (batch, seq, vocab) logits, got shape {tuple(logits.shape)}")
+            if targets is None:
+                targets = torch.randint(0, logits.shape[-1], logits.shape[:2], device=logits.device)
+            return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), targets
+        if logits.dim() != 2:
+            raise ValueError(f"classification loss expects (batch, classes) logits, got shape {tuple(logits.shape)}; "
+                             f"for a language model use seq_len= (next-token loss)")
+        if self.num_classes is not None and logits.shape[1] != self.num_classes:
+            raise ValueError(f"the model's output has {logits.shape[1]} classes, but num_classes is {self.num_classes}")
+        if targets is None:
+            targets = torch.randint(0, logits.shape[1], (logits.shape[0],), device=logits.device)
+        return F.cross_entropy(logits, targets), targets
+
+
+def resolve_task(config: StepConfig, spec: ModelSpec) -> Task:
+    """The :class:`Task` of a step: ``config``'s inputs and loss, completed by what ``spec`` knows.
+
+    Token ids when ``config.seq_len`` is given (or the model is a token
+    model: its context is the default length), else float samples of
+    ``config.input_shape``, the model's own shape, or images of
+    ``config.image_size``; ``config.inputs`` makes its own.  The loss
+    ``"auto"`` is next-token cross-entropy for token ids, else classification.
+
+    Raises:
+        ValueError: in one line, for ``input_shape`` given to a token model, a
+            Hugging Face causal LM without ``seq_len``, token ids without a
+            vocabulary, or ``num_classes`` with a next-token loss.
+    """
+    if spec.vocab_size and config.input_shape is not None:
+        raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "
+                         f"not input_shape=")
+    if config.seq_len is None and config.inputs is None and spec.seq_len_required:
+        raise ValueError(f"{spec.name} is a Hugging Face causal LM: give the sequence length with seq_len= "
+                         f"(--seq-len); its context, {spec.seq_len:,} tokens, is not taken by default")
+    seq_len = config.seq_len if config.seq_len is not None else (spec.seq_len if spec.vocab_size else None)
+    if config.inputs is not None:
+        kind, shape, vocab = "custom", (), None
+    elif seq_len is not None:
+        vocab = config.vocab_size or spec.vocab_size
+        if vocab is None:
+            raise ValueError("token inputs need a vocabulary: give vocab_size= (--vocab-size) with seq_len=")
+        kind, shape = "tokens", (seq_len,)
+    else:
+        kind, shape, vocab = "features", config.input_shape or spec.input_shape or config.sample_shape, None
+    loss = config.loss
+    if loss == "auto":
+        loss = "next_token" if kind == "tokens" else "classification"
+    if loss == "next_token" and config.num_classes is not None:
+        raise ValueError("num_classes applies to a classification loss; next-token loss has the vocabulary "
+                         "as its classes")
+    return Task(kind, shape, vocab, loss, config.num_classes or spec.num_classes, getattr(torch, config.param_dtype),
+                config.inputs)

@@ -2,8 +2,9 @@
 and full or selective checkpointing of transformer blocks.
 
 Introduced in lesson 04 (AMP and activation checkpointing); lesson 01's training
-loop and :func:`helpers.step.profile_step` use :class:`Checkpointed`; lesson 08
-checkpoints transformer blocks with :func:`checkpoint_blocks`.
+loop uses :class:`Checkpointed`, and the step runner's recipe
+(:data:`helpers.step.RECIPE`) :func:`enable`; lesson 08 checkpoints
+transformer blocks with :func:`checkpoint_blocks`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import functools
 import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from ..errors import Refused, first_line
+from ..models import sequential_form
 
 
 @contextlib.contextmanager
@@ -171,3 +175,35 @@ def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
         for i, block in enumerate(model.blocks):
             model.blocks[i] = CheckpointedBlock(block, policy)
     return model
+
+
+def enable(runner) -> None:
+    """The recipe's checkpointing step: ``config.checkpoint`` segments (``config.reentrant``).
+
+    A model with Hugging Face's ``gradient_checkpointing_enable()`` (a
+    ``transformers`` model) checkpoints its own way, whatever the number: each
+    decoder layer a segment, its forward recomputed in backward
+    (``use_reentrant`` as ``config.reentrant``).  Any other model runs as
+    :class:`Checkpointed` segments of :func:`helpers.models.sequential_form`
+    (``runner.segments``).
+
+    Raises:
+        Refused (a ValueError): for a model that is not a sequence of modules,
+            a number of segments it does not have, or offloading
+            (``config.offload``) with selective checkpointing, which PyTorch's
+            tensors saved by SAC bypass (``save_on_cpu``).
+    """
+    config, model = runner.config, runner.model
+    if config.offload and any(isinstance(m, CheckpointedBlock) and m.policy == "selective" for m in model.modules()):
+        raise Refused("offloading saved tensors (save_on_cpu) with selective activation checkpointing is not "
+                      "simulated: PyTorch 2.14.1 lets the tensors SAC saves bypass save_on_cpu, and announces "
+                      "that this will change")
+    if not config.checkpoint:
+        return
+    try:
+        if hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": config.reentrant})
+        else:
+            runner.segments = Checkpointed(sequential_form(model), config.checkpoint, config.reentrant)
+    except ValueError as e:
+        raise Refused(first_line(e)) from None

@@ -2,12 +2,13 @@
 
 Introduced in lesson 01 (steady-state steps keep the optimizer states);
 lesson 05a (section 1) measures every optimizer here against :data:`STATE_BYTES` and
-:data:`STEP_TEMPORARY_BYTES`.
+:data:`STEP_TEMPORARY_BYTES`.  :func:`add_optimizer` is the step runner's
+optimizer step (:data:`helpers.step.RECIPE`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, ContextManager
+from typing import Callable
 
 import torch
 
@@ -61,7 +62,7 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
       torchao's, not bitsandbytes' ``AdamW8bit``: torchao's states are tensor
       subclasses written in PyTorch operations, so they run on the engine's
       fake tensors (its step is ``torch.compile``'d on a GPU; the simulation
-      runs it eagerly, see :meth:`helpers.engine.backends.SimulatedBackend.optimizer`),
+      runs it eagerly, see :meth:`helpers.engine.meter.Meter.optimizer`),
       where bitsandbytes steps in its own CUDA kernels.  It has no fused or
       foreach variant (``fused`` is refused by :class:`helpers.config.StepConfig`).
 
@@ -89,6 +90,39 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
 
         return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+
+
+def add_optimizer(runner) -> None:
+    """The recipe's optimizer step: ``runner.optimizer`` for the placed ``runner.model``.
+
+    :func:`make_optimizer`'s ``config.optimizer`` (``config.fused``), made by
+    the meter so that its states are counted where a GPU keeps them
+    (:meth:`helpers.engine.meter.Meter.optimizer`): one per parameter,
+    stepped inside backward, with ``config.step_in_backward``
+    (:class:`StepInBackward`); with its states in host memory with
+    ``config.optimizer_offload`` (:meth:`helpers.engine.meter.Meter.offloaded_optimizer`).
+    """
+    config, meter, params = runner.config, runner.meter, runner.model.parameters()
+
+    def make(group) -> torch.optim.Optimizer:
+        return make_optimizer(config.optimizer, group, config.fused)
+
+    if config.step_in_backward:
+        runner.optimizer = StepInBackward(params, lambda group: meter.optimizer(make(group)))
+    elif config.optimizer_offload:
+        runner.optimizer = meter.offloaded_optimizer(make, params)
+    else:
+        runner.optimizer = meter.optimizer(make(params))
+
+
+def device_states(optimizer) -> dict:
+    """The optimizer's states on the device, by parameter: its ``state``; for torchao's
+    ``CPUOffloadOptimizer`` (no ``state`` of its own: its host optimizers hold theirs), the states of
+    its GPU optimizer of small parameters."""
+    if hasattr(optimizer, "state"):
+        return optimizer.state
+    on_device = getattr(optimizer, "d_opt", None)
+    return on_device.state if on_device is not None else {}
 
 
 class StepInBackward:
@@ -139,82 +173,3 @@ class StepInBackward:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Nothing: each gradient was freed during backward."""
-
-
-class HostStates:
-    """The optimizer states in host memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer`` on the
-    simulated GPU (``torchao/optim/cpu_offload.py``, torchao 0.18.0, with its defaults).
-
-    What it keeps where, as torchao does:
-
-    * every trained parameter of at least ``minimal_size`` (4096) weights has
-      a host copy and a host gradient buffer (pinned memory), and its own
-      optimizer on the host, whose states are host memory: nothing of it on
-      the GPU but the parameter and its gradient;
-    * smaller parameters (norms, biases) keep an optimizer on the GPU, with
-      their states there ("to avoid excessively many small transfers");
-    * each gradient is copied to the host as backward completes it; the GPU
-      gradients stay until ``zero_grad`` (``offload_gradients=False``, the
-      default: ``True`` frees each at once, but forbids accumulation);
-    * ``step()`` steps on the host, then copies each parameter back into the
-      GPU parameter in place: no new GPU memory.
-
-    So the GPU keeps the parameters and gradients and only the small
-    parameters' states.  (With ``param_dtype="bfloat16"`` the host copy is
-    bfloat16 too: torchao keeps no float32 master copy.)  What the simulation
-    cannot show is time: the copies over PCIe and the CPU's step.
-
-    Args:
-        params: the model's parameters.
-        make: builds the GPU optimizer of a list of parameters.
-        make_host: builds a host optimizer of a list of host parameters (it is
-            made and stepped inside ``host``).
-        host: a new context in which new tensors are host memory (not counted).
-        minimal_size: parameters smaller than this stay with a GPU optimizer.
-    """
-
-    def __init__(self, params, make: Callable[[list], torch.optim.Optimizer],
-                 make_host: Callable[[list], torch.optim.Optimizer], host: Callable[[], ContextManager],
-                 minimal_size: int = 4096):
-        params = [p for p in params if p.requires_grad]
-        self._host = host
-        self.params = params
-        self.host: dict[torch.Tensor, torch.Tensor] = {}
-        self.optimizers: dict[torch.Tensor, torch.optim.Optimizer] = {}
-        small = [p for p in params if p.numel() < minimal_size]
-        with host():
-            for p in params:
-                if p.numel() >= minimal_size:
-                    copy = torch.empty_like(p).copy_(p.detach())
-                    copy.grad = torch.empty_like(copy)
-                    self.host[p] = copy
-                    self.optimizers[p] = make_host([copy])
-        self.device_optimizer = make(small) if small else None
-
-    @property
-    def param_groups(self) -> list[dict]:
-        """The GPU parameters, as one group (what a ``GradScaler`` unscales)."""
-        return [{"params": self.params}]
-
-    @property
-    def state(self) -> dict:
-        """The optimizer states on the GPU: the small parameters' (the others' are host memory)."""
-        return dict(self.device_optimizer.state) if self.device_optimizer is not None else {}
-
-    @torch.no_grad()
-    def step(self) -> None:
-        """The small parameters' step on the GPU; each other's on the host, copied back in place."""
-        if self.device_optimizer is not None:
-            self.device_optimizer.step()
-        with self._host():
-            for p, copy in self.host.items():
-                if p.grad is None:
-                    continue
-                copy.grad.copy_(p.grad)  # done during backward by torchao's hook: the same bytes
-                self.optimizers[p].step()
-                p.copy_(copy)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Free the GPU gradients (torchao asserts ``set_to_none``; the host buffers are reused)."""
-        for p in self.params:
-            p.grad = None

@@ -136,7 +136,7 @@ def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str
              lora_rank: int = 0) -> dict:
     """One case (see the module's docstring): build, place, two steps, the second measured.
     With ``lora_rank`` (a Hugging Face model), peft's LoRA adapters on peft's default
-    targets, the base weights frozen, as ``helpers.models.hf.apply_lora`` adds them."""
+    targets, the base weights frozen, as ``helpers.techniques.lora.apply_lora`` adds them."""
     start = time.perf_counter()
     kernels = (lambda: contextlib.nullcontext()) if kernel is None else (
         lambda: sdpa_kernel(getattr(SDPBackend, KERNELS[kernel])))
@@ -144,7 +144,7 @@ def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str
     with torch.device("meta"):
         net = spec.build().train()
         if lora_rank:
-            from helpers.models.hf import apply_lora
+            from helpers.techniques.lora import apply_lora
             net = apply_lora(net, lora_rank)
     fake, tracker, sdpa = FakeTensorMode(), Recorder(), SDPACalls()
     with fake:

@@ -1,0 +1,88 @@
+"""LoRA: low-rank adapters beside frozen weights (Hu et al., 2021), as ``peft`` adds them.
+
+Introduced in lesson 09 (fine-tuning on one GPU).  :func:`add_adapters` is the
+step runner's LoRA step (:data:`helpers.step.RECIPE`); :func:`apply_lora` is
+``peft.get_peft_model`` with a ``LoraConfig``, for any model.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..errors import Refused, first_line
+
+
+def add_adapters(runner) -> None:
+    """The recipe's LoRA step: ``config.lora_rank`` > 0 puts :func:`apply_lora`'s ``peft`` model in ``runner.model``.
+
+    With ``config.lora_targets`` and ``config.lora_dropout``.  It runs after
+    checkpointing is enabled: ``peft`` then makes the input embeddings' output
+    require grad, so that the reentrant variant still reaches the adapters.
+    ``peft`` makes the adapters float32 whatever the base layer's dtype
+    (``get_peft_model(autocast_adapter_dtype=True)``, its default).
+
+    Raises:
+        Refused (a ValueError): as :func:`apply_lora` does.
+    """
+    config = runner.config
+    if config.lora_rank:
+        runner.model = apply_lora(runner.model, config.lora_rank, config.lora_targets, config.lora_dropout)
+
+
+def linear_names(model: nn.Module) -> list[str]:
+    """The distinct last names of ``model``'s ``nn.Linear`` modules, in order
+    (``q_proj``, ``k_proj``, ..., ``lm_head``): what LoRA targets can name."""
+    names: dict[str, None] = {}
+    for full, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            names.setdefault(full.rsplit(".", 1)[-1], None)
+    return list(names)
+
+
+def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None,
+               dropout: float = 0.0) -> nn.Module:
+    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``.
+
+    Every base weight is frozen (``requires_grad=False``: no gradient, no
+    optimizer state); each targeted ``nn.Linear(in, out)`` gains two trained
+    matrices, ``lora_A`` (rank x in) and ``lora_B`` (out x rank), so
+    ``rank * (in + out)`` parameters (Hu et al., 2021; peft's ``LoraLayer``).
+    ``lora_alpha`` (peft's default, 8) scales the update and costs no memory.
+
+    Args:
+        model: a ``transformers`` model (or any ``nn.Module`` when ``targets`` is given).
+        rank: LoRA's rank r, >= 1.
+        targets: last names of the ``nn.Linear`` modules to adapt
+            (``("q_proj", "v_proj")``); None: peft's default for the
+            architecture (``q_proj`` and ``v_proj`` for Llama, Qwen2, Mistral).
+        dropout: LoRA's dropout on each adapter's input, in [0, 1).
+
+    Returns:
+        The ``peft.PeftModel``.
+
+    Raises:
+        Refused (a ValueError): in one line, for a target that names no linear module of
+            the model (naming those it has), or an architecture peft has no
+            default targets for when ``targets`` is None.
+    """
+    from peft import LoraConfig, get_peft_model
+    from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
+
+    from ..models.hf import config_label
+
+    label = config_label(getattr(model, "config", None)) if hasattr(model, "config") else type(model).__name__
+    have = linear_names(model)
+    if targets is None:
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        if model_type not in DEFAULTS:
+            raise Refused(f"peft has no default LoRA targets for {label}: name them with lora_targets (--lora-targets) "
+                          f"(its linear layers: {', '.join(have)})")
+        targets = tuple(DEFAULTS[model_type])
+    missing = [t for t in targets if t not in have]
+    if missing:
+        raise Refused(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
+                      f"its linear layers are {', '.join(have)}")
+    try:
+        return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout))
+    except Exception as e:
+        raise Refused(f"peft cannot add LoRA adapters to {label}: {first_line(e)}") from None

@@ -1,0 +1,186 @@
+"""QLoRA's frozen weights in 4-bit NormalFloat (Dettmers et al., 2023), as torchao stores them.
+
+Introduced in lesson 09 (fine-tuning on one GPU).  With
+``StepConfig.quantization="nf4"`` every frozen linear weight
+(:func:`nf4_linears`) is stored as torchao's ``NF4Tensor`` and computed in
+bfloat16 (:class:`NF4Linear`).  Two steps of the step runner's recipe
+(:data:`helpers.step.RECIPE`) do it: :func:`hold_back` keeps those weights off
+the device when the model is placed, and :func:`quantize` then brings each in
+bfloat16, one at a time, quantizes it and frees the bfloat16 copy, as
+bitsandbytes quantizes a weight while ``from_pretrained`` loads it.
+(Quantizing after a whole placement would hold every weight dense at once;
+and placing an ``NF4Tensor`` would make it dense again.)
+
+torchao's ``to_nf4`` and ``linear_nf4`` are written in PyTorch operations:
+they run on the engine's fake tensors and every storage they make is counted.
+bitsandbytes' ``quantize_4bit`` reads tensor values on the CPU
+(``DataDependentOutputException`` under ``FakeTensorMode``) and computes in
+its own CUDA kernels, which fake tensors cannot run.  The two layouts agree
+to within a few bytes per 16384 weights (:func:`nf4_bytes`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import Refused
+
+#: NF4's blocks: one absmax scale per 64 weights, and those scales quantized to
+#: int8 with one float scale per 256 of them (double quantization): torchao's
+#: ``to_nf4(tensor, block_size=64, scaler_block_size=256)`` defaults, and the
+#: QLoRA paper's (Dettmers et al., 2023, section 3: blocksize 64 for W, 256 for c2).
+NF4_BLOCK = 64
+NF4_SCALER_BLOCK = 256
+
+
+def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
+    """The bytes of one weight of ``numel`` elements as torchao's ``NF4Tensor`` stores it (before the allocator
+    rounds each storage up).
+
+    From ``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py``,
+    ``NF4Tensor.from_tensor`` of a weight of ``dtype_bytes`` per element (2: bfloat16):
+
+    * ``quantized_data``: two 4-bit codes per uint8: ``numel / 2``;
+    * ``quantized_scalers``: one int8 per block of 64 weights: ``numel / 64``;
+    * ``quantization_factor``: one scale per 256 blocks, in the weight's dtype:
+      ``dtype_bytes * numel / (64 * 256)``;
+    * ``scaler_mean`` (one value) and ``nf4`` (the 16-value code book), in the weight's dtype.
+
+    So ``4 + 8/64 + 16/16384`` bits per weight in bfloat16 (about 4.126), against
+    the QLoRA paper's ``4 + 8/64 + 32/(64*256)`` (about 4.127): bitsandbytes
+    keeps the second-level scales in float32, torchao in the weight's dtype,
+    and torchao subtracts the mean of the first-level scales (one value) where
+    bitsandbytes keeps an offset too.  Both need ``numel`` divisible by
+    64 * 256 here (torchao asserts it).
+
+    Returns:
+        ``{"codes": ..., "scales": ..., "scale_factors": ..., "mean": ..., "code_book": ...}`` in bytes.
+    """
+    blocks = numel // NF4_BLOCK
+    return {"codes": numel // 2, "scales": blocks, "scale_factors": dtype_bytes * (blocks // nf4_scaler_block(numel)),
+            "mean": dtype_bytes, "code_book": 16 * dtype_bytes}
+
+
+def _nf4():
+    """torchao's NF4 module (imported when first needed: torchao takes a second to import)."""
+    from torchao.quantization.quantize_.workflows.nf4 import nf4_tensor
+
+    return nf4_tensor
+
+
+def nf4_scaler_block(numel: int) -> int:
+    """The scaler block of a weight of ``numel`` elements: :data:`NF4_SCALER_BLOCK` (256) when its blocks of 64
+    are a multiple of it, else the largest number below it that divides them (see :func:`nf4_bytes`)."""
+    blocks = numel // NF4_BLOCK
+    return max(d for d in range(1, NF4_SCALER_BLOCK + 1) if blocks % d == 0)
+
+
+def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """The linear layers QLoRA quantizes, as ``(parent, attribute, layer)``: every ``nn.Linear`` whose weight is
+    frozen (LoRA's base layers and the layers it does not adapt), but the output embeddings (the LM head)
+    and any weight tied to another module.
+
+    That is ``transformers``' rule for bitsandbytes 4-bit loading when
+    ``llm_int8_skip_modules`` is not given (``transformers/quantizers/base.py``,
+    ``get_keys_to_not_convert``: tied weights, the last module and the output
+    embeddings stay in 16 bits); the token embedding is an ``nn.Embedding``,
+    which it never converts.
+    """
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    counts: dict[int, int] = {}
+    for module in model.modules():
+        for p in module._parameters.values():
+            if p is not None:
+                counts[id(p)] = counts.get(id(p), 0) + 1
+    found = []
+    for parent in model.modules():
+        for attribute, layer in parent.named_children():
+            if (type(layer) is nn.Linear and layer is not head and not layer.weight.requires_grad
+                    and counts[id(layer.weight)] == 1):
+                found.append((parent, attribute, layer))
+    return found
+
+
+class NF4Linear(nn.Module):
+    """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16: what bitsandbytes'
+    ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does (the input is cast to bfloat16, the
+    output back to the input's dtype), through torchtune's ``FrozenNF4Linear`` path, ``torchao``'s ``linear_nf4``.
+
+    ``linear_nf4`` (``LinearNF4``) dequantizes the weight to the input's dtype
+    for the matmul and frees it, saves the ``NF4Tensor`` itself for backward
+    (not the dequantized copy) and dequantizes again there: a dequantized
+    weight lives only during its matmul, and the weight gets no gradient.
+    torchao dequantizes in eager PyTorch (``NF4Tensor.get_original_weight``),
+    holding about 14 bytes per weight for the length of the matmul (two int64
+    index tensors of ``numel / 2``, the looked-up, scaled and interleaved
+    values), where bitsandbytes' CUDA kernel writes the 2-byte weight directly.
+
+    Args:
+        weight: the ``NF4Tensor``.
+        bias: the layer's bias (kept as it is), or None.
+    """
+
+    def __init__(self, weight, bias: nn.Parameter | None):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.bias = bias
+        self.out_features, self.in_features = weight.shape
+
+    def forward(self, x):
+        out = _nf4().linear_nf4(x.to(torch.bfloat16), self.weight)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, weight=NF4"
+
+
+def hold_back(runner) -> None:
+    """The recipe's step before placing, for ``config.quantization == "nf4"``: the frozen linear weights
+    (:func:`nf4_linears`) leave their layers, kept in ``runner.held_back`` for :func:`quantize`.
+
+    Raises:
+        Refused (a ValueError): if a weight's size is not a multiple of 64, naming the layer.
+    """
+    if runner.config.quantization != "nf4":
+        return
+    model = runner.model
+    layers = nf4_linears(model)
+    names = {id(m): n for n, m in model.named_modules()}
+    for _, _, layer in layers:
+        if layer.weight.numel() % NF4_BLOCK:
+            raise Refused(f"quantization='nf4': {names[id(layer)]} has {layer.weight.numel()} weights, not a "
+                          f"multiple of {NF4_BLOCK} (torchao's NF4 blocks)")
+    runner.held_back = [(parent, attribute, layer, layer.weight) for parent, attribute, layer in layers]
+    for _, _, layer in layers:
+        layer._parameters["weight"] = None  # placed by quantize(), one at a time, in 4 bits
+
+
+def quantize(runner) -> None:
+    """The recipe's step after placing: each weight :func:`hold_back` kept arrives on the device in
+    bfloat16, is quantized by torchao's ``to_nf4`` (block 64, scaler block of :func:`nf4_scaler_block`:
+    double quantization, :func:`nf4_bytes`) and its bfloat16 copy freed; its layer becomes an
+    :class:`NF4Linear`.  Then the meter's peak starts afresh: loading and quantizing is not the step.
+    """
+    if not runner.held_back:
+        return
+    nf4, device = _nf4(), runner.meter.device
+    chunk = nf4.CHUNK_SIZE
+    for parent, attribute, layer, weight in runner.held_back:
+        if weight.is_meta:  # simulated: fake tensors, so quantize in one chunk, not in chunks of 2**20 (speed only:
+            # the chunks bound a GPU's transient while loading, which is over before the step and not counted)
+            dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
+            nf4.CHUNK_SIZE = max(chunk, weight.numel())
+        else:
+            dense = weight.detach().to(device=device, dtype=torch.bfloat16)
+        try:
+            quantized = nf4.to_nf4(dense, NF4_BLOCK, nf4_scaler_block(weight.numel()))
+        finally:
+            nf4.CHUNK_SIZE = chunk
+        setattr(parent, attribute, NF4Linear(quantized, layer.bias))
+        del dense
+    runner.held_back = []
+    runner.meter.reset_peak()
