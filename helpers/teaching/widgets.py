@@ -50,7 +50,8 @@ from ..config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, TORCH_OPTIMIZERS
 from ..engine.backends import get_backend
 from ..gpus import CACHE_ALLOWANCE_BYTES, CUBLAS_LINE, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
 from ..models import LANGUAGE_PRESETS, hf, model_names, resolve_model
-from ..record import CATEGORIES, CATEGORY_COLORS as _COLORS, OKABE_ITO
+from ..palette import CATEGORY_COLORS as _COLORS, OKABE_ITO
+from ..record import CATEGORIES
 from ..techniques.checkpointing import CHECKPOINT_POLICIES
 from ..transformer import transformer_presets, transformer_step
 from ..units import fmt_bytes
