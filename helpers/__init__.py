@@ -8,9 +8,10 @@ that makes every simulated number (200 lines, half of them explanation), then
 lowest first; nothing imports from a layer above its own (``.importlinter``
 states it, CI checks it):
 
-* :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.gpus`,
-  :mod:`helpers.config`: bytes and formatting; one-line errors; GPU cards and
-  the one "does it fit?" rule; every option of a step;
+* :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.palette`,
+  :mod:`helpers.gpus`, :mod:`helpers.config`: bytes and formatting; one-line
+  errors; the colours; GPU cards and the one "does it fit?" rule; every option
+  of a step;
 * :mod:`helpers.allocator`: the caching allocator's size rules and a model of
   it that replays a step (lesson 06);
 * :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter
@@ -59,7 +60,8 @@ _HOME = {
     "StepConfig": "config",
     "round_up": "allocator.rules",
     "tensor_bytes": "engine.counting", "Meter": "engine.meter", "resolve_backend": "engine.backends",
-    "CATEGORIES": "record", "OKABE_ITO": "record", "StepProfile": "record",
+    "CATEGORY_COLORS": "palette", "OKABE_ITO": "palette",
+    "CATEGORIES": "record", "StepProfile": "record",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
     "DoesNotFit": "step", "StepRunner": "step", "profile_step": "step", "time_step": "step",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",

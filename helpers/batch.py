@@ -1,7 +1,7 @@
 """Memory against batch size: the affine law, and the largest batch that fits.
 
-Introduced in lesson 01 (mini-batching); the batch-size widget
-(:mod:`helpers.teaching.widgets`) is built on :class:`PeakCurve`.
+Introduced in lesson 01 (mini-batching); the widgets
+(:mod:`helpers.teaching.widgets`) are built on :class:`PeakCurve` and :func:`largest_fit`.
 
 During a training step every allocation is either independent of the batch
 size ``b`` (parameters, gradients, optimizer states) or proportional to it
@@ -385,3 +385,73 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
     return Estimate(b, between(lo.peak_allocated_bytes, hi.peak_allocated_bytes), categories,
                     hi.peak.label, False, lo.backend, cublas_handles=cublas_handles(lo),
                     convolutions=has_convolutions(lo))
+
+
+def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
+                card: str | None = None) -> tuple[int, dict[int, Estimate]]:
+    """The largest ``n`` from ``lowest`` to ``highest`` whose step fits ``capacity``, each candidate traced.
+
+    ``n`` is a batch size, or a sequence length in steps of some tokens.  A
+    step's peak is the maximum of affine functions of its token count (each
+    moment's memory is affine in the batch, and with flash attention in the
+    sequence too), so the line through two traced points (:func:`fit_affine`)
+    predicts the answer; each prediction is traced and judged
+    (:meth:`Estimate.verdict`, the rule of every widget), and the next line
+    goes through the last two points, or the search halves the interval where
+    a line makes no progress.  Where the peak is affine near the answer, four
+    traces settle it: two for the line, the answer and the one above it.
+
+    Args:
+        estimate_at: ``n -> Estimate`` of a direct trace (judged by its
+            reserved peak when it has one).
+        lowest, highest: the range searched, ``1 <= lowest <= highest``.
+        capacity: the GPU's memory in bytes.
+        card: the card's name when it is one of :data:`helpers.gpus.GPU_CARDS`:
+            its verdicts then add the lines it adds (the cuBLAS workspaces), as
+            the widgets' do; None for a bare capacity.
+
+    Returns:
+        ``(n, estimates)``: the answer (0 when not even ``lowest`` fits) and
+        every estimate judged, by ``n``; ``estimates[n + 1]`` exists unless
+        ``n`` is ``highest`` or 0.
+
+    Raises:
+        ValueError: for a bad range, or as ``estimate_at`` does.
+    """
+    check_int("lowest", lowest, 1)
+    check_int("highest", highest, lowest)
+    seen: dict[int, Estimate] = {}
+    order: list[int] = []
+
+    def fits(n: int) -> bool:
+        if n not in seen:
+            seen[n] = estimate_at(n)
+            order.append(n)
+        return seen[n].verdict(capacity, card).fits
+
+    if not fits(lowest):
+        return 0, seen
+    lo, hi = lowest, highest + 1  # lo fits; hi does not (or lies beyond the range)
+    n = min(highest, 4 * lowest)
+    for _ in range(4 * highest.bit_length() + 8):
+        if n != lo:
+            if fits(n):
+                lo = max(lo, n)
+            else:
+                hi = min(hi, n)
+        if hi - lo <= 1:
+            return lo, seen
+        same = [m for m in order if seen[m].where == seen[order[-1]].where]  # the same moment peaks
+        x1, x2 = same[-2:] if len(same) > 1 else order[-2:]
+        e1, e2 = seen[x1], seen[x2]
+        y1, y2 = (e.reserved_bytes if e.reserved_bytes is not None else e.peak_bytes for e in (e1, e2))
+        try:
+            v = e2.verdict(capacity, card)  # its overhead; headroom() leaves out a listed card's cuBLAS workspaces
+            guess = fit_affine([x1, x2], [y1, y2]).largest_batch(capacity, v.overhead)
+        except ValueError:  # flat: the peak does not grow here (the optimizer step's, say): look further
+            guess = 4 * max(x1, x2)
+        guess = min(max(guess, lo + 1), hi - 1)
+        if guess in seen:  # no progress along the line: halve the interval
+            guess = (lo + hi) // 2
+        n = guess
+    return lo, seen  # not reached for a peak that does not fall as n grows

@@ -3,7 +3,8 @@
 Introduced in lesson 03 (ResNet18 layer by layer).  A :class:`StepProfile` is
 what :func:`helpers.step.profile_step` returns: the events, the peak, memory by
 category, every storage with its dtype and shape, and the allocation log.  The
-figures (:mod:`helpers.teaching.plots`) and the widgets only read it.
+figures (:mod:`helpers.teaching.plots`) and the widgets only read it; each
+category's colour is :data:`helpers.palette.CATEGORY_COLORS`.
 
 The categories.  Rajbhandari et al., "ZeRO: Memory Optimizations
 Toward Training Trillion Parameter Models" (2020), section 3, splits training
@@ -43,34 +44,6 @@ from .units import MiB, fmt_bytes
 
 
 CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")
-
-#: The Okabe-Ito palette (M. Okabe and K. Ito, *Color Universal Design*, 2002;
-#: B. Wong, "Points of view: Color blindness", Nature Methods 8, 441, 2011):
-#: eight colours that stay distinct for the common kinds of colour blindness.
-#: Every figure of the course draws from it, plus ``grey`` for "other".
-OKABE_ITO = {
-    "orange": "#E69F00",
-    "sky blue": "#56B4E9",
-    "bluish green": "#009E73",
-    "yellow": "#F0E442",
-    "blue": "#0072B2",
-    "vermillion": "#D55E00",
-    "reddish purple": "#CC79A7",
-    "black": "#000000",
-    "grey": "#999999",
-}
-
-#: One colour per category (Okabe-Ito), shared by the figures (plots.py) and
-#: the widgets.  Neighbours in :data:`CATEGORIES` order (the order of a stacked
-#: bar) differ in hue and in lightness, so that they contrast in grey scale too.
-CATEGORY_COLORS = {
-    "parameters": OKABE_ITO["blue"],
-    "gradients": OKABE_ITO["orange"],
-    "optimizer_states": OKABE_ITO["reddish purple"],
-    "input": OKABE_ITO["yellow"],
-    "activations": OKABE_ITO["bluish green"],
-    "other": OKABE_ITO["grey"],
-}
 
 
 def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: str = "other") -> dict[int, str]:

@@ -51,3 +51,14 @@ def cuda_size(nbytes: int) -> str:
         if nbytes > scale:
             return f"{nbytes / scale:.2f} {unit}"
     return f"{nbytes} bytes"
+
+
+def unit_scale(unit: str, allowed: tuple[str, ...] = ("MiB", "GiB")) -> int:
+    """Bytes in one ``unit``, for a figure that offers the ``allowed`` units: ``unit_scale("GiB") == 2**30``.
+
+    Raises:
+        ValueError: for a unit not in ``allowed`` (``"unit must be one of MiB, GiB, got 'GB'"``).
+    """
+    if unit not in allowed or unit not in _SCALE:
+        raise ValueError(f"unit must be one of {', '.join(allowed)}, got {unit!r}")
+    return _SCALE[unit]

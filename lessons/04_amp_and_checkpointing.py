@@ -53,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from helpers import CATEGORIES, DoesNotFit, MiB, fmt_bytes, profile_step, round_up
 from helpers.teaching.data import load_digits
 from helpers.models import build_model, digits_cnn, sequential_form
-from helpers.record import OKABE_ITO
+from helpers.palette import OKABE_ITO
 from helpers.teaching.plots import plot_peak_bars, plot_timeline
 from helpers.saved import forward_saved_bytes
 from helpers.techniques import Checkpointed

@@ -44,7 +44,7 @@ from helpers import GPU_CARDS, GiB, Meter, MiB, fmt_bytes, profile_step
 from helpers.batch import model_state_estimate
 from helpers.config import OPTIMIZER_NAMES, TORCH_OPTIMIZERS
 from helpers.models.gpt import GPT2_PRESETS
-from helpers.record import CATEGORY_COLORS
+from helpers.palette import CATEGORY_COLORS
 from helpers.teaching.plots import plot_bytes_per_parameter
 from helpers.techniques import STATE_BYTES, STEP_TEMPORARY_BYTES
 

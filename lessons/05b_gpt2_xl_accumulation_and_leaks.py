@@ -48,7 +48,7 @@ from helpers import GPU_CARDS, GiB, Meter, MiB, fits, fmt_bytes, profile_step
 from helpers.loops import LOOPS, forward_peak, loop_memory
 from helpers.models import digits_mlp
 from helpers.models.gpt import GPT, GPT2_PRESETS
-from helpers.record import CATEGORY_COLORS
+from helpers.palette import CATEGORY_COLORS
 from helpers.teaching.data import load_digits
 from helpers.teaching.plots import plot_accumulation, plot_inference_and_leaks
 from helpers.teaching.widgets import PARAMETER_COUNT, WillItFit

@@ -47,6 +47,7 @@ import torch
 from helpers import GPU_CARDS, GiB, fit_affine, fmt_bytes, profile_step
 from helpers.batch import Estimate
 from helpers.models import hf
+from helpers.techniques.lora import apply_lora
 from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens, plot_published_comparison
 from helpers.teaching.published import finetune_comparison
 from helpers.teaching.widgets import CARD_48GB, FineTuneFit
@@ -98,7 +99,7 @@ with torch.device("meta"):
 c = llama.config
 P8 = sum(p.numel() for p in llama.parameters())
 assert P8 == hf.SHIPPED[L8].parameters  # 8,030,261,248: the Hub's "8.03B"
-lora = hf.apply_lora(llama, 16, ("q_proj", "v_proj"))
+lora = apply_lora(llama, 16, ("q_proj", "v_proj"))
 adapters = sum(p.numel() for p in lora.parameters() if p.requires_grad)
 h, q_out, v_out = c.hidden_size, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
 assert adapters == c.num_hidden_layers * 16 * ((h + q_out) + (h + v_out))  # rank x (in + out), q and v, 32 layers
@@ -150,7 +151,7 @@ TINYLLAMA = dict(model_type="llama", hidden_size=2048, intermediate_size=5632, n
                  rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False)
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 with torch.device("meta"):
-    tiny = hf.apply_lora(hf.build_causal_lm(TINYLLAMA), 64, ALL_LINEAR)
+    tiny = apply_lora(hf.build_causal_lm(TINYLLAMA), 64, ALL_LINEAR)
 counts = sum(p.numel() for p in tiny.parameters() if p.requires_grad), sum(p.numel() for p in tiny.parameters())
 assert counts == (50_462_720, 1_150_511_104)  # the issue's print_trainable_parameters(), exactly
 ISSUE = dict(param_dtype="bfloat16", optimizer="adamw", attention="flash", steady_state=True, device="simulated")
@@ -321,7 +322,7 @@ assert by_key["qlora-guanaco-65b"].ratio > 1 and by_key["unsloth-hf-24gb"].ratio
 # ```python
 # all_linear = profile_step(L8, 1, lora_rank=16, lora_targets=ALL_LINEAR, param_dtype="bfloat16", checkpoint=1, **at2k)
 # with torch.device("meta"):
-#     trained = sum(p.numel() for p in hf.apply_lora(hf.build_causal_lm(L8), 16, ALL_LINEAR).parameters()
+#     trained = sum(p.numel() for p in apply_lora(hf.build_causal_lm(L8), 16, ALL_LINEAR).parameters()
 #                   if p.requires_grad)
 # qv = techniques["LoRA r16, checkpointing"]
 # extra = all_linear.peak_allocated_bytes - qv.peak_allocated_bytes
@@ -333,7 +334,7 @@ assert by_key["qlora-guanaco-65b"].ratio > 1 and by_key["unsloth-hf-24gb"].ratio
 # 41,943,040 parameters (0.52%), six times the q and v adapters, and 0.4 GiB more at the peak: the new adapters' float32 weights and AdamW's two moments, 12 bytes per trained parameter (their gradients do not exist yet at the peak, the start of backward). With checkpointing, the float32 input copies of section 3 exist only for the one layer being recomputed, so adapting every layer costs almost nothing here; without it, every layer would keep them.
 # </details>
 #
-# **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.teaching.widgets import largest_fit`) on `Estimate.of(profile_step(...))`, then check the answer against section 5's line.
+# **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.batch import largest_fit`) on `Estimate.of(profile_step(...))`, then check the answer against section 5's line.
 
 # %%
 # Your code here: largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, ...)
@@ -342,7 +343,7 @@ assert by_key["qlora-guanaco-65b"].ratio > 1 and by_key["unsloth-hf-24gb"].ratio
 # <details><summary>Solution</summary>
 #
 # ```python
-# from helpers.teaching.widgets import largest_fit
+# from helpers.batch import largest_fit
 #
 # card = "RTX A6000 48 GB"
 # found, seen = largest_fit(lambda b: Estimate.of(profile_step(L8, b, seq_len=2048, **QLORA_CKPT)), 1, 64, CARDS[card])

@@ -7,7 +7,7 @@ For every ``lessons/*.ipynb`` (found by glob, so a new or split lesson is checke
   the figure's cell, beginning "Look ..." or "Figure ..." (the lessons' "Look at ..."
   captions), of at least 12 words, which is also the text equivalent of what the
   figure shows (the website uses its first sentence as the figure's alt text);
-* every figure is drawn in the Okabe-Ito palette (``helpers.record.OKABE_ITO``):
+* every figure is drawn in the Okabe-Ito palette (``helpers.palette.OKABE_ITO``):
   each colour that covers at least 0.2% of the picture and is not a grey is a
   palette colour, or one blended with white (a tint, transparency) or with black
   (a shade), within 8 levels of 255 per channel.
@@ -29,7 +29,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from helpers.record import OKABE_ITO
+from helpers.palette import OKABE_ITO
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))

@@ -32,7 +32,7 @@ def test_figures_draw_in_the_okabe_ito_palette(small):
     from matplotlib.colors import to_hex
 
     from helpers.allocator import replay
-    from helpers.record import OKABE_ITO
+    from helpers.palette import OKABE_ITO
     from helpers.teaching.plots import plot_reserved
 
     palette = {c.lower() for c in OKABE_ITO.values()}
@@ -81,7 +81,7 @@ def test_the_memory_map_tells_the_first_step_apart_and_shows_small_long_lived_bl
     from matplotlib.colors import to_hex
 
     from helpers.allocator import replay
-    from helpers.record import CATEGORY_COLORS, OKABE_ITO
+    from helpers.palette import CATEGORY_COLORS, OKABE_ITO
     from helpers.teaching.plots import plot_memory_map
 
     step = profile_step("resnet18", 2, image_size=32, num_classes=10, device="simulated", steady_state=True)
@@ -123,7 +123,7 @@ def test_reserved_bars_draw_four_bars_per_step_and_check_their_inputs(small):
 def test_plot_bytes_per_parameter_stacks_parts_in_category_colours_and_refuses_bad_input():
     from matplotlib.colors import to_hex
 
-    from helpers.record import CATEGORY_COLORS
+    from helpers.palette import CATEGORY_COLORS
     from helpers.teaching.plots import plot_bytes_per_parameter
 
     bars = {"fp32 Adam": [("parameters", "param", 4), ("gradients", "grad", 4), ("optimizer_states", "Adam", 8)],

@@ -4,7 +4,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 from helpers import GiB, profile_step
-from helpers.record import CATEGORIES, CATEGORY_COLORS, OKABE_ITO
+from helpers.palette import CATEGORY_COLORS, OKABE_ITO
+from helpers.record import CATEGORIES
 from helpers.teaching.plots import plot_accumulation, plot_inference_and_leaks
 
 

@@ -5,7 +5,7 @@ from matplotlib.colors import to_hex
 
 from helpers import GiB, fit_affine, profile_step
 from helpers.gpus import CUDA_OVERHEAD_BYTES, GPU_CARDS
-from helpers.record import CATEGORY_COLORS
+from helpers.palette import CATEGORY_COLORS
 from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens
 
 CARDS = {"V100 16 GB": GPU_CARDS["V100 16 GB"], "H100 80 GB": GPU_CARDS["H100 80 GB"]}

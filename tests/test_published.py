@@ -1,4 +1,4 @@
-"""Published real-GPU figures beside the engine's (helpers/teaching/published.py, issues 23 and 24).
+"""Published real-GPU figures beside the engine's (helpers/teaching/published.json, read by published.py).
 
 The rows are checked for form here; the fast rows (ViT-L/16 and two BERT
 steps, a few seconds each) are run through the engine and must land where
@@ -32,6 +32,7 @@ def test_every_row_is_well_formed():
         assert row.url.startswith("https://"), row.key
         assert row.card is None or row.card in gpus.GPU_CARDS, row.key
         assert row.setup and row.source, row.key
+        assert "{" not in row.url + row.setup + row.gap, f"{row.key}: a text left unformatted"
         assert row.gap and "computed by" not in row.gap, f"{row.key}: the gap is not explained yet"
         names = [name for name, _ in row.options]
         assert names == sorted(names) and set(names) <= FIELDS and "device" not in names, row.key
@@ -55,7 +56,10 @@ def test_the_rows_name_the_published_setups():
     guanaco = P.ROWS["qlora-guanaco-65b"]
     assert guanaco.published == 48 * 2**30 and guanaco.measured == "card" and guanaco.config().lora_rank == 64
     assert P.ROWS["bert-sdpa-b16-s512"].published == 3_961_013_000
-    assert len([r for r in P.ENGINE_CHECKS if r.key.startswith("bert-")]) == 2 * len(P.BERT_TABLE) == 12
+    bert = P.ROWS["bert-eager-b16-s512"]  # its texts computed from its options: 16 x 512 tokens, float16 logits
+    assert "batch 16 of 512 random token ids" in bert.setup and "attn_implementation='eager'" in bert.setup
+    assert "a dense 8192 x 30522 float16 matrix (500.1 MB)" in bert.gap
+    assert len([r for r in P.ENGINE_CHECKS if r.key.startswith("bert-")]) == 12  # 6 (batch, seq), 2 kernels
 
 
 @pytest.mark.parametrize("key", FAST)
@@ -128,13 +132,13 @@ def test_the_table_and_the_figure_show_every_row():
 
 def test_bloomz_7b1_builds_with_its_published_parameter_count():
     with torch.device("meta"):
-        model = P.EagerCausalLM(P.BLOOMZ_7B1)()
+        model = P.ROWS["peft-readme-bloomz"].config().model()
     assert sum(p.numel() for p in model.parameters()) == 7_069_016_064
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
 
 
 def test_bert_base_builds_in_float16_with_its_parameter_count():
     with torch.device("meta"):
-        model = P.BertLM("sdpa")()
+        model = P.ROWS["bert-sdpa-b4-s256"].config().model()
     assert sum(p.numel() for p in model.parameters()) == 109_514_298
     assert {p.dtype for p in model.parameters()} == {torch.float16} and model.training

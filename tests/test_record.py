@@ -182,7 +182,7 @@ def test_html_repr_is_a_small_table(resnet18_b128):
 
 
 def test_every_category_has_its_own_okabe_ito_colour():
-    from helpers.record import CATEGORY_COLORS, OKABE_ITO
+    from helpers.palette import CATEGORY_COLORS, LINE_COLORS, OKABE_ITO, PART_COLORS
 
     # The palette's published values (Wong, Nature Methods 8, 441, 2011), plus grey for "other".
     published = {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"}
@@ -191,3 +191,4 @@ def test_every_category_has_its_own_okabe_ito_colour():
     colours = [CATEGORY_COLORS[name].upper() for name in CATEGORIES]
     assert set(colours) <= set(OKABE_ITO.values()) and len(set(colours)) == len(colours)
     assert CATEGORY_COLORS["other"] == OKABE_ITO["grey"]
+    assert set(LINE_COLORS) | set(PART_COLORS) <= set(OKABE_ITO.values())

@@ -12,7 +12,8 @@ import pytest
 from helpers import profile_step
 from helpers.batch import Estimate, card_verdicts
 from helpers.gpus import GPU_CARDS, judge
-from helpers.teaching.widgets import CARD_48GB, SEQ_STEP, FineTuneFit, largest_fit
+from helpers.batch import largest_fit
+from helpers.teaching.widgets import CARD_48GB, SEQ_STEP, FineTuneFit
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
 STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")

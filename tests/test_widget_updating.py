@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from helpers.teaching import widgets as widgets_module
-from helpers.teaching.widgets import MemoryExplorer, working
+from helpers.teaching.views import working
+from helpers.teaching.widgets import MemoryExplorer, base
 
 
 def _shown(widget) -> list[str]:
@@ -67,7 +67,7 @@ def test_an_interrupted_update_does_not_stay_updating(monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(widgets_module, "reserved_estimate", interrupted)
+    monkeypatch.setattr(base, "reserved_estimate", interrupted)
     with pytest.raises(KeyboardInterrupt):
         w.batch_size.value = 10
     assert "gm-busy" not in w.view.value and w.result is None

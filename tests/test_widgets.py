@@ -1,4 +1,4 @@
-"""helpers.teaching.widgets: the batch-size widget, its controls and its pure view."""
+"""helpers.teaching.widgets and views: the batch-size widget, its controls and its pure view."""
 
 import re
 
@@ -8,8 +8,8 @@ from torch import nn
 
 from helpers import profile_step
 from helpers.batch import Estimate
-from helpers.teaching.widgets import (IMAGE_SIZES, PARAMETER_COUNT, SEQ_LENS, MemoryExplorer, WillItFit, render,
-                                      verdict)
+from helpers.teaching.views import render, verdict
+from helpers.teaching.widgets import IMAGE_SIZES, PARAMETER_COUNT, SEQ_LENS, MemoryExplorer, WillItFit
 from helpers.units import MiB, fmt_mib
 
 

@@ -10,7 +10,7 @@ from helpers.__main__ import main
 from helpers.batch import Estimate, card_verdicts, cublas_handles, has_convolutions
 from helpers.gpus import (COMPUTE_CAPABILITY, CUBLAS_LINE, CUDA_OVERHEAD_BYTES, CUDNN_LINE, GPU_CARDS,
                           card_of, cublas_workspace_bytes, fits, headroom, judge, unseen_lines)
-from helpers.teaching.widgets import render
+from helpers.teaching.views import render
 
 MiB = 2**20
 

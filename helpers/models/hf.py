@@ -371,13 +371,3 @@ def build_causal_lm(config: Any, attn_implementation: str = "sdpa") -> nn.Module
     if attn_implementation not in ("sdpa", "eager"):
         raise ValueError(f"unknown attn_implementation {attn_implementation!r}; use sdpa or eager")
     return CausalLMBuilder(load_config(config), attn_implementation)()
-
-
-def __getattr__(name: str):
-    # Lesson 09 calls hf.apply_lora (LoRA now lives in helpers.techniques.lora): kept until it imports it
-    # from there (.importlinter ignores this one import up a layer).
-    if name == "apply_lora":
-        from ..techniques.lora import apply_lora
-
-        return apply_lora
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,257 @@
+"""Figures of the caching allocator: allocated against reserved memory, the allocator's memory map
+over time, and peaks under two settings (lesson 06)."""
+
+from __future__ import annotations
+
+import bisect
+
+from matplotlib.figure import Figure
+
+from ...palette import CATEGORY_COLORS, GREYS, LINE_COLORS, OKABE_ITO
+from ...record import CATEGORIES
+from ...units import MiB
+
+
+def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = None,
+                  title: str | None = None) -> Figure:
+    """Allocated (solid) and reserved (dashed) memory after every allocation-log entry.
+
+    Args:
+        replays: :class:`helpers.allocator.Replay` objects (e.g. one per allocator setting).
+        labels: one label per replay.
+        marks: vertical lines at log indices, by label (e.g. where a step starts).
+        title: figure title.
+
+    Raises:
+        ValueError: if ``labels`` and ``replays`` differ in length.
+    """
+    if len(labels) != len(replays):
+        raise ValueError(f"{len(labels)} labels for {len(replays)} replays")
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for i, (replay, label) in enumerate(zip(replays, labels)):
+        (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated",
+                          color=LINE_COLORS[i % len(LINE_COLORS)])
+        ax.plot([r / MiB for r in replay.reserved], lw=1.5, ls="--", color=line.get_color(),
+                label=f"{label}: reserved")
+        if replay.failed_at is not None:
+            ax.plot([replay.failed_at], [replay.reserved[-1] / MiB if replay.reserved else 0], "x",
+                    color=line.get_color(), ms=10, mew=2)
+    for text, index in (marks or {}).items():
+        ax.axvline(index, color=GREYS["text"], lw=0.8, ls=":")
+        ax.text(index, 1.0, f" {text}", transform=ax.get_xaxis_transform(), fontsize=8, color=GREYS["text"],
+                va="bottom")
+    ax.set_xlabel("allocation-log entry (each tensor allocated or freed)")
+    ax.set_ylabel("MiB")
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8, loc="upper left")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _close(open_ranges: dict, addr: int, size: int, t: int, done: list) -> None:
+    """Close the parts of the open address ranges that [addr, addr + size) covers, at time t."""
+    for (lo, hi), start in list(open_ranges.items()):
+        if hi <= addr or lo >= addr + size:
+            continue
+        del open_ranges[(lo, hi)]
+        done.append((max(lo, addr), min(hi, addr + size), start, t))
+        if lo < addr:
+            open_ranges[(lo, addr)] = start
+        if hi > addr + size:
+            open_ranges[(addr + size, hi)] = start
+
+
+def memory_map(trace: list[dict], segments: list[dict] | None = None) -> tuple[list, list]:
+    """Reserved ranges and allocated blocks over time, from an allocator trace.
+
+    Args:
+        trace: entries with ``action``, ``addr`` and ``size`` (and optionally
+            ``serial``), as :attr:`helpers.allocator.CachingAllocator.trace` or
+            ``torch.cuda.memory._snapshot()["device_traces"][0]`` give them.
+        segments: the snapshot's ``segments`` at the end of the trace, so that
+            segments and blocks that existed before recording began are shown
+            from the start (a real trace only holds what happened while it was
+            recorded).
+
+    Returns:
+        ``(reserved, blocks)``: ``reserved`` as ``(lo, hi, t0, t1)`` address
+        ranges held from the driver between trace entries ``t0`` and ``t1``;
+        ``blocks`` as ``(lo, hi, t0, t1, serial)``, one per allocation.
+    """
+    end = len(trace)
+    held: dict = {}
+    live: dict = {}
+    reserved, blocks = [], []
+    for t, e in enumerate(trace):
+        action, addr, size = e["action"], e["addr"], e["size"]
+        if action in ("segment_alloc", "segment_map"):
+            held[(addr, addr + size)] = t
+        elif action in ("segment_free", "segment_unmap"):
+            if not any(lo < addr + size and hi > addr for lo, hi in held):
+                held[(addr, addr + size)] = 0  # reserved before the trace began
+            _close(held, addr, size, t, reserved)
+        elif action == "alloc":
+            live[addr] = (addr + size, t, e.get("serial"))
+        elif action == "free_completed":
+            hi, t0, serial = live.pop(addr, (addr + size, 0, e.get("serial")))
+            blocks.append((addr, hi, t0, t, serial))
+    for seg in segments or []:
+        lo, hi = seg["address"], seg["address"] + seg["total_size"]
+        if not any(a < hi and b > lo for a, b in held):
+            held[(lo, hi)] = 0
+        for b in seg.get("blocks", []):
+            if b.get("state") == "active_allocated" and b["address"] not in live:
+                live[b["address"]] = (b["address"] + b["size"], 0, b.get("serial"))
+    reserved += [(lo, hi, t0, end) for (lo, hi), t0 in held.items()]
+    blocks += [(lo, hi, t0, end, serial) for lo, (hi, t0, serial) in live.items()]
+    return reserved, blocks
+
+
+#: Blocks that the engine did not label: the untraced first step's tensors.
+FIRST_STEP = "first step"
+#: Categories that live the whole step (or training): drawn at least
+#: ``min_height`` high in :func:`plot_memory_map`, so that they can be seen.
+_LONG_LIVED = ("parameters", "gradients", "optimizer_states")
+
+
+def _stacked_addresses(ranges: list[tuple[int, int]]):
+    """Lay the used address ranges out as bands, gaps between them removed (3% of the height in all).
+
+    Returns:
+        ``(rect, height)``: ``rect(lo, hi, t0, t1)`` gives the corners of a block of addresses
+        ``[lo, hi)`` alive from entry ``t0`` to ``t1`` (y in MiB); ``height`` is the bands' total in bytes.
+    """
+    merged: list[list[int]] = []  # address ranges ever used, disjoint
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    gap = 0.03 * sum(hi - lo for lo, hi in merged) / len(merged)
+    offsets, y = [], 0.0
+    for lo, hi in merged:
+        offsets.append((lo, hi, y))
+        y += hi - lo + gap
+    starts = [lo for lo, _, _ in offsets]
+
+    def rect(lo, hi, t0, t1):
+        first, _, base = offsets[bisect.bisect_right(starts, lo) - 1]
+        y0 = (base + lo - first) / MiB
+        y1 = y0 + (hi - lo) / MiB
+        return [(t0, y0), (t1, y0), (t1, y1), (t0, y1)]
+
+    return rect, y
+
+
+def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
+                    segments: list[dict] | None = None, title: str | None = None,
+                    first_step_until: int | None = None, min_height: float = 0.008) -> Figure:
+    """The allocator's segments and blocks over time, like memory_viz's "Allocator State History".
+
+    Time (trace entries) runs left to right; each segment is a band of
+    addresses (segments in address order, the gaps between them removed).
+    Grey: reserved but free; coloured: allocated blocks, by the category that
+    ``categories`` gives the trace's ``serial``.  Blocks of the long-lived
+    categories (parameters, gradients, optimizer states) are drawn at least
+    ``min_height`` of the axis high: their heights are not to scale, their
+    positions are.  Draws a simulated trace and a real one alike.
+
+    Args:
+        trace, segments: see :func:`memory_map`.
+        categories: storage serial -> category (e.g. from ``StepProfile.storages``).
+        title: figure title.
+        first_step_until: trace position (:meth:`helpers.allocator.Replay.trace_position`)
+            where the traced step begins; blocks allocated before it that
+            ``categories`` calls "other" are drawn as :data:`FIRST_STEP`.
+        min_height: the smallest height of a long-lived block, a fraction of the axis (0: all to scale).
+
+    Raises:
+        ValueError: for a trace with nothing reserved or allocated in it.
+    """
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    reserved, blocks = memory_map(trace, segments)
+    ranges = [(lo, hi) for lo, hi, *_ in reserved] + [(lo, hi) for lo, hi, *_ in blocks]
+    if not ranges:
+        raise ValueError("the trace has no segment and no allocation to draw")
+    rect, y = _stacked_addresses(ranges)
+    colours = {**CATEGORY_COLORS, FIRST_STEP: OKABE_ITO["sky blue"]}
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.add_collection(PolyCollection([rect(*r) for r in reserved], facecolors=GREYS["free"],
+                                     edgecolors=GREYS["free edge"], linewidths=0.3))
+    names = [categories.get(s, "other") if categories else "activations" for *_, s in blocks]
+    if first_step_until is not None:
+        names = [FIRST_STEP if n == "other" and b[2] < first_step_until else n for n, b in zip(names, blocks)]
+    floor = min_height * y
+    short = [(rect(*b[:4]), n) for b, n in zip(blocks, names) if n not in _LONG_LIVED]
+    long_lived = [(rect(lo, max(hi, lo + floor), t0, t1), n)
+                  for (lo, hi, t0, t1, _), n in zip(blocks, names) if n in _LONG_LIVED]
+    for group in (short, long_lived):  # long-lived blocks on top, where they widen
+        if group:
+            ax.add_collection(PolyCollection([r for r, _ in group], facecolors=[colours[n] for _, n in group],
+                                             edgecolors="none"))
+    ax.set_xlim(0, max(len(trace), 1))
+    ax.set_ylim(0, y / MiB)
+    ax.set_xlabel("allocator event (allocations, frees, segments)")
+    ax.set_ylabel("address: segments stacked (MiB)")
+    shown = [n for n in (FIRST_STEP, *CATEGORIES) if n in names] if categories else []
+    ax.legend(handles=[Patch(facecolor=GREYS["free"], edgecolor=GREYS["free edge"], label="reserved, free")] +
+              [Patch(color=colours[n], label=n.replace("_", " ")) for n in shown] +
+              ([] if categories else [Patch(color=CATEGORY_COLORS["activations"], label="allocated")]),
+              fontsize=8, loc="upper left")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def plot_reserved_bars(labels: list[str], tensors: list[int], default, expandable,
+                       title: str | None = None) -> Figure:
+    """Per step: its tensors' peak, and peak allocated and reserved under two allocator settings.
+
+    One group of horizontal bars per step, in MiB: the tensors at the peak
+    (what the engine counts, ``StepProfile.peak_allocated_bytes``), peak
+    allocated (unsplit rests included) and peak reserved of the allocator
+    model with the default settings, and peak reserved with
+    ``expandable_segments:True``.  Each default reserved bar is labelled with
+    its ratio to peak allocated.
+
+    Args:
+        labels: one label per step.
+        tensors: bytes of tensors at each step's peak.
+        default, expandable: one :class:`helpers.allocator.Replay` per step
+            (default settings, then ``expandable_segments:True``).
+        title: figure title.
+
+    Raises:
+        ValueError: if the four lists differ in length.
+    """
+    if not len(labels) == len(tensors) == len(default) == len(expandable):
+        raise ValueError(f"{len(labels)} labels, {len(tensors)} peaks, {len(default)} and "
+                         f"{len(expandable)} replays: give one of each per step")
+    bars = [("tensors at the peak", [t / MiB for t in tensors], OKABE_ITO["grey"]),
+            ("peak allocated", [r.peak_allocated / MiB for r in default], OKABE_ITO["sky blue"]),
+            ("peak reserved (defaults)", [r.peak_reserved / MiB for r in default], OKABE_ITO["blue"]),
+            ("peak reserved (expandable_segments)", [r.peak_reserved / MiB for r in expandable],
+             OKABE_ITO["vermillion"])]
+    fig = Figure(figsize=(9, 1.0 + 1.1 * len(labels)), layout="constrained")
+    ax = fig.add_subplot()
+    height = 0.8 / len(bars)
+    for k, (name, values, colour) in enumerate(bars):
+        ys = [i + (k - (len(bars) - 1) / 2) * height for i in range(len(labels))]
+        ax.barh(ys, values, height=height, color=colour, label=name)
+        if name == "peak reserved (defaults)":
+            for y, value, r in zip(ys, values, default):
+                ax.annotate(f"×{r.peak_reserved / r.peak_allocated:.2f}", (value, y), textcoords="offset points",
+                            xytext=(3, 0), va="center", fontsize=8)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()  # the first step on top
+    ax.set_xlabel("MiB")
+    ax.set_xlim(0, 1.1 * max(max(v) for _, v, _ in bars))
+    fig.legend(fontsize=8, loc="outside lower center", ncols=4)  # below the axis: no bar hidden
+    if title:
+        ax.set_title(title)
+    return fig

@@ -1,0 +1,186 @@
+"""The widgets' view: one estimate as HTML, with its verdict, and the view while one is computed.
+
+Pure functions of their arguments (the widgets of :mod:`helpers.teaching.widgets`
+set their ``HTML.value`` from them).  Every verdict is the rule the command
+line applies, :meth:`helpers.batch.Estimate.verdict` (:func:`helpers.gpus.judge`):
+the whole step's peak plus the assumed overhead (CUDA context and allocator
+cache), or the peak reserved by the allocator model plus the CUDA context; on
+a card of :data:`helpers.gpus.GPU_CARDS` also its cuBLAS workspaces
+(:func:`helpers.gpus.unseen_lines`).
+
+The view carries its figures as data for programs (the browser test reads
+them): ``.gm-explorer`` has ``data-batch``, ``data-gpu`` and ``data-capacity``;
+``.gm-verdict`` ``data-fits``; ``.gm-bytes`` ``data-category`` and
+``data-bytes``; ``.gm-unseen`` ``data-line`` (and ``data-bytes`` unless not
+modelled); ``.gm-peak`` and ``.gm-reserved`` ``data-bytes``.  While
+``.gm-busy`` is shown, the figures inside it are the previous ones.
+"""
+
+from __future__ import annotations
+
+import html
+
+from ..batch import Estimate
+from ..gpus import CACHE_ALLOWANCE_BYTES, CUBLAS_LINE, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
+from ..palette import CATEGORY_COLORS, OKABE_ITO
+from ..record import CATEGORIES
+from ..units import fmt_bytes
+
+#: The assumed overhead is not a measured category: hatched, not filled.
+_HATCH = "repeating-linear-gradient(45deg,#bbbbbb 0 3px,#f4f4f4 3px 7px)"
+_BAR_STYLE = "position:relative;height:26px;width:100%;max-width:640px;background:#f4f4f4;margin:6px 0"
+_NOTE_STYLE = "color:#555;font-size:90%"
+
+
+def _paint(name: str) -> str:
+    """CSS background of a category, of cached free memory, of the cuBLAS workspaces, or of an assumed overhead."""
+    if name == CUBLAS_LINE:
+        return OKABE_ITO["sky blue"]
+    return CATEGORY_COLORS.get(name, "#dcdcdc" if name == "reserved, free" else _HATCH)
+
+
+def _size(nbytes: float, unit: str) -> str:
+    """Bytes in the widget's unit, thousands grouped: ``'16,160.0 MiB'`` or ``'15.8 GiB'``."""
+    return fmt_bytes(nbytes, unit, grouped=True)
+
+
+def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB") -> str:
+    """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes."""
+    left, out = 0.0, []
+    for name, nbytes in parts:
+        width = 100 * nbytes / scale
+        out.append(f'<div title="{name}: {_size(nbytes, unit)}" style="position:absolute;top:0;bottom:0;'
+                   f'left:{left:.3f}%;width:{width:.3f}%;background:{_paint(name)}"></div>')
+        left += width
+    return "".join(out)
+
+
+def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str = "MiB") -> tuple[bool, str]:
+    """Whether the step fits, and the sentence that says so (and what it judged).
+
+    On a card of the list: :meth:`helpers.batch.Estimate.verdict`, the rule of
+    :func:`helpers.gpus.judge` that the command line applies too, in its words
+    (:meth:`helpers.gpus.Verdict.sentence`).  On this machine's own GPU
+    (``measured_here``): the step ran, with the real overhead, or ran out of
+    memory.  For a bare parameter count (backend ``"formula"``): the model
+    states alone are judged, and a verdict of "fits" says so, since the
+    activations are not counted.
+
+    Args:
+        r: the estimate at one batch size.
+        gpu: the GPU's name (``"V100 16 GB"``, or ``"this GPU"``).
+        capacity: its memory in bytes.
+        measured_here: the capacity is this machine's own GPU, whose overhead
+            is real (no assumed overhead is added).
+        unit: ``"MiB"`` or ``"GiB"``: the unit of the lesson the widget is in.
+
+    Raises:
+        ValueError: for another unit.
+    """
+    if unit not in ("MiB", "GiB"):
+        raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
+    scale = 2**20 if unit == "MiB" else 2**30
+    if r.peak_bytes is None:
+        return False, f"does not fit: batch {r.batch_size} ran out of memory on this GPU ({r.error})"
+    if measured_here:
+        return True, (f"fits on this GPU: the whole step ran, peak allocated {_size(r.peak_bytes, unit)} measured "
+                      f"({_size(capacity, unit)})")
+    v = r.verdict(capacity, gpu if gpu in GPU_CARDS else None)
+    if r.backend == "formula":
+        sums = (f"{r.peak_bytes / scale:,.1f} + {v.overhead / scale:,.1f} + "
+                f"{v.unseen / scale:,.{1 if v.unseen >= scale / 10 else 2}f} = "
+                f"{_size(v.need, unit)} {'<=' if v.fits else '>'} {_size(capacity, unit)}")
+        if v.fits:
+            return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
+                          f"{_size(v.overhead, unit)} assumed overhead + cuBLAS workspaces = {sums}")
+        return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {_size(v.overhead, unit)} "
+                       f"assumed overhead + cuBLAS workspaces = {sums}")
+    return v.fits, v.sentence(gpu, r.allocator_error or "", unit=unit)
+
+
+def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, unit: str = "MiB") -> tuple[str, str]:
+    """The widget's view of one estimate: ``(message, html)``.
+
+    A pure function of its arguments: the verdict (:func:`verdict`), a bar of
+    the peak by category against the GPU's capacity (and, when the peak is
+    under a fifth of it, a second bar on the peak's own scale), the bytes per
+    category, what the card adds that the tensors do not show (the lines of
+    :func:`helpers.gpus.unseen_lines`: the cuBLAS workspaces; the cuDNN
+    workspaces, "not modelled"), and where the peak was reached; sizes in
+    ``unit`` (``"MiB"`` or ``"GiB"``), exact bytes in the view's data
+    attributes (see the module's docstring).
+    """
+    ok, message = verdict(r, gpu, capacity, measured_here, unit)
+    head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" '
+            f'style="font-weight:bold;color:{"#1a7f37" if ok else "#b00"}">{html.escape(message)}</div>')
+    top = (f'<div class="gm-explorer" data-batch="{r.batch_size}" data-gpu="{html.escape(gpu)}" '
+           f'data-capacity="{capacity}">')
+    if r.peak_bytes is None:
+        return message, f'{top}{head}</div>'
+    parts = [(name, r.categories.get(name, 0)) for name in CATEGORIES]
+    if r.reserved_bytes is not None:  # the replayed cache instead of the assumed allowance
+        overhead = max(r.reserved_bytes - r.peak_bytes, 0) + CUDA_CONTEXT_BYTES
+        parts += [("reserved, free", overhead - CUDA_CONTEXT_BYTES), ("CUDA context (assumed)", CUDA_CONTEXT_BYTES)]
+    elif measured_here:
+        overhead = 0
+    else:
+        overhead = CUDA_OVERHEAD_BYTES
+        parts += [("CUDA context (assumed)", CUDA_CONTEXT_BYTES), ("allocator cache (assumed)", CACHE_ALLOWANCE_BYTES)]
+    lines = r.verdict(capacity, gpu).lines if gpu in GPU_CARDS and not measured_here else {}
+    for name, nbytes in lines.items():  # what the card adds that the traced tensors do not show
+        if nbytes:
+            parts.append((name, nbytes))
+            overhead += nbytes
+    scale = max(capacity, r.peak_bytes + overhead) * 1.05
+    line = (f'<div title="{html.escape(gpu)}: {_size(capacity, unit)}" style="position:absolute;'
+            f'top:-4px;bottom:-4px;left:{100 * capacity / scale:.3f}%;border-left:3px solid #b00"></div>')
+    bar = (f'<div style="{_NOTE_STYLE}">against the GPU\'s {_size(capacity, unit)} (red line):</div>'
+           f'<div class="gm-bar" style="{_BAR_STYLE}">{_bar(parts, scale, unit)}{line}</div>')
+    if r.peak_bytes < 0.2 * capacity:  # too thin to read: show the peak on its own scale too
+        bar += (f'<div style="{_NOTE_STYLE}">the peak alone, on its own scale:</div>'
+                f'<div class="gm-zoom" style="{_BAR_STYLE}">{_bar(parts[:len(CATEGORIES)], r.peak_bytes * 1.05, unit)}</div>')
+    rows = []
+    for name, nbytes in parts:
+        swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
+                  f'background:{_paint(name)}"></span>')
+        cell = (f'class="gm-unseen" data-line="{name}" data-bytes="{nbytes}"' if name in lines else
+                f'class="gm-bytes" data-category="{name}" data-bytes="{nbytes}"')
+        rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
+                    f'<td {cell} style="text-align:right">{_size(nbytes, unit)}</td></tr>')
+    for name, nbytes in lines.items():
+        if nbytes is None:
+            rows.append(f'<tr><td style="padding-right:16px">{name}</td><td class="gm-unseen" data-line="{name}" '
+                        f'style="text-align:right">not modelled</td></tr>')
+    rows.append(f'<tr><td style="padding-right:16px"><b>peak allocated (whole step)</b></td><td class="gm-peak" '
+                f'data-bytes="{r.peak_bytes}" style="text-align:right"><b>{_size(r.peak_bytes, unit)}</b></td></tr>')
+    if r.reserved_bytes is not None:
+        rows.append(f'<tr><td style="padding-right:16px"><b>peak reserved (simulated)</b></td><td '
+                    f'class="gm-reserved" data-bytes="{r.reserved_bytes}" style="text-align:right">'
+                    f'<b>{_size(r.reserved_bytes, unit)}</b></td></tr>')
+    table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
+    source = ("from the parameter count" if r.backend == "formula" else
+              "traced" if r.traced else "interpolated between traced batch sizes")
+    note = (f'<div style="{_NOTE_STYLE}">batch {r.batch_size}; peak of the whole step at the '
+            f'{html.escape(r.where)}; {r.backend}, {source}.</div>')
+    return message, f'{top}{head}{bar}{table}{note}</div>'
+
+
+def working(note: str, previous: str = "") -> str:
+    """The view while a result is being computed: ``note`` in bold, over the ``previous`` view dimmed.
+
+    The previous figures stay in place (the layout does not jump) but greyed,
+    so that they never look current; the next result replaces the whole view.
+
+    Args:
+        note: what is being done (``"tracing resnet18 ... at batch 200"``), as plain text.
+        previous: the view's HTML before the change ("" for none).
+    """
+    stale = (f'<div class="gm-stale" style="opacity:0.35;filter:grayscale(100%)">{previous}</div>'
+             if previous else "")
+    return (f'<div class="gm-busy" aria-busy="true"><div class="gm-updating" style="font-weight:bold;color:#555">'
+            f'updating&hellip; {html.escape(note)}</div>{stale}</div>')
+
+
+def refused(message: str, after: str = "") -> str:
+    """The view of a configuration that cannot run: ``message`` (plain text), then ``after`` (HTML)."""
+    return f'<div class="gm-refused" style="color:#a00">{html.escape(message)}{after}</div>'

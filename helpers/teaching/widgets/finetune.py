@@ -1,0 +1,243 @@
+"""Lesson 09's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+
+from ...batch import Estimate, largest_fit, reserved_estimate
+from ...config import StepConfig, check_int
+from ...gpus import GPU_CARDS
+from ...models import hf
+from ...units import fmt_bytes
+from ..views import refused, render
+from .base import StepWidget, WatchedCurve
+
+#: The fine-tuning widget's models: the shipped 7-8B Hugging Face configs (:data:`helpers.models.hf.SHIPPED`).
+FINETUNE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3")
+#: Its methods: label -> what they set (LoRA's rank comes from the rank menu).
+FINETUNE_METHODS = {"full fine-tuning": {}, "LoRA": {"lora": True},
+                    "QLoRA (NF4 base)": {"lora": True, "quantization": "nf4"}}
+#: Its optimizers: label -> :class:`helpers.config.StepConfig` options.
+FINETUNE_OPTIMIZERS = {"AdamW": {"optimizer": "adamw"}, "8-bit AdamW": {"optimizer": "adamw8bit"},
+                       "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True}}
+#: The questions it answers.
+QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
+#: LoRA ranks in its menu.
+LORA_RANKS = (8, 16, 32, 64, 128)
+#: The longest sequence is searched in steps of this many tokens.
+SEQ_STEP = 256
+#: A 48 GB card beside :data:`helpers.gpus.GPU_CARDS`' 24 and 80 GB ones: the ``total_memory`` that
+#: ``torch.cuda.get_device_properties`` printed for an NVIDIA RTX A6000, 48676 MiB (pytorch/ao,
+#: ``torchao/prototype/hqq/README.md``, "GPU details").  It is not a card of ``GPU_CARDS`` (nor of
+#: :data:`helpers.gpus.COMPUTE_CAPABILITY`): judged as a bare capacity, its verdicts add no cuBLAS
+#: workspace line (two of about 8 MiB on that card: a hair of its 47.5 GiB).
+CARD_48GB = {"RTX A6000 48 GB": 48676 * 2**20}
+
+
+class FineTuneFit(StepWidget):
+    """Lesson 09's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?
+
+    The step: one steady-state training step (forward, next-token loss,
+    backward, ``optimizer.step()``) of a Hugging Face causal LM built from a
+    shipped config, under bfloat16 autocast, simulated.  The method is full
+    fine-tuning, LoRA of a rank on peft's default targets, or QLoRA (the same
+    LoRA over a 4-bit NF4 base); "reserved" replays the step through the
+    allocator model on the card, as in :class:`MemoryExplorer`.
+
+    The questions (:data:`QUESTIONS`): "does it fit?" (the batch and sequence
+    shown); "largest batch" at the sequence shown, and "longest sequence" at
+    the batch shown, in steps of :data:`SEQ_STEP` tokens, found by
+    :func:`helpers.batch.largest_fit`.  The answer is put into its control and
+    the view shows its traced step; sizes in GiB.
+
+    Args:
+        model: one of :data:`FINETUNE_MODELS`.
+        method: a key of :data:`FINETUNE_METHODS`.
+        lora_rank: LoRA's rank, one of :data:`LORA_RANKS` (ignored for full fine-tuning).
+        optimizer: a key of :data:`FINETUNE_OPTIMIZERS`.
+        weights: ``"float32"`` or ``"bfloat16"``: the dtype of the weights
+            that are not quantized (``param_dtype``).
+        checkpointing: Hugging Face's gradient checkpointing, each decoder layer a segment.
+        seq, batch_size: the sequence length (tokens) and the batch.
+        capacity: a card of :data:`helpers.gpus.GPU_CARDS` or :data:`CARD_48GB`.
+        question: one of :data:`QUESTIONS`.
+        reserved: judge by the simulated allocator's reserved peak.
+        models: the model menu: names of :data:`helpers.models.hf.SHIPPED`
+            (default :data:`FINETUNE_MODELS`; the tests offer SmolLM2-135M, which traces fast).
+
+    Attributes:
+        model, method, lora_rank, optimizer, weights, checkpointing, seq,
+            batch_box, capacity, question, reserved: the controls;
+            view, result, message: as in :class:`MemoryExplorer`.
+        answer: the answer to "largest batch" or "longest sequence" in words
+            ("" for "does it fit?"); largest: the number (0: not even the
+            smallest fits; None for "does it fit?").
+
+    Raises:
+        ValueError: for an initial value the controls cannot take, or a step
+            :class:`helpers.config.StepConfig` refuses.
+    """
+
+    UNIT = "GiB"
+    _PLACEHOLDER = ("menus for a 7-8B model, the method (full fine-tuning, LoRA, QLoRA), optimizer, weights, "
+                    "checkpointing, sequence, batch and GPU, and whether the training step fits, or the largest "
+                    "batch or longest sequence that does.")
+    _TRACE_ENDS = False  # each configuration is traced at the batch size asked for
+    MAX_BATCH = 512
+
+    def __init__(self, model: str = FINETUNE_MODELS[0], method: str = "LoRA", lora_rank: int = 16,
+                 optimizer: str = "AdamW", weights: str = "bfloat16", checkpointing: bool = True,
+                 seq: int = 2048, batch_size: int = 1, capacity: str = "RTX 4090 24 GB",
+                 question: str = QUESTIONS[0], reserved: bool = False,
+                 models: tuple[str, ...] = FINETUNE_MODELS):
+        if not models or any(m not in hf.SHIPPED for m in models):
+            raise ValueError(f"models must be shipped configs ({', '.join(hf.SHIPPED)}), got {models!r}")
+        for name, value, choices in (("model", model, models), ("method", method, FINETUNE_METHODS),
+                                     ("lora_rank", lora_rank, LORA_RANKS), ("optimizer", optimizer, FINETUNE_OPTIMIZERS),
+                                     ("weights", weights, ("float32", "bfloat16")), ("question", question, QUESTIONS),
+                                     ("capacity", capacity, (*GPU_CARDS, *CARD_48GB))):
+            if value not in choices:
+                raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(map(str, choices))}")
+        for name, value in (("checkpointing", checkpointing), ("reserved", reserved)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        self._max_seq = {m: hf.load_config(m).max_position_embeddings for m in models}
+        check_int("seq", seq, 1, self._max_seq[model])
+        self._start("simulated", next(iter(GPU_CARDS)), batch_size, self.MAX_BATCH)
+        self.capacities.update(CARD_48GB)
+        self.capacity.options = sorted(self.capacities, key=self.capacities.get)
+        self.capacity.value = capacity
+        style = self._STYLE
+        self.model = widgets.Dropdown(options=list(models), value=model, description="model", style=style,
+                                      layout=widgets.Layout(width="400px"))
+        self.method = widgets.Dropdown(options=list(FINETUNE_METHODS), value=method, description="method",
+                                       style=style)
+        self.lora_rank = widgets.Dropdown(options=LORA_RANKS, value=lora_rank, description="LoRA rank", style=style)
+        self.optimizer = widgets.Dropdown(options=list(FINETUNE_OPTIMIZERS), value=optimizer,
+                                          description="optimizer", style=style, layout=widgets.Layout(width="400px"))
+        self.weights = widgets.Dropdown(options=["float32", "bfloat16"], value=weights, description="weights",
+                                        style=style)
+        self.checkpointing = widgets.Checkbox(checkpointing, description="gradient checkpointing", indent=False)
+        self.seq = widgets.BoundedIntText(seq, min=1, max=self._max_seq[model], description="sequence",
+                                          style=style, layout=widgets.Layout(width="220px"))
+        self.batch_box.description, self.batch_box.style = "batch size", style
+        self.batch_box.layout.width = "200px"  # the 110 px label and a box wide enough to show the number
+        self.question = widgets.Dropdown(options=QUESTIONS, value=question, description="question", style=style)
+        self.reserved = widgets.Checkbox(reserved, description="reserved (simulated allocator)", indent=False)
+        self.answer, self.largest = "", None
+        self.config()  # StepConfig checks the initial step
+        controls = [self.model, self.method, self.lora_rank, self.optimizer, self.weights, self.checkpointing,
+                    self.seq, self.question, self.reserved]
+        self._finish([widgets.HBox([self.model, self.method, self.lora_rank]),
+                      widgets.HBox([self.optimizer, self.weights, self.checkpointing]),
+                      widgets.HBox([self.seq, self.batch_box, self.capacity]),
+                      widgets.HBox([self.question, self.reserved])], controls, batch_row=False)
+
+    def config(self, seq: int | None = None) -> StepConfig:
+        """The step the controls show (batch size aside), at ``seq`` tokens if given."""
+        method = FINETUNE_METHODS[self.method.value]
+        options = dict(FINETUNE_OPTIMIZERS[self.optimizer.value])
+        if method.get("quantization"):
+            options["quantization"] = method["quantization"]
+        if self.weights.value != "float32":
+            options["param_dtype"] = self.weights.value
+        return StepConfig(model=self.model.value, batch_size=1, seq_len=seq or self.seq.value, amp=True,
+                          amp_dtype="bfloat16", checkpoint=1 if self.checkpointing.value else 0,
+                          lora_rank=self.lora_rank.value if method.get("lora") else 0, steady_state=True,
+                          device=self.backend, **options).curve_key()
+
+    def _busy(self, key: StepConfig) -> str:
+        rank = f" r{key.lora_rank}" if key.lora_rank else ""
+        what = {"largest batch": ", searching the largest batch",
+                "longest sequence": ", searching the longest sequence"}.get(self.question.value, "")
+        return (f"{key.label}, {self.method.value}{rank}, {self.optimizer.value}, at {key.seq_len:,} tokens"
+                f"{what}")
+
+    def estimate_at(self, seq: int, batch_size: int) -> Estimate:
+        """The traced step at ``seq`` tokens and ``batch_size`` (cached), judged as the view judges it:
+        with the reserved view, replayed through the allocator model on the card."""
+        key = self.config(seq)
+        if key not in self._curves:
+            self._curves[key] = WatchedCurve(key, self._working)
+        profile = self._curves[key].trace(batch_size)
+        gpu = self.capacity.value
+        if self.reserved.value:
+            return reserved_estimate(profile, self.capacities[gpu])
+        return Estimate.of(profile)
+
+    def largest_batch(self) -> tuple[int, dict[int, Estimate]]:
+        """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`)."""
+        seq = self.seq.value
+        gpu = self.capacity.value
+        return largest_fit(lambda b: self.estimate_at(seq, b), 1, self.MAX_BATCH, self.capacities[gpu],
+                           gpu if gpu in GPU_CARDS else None)
+
+    def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
+        """The longest sequence at the batch shown, in tokens (a multiple of :data:`SEQ_STEP`), and the
+        estimates judged by sequence length (:func:`largest_fit`)."""
+        batch = self.batch_box.value
+        gpu = self.capacity.value
+        steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
+                                  self._max_seq[self.model.value] // SEQ_STEP, self.capacities[gpu],
+                                  gpu if gpu in GPU_CARDS else None)
+        return steps * SEQ_STEP, {n * SEQ_STEP: e for n, e in seen.items()}
+
+    def _recompute(self) -> None:
+        question = self.question.value
+        self.batch_box.disabled = question == "largest batch"
+        self.seq.disabled = question == "longest sequence"
+        self.seq.max = self._max_seq[self.model.value]
+        self.answer, self.largest = "", None
+        gpu = self.capacity.value
+        if question == QUESTIONS[0]:
+            super()._recompute()
+            return
+        try:
+            if question == "largest batch":
+                found, seen = self.largest_batch()
+                lowest, step, what = 1, 1, f"largest batch at {self.seq.value:,} tokens"
+            else:
+                found, seen = self.longest_sequence()
+                lowest, step, what = SEQ_STEP, SEQ_STEP, f"longest sequence at batch {self.batch_box.value}"
+        except ValueError as e:
+            self.result = None
+            self.message = f"cannot run this configuration: {e}"
+            self.view.value = refused(self.message)
+            return
+        self.largest = found
+        shown = found or lowest
+        capacity = self.capacities[gpu]
+        if found:
+            self.answer = f"{what} that fits {gpu}: {found:,}"
+            if question == "longest sequence" and found == self._max_seq[self.model.value] // SEQ_STEP * SEQ_STEP:
+                self.answer += " (the model's whole context)"
+            elif question == "largest batch" and found == self.MAX_BATCH:
+                self.answer += f" (the end of the menu, {self.MAX_BATCH})"
+            if found + step in seen:
+                need = seen[found + step].verdict(capacity, gpu if gpu in GPU_CARDS else None).need
+                self.answer += (f" ({found + step:,} does not fit: it needs "
+                                f"{'more than the card' if need is None else fmt_bytes(need, self.UNIT, grouped=True)})")
+        else:
+            self.answer = (f"no batch fits {gpu} at {self.seq.value:,} tokens: not even batch 1"
+                           if question == "largest batch" else
+                           f"no sequence fits {gpu} at batch {self.batch_box.value}: not even {SEQ_STEP} tokens")
+        self._quiet = True
+        try:  # the controls show the step on display
+            if question == "largest batch":
+                self.batch_box.value = shown
+            else:
+                self.seq.value = shown
+        finally:
+            self._quiet = False
+        self.result = seen[shown]
+        self.message, view = render(self.result, gpu, capacity, False, self.UNIT)
+        head = (f'<div class="gm-answer" data-question="{html.escape(question)}" data-answer="{found}" '
+                f'style="font-weight:bold;margin-bottom:4px">{html.escape(self.answer)}</div>')
+        self.view.value = head + view
+
+    def summary(self) -> str:
+        """The answer (if a search was asked), the verdict, then bytes by category, as text."""
+        text = super().summary()
+        return f"{self.answer}\n{text}" if self.answer else text
