@@ -137,3 +137,34 @@ def test_a_verdict_in_gib_says_the_same_in_another_unit():
                                                     "= 150.6 GiB > 79.2 GiB")
     with pytest.raises(ValueError, match="unit must be 'MiB' or 'GiB'"):
         v.sentence("H100 80 GB", unit="GB")
+
+
+def test_a_verdict_with_almost_no_margin_is_tight():
+    """One rule beside "fits" (helpers.gpus.TIGHT_FRACTION): under 5% of the card to spare is "fits, tight",
+    said with what is spare and why it is too little, in the sentence every widget shows and in the CLI."""
+    from helpers.__main__ import _fits_lines
+    from helpers.gpus import TIGHT_FRACTION, TIGHT_REASON
+
+    v100 = GPU_CARDS["V100 16 GB"]
+    workspaces = 2 * 8_519_680  # two cuBLAS handles on a V100
+    issue = judge(v100, round(16_070.7 * MiB) - CUDA_OVERHEAD_BYTES - workspaces)  # issue 34's 16,070.7 <= 16,160
+    assert issue.fits and issue.tight and issue.answer == "fits, tight"
+    assert issue.sentence("V100 16 GB") == (
+        "fits in V100 16 GB, tight: peak allocated of the whole step + 1,024.0 MiB assumed overhead + cuBLAS "
+        "workspaces = 15,030.4 + 1,024.0 + 16.2 = 16,070.7 MiB <= 16,160.0 MiB (tight: 89.3 MiB to spare, under "
+        f"5% of the card; {TIGHT_REASON})")
+    edge = judge(v100, v100 - CUDA_OVERHEAD_BYTES - workspaces)  # nothing to spare: still fits, tightly
+    assert edge.fits and edge.tight and edge.spare == 0
+    room = TIGHT_FRACTION * v100
+    at_margin = judge(v100, v100 - CUDA_OVERHEAD_BYTES - workspaces - int(room) - 1)
+    assert at_margin.fits and not at_margin.tight and at_margin.answer == "fits" and at_margin.tight_note() == ""
+    just_under = judge(v100, v100 - CUDA_OVERHEAD_BYTES - workspaces - int(room) + 1)
+    assert just_under.tight
+    over = judge(v100, v100)
+    assert not over.fits and not over.tight and over.answer == "does not fit" and over.spare < 0
+    assert not judge(v100, 10 * GiB, peak_reserved=None, reserved=True).tight  # ran out: no fit, so not tight
+    lines = _fits_lines({"V100 16 GB": issue, "A100 40 GB": judge(GPU_CARDS["A100 40 GB"], 15 * GiB)})
+    assert lines[1].split()[3:6] == ["fits,", "tight", "needs"] and lines[1].endswith(": 89.3 MiB to spare")
+    assert lines[2].split()[3:5] == ["fits", "needs"] and "spare" not in lines[2]
+    assert lines[-1] == f"  tight: under 5% of the card to spare, too close to call ({TIGHT_REASON})"
+
