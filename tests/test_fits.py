@@ -168,3 +168,23 @@ def test_a_verdict_with_almost_no_margin_is_tight():
     assert lines[2].split()[3:5] == ["fits", "needs"] and "spare" not in lines[2]
     assert lines[-1] == f"  tight: under 5% of the card to spare, too close to call ({TIGHT_REASON})"
 
+
+def test_a_widget_shows_a_tight_verdict_in_amber():
+    """The widgets' view (helpers.teaching.widgets.render) says "tight" and marks it, by the same rule."""
+    from helpers.teaching.widgets import render
+
+    v100 = GPU_CARDS["V100 16 GB"]
+    cats = {"parameters": 1 * GiB}
+    tight = Estimate(256, round(15_030.4 * MiB), cats)
+    message, view = render(tight, "V100 16 GB", v100)
+    spare = judge(v100, tight.peak_bytes).spare
+    assert message.startswith("fits in V100 16 GB, tight: ") and f"{spare / MiB:,.1f} MiB to spare" in message
+    assert 'data-fits="true" data-tight="true"' in view and "color:#9a6700" in view
+    message, view = render(Estimate(128, 8 * GiB, cats), "V100 16 GB", v100)
+    assert message.startswith("fits in V100 16 GB: ") and 'data-fits="true" data-tight="false"' in view
+    assert "color:#1a7f37" in view
+    message, view = render(Estimate(512, 16 * GiB, cats), "V100 16 GB", v100)
+    assert message.startswith("does not fit") and 'data-fits="false" data-tight="false"' in view
+    # a parameter count (model states only): the same rule, in its own sentence
+    message, view = render(Estimate(1, round(15_030.4 * MiB), cats, backend="formula"), "V100 16 GB", v100)
+    assert message.startswith("model states fit in V100 16 GB") and f"(tight: {spare / MiB:,.1f} MiB to spare" in message
