@@ -42,7 +42,7 @@ def test_the_answer_comes_first_and_the_table_only_on_request(capsys):
     assert len(table) == len(out) + 1 + len(steady.events)  # the header, then one line per event
 
 
-def test_help_shows_examples_that_run_as_written():
+def test_help_shows_examples_that_parse_as_written():
     from helpers.__main__ import EXAMPLES, _parser
 
     help_text = subprocess.run([sys.executable, "-m", "helpers", "profile", "--help"], capture_output=True,
