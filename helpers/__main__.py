@@ -247,12 +247,12 @@ def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
 def _inputs(profile) -> str:
     """The batch in words: ``"batch 1 of 2,048 tokens"``, ``"batch 128 of 3x224x224 images"``."""
     shape, config_ = profile.input_shape, profile.config
-    if config_.tokens:
+    if config_.tokens or config.PRESET_INPUTS.get(config_.model) == "token ids":  # a preset at its context
         what = f"{shape[0]:,} tokens"
     elif config_.input_shape is None and config_.inputs is None and len(shape) == 3:
         what = f"{'x'.join(map(str, shape))} images"
     else:
-        what = f"samples of shape ({', '.join(map(str, shape))})" if shape else "what --model's inputs make"
+        what = f"samples of shape {tuple(shape)}" if shape else "what --model's inputs make"
     return f"batch {config_.batch_size:,} of {what}"
 
 

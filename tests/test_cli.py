@@ -168,7 +168,7 @@ def test_a_language_model_runs_batch_1_unless_told(capsys):
         return {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
 
     assert TOKEN_BATCH == 1
-    assert _batch_size(options("--model", "gpt2"))[0] == 1
+    assert _batch_size(options("--model", "gpt2"))[0] == 1  # a preset at its context: token ids too
     assert _batch_size(options("--model", "llama3-8b"))[0] == 1
     assert _batch_size(options("--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048"))[0] == 1
     assert _batch_size(options("--model", "resnet18")) == (128, "")
@@ -181,6 +181,21 @@ def test_a_language_model_runs_batch_1_unless_told(capsys):
     assert main(["profile", "--model", "gpt2", "--seq-len", "16", "--batch-size", "2", "--device", "simulated",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["batch_size"] == 2
+
+
+def test_the_answer_says_what_the_batch_is():
+    from types import SimpleNamespace
+
+    from helpers.__main__ import _inputs
+
+    def said(shape, **options):
+        return _inputs(SimpleNamespace(input_shape=shape, config=config.StepConfig(**options)))
+
+    assert said((1024,), model="gpt2", batch_size=1) == "batch 1 of 1,024 tokens"  # the preset's context
+    assert said((16,), model="gpt2", seq_len=16, batch_size=2) == "batch 2 of 16 tokens"
+    assert said((3, 224, 224), model="resnet18") == "batch 128 of 3x224x224 images"
+    assert said((64,), model="mlp", batch_size=4) == "batch 4 of samples of shape (64,)"
+    assert said((1, 28, 28), model="resnet18", input_shape=(1, 28, 28)) == "batch 128 of samples of shape (1, 28, 28)"
 
 
 def test_step_event_labels_are_not_cut(capsys):
