@@ -27,19 +27,20 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 
 setup: $(BIN)/.installed
 
-# Copy each lesson into $(WORK)/ unless the learner already has it there, then
-# open JupyterLab on the copies. JupyterLab refuses to run as root (common in
-# containers) unless told to.
+# Copy each lesson into $(WORK)/ unless the learner already has it there, as a
+# plain notebook (no jupytext pairing: saving it writes no .py beside it;
+# tools/learner_copies.py), then open JupyterLab on the copies, with the
+# course's JupyterLab settings (tools/jupyter-config: no news pop-up, no update
+# check). JupyterLab refuses to run as root (common in containers) unless told to.
+JUPYTER_SETTINGS = JUPYTER_CONFIG_PATH="$(CURDIR)/tools/jupyter-config$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}"
 lessons: setup
-	mkdir -p $(WORK)
-	for nb in lessons/*.ipynb; do [ -e "$(WORK)/$$(basename $$nb)" ] || cp "$$nb" $(WORK)/; done
-	$(BIN)/jupyter lab $(WORK)/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(BIN)/python tools/learner_copies.py lessons $(WORK)
+	$(JUPYTER_SETTINGS) $(BIN)/jupyter lab $(WORK)/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # Start over: replace the working copies with the committed lessons.
-reset-lessons:
+reset-lessons: setup
 	rm -rf $(WORK)
-	mkdir -p $(WORK)
-	cp lessons/*.ipynb $(WORK)/
+	$(BIN)/python tools/learner_copies.py lessons $(WORK)
 
 # One pytest worker per core (pytest-xdist), each test file or notebook whole on
 # one worker, and one torch thread per worker: the step's many small operations

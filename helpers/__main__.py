@@ -1,14 +1,21 @@
 """Command line: ``python -m helpers profile ...`` and ``python -m helpers check``.
 
-``profile`` prints the per-module memory log of one training step (see
-:func:`helpers.step.profile_step`), which GPUs of :data:`helpers.gpus.GPU_CARDS`
-it fits (:func:`helpers.batch.card_verdicts`: the rule every widget applies, judged on the
-steady state, so with ``--steady-state``), and ends with
-``peak allocated: <X> MiB (<backend>)`` (then, with ``--reserved``, the
-allocator model's figures).
-``--json`` prints one JSON object instead.  Bad input exits with status 2 and
-one line naming the problem; a step that does not fit on a real GPU exits
-with status 1.
+``profile`` runs one training step (:func:`helpers.step.profile_step`) and
+prints the answer first: the peak allocated memory (its first line,
+``peak allocated: <X> MiB (<backend>)``), where the step reaches it, what
+fills it, and for each GPU of :data:`helpers.gpus.GPU_CARDS` whether the step
+fits (:func:`helpers.batch.card_verdicts`, the rule every widget applies:
+"fits", "fits, tight" or "does not fit").  The step is the steady state by
+default (the second step, when the optimizer's states exist: what every step of
+a training loop needs, and what a verdict judges); ``--first-step`` traces the
+first one instead, with no verdict.  The batch size defaults to 1 for token
+inputs (a language model's sample is a whole sequence) and to 128 otherwise.
+``--table`` adds the per-module log of the step; ``--json`` prints one JSON
+object instead; ``--reserved`` adds the caching-allocator model's figures.
+
+Bad input exits with status 2 and one line naming the problem, in the flags'
+names (``--lora-rank``, not ``lora_rank``: :func:`in_flags`); a step that does
+not fit on a real GPU exits with status 1.
 
 ``check`` is the workshop pre-flight check (see :mod:`helpers.check`): exit
 status 0 when the lessons will run, 1 when the environment is broken.
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 
 from . import config  # no torch import: `check` must run when torch is broken
@@ -66,12 +74,41 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+#: ``--help``'s examples: what a new user types first.
+EXAMPLES = """examples:
+  python -m helpers profile
+      ResNet18 at batch 128 on 224x224 images: the peak, what fills it, which GPUs it fits
+  python -m helpers profile --model resnet50 --batch-size 64 --amp --checkpoint 4
+      the same with mixed precision and activation checkpointing (lesson 04)
+  python -m helpers profile --model meta-llama/Llama-3.1-8B --seq-len 2048 --amp --amp-dtype bfloat16 \\
+      --lora-rank 16 --optimizer adamw
+      LoRA fine-tuning of a shipped Hugging Face config at 2,048 tokens, batch 1 (lesson 09)
+  python -m helpers profile --model gpt2 --seq-len 1024 --batch-size 8 --table
+      GPT-2 at batch 8, then the step's memory module by module
+  python -m helpers profile --model mypackage.models:build --input-shape 1,28,28
+      your own model: a function that returns an nn.Module
+  python -m helpers check
+      the pre-flight check for a workshop"""
+
+#: The batch size when ``--batch-size`` is not given and the inputs are token ids.  A language
+#: model's sample is a whole sequence, every token of it a position with its own activations in
+#: every layer: one sequence of 2,048 tokens is already 2,048 of them, and 128 sequences are a
+#: pre-training batch spread over many GPUs (3.2 TiB for Llama-3 8B at 2,048 tokens).  Batch 1
+#: is the smallest step, the one that must fit before any larger one: the first question asked
+#: of a language model.  Images and other samples keep StepConfig's default, 128.
+TOKEN_BATCH = 1
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
     parser = _Parser(prog="python -m helpers",
                      description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("profile", help="memory of one training step, module by module")
+    p = sub.add_parser("profile", help="memory of one training step: the peak, what fills it, which GPUs it fits",
+                       description="The memory of one training step, simulated on fake tensors with CUDA's\n"
+                                   "rules (or measured on a GPU): the peak first, where the step reaches it,\n"
+                                   "what fills it, and which GPUs it fits.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
@@ -79,8 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
     for flag, name, text in config.CLI_OPTIONS:
-        default = defaults[name]
-        if isinstance(default, bool):
+        default = None if name == "batch_size" else defaults[name]  # 1 or 128: see _batch_size
+        if name == "steady_state":  # the default here: a verdict judges the steady state
+            p.add_argument(flag, dest=name, action="store_true", default=True, help=text)
+            p.add_argument("--first-step", dest=name, action="store_false",
+                           help="trace the first step instead, before the optimizer's states exist (no verdict)")
+        elif isinstance(default, bool):
             p.add_argument(flag, dest=name, action="store_true", help=text)
         elif name in choices:
             p.add_argument(flag, dest=name, choices=choices[name], default=default, help=text)
@@ -95,7 +136,9 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, dest=name, type=_number, default=default, help=text, metavar="P")
         else:
             p.add_argument(flag, dest=name, default=default, help=text)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--table", action="store_true",
+                   help="after the answer, the step's memory module by module: one line per event")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead (the table's events included)")
     p.add_argument("--reserved", action="store_true",
                    help="replay the step through the caching-allocator model: peak reserved memory, and which "
                         "GPUs it fits with reserved memory and an assumed CUDA context (lesson 06)")
@@ -104,6 +147,18 @@ def _parser() -> argparse.ArgumentParser:
                         "expandable_segments:True or max_split_size_mb:128")
     sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
+
+
+def _batch_size(options: dict) -> tuple[int, str]:
+    """The batch size to run, and why when it was not given: :data:`TOKEN_BATCH` for token inputs
+    (``--seq-len``, or a language preset of :data:`helpers.config.PRESET_INPUTS`), else StepConfig's."""
+    if options["batch_size"] is not None:
+        return options["batch_size"], ""
+    model = options["model"]
+    if options["seq_len"] is not None or config.PRESET_INPUTS.get(model) == "token ids":
+        return TOKEN_BATCH, (f"batch {TOKEN_BATCH}: the default for token inputs, whose sample is a whole "
+                             f"sequence; --batch-size to change it")
+    return config.StepConfig.batch_size, ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prog = "python -m helpers profile"
     options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
+    options["batch_size"], batch_note = _batch_size(options)
     try:
         if args.alloc_conf and not args.reserved:
             raise ValueError("--alloc-conf applies to the allocator model: give --reserved too")
@@ -133,56 +189,105 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
     except ValueError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {in_flags(str(e))}", file=sys.stderr)
         return 2
     if profile.params_without_grad:
         print(f"{prog}: warning: {len(profile.params_without_grad)} parameters got no gradient "
               f"(first: {profile.params_without_grad[0]}); this configuration does not train them",
               file=sys.stderr)
     allocator = _allocator_report(profile, settings) if args.reserved else None
-    verdicts = card_verdicts(profile, args.reserved, settings)
+    verdicts = card_verdicts(profile, args.reserved, settings) if profile.config.steady_state else None
     if args.json:
         out = profile.to_dict()
         if allocator is not None:
             out["allocator"] = allocator
-        out["fits"] = _fits_report(verdicts) if profile.config.steady_state else None
+        out["fits"] = _fits_report(verdicts) if verdicts else None
         print(json.dumps(out))
     else:
-        print(profile.table())
-        states = profile.model_state_bytes
-        print(f"model states at optimizer.step() (parameters + gradients + optimizer states): "
-              f"{states / 2**20:.1f} MiB, {states / profile.parameter_count:.2f} bytes per parameter "
-              f"({profile.parameter_count:,} parameters)")
-        print(_fits_line(verdicts) if profile.config.steady_state else
-              "whether training fits a GPU: give --steady-state (this is the first step, whose forward and backward "
-              "run before the optimizer's states exist)")
-        print(profile.summary())
+        print("\n".join(_answer(profile, verdicts, batch_note)))
         if allocator is not None:
             print(_allocator_lines(allocator))
-    beyond = _beyond_any_card(verdicts)
+        print(f"the step module by module ({len(profile.events):,} events): "
+              + ("below" if args.table else "add --table"))
+        if args.table:
+            print(profile.table())
+    beyond = _beyond_any_card(card_verdicts(profile) if verdicts is None else verdicts)
     if beyond:
         print(f"{prog}: note: {beyond}", file=sys.stderr)
     return 0
 
 
-def _fits_report(verdicts: dict) -> dict:
-    """The verdicts as JSON: what was judged, and per card whether it fits, the bytes needed, and the
-    lines the card adds that the traced tensors do not show (name -> bytes, null: not modelled)."""
-    first = next(iter(verdicts.values()))
-    return {"judged": first.judged, "basis": first.basis, "overhead_bytes": first.overhead,
-            "cards": {card: v.fits for card, v in verdicts.items()},
-            "need_bytes": {card: v.need for card, v in verdicts.items()},
-            "unseen_bytes": {card: dict(v.lines) for card, v in verdicts.items()},
-            "caveat": first.caveat or None}
+def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
+    """The answer, in lines: the peak, which step it is of, where it is reached, what fills it, the
+    verdict per card (:func:`_fits_lines`; none on a first step), then the model states."""
+    from .units import fmt_mib
+
+    config_ = profile.config
+    step = ("the steady-state training step (the second: the optimizer's states exist)" if config_.steady_state
+            else "the first training step (the optimizer's states do not exist yet)")
+    lines = [f"peak allocated: {fmt_mib(profile.peak_allocated_bytes)} ({profile.backend})",
+             f"  of {step}: {profile.model}, {_inputs(profile)}, {_options(config_)}",
+             *([f"  ({batch_note})"] if batch_note else []),
+             f"  reached by event {profile.peak_event}, {profile.peak.label}",
+             "what fills it at the peak:"]
+    width = max(len(name) for name in profile.categories)
+    lines += [f"  {name:<{width}} {fmt_mib(nbytes):>14}" for name, nbytes in profile.categories.items()]
+    if verdicts:
+        lines += _fits_lines(verdicts)
+    else:
+        lines.append("does it fit? no verdict on a first step: its forward and backward run before the optimizer's "
+                     "states exist (drop --first-step)")
+    states = profile.model_state_bytes
+    lines.append(f"model states at optimizer.step() (parameters + gradients + optimizer states): "
+                 f"{fmt_mib(states)}, {states / profile.parameter_count:.2f} bytes per parameter "
+                 f"({profile.parameter_count:,} parameters)")
+    return lines
 
 
-def _fits_line(verdicts: dict) -> str:
-    """Which cards the step fits, then one line per name of what the cards add (helpers.gpus.unseen_lines)."""
+def _inputs(profile) -> str:
+    """The batch in words: ``"batch 1 of 2,048 tokens"``, ``"batch 128 of 3x224x224 images"``."""
+    shape, config_ = profile.input_shape, profile.config
+    if config_.tokens or config.PRESET_INPUTS.get(config_.model) == "token ids":  # a preset at its context
+        what = f"{shape[0]:,} tokens"
+    elif config_.input_shape is None and config_.inputs is None and len(shape) == 3:
+        what = f"{'x'.join(map(str, shape))} images"
+    else:
+        what = f"samples of shape {tuple(shape)}" if shape else "what --model's inputs make"
+    return f"batch {config_.batch_size:,} of {what}"
+
+
+def _options(config_) -> str:
+    """The optimizer, then each option of the step that is not its default, as its flag."""
+    from .config import OPTIMIZER_NAMES
+
+    defaults = config.StepConfig()
+    said = {"model", "batch_size", "seq_len", "input_shape", "image_size", "optimizer", "steady_state", "device"}
+    flags = []
+    for flag, name, _ in config.CLI_OPTIONS:
+        value = getattr(config_, name)
+        if name in said or value == getattr(defaults, name):
+            continue
+        value = ",".join(value) if isinstance(value, tuple) else value
+        flags.append(flag if value is True else f"{flag} {value}")
+    return ", ".join([OPTIMIZER_NAMES[config_.optimizer], *flags])
+
+
+def _fits_lines(verdicts: dict) -> list[str]:
+    """Per card: fits, fits tightly or does not fit, and what it needs; then one line per name of what
+    the cards add (:func:`helpers.gpus.unseen_lines`), and why a tight verdict is too close to call."""
+    from .gpus import TIGHT_FRACTION, TIGHT_REASON
+    from .units import fmt_mib
+
     first = next(iter(verdicts.values()))
-    fit = [card for card, v in verdicts.items() if v.fits]
-    not_fit = [card for card, v in verdicts.items() if not v.fits]
-    lines = [f"fits ({first.judged} + the lines below): {', '.join(fit) or 'none of the listed GPUs'}"
-             + (f"; does not fit: {', '.join(not_fit)}" if not_fit else "")]
+    lines = [f"does it fit? {first.judged} + the lines below:"]
+    width = max(len(card) for card in verdicts)
+    for card, v in verdicts.items():
+        if v.need is None:
+            lines.append(f"  {card:<{width}}  {v.answer:<12}  the simulated allocator ran out of memory")
+            continue
+        sign = "<=" if v.fits else ">"
+        lines.append(f"  {card:<{width}}  {v.answer:<12}  needs {fmt_mib(v.need)} {sign} {fmt_mib(v.capacity)}"
+                     + (f": {fmt_mib(v.spare)} to spare" if v.tight else ""))
     for name in first.lines:
         sizes = [v.lines[name] for v in verdicts.values()]
         if all(n is None for n in sizes):
@@ -191,7 +296,63 @@ def _fits_line(verdicts: dict) -> str:
         else:
             lines.append(f"  {name}: " + ", ".join(f"{card} {n / 2**20:,.1f} MiB" for card, n in
                                                    zip(verdicts, sizes)))
-    return "\n".join(lines)
+    if any(v.tight for v in verdicts.values()):
+        lines.append(f"  tight: under {TIGHT_FRACTION:.0%} of the card to spare, too close to call ({TIGHT_REASON})")
+    return lines
+
+
+def _fits_report(verdicts: dict) -> dict:
+    """The verdicts as JSON: what was judged, and per card whether it fits (and tightly), the bytes needed,
+    and the lines the card adds that the traced tensors do not show (name -> bytes, null: not modelled)."""
+    from .gpus import TIGHT_FRACTION
+
+    first = next(iter(verdicts.values()))
+    return {"judged": first.judged, "basis": first.basis, "overhead_bytes": first.overhead,
+            "cards": {card: v.fits for card, v in verdicts.items()},
+            "tight": {card: v.tight for card, v in verdicts.items()}, "tight_fraction": TIGHT_FRACTION,
+            "need_bytes": {card: v.need for card, v in verdicts.items()},
+            "unseen_bytes": {card: dict(v.lines) for card, v in verdicts.items()},
+            "caveat": first.caveat or None}
+
+
+def in_flags(message: str) -> str:
+    """A message of :class:`helpers.config.StepConfig` or :mod:`helpers.models` in the command line's words.
+
+    The library names options as Python does (``lora_rank``, ``seq_len=``,
+    ``amp_dtype='bfloat16'``); the user typed flags (``--lora-rank``,
+    ``--seq-len``, ``--amp-dtype bfloat16``).  Each option of
+    :data:`helpers.config.CLI_OPTIONS` becomes its flag: a name with an
+    underscore anywhere outside quotes, ``name=value``, ``name=`` and
+    ``name (--flag)``; a one-word name (``reentrant``) only before "applies",
+    "must" or "segments", where it is the option and not the word.  Names of
+    options the command line does not have stay as they are.  An unknown
+    model's message also lists the shipped Hugging Face configs
+    (:data:`helpers.config.HF_SHIPPED`).
+    """
+    flags = {name: flag for flag, name, _ in config.CLI_OPTIONS}
+    names = "|".join(sorted(flags, key=len, reverse=True))
+    for said in (rf"\b({names})=? \((--[a-z-]+)\)", rf"\b({names})=?, (--[a-z-]+)"):  # "seq_len= (--seq-len)"
+        message = re.sub(said, lambda m: m.group(2) if m.group(2) == flags[m.group(1)] else m.group(0), message)
+
+    def valued(m: re.Match) -> str:
+        name, value = m.group(1), m.group(3)
+        if value in ("True", "False"):
+            return flags[name] if value == "True" else f"no {flags[name]}"
+        return f"{flags[name]} {value}"
+
+    message = re.sub(rf"\b({names})=(['\"]?)([\w.-]+)\2", valued, message)
+    message = re.sub(rf"\b({names})=(?=[\s,.;:)]|$)", lambda m: flags[m.group(1)], message)
+    parts = re.split(r"('[^'\s]+')", message)  # quoted values ('q_proj', a path) stay as typed
+    for i in range(0, len(parts), 2):
+        parts[i] = re.sub(rf"(?<![-\w./])({names})(?![-\w/]|[.:]\w)",
+                          lambda m: flags[m.group(1)] if "_" in m.group(1) else m.group(0), parts[i])
+        parts[i] = re.sub(rf"(?<![-\w])({names})(?= (applies|must|segments)\b)", lambda m: flags[m.group(1)],
+                          parts[i])
+    message = re.sub(r"(--[a-z-]+)([^;:]*?) \(\1\)", r"\1\2", "".join(parts))  # "--flag x (--flag)"
+    if message.startswith("unknown model "):
+        message += (f"; or a Hugging Face config shipped with the lessons (give --seq-len): "
+                    f"{', '.join(config.HF_SHIPPED)}")
+    return message
 
 
 def _allocator_report(profile, settings) -> dict:

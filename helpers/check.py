@@ -5,7 +5,8 @@ Prints, for the attendee's machine: the versions of what the lessons use
 backend the lessons will use, and whether ResNet18 at batch 128 fits (one
 steady-state training step, measured on a GPU; simulated otherwise, and then
 judged on each card of ``helpers.gpus.GPU_CARDS`` by the rule every widget and
-the command line apply, :func:`helpers.batch.card_verdicts`).
+the command line apply, :func:`helpers.batch.card_verdicts`; a card it fits
+with too little to spare is marked "(tight)", :attr:`helpers.gpus.Verdict.tight`).
 
 Exit status 0 when the lessons will run, 1 when the environment is broken
 (a package that does not import, a GPU that fails), each problem printed
@@ -133,7 +134,7 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
         out(f"  {'ResNet18':<12} batch 128 fits: peak {fmt_bytes(peak)} measured on this GPU")
     else:
         verdicts = card_verdicts(step)
-        fit = [card for card, v in verdicts.items() if v.fits]
+        fit = [card + (" (tight)" if v.tight else "") for card, v in verdicts.items() if v.fits]
         first = next(iter(verdicts.values()))
         out(f"  {'ResNet18':<12} batch 128: whole-step peak {fmt_mib(peak)} simulated; fits "
             f"{', '.join(fit) or 'none of the listed GPUs'} ({first.judged})")

@@ -403,7 +403,8 @@ CLI_OPTIONS = (
                          f"Face causal LM by its config (a shipped one, offline: {', '.join(HF_SHIPPED)}; a "
                          f"path/to/config.json; another Hub name org/model, online; give --seq-len), or your "
                          f"own: package.module:function or path/to/file.py:function (default resnet18)"),
-    ("--batch-size", "batch_size", "samples per batch (default 128)"),
+    ("--batch-size", "batch_size", "samples per batch (default 128; 1 for token inputs, whose sample is a "
+                                   "whole sequence)"),
     ("--image-size", "image_size", f"image height and width, for image models (default {IMAGE_SIZE})"),
     ("--input-shape", "input_shape", "shape of one float sample, comma-separated: 784 or 3,32,32 "
                                      "(default: 3,IMAGE_SIZE,IMAGE_SIZE)"),
@@ -417,7 +418,8 @@ CLI_OPTIONS = (
     ("--checkpoint", "checkpoint", "activation checkpointing with this many segments (default 0: off)"),
     ("--reentrant", "reentrant", "with --checkpoint: the reentrant variant (lesson 04's trap)"),
     ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
-    ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist (lesson 01)"),
+    ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist: what every "
+                                       "step of training needs, and what a verdict judges (the default; lesson 01)"),
     ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw or adamw8bit (8-bit states)"),
     ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
     ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),

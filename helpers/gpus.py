@@ -91,6 +91,20 @@ CACHE_ALLOWANCE_BYTES = 512 * 2**20
 #: :data:`CUDA_CONTEXT_BYTES` + :data:`CACHE_ALLOWANCE_BYTES` = 1 GiB.
 CUDA_OVERHEAD_BYTES = CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES
 
+#: A step that fits with less to spare than this fraction of the card's memory
+#: fits *tightly* (:attr:`Verdict.tight`): too close to call.  The verdict counts
+#: the traced tensors, the assumed overhead and the cuBLAS workspaces; it leaves
+#: out the cuDNN workspaces (up to the largest free block, see
+#: :func:`unseen_lines`), the allocator's fragmentation beyond the assumed cache
+#: or the replay, memory held by other processes on the card, and the few
+#: percent by which real-GPU peaks published for fully stated setups differ from
+#: the simulation (lesson 09, ``benchmarks/published_figures.py``).  5% is a round figure above
+#: that last error: 808 MiB of a V100's 16,160 MiB, 4 GiB of an H100's.
+TIGHT_FRACTION = 0.05
+#: Why a verdict is tight, in the words every verdict uses (:meth:`Verdict.sentence`).
+TIGHT_REASON = ("not counted: cuDNN workspaces, fragmentation beyond the model, other processes, "
+                "and the few percent by which real GPUs differ from the simulation")
+
 
 #: The default cuBLAS workspace of PyTorch 2.14.1 on compute capability 9, 10
 #: and 12 (Hopper, Blackwell): 32 MiB per handle and stream.
@@ -272,6 +286,29 @@ class Verdict:
         return BASIS[self.basis]
 
     @property
+    def spare(self) -> int | None:
+        """``capacity - need``: what the card has left (negative: missing); None if unknown."""
+        return None if self.need is None else self.capacity - self.need
+
+    @property
+    def tight(self) -> bool:
+        """It fits, with less than :data:`TIGHT_FRACTION` of the card to spare: too close to call."""
+        return self.fits and self.spare < TIGHT_FRACTION * self.capacity
+
+    @property
+    def answer(self) -> str:
+        """``"fits"``, ``"fits, tight"`` or ``"does not fit"``: the verdict in two words."""
+        return "does not fit" if not self.fits else "fits, tight" if self.tight else "fits"
+
+    def tight_note(self, unit: str = "MiB") -> str:
+        """For a :attr:`tight` verdict: how much is spare and why that is too little
+        (:data:`TIGHT_REASON`); ``""`` otherwise.  ``unit``: ``"MiB"`` or ``"GiB"``."""
+        if not self.tight:
+            return ""
+        size = fmt_bytes(self.spare, unit, grouped=True)
+        return f"tight: {size} to spare, under {TIGHT_FRACTION:.0%} of the card; {TIGHT_REASON}"
+
+    @property
     def caveat(self) -> str:
         """What the margin does not cover (:data:`CUDNN_NOTE` for a step with convolutions), or ``""``."""
         return CUDNN_NOTE if CUDNN_LINE in self.lines else ""
@@ -279,7 +316,8 @@ class Verdict:
     def sentence(self, gpu: str, detail: str = "", unit: str = "MiB") -> str:
         """The verdict in words: ``"fits in <gpu>: <what was judged> + cuBLAS workspaces = <peak> +
         <overhead> + <workspaces> = <need> MiB <= <capacity> MiB"``, or ``"does not fit in <gpu>: ..."``;
-        ``detail`` (say, why the allocator ran out of memory) and :attr:`caveat`, if any, follow in parentheses.
+        ``detail`` (say, why the allocator ran out of memory), :meth:`tight_note` and :attr:`caveat`, if any,
+        follow in parentheses; a :attr:`tight` verdict begins ``"fits in <gpu>, tight: ..."``.
 
         Args:
             gpu: the GPU's name.
@@ -293,7 +331,8 @@ class Verdict:
             raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
         scale = 2**20 if unit == "MiB" else 2**30
         verb = "fits" if self.fits else "does not fit"
-        notes = "; ".join(filter(None, [detail, self.caveat]))
+        tight = ", tight" if self.tight else ""
+        notes = "; ".join(filter(None, [detail, self.tight_note(unit), self.caveat]))
         more = f" ({notes})" if notes else ""
         judged = _basis(unit)[self.basis]
         named = [(name, n) for name, n in self.lines.items() if n]
@@ -303,7 +342,7 @@ class Verdict:
         size = functools.partial(fmt_bytes, unit=unit, grouped=True)
         terms = " + ".join([f"{self.peak / scale:,.1f}", f"{self.overhead / scale:,.1f}",
                             *(f"{n / scale:,.{1 if n >= scale / 10 else 2}f}" for _, n in named)])  # 16 MiB: 0.02 GiB
-        return (f"{verb} in {gpu}: {judged} = {terms} = "
+        return (f"{verb} in {gpu}{tight}: {judged} = {terms} = "
                 f"{size(self.need)} {'<=' if self.fits else '>'} {size(self.capacity)}{more}")
 
 

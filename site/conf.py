@@ -7,8 +7,11 @@
 # stored outputs are the pages' outputs.
 import pathlib
 import re
+import sys
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(_ROOT / "tools"))
+import publish  # noqa: E402  (where the course is published: site/publish.cfg)
 # The material's version: pyproject.toml's (CITATION.cff says the same; tests/test_citation.py checks).
 _VERSION = re.search(r'^version = "(.+)"', (_ROOT / "pyproject.toml").read_text(), re.M).group(1)
 
@@ -49,3 +52,6 @@ html_theme_options = {
                      '<a href="https://creativecommons.org/licenses/by/4.0/">CC BY 4.0</a>; '
                      'code: MIT. See <a href="licence.html">Licence and citation</a>.'),
 }
+# Launch links (Binder, JupyterHub via nbgitpuller, Colab) to run a lesson where the course is
+# published: off until site/publish.cfg sets them (tools/publish.py).
+html_theme_options.update(publish.theme_options(publish.settings()))

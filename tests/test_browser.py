@@ -68,10 +68,18 @@ from helpers.teaching.widgets import FINETUNE_METHODS, FINETUNE_OPTIMIZERS, PREC
 from helpers.transformer import transformer_step
 from lesson_runner import sections
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+from learner_copies import copy_lessons  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 REQUIRED = os.environ.get("BROWSER_TEST") == "required"
 VIEW = "application/vnd.jupyter.widget-view+json"
+
+#: Where the lab's folder keeps the learner's copies (tools/learner_copies.py), and a paired notebook.
+LEARNER, PAIRED = "my-lessons", "paired"
+#: The lesson saved from both (the smallest).
+SAVED = "00_setup_check.ipynb"
 
 #: Bounded waits, in seconds: each failure says which one ran out.
 SERVER_START, PAGE_LOAD, KERNEL_IDLE, RUN_CELLS, WIDGET_UPDATE = 90, 120, 120, 300, 120
@@ -176,12 +184,15 @@ def lab(tmp_path_factory):
         shutil.copy(path, work)
     for path, index, cls in WIDGETS:
         nbformat.write(trimmed(nbformat.read(path, as_version=4), index), work / _drive_name(path, index))
+    copy_lessons(ROOT / "lessons", work / LEARNER)  # the learner's copies, as make lessons makes them
+    paired = nbformat.read(ROOT / "lessons" / SAVED, as_version=4)  # and a paired notebook, to show what pairing does
+    paired.metadata["jupytext"] = {"formats": "ipynb,py:percent"}
+    (work / PAIRED).mkdir()
+    nbformat.write(paired, work / PAIRED / SAVED)
     settings = tmp / "settings"
-    for plugin, values in (("notebook-extension/tracker", {"windowingMode": "none"}),
-                           ("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False})):
-        file = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps(values))  # every cell rendered (no windowing); no news fetched (no network)
+    file = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps({"windowingMode": "none"}))  # every cell rendered (no windowing)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -189,6 +200,7 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
                JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"),
                JUPYTER_DATA_DIR=str(tmp / "data"),  # its own notary (trusted notebooks), not the user's
+               JUPYTER_CONFIG_PATH=str(ROOT / "tools" / "jupyter-config"),  # the course's settings, as make lessons
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),  # a kernel per lesson: one thread each
                PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     # Trust the lessons, as JupyterLab does a notebook its user has run and saved (and nbconvert one it ran):
@@ -551,3 +563,51 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
         unit = {"WillItFit": "GiB", "SequenceExplorer": "GiB", "FineTuneFit": "GiB"}.get(cls, "MiB")  # the lesson's unit
         assert after["verdict"] == verdict.sentence(after["gpu"], unit=unit), (after["verdict"], verdict)
     assert errors == [], f"{cls} in {path.name}"
+
+
+# -- 3. a learner's copy saved, and the course's JupyterLab settings ---------------------------------------------
+
+def _save(browser, path: str, cells: int) -> None:
+    """Open ``path`` as a double click does, change its first cell as a learner would, save it (Ctrl+S's
+    command), and close it."""
+    browser.open(path, cells)
+    try:
+        browser.page.evaluate("""async () => {
+            const w = window.jupyterapp.shell.currentWidget;
+            const cell = w.content.widgets[0].model.sharedModel;
+            cell.setSource(cell.getSource() + '\\n\\nMy note.');
+            await window.jupyterapp.commands.execute('docmanager:save');
+        }""")
+        browser.wait(f"{path} to be saved", "() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                     timeout=PAGE_LOAD)
+    finally:
+        browser.close()
+
+
+def test_saving_a_learners_copy_writes_no_other_file(browser, lab):
+    """make lessons' copies are plain notebooks: saving one in JupyterLab (with jupytext's extension, as
+    installed) writes that notebook and nothing beside it; a paired notebook, saved the same way, gets its .py."""
+    _, _, work = lab
+    cells = len(nbformat.read(ROOT / "lessons" / SAVED, as_version=4).cells)
+    for folder, pair in ((LEARNER, None), (PAIRED, pathlib.Path(SAVED).with_suffix(".py").name)):
+        before = {p.name: p.stat().st_mtime_ns for p in (work / folder).iterdir()}
+        _save(browser, f"{folder}/{SAVED}", cells)
+        after = {p.name: p.stat().st_mtime_ns for p in (work / folder).iterdir()}
+        assert after[SAVED] != before[SAVED] and "My note." in (work / folder / SAVED).read_text(), f"{folder}: not saved"
+        new = sorted(set(after) - set(before) - {".ipynb_checkpoints"})
+        assert new == ([pair] if pair else []), f"saving {folder}/{SAVED} wrote {new}"
+    saved = nbformat.read(work / LEARNER / SAVED, as_version=4)
+    assert "jupytext" not in saved.metadata, saved.metadata
+    assert browser.errors() == []
+
+
+def test_jupyterlab_starts_without_the_news_pop_up(browser):
+    """The course's page config (tools/jupyter-config, which make lessons applies) turns off JupyterLab's
+    announcements: no "official Jupyter news?" pop-up on a fresh start, no update check; the other
+    notification plugins run."""
+    page = browser.page
+    plugins = page.evaluate("""() => ['@jupyterlab/apputils-extension:announcements',
+                                      '@jupyterlab/apputils-extension:notification']
+                                     .map(id => window.jupyterapp.isPluginActivated(id))""")
+    assert plugins == [False, True]
+    assert "Jupyter news" not in page.locator("body").inner_text()

@@ -9,17 +9,50 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import profile_step
+from helpers import config, profile_step
 from helpers.__main__ import main
 
 
-def test_table_ends_with_the_peak(capsys):
-    assert main(["profile", "--model", "resnet18", "--batch-size", "128", "--device", "simulated"]) == 0
+def test_the_answer_comes_first_and_the_table_only_on_request(capsys):
+    """The peak, where, what fills it and the verdict per card, in that order, in a few lines; the
+    per-module table follows only with --table."""
+    from helpers.gpus import GPU_CARDS
+    from helpers.units import fmt_mib
+
+    args = ["profile", "--model", "resnet18", "--image-size", "64", "--device", "simulated"]
+    assert main(args) == 0
     out = capsys.readouterr().out.splitlines()
-    conv1 = next(line for line in out if " fwd " in line and " conv1 " in line)
-    assert "+392.0" in conv1 and "(128, 64, 112, 112)" in conv1
-    assert out[-1] == "peak allocated: 2778.4 MiB (simulated)"
-    assert any(line.startswith("whether training fits a GPU: give --steady-state") for line in out)
+    steady = profile_step("resnet18", 128, image_size=64, device="simulated", steady_state=True)
+    assert out[0] == f"peak allocated: {fmt_mib(steady.peak_allocated_bytes)} (simulated)"
+    assert out[1].startswith("  of the steady-state training step") and "batch 128 of 3x64x64 images" in out[1]
+    assert out[2] == f"  reached by event {steady.peak_event}, {steady.peak.label}"
+    assert out[3] == "what fills it at the peak:"
+    assert [line.split()[0] for line in out[4:4 + len(steady.categories)]] == list(steady.categories)
+    verdict = out.index("does it fit? peak allocated of the whole step + 1,024.0 MiB assumed overhead + the lines "
+                        "below:")
+    assert verdict == 4 + len(steady.categories)
+    assert [line.split("  ")[1] for line in out[verdict + 1:verdict + 1 + len(GPU_CARDS)]] == list(GPU_CARDS)
+    assert out[-1] == f"the step module by module ({len(steady.events):,} events): add --table"
+    assert len(out) < 25 and not any(" conv1 " in line for line in out)  # no table
+    assert main([*args, "--table"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[:len(out) - 1] == out[:-1] and table[len(out) - 1].endswith("events): below")
+    conv1 = next(line for line in table if " fwd " in line and " conv1 " in line)
+    assert "+32.0" in conv1 and "(128, 64, 32, 32)" in conv1
+    assert len(table) == len(out) + 1 + len(steady.events)  # the header, then one line per event
+
+
+def test_help_shows_examples_that_parse_as_written():
+    from helpers.__main__ import EXAMPLES, _parser
+
+    help_text = subprocess.run([sys.executable, "-m", "helpers", "profile", "--help"], capture_output=True,
+                               text=True, timeout=120, cwd=REPO).stdout
+    assert EXAMPLES in help_text and "examples:" in help_text
+    commands = [line.strip() for line in EXAMPLES.replace("\\\n", "").splitlines()
+                if line.strip().startswith("python -m helpers")]
+    assert len(commands) >= 5
+    for command in commands:  # each parses as written (the own-model one names a module to write)
+        _parser().parse_args(command.split()[3:])
 
 
 def test_json_has_the_documented_fields(capsys):
@@ -42,8 +75,8 @@ def test_json_has_the_documented_fields(capsys):
     peak, at = data["peak_allocated_bytes"], data["peak_event"]
     assert peak >= max(allocated)
     assert peak > max(allocated[:at]) and allocated[at - 1] <= peak
-    assert peak == profile_step("resnet18", 8, image_size=64, optimizer="adam",
-                                device="simulated").peak_allocated_bytes
+    assert peak == profile_step("resnet18", 8, image_size=64, optimizer="adam", device="simulated",
+                                steady_state=True).peak_allocated_bytes  # the steady state: the default
 
 
 @pytest.mark.parametrize("args, message", [
@@ -54,9 +87,19 @@ def test_json_has_the_documented_fields(capsys):
     (["--optimizer", "lion"], "invalid choice: 'lion'"),
     (["--model", "vit_b_16", "--checkpoint", "3"], "VisionTransformer is not one"),
     (["--model", "gpt2", "--input-shape", "3"], "gpt2 takes token ids"),
-    (["--model", "gpt2", "--seq-len", "8", "--num-classes", "5"], "num_classes applies to a classification loss"),
-    (["--model", "resnet18", "--seq-len", "8"], "give vocab_size= (--vocab-size)"),
+    (["--model", "gpt2", "--seq-len", "8", "--num-classes", "5"], "--num-classes applies to a classification loss"),
+    (["--model", "resnet18", "--seq-len", "8"], "token inputs need a vocabulary: give --vocab-size with --seq-len"),
     (["--model", "helpers.models:no_such_function"], "'helpers.models' has no function 'no_such_function'"),
+    (["--reentrant"], "--reentrant applies to checkpointing: give --checkpoint segments too"),
+    (["--model", "mlp", "--step-in-backward", "--amp"],
+     "--step-in-backward cannot unscale float16 gradients (GradScaler): use --amp-dtype bfloat16, or no AMP"),
+    (["--model", "mlp", "--lora-targets", "fc"], "--lora-targets and --lora-dropout apply to LoRA: give --lora-rank"),
+    (["--model", "mlp", "--quantization", "nf4"], "--quantization nf4 (QLoRA) quantizes the frozen base weights"),
+    (["--model", "mlp", "--optimizer", "adamw8bit", "--fused"], "--fused applies to torch.optim's optimizers"),
+    (["--model", "mlp", "--optimizer-offload", "--step-in-backward"],
+     "--optimizer-offload steps on the host after backward: it cannot step inside backward (--step-in-backward)"),
+    (["--model", "mlp", "--vocab-size", "8"], "--vocab-size applies to token inputs: give --seq-len too"),
+    (["--model", "gpt2", "--image-size", "64"], "--image-size applies to image inputs; gpt2 takes token ids"),
 ])
 def test_bad_input_exits_with_one_line(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -65,6 +108,27 @@ def test_bad_input_exits_with_one_line(capsys, args, message):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+    python_names = [name for _, name, _ in config.CLI_OPTIONS if "_" in name]
+    assert not [name for name in python_names if name in err[0]], err  # the flags' names, as the user typed them
+
+
+def test_the_library_says_python_names_and_the_command_line_flags():
+    """The library's message stays as it is; the command line translates it (helpers.__main__.in_flags)."""
+    from helpers.__main__ import in_flags
+
+    with pytest.raises(ValueError) as error:
+        profile_step("mlp", 2, lora_targets=("fc",), device="simulated")
+    assert str(error.value) == "lora_targets and lora_dropout apply to LoRA: give lora_rank too"
+    assert in_flags(str(error.value)) == "--lora-targets and --lora-dropout apply to LoRA: give --lora-rank too"
+    assert in_flags("x is a Hugging Face causal LM: give the sequence length with seq_len= (--seq-len); its "
+                    "context") == "x is a Hugging Face causal LM: give the sequence length with --seq-len; its context"
+    assert in_flags("resnet18 takes samples of input_shape (3, 32, 32) (--input-shape)") == (
+        "resnet18 takes samples of --input-shape (3, 32, 32)")
+    # quoted values and paths stay as typed; options the command line does not have keep their names
+    assert in_flags("no file './lora_rank.py' (from --model ./lora_rank.py:build)") == (
+        "no file './lora_rank.py' (from --model ./lora_rank.py:build)")
+    assert in_flags("leave set_to_none=True; give inputs=") == "leave set_to_none=True; give inputs="
+    assert in_flags("the model's output; step the optimizer") == "the model's output; step the optimizer"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
@@ -94,20 +158,63 @@ def test_a_step_no_gpu_can_hold_says_so(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_language_model_runs_batch_1_unless_told(capsys):
+    """Token inputs (--seq-len, or a GPT-2 or Llama preset) default to batch 1, and the answer says why;
+    images keep StepConfig's 128; a batch given is the batch run."""
+    from helpers.__main__ import TOKEN_BATCH, _batch_size, _parser
+
+    def options(*flags):
+        args = _parser().parse_args(["profile", *flags])
+        return {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
+
+    assert TOKEN_BATCH == 1
+    assert _batch_size(options("--model", "gpt2"))[0] == 1  # a preset at its context: token ids too
+    assert _batch_size(options("--model", "llama3-8b"))[0] == 1
+    assert _batch_size(options("--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048"))[0] == 1
+    assert _batch_size(options("--model", "resnet18")) == (128, "")
+    assert _batch_size(options("--model", "gpt2", "--batch-size", "8")) == (8, "")
+    assert main(["profile", "--model", "gpt2", "--seq-len", "16", "--device", "simulated"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "gpt2, batch 1 of 16 tokens, SGD with momentum" in out[1]
+    assert out[2] == ("  (batch 1: the default for token inputs, whose sample is a whole sequence; --batch-size to "
+                      "change it)")
+    assert main(["profile", "--model", "gpt2", "--seq-len", "16", "--batch-size", "2", "--device", "simulated",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["batch_size"] == 2
+
+
+def test_the_answer_says_what_the_batch_is():
+    from types import SimpleNamespace
+
+    from helpers.__main__ import _inputs
+
+    def said(shape, **options):
+        return _inputs(SimpleNamespace(input_shape=shape, config=config.StepConfig(**options)))
+
+    assert said((1024,), model="gpt2", batch_size=1) == "batch 1 of 1,024 tokens"  # the preset's context
+    assert said((16,), model="gpt2", seq_len=16, batch_size=2) == "batch 2 of 16 tokens"
+    assert said((3, 224, 224), model="resnet18") == "batch 128 of 3x224x224 images"
+    assert said((64,), model="mlp", batch_size=4) == "batch 4 of samples of shape (64,)"
+    assert said((1, 28, 28), model="resnet18", input_shape=(1, 28, 28)) == "batch 128 of samples of shape (1, 28, 28)"
+
+
 def test_step_event_labels_are_not_cut(capsys):
-    assert main(["profile", "--device", "simulated", "--batch-size", "2", "--image-size", "64",
-                 "--steady-state"]) == 0
+    assert main(["profile", "--device", "simulated", "--batch-size", "2", "--image-size", "64", "--table"]) == 0
     assert "[parameters, buffers, optimizer states]" in capsys.readouterr().out
 
 
 def test_cli_gives_lesson_04s_figures(capsys):
+    """Lesson 04 profiles first steps: --first-step gives its figures, in the answer's first line."""
     for flags, options in ((["--amp", "--checkpoint", "4"], dict(amp=True, checkpoint=4)),
                            (["--amp", "--offload"], dict(amp=True, offload=True))):
-        assert main(["profile", *flags, "--device", "simulated"]) == 0
-        last = capsys.readouterr().out.strip().splitlines()[-1]
+        assert main(["profile", *flags, "--first-step", "--device", "simulated"]) == 0
+        out = capsys.readouterr().out.strip().splitlines()
         peak = profile_step("resnet18", 128, device="simulated", **options).peak_allocated_bytes
-        assert last == f"peak allocated: {peak / 2**20:.1f} MiB (simulated)"
-    assert main(["profile", "--amp", "--checkpoint", "4", "--reentrant", "--device", "simulated"]) == 0
+        assert out[0] == f"peak allocated: {peak / 2**20:,.1f} MiB (simulated)"
+        assert out[1].startswith("  of the first training step")
+        assert "does it fit? no verdict on a first step" in "\n".join(out)
+    assert main(["profile", "--amp", "--checkpoint", "4", "--reentrant", "--first-step", "--device",
+                 "simulated"]) == 0
     assert "39 parameters got no gradient" in capsys.readouterr().err
 
 
@@ -136,7 +243,7 @@ def test_gpt_presets_and_a_learners_own_model_from_the_command_line(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["input_shape"] == [64] and data["model"] == "digits_mlp"
     assert data["peak_allocated_bytes"] == profile_step("helpers.models:digits_mlp", 4, input_shape=(64,),
-                                                        device="simulated").peak_allocated_bytes
+                                                        device="simulated", steady_state=True).peak_allocated_bytes
     for bad in ("3,x", "0,4"):
         with pytest.raises(SystemExit) as exit_info:
             main([*own, "--input-shape", bad])
@@ -171,11 +278,12 @@ def test_reserved_replays_the_step_through_the_allocator_model(capsys):
     assert out["fits"]["judged"] == ("peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
                                      "CUDA context")
     assert main(["profile", "--device", "simulated", "--batch-size", "8", "--image-size", "64", "--reserved",
-                 "--steady-state", "--alloc-conf", "expandable_segments:True"]) == 0
+                 "--alloc-conf", "expandable_segments:True"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("simulated caching allocator (expandable_segments:True): peak reserved")
-    assert ("fits (peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed CUDA context + the lines below): "
-            "V100 16 GB, RTX 4090 24 GB, A100 40 GB, A100 80 GB, H100 80 GB") in lines
+    assert lines[-2].startswith("simulated caching allocator (expandable_segments:True): peak reserved")
+    verdict = lines.index("does it fit? peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
+                          "CUDA context + the lines below:")
+    assert set(_answers(lines[verdict + 1:verdict + 6]).values()) == {"fits"}
 
 
 def test_the_cli_says_which_cards_a_steady_step_fits(capsys):
@@ -186,17 +294,30 @@ def test_the_cli_says_which_cards_a_steady_step_fits(capsys):
     peak = profile_step("resnet18", 800, device="simulated", steady_state=True).peak_allocated_bytes
     fit = [card for card, capacity in GPU_CARDS.items() if judge(capacity, peak, card=card, cublas_handles=2, convolutions=True).fits]
     assert fit == ["RTX 4090 24 GB", "A100 40 GB", "A100 80 GB", "H100 80 GB"]  # about 16.7 GiB + 1 GiB: no V100
-    assert ("fits (peak allocated of the whole step + 1,024.0 MiB assumed overhead + the lines below): RTX 4090 24 GB, A100 40 GB, "
-            "A100 80 GB, H100 80 GB; does not fit: V100 16 GB") in capsys.readouterr().out.splitlines()
+    out = lines = capsys.readouterr().out.splitlines()
+    verdict = out.index("does it fit? peak allocated of the whole step + 1,024.0 MiB assumed overhead + the lines "
+                        "below:")
+    assert _answers(out[verdict + 1:verdict + 6]) == {card: "fits" if card in fit else "does not fit"
+                                                       for card in GPU_CARDS}
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)["fits"]
     assert out["cards"] == {card: card in fit for card in GPU_CARDS} and out["overhead_bytes"] == 2**30
     assert out["need_bytes"]["V100 16 GB"] == peak + 2**30 + 2 * 8_519_680  # two cuBLAS workspaces
-    # a first step is no verdict on training: its forward and backward run without the optimizer's states
-    assert main(args[:-1]) == 0
-    assert "whether training fits a GPU: give --steady-state" in capsys.readouterr().out
-    assert main([*args[:-1], "--json"]) == 0
+    assert out["tight"] == {card: False for card in GPU_CARDS} and out["tight_fraction"] == 0.05
+    # the steady state is the default; a first step is no verdict on training: its forward and backward run
+    # without the optimizer's states
+    assert main(args[:-1]) == 0 and capsys.readouterr().out.splitlines() == lines
+    assert main([*args[:-1], "--first-step"]) == 0
+    assert "does it fit? no verdict on a first step" in capsys.readouterr().out
+    assert main([*args[:-1], "--first-step", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fits"] is None
+
+
+def _answers(lines: list[str]) -> dict[str, str]:
+    """Card -> its answer ("fits", "fits, tight", "does not fit"), from the verdict's lines."""
+    import re
+
+    return dict(re.split(r"\s{2,}", line.strip())[:2] for line in lines)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -238,7 +359,7 @@ def test_a_learners_model_from_a_file_path(tmp_path):
     data = json.loads(run.stdout)
     assert data["model"] == "build" and data["input_shape"] == [64]
     assert data["peak_allocated_bytes"] == profile_step(f"{tmp_path / 'mymodel.py'}:build", 4, input_shape=(64,),
-                                                        device="simulated").peak_allocated_bytes
+                                                        device="simulated", steady_state=True).peak_allocated_bytes
     assert _refused(_cli("--model", "./mymodel.py", cwd=tmp_path)) == (
         "name the function in ./mymodel.py that returns the model: ./mymodel.py:function")
     assert _refused(_cli("--model", "./other.py:build", cwd=tmp_path)) == (
@@ -258,21 +379,22 @@ def test_llama3_8b_is_a_preset_from_the_command_line():
     assert data["parameter_count"] == 8_030_261_248
 
 
-def test_an_unknown_model_names_the_presets_and_both_forms():
+def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs():
     message = _refused(_cli("--model", "resnet1000"))
     assert message.startswith("unknown model 'resnet1000'; use a preset (mlp, gpt2, gpt2-medium, gpt2-large, "
                               "gpt2-xl, llama3-8b), any torchvision classification model (")
-    assert message.endswith("or your own as package.module:function or path/to/file.py:function")
+    assert "or your own as package.module:function or path/to/file.py:function" in message
+    assert message.endswith("; or a Hugging Face config shipped with the lessons (give --seq-len): "
+                            + ", ".join(config.HF_SHIPPED))
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model", "gpt2"], "image_size (--image-size) applies to image inputs; gpt2 takes token ids"),
+    (["--model", "gpt2"], "--image-size applies to image inputs; gpt2 takes token ids"),
     (["--model", "llama3-8b", "--seq-len", "16"],
-     "image_size (--image-size) applies to image inputs; llama3-8b takes token ids (seq_len=, --seq-len)"),
-    (["--model", "mlp"], "image_size (--image-size) applies to image inputs; mlp takes 64 features"),
+     "--image-size applies to image inputs; llama3-8b takes token ids (--seq-len)"),
+    (["--model", "mlp"], "--image-size applies to image inputs; mlp takes 64 features"),
     (["--input-shape", "3,32,32"],
-     "image_size (--image-size) applies to image inputs; resnet18 takes samples of input_shape (3, 32, 32) "
-     "(--input-shape)"),
+     "--image-size applies to image inputs; resnet18 takes samples of --input-shape (3, 32, 32)"),
 ])
 def test_image_size_is_refused_where_the_inputs_are_not_images(args, message):
     assert _refused(_cli(*args, "--image-size", "64")) == message

@@ -137,3 +137,54 @@ def test_a_verdict_in_gib_says_the_same_in_another_unit():
                                                     "= 150.6 GiB > 79.2 GiB")
     with pytest.raises(ValueError, match="unit must be 'MiB' or 'GiB'"):
         v.sentence("H100 80 GB", unit="GB")
+
+
+def test_a_verdict_with_almost_no_margin_is_tight():
+    """One rule beside "fits" (helpers.gpus.TIGHT_FRACTION): under 5% of the card to spare is "fits, tight",
+    said with what is spare and why it is too little, in the sentence every widget shows and in the CLI."""
+    from helpers.__main__ import _fits_lines
+    from helpers.gpus import TIGHT_FRACTION, TIGHT_REASON
+
+    v100 = GPU_CARDS["V100 16 GB"]
+    workspaces = 2 * 8_519_680  # two cuBLAS handles on a V100
+    issue = judge(v100, round(16_070.7 * MiB) - CUDA_OVERHEAD_BYTES - workspaces)  # issue 34's 16,070.7 <= 16,160
+    assert issue.fits and issue.tight and issue.answer == "fits, tight"
+    assert issue.sentence("V100 16 GB") == (
+        "fits in V100 16 GB, tight: peak allocated of the whole step + 1,024.0 MiB assumed overhead + cuBLAS "
+        "workspaces = 15,030.4 + 1,024.0 + 16.2 = 16,070.7 MiB <= 16,160.0 MiB (tight: 89.3 MiB to spare, under "
+        f"5% of the card; {TIGHT_REASON})")
+    edge = judge(v100, v100 - CUDA_OVERHEAD_BYTES - workspaces)  # nothing to spare: still fits, tightly
+    assert edge.fits and edge.tight and edge.spare == 0
+    room = TIGHT_FRACTION * v100
+    at_margin = judge(v100, v100 - CUDA_OVERHEAD_BYTES - workspaces - int(room) - 1)
+    assert at_margin.fits and not at_margin.tight and at_margin.answer == "fits" and at_margin.tight_note() == ""
+    just_under = judge(v100, v100 - CUDA_OVERHEAD_BYTES - workspaces - int(room) + 1)
+    assert just_under.tight
+    over = judge(v100, v100)
+    assert not over.fits and not over.tight and over.answer == "does not fit" and over.spare < 0
+    assert not judge(v100, 10 * GiB, peak_reserved=None, reserved=True).tight  # ran out: no fit, so not tight
+    lines = _fits_lines({"V100 16 GB": issue, "A100 40 GB": judge(GPU_CARDS["A100 40 GB"], 15 * GiB)})
+    assert lines[1].split()[3:6] == ["fits,", "tight", "needs"] and lines[1].endswith(": 89.3 MiB to spare")
+    assert lines[2].split()[3:5] == ["fits", "needs"] and "spare" not in lines[2]
+    assert lines[-1] == f"  tight: under 5% of the card to spare, too close to call ({TIGHT_REASON})"
+
+
+def test_a_widget_shows_a_tight_verdict_in_amber():
+    """The widgets' view (helpers.teaching.widgets.render) says "tight" and marks it, by the same rule."""
+    from helpers.teaching.views import render
+
+    v100 = GPU_CARDS["V100 16 GB"]
+    cats = {"parameters": 1 * GiB}
+    tight = Estimate(256, round(15_030.4 * MiB), cats)
+    message, view = render(tight, "V100 16 GB", v100)
+    spare = judge(v100, tight.peak_bytes).spare
+    assert message.startswith("fits in V100 16 GB, tight: ") and f"{spare / MiB:,.1f} MiB to spare" in message
+    assert 'data-fits="true" data-tight="true"' in view and "color:#9a6700" in view
+    message, view = render(Estimate(128, 8 * GiB, cats), "V100 16 GB", v100)
+    assert message.startswith("fits in V100 16 GB: ") and 'data-fits="true" data-tight="false"' in view
+    assert "color:#1a7f37" in view
+    message, view = render(Estimate(512, 16 * GiB, cats), "V100 16 GB", v100)
+    assert message.startswith("does not fit") and 'data-fits="false" data-tight="false"' in view
+    # a parameter count (model states only): the same rule, in its own sentence
+    message, view = render(Estimate(1, round(15_030.4 * MiB), cats, backend="formula"), "V100 16 GB", v100)
+    assert message.startswith("model states fit in V100 16 GB") and f"(tight: {spare / MiB:,.1f} MiB to spare" in message

@@ -7,13 +7,19 @@ opens every page in Chromium driven by Playwright.  A page fails on
 
 * a figure that does not load (an ``img`` with no pixels) or has no alt text;
 * a broken internal link: a page or a ``#fragment`` that does not exist;
-* "Error displaying widget" or raw widget JSON (a widget view the page cannot run);
+* "Error displaying widget" or raw widget JSON (a widget view the page cannot run), or
+  a page that tells its reader to "Run All" (a page runs nothing);
+* a long line cut: an output line wider than its box (outputs wrap), or a code line
+  wider than its box with no scrollbar drawn (code scrolls; Chromium runs with its
+  scrollbars shown, as a desktop browser draws them);
 * a JavaScript error (uncaught, or logged with ``console.error``), a failed request,
   or a request that leaves the machine (the site must work offline).
 
 For every lesson it also checks the page against the notebook: as many figures as
-the notebook stores, each widget's readable stand-in shown, every exercise
-solution folded (a closed ``<details>``).  It saves screenshots of the landing page
+the notebook stores, each widget's note for a reader shown (``tools/build_site.py``),
+every exercise solution folded (a closed ``<details>``).  Launch links (Binder,
+JupyterHub, Colab) are off until ``site/publish.cfg`` sets them: a build with them
+set links each lesson to where it runs.  It saves screenshots of the landing page
 and of a lesson page with a figure and a widget stand-in to ``test-artifacts/``.
 
 Without the website's environment, the playwright package or a Chromium it is
@@ -38,14 +44,17 @@ from browser_env import CHROMIUM, browser_unavailable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import build_site  # noqa: E402
 import lesson_pages  # noqa: E402
+import publish  # noqa: E402
 
 ARTIFACTS = ROOT / "test-artifacts"
 REQUIRED = os.environ.get("BROWSER_TEST") == "required"
 SITE_PYTHON = ROOT / "build" / "site-venv" / "bin" / "python"
 #: Bounded waits, in seconds.
 BUILD, PAGE_LOAD = 300, 60
-STAND_IN = "when you run the notebook"
+STAND_IN = "when you run the notebook"  # the notebooks' widget stand-in
+NOTE = "an interactive widget"  # the page's note for it (tools/build_site.py)
 SOLUTION = "Solution"
 
 
@@ -94,7 +103,8 @@ def browser():
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            ignore_default_args=["--hide-scrollbars"])  # scrollbars drawn, as a desktop browser draws them
         try:
             yield chromium
         finally:
@@ -146,7 +156,11 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
                     no_alt: [...main.querySelectorAll('img')].filter(i => !(i.alt || '').trim()).map(i => i.src),
                     images: main.querySelectorAll('.cell_output img').length,
                     stand_ins: [...main.querySelectorAll('.cell_output')]
-                        .filter(o => o.innerText.includes('""" + STAND_IN + """')).length,
+                        .filter(o => o.innerText.includes('""" + NOTE + """')).length,
+                    cut: [...document.querySelectorAll('pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
+                        .map(p => ({output: !!p.closest('.cell_output'), text: p.innerText.slice(0, 60),
+                                    bar: p.offsetHeight - p.clientHeight - parseFloat(getComputedStyle(p).borderTopWidth)
+                                         - parseFloat(getComputedStyle(p).borderBottomWidth)})),
                     folds: [...main.querySelectorAll('details')]
                         .filter(d => (d.querySelector('summary') || {}).innerText === '""" + SOLUTION + """').length,
                     open_folds: [...main.querySelectorAll('details[open]')]
@@ -162,6 +176,13 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
                 problem("shows 'Error displaying widget'")
             if "application/vnd.jupyter.widget" in facts["html"] or '"model_id"' in facts["text"]:
                 problem("shows raw widget JSON (a widget view or state)")
+            if "Run All" in facts["text"] or "Run &gt; Run All" in facts["html"]:
+                problem("tells its reader to 'Run All'")
+            for cut in facts["cut"]:
+                if cut["output"]:
+                    problem(f"an output line cut (wider than its box, not wrapped): {cut['text']!r}")
+                elif cut["bar"] < 4:
+                    problem(f"a code line cut with no scrollbar drawn: {cut['text']!r}")
             if screenshots and path.name in screenshots:
                 _screenshots(page, pathlib.Path(screenshots[path.name]))
     finally:
@@ -182,7 +203,7 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
 def _screenshots(page, target: pathlib.Path) -> None:
     """Save the page at ``target``: whole, or, for a page with widget stand-ins, two views
     (``*_figure.png`` centred on its first figure, ``*_widget.png`` on its first stand-in)."""
-    stand_in = page.locator(".cell_output", has_text=STAND_IN)
+    stand_in = page.locator(".cell_output", has_text=NOTE)
     if not stand_in.count():
         page.screenshot(path=str(target), full_page=True)
         return
@@ -192,7 +213,7 @@ def _screenshots(page, target: pathlib.Path) -> None:
         const imgs = [...document.querySelectorAll('.cell_output img')];
         const before = imgs.filter(i => i.compareDocumentPosition(widget) & Node.DOCUMENT_POSITION_FOLLOWING);
         (before.length ? before[before.length - 1] : imgs[0]).scrollIntoView({block: 'center'});
-    }""" % STAND_IN)
+    }""" % NOTE)
     page.screenshot(path=str(target.with_name(f"{target.stem}_figure.png")))
     stand_in.first.evaluate("e => e.scrollIntoView({block: 'center'})")
     page.screenshot(path=str(target.with_name(f"{target.stem}_widget.png")))
@@ -265,8 +286,96 @@ def test_the_checks_catch_a_broken_page(browser, served, tmp_path):
         '<img src="missing.png" alt="a figure"><img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=">'
         '<div class="cell_output">Error displaying widget: model not found</div>'
         '<script type="application/vnd.jupyter.widget-view+json">{"model_id": "1"}</script>'
+        '<div class="cell_output"><pre style="white-space:pre;overflow:hidden">' + "an output line " * 40 + "</pre>"
+        "<p>Run &gt; Run All Cells</p></div>"
+        '<pre style="white-space:pre;overflow:hidden">' + "a code line " * 40 + "</pre>"
         "<script>undefined_function()</script></main></body></html>")
     problems = "\n".join(crawl(browser, served(tmp_path), tmp_path)["index.html"]["problems"])
     for fault in ("broken link: ", "no #nowhere", "figure not loaded", "image without alt text",
-                  "Error displaying widget", "raw widget JSON", "JavaScript error", "HTTP 404"):
+                  "Error displaying widget", "raw widget JSON", "JavaScript error", "HTTP 404", "'Run All'",
+                  "an output line cut", "a code line cut with no scrollbar drawn"):
         assert fault in problems, f"missed {fault!r} in:\n{problems}"
+
+
+# -- launch links, and a widget's note for a reader ---------------------------------------------------------------
+
+REPOSITORY = "https://github.com/example-org/gpu-memory-lessons"
+LAUNCH = (f"[publish]\nrepository_url = {REPOSITORY}\nbranch = main\nbinderhub_url = https://mybinder.org\n"
+          "jupyterhub_url = https://hub.example.edu\ncolab = yes\n")
+
+
+def _hrefs(page: str) -> list[str]:
+    import html
+
+    return [html.unescape(h) for h in re.findall(r'href="([^"]+)"', page)]
+
+
+def test_publishing_settings_are_off_until_set(tmp_path):
+    shipped = publish.settings(ROOT / "site" / "publish.cfg")
+    assert shipped["repository_url"] == "" and publish.launch_services(shipped) == []
+    assert publish.theme_options(shipped) == {}  # no launch menu, no repository link
+    cfg = tmp_path / "publish.cfg"
+    cfg.write_text(LAUNCH)
+    values = publish.settings(cfg)
+    assert publish.launch_services(values) == ["Binder", "JupyterHub", "Colab"]
+    assert publish.theme_options(values) == {
+        "repository_url": REPOSITORY, "repository_branch": "main", "path_to_docs": "lessons",
+        "launch_buttons": {"notebook_interface": "jupyterlab", "binderhub_url": "https://mybinder.org",
+                           "jupyterhub_url": "https://hub.example.edu", "colab_url": publish.COLAB_URL}}
+    cfg.write_text(LAUNCH.replace(f"repository_url = {REPOSITORY}", "repository_url ="))
+    assert publish.launch_services(publish.settings(cfg)) == []  # a service without a repository: no link
+    cfg.write_text(LAUNCH.replace("https://mybinder.org", "mybinder.org"))
+    with pytest.raises(ValueError, match="binderhub_url must be an https:// address"):
+        publish.settings(cfg)
+    with pytest.raises(ValueError, match=r"no \[publish\] section"):
+        publish.settings(tmp_path / "missing.cfg")
+
+
+def test_a_widget_becomes_a_note_for_a_reader_after_its_first_figure():
+    import nbformat
+
+    stand_in = ('<div style="border:1px dashed #999999"><b>MemoryExplorer</b>: a batch-size slider. It appears here '
+                'when you run the notebook&rsquo;s cells from the top (Run &gt; Run All Cells).</div>')
+    widget = nbformat.v4.new_output("display_data", data={"text/plain": "MemoryExplorer(children=(...))",
+                                                          "text/html": stand_in})
+    printed = nbformat.v4.new_output("stream", text="peak 2.7 GiB\n")
+    staged = build_site.reader_outputs([printed, widget], [], "lesson cell 3")
+    assert staged[0] == printed and len(staged) == 2
+    note = staged[1]["data"]["text/html"]
+    assert note.startswith('<div class="gm-widget-note"><b>MemoryExplorer</b>, an interactive widget: a batch-size '
+                           'slider. It runs when the lesson runs in JupyterLab, not on this page: see <a href="index.html'
+                           '#how-to-run-the-lessons">how to run the lessons</a>.')
+    assert "Run All" not in note
+    with_figure = nbformat.v4.new_output("display_data", data={**widget["data"], "image/png": "iVBORw0KGgo="})
+    staged = build_site.reader_outputs([with_figure], ["Binder"], "lesson cell 4")
+    assert staged[0]["data"] == {"image/png": "iVBORw0KGgo="}  # the widget's first state, a figure: shown
+    assert "use this page's launch menu (the rocket at its top: Binder)" in staged[1]["data"]["text/html"]
+    bare = nbformat.v4.new_output("display_data", data={"text/plain": "MemoryExplorer(children=(...))"})
+    with pytest.raises(SystemExit, match="lesson cell 5: the widget MemoryExplorer has no text/html stand-in"):
+        build_site.reader_outputs([bare], [], "lesson cell 5")
+
+
+def test_launch_links_open_each_lesson_where_the_course_is_published(site, tmp_path):
+    """Off in the shipped settings (the ``site`` fixture's build); set, every lesson page links to Binder,
+    a JupyterHub (nbgitpuller) and Colab, each opening that lesson of the repository."""
+    html, _ = site
+    lesson = lesson_pages.lesson_paths()[1].stem
+    for href in _hrefs((html / f"{lesson}.html").read_text()):
+        assert not any(s in href for s in ("/v2/gh/", "colab.research.google.com", "git-pull")), href
+    cfg = tmp_path / "publish.cfg"
+    cfg.write_text(LAUNCH)
+    out = tmp_path / "launch"
+    build = subprocess.run([str(SITE_PYTHON), str(ROOT / "tools" / "build_site.py"), str(out)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=BUILD, env={**os.environ, "SITE_PUBLISH": str(cfg)})
+    assert build.returncode == 0, f"the website does not build:\n{build.stdout}\n{build.stderr}"
+    page = (out / "html" / f"{lesson}.html").read_text()
+    hrefs = _hrefs(page)
+    path = f"lessons/{lesson}.ipynb"
+    assert f"https://mybinder.org/v2/gh/example-org/gpu-memory-lessons/main?urlpath=lab/tree/{path}" in hrefs
+    assert f"https://colab.research.google.com/github/example-org/gpu-memory-lessons/blob/main/{path}" in hrefs
+    hub = next(h for h in hrefs if h.startswith("https://hub.example.edu/hub/user-redirect/git-pull?"))
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(hub).query)
+    assert query == {"repo": [REPOSITORY], "branch": ["main"], "urlpath": [f"lab/tree/gpu-memory-lessons/{path}"]}
+    if _stand_ins(lesson_pages.read(ROOT / "lessons" / f"{lesson}.ipynb")):
+        assert "launch menu (the rocket at its top: Binder, JupyterHub, Colab)" in page
+    assert "opens it on Binder, JupyterHub or Colab" in (out / "html" / "index.html").read_text()

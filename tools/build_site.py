@@ -12,8 +12,11 @@ theme).  Nothing is executed.  Steps:
      lesson's title and stated minutes, from the lessons themselves), the pages.
    * every ``lessons/*.ipynb``, found by glob and sorted (no lesson is named
      here), with each figure's alt text in its cell's metadata
-     (``mystnb.image.alt``, from ``tools/lesson_pages.py``) and any stored widget
-     view dropped, so that a widget's readable ``text/html`` stand-in is shown;
+     (``mystnb.image.alt``, from ``tools/lesson_pages.py``) and each widget's
+     output written for a reader of the page (:func:`reader_outputs`): its stored
+     view dropped, its stand-in (which tells a learner to run the notebook) turned
+     into a note that says what the widget does and where it runs, after the
+     widget's first figure when its output has one;
    * ``instructor_guide.md`` (``docs/instructor_guide.md``), ``references.md``
      (every lesson's "Further reading" section), ``changelog.md``
      (``CHANGELOG.md``) and ``licence.md`` (licences and ``CITATION.cff``).
@@ -25,6 +28,7 @@ Open ``OUT/html/index.html``; ``tests/test_site.py`` checks every page in Chromi
 
 from __future__ import annotations
 
+import html
 import pathlib
 import re
 import shutil
@@ -36,9 +40,16 @@ import nbformat
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import lesson_pages  # noqa: E402
+import publish  # noqa: E402
 
 ROOT = lesson_pages.ROOT
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+#: A displayed widget's ``text/plain``: ``MemoryExplorer(children=(...``.
+_WIDGET_REPR = re.compile(r"(\w+)\(children=\(")
+#: Its ``text/html`` stand-in (``helpers.teaching.widgets``): ``<b>Name</b>: what it does. It appears here ...``.
+_STAND_IN = re.compile(r"<b>(\w+)</b>: (.*?) It appears here when you run", re.S)
+#: The class of the note that stands for a widget on a page (site/_static/site.css).
+WIDGET_NOTE = "gm-widget-note"
 
 
 def readme_section(heading: str | None) -> str:
@@ -55,24 +66,59 @@ def readme_section(heading: str | None) -> str:
 
 
 def quick_start() -> str:
-    """The README's quick-start commands: the first fenced bash block of its "Quick start"."""
-    match = re.search(r"```bash\n.*?```", readme_section("Quick start"), re.S)
+    """The README's quick-start commands (the first fenced bash block of its "Quick start") as a Markdown
+    list: each command as code, then what its ``#`` comment says, as prose that wraps on a narrow page."""
+    match = re.search(r"```bash\n(.*?)```", readme_section("Quick start"), re.S)
     if not match:
         raise ValueError("README.md's Quick start has no ```bash block")
-    return match.group(0)
+    items = []
+    for line in match.group(1).splitlines():
+        command, _, comment = (part.strip() for part in line.partition(" #"))
+        if command:
+            items.append(f"- `{command}`" + (f": {comment}" if comment else ""))
+    return "\n".join(items)
 
 
-def stage_lesson(path: pathlib.Path, dest: pathlib.Path) -> dict:
-    """Copy one lesson notebook into ``dest`` with its figures' alt text; return its schedule row."""
+def reader_outputs(outputs: list, services: list[str], where: str) -> list:
+    """A code cell's outputs as a reader of the page sees them: each widget's output (known by its
+    ``text/plain`` repr) becomes a note (class :data:`WIDGET_NOTE`) that names the widget, says what it
+    does (from its stand-in) and that it runs in JupyterLab (or on ``services``, the page's launch menu),
+    preceded by the widget's first figure when its output has one (``image/png``); other outputs stay.
+
+    Raises:
+        SystemExit: for a widget output without a stand-in this can read (``where`` names the cell).
+    """
+    staged = []
+    for output in outputs:
+        data = output.get("data", {})
+        shown = _WIDGET_REPR.match(data.get("text/plain", ""))
+        if not shown:
+            staged.append(output)
+            continue
+        stand_in = _STAND_IN.search(data.get("text/html", ""))
+        if not stand_in:
+            raise SystemExit(f"{where}: the widget {shown.group(1)} has no text/html stand-in to write a note from")
+        if "image/png" in data:  # its first state is a figure: show it
+            staged.append(nbformat.v4.new_output("display_data", data={"image/png": data["image/png"]}))
+        run = (f"or use this page's launch menu (the rocket at its top: {', '.join(services)})" if services else
+               'see <a href="index.html#how-to-run-the-lessons">how to run the lessons</a>')
+        note = (f'<div class="{WIDGET_NOTE}"><b>{stand_in.group(1)}</b>, an interactive widget: {stand_in.group(2)} '
+                f"It runs when the lesson runs in JupyterLab, not on this page: {run}.</div>")
+        staged.append(nbformat.v4.new_output("display_data", data={"text/html": note,
+                                                                   "text/plain": html.unescape(stand_in.group(2))}))
+    return staged
+
+
+def stage_lesson(path: pathlib.Path, dest: pathlib.Path, services: list[str]) -> dict:
+    """Copy one lesson notebook into ``dest`` with its figures' alt text and its widgets' notes
+    (:func:`reader_outputs`); return its schedule row."""
     nb = lesson_pages.read(path)
     for fig in lesson_pages.figures(nb):
         cell = nb.cells[fig["cell"]]
         cell.metadata.setdefault("mystnb", {}).setdefault("image", {}).setdefault("alt", fig["alt"])
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if WIDGET_VIEW in data and "text/html" in data:
-                del data[WIDGET_VIEW]
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            cell.outputs = reader_outputs(cell.outputs, services, f"{path.name} cell {index}")
     nb.metadata.pop("widgets", None)
     nbformat.write(nb, dest / path.name)
     questions = re.search(r"\*\*Questions\*\*\n((?:- .*\n?)+)", nb.cells[0].source)
@@ -85,8 +131,9 @@ def stage_lesson(path: pathlib.Path, dest: pathlib.Path) -> dict:
             "reading": lesson_pages.further_reading(nb)}
 
 
-def landing_page(rows: list[dict]) -> str:
-    """The landing page's Markdown: introduction, how to run it, schedule, the pages."""
+def landing_page(rows: list[dict], services: list[str]) -> str:
+    """The landing page's Markdown: introduction, how to run it (and where, with ``services``: the
+    lesson pages' launch menu), schedule, the pages."""
     intro = readme_section(None)
     table = ["| lesson | the questions it answers | minutes |", "|---|---|---|"]
     for row in rows:
@@ -105,7 +152,7 @@ the interactive widgets appear only when you run the notebooks yourself. On a
 machine with Python 3.10+ and `make` (Linux or macOS), in a clone of the repository:
 
 {quick_start()}
-
+{launch_note(services)}
 ## Schedule
 
 Each lesson states how long it takes a learner alone (reading, running the cells
@@ -126,6 +173,16 @@ The [references](references.md) gather every lesson's further reading; the
 {chr(10).join(pages)}
 ```
 """
+
+
+def launch_note(services: list[str]) -> str:
+    """A paragraph on running a lesson online from its page (``services``: :func:`publish.launch_services`),
+    or ``""`` when no launch link is set."""
+    if not services:
+        return ""
+    where = " or ".join([", ".join(services[:-1]), services[-1]] if len(services) > 1 else services)
+    return (f"\nOr run a lesson online, without installing anything: each lesson page's launch menu (the rocket "
+            f"at its top) opens it on {where}.\n")
 
 
 def references_page(rows: list[dict]) -> str:
@@ -169,8 +226,9 @@ def main(out: pathlib.Path) -> None:
     paths = lesson_pages.lesson_paths()
     if not paths:
         raise SystemExit("no lessons/*.ipynb to build")
-    rows = [stage_lesson(path, src) for path in paths]
-    (src / "index.md").write_text(landing_page(rows))
+    services = publish.launch_services(publish.settings())
+    rows = [stage_lesson(path, src, services) for path in paths]
+    (src / "index.md").write_text(landing_page(rows, services))
     shutil.copy(ROOT / "docs" / "instructor_guide.md", src / "instructor_guide.md")
     (src / "references.md").write_text(references_page(rows))
     shutil.copy(ROOT / "CHANGELOG.md", src / "changelog.md")

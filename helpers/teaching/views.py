@@ -10,7 +10,8 @@ a card of :data:`helpers.gpus.GPU_CARDS` also its cuBLAS workspaces
 
 The view carries its figures as data for programs (the browser test reads
 them): ``.gm-explorer`` has ``data-batch``, ``data-gpu`` and ``data-capacity``;
-``.gm-verdict`` ``data-fits``; ``.gm-bytes`` ``data-category`` and
+``.gm-verdict`` ``data-fits`` and ``data-tight`` (it fits with too little to spare,
+:attr:`helpers.gpus.Verdict.tight`: amber, not green); ``.gm-bytes`` ``data-category`` and
 ``data-bytes``; ``.gm-unseen`` ``data-line`` (and ``data-bytes`` unless not
 modelled); ``.gm-peak`` and ``.gm-reserved`` ``data-bytes``.  While
 ``.gm-busy`` is shown, the figures inside it are the previous ones.
@@ -91,8 +92,9 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
                 f"{v.unseen / scale:,.{1 if v.unseen >= scale / 10 else 2}f} = "
                 f"{_size(v.need, unit)} {'<=' if v.fits else '>'} {_size(capacity, unit)}")
         if v.fits:
+            tight = f" ({v.tight_note(unit)})" if v.tight else ""
             return True, (f"model states fit in {gpu}, activations not counted: model states at optimizer.step() + "
-                          f"{_size(v.overhead, unit)} assumed overhead + cuBLAS workspaces = {sums}")
+                          f"{_size(v.overhead, unit)} assumed overhead + cuBLAS workspaces = {sums}{tight}")
         return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {_size(v.overhead, unit)} "
                        f"assumed overhead + cuBLAS workspaces = {sums}")
     return v.fits, v.sentence(gpu, r.allocator_error or "", unit=unit)
@@ -111,8 +113,11 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
     attributes (see the module's docstring).
     """
     ok, message = verdict(r, gpu, capacity, measured_here, unit)
-    head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" '
-            f'style="font-weight:bold;color:{"#1a7f37" if ok else "#b00"}">{html.escape(message)}</div>')
+    tight = (not measured_here and r.peak_bytes is not None  # too close to call: amber (helpers.gpus.Verdict.tight)
+             and r.verdict(capacity, gpu if gpu in GPU_CARDS else None).tight)
+    head = (f'<div class="gm-verdict" data-fits="{str(ok).lower()}" data-tight="{str(tight).lower()}" '
+            f'style="font-weight:bold;color:{"#9a6700" if tight else "#1a7f37" if ok else "#b00"}">'
+            f'{html.escape(message)}</div>')
     top = (f'<div class="gm-explorer" data-batch="{r.batch_size}" data-gpu="{html.escape(gpu)}" '
            f'data-capacity="{capacity}">')
     if r.peak_bytes is None:
