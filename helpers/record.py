@@ -171,6 +171,9 @@ class StepProfile:
         peak_serials: serials of the storages alive at the peak.
         allocation_log: every :class:`Allocation` of the traced step, in order
             (the input of the allocator model, lesson 06).
+        depth_note: for a model of repeated blocks, how its log was made: written
+            exactly from traces of fewer blocks (:mod:`helpers.depth`), or traced
+            in full and why; None for other models.
     """
 
     backend: str
@@ -189,6 +192,7 @@ class StepProfile:
     storages: dict[int, Storage] = field(default_factory=dict)
     peak_serials: tuple[int, ...] = ()
     allocation_log: list[Allocation] = field(default_factory=list)
+    depth_note: str | None = None
 
     # -- the options, as the config gives them ---------------------------------------
     @property

@@ -226,6 +226,8 @@ class StepRunner:
         place: puts the model on the device inside the meter and returns it
             (default: the meter's :meth:`~helpers.engine.meter.Meter.place`);
             a sharded model passes its own (:mod:`helpers.fsdp`).
+        spec: the :class:`helpers.models.ModelSpec` to build instead of
+            ``config.model``'s (:mod:`helpers.depth` passes a copy with fewer blocks).
 
     Attributes:
         config, meter: as given.
@@ -244,9 +246,9 @@ class StepRunner:
     """
 
     def __init__(self, config: StepConfig, meter: Meter | None = None, *,
-                 place: Callable[[nn.Module], nn.Module] | None = None):
+                 place: Callable[[nn.Module], nn.Module] | None = None, spec: models.ModelSpec | None = None):
         self.config = config
-        self.spec = resolve_model(config.model, config.num_classes, config.name)
+        self.spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
         self.name = self.spec.name
         self.task = resolve_task(config, self.spec)
         self.meter = meter if meter is not None else Meter(config.device, config.capacity,
@@ -423,15 +425,23 @@ def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
     return [] if serial is None else [serial]
 
 
-def _profile(runner: StepRunner) -> StepProfile:
-    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter."""
+def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer, *,
+             trace_first: bool = False) -> StepProfile:
+    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
+
+    ``make_tracer(meter, model, root=...)`` makes the step's tracer; with ``trace_first`` the untraced
+    first step of ``steady_state`` runs under one too (:mod:`helpers.depth` reads both; the events of
+    the first are not the profile's).
+    """
     meter, config = runner.meter, runner.config
     model = runner.place()
     parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in _serials(meter, t)}
+    root = runner.module if config.checkpoint else None
     if config.steady_state:  # one untraced step, so that the optimizer states exist
-        runner.run()
+        with make_tracer(meter, model, root=root) if trace_first else contextlib.nullcontext() as first:
+            runner.run(first)
         meter.reset_peak()
-    with StepTracer(meter, model, root=runner.module if config.checkpoint else None) as tracer:
+    with make_tracer(meter, model, root=root) as tracer:
         roles = runner.run(tracer)
     activations = set(tracer.saved)
     for first, last in tracer.recomputed:
