@@ -122,6 +122,28 @@ def _tensors(obj) -> list[torch.Tensor]:
     return []
 
 
+class _Saves:
+    """The pack and unpack hooks of :func:`inspect_saved`, and what they record."""
+
+    def __init__(self):
+        self.packed: list[torch.Tensor] = []  # every saved tensor, in the order it was saved
+        self.modules: list[str] = []  # the leaf module running when each was saved
+        self.seen: dict[int, tuple[str, str]] = {}  # packed index -> (node, attribute)
+        self.order: list[int] = []  # packed indices, in the order the graph walk met them
+        self.current, self.walking = "", ("", "")
+
+    def pack(self, t: torch.Tensor) -> int:
+        self.packed.append(t)
+        self.modules.append(self.current)
+        return len(self.packed) - 1
+
+    def unpack(self, i: int) -> torch.Tensor:
+        if i not in self.seen:
+            self.seen[i] = self.walking
+            self.order.append(i)
+        return self.packed[i]
+
+
 def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
     """Run ``module(*inputs)`` once and list every tensor autograd saves.
 
@@ -145,33 +167,16 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
     # Non-leaf copies that require grad, as activations inside a network are
     # (in-place layers refuse leaves): CloneBackward0 itself saves nothing.
     inputs = tuple(x.detach().requires_grad_().clone() if x.is_floating_point() else x for x in inputs)
-    packed: list[torch.Tensor] = []
-    modules: list[str] = []
-    seen: dict[int, tuple[str, str]] = {}
-    current = [""]
+    saves = _Saves()
     names = {m: n for n, m in module.named_modules()}
 
     def pre(mod, args):
         if not list(mod.children()):
-            current[0] = names[mod] or type(mod).__name__
+            saves.current = names[mod] or type(mod).__name__
 
     handles = [m.register_forward_pre_hook(pre) for m in module.modules()]
-
-    def pack(t: torch.Tensor) -> int:
-        packed.append(t)
-        modules.append(current[0])
-        return len(packed) - 1
-
-    def unpack(i: int) -> torch.Tensor:
-        if i not in seen:
-            seen[i] = walking[0]
-            order.append(i)
-        return packed[i]
-
-    walking = [("", "")]
-    order: list[int] = []
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        with torch.autograd.graph.saved_tensors_hooks(saves.pack, saves.unpack):
             output = module(*inputs)
     finally:
         for h in handles:
@@ -179,8 +184,17 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
     outputs = _tensors(output)
     if not any(o.grad_fn is not None for o in outputs):
         raise ValueError("the output does not require grad: autograd saved nothing")
+    _walk_graph(outputs, saves)
 
-    # Walk the graph from the outputs; reading a node's saved tensors unpacks them.
+    def total(tensors) -> int:
+        return sum(nbytes for nbytes in {_storage(t)[0]: _storage(t)[1] for t in tensors}.values())
+
+    return SavedReport(_classify(module, inputs, outputs, saves), total(inputs), total(outputs),
+                       total(list(module.parameters()) + list(module.buffers())))
+
+
+def _walk_graph(outputs: list[torch.Tensor], saves: _Saves) -> None:
+    """Walk the graph from the outputs; reading a node's saved tensors unpacks them, naming each."""
     stack = [o.grad_fn for o in outputs if o.grad_fn is not None]
     visited = set()
     while stack:
@@ -192,15 +206,17 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
         if "saved_tensors" in dir(node):  # a custom autograd.Function's ctx.save_for_backward
             attrs.append("saved_tensors")
         for attr in attrs:
-            walking[0] = (type(node).__name__, attr.removeprefix("_saved_"))
+            saves.walking = (type(node).__name__, attr.removeprefix("_saved_"))
             getattr(node, attr)  # a saved tensor calls unpack; other values do not
         stack.extend(fn for fn, _ in reversed(node.next_functions))
+    for i in range(len(saves.packed)):  # saved by a node the walk could not read
+        if i not in saves.seen:
+            saves.seen[i] = ("(unknown node)", "?")
+            saves.order.append(i)
 
-    for i in range(len(packed)):  # saved by a node the walk could not read
-        if i not in seen:
-            seen[i] = ("(unknown node)", "?")
-            order.append(i)
 
+def _classify(module: nn.Module, inputs, outputs: list[torch.Tensor], saves: _Saves) -> list[SavedTensor]:
+    """Each saved tensor with the storage it shares (:attr:`SavedTensor.same_as`), in walk order."""
     kinds: dict[int, str] = {}
     for x in inputs:
         kinds.setdefault(_storage(x)[0], "input")
@@ -212,19 +228,14 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
     for name, b in module.named_buffers():
         kinds.setdefault(_storage(b)[0], f"buffer {name}")
     saved = []
-    for i in order:
-        t = packed[i]
+    for i in saves.order:
+        t = saves.packed[i]
         ptr, nbytes = _storage(t)
         same_as = kinds.get(ptr, "new")
         kinds.setdefault(ptr, "saved above")
-        node, attribute = seen[i]
-        saved.append(SavedTensor(node, attribute, modules[i], tuple(t.shape), t.dtype, nbytes, same_as))
-
-    def total(tensors) -> int:
-        return sum(nbytes for nbytes in {_storage(t)[0]: _storage(t)[1] for t in tensors}.values())
-
-    return SavedReport(saved, total(inputs), total(outputs),
-                       total(list(module.parameters()) + list(module.buffers())))
+        node, attribute = saves.seen[i]
+        saved.append(SavedTensor(node, attribute, saves.modules[i], tuple(t.shape), t.dtype, nbytes, same_as))
+    return saved
 
 
 @contextlib.contextmanager
