@@ -1,63 +1,45 @@
-"""A model of PyTorch's CUDA caching allocator, to replay a step's allocation log.
+"""A model of PyTorch's CUDA caching allocator: segments, blocks, reserved memory (lesson 06).
 
-Introduced in lesson 06 (the caching allocator and fragmentation).  The engine
-(:mod:`helpers.engine.counting`) counts the bytes of live tensors: what
-``torch.cuda.memory_allocated()`` reports, up to the allocator's unsplit
-blocks.  A GPU also *reserves* memory that no tensor uses: the caching
-allocator keeps freed blocks to hand them out again, because asking the driver
-(``cudaMalloc``, ``cudaFree``) is slow and synchronises the device.  This
-module replays the engine's allocation log through the same rules and reports
-allocated and reserved bytes, segments and blocks, event by event.
-
-Each rule below is a function or branch of ``DeviceCachingAllocator`` in
-``c10/cuda/CUDACachingAllocator.cpp`` (PyTorch 2.x), named where it is used:
+Each rule is a function or branch of ``DeviceCachingAllocator`` in
+``c10/cuda/CUDACachingAllocator.cpp``, named where it is used:
 
 1. ``round_size``: a request is rounded up to a multiple of 512 bytes (with
    ``roundup_power2_divisions``, to the next of that many steps between two
-   powers of two).  A 0-byte tensor allocates nothing; 1 EB or more fails at
-   once.
-2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest
-   to the *large* pool; a block never moves between pools.
-3. ``get_allocation_size``: when no cached block fits, the allocator asks the
-   driver for a new *segment*: 2 MiB for a small request, 20 MiB for a request
-   under 10 MiB, else the request rounded up to 2 MiB.
-4. ``get_free_block``: best fit, the smallest free block of the pool that is
-   large enough (the lowest address among equals).  With
-   ``max_split_size_mb`` set, a request below it never takes a block at or
-   above it, and a larger request takes such a block only if the block is
-   less than 20 MiB (``max_non_split_rounding_mb``) larger.
-5. ``should_split``: the rest of a block is split off as a free block if it is
-   at least 512 bytes (small pool, or expandable segments), or more than
-   1 MiB and the request is below ``max_split_size`` (large pool).  An
-   unsplit rest stays inside the allocated block and counts in
-   ``memory_allocated()``.
+   powers of two).  A 0-byte tensor allocates nothing; 1 EB or more fails at once.
+2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest to
+   the *large* pool; a block never moves between pools.
+3. ``get_allocation_size``: a new *segment* from the driver is 2 MiB for a
+   small request, 20 MiB for a request under 10 MiB, else the request rounded
+   up to 2 MiB.
+4. ``get_free_block``: best fit, the smallest large-enough free block of the
+   pool (lowest address among equals).  With ``max_split_size_mb``, a request
+   below it never takes a block at or above it, and a larger request takes
+   one only if it is less than ``max_non_split_rounding_mb`` (20 MiB) larger.
+5. ``should_split``: the rest of a block is split off if it is at least 512
+   bytes (small pool, or expandable segments), or more than 1 MiB and the
+   request is below ``max_split_size`` (large pool).  An unsplit rest stays in
+   the allocated block and counts in ``memory_allocated()``.
 6. ``free_block``: a freed block merges with free neighbours of its segment.
-7. ``alloc_block``: a new segment fails when it would take the reserved
-   memory past the GPU's capacity (or ``set_per_process_memory_fraction``).
-8. ``malloc``: when that happens, the allocator frees cached oversize blocks
-   (``release_available_cached_blocks``, only with ``max_split_size_mb``),
-   then every free whole segment (``release_cached_blocks``, as
-   ``torch.cuda.empty_cache()`` does), retrying after each; then it raises
-   out of memory.
+7. ``alloc_block``: a new segment fails when it would take reserved memory
+   past the capacity (or ``set_per_process_memory_fraction``).
+8. ``malloc``: then the allocator frees cached oversize blocks
+   (``release_available_cached_blocks``, only with ``max_split_size_mb``), then
+   every free whole segment (``release_cached_blocks``), retrying after each;
+   then it raises out of memory.
 9. ``empty_cache`` (``release_cached_blocks``): segments with no allocated
    block go back to the driver; a segment with one live block stays whole.
 10. ``expandable_segments:True`` (``try_allocate_expandable_block``,
     ``find_expandable_block``, ``map_block``, ``unmap_block``): one segment per
-    pool grows by mapping pages (2 MiB in the small pool, 20 MiB in the large
-    one) at the lowest address where free and unmapped space together fit the
-    request (a new segment opens only when the address space of the others,
-    1 1/8 of the GPU's memory each, has no such place), only the pages still
-    missing there; blocks split whenever the rest is at least 512 bytes;
-    ``empty_cache`` unmaps every free page, even between live blocks; the
-    snapshot has one entry per contiguous mapped range.
+    pool, with addresses for 1 1/8 of the GPU's memory, grows by mapping pages
+    (2 MiB small, 20 MiB large) at the lowest address where free and unmapped
+    space fit the request; blocks split whenever the rest is at least 512
+    bytes; ``empty_cache`` unmaps every free page; the snapshot has one entry
+    per contiguous mapped range.
 
-Not modelled: streams and their events (one stream, every free is immediate),
-CUDA graph pools, the options :class:`AllocatorSettings` refuses
-(``garbage_collection_threshold``, ``large_segment_size_mb``, ...), and memory that kernels allocate outside
-tensors (cuBLAS workspaces do go through the allocator on a GPU; lesson 06
-gives their sizes).  Addresses are the model's own, not a GPU's.
-
-All sizes are bytes; 1 MiB = 2**20 bytes.
+Not modelled: streams and their events (every free is immediate), CUDA graph
+pools, the options :class:`~helpers.allocator.settings.AllocatorSettings`
+refuses, and memory kernels allocate outside tensors.  Addresses are the
+model's own.  All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -100,8 +82,7 @@ class Block:
         size: bytes.
         segment: the :class:`Segment` it belongs to (None for a 0-byte tensor's empty block).
         allocated: in use by a tensor.
-        requested: bytes that tensor asked for, not rounded (``requested_size``;
-            ``size`` is at least that rounded up to 512 bytes, larger after rule 5).
+        requested: bytes the tensor asked for, not rounded (``requested_size``).
         serial: the engine's storage serial it holds (None when free).
         mapped: backed by memory (False only inside an expandable segment).
     """
@@ -141,39 +122,33 @@ class CachingAllocator:
     """The caching allocator of one GPU, one stream: ``malloc``, ``free``, ``empty_cache``.
 
     Args:
-        capacity: bytes the allocator may reserve (the GPU's memory less what
-            the CUDA context takes, or a ``set_per_process_memory_fraction``
-            cap); ``None``: unlimited.
-        settings: :class:`AllocatorSettings`, or the ``PYTORCH_CUDA_ALLOC_CONF``
-            string for them.
-        total_memory: the GPU's memory in bytes (``totalGlobalMem``): an
-            expandable segment reserves addresses for 1 1/8 of it; default the
-            capacity (``None`` with no capacity: 1 TiB).
-        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: the
-            allocator refuses to open a segment when reserved memory plus the
-            segment's ``get_allocation_size`` would pass this fraction of
-            ``total_memory`` (``alloc_block``'s check, made before anything is
-            asked of the driver, also with expandable segments); ``None``: the
-            settings' ``per_process_memory_fraction``, if any.
+        capacity: bytes the allocator may reserve (the GPU's memory less the CUDA
+            context); ``None``: unlimited.
+        settings: :class:`AllocatorSettings`, or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
+        total_memory: the GPU's memory in bytes (``totalGlobalMem``), for
+            expandable segments' address space and the memory fraction; default
+            the capacity (with neither: 1 TiB of addresses).
+        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: a segment
+            is refused when reserved memory plus its ``get_allocation_size`` would
+            pass this fraction of ``total_memory`` (``alloc_block``'s check);
+            ``None``: the settings' ``per_process_memory_fraction``, if any.
 
     Attributes:
-        allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``,
-            unsplit rests included).
+        allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``).
         requested: bytes the live tensors asked for, rounded to 512 (the engine's count).
         reserved: bytes held from the driver (``torch.cuda.memory_reserved()``).
         peak_allocated, peak_reserved: their highest values so far.
-        segments: the live :class:`Segment` objects, in address order.
-        trace: every action, as dicts shaped like the ``device_traces`` entries of
-            ``torch.cuda.memory._snapshot()``: ``action`` (``alloc``,
-            ``free_completed``, ``segment_alloc``, ``segment_free``,
-            ``segment_map``, ``segment_unmap``, ``oom``), ``addr``, ``size``, and
-            ``serial`` (the engine's storage, for ``alloc``/``free_completed``).
-        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: counters
-            named as in ``torch.cuda.memory_stats()``.
+        segments: the live :class:`Segment` objects.
+        trace: every action, shaped like ``torch.cuda.memory._snapshot()``'s
+            ``device_traces`` entries: ``action`` (``alloc``, ``free_completed``,
+            ``segment_alloc``, ``segment_free``, ``segment_map``, ``segment_unmap``,
+            ``oom``), ``addr``, ``size``, and ``serial`` (the engine's storage).
+        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: as in
+            ``torch.cuda.memory_stats()``.
 
     Raises:
         ValueError: for a capacity or total memory that is not a positive number
-            of bytes, or a fraction outside [0, 1] or without a total memory.
+            of bytes, or a bad fraction.
     """
 
     def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
@@ -202,14 +177,11 @@ class CachingAllocator:
     def malloc(self, nbytes: int, serial: int | None = None) -> Block:
         """Allocate a block for a tensor of ``nbytes`` bytes (``DeviceCachingAllocator::malloc``).
 
-        A 0-byte tensor gets an empty block outside every segment and costs
-        nothing, as in PyTorch (``allocate`` asks ``malloc`` only for a
-        nonzero size).
+        A 0-byte tensor gets an empty block outside every segment, as in PyTorch.
 
         Raises:
-            AllocatorOutOfMemory: when no cached block fits and the driver has no
-                more memory, or at once for 1 EB (2**60 bytes) or more, with
-                PyTorch's message ("Tried to allocate more than 1EB memory").
+            AllocatorOutOfMemory: when no cached block fits and the capacity is
+                reached, or at once for 1 EB (2**60 bytes) or more.
         """
         if nbytes >= _ONE_EXA_BYTES:  # NativeCachingAllocator::allocate's check, before anything else
             raise AllocatorOutOfMemory("Simulated CUDA out of memory. Tried to allocate more than 1EB memory.",
@@ -260,8 +232,7 @@ class CachingAllocator:
         self._merge(block)                                                       # rule 6
 
     def set_per_process_memory_fraction(self, fraction: float) -> None:
-        """``torch.cuda.set_per_process_memory_fraction``: cap reserved memory at
-        ``fraction`` of ``total_memory`` (``allowed_memory_maximum``, in bytes).
+        """``torch.cuda.set_per_process_memory_fraction``: cap reserved memory at ``fraction`` of ``total_memory``.
 
         Raises:
             ValueError: for a fraction outside [0, 1], or with no total memory.
@@ -286,9 +257,8 @@ class CachingAllocator:
     def describe(self) -> str:
         """The segments and their blocks as text, one segment per line, in address order.
 
-        Each block is ``[size state]``: ``allocated`` (with the tensor's own
-        size when the block is larger: an unsplit rest) or ``free``; unmapped
-        parts of expandable segments are left out.
+        Each block is ``[size state]``: ``allocated`` (with the tensor's size when
+        the block is larger: an unsplit rest) or ``free``; unmapped parts are left out.
         """
         lines = []
         for s in sorted(self.segments, key=lambda s: s.address):
@@ -305,15 +275,13 @@ class CachingAllocator:
         return "\n".join(lines) or "no segments"
 
     def snapshot(self) -> list[dict]:
-        """The segments now, shaped like ``torch.cuda.memory._snapshot()["segments"]``, in address order.
+        """The segments, shaped like ``torch.cuda.memory._snapshot()["segments"]``, in address order.
 
         Each segment: ``address``, ``total_size``, ``allocated_size``,
-        ``segment_type`` (``"small"``/``"large"``), ``is_expandable``, and
-        ``blocks``, each with ``address``, ``size``, ``requested_size`` (the
-        bytes the tensor asked for, 0 for a free block), ``state``
-        (``"active_allocated"`` or ``"inactive"``) and ``serial``.  An
-        expandable segment is reported as PyTorch's ``snapshot()`` does: one
-        entry per contiguous mapped range; unmapped parts are left out.
+        ``segment_type`` (``"small"``/``"large"``), ``is_expandable``, and ``blocks``
+        (``address``, ``size``, ``requested_size``, ``state``: ``"active_allocated"``
+        or ``"inactive"``, ``serial``).  An expandable segment gives one entry per
+        contiguous mapped range, as PyTorch's ``snapshot()`` does.
         """
         out = []
         for s in self.segments:
@@ -471,18 +439,13 @@ class CachingAllocator:
         return seg
 
     def _expand(self, size: int, small: bool) -> Block | None:
-        """``try_allocate_expandable_block``: map pages at the lowest address where the request fits.
+        """Rule 10, ``try_allocate_expandable_block``: map pages at the lowest address where the request fits.
 
-        ``find_expandable_block`` looks through the pool's expandable segments,
-        in address order, for the first unmapped range that, with a free block
-        just before it and the free or unmapped blocks after it, holds ``size``
-        bytes; when none does, it opens a new expandable segment.  Then only the
-        missing pages are mapped, run by run (``map_block``): the unmapped range
-        up to the request's size, rounded up to whole pages; if that is not
-        enough, it merges with the free block after it and the next unmapped
-        range is mapped for what is still missing.  Each ``map_block`` either
-        maps all its pages or none (out of memory); pages an earlier one mapped
-        stay mapped.
+        ``find_expandable_block``: the first unmapped range (pool's expandable
+        segments in address order) that, with a free block just before it and the
+        free or unmapped blocks after it, holds ``size`` bytes; else a new segment.
+        Only the missing pages are mapped (``map_block``, all or none); pages an
+        earlier ``map_block`` mapped stay mapped.
         """
         segments = sorted((s for s in self.segments if s.expandable and s.small == small), key=lambda s: s.address)
         candidate = None
@@ -516,9 +479,7 @@ class CachingAllocator:
         return candidate
 
     def _map_block(self, block: Block, nbytes: int) -> Block | None:
-        """``map_block``: map the pages under the first ``nbytes`` of the unmapped
-        ``block`` (whole pages), merge them with free neighbours, and return the
-        merged free block; None when the pages do not fit the capacity."""
+        """``map_block``: map the whole pages under the first ``nbytes`` of ``block``, merged with free neighbours; None when they do not fit."""
         seg, page = block.segment, self._page(block.segment.small)
         take = min(-(-nbytes // page) * page, block.size)
         if not self._fits_capacity(take):
