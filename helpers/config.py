@@ -253,6 +253,8 @@ class StepConfig:
             (``autocast_adapter_dtype=True``).
         optimizer_offload: optimizer states in host memory, stepped on the CPU
             (torchao's ``CPUOffloadOptimizer``, :class:`helpers.engine.backends.HostStates`).
+            Paged optimizers (CUDA unified memory, which ``memory_allocated``
+            does not see) are not simulated.
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         device: one of :data:`DEVICES`.
