@@ -55,12 +55,7 @@ class Replay:
                    if e["action"] in ("segment_alloc", "segment_map"))
 
     def trace_position(self, index: int) -> int:
-        """The position in ``allocator.trace`` at which log entry ``index`` begins.
-
-        What :func:`helpers.teaching.plots.plot_memory_map` needs to mark a
-        moment of the log (e.g. where the second step starts) on the trace's
-        time axis.  ``index`` may be the log's length (the end).
-        """
+        """The position in ``allocator.trace`` at which log entry ``index`` (up to the log's length) begins: where a plot marks it."""
         return self._trace_at(index)
 
     def _trace_at(self, index: int | None) -> int | None:
@@ -72,19 +67,17 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
     """Replay an allocation log through a :class:`CachingAllocator`.
 
     Args:
-        log: entries whose first three fields are ``(serial, kind, nbytes)``:
-            :attr:`helpers.record.StepProfile.allocation_log` or
-            :attr:`helpers.engine.counting.StorageTracker.log`.  ``kind`` is
-            ``"alloc"``, ``"free"`` or ``"resize"`` (a resize frees the old
-            block after allocating the new one, as ``resize_`` copies).
-        capacity: bytes the allocator may reserve (see :class:`CachingAllocator`).
+        log: entries whose first three fields are ``(serial, kind, nbytes)``
+            (:attr:`helpers.record.StepProfile.allocation_log`); ``kind``
+            ``"alloc"``, ``"free"`` or ``"resize"`` (the new block allocated
+            before the old is freed, as ``resize_`` copies).
+        capacity, total_memory: as for :class:`CachingAllocator`.
         settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
         empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
-        total_memory: the GPU's memory (see :class:`CachingAllocator`).
 
     Returns:
-        a :class:`Replay`; on out of memory it stops there, with ``failed_at``
-        and ``error`` set (it does not raise).
+        a :class:`Replay`, stopped at an out of memory with ``failed_at`` and
+        ``error`` set (it does not raise).
 
     Raises:
         ValueError: for an entry of unknown kind or a free of a storage never allocated.
@@ -134,12 +127,9 @@ def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | s
                   context: int = CUDA_CONTEXT_BYTES) -> Replay:
     """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?
 
-    The allocator may reserve what the GPU has less the CUDA context
-    (``context``, by default the assumed :data:`helpers.gpus.CUDA_CONTEXT_BYTES`).
-    Under that cap it frees its cache and retries before it gives up, as a
-    real one does, so the step fits exactly when the returned replay's
-    ``error`` is None.  Expandable segments reserve addresses for 1 1/8 of
-    ``gpu_bytes``, as PyTorch does of the card's ``totalGlobalMem``.
+    The allocator may reserve ``gpu_bytes`` less ``context`` (default
+    :data:`helpers.gpus.CUDA_CONTEXT_BYTES`), freeing its cache and retrying
+    before it fails, so the step fits exactly when ``error`` is None.
 
     Raises:
         ValueError: when the context leaves no memory, or as :func:`replay` does.
@@ -151,22 +141,12 @@ def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | s
 
 def smallest_capacity(log: Iterable, settings: AllocatorSettings | str | None = None, start: int = 0,
                       step: int = K_ROUND_LARGE, limit: int = 2**50) -> int:
-    """The smallest capacity, from ``start`` upward in steps of ``step`` bytes, at which ``log`` replays.
+    """The first capacity, from ``start`` upward in steps of ``step`` bytes (default 2 MiB), at which ``log`` replays.
 
-    A scan, not a bisection: under memory pressure the allocator's choices
-    change, so success need not be monotonic in the capacity; this returns the
-    first capacity of the scan that works.
-
-    Args:
-        log: as for :func:`replay`.
-        settings: the allocator's options.
-        start: the first capacity tried, in bytes (a good one: the engine's
-            peak, rounded up to ``step``).
-        step: bytes added per try (default 2 MiB).
-        limit: give up above this many bytes.
+    A scan, not a bisection: success need not be monotonic in the capacity.
 
     Raises:
-        ValueError: for a step that is not positive, or when nothing up to ``limit`` works.
+        ValueError: for a step that is not positive, or when nothing up to ``limit`` bytes works.
     """
     if step <= 0:
         raise ValueError(f"step must be a positive number of bytes, got {step}")

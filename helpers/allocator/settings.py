@@ -13,10 +13,9 @@ from ..config import check_int
 from ..units import MiB
 from .rules import K_LARGE_BUFFER
 
-#: Options PyTorch 2.14.1 accepts in ``PYTORCH_CUDA_ALLOC_CONF`` that this model
-#: does not model, each with the reason it refuses them (checked against the
-#: keys ``c10::CachingAllocator::AcceleratorAllocatorConfig`` and
-#: ``CUDAAllocatorConfig`` register in 2.14.1's ``libc10.so``/``libc10_cuda.so``).
+#: Options the pinned PyTorch accepts in ``PYTORCH_CUDA_ALLOC_CONF`` that this model
+#: does not model, each with the reason (the keys ``AcceleratorAllocatorConfig``
+#: and ``CUDAAllocatorConfig`` register in its ``libc10.so``/``libc10_cuda.so``).
 _REFUSED_OPTIONS = {
     "garbage_collection_threshold": "it frees cached blocks by age, only under a memory fraction",
     "large_segment_size_mb": "it changes the 20 MiB segment of 1-10 MiB requests",
@@ -87,31 +86,24 @@ def _parse_divisions(value: str) -> int | tuple[int, ...]:
 
 @dataclass(frozen=True)
 class AllocatorSettings:
-    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them.
+    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (defaults: PyTorch's).
 
     Attributes:
-        max_split_size_mb: blocks of at least this many MiB are never split
-            (``None``: no limit, PyTorch's default).
-        max_non_split_rounding_mb: with ``max_split_size_mb``, a request at or
-            above it takes a cached block less than this many MiB larger
-            (``None``: 20, PyTorch's default).
-        roundup_power2_divisions: round requests up to one of this many
-            steps between two powers of two (an 84 MiB tensor takes 96 MiB with
-            4); an int for every size, or 16 ints, one per interval [1, 2) MiB
-            ... [32, 64) GiB; 0 or 1: PyTorch's default 512-byte rounding.
-        expandable_segments: grow one segment per pool instead of allocating
-            one per request (PyTorch's default: False).
-        per_process_memory_fraction: as ``torch.cuda.set_per_process_memory_fraction``
-            (see :class:`CachingAllocator`'s ``memory_fraction``); ``None``: none.
+        max_split_size_mb: blocks of at least this many MiB are never split (``None``: no limit).
+        max_non_split_rounding_mb: with ``max_split_size_mb``, a larger request
+            takes a cached block less than this many MiB larger (``None``: 20).
+        roundup_power2_divisions: round requests to one of this many steps
+            between two powers of two; an int, or 16, one per interval [1, 2) MiB
+            ... [32, 64) GiB; 0 or 1: 512-byte rounding.
+        expandable_segments: grow one segment per pool.
+        per_process_memory_fraction: as ``torch.cuda.set_per_process_memory_fraction``; ``None``: none.
 
-    Every other option PyTorch 2.14.1 accepts is refused by :meth:`parse` with
-    the reason (``garbage_collection_threshold``, ``pinned_*``, ...).
+    :meth:`parse` refuses every other option the pinned PyTorch accepts, with the reason.
 
     Raises:
         ValueError: for a ``max_split_size_mb`` or ``max_non_split_rounding_mb``
-            below 20 (PyTorch refuses those too:
-            ``AcceleratorAllocatorConfig::parseMaxSplitSize``), or divisions
-            that are not powers of two.
+            below 20 (``AcceleratorAllocatorConfig::parseMaxSplitSize``), or
+            divisions that are not powers of two.
     """
 
     max_split_size_mb: int | None = None
@@ -141,14 +133,11 @@ class AllocatorSettings:
 
     @classmethod
     def parse(cls, conf: str) -> "AllocatorSettings":
-        """Read ``"max_split_size_mb:128,expandable_segments:True"`` (empty: the defaults).
-
-        The one place where options are read and checked.  Spaces are ignored,
-        as PyTorch's ``ConfigTokenizer`` does; ``backend:native`` is accepted.
+        """Read ``"max_split_size_mb:128,expandable_segments:True"`` (empty: the defaults); spaces ignored, ``backend:native`` accepted.
 
         Raises:
-            ValueError: for an option this model does not know or does not
-                model (named, with the reason), or a bad value.
+            ValueError: for an option this model does not know or does not model
+                (named, with the reason), or a bad value.
         """
         values: dict = {}
         items, depth, start = [], 0, 0
