@@ -1,6 +1,6 @@
 # Two commands for a fresh machine (see README.md):
 #   make lessons   set up .venv and open the lessons in JupyterLab (a working copy in my-lessons/)
-#   make test      set up .venv and run the unit tests and strict nbval
+#   make test      set up .venv and run the unit tests and strict nbval (without the slow groups)
 # and, for the course's website: make site (build/site/html/index.html).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,7 +14,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
-.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
+.PHONY: lessons test test-slow test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +44,18 @@ reset-lessons: setup
 
 # One pytest worker per core (pytest-xdist), each test file or notebook whole on
 # one worker, and one torch thread per worker: the step's many small operations
-# run faster so than on threads that contend for the same cores.
+# run faster so than on threads that contend for the same cores. Each lesson runs
+# once, under strict nbval, its exercise solutions after it in the same kernel.
+# The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them.
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
+
+# The slow groups, which .ci/run runs after make test: the website and the lessons
+# in Chromium, the stub-driver oracle, the published figures, the short paths run
+# in a kernel. PYTEST_WORKERS: how many at once (default one per core).
+PYTEST_WORKERS ?= auto
+test-slow: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests
 
 # The layers of helpers/ (.importlinter): no import up a layer, no circle.
 lint-imports: setup
