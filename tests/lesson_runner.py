@@ -51,8 +51,9 @@ def solution_code(cell) -> list[str]:
 def run(cells: list, timeout: int = 600) -> None:
     """Execute these cells in order in a fresh python3 kernel; raise on the first error.
 
-    Cells marked ``# NBVAL_RAISES_EXCEPTION`` may raise.  The kernel starts in
-    ``lessons/``, as JupyterLab would start it.
+    Cells tagged ``raises-exception`` (nbval's and nbclient's tag) may raise, as
+    may cells marked with the comment ``# NBVAL_RAISES_EXCEPTION``.  The kernel
+    starts in ``lessons/``, as JupyterLab would start it.
     """
     nb = nbformat.v4.new_notebook(cells=[_fresh(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -64,6 +65,6 @@ def _fresh(cell):
     if cell.cell_type != "code":
         return nbformat.v4.new_markdown_cell(cell.source)
     new = nbformat.v4.new_code_cell(cell.source)
-    if "# NBVAL_RAISES_EXCEPTION" in cell.source:
+    if "raises-exception" in cell.metadata.get("tags", []) or "# NBVAL_RAISES_EXCEPTION" in cell.source:
         new.metadata["tags"] = ["raises-exception"]
     return new
