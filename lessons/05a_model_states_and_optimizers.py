@@ -27,7 +27,7 @@
 # - Find where the peak of a step is, and the batch size at which it moves.
 # - Reproduce PyTorch's "optimizer step in backward" figures for ViT-L/16.
 #
-# **Time:** about 60 minutes alone: 16 of reading, 24 of running the cells and reading their code and the three figures (a run-all takes about a minute), 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
+# **Time:** about 60 minutes alone: 15 of reading, 20 of code, 3 for the figures, 2 to run all, 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
 #
 # Lessons 01 (steady state, bytes-per-parameter conventions) and 04 (AMP) come first. Lesson 05b goes on with GPT-2 1.5B against the ZeRO paper, gradient accumulation, inference and leaks, and the "will it fit?" widget.
 
