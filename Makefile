@@ -70,7 +70,8 @@ test-other-cpu: setup
 # Each lesson's source is lessons/NN_topic.py (NNa_topic.py and NNb_topic.py for a
 # lesson in two parts; jupytext py:percent). Rebuild the notebook from it (keeping
 # cell ids), run it top to bottom in a fresh kernel, and keep the widgets' readable
-# stand-ins instead of views no one can display unrun.
+# stand-ins instead of views no one can display unrun. Of the cells' metadata only
+# nbval's tags (nbval-ignore-output, ...) and their reason (nbval_reason) are kept.
 refresh-notebooks: setup
 	for src in $(LESSONS); do \
 	    nb=$${src%.py}.ipynb; \
@@ -78,6 +79,8 @@ refresh-notebooks: setup
 	    $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level WARN \
 	        --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	        --ClearMetadataPreprocessor.enabled=True --ClearMetadataPreprocessor.clear_notebook_metadata=False \
+	        --ClearMetadataPreprocessor.preserve_cell_metadata_mask=tags \
+	        --ClearMetadataPreprocessor.preserve_cell_metadata_mask=nbval_reason \
 	        "$$nb" || exit 1; \
 	    $(BIN)/python tools/strip_widget_views.py "$$nb" || exit 1; \
 	done

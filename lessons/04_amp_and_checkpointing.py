@@ -29,7 +29,7 @@
 # - Train on real data in each configuration and confirm or refute "AMP converges worse" and "checkpointing is slower".
 # - Go beyond the article with offloading saved tensors to host memory, and find the limit of every per-tensor trick.
 #
-# **Time:** 45 minutes teaching, 20 minutes exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
+# **Time:** about 105 minutes alone: 38 of reading, 34 of code, 4 for the figures, 9 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
 #
 # Read lesson 03 first: this lesson uses its step profiles and vocabulary.
 
@@ -63,9 +63,7 @@ _ = torch.manual_seed(0)
 # The reentrant checkpoint warns when no input requires grad; section 2 shows that case on purpose.
 warnings.filterwarnings("ignore", message="None of the inputs have requires_grad")
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
@@ -376,9 +374,7 @@ fig
 #
 # What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 32, so that it runs in seconds. Timings vary between machines, so this output is not checked; the FLOP counts above are the deterministic version of the same claim:
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: wall-clock times depend on the machine and its load)
+# %% tags=["nbval-ignore-output"] nbval_reason="wall-clock times depend on the machine and its load"
 torch.manual_seed(0)
 timed_model = build_model("resnet18", num_classes=10)
 runners = {k: Checkpointed(sequential_form(timed_model), k) if k > 1 else timed_model for k in (1, 4, 10)}
@@ -417,9 +413,7 @@ print(f"  {f'AMP within 2 of the {n_test} test images of fp32, in every epoch:':
 print(f"  {'every configuration above 95% test accuracy after 8 epochs:':<75}{all(h.test_accuracy[-1] > 0.95 for h in runs.values())}")
 assert all(same.values()) and round(apart) <= 2 and all(h.test_accuracy[-1] > 0.95 for h in runs.values())
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: the bfloat16 runs' last digits and the wall-clock times depend on the machine)
+# %% tags=["nbval-ignore-output"] nbval_reason="the bfloat16 runs' last digits and the wall-clock times depend on the machine"
 print(f"{'configuration':<20} " + " ".join(f"ep{e + 1:>2}" for e in range(8)) + "   final loss   ms per step")
 per_step = {name: sum(h.seconds) / h.updates[-1] for name, h in runs.items()}
 for name, h in runs.items():
@@ -605,9 +599,7 @@ assert kept["swin_t"]["CUDA, float16"] > 1.1 * kept["swin_t"]["CPU lists"]
 #
 # With a GPU, the next cell measures the main configurations for real (float16 autocast with a `GradScaler`, `save_on_cpu(pin_memory=True)`), with the time per step. Expect small differences from the simulated figures (cuDNN workspaces, the allocator's unsplit blocks of lesson 00); the ordering and the trap do not change. (Output not checked: it depends on the GPU.)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: it measures this machine's GPU, and says so when there is none)
+# %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
 if torch.cuda.is_available():
     for name, kw in {**configs, "AMP + reentrant checkpoint 4": {"amp": True, "checkpoint": 4, "reentrant": True},
                      **beyond}.items():

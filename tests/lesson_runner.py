@@ -58,9 +58,9 @@ def solution_code(cell) -> list[str]:
 def run(cells: list, timeout: int = 600) -> None:
     """Execute these cells in order in a fresh python3 kernel; raise on the first error.
 
-    Cells marked as nbval marks them (a ``# NBVAL_RAISES_EXCEPTION`` line or the
-    ``raises-exception`` tag) may raise.  The kernel starts in
-    ``lessons/``, as JupyterLab would start it.
+    Cells tagged ``raises-exception`` (nbval's and nbclient's tag) may raise, as
+    may cells marked with the comment ``# NBVAL_RAISES_EXCEPTION``.  The kernel
+    starts in ``lessons/``, as JupyterLab would start it.
     """
     nb = nbformat.v4.new_notebook(cells=[_fresh(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
