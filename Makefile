@@ -63,7 +63,7 @@ lint-imports: setup
 
 # The lessons under strict nbval as another CPU computes them: PyTorch's plain
 # (unvectorised) kernels, MKL's AVX2 code path, one thread. Every checked
-# output must be the same (.ci/run runs this after make test).
+# output must be the same (.ci/run runs all of make test this way).
 test-other-cpu: setup
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 OMP_NUM_THREADS=1 $(BIN)/python -m pytest lessons
 

@@ -536,22 +536,22 @@ assert moved > 2**30
 #
 # ## 7. The command line
 #
-# The command line gives the same figures as this lesson (`--device simulated`):
+# The command line gives the same figures as this lesson (`--device simulated`). This lesson's steps are first steps, so the commands say `--first-step`; without it the command line answers for the steady-state step (the second, when the optimizer's states exist), the one that decides whether training fits:
 #
 # ```bash
-# python -m helpers profile --model resnet18 --batch-size 128 --amp --checkpoint 4 --device simulated            # AMP + checkpoint 4
-# python -m helpers profile --model resnet18 --batch-size 128 --amp --checkpoint 4 --reentrant --device simulated  # the trap, with a warning
-# python -m helpers profile --model resnet18 --batch-size 128 --amp --offload --device simulated                   # offload + AMP
+# python -m helpers profile --model resnet18 --batch-size 128 --amp --checkpoint 4 --device simulated --first-step            # AMP + checkpoint 4
+# python -m helpers profile --model resnet18 --batch-size 128 --amp --checkpoint 4 --reentrant --device simulated --first-step  # the trap, with a warning
+# python -m helpers profile --model resnet18 --batch-size 128 --amp --offload --device simulated --first-step                   # offload + AMP
 # ```
 
 # %%
 import subprocess
 import sys
 
-out = subprocess.run([sys.executable, "-m", "helpers", "profile", "--amp", "--offload", "--device", "simulated"],
-                     capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+out = subprocess.run([sys.executable, "-m", "helpers", "profile", "--amp", "--offload", "--device", "simulated", "--first-step"],
+                     capture_output=True, text=True, check=True).stdout.splitlines()[0]
 print(out)
-assert out == f"peak allocated: {steps['offload + AMP'].peak_allocated_bytes / MiB:.1f} MiB (simulated)" 
+assert out == f"peak allocated: {steps['offload + AMP'].peak_allocated_bytes / MiB:,.1f} MiB (simulated)"
 
 # %% [markdown]
 # ## 8. On a real GPU
