@@ -1,6 +1,6 @@
 # Two commands for a fresh machine (see README.md):
 #   make lessons   set up .venv and open the lessons in JupyterLab (a working copy in my-lessons/)
-#   make test      set up .venv and run the unit tests and strict nbval
+#   make test      set up .venv and run the unit tests and strict nbval (without the slow groups)
 # and, for the course's website: make site (build/site/html/index.html).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,7 +14,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
-.PHONY: lessons test test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
+.PHONY: lessons test test-slow test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,9 +44,18 @@ reset-lessons: setup
 
 # One pytest worker per core (pytest-xdist), each test file or notebook whole on
 # one worker, and one torch thread per worker: the step's many small operations
-# run faster so than on threads that contend for the same cores.
+# run faster so than on threads that contend for the same cores. Each lesson runs
+# once, under strict nbval, its exercise solutions after it in the same kernel.
+# The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them.
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
+
+# The slow groups, which .ci/run runs after make test: the website and the lessons
+# in Chromium, the stub-driver oracle, the published figures, the short paths run
+# in a kernel. PYTEST_WORKERS: how many at once (default one per core).
+PYTEST_WORKERS ?= auto
+test-slow: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests
 
 # The layers of helpers/ (.importlinter): no import up a layer, no circle.
 lint-imports: setup
@@ -54,14 +63,15 @@ lint-imports: setup
 
 # The lessons under strict nbval as another CPU computes them: PyTorch's plain
 # (unvectorised) kernels, MKL's AVX2 code path, one thread. Every checked
-# output must be the same (.ci/run runs this after make test).
+# output must be the same (.ci/run runs all of make test this way).
 test-other-cpu: setup
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 OMP_NUM_THREADS=1 $(BIN)/python -m pytest lessons
 
 # Each lesson's source is lessons/NN_topic.py (NNa_topic.py and NNb_topic.py for a
 # lesson in two parts; jupytext py:percent). Rebuild the notebook from it (keeping
 # cell ids), run it top to bottom in a fresh kernel, and keep the widgets' readable
-# stand-ins instead of views no one can display unrun.
+# stand-ins instead of views no one can display unrun. Of the cells' metadata only
+# nbval's tags (nbval-ignore-output, ...) and their reason (nbval_reason) are kept.
 refresh-notebooks: setup
 	for src in $(LESSONS); do \
 	    nb=$${src%.py}.ipynb; \
@@ -69,6 +79,8 @@ refresh-notebooks: setup
 	    $(BIN)/jupyter nbconvert --to notebook --execute --inplace --log-level WARN \
 	        --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	        --ClearMetadataPreprocessor.enabled=True --ClearMetadataPreprocessor.clear_notebook_metadata=False \
+	        --ClearMetadataPreprocessor.preserve_cell_metadata_mask=tags \
+	        --ClearMetadataPreprocessor.preserve_cell_metadata_mask=nbval_reason \
 	        "$$nb" || exit 1; \
 	    $(BIN)/python tools/strip_widget_views.py "$$nb" || exit 1; \
 	done

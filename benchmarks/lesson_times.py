@@ -1,24 +1,26 @@
-"""How long each lesson takes to run top to bottom ("Run All"), and how much a learner reads in it.
+"""How long each lesson takes to run top to bottom ("Run All"), and what else its stated time covers.
 
 For each committed lesson (``lessons/*.ipynb``, or the paths given), runs a
 copy in a fresh kernel, as JupyterLab's "Run All" would, and prints the
-seconds it took, beside what the stated duration has to cover: words of
-prose (markdown, not counting the folded solutions), lines of code (not comments), the numbers printed by its
-stored outputs, and its figures.  The stated duration is the lesson's own
-"**Time:**" line.  Nothing is written back: the committed notebooks are left
-as they are.
+seconds it took (wall clock) and the CPU seconds the kernel used, beside what
+the instructor guide's method counts in it (``tools/lesson_minutes.py``):
+words to read (prose, folded solutions left out, and printed outputs), lines of
+code, figures, exercises, and the lesson's stated time.  Nothing is written
+back: the committed notebooks are left as they are.
 
-The run-all time is the machine's share of a learner's time; reading
-(about 130 words a minute for technical prose), thinking about the outputs
-and the exercises are the rest.  Measured on this project's 2-core machine
-unless said otherwise; a laptop is usually faster.
+The run-all seconds are the machine's share of a learner's time; the guide
+lists them per lesson for its method (``docs/instructor_guide.md``, "How the
+minutes are stated").  On an idle machine the wall time is about the kernel's
+CPU time (the simulation runs in one thread); on a shared one the wall time
+grows with the load and the CPU time does not, so the CPU seconds are the
+figure to copy from a busy machine.  Measured on this project's 2-core
+machine unless said otherwise; a laptop is usually faster.
 
 Run with ``python benchmarks/lesson_times.py [NOTEBOOK ...]``.
 """
 
 import json
 import pathlib
-import re
 import sys
 import time
 
@@ -26,55 +28,41 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-#: A number in an output: digits with thousands separators and decimals, not part of a word.
-NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?")
-#: The lesson's stated duration: its "**Time:**" line.
-STATED = re.compile(r"\*\*Time:\*\*\s*([^*]*)")
+sys.path.insert(0, str(ROOT / "tools"))
+
+from lesson_minutes import counts, stated  # noqa: E402  (tools/ is not a package)
+
+#: A last cell, run after the lesson: the kernel's CPU seconds (its own and its children's).
+CPU_CELL = ("import resource as _r\n"
+            "print(sum(getattr(_r.getrusage(w), f) for w in (_r.RUSAGE_SELF, _r.RUSAGE_CHILDREN)"
+            " for f in ('ru_utime', 'ru_stime')))")
 
 
-def counts(nb: dict) -> dict:
-    """Words of prose (folded ``<details>`` solutions left out), code lines, numbers printed and figures
-    in a notebook's stored cells and outputs, and its stated duration."""
-    words = code = numbers = figures = 0
-    stated = ""
-    for cell in nb["cells"]:
-        source = "".join(cell["source"])
-        if cell["cell_type"] == "markdown":
-            prose = re.sub(r"<details>.*?</details>", " ", source, flags=re.S)  # solutions are read after trying
-            words += len(re.findall(r"\w+", re.sub(r"<[^>]+>", " ", prose)))
-            stated = stated or next(iter(STATED.findall(source)), "").strip()
-        elif cell["cell_type"] == "code":
-            code += sum(1 for line in source.splitlines() if line.strip() and not line.strip().startswith("#"))
-            for out in cell.get("outputs", []):
-                data = out.get("data", {})
-                text = "".join(out.get("text", [])) if out.get("output_type") == "stream" else ""
-                if "image/png" in data:
-                    figures += 1
-                elif "text/plain" in data and "application/vnd.jupyter.widget-view+json" not in data:
-                    text += "".join(data["text/plain"])
-                numbers += len(NUMBER.findall(text))
-    return {"words": words, "code_lines": code, "numbers_printed": numbers, "figures": figures, "stated": stated}
-
-
-def run_all(path: pathlib.Path) -> float:
-    """Seconds to run a copy of the notebook top to bottom in a fresh kernel, in the lessons' folder."""
+def run_all(path: pathlib.Path) -> tuple[float, float]:
+    """Wall seconds to run a copy of the notebook top to bottom in a fresh kernel (started in the
+    lessons' folder), and the CPU seconds the kernel used for it."""
     nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(CPU_CELL))
     start = time.perf_counter()
     NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    cpu = float("".join(out.get("text", "") for out in nb.cells[-1].outputs))
+    return wall, cpu
 
 
 def main() -> None:
     paths = [pathlib.Path(p) for p in sys.argv[1:]] or sorted((ROOT / "lessons").glob("*.ipynb"))
-    print(f"{'lesson':<45} {'words':>6} {'code':>5} {'numbers':>8} {'figures':>8} {'run-all':>9}  stated")
-    total = 0.0
+    print(f"{'lesson':<40} {'words':>6} {'code':>5} {'figures':>7} {'exercises':>9} {'run-all':>8} {'cpu':>6}  stated")
+    wall_total = cpu_total = 0.0
     for path in paths:
-        c = counts(json.loads(path.read_text()))
-        seconds = run_all(path)
-        total += seconds
-        print(f"{path.stem:<45} {c['words']:>6,} {c['code_lines']:>5} {c['numbers_printed']:>8} {c['figures']:>8} "
-              f"{seconds:>8.0f}s  {c['stated'][:60]}", flush=True)
-    print(f"all {len(paths)} lessons run top to bottom in {total / 60:.1f} minutes")
+        nb = json.loads(path.read_text())
+        c = counts(nb)
+        wall, cpu = run_all(path)
+        wall_total, cpu_total = wall_total + wall, cpu_total + cpu
+        print(f"{path.stem:<40} {c.prose_words + c.output_words:>6,} {c.code_lines:>5} {c.figures:>7} "
+              f"{c.exercises:>9} {wall:>7.0f}s {cpu:>5.0f}s  {(stated(nb) or '-')[10:60]}", flush=True)
+    print(f"all {len(paths)} lessons run top to bottom in {wall_total / 60:.1f} minutes "
+          f"({cpu_total / 60:.1f} minutes of the kernels' CPU time)")
 
 
 if __name__ == "__main__":

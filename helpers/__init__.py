@@ -9,9 +9,9 @@ lowest first; nothing imports from a layer above its own (``.importlinter``
 states it, CI checks it):
 
 * :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.palette`,
-  :mod:`helpers.gpus`, :mod:`helpers.config`: bytes and formatting; one-line
-  errors; the colours; GPU cards and the one "does it fit?" rule; every option
-  of a step;
+  :mod:`helpers.versions`, :mod:`helpers.gpus`, :mod:`helpers.config`: bytes
+  and formatting; one-line errors; the colours; the pinned versions; GPU cards
+  and the one "does it fit?" rule; every option of a step;
 * :mod:`helpers.allocator`: the caching allocator's size rules and a model of
   it that replays a step (lesson 06);
 * :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter

@@ -1,24 +1,15 @@
 """Command line: ``python -m helpers profile ...`` and ``python -m helpers check``.
 
-``profile`` runs one training step (:func:`helpers.step.profile_step`) and
-prints the answer first: the peak allocated memory (its first line,
-``peak allocated: <X> MiB (<backend>)``), where the step reaches it, what
-fills it, and for each GPU of :data:`helpers.gpus.GPU_CARDS` whether the step
-fits (:func:`helpers.batch.card_verdicts`, the rule every widget applies:
-"fits", "fits, tight" or "does not fit").  The step is the steady state by
-default (the second step, when the optimizer's states exist: what every step of
-a training loop needs, and what a verdict judges); ``--first-step`` traces the
-first one instead, with no verdict.  The batch size defaults to 1 for token
-inputs (a language model's sample is a whole sequence) and to 128 otherwise.
-``--table`` adds the per-module log of the step; ``--json`` prints one JSON
-object instead; ``--reserved`` adds the caching-allocator model's figures.
-
-Bad input exits with status 2 and one line naming the problem, in the flags'
-names (``--lora-rank``, not ``lora_rank``: :func:`in_flags`); a step that does
-not fit on a real GPU exits with status 1.
-
-``check`` is the workshop pre-flight check (see :mod:`helpers.check`): exit
-status 0 when the lessons will run, 1 when the environment is broken.
+``profile`` runs one training step (:func:`helpers.step.profile_step`),
+steady state by default (``--first-step``: the first, with no verdict), and
+prints the answer first: ``peak allocated: <X> MiB (<backend>)``, where it is
+reached, what fills it, and per card of :data:`helpers.gpus.GPU_CARDS` the
+verdict of :func:`helpers.batch.card_verdicts`.  The batch defaults to 1 for
+token inputs, else 128.  ``--table`` adds the per-module log, ``--json``
+prints one JSON object, ``--reserved`` adds the allocator model's figures.
+Bad input exits with status 2 and one line in the flags' names
+(:func:`in_flags`); a step that does not fit a real GPU exits with 1.
+``check`` is :mod:`helpers.check` (exit 0 ready, 1 broken).
 """
 
 from __future__ import annotations
@@ -318,16 +309,11 @@ def _fits_report(verdicts: dict) -> dict:
 def in_flags(message: str) -> str:
     """A message of :class:`helpers.config.StepConfig` or :mod:`helpers.models` in the command line's words.
 
-    The library names options as Python does (``lora_rank``, ``seq_len=``,
-    ``amp_dtype='bfloat16'``); the user typed flags (``--lora-rank``,
-    ``--seq-len``, ``--amp-dtype bfloat16``).  Each option of
-    :data:`helpers.config.CLI_OPTIONS` becomes its flag: a name with an
-    underscore anywhere outside quotes, ``name=value``, ``name=`` and
-    ``name (--flag)``; a one-word name (``reentrant``) only before "applies",
-    "must" or "segments", where it is the option and not the word.  Names of
-    options the command line does not have stay as they are.  An unknown
-    model's message also lists the shipped Hugging Face configs
-    (:data:`helpers.config.HF_SHIPPED`).
+    Each option of :data:`helpers.config.CLI_OPTIONS` becomes its flag
+    (``lora_rank`` -> ``--lora-rank``): a name with an underscore outside
+    quotes, ``name=value``, ``name=``, ``name (--flag)``; a one-word name only
+    before "applies", "must" or "segments".  An unknown model's message also
+    lists :data:`helpers.config.HF_SHIPPED`.
     """
     flags = {name: flag for flag, name, _ in config.CLI_OPTIONS}
     names = "|".join(sorted(flags, key=len, reverse=True))

@@ -1,20 +1,10 @@
-"""Memory against batch size: the affine law, and the largest batch that fits.
+"""Memory against batch size: the affine law, and the largest batch that fits (lesson 01).
 
-Introduced in lesson 01 (mini-batching); the widgets
-(:mod:`helpers.teaching.widgets`) are built on :class:`PeakCurve` and :func:`largest_fit`.
-
-During a training step every allocation is either independent of the batch
-size ``b`` (parameters, gradients, optimizer states) or proportional to it
-(activations, the input batch, their gradients).  So the memory alive at any
-one moment of the step is an affine function of ``b``, and the peak, the
-highest of those moments, is the maximum of affine functions:
-
-    M(b) = max over moments t of (c_t + b * s_t)
-
-For all but the smallest batches one moment wins (early in backward, when
-the activations are all still alive), and the peak is a straight line,
-``M(b) = M0 + b * m``: ``M0`` is the model state alive at that moment and
-``m`` the activation memory per sample.
+Every allocation of a step is independent of the batch size ``b`` (model
+states) or proportional to it (activations, the batch, their gradients), so
+the memory at each moment is affine in ``b`` and the peak is a maximum of
+affine functions, ``M(b) = max_t (c_t + b * s_t)``: for all but the smallest
+batches one moment wins, ``M(b) = M0 + b * m``.
 """
 
 from __future__ import annotations
@@ -36,9 +26,9 @@ class AffineFit:
     """A least-squares line through (batch size, peak bytes) points.
 
     Attributes:
-        m0_bytes: the intercept M0: bytes needed at batch size 0.
-        per_sample_bytes: the slope m: bytes each further sample adds.
-        batch_sizes, peak_bytes: the points the line was fitted to.
+        m0_bytes: the intercept M0, bytes at batch size 0.
+        per_sample_bytes: the slope m, bytes per sample.
+        batch_sizes, peak_bytes: the points fitted.
         max_residual_bytes: the largest distance of a point from the line.
     """
 
@@ -53,17 +43,15 @@ class AffineFit:
         return self.m0_bytes + batch_size * self.per_sample_bytes
 
     def largest_batch(self, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
-        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom`:
-        ``capacity - overhead``, less the cuBLAS workspaces on a card of
-        :data:`helpers.gpus.GPU_CARDS`.
+        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom`.
 
         Args:
-            capacity: GPU memory in bytes (e.g. ``16 * GiB``).
-            overhead: memory the process needs besides tensors (CUDA context,
-                allocator slack); default the assumed
+            capacity: GPU memory in bytes.
+            overhead: bytes the process needs besides tensors; default
                 :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
-            cublas_handles: cuBLAS handles of the step (2 for training, 1 for
-                a forward under ``no_grad``).
+            cublas_handles: cuBLAS handles of the step (2 for training, 1 for a
+                forward under ``no_grad``), whose workspaces a card of
+                :data:`helpers.gpus.GPU_CARDS` adds.
 
         Returns:
             The batch size, 0 if not even the model state fits.
@@ -79,10 +67,6 @@ class AffineFit:
 
 def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
     """Fit ``peak = M0 + b * m`` by least squares.
-
-    Args:
-        batch_sizes: the batch sizes ``b`` (at least two different values).
-        peak_bytes: the peak allocated bytes measured at each.
 
     Raises:
         ValueError: for fewer than two different batch sizes, or lists of
@@ -114,15 +98,11 @@ CONV_MODULES = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 def cublas_handles(profile: StepProfile) -> int:
     """How many cuBLAS handles (so workspaces) ``profile``'s step takes on a GPU: 0, 1 or 2.
 
-    cuBLAS handles belong to threads (``getCurrentCUDABlasHandle`` in
-    ``aten/src/ATen/cuda/CublasHandlePool.cpp``, a thread-local pool window):
-    the forward pass runs on the Python thread, the backward pass (and the
-    recomputation of activation checkpointing) on autograd's thread for the
-    GPU.  A thread takes one at its first matrix multiplication.  Read from the
-    trace: one for a forward event (``"fwd"``) of a module of
-    :data:`MATMUL_MODULES`, one for a backward or recomputation event of one.
-    A matrix multiplication written in a module's own ``forward``
-    (``torch.matmul``) outside such a module is not seen.
+    Handles belong to threads (``getCurrentCUDABlasHandle``,
+    ``aten/src/ATen/cuda/CublasHandlePool.cpp``): forward runs on the Python
+    thread, backward on autograd's; each takes one at its first matmul.  Read
+    from the trace: a forward event of a :data:`MATMUL_MODULES` module, and a
+    backward or recomputation event of one (a bare ``torch.matmul`` is not seen).
     """
     def ran(phases) -> bool:
         return any(e.phase in phases and e.module_type and MATMUL_MODULES.search(e.module_type)
@@ -143,23 +123,15 @@ class Estimate:
     Attributes:
         batch_size: the batch size.
         peak_bytes: peak allocated bytes (None if it did not fit a real GPU).
-        categories: bytes by category at the peak (see
-            :data:`helpers.record.CATEGORIES`); empty if it did not fit.
-        where: the event at which the peak was reached, in words (its
-            :attr:`helpers.engine.trace.Event.label`), e.g. ``"backward of ReLU 'layer4.1.relu'"``.
-        traced: True if this batch size was traced directly, False if
-            interpolated between two traced batch sizes.
+        categories: bytes by category at the peak (:data:`helpers.record.CATEGORIES`).
+        where: the peak's event in words (:attr:`helpers.engine.trace.Event.label`).
+        traced: traced directly (False: interpolated).
         backend: ``"cuda"``, ``"simulated"``, or ``"formula"`` (:func:`model_state_estimate`).
         error: the out-of-memory message when a real GPU could not run it.
-        reserved_bytes: the caching allocator's peak reserved memory, simulated
-            on the chosen GPU (:func:`helpers.allocator.replay_on_gpu`), or None
-            when not asked for.
-        allocator_error: why the simulated allocator ran out of memory
-            (``"tried to allocate ..."``), when the step did not fit with its
-            reserved memory (:func:`reserved_estimate`).
-        cublas_handles: the cuBLAS handles the step takes on a GPU
-            (:func:`cublas_handles`); 2 for a parameter count (a training step
-            of a model made of linear layers).
+        reserved_bytes: peak reserved bytes of the allocator model on the chosen
+            GPU (:func:`reserved_estimate`), or None.
+        allocator_error: why the allocator model ran out of memory, if it did.
+        cublas_handles: the step's cuBLAS handles (:func:`cublas_handles`).
         convolutions: the step runs cuDNN convolutions (:func:`has_convolutions`).
     """
 
@@ -188,15 +160,14 @@ class Estimate:
         return self.reserved_bytes is not None or self.allocator_error is not None
 
     def verdict(self, capacity: int, card: str | None = None) -> Verdict:
-        """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate,
-        by its reserved peak when it has one (:attr:`by_reserved`), else by its allocated peak,
-        plus, for a ``card`` of :data:`helpers.gpus.GPU_CARDS`, the lines it adds
-        (:func:`helpers.gpus.unseen_lines`: the cuBLAS workspaces of :attr:`cublas_handles`;
-        the cuDNN workspaces, not modelled, with :attr:`convolutions`).
+        """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate.
+
+        Judged by the reserved peak when there is one, else the allocated peak; a
+        ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines
+        (:func:`helpers.gpus.unseen_lines`).
 
         Raises:
-            ValueError: when a real GPU ran out of memory (no peak to judge; see :attr:`error`),
-                or for an unknown card.
+            ValueError: when a real GPU ran out of memory, or for an unknown card.
         """
         if self.peak_bytes is None:
             raise ValueError(f"batch {self.batch_size} ran out of memory: there is no peak to judge")
@@ -205,19 +176,16 @@ class Estimate:
 
 
 def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Estimate:
-    """``profile``'s step replayed through the caching-allocator model on a GPU of ``capacity`` bytes.
+    """``profile``'s step replayed through the allocator model on a GPU of ``capacity`` bytes.
 
-    The replay (:func:`helpers.allocator.replay_on_gpu`) may reserve what the
-    GPU has less the assumed :data:`helpers.gpus.CUDA_CONTEXT_BYTES`; under that
-    cap it frees its cache and retries before it gives up, as the real
-    allocator does.  The returned estimate has the replay's peak reserved bytes,
-    or, when it ran out of memory, ``allocator_error`` (then the step does not fit).
+    :func:`helpers.allocator.replay_on_gpu`: the peak reserved bytes, or
+    ``allocator_error`` when it ran out of memory (the step does not fit).
 
     Args:
-        profile: a direct trace (its :attr:`helpers.record.StepProfile.allocation_log`).
+        profile: a direct trace (its ``allocation_log``).
         capacity: the GPU's memory in bytes.
-        settings: allocator settings (:class:`helpers.allocator.AllocatorSettings`
-            or a ``PYTORCH_CUDA_ALLOC_CONF`` string); default PyTorch's.
+        settings: :class:`helpers.allocator.AllocatorSettings` or a
+            ``PYTORCH_CUDA_ALLOC_CONF`` string; default PyTorch's.
 
     Raises:
         ValueError: for a capacity that leaves nothing beside the CUDA context, or bad settings.
@@ -237,20 +205,16 @@ def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Est
 
 
 def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
-    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS`?  The command line's verdict, and the pre-flight check's.
+    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS`?  (The command line's and pre-flight check's verdict.)
 
-    The rule of every widget (:meth:`helpers.batch.Estimate.verdict`,
-    :func:`helpers.gpus.judge`): the step's peak allocated bytes plus the
-    assumed 1 GiB overhead, or with ``reserved`` the step replayed through the
-    caching-allocator model on each card (:func:`helpers.batch.reserved_estimate`)
-    plus the assumed 512 MiB CUDA context; plus, for each card, the cuBLAS
-    workspaces of the step's handles (:func:`helpers.gpus.unseen_lines`).  What must fit is a steady-state
-    step (``--steady-state``); on a first step the verdict is a lower bound.
+    The rule of every widget (:meth:`Estimate.verdict`), by the allocated peak,
+    or with ``reserved`` by the allocator model (:func:`reserved_estimate`).  On a
+    first step (not ``steady_state``) the verdict is a lower bound.
 
     Args:
         profile: a :class:`helpers.record.StepProfile`.
-        reserved: judge by the allocator model (``--reserved``).
-        settings: with ``reserved``, the allocator's settings (``--alloc-conf``).
+        reserved: judge by the allocator model.
+        settings: with ``reserved``, the allocator's settings.
 
     Returns:
         Card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
@@ -265,19 +229,15 @@ def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
 def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:
     """The peak of a training step's model states alone, from a parameter count.
 
-    At ``optimizer.step()`` a float32 model (as under ``torch.autocast``, which
-    keeps no 16-bit copy between steps) holds, per parameter: 4 bytes of
-    parameter, 4 of gradient, the optimizer's state
-    (:data:`helpers.techniques.optimizers.STATE_BYTES`) and, unless fused,
-    the ``foreach`` step's temporaries
-    (:data:`~helpers.techniques.optimizers.STEP_TEMPORARY_BYTES`): 20 bytes
-    for foreach Adam.  Activations are not included: a parameter count says
-    nothing of them.  Each tensor's rounding to 512 bytes is left out.
+    Per parameter at ``optimizer.step()``: 4 bytes of float32 parameter, 4 of
+    gradient, the optimizer's state (:data:`helpers.techniques.optimizers.STATE_BYTES`)
+    and, unless fused, the ``foreach`` temporaries (``STEP_TEMPORARY_BYTES``).
+    No activations, no 512-byte rounding.
 
     Args:
         parameters: the number of parameters, >= 1.
         optimizer: one of :data:`helpers.config.OPTIMIZERS`.
-        batch_size: recorded in the estimate (model states do not depend on it).
+        batch_size: recorded in the estimate.
         fused: the fused optimizer (no step temporaries).
 
     Raises:
@@ -299,35 +259,26 @@ def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, f
 class PeakCurve:
     """The peak memory of one training configuration, for any batch size.
 
-    Simulated, a direct trace takes a fraction of a second whatever the
-    batch size, too slow for a slider.  This class traces some batch sizes and
-    interpolates between them where that is exact: if the traces at ``b1 < b2``
-    peaked at the same allocation (:attr:`StepProfile.peak_allocation`), then
-    that moment is the peak at every batch size between them, because each
-    moment's memory is affine in ``b`` and the peak is their maximum (a convex
-    function: if one affine piece is highest at both ends of an interval, it
-    is highest all along it).  Each category at the peak is then affine too.
-    The only inexactness is rounding each tensor up to 512 bytes.
-
-    Otherwise, and on a real GPU always, the batch size is traced directly and
-    kept for later.
+    Traces some batch sizes and interpolates between two whose peaks came at the
+    same allocation (:attr:`helpers.record.StepProfile.peak_allocation`): that
+    moment, affine in ``b``, is then the maximum all along the interval
+    (convexity), exact up to the 512-byte rounding.  Otherwise, and on a real
+    GPU always, it traces.
 
     Args:
-        model: a model, as for :func:`helpers.step.profile_step`, or a whole
+        model: as for :func:`helpers.step.profile_step`, or a whole
             :class:`helpers.config.StepConfig` (its batch size is ignored).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        **options: the other options of :class:`helpers.config.StepConfig`;
-            ``steady_state`` defaults to True here, because what must fit is
-            every step of a training loop.
+        **options: other :class:`helpers.config.StepConfig` options;
+            ``steady_state`` defaults to True (what must fit is every step).
 
     Attributes:
-        config: the configuration traced at every batch size.
+        config: the configuration traced.
         backend: ``"cuda"`` or ``"simulated"``.
-        traces: batch size -> :class:`helpers.record.StepProfile`, the direct traces so far.
+        traces: batch size -> :class:`helpers.record.StepProfile`.
 
     Raises:
-        ValueError: for a bad option (at once), or as ``profile_step`` does at
-            the first estimate.
+        ValueError: for a bad option, or as ``profile_step`` does.
     """
 
     def __init__(self, model="resnet18", device: str = "auto", **options):
@@ -354,12 +305,10 @@ class PeakCurve:
     def estimate(self, batch_size: int) -> Estimate:
         """The peak at ``batch_size``, interpolated where exact, else traced.
 
-        On a real GPU an out-of-memory error is caught (the memory is released
-        by ``profile_step``) and returned as an estimate with ``error`` set.
+        A real GPU's out of memory is returned as an estimate with ``error`` set.
 
         Raises:
-            ValueError: for a batch size below 1 or a configuration
-                ``profile_step`` refuses.
+            ValueError: for a batch size below 1 or a configuration ``profile_step`` refuses.
         """
         check_int("batch_size", batch_size, 1)
         if not self.runtime.measured and batch_size not in self.traces:
@@ -391,29 +340,21 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
                 card: str | None = None) -> tuple[int, dict[int, Estimate]]:
     """The largest ``n`` from ``lowest`` to ``highest`` whose step fits ``capacity``, each candidate traced.
 
-    ``n`` is a batch size, or a sequence length in steps of some tokens.  A
-    step's peak is the maximum of affine functions of its token count (each
-    moment's memory is affine in the batch, and with flash attention in the
-    sequence too), so the line through two traced points (:func:`fit_affine`)
-    predicts the answer; each prediction is traced and judged
-    (:meth:`Estimate.verdict`, the rule of every widget), and the next line
-    goes through the last two points, or the search halves the interval where
-    a line makes no progress.  Where the peak is affine near the answer, four
-    traces settle it: two for the line, the answer and the one above it.
+    ``n`` is a batch size or a sequence length.  The peak is a maximum of affine
+    functions of ``n``, so the line through the last two traced points
+    (:func:`fit_affine`) predicts the answer; each prediction is traced and
+    judged (:meth:`Estimate.verdict`), bisecting where a line makes no progress.
 
     Args:
-        estimate_at: ``n -> Estimate`` of a direct trace (judged by its
-            reserved peak when it has one).
-        lowest, highest: the range searched, ``1 <= lowest <= highest``.
+        estimate_at: ``n -> Estimate`` of a direct trace.
+        lowest, highest: the range, ``1 <= lowest <= highest``.
         capacity: the GPU's memory in bytes.
-        card: the card's name when it is one of :data:`helpers.gpus.GPU_CARDS`:
-            its verdicts then add the lines it adds (the cuBLAS workspaces), as
-            the widgets' do; None for a bare capacity.
+        card: a :data:`helpers.gpus.GPU_CARDS` name (its verdicts add its lines), or None.
 
     Returns:
-        ``(n, estimates)``: the answer (0 when not even ``lowest`` fits) and
-        every estimate judged, by ``n``; ``estimates[n + 1]`` exists unless
-        ``n`` is ``highest`` or 0.
+        ``(n, estimates)``: the answer (0 when not even ``lowest`` fits) and every
+        estimate judged, by ``n``; ``estimates[n + 1]`` exists unless ``n`` is
+        ``highest`` or 0.
 
     Raises:
         ValueError: for a bad range, or as ``estimate_at`` does.

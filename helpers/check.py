@@ -1,7 +1,7 @@
 """Pre-flight check for a workshop: ``python -m helpers check``.
 
 Prints, for the attendee's machine: the versions of what the lessons use
-(against the pins of ``requirements.txt``), the device and its memory, the
+(against the pins, :data:`helpers.versions.PINS`), the device and its memory, the
 backend the lessons will use, and whether ResNet18 at batch 128 fits (one
 steady-state training step, measured on a GPU; simulated otherwise, and then
 judged on each card of ``helpers.gpus.GPU_CARDS`` by the rule every widget and
@@ -17,32 +17,25 @@ failure: the lessons run, but some stored outputs may differ.
 from __future__ import annotations
 
 import importlib
-import pathlib
 import platform
-import re
 import sys
+
+from .errors import first_line
+from .versions import PINS
 
 #: Packages the lessons import, with the fix to print when one fails to import.
 PACKAGES = {
-    "torch": "pip install torch==2.14.1 (or: make setup)",
-    "torchvision": "pip install torch==2.14.1 torchvision==0.29.1: the two must be a matching pair "
-                   "(a torchvision built for another torch fails on 'torchvision::nms')",
+    "torch": f"pip install torch=={PINS['torch']} (or: make setup)",
+    "torchvision": f"pip install torch=={PINS['torch']} torchvision=={PINS['torchvision']}: the two must be "
+                   "a matching pair (a torchvision built for another torch fails on 'torchvision::nms')",
     "matplotlib": "pip install -r requirements.txt",
-    "sklearn": "pip install scikit-learn==1.9.1",
-    "ipywidgets": "pip install ipywidgets==8.1.9",
-    "jupyterlab": "pip install jupyterlab==4.6.6",
-    "nbval": "pip install nbval==0.11.0 (needed by the tests only)",
+    "sklearn": f"pip install scikit-learn=={PINS['scikit-learn']}",
+    "ipywidgets": f"pip install ipywidgets=={PINS['ipywidgets']}",
+    "jupyterlab": f"pip install jupyterlab=={PINS['jupyterlab']}",
+    "nbval": f"pip install nbval=={PINS['nbval']} (needed by the tests only)",
 }
 #: Import name -> distribution name in requirements.txt.
 _DIST = {"sklearn": "scikit-learn"}
-
-
-def _pins() -> dict[str, str]:
-    """``name -> version`` pinned in the repository's requirements.txt (empty if not found)."""
-    path = pathlib.Path(__file__).resolve().parent.parent / "requirements.txt"
-    if not path.exists():
-        return {}
-    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", path.read_text(), flags=re.M))
 
 
 def _try_import(name: str):
@@ -63,18 +56,16 @@ def run_check(out=print) -> int:
     warnings: list[str] = []
     out('Pre-flight check for "Where does my GPU memory go?"')
     out(f"  {'python':<12} {platform.python_version()} ({sys.executable})")
-    pins = _pins()
     modules = {}
     for name, fix in PACKAGES.items():
         module = _try_import(name)
         if isinstance(module, Exception):
-            first = (str(module).strip() or type(module).__name__).splitlines()[0]
-            out(f"  {name:<12} BROKEN: {type(module).__name__}: {first}")
+            out(f"  {name:<12} BROKEN: {type(module).__name__}: {first_line(module)}")
             problems.append(f"{name} does not import. Fix: {fix}")
             continue
         modules[name] = module
         version = getattr(module, "__version__", "?")
-        pin = pins.get(_DIST.get(name, name))
+        pin = PINS.get(_DIST.get(name, name))
         note = ""
         if pin and version.split("+")[0] != pin:
             note = f"  (requirements.txt pins {pin})"
@@ -124,8 +115,7 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
         out(f"  {'ResNet18':<12} batch 128 does NOT fit on this GPU: {e.cuda_message}")
         return
     except Exception as e:  # the engine itself failing is a broken environment
-        first = (str(e).strip() or type(e).__name__).splitlines()[0]
-        out(f"  {'ResNet18':<12} BROKEN: {type(e).__name__}: {first}")
+        out(f"  {'ResNet18':<12} BROKEN: {type(e).__name__}: {first_line(e)}")
         problems.append("one ResNet18 training step failed. Fix: pip install -r requirements.txt "
                         "in a fresh environment (make setup)")
         return

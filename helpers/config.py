@@ -1,10 +1,9 @@
-"""Every option of a profiled training step, defined and validated in one place.
+"""Every option of a profiled training step, defined and checked in one place (:class:`StepConfig`).
 
-A :class:`StepConfig` is what :func:`helpers.step.profile_step` runs, what
-``python -m helpers profile`` builds from its flags (:data:`CLI_OPTIONS`), what a
-profile echoes in its JSON (:meth:`StepConfig.to_dict`), and what the
-batch-size widget caches traces by (:meth:`StepConfig.curve_key`).  An option
-is named, given its default and checked here and nowhere else.
+What :func:`helpers.step.profile_step` runs, what ``python -m helpers
+profile`` builds from its flags (:data:`CLI_OPTIONS`), what a profile echoes
+(:meth:`StepConfig.to_dict`), and what the widgets cache traces by
+(:meth:`StepConfig.curve_key`).
 """
 
 from __future__ import annotations
@@ -74,12 +73,9 @@ PRESET_INPUTS = {
 def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *, what: str | None = None) -> int:
     """``value`` if it is an integer (not a bool) >= ``lowest`` and, if given, <= ``highest``.
 
-    Args:
-        what: the rule in the caller's words, for the message (default:
-            ``"an integer >= lowest"`` or ``"an integer from lowest to highest"``).
-
     Raises:
-        ValueError: ``"<name> must be <what>, got <value>"``, otherwise.
+        ValueError: ``"<name> must be <what>, got <value>"`` otherwise
+            (``what``: the rule in the caller's words).
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest or (
             highest is not None and value > highest):
@@ -90,17 +86,13 @@ def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *,
 
 
 def is_hf_config(model: Any) -> bool:
-    """True when ``model`` names or holds a Hugging Face config (what :mod:`helpers.models.hf` builds).
+    """True when ``model`` names or holds a Hugging Face config: the one test of it.
 
-    The one test of it, for :class:`StepConfig` and :func:`helpers.models.resolve_model` alike:
-
-    * an object: a dict with a ``"model_type"`` key, or a
-      ``transformers.PretrainedConfig`` (any object that is not callable, with
-      ``to_dict`` and a string ``model_type``), known without importing ``transformers``;
-    * a string: a shipped name (:data:`HF_SHIPPED`), a ``.json`` path, a
-      folder (holding a ``config.json``, or written with a trailing ``/``),
-      or a Hub name ``org/model`` that is not a Python file (``path/to/file.py``)
-      nor an existing path.
+    An object: a dict with ``"model_type"``, or a non-callable object with
+    ``to_dict`` and a string ``model_type`` (a ``PretrainedConfig``, known
+    without importing ``transformers``).  A string: a shipped name
+    (:data:`HF_SHIPPED`), a ``.json`` path, a folder, or a Hub name ``org/model``
+    that is neither a Python file nor an existing path.
     """
     if isinstance(model, dict):
         return "model_type" in model
@@ -217,85 +209,60 @@ class StepConfig:
     """One training step to profile.  Every field is checked when it is made.
 
     Model:
-        model: a torchvision classification model name, a model preset of
-            :mod:`helpers.models` (``"mlp"``, ``"gpt2"``, ...), an ``nn.Module``
-            (profiled on a copy; the original is not touched), a function
-            that returns a fresh one, or a Hugging Face causal LM by its
-            config (:mod:`helpers.models.hf`: a shipped or Hub name such as
-            ``"meta-llama/Llama-3.1-8B"``, a ``config.json`` path, a dict or
-            a ``transformers.PretrainedConfig``).
-        name: the label of the profile (default: the model's name).
+        model: a torchvision classifier name, a preset of :mod:`helpers.models`
+            (``"mlp"``, ``"gpt2"``, ...), an ``nn.Module`` (profiled on a copy),
+            a function returning one, or a Hugging Face causal LM config
+            (:mod:`helpers.models.hf`: a shipped or Hub name, a ``config.json``
+            path, a dict or a ``PretrainedConfig``).
+        name: the profile's label (default: the model's name).
     Data:
         batch_size: samples per batch, >= 1.
-        image_size: height and width of image inputs.  Any other value than
-            :data:`IMAGE_SIZE` is refused where the inputs are not images (token
-            ids, ``input_shape``, ``inputs``, a preset of :data:`PRESET_INPUTS`).
+        image_size: height and width of image inputs (another value than
+            :data:`IMAGE_SIZE` is refused for inputs that are not images).
         input_shape: shape of one float sample, e.g. ``(3, 224, 224)`` or ``(784,)``.
-        seq_len: token inputs: each sample is ``seq_len`` int64 token ids.
-        vocab_size: token ids are drawn from ``range(vocab_size)`` (default:
-            the model's, for the GPT presets).
-        inputs: a function ``(batch_size, device) -> tensor or tuple of
-            tensors`` that makes the model's input instead.
-        loss: ``"auto"``, ``"classification"``, ``"next_token"``, or a function
-            ``(output) -> scalar tensor``.
-        num_classes: classes of a classification model (torchvision names are
-            built with it; default 1000 for them, else the size of the logits).
+        seq_len: token inputs: ``seq_len`` int64 token ids per sample.
+        vocab_size: token ids are drawn below it (default: the model's).
+        inputs: a function ``(batch_size, device) -> tensor(s)`` making the input.
+        loss: ``"auto"``, ``"classification"``, ``"next_token"``, or ``(output) -> scalar``.
+        num_classes: a classifier's classes (default 1000 for torchvision names,
+            else the logits' size).
     Techniques:
-        amp: run forward and loss under autocast.
-        amp_dtype: ``"float16"`` (with a GradScaler, as on GPUs) or ``"bfloat16"``.
-        checkpoint: activation checkpointing in this many segments (0: off).
-            A Hugging Face model checkpoints its own way whatever the number
-            (``gradient_checkpointing_enable()``: each decoder layer a segment).
-        reentrant: with ``checkpoint``, the old reentrant variant (lesson 04's trap).
+        amp: forward and loss under autocast, in ``amp_dtype``: ``"float16"``
+            (with a GradScaler) or ``"bfloat16"``.
+        checkpoint: activation checkpointing in this many segments (0: off; a
+            Hugging Face model checkpoints each decoder layer).
+        reentrant: the reentrant variant (lesson 04's trap).
         offload: keep tensors saved for backward in host memory.
-        optimizer: one of :data:`OPTIMIZERS`.
-        fused: the optimizer's fused implementation (one kernel per step,
-            no temporaries) instead of ``foreach`` (PyTorch's default on a GPU).
-        step_in_backward: step the optimizer inside backward, one parameter
-            at a time as its gradient is ready, and free that gradient at once
-            (``register_post_accumulate_grad_hook``, PyTorch's "optimizer step
-            in backward" tutorial); needs no GradScaler (not float16 AMP).
-        accumulation_steps: gradient accumulation: this many forward and
-            backward passes of ``batch_size`` samples each, then one optimizer step.
-        set_to_none: ``optimizer.zero_grad(set_to_none=...)``: True frees the
-            gradients after the step, False zeroes them and keeps them.
-        attention: the simulated kernel of ``scaled_dot_product_attention``,
-            one of :data:`ATTENTION` (a GPU picks its own).
-        lora_rank: LoRA (``peft``) adapters of this rank on ``lora_targets``,
-            with every base weight frozen (0: off, full fine-tuning);
-            :func:`helpers.techniques.lora.apply_lora`.
-        lora_targets: the last names of the linear layers LoRA adapts, e.g.
-            ``("q_proj", "v_proj")``; None: peft's default for the architecture.
-        lora_dropout: LoRA's dropout on each adapter's input, in [0, 1).
-        quantization: one of :data:`QUANTIZATIONS`.  ``"nf4"`` is QLoRA
-            (Dettmers et al., 2023): every frozen base ``nn.Linear`` weight
-            (all but the LM head, which ``transformers``' bitsandbytes
-            quantizer keeps in 16 bits too; embeddings are not linear layers)
-            is stored as torchao's ``NF4Tensor`` (4-bit codes, one int8
-            scale per 64 weights, one scale of those per 256 blocks) and
-            computed in bfloat16 (:mod:`helpers.techniques.quantization`).
-            Needs ``lora_rank``: only frozen weights are quantized.
-        param_dtype: one of :data:`PARAM_DTYPES`: the dtype the model's
-            parameters are stored in (``from_pretrained(torch_dtype=...)``).
-            With ``"bfloat16"`` the gradients are bfloat16, and so are
-            PyTorch's Adam and AdamW states (``torch/optim/adamw.py`` makes
-            ``exp_avg`` and ``exp_avg_sq`` with ``torch.zeros_like(p)``):
-            half the bytes of float32.  peft's LoRA adapters stay float32
-            (``get_peft_model(autocast_adapter_dtype=True)``, its default,
-            upcasts bfloat16 and float16 adapters to float32).
-        optimizer_offload: keep the optimizer states in host memory and step
-            on the CPU, as torchao's ``CPUOffloadOptimizer`` does
-            (:class:`helpers.engine.backends.HostStates`): the GPU keeps
-            the parameters and gradients only.  (Paged optimizers keep their
-            states in CUDA unified memory, which ``torch.cuda.memory_allocated``
-            does not see: not simulated.)
+        optimizer: one of :data:`OPTIMIZERS`; ``fused``: its fused implementation
+            instead of ``foreach``.
+        step_in_backward: step each parameter in backward as its gradient is
+            ready and free it (``register_post_accumulate_grad_hook``, PyTorch's
+            tutorial); not with float16 AMP.
+        accumulation_steps: forward and backward passes per optimizer step.
+        set_to_none: ``optimizer.zero_grad(set_to_none=...)``.
+        attention: the simulated attention kernel, one of :data:`ATTENTION`.
+        lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets``
+            (None: peft's default), base weights frozen (0: off);
+            ``lora_dropout`` in [0, 1).
+        quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA (Dettmers
+            et al., 2023): every frozen base ``nn.Linear`` weight but the LM head
+            as torchao's ``NF4Tensor``, computed in bfloat16
+            (:mod:`helpers.techniques.quantization`).  Needs ``lora_rank``.
+        param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``);
+            gradients and Adam's states follow it (``torch/optim/adamw.py``:
+            ``torch.zeros_like(p)``); peft's adapters stay float32
+            (``autocast_adapter_dtype=True``).
+        optimizer_offload: optimizer states in host memory, stepped on the CPU
+            (torchao's ``CPUOffloadOptimizer``, :class:`helpers.engine.backends.HostStates`).
+            Paged optimizers (CUDA unified memory, which ``memory_allocated``
+            does not see) are not simulated.
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         full_trace: trace every block of a model built of repeated blocks,
             instead of writing its step exactly from traces of 3 and 4 blocks
             (:mod:`helpers.depth`, the default where it applies).
         device: one of :data:`DEVICES`.
-        capacity: behave as a GPU of this many bytes (see :class:`helpers.engine.meter.Meter`).
+        capacity: behave as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
 
     Raises:
         ValueError: for any option out of range, with the option's name.
@@ -344,8 +311,7 @@ class StepConfig:
             raise ValueError(f"image_size (--image-size) applies to image inputs; {self.label} takes {takes}")
 
     def _not_images(self) -> str | None:
-        """What the model takes when it is not images of ``image_size`` (else None):
-        token ids, ``input_shape`` samples, what ``inputs`` makes, or what a preset takes."""
+        """What the model takes when not images of ``image_size`` (token ids, ``input_shape``, ``inputs``, a preset's), else None."""
         if self.seq_len is not None:
             return "token ids (seq_len=, --seq-len)"
         if self.input_shape is not None:

@@ -1,17 +1,11 @@
-"""PyTorch FSDP2 on a fake process group: one rank's memory, measured.
+"""PyTorch FSDP2 on a fake process group: one rank's memory, measured (lesson 07).
 
-Introduced in lesson 07 (when one GPU is not enough).  :func:`sharded_step`
-runs training steps of a model wrapped with
-``torch.distributed.fsdp.fully_shard`` (FSDP2, ZeRO stage 3: parameters,
-gradients and optimizer states sharded) in *one* process, on a *fake process
-group* of ``world_size`` ranks (:func:`fake_process_group`): this process
-plays rank 0, every collective returns at once without moving data, and every
-tensor has the shape it has on a real rank 0.  Under the simulated backend
-(fake tensors, :class:`helpers.engine.counting.StorageTracker`) it gives the
-bytes rank 0 of a real job would allocate, by category.  ZeRO's and
-DeepSpeed's formulas are in :mod:`helpers.techniques.sharding`.
-
-All sizes are bytes.
+:func:`sharded_step` runs steps of a model wrapped with
+``torch.distributed.fsdp.fully_shard`` (ZeRO stage 3) in one process playing
+rank 0 of a :func:`fake_process_group`: collectives move no data, every
+tensor has its real rank-0 shape, and the simulated backend counts the bytes
+by category.  ZeRO's and DeepSpeed's formulas are in
+:mod:`helpers.techniques.sharding`.  All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -43,24 +37,18 @@ SHARDED_CATEGORIES = (
 
 @contextlib.contextmanager
 def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
-    """Make this one process rank ``rank`` of a fake ``world_size``-rank job; always tear it down.
+    """Make this process rank ``rank`` of a fake ``world_size``-rank job; always tear it down.
 
-    ``torch.distributed.init_process_group("fake", store=FakeStore(), ...)``
-    (``torch/testing/_internal/distributed/fake_pg.py``): collectives return
-    at once and move no data, but every tensor keeps the shape it has on a
-    real rank.  Yields a ``DeviceMesh`` of CPU ranks, built here, outside any
-    fake-tensor mode (its constructor reads tensor values), to pass to
-    ``fully_shard(..., mesh=mesh)``: 1-dimensional, or, for ``replicas`` > 1,
-    2-dimensional ``(replicas, world_size // replicas)`` with dimension names
-    ``("replicate", "shard")``, the mesh of HSDP (``fully_shard``'s docstring:
-    parameters sharded across the second dimension, replicated across the first).  On exit, even when the body
-    raises, ``torch.distributed.destroy_process_group()`` runs, so that
-    ``torch.distributed.is_initialized()`` is False afterwards.
+    ``init_process_group("fake", store=FakeStore())``
+    (``torch/testing/_internal/distributed/fake_pg.py``).  Yields a CPU
+    ``DeviceMesh`` (built outside any fake mode) for ``fully_shard(mesh=...)``:
+    1-D, or for ``replicas`` > 1 the HSDP mesh ``(replicas, world_size //
+    replicas)`` named ``("replicate", "shard")``.  ``destroy_process_group()``
+    runs on exit, even on error.
 
     Raises:
-        ValueError: for a world size below 1, a rank outside it, a number of
-            replicas that does not divide the world size, or a process group
-            already initialised in this process.
+        ValueError: for a world size below 1, a rank outside it, replicas that do
+            not divide the world size, or a process group already initialised.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -83,14 +71,11 @@ def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
 
 
 class _FSDPTracker(SimulatedTracker):
-    """A :class:`helpers.engine.cuda_rules.SimulatedTracker` that also remembers which storages FSDP2's own
-    operators (``torch.ops.fsdp.*``, ``_fsdp_collectives.py``) wrote or made:
+    """A :class:`helpers.engine.cuda_rules.SimulatedTracker` remembering what FSDP2's operators made.
 
-    * ``all_gather_copy_in``: its inputs (the shards, cast to ``param_dtype``
-      under mixed precision) and the flat all-gather buffer;
-    * ``split_with_sizes_copy``: the unsharded parameters it fills from that buffer;
-    * ``chunk_cat``: its inputs (the unsharded gradients) and output (the flat
-      reduce-scatter buffer).
+    ``torch.ops.fsdp.*`` (``_fsdp_collectives.py``): ``all_gather_copy_in``'s
+    inputs and flat buffer, ``split_with_sizes_copy``'s unsharded parameters,
+    ``chunk_cat``'s unsharded gradients and reduce-scatter buffer.
     """
 
     def __init__(self):
@@ -123,28 +108,22 @@ class _FSDPTracker(SimulatedTracker):
 
 @dataclass
 class ShardedStep:
-    """What one rank of an FSDP2 job allocates in a training step (simulated).
+    """What one rank of an FSDP2 job allocates in a training step (simulated).  Bytes.
 
     Attributes:
         model: the model's name.
         world_size: ranks in the (fake) job; this process was rank 0.
         parameter_count: parameters of the whole model (unsharded).
-        units: the FSDP units (each a ``fully_shard`` call), root last, with
-            their parameter counts.
+        units: the FSDP units, root last, with their parameter counts.
         parameters, gradients, optimizer_states: this rank's sharded model
-            states at the optimizer step, in bytes (each storage rounded up to
-            512 bytes, as the CUDA caching allocator does).
+            states at the optimizer step (each storage rounded up to 512).
         peak_bytes: the highest allocated bytes of the traced step.
         peak_phase: ``"forward"``, ``"backward"`` or ``"optimizer.step"``.
         at_peak: bytes per category of :data:`SHARDED_CATEGORIES` at the peak.
-        largest: for each category, the most bytes it held at any moment of the
-            step (e.g. ``largest["unsharded_parameters"]``: the all-gathered
-            parameters at their most).
-        after_forward: bytes per category at the end of the forward pass
-            (the loss computed; ``other`` holds the activations).
-        timeline: after each allocation, free or resize of the traced step,
-            ``(phase, allocated bytes, unsharded parameters' bytes, all-gather
-            buffers' bytes)``.
+        largest: each category's most bytes at any moment of the step.
+        after_forward: bytes per category at the end of the forward pass.
+        timeline: after each allocation event, ``(phase, allocated, unsharded
+            parameters' bytes, all-gather buffers' bytes)``.
     """
 
     model: str
@@ -168,10 +147,9 @@ class ShardedStep:
 
 
 def default_units(model: nn.Module) -> list[nn.Module]:
-    """The submodules to wrap with their own ``fully_shard``, as the FSDP2
-    examples do: a GPT's blocks (:class:`helpers.models.gpt.GPT`), a
-    torchvision ResNet's residual blocks, a ``Sequential``'s children that hold
-    parameters.  The root gets the rest (embeddings, stem, head).
+    """The submodules that get their own ``fully_shard``, as FSDP2's examples do (the root gets the rest).
+
+    A GPT's blocks, a ResNet's residual blocks, a ``Sequential``'s children with parameters.
 
     Raises:
         ValueError: for another kind of model (pass ``units=`` yourself).
@@ -193,54 +171,35 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
                  replicas: int = 1, prefetch: int | None = None) -> ShardedStep:
     """One steady-state training step of ``model`` under FSDP2 on rank 0 of ``world_size``, simulated.
 
-    The model is built on the ``meta`` device, its FSDP units (``units``, by
-    default :func:`default_units`, then the root) are wrapped with
-    ``fully_shard`` on a :func:`fake_process_group`, and only then are its
-    sharded parameters given (fake) storage, as a real job does for a model
-    too large for one GPU.  A first step creates the optimizer states; the
-    second is measured (forward, loss, backward, ``optimizer.step()``,
-    ``zero_grad()``).
+    Built on ``meta``, wrapped with ``fully_shard`` (``units``, then the root),
+    then its shards given fake storage, as a real job does; a first step makes
+    the optimizer states, the second is measured.
 
     Args:
-        model: a name :func:`helpers.models.resolve_model` accepts (``"mlp"``,
-            ``"resnet18"``, ``"gpt2"``, ...).
+        model: a name :func:`helpers.models.resolve_model` accepts.
         world_size: ranks, >= 1.
         batch_size: samples per rank, >= 1.
-        seq_len: tokens per sample for a GPT (default: its context length).
+        seq_len: tokens per sample for a GPT (default: its context).
         image_size: height and width of image inputs.
         optimizer: one of :data:`helpers.config.OPTIMIZERS` (``foreach``).
-        reshard_after_forward: ``fully_shard``'s option for every unit; None
-            (its default) reshards every unit but the root after forward.
+        reshard_after_forward: ``fully_shard``'s option; None: its default.
         mixed_precision: ``MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-            reduce_dtype=torch.float32)``: 16-bit all-gathers and compute,
-            fp32 sharded parameters, gradients and optimizer states.
-        checkpoint: activation checkpointing of every unit
-            (``torch.utils.checkpoint``, non-reentrant), inside its ``fully_shard``.
-        units: the submodules to shard separately (a function of the built
-            model returning them, or None for :func:`default_units`); an
-            entry may be a list of modules, sharded as one unit
-            (``fully_shard([a, b])``), e.g. a GPT's embeddings and its head,
-            which share the token embedding's weight.
-        rank: the rank this process plays (rank 0 holds the largest shards).
-        replicas: HSDP: a 2-dimensional mesh of ``replicas`` groups of
-            ``world_size // replicas`` ranks; parameters are sharded within a
-            group and replicated across groups (the gradients all-reduced
-            across them).  1 (the default): plain FSDP over all ranks.
-        prefetch: None for FSDP2's default (in backward, the next unit's
-            all-gather issued while the current one computes); an integer k
-            >= 1 makes every unit prefetch the next k units explicitly in
-            forward and in backward (``set_modules_to_forward_prefetch``,
-            ``set_modules_to_backward_prefetch``; k = 1 is the default overlap,
-            more overlaps more and holds more all-gather buffers; FSDP2 has no
-            public switch below one unit).
+            reduce_dtype=torch.float32)``.
+        checkpoint: non-reentrant checkpointing of every unit, inside its ``fully_shard``.
+        units: a function of the built model returning the units (None:
+            :func:`default_units`); an entry may be a list, sharded as one unit.
+        rank: the rank this process plays.
+        replicas: HSDP with ``replicas`` groups (1: plain FSDP).
+        prefetch: None for FSDP2's default; k >= 1 prefetches the next k units
+            in forward and backward (``set_modules_to_forward_prefetch``,
+            ``set_modules_to_backward_prefetch``).
 
     Returns:
         A :class:`ShardedStep`.
 
     Raises:
-        ValueError: for a bad count (world size, rank, replicas that do not
-            divide the world size, prefetch), an unknown model or optimizer,
-            or a process group already initialised.
+        ValueError: for a bad count (world size, rank, replicas, prefetch), an
+            unknown model or optimizer, or a process group already initialised.
     """
     from torch.distributed.tensor import DTensor
 
@@ -268,9 +227,7 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
 
 
 def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, str], list, tuple[int, ...]]:
-    """Inside the runner's meter: place the sharded model, run a first step (it creates the optimizer
-    states), then the traced one.  Returns each storage's category of :data:`SHARDED_CATEGORIES`, the
-    traced step's events and the storages alive at its peak."""
+    """In the meter: place the sharded model, a first step, then the traced one; returns (labels, events, peak serials)."""
     meter = runner.meter
     net = runner.place()
     runner.run(free_batch=True)
@@ -314,8 +271,7 @@ _PHASE_FROM = {"model": "forward", "loss": "backward", "backward": "optimizer.st
 
 
 def _measure(result: ShardedStep, meter: Meter, labels: dict[int, str], events: list, peak_serials) -> None:
-    """Fill ``result``'s figures from the traced step: its step events, the meter's log and sizes, each
-    storage's category (``labels``)."""
+    """Fill ``result``'s figures from the traced step's events, the meter's log and ``labels``."""
     sizes = {serial: nbytes for serial, (nbytes, _, _) in meter.storages().items()}
     at = {e.phase: e for e in events}
     at_step = bytes_by_category(at["optimizer.step"].live, sizes, labels, SHARDED_CATEGORIES)
@@ -357,8 +313,7 @@ def _unit_parameters(unit) -> int:
 
 
 def _unsharded_serials(model: nn.Module, meter: Meter) -> set[int]:
-    """Serials of the storages FSDP2 all-gathers each unit's parameters into
-    (``FSDPParam.all_gather_outputs``; resized to 0 bytes while resharded)."""
+    """Serials of FSDP2's all-gather outputs (``FSDPParam.all_gather_outputs``; 0 bytes while resharded)."""
     from torch.distributed.fsdp import FSDPModule
 
     serials = set()

@@ -1,20 +1,10 @@
-"""Memory around the training step: inference, and loops that keep what they should not.
+"""Memory around the training step: inference, and loops that keep what they should not (lesson 05b).
 
-Introduced in lesson 05b (section 3).  Both functions run the parts of the step they need
-with :class:`helpers.step.StepRunner`, the step :func:`helpers.step.profile_step`
-runs (the same options, autocast and checkpointing included; the same
-backends: simulated by default on a machine without a GPU), without the
-per-module tracer:
-
-* :func:`forward_peak`: one forward pass and its loss, with autograd
-  recording (a training forward), under ``torch.no_grad()``, or under
-  ``torch.inference_mode()``;
-* :func:`loop_memory`: a few iterations of a training or evaluation loop
-  written one way or another (:data:`LOOPS`), and the bytes still allocated
-  after each: a loop that keeps each iteration's graph grows.
-
-The PyTorch FAQ ("My model reports cuda runtime error(2): out of memory",
-https://pytorch.org/docs/stable/notes/faq.html) names both leaks.
+Both run parts of :func:`helpers.step.profile_step`'s step
+(:class:`helpers.step.StepRunner`, same options and backends) without the
+tracer: :func:`forward_peak` a forward pass and loss per grad mode,
+:func:`loop_memory` a few iterations of a loop of :data:`LOOPS`.  The
+PyTorch FAQ (https://pytorch.org/docs/stable/notes/faq.html) names both leaks.
 """
 
 from __future__ import annotations
@@ -51,21 +41,13 @@ def _grad_mode(mode: str):
 
 def forward_peak(model="resnet18", batch_size: int = 128, image_size: int = 224, grad_mode: str = "enabled",
                  **options) -> int:
-    """Peak bytes of one forward pass and its loss, over the model's parameters and buffers.
+    """Peak bytes of one forward pass and its loss, counted from the placed model (parameters and buffers included).
 
     Args:
         model, batch_size, image_size, **options: as for
-            :func:`helpers.step.profile_step` (``amp``, ``device``, ...; the
-            optimizer options do not apply).
-        grad_mode: ``"enabled"`` (autograd keeps what backward will read),
-            ``"no_grad"`` or ``"inference_mode"`` (it keeps nothing).
-
-    The model is in training mode for ``"enabled"`` and in evaluation mode
-    (``model.eval()``) for the other two, as an inference loop runs it.
-
-    Returns:
-        The peak, in bytes, counted from the moment the model is on the
-        device (parameters and buffers included, no optimizer states).
+            :func:`helpers.step.profile_step` (optimizer options do not apply).
+        grad_mode: ``"enabled"`` (training mode, autograd recording),
+            ``"no_grad"`` or ``"inference_mode"`` (``model.eval()``).
 
     Raises:
         ValueError: for an unknown grad mode, or as ``profile_step`` does.
@@ -84,22 +66,12 @@ def forward_peak(model="resnet18", batch_size: int = 128, image_size: int = 224,
 
 def loop_memory(loop: str, model="mlp", batch_size: int = 64, steps: int = 4, image_size: int = 224,
                 **options) -> list[int]:
-    """Bytes allocated after each iteration of a loop written as ``loop`` says.
+    """Bytes allocated after each of ``steps`` iterations of a loop written as ``loop`` (a key of :data:`LOOPS`) says.
 
-    Each iteration draws a batch, runs the forward pass and the loss, and adds
-    the loss to ``total_loss`` as the loop's name says; a training loop also
-    runs backward, the optimizer step and ``zero_grad``.  Whatever the loop
-    still references at the end of an iteration stays allocated.
-
-    Args:
-        loop: a key of :data:`LOOPS`.
-        model, batch_size, image_size, **options: as for
-            :func:`helpers.step.profile_step`.
-        steps: iterations, >= 1.
-
-    Returns:
-        ``steps`` byte counts, one after each iteration (parameters, buffers
-        and optimizer states included).
+    Each iteration draws a batch, runs forward and loss and adds the loss to
+    ``total_loss`` as the loop's name says; a training loop also runs backward,
+    the optimizer step and ``zero_grad``.  Counts include parameters, buffers
+    and optimizer states.
 
     Raises:
         ValueError: for an unknown loop, or as ``profile_step`` does.

@@ -1,30 +1,22 @@
-"""The record of one traced training step, and the questions it answers.
+"""The record of one traced training step, and the questions it answers (lesson 03).
 
-Introduced in lesson 03 (ResNet18 layer by layer).  A :class:`StepProfile` is
-what :func:`helpers.step.profile_step` returns: the events, the peak, memory by
-category, every storage with its dtype and shape, and the allocation log.  The
-figures (:mod:`helpers.teaching.plots`) and the widgets only read it; each
-category's colour is :data:`helpers.palette.CATEGORY_COLORS`.
+A :class:`StepProfile` is what :func:`helpers.step.profile_step` returns:
+the events, the peak, memory by category, every storage, and the allocation
+log; plots and widgets only read it.
 
-The categories.  Rajbhandari et al., "ZeRO: Memory Optimizations
-Toward Training Trillion Parameter Models" (2020), section 3, splits training
-memory into *model states* (parameters, gradients, optimizer states) and
-*residual states* (activations, temporary buffers, fragmentation).  A traced
-step labels each storage it saw with one category:
+The categories follow Rajbhandari et al., "ZeRO" (SC20), section 3: *model
+states* (parameters, gradients, optimizer states) and *residual states*.
+Each storage of a traced step gets the first category that applies, in this order:
 
 * ``parameters``: the model's parameters and buffers (BatchNorm statistics);
-* ``gradients``: the ``.grad`` tensors of the parameters;
-* ``optimizer_states``: everything in ``optimizer.state`` (momentum, Adam's
-  two moments, step counters);
-* ``input``: the input batch and its targets (the data itself; conv1 also
-  saves the batch for backward, but it is counted here);
-* ``activations``: tensors autograd saved for backward (including tensors
-  recomputed for backward under activation checkpointing);
-* ``other``: everything else alive: the loss, gradients of
-  activations flowing through backward, temporary buffers.  On a GPU it also
-  holds what the storage tracker cannot see (cuDNN/cuBLAS workspaces).
-
-A storage has the first category that applies, in the order above.
+* ``gradients``: the parameters' ``.grad`` tensors;
+* ``optimizer_states``: everything in ``optimizer.state``;
+* ``input``: the input batch and its targets (counted here even where conv1
+  also saves the batch);
+* ``activations``: tensors autograd saved for backward (and those recomputed
+  under activation checkpointing);
+* ``other``: everything else alive: the loss, gradients of activations,
+  temporaries; on a GPU also what the tracker cannot see (workspaces).
 """
 
 from __future__ import annotations
@@ -47,13 +39,11 @@ CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activatio
 
 
 def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: str = "other") -> dict[int, str]:
-    """Give every storage serial in ``sizes`` one category: the first of ``roles`` that holds it.
+    """Give every storage serial in ``sizes`` one category: the first of ``roles`` that holds it, else ``default``.
 
     Args:
         sizes: serial -> bytes, as :meth:`helpers.engine.meter.Meter.storages` gives them.
-        roles: category -> the serials known to belong to it, in the order of
-            precedence (:data:`CATEGORIES`' order for a profile): a serial in
-            several gets the first.
+        roles: category -> its serials, in order of precedence.
         default: the category of a serial in none of them.
 
     Returns:
@@ -69,17 +59,7 @@ def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: s
 
 def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str],
                       categories: tuple[str, ...] = CATEGORIES) -> dict[str, int]:
-    """Sum the bytes of ``serials`` per category.
-
-    Args:
-        serials: storage serials alive at some moment.
-        sizes: serial -> bytes.
-        labels: serial -> category, from :func:`label_storages`.
-        categories: every category, in order (default: :data:`CATEGORIES`).
-
-    Returns:
-        A dict with every name of ``categories`` as key, bytes as value.
-    """
+    """Bytes of ``serials`` per category (``labels`` from :func:`label_storages`): every name of ``categories`` (default :data:`CATEGORIES`) a key."""
     totals = dict.fromkeys(categories, 0)
     for serial in serials:
         totals[labels[serial]] += sizes[serial]
@@ -100,8 +80,7 @@ class Allocation(NamedTuple):
         kind: ``"alloc"``, ``"free"`` or ``"resize"``.
         nbytes: the change in bytes (negative for a free or a shrink).
         category: the storage's category (:data:`CATEGORIES`).
-        event: index of the first event recorded after it (the change happened
-            between ``events[event - 1]`` and ``events[event]``).
+        event: index of the first event recorded after it.
     """
 
     serial: int
@@ -135,42 +114,32 @@ class StepProfile:
     """The memory of one traced training step.  All sizes in bytes.
 
     ``repr(profile)`` is two lines: the model, the options that differ from
-    :class:`helpers.config.StepConfig`'s defaults, the peak, the event that
-    reached it, and the categories at the peak; a notebook shows the same as a
-    small table.
+    :class:`helpers.config.StepConfig`'s defaults, the peak, where, and the
+    categories at the peak (a notebook shows a small table).
 
     Attributes:
         backend: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors).
         model: model name.
-        config: the :class:`helpers.config.StepConfig` that was run.  The
-            options below (``batch_size``, ``amp``, ``checkpoint``,
-            ``optimizer``, ``steady_state``, ``reentrant``, ``offload``) are
-            read from it.
-        input_shape: the shape of one sample the step fed the model: the batch
-            is ``(batch_size, *input_shape)``.  A field of its own, since the
-            config's ``input_shape`` is often ``None``: this is then the
-            model's own (the ``"mlp"`` preset's ``(64,)``), ``(seq_len,)`` for
-            token ids, ``()`` for ``inputs=``, else ``(3, image_size, image_size)``.
-        parameter_count: number of parameters (elements, not bytes).
+        config: the :class:`helpers.config.StepConfig` that was run (the options
+            below, ``batch_size``, ``amp``, ..., are read from it).
+        input_shape: one sample's shape as fed (the batch is ``(batch_size,
+            *input_shape)``): the model's own, ``(seq_len,)`` for token ids,
+            ``()`` for ``inputs=``, else ``(3, image_size, image_size)``.
+        parameter_count: number of parameters (elements).
         events: the :class:`helpers.engine.trace.Event` list, in order.
         event_categories: bytes per category at each event.
         peak_allocated_bytes: peak allocated over the whole step.
-        peak_event: index of the first event at which that peak had been
-            reached (the peak happened between it and the event before).
+        peak_event: index of the first event at which that peak had been reached.
         categories: bytes per category alive at the peak.
-        reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda),
-            ``None`` when simulated.
+        reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda), else ``None``.
         params_without_grad: names of trainable parameters that got no gradient.
-        peak_allocation: simulated only: the serial number of the allocation
-            that reached the peak.  Two runs of one configuration at different
-            batch sizes whose peaks have the same serial peaked at the same
-            operation (see :class:`helpers.batch.PeakCurve`).  ``None`` on cuda.
-        storages: serial -> :class:`Storage`, for every storage the tracker
-            counted: the model's, the traced step's, and with ``steady_state``
-            the untraced first step's.
+        peak_allocation: simulated: the serial of the allocation that reached the
+            peak (equal at two batch sizes: the same operation peaked,
+            :class:`helpers.batch.PeakCurve`); ``None`` on cuda.
+        storages: serial -> :class:`Storage`, every storage counted (with
+            ``steady_state``, the untraced first step's too).
         peak_serials: serials of the storages alive at the peak.
-        allocation_log: every :class:`Allocation` of the traced step, in order
-            (the input of the allocator model, lesson 06).
+        allocation_log: every :class:`Allocation` of the traced step, in order.
         depth_note: for a model of repeated blocks, how its log was made: written
             exactly from traces of fewer blocks (:mod:`helpers.depth`), or traced
             in full and why; None for other models.
@@ -202,8 +171,7 @@ class StepProfile:
 
     @property
     def amp(self) -> bool:
-        """Autocast was on (``config.amp``), in ``config.amp_dtype``: float16 with a
-        GradScaler, as on GPUs, unless bfloat16 was asked for."""
+        """Autocast was on (``config.amp``), in ``config.amp_dtype``."""
         return self.config.amp
 
     @property
@@ -218,8 +186,7 @@ class StepProfile:
 
     @property
     def steady_state(self) -> bool:
-        """The traced step is the second one: optimizer states exist from the
-        start (``config.steady_state``; see :func:`helpers.step.profile_step`)."""
+        """The traced step is the second one: optimizer states exist from the start (``config.steady_state``)."""
         return self.config.steady_state
 
     @property
@@ -234,9 +201,7 @@ class StepProfile:
 
     # -- how a profile introduces itself ---------------------------------------------
     def _options_text(self) -> str:
-        """The options of :attr:`config` that differ from :class:`StepConfig`'s
-        defaults, as ``name=value`` (the model, its name and the device are
-        said otherwise)."""
+        """The options of :attr:`config` that differ from :class:`StepConfig`'s defaults, as ``name=value``."""
         defaults = StepConfig()
         changed = []
         for f in dataclasses.fields(StepConfig):
@@ -274,26 +239,21 @@ class StepProfile:
     def model_state_bytes(self) -> int:
         """Parameters + gradients + optimizer states at ``optimizer.step()``, in bytes.
 
-        The *model states* of ZeRO (Rajbhandari et al., SC20, section 3): at
-        the optimizer step all three are alive (with ``step_in_backward``
-        each gradient is gone by then, and this is parameters + states).  With Adam in float32 that is
-        4 + 4 + 8 = 16 bytes per parameter, with or without autocast (which
-        keeps no 16-bit copy of the parameters between steps); the optimizer
-        states exist at that moment in any step, first or steady.
+        ZeRO's *model states* (Rajbhandari et al., SC20, section 3): with Adam in
+        float32, 4 + 4 + 8 = 16 bytes per parameter, with or without autocast (with
+        ``step_in_backward`` the gradients are gone by then).
         """
         cats = self.event_categories[self.events.index(self.find(None, "optimizer.step"))]
         return cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
 
     def peak_during(self, event: Event) -> int:
-        """The highest allocated bytes between the event before ``event`` and ``event``.
+        """The highest allocated bytes between the event before ``event`` and ``event``, from the allocation log.
 
-        Replays the allocation log over that interval: for the
-        ``optimizer.step`` event, the height the optimizer step reached with
-        its temporaries, which the events themselves (taken after the step
-        returned) do not show.
+        For ``optimizer.step``: the height its temporaries reached, which the
+        events (taken after it returned) do not show.
 
         Raises:
-            ValueError: for the first event (nothing happens before it).
+            ValueError: for the first event.
         """
         if event.index == 0:
             raise ValueError("the first event has no interval before it")
@@ -305,11 +265,7 @@ class StepProfile:
         return top
 
     def at_peak(self) -> list[Storage]:
-        """The storages alive at the peak, in allocation order.
-
-        Their bytes add up to :attr:`peak_allocated_bytes` in simulated mode
-        (on cuda, the counters also hold memory the tracker cannot see).
-        """
+        """The storages alive at the peak, in allocation order (summing to the peak when simulated)."""
         return [self.storages[s] for s in sorted(self.peak_serials)]
 
     def to_dict(self) -> dict:
@@ -359,13 +315,10 @@ class StepProfile:
         return hits[nth]
 
     def stage_deltas(self, phase: str = "fwd") -> dict[str, int]:
-        """Bytes each top-level stage of the model adds, summed over its events.
+        """Bytes each top-level stage (``conv1``, ``layer1``, ...) adds, summed over its events.
 
-        A stage is the first part of a dotted module name (``conv1``,
-        ``layer1``, ...).  With ``phase="fwd"`` this sums the deltas of the
-        ``pre`` and ``fwd`` events of the forward pass (what the stage leaves
-        allocated); with ``phase="bwd"`` the deltas of ``bwd`` events
-        (what its backward frees, negative).
+        ``phase="fwd"``: its ``pre`` and ``fwd`` deltas (what it leaves allocated);
+        ``phase="bwd"``: its ``bwd`` deltas (what its backward frees, negative).
 
         Raises:
             ValueError: for another phase.
@@ -385,11 +338,9 @@ class StepProfile:
         """The per-module log as text, one event per line, in MiB.
 
         Args:
-            phases: keep only module events of these phases (step events are
-                always kept); all when ``None``.
-            min_delta: hide module events whose change is smaller than this
-                many bytes in absolute value.
-            events: show only this slice of the events (e.g. ``slice(0, 40)``).
+            phases: keep only module events of these phases (all when ``None``).
+            min_delta: hide module events changing less than this many bytes.
+            events: show only this slice of the events.
         """
         lines = [f"{'#':>4}  {'phase':<14} {'module':<40} {'type':<18} {'delta MiB':>10} {'alloc MiB':>10}  output shape"]
         for e in self.events[events or slice(None)]:
@@ -419,21 +370,15 @@ class StepProfile:
         return "\n".join(lines)
 
     def allocation_event(self, storage: Storage) -> Event:
-        """The event that closes the interval in which ``storage`` was allocated.
+        """The event that closes the interval in which ``storage`` was first allocated.
 
-        ``storage`` was first allocated between ``events[e.index - 1]`` and
-        the returned ``e`` (the :attr:`Allocation.event` of its first entry
-        in :attr:`allocation_log`).  Its :attr:`Event.label` says where: the
-        output of a module that calls no submodule after it is made during
-        ``"forward of Linear 'attn.q'"``; what a module's own code computes
-        between two submodules, ``"before Linear 'up'"`` (the next one's
-        ``pre`` event).  A storage allocated before the first event (the
-        model's parameters; with ``steady_state``, the untraced first step's
-        tensors) gives ``events[0]``.
+        Its :attr:`Event.label` says where (``"forward of Linear 'attn.q'"``, or
+        ``"before Linear 'up'"`` for a module's own code between submodules); a
+        storage from before the first event (parameters, the untraced first step)
+        gives ``events[0]``.
 
         Raises:
-            KeyError: if ``storage`` is not one of this step's
-                :attr:`storages`.
+            KeyError: if ``storage`` is not one of this step's :attr:`storages`.
             ValueError: if it was allocated after the last event.
         """
         if self.storages.get(storage.serial) != storage:
@@ -444,30 +389,20 @@ class StepProfile:
         return self.events[index]
 
     def kept_between(self, first: Event, last: Event, until: Event | None = None) -> list[Storage]:
-        """The storages allocated after ``first`` and by ``last`` that are still alive at ``until``.
+        """The storages allocated after ``first`` and by ``last`` that are still alive at ``until``, in allocation order.
 
-        "Allocated between" means that :meth:`allocation_event` lies in
-        ``(first, last]``: allocated after ``first`` was recorded, no later
-        than ``last`` (``find("blocks.0", "pre")`` and ``find("blocks.0",
-        "fwd")`` give what block 0's forward made).  "Alive" means holding
-        bytes at ``until`` (allocated, not freed, not resized to 0): in
-        ``until.live``.  What the storages weigh is their ``nbytes`` (bytes,
-        rounded up to 512; a storage resized in place counts its largest
-        size).  Their category is not looked at: filter on
-        :attr:`Storage.category` for that.
+        "Allocated between": :meth:`allocation_event` in ``(first, last]``; "alive":
+        in ``until.live``.  Any category (filter on :attr:`Storage.category`); their
+        ``nbytes`` are rounded up to 512 (a resized storage: its largest size).
 
         Args:
             first, last: events of this step, ``first`` before ``last``.
-            until: the moment at which they must be alive, not before
-                ``last`` (default: ``last`` itself).  ``find("", "fwd")``,
-                the end of the forward pass, gives what is kept for backward.
-
-        Returns:
-            The storages, in allocation order.
+            until: not before ``last`` (default ``last``); ``find("", "fwd")``, the
+                end of forward, gives what is kept for backward.
 
         Raises:
-            ValueError: if an event is not one of this step's, ``last`` is not
-                after ``first``, or ``until`` is before ``last``.
+            ValueError: for an event not of this step, ``last`` not after ``first``,
+                or ``until`` before ``last``.
         """
         until = last if until is None else until
         for name, event in (("first", first), ("last", last), ("until", until)):
@@ -484,12 +419,7 @@ class StepProfile:
         return [self.storages[s] for s in sorted(alive) if first.index < made[s] <= last.index]
 
     def categories_by_serial(self) -> dict[int, str]:
-        """The category of every storage, by serial (:data:`CATEGORIES`).
-
-        What :func:`helpers.teaching.plots.plot_memory_map` colours the blocks
-        of a replay of :attr:`allocation_log` by: the allocator model's trace
-        names each block by the serial of the storage in it.
-        """
+        """The category of every storage, by serial: what :func:`helpers.teaching.plots.plot_memory_map` colours a replay's blocks by."""
         return {serial: storage.category for serial, storage in self.storages.items()}
 
 
@@ -497,14 +427,14 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
                 input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str]) -> StepProfile:
     """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive.
 
-    Every storage the meter counted gets the first category of ``roles`` that
-    holds it (:func:`label_storages`), else ``other``; on cuda, what the real
-    counters hold beyond the tracker's storages is ``other`` too.
+    Each storage gets the first category of ``roles`` that holds it
+    (:func:`label_storages`), else ``other`` (on cuda, also what the real
+    counters hold beyond the tracker's storages).
 
     Args:
-        meter: the step's :class:`helpers.engine.meter.Meter`, still inside its block.
-        events: the :class:`helpers.engine.trace.Event` list of the traced step.
-        roles: the serials of each category of :data:`CATEGORIES` but ``other``, in that order.
+        meter: the step's :class:`helpers.engine.meter.Meter`, inside its block.
+        events: the traced step's :class:`helpers.engine.trace.Event` list.
+        roles: the serials of each category but ``other``, in :data:`CATEGORIES` order.
         config, model, input_shape, parameter_count, params_without_grad: as :class:`StepProfile` has them.
     """
     storages = meter.storages()

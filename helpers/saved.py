@@ -1,30 +1,14 @@
-"""What autograd saves for backward, tensor by tensor.
+"""What autograd saves for backward, tensor by tensor (lesson 02).
 
-Introduced in lesson 02 (the linear-layer gradient argument).
-
-During the forward pass every differentiable operation stores the tensors its
-backward formula will need (its *saved tensors*) on its autograd node.
-:func:`inspect_saved` lists them using
+:func:`inspect_saved` lists the saved tensors with
 ``torch.autograd.graph.saved_tensors_hooks``
 (https://pytorch.org/docs/stable/notes/autograd.html#hooks-for-saved-tensors):
-
-1. the *pack* hook sees every tensor as it is saved, and keeps it in a table;
-2. after the forward pass, the autograd graph is walked from the output and
-   each node's ``_saved_*`` attributes are read; reading one calls the *unpack*
-   hook with that tensor's table index, which names the node and the attribute
-   that saved it (``ReluBackward0._saved_result``).
-
-Each saved tensor's storage is then compared with the inputs, the outputs and
-the parameters: a saved tensor that *is* one of those (or a view of it) costs
-nothing beyond what exists anyway; only the other storages are extra memory,
-and each is counted once.
-
-:func:`forward_saved_bytes` sums what a forward pass saves, on fake tensors
-of the CPU or of a CUDA GPU: lessons 00 and 04 use it to show where the two
-devices' kernels save different tensors (no GPU is needed for that).
-
-ReLUs that save a 1-byte or a 1-bit mask instead of their float output are in
-:mod:`helpers.techniques.masks`.
+the *pack* hook keeps each saved tensor in a table; then the graph is walked
+from the output and each node's ``_saved_*`` attributes read, which calls
+the *unpack* hook and names the node and attribute.  A saved storage that is
+an input, output or parameter costs nothing extra; the others are counted
+once.  :func:`forward_saved_bytes` sums what a forward pass saves on fake CPU
+or CUDA tensors (lessons 00 and 04).  Mask ReLUs are in :mod:`helpers.techniques.masks`.
 """
 
 from __future__ import annotations
@@ -47,16 +31,13 @@ class SavedTensor:
 
     Attributes:
         node: the autograd node that saved it (``ConvolutionBackward0``).
-        attribute: what the node calls it (``self``, ``weight``, ``result``,
-            ``result1``, ...; from the node's ``_saved_<attribute>``).
+        attribute: the node's name for it (``_saved_<attribute>``: ``self``, ``result``, ...).
         module: the module whose forward was running (``""`` if none).
         shape, dtype: the saved tensor's.
-        nbytes: bytes of its storage (the whole storage, when it is a view),
-            exact: not rounded up to the CUDA caching allocator's 512-byte
-            blocks as :mod:`helpers.engine.counting` counts device memory.
-        same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
-            ``"buffer <name>"``, ``"saved above"`` (another saved tensor's
-            storage), or ``"new"``: the only kind that costs extra memory.
+        nbytes: bytes of its whole storage, exact (not rounded to 512).
+        same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``,
+            ``"parameter <name>"``, ``"buffer <name>"``, ``"saved above"``, or
+            ``"new"``: the only kind that costs extra memory.
     """
 
     node: str
@@ -75,12 +56,10 @@ class SavedTensor:
 
 @dataclass(frozen=True)
 class SavedReport:
-    """The saved tensors of one forward pass.  Bytes of storage, exact (not
-    rounded up to 512-byte allocator blocks; see :func:`helpers.engine.counting.tensor_bytes`).
+    """The saved tensors of one forward pass.  Bytes of storage, exact (not rounded to 512).
 
     Attributes:
-        saved: every saved tensor, in the order the graph walk met them
-            (from the output back to the input).
+        saved: every saved tensor, in graph-walk order (output back to input).
         input_bytes, output_bytes: storage bytes of the inputs and outputs.
         parameter_bytes: storage bytes of the module's parameters and buffers.
     """
@@ -122,56 +101,55 @@ def _tensors(obj) -> list[torch.Tensor]:
     return []
 
 
+class _Saves:
+    """The pack and unpack hooks of :func:`inspect_saved`, and what they record."""
+
+    def __init__(self):
+        self.packed: list[torch.Tensor] = []  # every saved tensor, in the order it was saved
+        self.modules: list[str] = []  # the leaf module running when each was saved
+        self.seen: dict[int, tuple[str, str]] = {}  # packed index -> (node, attribute)
+        self.order: list[int] = []  # packed indices, in the order the graph walk met them
+        self.current, self.walking = "", ("", "")
+
+    def pack(self, t: torch.Tensor) -> int:
+        self.packed.append(t)
+        self.modules.append(self.current)
+        return len(self.packed) - 1
+
+    def unpack(self, i: int) -> torch.Tensor:
+        if i not in self.seen:
+            self.seen[i] = self.walking
+            self.order.append(i)
+        return self.packed[i]
+
+
 def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
-    """Run ``module(*inputs)`` once and list every tensor autograd saves.
+    """Run ``module(*inputs)`` once (real tensors) and list every tensor autograd saves.
 
-    Floating-point inputs are replaced by copies that require grad and are
-    not leaves, as activations inside a network are, so that every save
-    shows.  Run on real (CPU or GPU) tensors, not fake ones.
-
-    Args:
-        module: the layer or network to inspect, in the mode (train/eval) you want.
-        inputs: its inputs, e.g. one ``(batch, features)`` tensor.
+    Floating-point inputs are replaced by non-leaf copies that require grad, as
+    activations inside a network are, so that every save shows.
 
     Returns:
         A :class:`SavedReport`.
 
     Raises:
-        ValueError: if no input is a tensor, or the output does not require grad
-            (nothing would be saved).
+        ValueError: if no input is a tensor, or the output does not require grad.
     """
     if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
         raise ValueError("inspect_saved needs the module's input tensors")
     # Non-leaf copies that require grad, as activations inside a network are
     # (in-place layers refuse leaves): CloneBackward0 itself saves nothing.
     inputs = tuple(x.detach().requires_grad_().clone() if x.is_floating_point() else x for x in inputs)
-    packed: list[torch.Tensor] = []
-    modules: list[str] = []
-    seen: dict[int, tuple[str, str]] = {}
-    current = [""]
+    saves = _Saves()
     names = {m: n for n, m in module.named_modules()}
 
     def pre(mod, args):
         if not list(mod.children()):
-            current[0] = names[mod] or type(mod).__name__
+            saves.current = names[mod] or type(mod).__name__
 
     handles = [m.register_forward_pre_hook(pre) for m in module.modules()]
-
-    def pack(t: torch.Tensor) -> int:
-        packed.append(t)
-        modules.append(current[0])
-        return len(packed) - 1
-
-    def unpack(i: int) -> torch.Tensor:
-        if i not in seen:
-            seen[i] = walking[0]
-            order.append(i)
-        return packed[i]
-
-    walking = [("", "")]
-    order: list[int] = []
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        with torch.autograd.graph.saved_tensors_hooks(saves.pack, saves.unpack):
             output = module(*inputs)
     finally:
         for h in handles:
@@ -179,8 +157,17 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
     outputs = _tensors(output)
     if not any(o.grad_fn is not None for o in outputs):
         raise ValueError("the output does not require grad: autograd saved nothing")
+    _walk_graph(outputs, saves)
 
-    # Walk the graph from the outputs; reading a node's saved tensors unpacks them.
+    def total(tensors) -> int:
+        return sum(nbytes for nbytes in {_storage(t)[0]: _storage(t)[1] for t in tensors}.values())
+
+    return SavedReport(_classify(module, inputs, outputs, saves), total(inputs), total(outputs),
+                       total(list(module.parameters()) + list(module.buffers())))
+
+
+def _walk_graph(outputs: list[torch.Tensor], saves: _Saves) -> None:
+    """Walk the graph from the outputs; reading a node's saved tensors unpacks them, naming each."""
     stack = [o.grad_fn for o in outputs if o.grad_fn is not None]
     visited = set()
     while stack:
@@ -192,15 +179,17 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
         if "saved_tensors" in dir(node):  # a custom autograd.Function's ctx.save_for_backward
             attrs.append("saved_tensors")
         for attr in attrs:
-            walking[0] = (type(node).__name__, attr.removeprefix("_saved_"))
+            saves.walking = (type(node).__name__, attr.removeprefix("_saved_"))
             getattr(node, attr)  # a saved tensor calls unpack; other values do not
         stack.extend(fn for fn, _ in reversed(node.next_functions))
+    for i in range(len(saves.packed)):  # saved by a node the walk could not read
+        if i not in saves.seen:
+            saves.seen[i] = ("(unknown node)", "?")
+            saves.order.append(i)
 
-    for i in range(len(packed)):  # saved by a node the walk could not read
-        if i not in seen:
-            seen[i] = ("(unknown node)", "?")
-            order.append(i)
 
+def _classify(module: nn.Module, inputs, outputs: list[torch.Tensor], saves: _Saves) -> list[SavedTensor]:
+    """Each saved tensor with the storage it shares (:attr:`SavedTensor.same_as`), in walk order."""
     kinds: dict[int, str] = {}
     for x in inputs:
         kinds.setdefault(_storage(x)[0], "input")
@@ -212,19 +201,14 @@ def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
     for name, b in module.named_buffers():
         kinds.setdefault(_storage(b)[0], f"buffer {name}")
     saved = []
-    for i in order:
-        t = packed[i]
+    for i in saves.order:
+        t = saves.packed[i]
         ptr, nbytes = _storage(t)
         same_as = kinds.get(ptr, "new")
         kinds.setdefault(ptr, "saved above")
-        node, attribute = seen[i]
-        saved.append(SavedTensor(node, attribute, modules[i], tuple(t.shape), t.dtype, nbytes, same_as))
-
-    def total(tensors) -> int:
-        return sum(nbytes for nbytes in {_storage(t)[0]: _storage(t)[1] for t in tensors}.values())
-
-    return SavedReport(saved, total(inputs), total(outputs),
-                       total(list(module.parameters()) + list(module.buffers())))
+        node, attribute = saves.seen[i]
+        saved.append(SavedTensor(node, attribute, saves.modules[i], tuple(t.shape), t.dtype, nbytes, same_as))
+    return saved
 
 
 @contextlib.contextmanager
@@ -248,26 +232,19 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
                         num_classes: int | None = None, input_requires_grad: bool = False) -> dict[torch.dtype, int]:
     """Bytes that autograd saves in one forward pass, by dtype, as ``device`` would save them.
 
-    The pass runs on fake tensors (``FakeTensorMode``): ``"cpu"`` runs the
-    CPU's kernels and autocast lists; ``"cuda"`` places the tensors on a fake
-    GPU, which runs CUDA's (dropout's ``native_dropout``, CUDA autocast), with
-    no GPU needed; ``"simulated"`` runs the CPU's kernels under
-    :func:`helpers.engine.cuda_rules.cuda_rules`, as the simulated backend does.
-    Each saved storage is counted once, rounded up to 512 bytes.  Only the
-    forward: backward on fake CUDA tensors needs a real GPU
-    (pytorch/pytorch#92627), which is why the simulation cannot simply run on them.
+    On fake tensors: ``"cpu"`` runs the CPU's kernels and autocast lists;
+    ``"cuda"`` a fake GPU's (no GPU needed: only backward needs one,
+    pytorch/pytorch#92627); ``"simulated"`` the CPU's under
+    :func:`helpers.engine.cuda_rules.cuda_rules`.  Each saved storage is counted
+    once, rounded up to 512 bytes.
 
     Args:
-        model: a torchvision classification model name, or a function returning
-            a fresh module.
+        model: a torchvision classifier name, or a function returning a fresh module.
         input_shape: shape of the whole input, e.g. ``(128, 3, 224, 224)``.
         device: ``"cpu"``, ``"cuda"`` or ``"simulated"``.
-        autocast_dtype: run under autocast with this dtype (``torch.float16``,
-            ``torch.bfloat16``); ``None``: no autocast.
-        num_classes: add a cross-entropy loss against targets of this many
-            classes (a training step's forward); ``None``: the module alone.
-        input_requires_grad: make the input require grad, as an activation
-            inside a network does (to inspect one operation on its own).
+        autocast_dtype: autocast's dtype, or ``None`` for no autocast.
+        num_classes: add a cross-entropy loss over this many classes (``None``: none).
+        input_requires_grad: the input requires grad, as an activation does.
 
     Returns:
         ``{dtype: bytes}`` of the saved storages.

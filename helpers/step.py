@@ -1,16 +1,12 @@
 """One training step, written once: the recipe that prepares a model, and the loop that trains it.
 
-Introduced in lesson 03 (ResNet18 layer by layer); every later lesson profiles
-steps with it.  :class:`StepRunner` prepares a model as :data:`RECIPE` says
-(an ordered list of named steps, each in the module of its technique), then
-runs what every training loop does for one mini-batch (:meth:`StepRunner.run`):
-the batch on the device, forward and loss, ``loss.backward()``,
-``optimizer.step()``, ``optimizer.zero_grad()``.  It talks to the engine
-through its :class:`helpers.engine.meter.Meter` only.  Everything that runs a
-step uses it: :func:`profile_step` (which traces it with a
-:class:`helpers.engine.trace.StepTracer` and returns a
-:class:`helpers.record.StepProfile`) and :func:`time_step` here,
-:mod:`helpers.loops`, :mod:`helpers.fsdp`, :mod:`helpers.transformer`.
+:class:`StepRunner` prepares a model as :data:`RECIPE` says (an ordered list
+of named steps, each in the module of its technique), then runs what every
+training loop does for one mini-batch (:meth:`StepRunner.run`), talking to
+the engine through its :class:`helpers.engine.meter.Meter` only.
+:func:`profile_step` traces it into a :class:`helpers.record.StepProfile`;
+:func:`time_step`, :mod:`helpers.loops`, :mod:`helpers.fsdp` and
+:mod:`helpers.transformer` run it too.
 """
 
 from __future__ import annotations
@@ -41,14 +37,13 @@ from .techniques.optimizers import StepInBackward
 class DoesNotFit(RuntimeError):
     """The step ran out of memory (``torch.OutOfMemoryError``), real or simulated.
 
-    On a real GPU the step's tensors have been released and the allocator
-    cache emptied before this is raised.  The message ends with CUDA's own
-    first line, which is also the attribute ``cuda_message``.
+    On a real GPU the step's tensors are released and the cache emptied first.
 
     Attributes:
-        cuda_message: the first line of CUDA's (or the simulated) message.
-        requested: simulated only: bytes the failing allocation asked the
-            driver for (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
+        cuda_message: the first line of CUDA's (or the simulated) message, which
+            also ends this error's message.
+        requested: simulated only: bytes the failing allocation asked the driver
+            for (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
         allocated: simulated only: bytes of live tensors when it failed; else ``None``.
     """
 
@@ -61,22 +56,20 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
     """Run one training step and record its memory module by module.
 
     Args:
-        model: a model (see :func:`helpers.models.resolve_model`: a torchvision
+        model: a model (:func:`helpers.models.resolve_model`: a torchvision
             name, a preset such as ``"mlp"`` or ``"gpt2"``, an ``nn.Module``, a
             builder, a Hugging Face config), or a whole :class:`helpers.config.StepConfig`.
         batch_size: samples per batch, >= 1.
         image_size: height and width of image inputs (when ``input_shape`` is not given).
-        **options: the other fields of :class:`helpers.config.StepConfig`.
-            With ``steady_state`` one untraced step runs first and creates the
-            optimizer states, which stay allocated through every later step.
+        **options: the other fields of :class:`helpers.config.StepConfig`
+            (``steady_state``: one untraced step first creates the optimizer states).
 
     Returns:
         A :class:`helpers.record.StepProfile`.
 
     Raises:
-        ValueError: for a bad option, an unknown model, a model that cannot be
-            checkpointed, or an input or loss that does not fit the model (one
-            line naming the problem).
+        ValueError: in one line, for a bad option, an unknown model, a model that
+            cannot be checkpointed, or an input or loss that does not fit the model.
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
     config = step_config(model, batch_size, image_size, "profile_step", **options)
@@ -102,16 +95,9 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
               **options) -> float:
     """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
 
-    The step is the one :func:`profile_step` traces (the same :class:`StepRunner`), run once
-    to warm up (cuDNN's algorithm choice, the allocator's cache, the optimizer
-    states) and then ``repeats`` times without the tracer or the storage
-    tracker, each timed between two ``torch.cuda.synchronize()`` calls on a GPU.
-    Simulated, it times the fake-tensor step: a figure about the simulation's
-    speed, not a GPU's.
-
-    Args:
-        model, batch_size, image_size, **options: as for :func:`profile_step`.
-        repeats: timed steps, >= 1.
+    :func:`profile_step`'s step, run once to warm up, then ``repeats`` times
+    without tracer or tracker, each between two ``torch.cuda.synchronize()`` on
+    a GPU.  Simulated, it times the fake-tensor step (the simulation's speed).
 
     Raises:
         ValueError: as :func:`profile_step` does.
@@ -134,13 +120,11 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
 
 
 def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
-    """The :class:`StepConfig` of a call such as ``profile_step(model, batch_size, image_size, **options)``.
-
-    ``model`` may already be a whole :class:`StepConfig`: it is returned as it is.
+    """The :class:`StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`StepConfig` ``model`` as it is).
 
     Raises:
         ValueError: for an option :class:`StepConfig` does not have (naming
-            ``caller`` and the options there are), or a bad value.
+            ``caller``), or a bad value.
     """
     if isinstance(model, StepConfig):
         return model
@@ -180,14 +164,13 @@ _PLACE = [name for name, _ in RECIPE].index("place on the device")
 
 @dataclass
 class StepRoles:
-    """Which storages (the meter's serials) held the batch, the gradients and the optimizer
-    states of a step, and which parameters got no gradient: what :meth:`StepRunner.run` learns.
+    """What :meth:`StepRunner.run` learns: the meter's serials of each role, and the parameters without gradient.
 
     Attributes:
         inputs: the batches and their targets.
         gradients: the parameters' gradients.
         optimizer_states: the optimizer's states after its step.
-        params_without_grad: names of parameters that require grad and got none (lesson 04's trap).
+        params_without_grad: names of parameters that require grad and got none.
     """
 
     inputs: set = dataclasses.field(default_factory=set)
@@ -199,10 +182,10 @@ class StepRoles:
 class StepRunner:
     """One training step as a :class:`helpers.config.StepConfig` says, written once.
 
-    Made, it resolves the model (:func:`helpers.models.resolve_model`) and
-    what it eats (:func:`helpers.models.resolve_task`), and runs the steps of
-    :data:`RECIPE` before placing; :meth:`place` runs the rest inside the
-    meter.  Each part of a training step is a method; :meth:`run` is the loop::
+    Made, it resolves the model and what it eats
+    (:func:`helpers.models.resolve_model`, :func:`helpers.models.resolve_task`)
+    and runs :data:`RECIPE` up to placing; :meth:`place` runs the rest inside
+    the meter.  :meth:`run` is the loop::
 
         for each of the k = accumulation_steps micro-batches:
             batch = runner.batch()          # 1. inputs and targets on the device
@@ -212,7 +195,7 @@ class StepRunner:
         runner.step()                       # 4. optimizer step (through the GradScaler)
         runner.zero_grad()                  # 5. zero_grad(set_to_none=config.set_to_none)
 
-    A caller that needs only part of a step calls the parts itself, inside the meter::
+    A caller that needs only part of a step calls the parts itself::
 
         runner = StepRunner(config)       # the model is built here, not counted
         with runner.meter:
@@ -221,11 +204,10 @@ class StepRunner:
 
     Args:
         config: the step.
-        meter: the :class:`helpers.engine.meter.Meter` it runs under (default:
-            a new one for ``config.device``, ``config.capacity`` and ``config.attention``).
+        meter: the :class:`helpers.engine.meter.Meter` (default: a new one for
+            ``config.device``, ``config.capacity`` and ``config.attention``).
         place: puts the model on the device inside the meter and returns it
-            (default: the meter's :meth:`~helpers.engine.meter.Meter.place`);
-            a sharded model passes its own (:mod:`helpers.fsdp`).
+            (default :meth:`~helpers.engine.meter.Meter.place`; :mod:`helpers.fsdp` shards).
         spec: the :class:`helpers.models.ModelSpec` to build instead of
             ``config.model``'s (:mod:`helpers.depth` passes a copy with fewer blocks).
 
@@ -234,15 +216,14 @@ class StepRunner:
         spec: the model's :class:`helpers.models.ModelSpec`; ``name`` is its label.
         task: the :class:`helpers.models.Task` (inputs and loss).
         model: the model (placed, after :meth:`place`).
-        segments: the :class:`helpers.techniques.Checkpointed` segments around
-            the model, when it is checkpointed by segments; else None.
-        held_back: weights a recipe step keeps off the device until after
-            placing (QLoRA's), as ``(parent, attribute, layer, weight)``.
-        optimizer, scaler: after :meth:`place`; ``scaler`` is None but under float16 AMP.
+        segments: the :class:`helpers.techniques.Checkpointed` segments, or None.
+        held_back: weights kept off the device until after placing (QLoRA's),
+            as ``(parent, attribute, layer, weight)``.
+        optimizer, scaler: after :meth:`place`; ``scaler`` only under float16 AMP.
 
     Raises:
-        ValueError: for an unknown model, a model whose constructor fails
-            (in one line), or inputs that do not fit the model.
+        ValueError: in one line, for an unknown model, a constructor that fails,
+            or inputs that do not fit the model.
     """
 
     def __init__(self, config: StepConfig, meter: Meter | None = None, *,
@@ -287,14 +268,11 @@ class StepRunner:
 
     # -- the contexts of a forward pass: a fresh one at each call ------------------------
     def autocast(self):
-        """A new autocast context (``config.amp`` in ``config.amp_dtype``,
-        :func:`helpers.techniques.precision.autocast`), or one that does nothing.
-        A context is entered once: take a new one for every forward pass."""
+        """A new autocast context (``config.amp`` in ``config.amp_dtype``), or a null one; enter each once."""
         return precision.autocast(self.config, self.meter)
 
     def offload(self):
-        """A new context in which autograd keeps saved tensors in host memory
-        (``config.offload``, :meth:`helpers.engine.meter.Meter.offload`), or one that does nothing."""
+        """A new context keeping saved tensors in host memory (``config.offload``), or a null one."""
         return self.meter.offload() if self.config.offload else contextlib.nullcontext()
 
     # -- the parts of a step -----------------------------------------------------------
@@ -303,19 +281,17 @@ class StepRunner:
         return self.task.batch(self.config.batch_size, self.meter.device)
 
     def output(self, batch: Batch) -> Any:
-        """The forward pass alone: :attr:`module`'s output on ``batch``, under
-        the step's autocast and offload contexts."""
+        """The forward pass alone: :attr:`module`'s output on ``batch``, under autocast and offload."""
         with self._explained(batch), self.autocast(), self.offload():
             return self.module(*batch.inputs)
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """The forward pass and the loss on ``batch``, under the step's autocast and offload contexts.
+        """The forward pass and the loss on ``batch``, under autocast and offload, in the caller's grad mode.
 
-        Sets ``batch.targets`` if the loss had to draw them.  Runs under
-        whatever grad mode the caller has set.
+        Sets ``batch.targets`` if the loss drew them.
 
         Returns:
-            The loss (a scalar), not divided by ``accumulation_steps`` (:meth:`run` does that).
+            The loss (a scalar), not divided by ``accumulation_steps``.
 
         Raises:
             ValueError: if the model cannot run on the batch, or its output does not fit the loss.
@@ -341,24 +317,17 @@ class StepRunner:
         self.optimizer.zero_grad(set_to_none=self.config.set_to_none)
 
     def run(self, tracer: StepTracer | None = None, *, free_batch: bool = False) -> StepRoles:
-        """One whole training step (see the class's docstring for its order).
-
-        With ``accumulation_steps`` k, the forward and backward passes run k
-        times, each on its own batch and with the loss divided by k, before the
-        one optimizer step (the gradients add up in ``.grad``).
+        """One whole training step (the class's loop); k accumulation steps add their gradients in ``.grad``.
 
         Args:
-            tracer: records each moment of the step as a step event (after
-                the model is placed, the batch drawn, the loss computed,
-                backward, the optimizer step, ``zero_grad``), and tells
-                modules' events in backward from those in forward.
-            free_batch: drop the batch and the loss as soon as backward has
-                run, as a loop does whose iteration ends there; by default they
-                stay alive through the optimizer step, as a loop's variables do.
+            tracer: records each moment as a step event (placed, batch, loss,
+                backward, optimizer step, ``zero_grad``), and tells backward's
+                module events from forward's.
+            free_batch: drop the batch and loss once backward has run; by default
+                they stay alive through the optimizer step, as a loop's variables do.
 
         Returns:
-            The :class:`StepRoles`: which storages were the inputs, gradients
-            and optimizer states, and the parameters that got no gradient.
+            The :class:`StepRoles`.
         """
         def record(note: str, phase: str, shape=None) -> None:
             if tracer is not None:

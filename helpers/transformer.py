@@ -1,25 +1,12 @@
-"""Activation memory of transformers: a block tensor by tensor, formulas, and remedies.
+"""Activation memory of transformers: a block tensor by tensor, formulas, and remedies (lesson 08).
 
-Introduced in lesson 08 (transformers and sequence length).  All sizes are in
-bytes; 1 MiB = 2**20 bytes, 1 GB = 10**9 bytes.
-
-* :func:`gpt_block_kept` lists, tensor by tensor, what one block of
-  :class:`helpers.models.gpt.GPT` keeps for backward on a (simulated) GPU, as a
-  function of batch b, sequence s, hidden h and heads a; the tests check that
-  its sum equals the engine's measurement, byte for byte;
-* :data:`KORTHIKANTI_TERMS` and :func:`korthikanti_layer_bytes`: the published
-  formula s·b·h·(34 + 5·a·s/h) (Korthikanti et al. 2022, arXiv:2205.05198,
-  section 4.1), term by term;
-* :func:`measure_blocks`: the engine's bytes kept per block, measured on a
-  forward pass of a (small) model on the simulated GPU, with a checkpointing
-  policy of :data:`helpers.techniques.checkpointing.CHECKPOINT_POLICIES`
-  (full or selective, :class:`helpers.techniques.checkpointing.CheckpointedBlock`);
-* :func:`transformer_step`: the steady-state training step of lesson 08's
-  widget (:class:`helpers.teaching.widgets.SequenceExplorer`), for
-  :func:`helpers.step.profile_step`: its peak is what must fit;
-* :func:`chunked_cross_entropy`: the output head and its loss, a chunk of
-  tokens at a time, without ever holding all the logits;
-* :func:`kv_cache_bytes_per_token`: the inference KV cache.
+:func:`gpt_block_kept` lists what one GPT block keeps (equal to the engine's
+:func:`measure_blocks`, byte for byte, in the tests);
+:func:`korthikanti_layer_bytes` is the published formula (Korthikanti et al.
+2022, arXiv:2205.05198, section 4.1) term by term (:data:`KORTHIKANTI_TERMS`);
+:func:`transformer_step` is lesson 08's widget's step;
+:func:`chunked_cross_entropy` and :func:`kv_cache_bytes_per_token`.
+Sizes in bytes; 1 GB = 10**9 bytes.
 """
 
 from __future__ import annotations
@@ -58,12 +45,11 @@ KORTHIKANTI_TERMS = (
 
 
 def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
-    """Activation bytes of one transformer layer by Korthikanti et al. 2022 (eq. 1):
-    s·b·h·(34 + 5·a·s/h) = 34·s·b·h + 5·a·s²·b.
+    """Activation bytes of one transformer layer (Korthikanti et al. 2022, eq. 1): 34·s·b·h + 5·a·s²·b.
 
-    The Ultra-Scale Playbook (Hugging Face, 2025) uses the same formula times the
-    number of layers.  It assumes 16-bit activations, dropout (1-byte masks)
-    and attention that keeps the a·s² scores; no tensor parallelism.
+    It assumes 16-bit activations, dropout (1-byte masks), attention keeping the
+    a·s² scores, no tensor parallelism (the Ultra-Scale Playbook multiplies it
+    by the layers).
 
     Raises:
         ValueError: for a size below 1.
@@ -75,14 +61,12 @@ def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> in
 
 @dataclass(frozen=True)
 class Kept:
-    """One tensor a block keeps for backward (or keeps alive while it is needed).
+    """One tensor a block keeps for backward (or alive while needed).
 
     Attributes:
         name: what it is (``"softmax output (the scores)"``).
-        shape: its shape.
-        dtype: its dtype.
-        paper: the entry of :data:`KORTHIKANTI_TERMS` it corresponds to, or
-            ``""`` when the paper does not count it.
+        shape, dtype: its shape and dtype.
+        paper: its :data:`KORTHIKANTI_TERMS` entry, or ``""`` when the paper does not count it.
     """
 
     name: str
@@ -136,30 +120,24 @@ def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool =
                    attention: str = "math", dropout: bool = False) -> list[Kept]:
     """What one block of :class:`helpers.models.gpt.GPT` keeps, tensor by tensor.
 
-    Derived from what each operation saves for backward on a CUDA GPU
-    (``tools/autograd/derivatives.yaml``; the math attention kernel of
-    ``aten/src/ATen/native/transformers/attention.cpp``), as the simulation
-    runs it: every storage allocated while the block runs and still alive at
-    the end of the forward pass, including the block's output (the next
-    block's input, which Korthikanti et al. count as that block's LayerNorm
-    input) and, under AMP, the 16-bit copies of its weights and biases that
-    autocast caches.  Their sum is the block's share of the activations, and
-    equals the engine's measurement (:func:`measure_blocks`) exactly.
+    From what each operation saves on a CUDA GPU (``tools/autograd/derivatives.yaml``;
+    the math kernel of ``aten/src/ATen/native/transformers/attention.cpp``): every
+    storage made in the block and alive at the end of the forward pass, its
+    output included (the next block's LayerNorm input, in the paper) and, under
+    AMP, autocast's cached 16-bit weights.  The sum equals :func:`measure_blocks`.
 
     Args:
         batch, seq, hidden, heads: b, s, h, a (``hidden`` a multiple of ``heads``).
-        amp: float16 autocast (16-bit matmuls, float32 LayerNorms and residual
-            stream, as CUDA's autocast lists say); else float32 throughout.
-        attention: ``"math"`` (keeps the a·s² scores) or ``"flash"`` (keeps q,
-            k, v, the output and a log-sum-exp).
-        dropout: the block has dropout before each residual sum (1-byte masks).
+        amp: float16 autocast, as CUDA's lists say; else float32.
+        attention: ``"math"`` (keeps the a·s² scores) or ``"flash"``.
+        dropout: dropout before each residual sum (1-byte masks).
 
     Returns:
         A list of :class:`Kept`, in the order the forward pass makes them.
 
     Raises:
         ValueError: for a size below 1, ``hidden`` not a multiple of ``heads``,
-            or another attention kernel.
+            or another kernel.
     """
     for name, value in (("batch", batch), ("seq", seq), ("hidden", hidden), ("heads", heads)):
         check_int(name, value, 1)
@@ -222,21 +200,16 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
                    policy: str = "none") -> list[int]:
     """Bytes each block keeps at the end of its forward pass, measured by the engine.
 
-    Runs ``build()``'s forward pass on ``(batch, seq)`` token ids on the
-    simulated GPU (CUDA's rules) with autograd recording, as the training step
-    runs it (:class:`helpers.step.StepRunner`: its model placement, its
-    autocast), and reads the bytes allocated just after each block returns:
-    block i's figure is the growth since block i-1 returned (since block 0
-    started, for block 0), i.e. every storage it made that is still alive:
-    what it keeps for backward, and its output.
+    ``build()``'s forward on ``(batch, seq)`` token ids on the simulated GPU, as
+    :class:`helpers.step.StepRunner` runs it; block i's figure is the growth of
+    allocated bytes from block i-1's return to its own: what it keeps, and its output.
 
     Args:
-        build: a function returning a model with ``blocks`` (an ``nn.ModuleList``),
-            ``config.vocab_size``, and token-id input: a
-            :class:`helpers.models.gpt.GPT` or :class:`helpers.models.llama.Llama`.
-            Built on ``meta``: nothing is allocated.
+        build: returns a model with ``blocks`` and ``config.vocab_size`` (a
+            :class:`helpers.models.gpt.GPT` or :class:`helpers.models.llama.Llama`),
+            built on ``meta``.
         batch, seq: the token ids' shape.
-        amp: the step's AMP (:attr:`helpers.config.StepConfig.amp`): float16 autocast.
+        amp: float16 autocast.
         attention: the simulated kernel (:data:`helpers.config.ATTENTION`).
         policy: one of :data:`CHECKPOINT_POLICIES`.
 
@@ -272,17 +245,15 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
                           chunks: int) -> torch.Tensor:
     """Mean next-token cross-entropy of ``hidden @ weight.T``, a chunk of tokens at a time.
 
-    Each chunk's logits are computed, reduced to a summed loss, and dropped;
-    ``torch.utils.checkpoint`` recomputes them in backward, one chunk at a
-    time, so at most one chunk's logits (and its float32 log-softmax) are ever
-    alive, instead of ``tokens x vocab`` of each.  The idea of Liger Kernel's
-    and torchtune's chunked losses, in plain PyTorch.
+    Each chunk's logits are reduced and dropped, and recomputed in backward
+    (``torch.utils.checkpoint``): at most one chunk's logits are alive (the idea
+    of Liger Kernel's and torchtune's chunked losses, in plain PyTorch).
 
     Args:
-        hidden: ``(tokens, h)`` (or ``(batch, seq, h)``, flattened) final hidden states.
+        hidden: ``(tokens, h)`` (or ``(batch, seq, h)``) final hidden states.
         weight: the output head's ``(vocab, h)`` weight.
         targets: ``(tokens,)`` (or ``(batch, seq)``) int64 token ids.
-        chunks: how many pieces the tokens are split into (1: one piece).
+        chunks: how many pieces the tokens are split into.
 
     Returns:
         The mean loss over all tokens (a scalar).
@@ -306,8 +277,7 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
 
 
 def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> int:
-    """Bytes of KV cache per token of context: a key and a value per layer and
-    key/value head, ``2 · layers · kv_heads · head_dim · dtype_bytes``.
+    """Bytes of KV cache per token of context: ``2 · layers · kv_heads · head_dim · dtype_bytes``.
 
     Raises:
         ValueError: for a size below 1.
@@ -334,8 +304,7 @@ def _builder(config):
 
 
 def _preset_at(model: str, seq: int, policy: str):
-    """The config of preset ``model`` for sequences of ``seq`` tokens: GPT-2's learned
-    position embedding is extended past its 1024 positions; Llama's context is a limit.
+    """The config of preset ``model`` for ``seq`` tokens (GPT-2's learned positions extended past 1024).
 
     Raises:
         ValueError: for an unknown model or policy, a ``seq`` below 1 or past Llama's context.
@@ -360,16 +329,11 @@ def _preset_at(model: str, seq: int, policy: str):
 
 @dataclass(frozen=True)
 class TransformerBuilder:
-    """Builds a model of :func:`transformer_presets` with a checkpointing policy applied.
+    """Builds a model of :func:`transformer_presets` with a checkpointing ``policy`` applied.
 
     A function of no arguments for :attr:`helpers.config.StepConfig.model`,
-    equal (and hashing equal) for equal configurations, so that traces of it
-    can be cached.
-
-    Attributes:
-        config: a :class:`helpers.models.gpt.GPTConfig` or :class:`helpers.models.llama.LlamaConfig`.
-        policy: one of :data:`CHECKPOINT_POLICIES`, applied with
-            :func:`helpers.techniques.checkpointing.checkpoint_blocks`.
+    equal (and hashing equal) for equal configurations, so traces can be cached.
+    ``config`` is a ``GPTConfig`` or ``LlamaConfig``.
     """
 
     config: object
@@ -381,28 +345,22 @@ class TransformerBuilder:
 
 def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
                      policy: str = "none", optimizer: str = "adam") -> StepConfig:
-    """The training step of lesson 08's widget, as a :class:`helpers.config.StepConfig`.
+    """The steady-state training step of lesson 08's widget, as a :class:`helpers.config.StepConfig`.
 
-    ``profile_step(transformer_step(...))`` traces the whole step, in the
-    steady state (the optimizer's states exist: what every step of a training
-    loop needs), simulated: forward with next-token cross-entropy, backward,
-    ``optimizer.step()``.  Its ``peak_allocated_bytes`` is what must fit
-    (:func:`helpers.gpus.judge`).
+    Simulated; its ``peak_allocated_bytes`` is what must fit (:func:`helpers.gpus.judge`).
 
     Args:
-        model: a name of :func:`transformer_presets`.  GPT-2's learned position
-            embedding is extended to ``seq`` positions when ``seq`` is longer
-            than its 1024 (it then has more parameters).
+        model: a name of :func:`transformer_presets` (GPT-2 gets ``seq``
+            positions when ``seq`` is past 1024, so more parameters).
         seq, batch: tokens per sequence, sequences per batch.
         amp: float16 autocast (with a GradScaler).
-        attention: the simulated kernel: ``"math"``, ``"flash"`` or ``"efficient"``
-            (:data:`helpers.config.ATTENTION`).
-        policy: the checkpointing policy of every block, one of :data:`CHECKPOINT_POLICIES`.
+        attention: ``"math"``, ``"flash"`` or ``"efficient"``.
+        policy: every block's checkpointing policy (:data:`CHECKPOINT_POLICIES`).
         optimizer: one of :data:`helpers.config.OPTIMIZERS`.
 
     Raises:
         ValueError: for an unknown model or policy, a size below 1, a sequence
-            longer than Llama's context, or an option StepConfig refuses.
+            past Llama's context, or an option StepConfig refuses.
     """
     config = _preset_at(model, seq, policy)
     return StepConfig(model=TransformerBuilder(config, policy), name=model, batch_size=batch, seq_len=seq,

@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -26,7 +25,7 @@
 # - Say what the simulation counts exactly and what it cannot see.
 # - Read the 25 lines of PyTorch that count a training step's memory.
 #
-# **Time:** 15 minutes teaching, 5 minutes exercises. **GPU:** not needed; used if present.
+# **Time:** about 30 minutes alone: 12 of reading, 11 of code, 1 to run all, 5 for the two exercises. **GPU:** not needed; used if present.
 
 # %% [markdown]
 # ## Setup
@@ -51,9 +50,7 @@ _ = torch.manual_seed(0)
 #
 # This cell's output depends on your machine (the tests do not check it). Its last line is the backend every lesson uses when it says `device="auto"`.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"python       {platform.python_version()}")
 print(f"torch        {torch.__version__}")
 print(f"torchvision  {torchvision.__version__}")
@@ -195,9 +192,7 @@ assert step.peak_allocated_bytes > 60 * step.categories["parameters"]
 #
 # With a GPU, this cell measures the same step for real, and section 2's 49 MiB tensor (without one it says so):
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: it measures this machine's GPU, and says so when there is none)
+# %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
 if torch.cuda.is_available():
     real = profile_step("resnet18", batch_size=128, device="cuda")
     print(f"measured on {torch.cuda.get_device_name(0)}: peak {fmt_bytes(real.peak_allocated_bytes)}, "

@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -28,7 +27,7 @@
 # - Predict the largest batch that fits a V100, an RTX 4090, an A100 or an H100, and check the prediction.
 # - Read an out-of-memory message, including the one a capped GPU prints, and tell *allocated* from *reserved* memory.
 #
-# **Time:** 40 minutes teaching, 20 minutes exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
+# **Time:** about 105 minutes alone: 37 of reading, 33 of code, 3 for the figures, 10 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
 
 # %% [markdown]
 # ## Setup
@@ -53,9 +52,7 @@ from helpers.teaching.widgets import MemoryExplorer
 
 _ = torch.manual_seed(0)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 import sklearn
 import torchvision
 print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, scikit-learn {sklearn.__version__}, "
@@ -148,9 +145,7 @@ assert moved[16] < 0.001 < 0.01 < moved[1]
 # %% [markdown]
 # Batches of 16 and more average the noise of many samples at every step, and a last-bit difference stays a last-bit difference: they end at the same figures on every machine. Batch 1 does not, so the table gives what holds everywhere (below 0.5, above 90%), and the next cell, whose output the tests do not check, gives this machine's figures. It also shows the other figure that depends on the machine, the **time** an epoch takes.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: the seconds depend on this machine's speed, batch 1's final figures on its floating-point kernels)
+# %% tags=["nbval-ignore-output"] nbval_reason="the seconds depend on this machine's speed, batch 1's final figures on its floating-point kernels"
 ups = sum(later > earlier for earlier, later in zip(runs[1].train_loss, runs[1].train_loss[1:]))
 print(f"batch 1 on this machine: loss after 10 epochs {runs[1].train_loss[-1]:.3f}, "
       f"test accuracy {100 * runs[1].test_accuracy[-1]:.1f}%; the loss went up after {ups} of {EPOCHS - 1} epochs")
@@ -444,9 +439,7 @@ assert tried > free and round(total - reserved - free, 2) == 0.72
 #
 # If this notebook runs on a GPU, the next cell does the same thing for real. `profile_step` catches `torch.OutOfMemoryError`, releases the step's memory (model, tensors, allocator cache) and raises `DoesNotFit` with CUDA's own message; a 16 GiB cap is imposed with `torch.cuda.set_per_process_memory_fraction` so that the result does not depend on how big your GPU is, and its message has the "allowed" field read above (on a GPU smaller than 16 GiB, the card itself is the limit and there is no cap). Without a GPU the cell says so. (Its output is not checked: it depends on the GPU.)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: it measures this machine's GPU, and says so when there is none)
+# %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
 if torch.cuda.is_available():
     try:
         total = torch.cuda.get_device_properties(0).total_memory
@@ -471,9 +464,7 @@ else:
 #
 # **What the simulation cannot show.** Without a GPU there is no allocator and no cache: simulated memory is exactly the allocated bytes, and "reserved" has no value (`None`). The cell below shows the difference on a GPU; without one it prints nothing else. Lesson 06 studies the allocator, and its fragmentation, in depth.
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: it measures this machine's GPU, and says so when there is none)
+# %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
 if torch.cuda.is_available():
     def show(when):
         print(f"{when:<34} allocated {fmt_bytes(torch.cuda.memory_allocated()):>10}   "

@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -27,7 +26,7 @@
 # - Find where the peak of a step is, and the batch size at which it moves.
 # - Reproduce PyTorch's "optimizer step in backward" figures for ViT-L/16.
 #
-# **Time:** about 60 minutes alone: 16 of reading, 24 of running the cells and reading their code and the three figures (a run-all takes about a minute), 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
+# **Time:** about 60 minutes alone: 15 of reading, 20 of code, 3 for the figures, 2 to run all, 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
 #
 # Lessons 01 (steady state, bytes-per-parameter conventions) and 04 (AMP) come first. Lesson 05b goes on with GPT-2 1.5B against the ZeRO paper, gradient accumulation, inference and leaks, and the "will it fit?" widget.
 
@@ -56,9 +55,7 @@ def gib(nbytes):
     return f"{nbytes / GiB:.2f} GiB"
 
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
@@ -237,13 +234,14 @@ conventions = {
     "fp32 Adam: any float32 loop": [("parameters", "fp32 param", 4), ("gradients", "fp32 grad", 4),
                                     ("optimizer_states", "Adam", 8)],
     "ZeRO paper, section 3 (K = 12)": [("parameters", "fp16", 2), ("gradients", "fp16", 2),
-                                       ("optimizer_states", "master 4 + Adam", 12)],
+                                       ("optimizer_states", "master", 4), ("optimizer_states", "Adam", 8)],
     "Hugging Face guide: 'mixed precision'": [("parameters", "fp32", 4), ("activations", "copy", 2),
                                               ("gradients", "fp32 grad", 4), ("optimizer_states", "Adam", 8)],
     "Megatron-LM README: bf16, fp32 grads": [("parameters", "bf16", 2), ("gradients", "fp32 grad", 4),
-                                             ("optimizer_states", "master 4 + Adam", 12)],
+                                             ("optimizer_states", "master", 4), ("optimizer_states", "Adam", 8)],
     "Megatron-LM fp16; Ultra-Scale Playbook": [("parameters", "16-bit", 2), ("gradients", "16-bit", 2),
-                                               ("gradients", "fp32", 4), ("optimizer_states", "master 4 + Adam", 12)],
+                                               ("gradients", "fp32", 4), ("optimizer_states", "master", 4),
+                                               ("optimizer_states", "Adam", 8)],
 }
 fig = plot_bytes_per_parameter(conventions, marks={
     "fp32 Adam: any float32 loop": m["fp32 + Adam"]["before step"],
@@ -256,12 +254,12 @@ fig = plot_bytes_per_parameter(conventions, marks={
 fig
 
 # %% [markdown]
-# Look at the diamonds: each sits at the end of its bar, so every convention is a loop, measured before `optimizer.step()` (the cell asserts them). Blue is weights, orange gradients, purple what only the optimizer reads (ZeRO's K = 12 counts the fp32 master copy there), green autocast's 16-bit weight copies.
+# Look at the diamonds: each sits at the end of its bar, so every convention is a loop, measured before `optimizer.step()` (the cell asserts them). Blue is weights, orange gradients, purple what only the optimizer reads (ZeRO's K = 12 is the fp32 master copy, 4, and Adam's two moments, 8), green autocast's 16-bit weight copies.
 #
 # - **16, fp32 Adam** (4 + 4 + 8): every float32 loop, and `torch.autocast` training, whose weights *are* the fp32 parameters.
 # - **16, ZeRO** (2 + 2 + 12; Rajbhandari et al., SC20, section 3): a float16 model with an fp32 master copy. Same total, other tensors: between steps it keeps 14, fp32 Adam 12.
 # - **18, the Hugging Face guide** (*Model training anatomy*; S. Bekman, *Machine Learning Engineering*) counts autocast's 16-bit copies beside the gradients. That happens only if backward runs **inside** the autocast region, whose cache keeps every copy until the region ends. With `backward()` after the `with` block, as PyTorch's examples write it, the cache is gone: 13.5 after the forward pass (12 + 3 of the 4 copies, kept for backward; the first layer's is not, as its input needs no gradient), 16 before the step.
-# - **18 and 20, Megatron-LM**: its README gives 18 bytes per parameter for bf16 and 20 for fp16 with its non-distributed optimizer, which keeps an fp32 "main" gradient: bf16 gradients accumulate straight into it (2 + 4 + 4 + 8), fp16 ones are kept too (2 + 2 + 4 + 4 + 8). *The Ultra-Scale Playbook*'s 20 (bf16, fp32 gradient accumulation) is the second layout; DeepSpeed's ZeRO-2 estimator counts 2Ψ + 18Ψ/N, 20 on one GPU, with the same fp32 gradients (lesson 07).
+# - **18 and 20, Megatron-LM**: its README gives 18 bytes per parameter for bf16 and 20 for fp16 with its non-distributed optimizer, which keeps an fp32 "main" gradient. With bf16 no 16-bit weight gradient is kept: the weight-gradient matrix multiplication takes the bf16 inputs and accumulates its product in fp32 straight into `main_grad` (gradient accumulation fusion, `wgrad_gemm_accum_fp32` in `megatron/core/tensor_parallel/layers.py`, on by default) (2 + 4 + 4 + 8); fp16 gradients are kept beside it (2 + 2 + 4 + 4 + 8). *The Ultra-Scale Playbook*'s 20 (bf16, fp32 gradient accumulation) is the second layout; DeepSpeed's ZeRO-2 estimator counts 2Ψ + 18Ψ/N, 20 on one GPU, with the same fp32 gradients (lesson 07).
 #
 # So 2 + 2 + 12 is the paper's accounting; the libraries that keep the model in 16 bits keep an fp32 gradient besides and count 18 or 20. The peaks add the step's own work: the `foreach` temporary (4 bytes), and, in the ZeRO-style loop, an fp32 copy of every gradient made just before `step()` (24 at its peak). For *your* `torch.autocast` training with backward outside the region: 16 bytes per parameter with Adam, 20 at the `foreach` step. A 16-bit model with fp32 master weights saves room only once the master copy and the states are sharded (ZeRO, lesson 07).
 #

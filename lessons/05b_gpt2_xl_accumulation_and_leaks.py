@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -28,7 +27,7 @@
 # - Measure what a forward pass keeps in training and under `torch.no_grad()` and `torch.inference_mode()`, and find and fix the two classic leaks.
 # - Answer "will it fit?" for a model, an optimizer, a precision, a batch and a card.
 #
-# **Time:** about 70 minutes alone: 20 of reading and looking at its three figures, 31 of running the cells, reading their code and trying the widget (a run-all takes about a minute), 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
+# **Time:** about 65 minutes alone: 22 of reading, 17 of code, 3 for the figures, 2 to run all, 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
 #
 # Lessons 01 (steady state, the assumed overhead), 04 (AMP, checkpointing) and 05a come first. What this lesson uses from 05a: under `torch.autocast` with Adam, the model states are 16 bytes per parameter (4 of parameter, 4 of gradient, 8 of Adam's two moments), and 20 while a `foreach` `optimizer.step()` runs; the ZeRO paper's 16 is another sum, 2 + 2 + 12 (a 16-bit model and an fp32 master copy). A step peaks at the optimizer step for small batches and in backward, where the activations are, for large ones.
 
@@ -62,15 +61,13 @@ def gib(nbytes):
     return f"{nbytes / GiB:.2f} GiB"
 
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
 # ## 1. The ZeRO paper's GPT-2 1.5B
 #
-# Section 3 of the ZeRO paper (Rajbhandari et al., SC20) explains where training memory goes with one example: GPT-2 with 1.5 billion parameters. Its model states, at 16 bytes per parameter, are 24 GB (22.4 GiB); its activations at sequence length 1K and batch 32 are "about 60 GB" (55.9 GiB), from about 12 half-precision values per token, hidden unit and layer (its footnote), and "about 8 GB" (7.5 GiB) with activation checkpointing. The engine's `gpt2-xl` has GPT-2 1.5B's sizes (48 layers, 1600 wide, 25 heads, 50,257 tokens): nothing is downloaded, and its steps are counted, not allocated. Run the paper's configuration under `torch.autocast` with the flash attention kernel that a recent GPU runs, without and with checkpointing of every block (the engine checkpoints GPT-2 as its 50 units: embeddings, 48 blocks, head):
+# Section 3 of the ZeRO paper (Rajbhandari et al., SC20) explains where training memory goes with one example: GPT-2 with 1.5 billion parameters. Its model states, at 16 bytes per parameter, are 24 GB (22.4 GiB); its activations at sequence length 1K and batch 32 are "about 60 GB" (55.9 GiB), and "about 8 GB" (7.5 GiB) with activation checkpointing. Its footnote counts the activations as about 12 × hidden × batch × sequence × layers, with no unit: at 2 bytes each, that is its 60 GB. The engine's `gpt2-xl` has GPT-2 1.5B's sizes (48 layers, 1600 wide, 25 heads, 50,257 tokens): nothing is downloaded, and its steps are counted, not allocated. Run the paper's configuration under `torch.autocast` with the flash attention kernel that a recent GPU runs, without and with checkpointing of every block (the engine checkpoints GPT-2 as its 50 units: embeddings, 48 blocks, head):
 
 # %%
 P15 = GPT2_PRESETS["gpt2-xl"].parameter_count()
@@ -87,12 +84,33 @@ assert abs(at_end["other"] - logits) < 0.01 * logits
 inputs_fp32 = L * B * S * H * 4          # checkpointed: each block keeps its float32 input
 assert abs(ckpt_end["activations"] - inputs_fp32) < 0.5e9
 copies = ckpt_end["other"] - logits       # checkpointed: autocast's cached 16-bit weight copies
-assert abs(copies - 2 * (P15 - vocab * H - 1024 * H)) < 0.01 * copies   # 2 bytes per block parameter
+block_weights = L * 12 * H * H           # the four Linear weights of each block: 12·h² values
+assert abs(copies - 2 * block_weights) < 0.001 * copies   # 2 bytes per weight (and the biases: 30 KB a block)
 kept_ckpt = ckpt_end["activations"] + copies
 assert [round(b / GiB, 1) for b in (xl.model_state_bytes, at_end["activations"], kept_ckpt)] == [23.2, 87.7, 12.6]
-zero_acts = 12 * 2 * B * S * H * L       # the paper's footnote: 12 16-bit values per token, hidden unit and layer
-zero_ckpt = zero_acts / L**0.5           # checkpointed as Chen et al. schedule it: total / sqrt(layers)
+
+
+def outside_blocks(p):
+    """The activations kept at the end of the forward pass that no block made: before block 0, after the last."""
+    end = p.find("", "fwd")
+    made = (p.kept_between(p.events[0], p.find("blocks.0", "pre"), until=end)
+            + p.kept_between(p.find(f"blocks.{L - 1}", "fwd"), end))
+    return sum(st.nbytes for st in made if st.category == "activations")
+
+
+outside, outside_ckpt = outside_blocks(xl), outside_blocks(ckpt)
+hidden = B * S * H
+assert abs(outside - (4 * hidden + 2 * vocab * H + 2 * hidden)) < MiB   # embeddings' float32 output; the head's
+assert abs(outside_ckpt - outside) < MiB                                # 16-bit weight and input; ln_f's statistics
+print(f"activations at the end of forward: {gib(at_end['activations'])} = {gib(at_end['activations'] - outside)} "
+      f"in the 48 blocks + {gib(outside)} outside them")
+print(f"checkpointed: {gib(kept_ckpt)} = {gib(kept_ckpt - outside_ckpt)} in the blocks "
+      f"(float32 inputs {gib(inputs_fp32)}, 16-bit weight copies {gib(copies)}) + {gib(outside_ckpt)} outside them")
+zero_acts = 12 * 2 * B * S * H * L       # the paper's footnote: about 12 values (2 bytes each) per s·b·h and layer
+zero_ckpt = zero_acts / L**0.5           # one reading of "the square root of the total activations"
+chen = zero_ckpt + L**0.5 * 2 * B * S * H   # Chen et al.'s schedule adds its sqrt(L) segment inputs
 assert round(zero_acts / 1e9, 1) == 60.4 and round(zero_ckpt / 1e9, 1) == 8.7 and round(zero_ckpt / GiB, 1) == 8.1
+assert round(chen / 1e9, 1) == 9.4
 
 paper = {"model states": 24e9, "activations": 60e9, "activations, checkpointed": 8e9}
 engine = {"model states": xl.model_state_bytes, "activations": at_end["activations"],
@@ -102,7 +120,7 @@ colours = {"model states": CATEGORY_COLORS["optimizer_states"], "activations": C
 fig = Figure(figsize=(8, 3.4), layout="constrained")
 ax = fig.add_subplot()
 for row, kind in enumerate(paper):
-    for offset, (source, value) in zip((-0.2, 0.2), (("ZeRO paper", paper[kind]), ("PyTorch (measured)", engine[kind]))):
+    for offset, (source, value) in zip((-0.2, 0.2), (("ZeRO paper", paper[kind]), ("PyTorch (simulated)", engine[kind]))):
         ax.barh(row + offset, value / GiB, height=0.38, color=colours[kind], alpha=0.45 if source == "ZeRO paper" else 1,
                 hatch="//" if source == "ZeRO paper" else None, edgecolor="white")
         ax.text(value / GiB + 1, row + offset, f"{source}: {value / GiB:.1f}", va="center", fontsize=8)
@@ -112,7 +130,7 @@ ax.set(xlabel="GiB", xlim=(0, 118), title="GPT-2 1.5B, sequence 1024, batch 32, 
 fig
 
 # %% [markdown]
-# Look at the pairs: the model states agree (16 bytes per parameter, 23.2 GiB for GPT-2's exact 1.56 billion parameters; the paper rounds to 1.5 billion), though they are autocast's 4 + 4 + 8, not the paper's 2 + 2 + 12. The activations do not: 87.7 GiB against the paper's 55.9, and 12.6 GiB against 7.5 checkpointed. (Activations here: all that the forward pass keeps beyond the parameters, the states and the logits, autocast's 16-bit weight copies included.)
+# Look at the pairs: the model states agree (16 bytes per parameter, 23.2 GiB for GPT-2's exact 1.56 billion parameters; the paper rounds to 1.5 billion), though they are autocast's 4 + 4 + 8, not the paper's 2 + 2 + 12. The activations do not: 87.7 GiB against the paper's 55.9, and 12.6 GiB against 7.5 checkpointed. (Activations here: all that the forward pass keeps beyond the parameters, the states and the logits, autocast's 16-bit weight copies included. The cell splits them: 87.3 GiB in the 48 blocks, which lesson 08 measures block by block, and 0.4 GiB outside them, the embeddings' float32 output, the head's 16-bit copies of its tied weight and of its input, and the final LayerNorm's statistics.)
 #
 # Why more? The paper's "12 values" is a formula about a set of tensors; PyTorch keeps others. One block, measured on its own (`measure_blocks`, the helper lesson 08 uses to take a block apart tensor by tensor):
 
@@ -124,11 +142,11 @@ print(f"one block keeps {gib(block)}: {per_token:.1f} bytes per token and hidden
 assert 37.0 < per_token < 37.5 and abs(L * block - at_end["activations"]) < 0.02 * at_end["activations"]
 
 # %% [markdown]
-# About 37 bytes per token, hidden unit and layer instead of 24, and 48 blocks of them make the 87.7 GiB. Lesson 08 names every tensor; in short, `torch.autocast` keeps the residual stream and each LayerNorm's input in float32 (the parameters are float32, so every residual addition is), the MLP keeps its 4 × wide input and output, attention its q, k, v and output, and autocast a 16-bit copy of each weight (about 1.2 of the 37 bytes). Flash attention keeps no sequence × sequence scores, and this GPT has no dropout masks.
+# About 37 bytes per token, hidden unit and layer instead of 24, and 48 blocks of them make the 87.3 GiB of the blocks. Lesson 08 names every tensor; in short, `torch.autocast` keeps the residual stream and each LayerNorm's input in float32 (the parameters are float32, so every residual addition is), the MLP keeps its 4 × wide input and output, attention its q, k, v and output, and autocast a 16-bit copy of each weight (about 1.2 of the 37 bytes). Flash attention keeps no sequence × sequence scores, and this GPT has no dropout masks.
 #
-# And checkpointed? ZeRO's section 3.2 says where its 8 GB comes from: activation checkpointing reduces the activation memory "by approximately the square root of the total activations" at the expense of 33% recomputation, citing Chen et al. (2016). The square root is in the number of layers: Chen et al. cut L layers into about √L segments and keep only the segments' inputs, plus one segment's activations while backward recomputes it, so memory grows as √L instead of L. From the paper's footnote formula (60.4 GB here) that is 60.4 GB / √48 = 8.7 GB (8.1 GiB), its "about 8 GB", as lesson 08 section 3 reads it: a formula, not a count of tensors. Checkpointing every block, as here, is another schedule: it keeps each block's input, 48 float32 tensors of 32 × 1024 × 1600 values: 9.4 GiB (4.7 GiB if they were 16-bit). Autocast's cache keeps its 16-bit weight copies until the autocast region ends, checkpointed or not: 2.8 GiB more. Backward then recomputes one block at a time.
+# And checkpointed? ZeRO's section 3.2 says where its 8 GB comes from: activation checkpointing reduces the activation memory "by approximately the square root of the total activations" at the expense of 33% recomputation, citing Chen et al. (2016). The square root is in the number of layers: Chen et al. cut L layers into about √L segments and keep only the segments' inputs, plus one segment's activations while backward recomputes it, so memory grows as √L instead of L. Read as "the total divided by √L", the footnote's formula (60.4 GB here) gives 60.4 GB / √48 = 8.7 GB (8.1 GiB), its "about 8 GB". That is a reading, not the paper's arithmetic, and it leaves out the segment inputs: Chen et al.'s schedule keeps one hidden state per segment besides, √48 ≈ 7 of 2 bytes × 32 × 1024 × 1600, which makes 9.4 GB (asserted in the cell). Either way it is a formula, not a count of tensors. Checkpointing every block, as here, is another schedule: it keeps each block's input, 48 float32 tensors of 32 × 1024 × 1600 values: 9.4 GiB (4.7 GiB if they were 16-bit). Autocast's cache keeps its 16-bit weight copies until the autocast region ends, checkpointed or not: 2.7 GiB more, 12.1 GiB in the blocks, and the same 0.4 GiB outside them make the 12.6. Backward then recomputes one block at a time.
 #
-# Besides, the logits: 32 × 1024 × 50,257 values. The loss keeps two more copies for backward: their log-softmax in float16 (`cross_entropy` is in none of CUDA's autocast lists, so it runs in its input's type) and the float32 copy that autocast makes of it for `nll_loss` (on the float32 list). Backward starts with the float32 gradient of that copy, which is what "other" holds at the step's peak:
+# Besides, the logits: 32 × 1024 × 50,257 values. The loss keeps two more copies for backward: their log-softmax in float16 and the float32 copy that autocast makes of it for `nll_loss` (on the float32 list). A bare `F.log_softmax` would run in float32 under autocast, but `cross_entropy`, in none of CUDA's autocast lists, calls `log_softmax` with its input's dtype named, and autocast keeps a dtype that a call names. Backward starts with the float32 gradient of that copy, which is what "other" holds at the step's peak:
 
 # %%
 print(f"'other' at the peak: {gib(xl.categories['other'])}; a float32 tensor the size of the logits: {gib(B * S * vocab * 4)}")
@@ -183,7 +201,7 @@ assert difference < 1e-15
 print("the accumulated gradient equals the whole batch's, to the last bits of float64")
 
 # %% [markdown]
-# The same gradient. (With BatchNorm, each micro-batch normalises with its own statistics, so the step is not exactly the same: one more reason why large models use LayerNorm.)
+# The same gradient. (With BatchNorm, each micro-batch normalises with its own statistics, so the step is not exactly the same; LayerNorm and RMSNorm normalise each sample on its own and make no such difference.)
 #
 # **The classic pitfall: a mean over tokens.** A language model's loss is a mean over the *tokens* of a batch (`cross_entropy` ignores padding, `ignore_index=-100`). Micro-batches hold different numbers of real tokens, and the mean of their means weighs a token of a short micro-batch more than one of a long one. Two micro-batches of 64 positions, with 8 and 56 real tokens:
 
@@ -214,7 +232,27 @@ print(f"relative error against the whole batch: mean of means {error(mean_of_mea
 assert error(mean_of_means) > 0.1 and error(token_sum) < 1e-12
 
 # %% [markdown]
-# The mean of means is another gradient (each of the first micro-batch's 8 tokens counts 7 times as much as one of the other 56). The fix: sum the per-token losses (`reduction="sum"`) and divide by the number of real tokens in the whole accumulated batch (over all ranks under data parallelism), counted before the first backward.
+# The mean of means is another gradient (each of the first micro-batch's 8 tokens counts 7 times as much as one of the other 56). The fix: sum the per-token losses (`reduction="sum"`) and divide by the number of real tokens in the whole accumulated batch, counted before the first backward.
+#
+# **Under data parallelism**, count the real tokens of all ranks, and mind the all-reduce: `DistributedDataParallel` (and FSDP) *average* the ranks' gradients, which divides them by the number of ranks N once more. So each rank multiplies its loss by N, as Hugging Face's `Trainer` does (`average_tokens_across_devices`, in `Trainer.compute_loss`). The same two micro-batches on two ranks, one each:
+
+# %%
+def rank_gradient(f, t, scale):
+    """One rank's gradient of its summed loss over all ranks' tokens, times `scale`."""
+    head.zero_grad()
+    (F.cross_entropy(head(f), t, reduction="sum") / n_tokens * scale).backward()
+    return torch.cat([p.grad.flatten() for p in head.parameters()])
+
+
+world = 2
+averaged = {scale: sum(rank_gradient(f, t, scale) for f, t in zip(features, targets)) / world  # the all-reduce's mean
+            for scale in (1, world)}
+print(f"two ranks, sum / all ranks' tokens, averaged by the all-reduce: off by {error(averaged[1]):.0%}; "
+      f"with each loss times {world}: off by {error(averaged[world]):.0%}")
+assert abs(error(averaged[1]) - (1 - 1 / world)) < 1e-12 and error(averaged[world]) < 1e-12
+
+# %% [markdown]
+# Divided by all the tokens and averaged again, the gradient is half what it should be (1/N of it on N ranks): the step is as if the learning rate were N times smaller. Times N, it is the whole batch's.
 #
 # ## 3. Training, inference, and two classic leaks
 #
@@ -356,8 +394,8 @@ fit
 #
 # ## Key points
 #
-# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24; checkpointed, 12.6 GiB. The paper's checkpointed 8 GB is Chen et al.'s schedule: 60.4 GB / √48 layers = 8.7 GB. A published activation figure is a formula about some set of tensors.
-# - Gradient accumulation gives the same gradient at the memory of a micro-batch plus the gradients, for equal micro-batches of a per-sample mean; a per-token mean must be summed and divided by the total token count.
+# - GPT-2 1.5B: 23.2 GiB of model states at 16 bytes per parameter; activations at sequence 1024 and batch 32 are 87.7 GiB under `torch.autocast` with flash attention, not the paper's 55.9 (60 GB), because PyTorch keeps about 37 bytes per token, hidden unit and layer, not 24; checkpointed, 12.6 GiB (87.3 and 12.1 GiB of them in the 48 blocks). The paper's checkpointed 8 GB reads as 60.4 GB / √48 layers = 8.7 GB; Chen et al.'s schedule, with its segment inputs, keeps 9.4 GB. A published activation figure is a formula about some set of tensors.
+# - Gradient accumulation gives the same gradient at the memory of a micro-batch plus the gradients, for equal micro-batches of a per-sample mean; a per-token mean must be summed and divided by the total token count (under data parallelism: all ranks' tokens, and each loss times the number of ranks, since the all-reduce averages).
 # - Inference under `torch.inference_mode()` keeps no activations (and, under autocast, since PyTorch's December 2025 change, no cache of weight copies); a loop that holds a loss or an output with its graph grows by a whole batch of activations per iteration.
 # - "Will it fit?" is the whole step's peak plus an assumed overhead, against the memory PyTorch sees on the card: GPT-2 1.5B's model states alone need 29.0 GiB at the `foreach` step.
 #

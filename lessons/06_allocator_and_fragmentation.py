@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -27,7 +26,7 @@
 # - Produce an out-of-memory error with free memory left, in numbers, and measure what the allocator's settings change.
 # - Draw the segments and blocks of a step, simulated here, and from `torch.cuda.memory._snapshot()` on a GPU with the same function.
 #
-# **Time:** about 60 minutes alone: 35 reading and running the cells (a run-all takes under a minute), 25 for the three exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
+# **Time:** about 80 minutes alone: 34 of reading, 18 of code, 3 for the figures, 1 to run all, 25 for the three exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
 #
 # Lessons 01 (allocated versus reserved, the out-of-memory message) and 03 (one step, event by event) come first.
 
@@ -44,14 +43,12 @@ from helpers.gpus import CACHE_ALLOWANCE_BYTES, COMPUTE_CAPABILITY, cublas_works
 from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
                                smallest_capacity)
 from helpers.teaching.plots import plot_memory_map, plot_reserved, plot_reserved_bars
-from helpers.teaching.reference import reference_report
+from helpers.teaching.reference import load_reference, reference_report
 from helpers.teaching.widgets import MemoryExplorer
 
 _ = torch.manual_seed(0)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
@@ -127,7 +124,7 @@ assert workspace["H100 80 GB"] == 32 * MiB and workspace["V100 16 GB"] == 4096 *
 # %% [markdown]
 # On a GPU these 64 MiB (on an H100) are part of `memory_allocated()` and `memory_reserved()`, but no tensor of your code holds them, so the traced peak leaves them out. Every "does it fit?" of the course (the widgets, `python -m helpers profile`) adds them for the card you pick, as a line of their own, beside one assumed overhead model: a CUDA context, and, when the step is judged by its *allocated* peak, an allowance for the allocator's cache. Judged by the simulated *reserved* peak (section 7), the allocator model replaces the allowance, and the workspaces are added beside the replayed peak.
 #
-# What stays unseen: **cuDNN workspaces**, the scratch memory of a convolution, whose size depends on the algorithm cuDNN picks. PyTorch offers cuDNN any algorithm whose workspace fits the largest free block in the allocator's cache (`getMaxWorkspaceSize` in `Conv_v7.cpp`, `get_available_workspace` in `Conv_v8.cpp`), so no fixed figure bounds them, and the verdict of a step with convolutions says that its margin does not cover them. Neither are the copies a kernel makes of an operand it cannot read in place: cuBLAS needs each matrix dense along one of its two dimensions, so a gradient expanded from a scalar (the backward of a `.sum()` loss has strides of 0) is copied to a full matrix for as long as the multiplication runs (`prepare_matrix_for_cublas` in `ATen/native/cuda/cuBlasCommonArgs.h`, a header the pinned wheel ships). NCCL's buffers (several GPUs, lesson 07) are not modelled either, and the CUDA context is assumed, not measured:
+# What stays unseen: **cuDNN workspaces**, the scratch memory of a convolution, whose size depends on the algorithm cuDNN picks. PyTorch offers cuDNN any algorithm whose workspace fits the larger of the GPU's free memory and the largest free block in the allocator's cache (`getMaxWorkspaceSize` in `Conv_v7.cpp` and `get_available_workspace` in `Conv_v8.cpp` ask `cacheInfo` in `CUDACachingAllocator.cpp`, which starts from the free bytes that `cudaMemGetInfo` reports), so no fixed figure bounds them, and the verdict of a step with convolutions says that its margin does not cover them. Neither are the copies a kernel makes of an operand it cannot read in place: cuBLAS needs each matrix dense along one of its two dimensions, so a gradient expanded from a scalar (the backward of a `.sum()` loss has strides of 0) is copied to a full matrix for as long as the multiplication runs (`prepare_matrix_for_cublas` in `ATen/native/cuda/cuBlasCommonArgs.h`, a header the pinned wheel ships). NCCL's buffers (several GPUs, lesson 07) are not modelled either, and the CUDA context is assumed, not measured:
 
 # %%
 for card in ("V100 16 GB", "H100 80 GB"):
@@ -154,13 +151,14 @@ print(f"  peak reserved:                            {fmt_bytes(run.peak_reserved
 print(f"  segments asked from the driver: {run.segments_opened(0, second)} in the first step, "
       f"{run.segments_opened(second)} in the second")
 print(f"  at the end: {fmt_bytes(run.allocated[-1])} allocated, {fmt_bytes(run.reserved[-1])} reserved")
+print(f"  recorded on a GPU for this course: {'not yet' if load_reference() is None else 'yes, see section 6'}")
 assert max(run.requested) == step.peak_allocated_bytes
 assert run.peak_allocated - step.peak_allocated_bytes == 10_928_128  # 10.4 MiB of unsplit rests
 assert run.segments_opened(0, second) == 62 and run.segments_opened(second) == 0
 assert run.reserved[second - 1] == run.reserved[-1] == run.peak_reserved
 
 # %% [markdown]
-# The first step asked the driver for 62 segments; the second asked for none: every tensor of the second step found a cached block. In this replay, reserved memory climbs during the first step and then stays flat at its peak, even between steps, when only the model states are allocated. These are the allocator model's figures, not a measurement; on a GPU, `torch.cuda.memory_reserved()` has this shape (section 6 compares the two), and `nvidia-smi` shows it plus the CUDA context. It is not a leak, and it is not there "to avoid fragmentation", as a note among this course's sources claims (*Why the memory of GPU increase dramatically while training the deep learning model?*, see References): it is the cache, kept because handing it back and asking for it again at every step would be slow.
+# The first step asked the driver for 62 segments; the second asked for none: every tensor of the second step found a cached block. In this replay, reserved memory climbs during the first step and then stays flat at its peak, even between steps, when only the model states are allocated. These are the allocator model's figures, not a measurement: the cell's last line says whether a GPU has recorded this step for the course (section 6 shows the record beside the model). On a GPU, `torch.cuda.memory_reserved()` follows the same rules, and `nvidia-smi` shows it plus the CUDA context. It is not a leak, and it is not there "to avoid fragmentation", as a note among this course's sources claims (*Why the memory of GPU increase dramatically while training the deep learning model?*, see References): it is the cache, kept because handing it back and asking for it again at every step would be slow.
 
 # %%
 expandable = replay(step.allocation_log, settings="expandable_segments:True")
@@ -168,7 +166,7 @@ plot_reserved([run, expandable], ["default", "expandable_segments:True"], marks=
               title="ResNet18, batch 128: allocated and reserved over two steps (allocator model)")
 
 # %% [markdown]
-# Look at the dashed blue line: with the default settings, reserved memory climbs through the first step and stays at its peak through the second, while allocated memory (solid) rises and falls with each step. The vermillion lines are the same log with `expandable_segments:True` (section 4): reserved stays just above allocated.
+# Look at the dashed blue line: with the default settings, reserved memory climbs through the first step and stays at its peak through the second, while allocated memory (solid) rises and falls with each step. The vermillion lines are the same log with `expandable_segments:True` (section 4): reserved climbs only to just above allocated's peak and then stays there, flat, while allocated falls and rises again: the pages it mapped stay mapped until `empty_cache()`, or until an allocation fails and the allocator frees its cache to retry.
 #
 # Why 1.3 GiB more reserved than allocated at the peak with the defaults? Freed blocks are reused by tensors of other sizes: a block is split, a smaller tensor takes part of it, and its rest can only serve smaller requests. When a large request finds no block large enough, a new segment is opened even though the free blocks add up to more.
 #
@@ -197,7 +195,7 @@ plot_reserved_bars(labels, tensors, default, expandable,
                    title="Peak allocated and reserved per step (allocator model, simulated)")
 
 # %% [markdown]
-# Look at the dark blue bars and the ratios beside them: with the default settings, peak reserved is 6% (GPT-2) to 60% (ResNet18 with checkpointing) above peak allocated, while the grey and sky-blue bars, the tensors and what the allocator counts for them, hardly differ. With `expandable_segments:True` (vermillion) reserved stays close to allocated. The ratio depends on the sizes and the order of the tensors, not on a rule of thumb: a fixed "add 1 GiB" (lessons 01 to 05b) is too much for a small step and too little for a large one. These are simulated figures: they hold for the tensors the engine sees, in the order it sees them. A GPU adds cuDNN and cuBLAS workspaces, which are allocated through the same allocator and can change its choices; section 6 compares with a real GPU where one has been recorded.
+# Look at the dark blue bars and the ratios beside them: with the default settings, peak reserved is 6% (GPT-2) to 60% (ResNet18 with checkpointing) above peak allocated, while the grey and sky-blue bars, the tensors and what the allocator counts for them, hardly differ. With `expandable_segments:True` (vermillion) peak reserved stays close to peak allocated. The ratio depends on the sizes and the order of the tensors, not on a rule of thumb: a fixed "add 1 GiB" (lessons 01 to 05b) is too much for a small step and too little for a large one. These are the allocator model's figures, replayed from simulated steps: they hold for the tensors the engine sees, in the order it sees them, and no GPU has checked them unless section 6 shows a record. A GPU adds cuDNN and cuBLAS workspaces, which are allocated through the same allocator and can change its choices.
 #
 # ## 3. What `del` and `empty_cache()` change, and what they cost
 #
@@ -333,9 +331,7 @@ plot_memory_map(run.allocator.trace, step.categories_by_serial(), first_step_unt
 #
 # On a GPU, the next cell records the real allocator's history for the same step (`torch.cuda.memory._record_memory_history()`), draws its `_snapshot()` with the same function, and replays the allocation log of that very run through the model to compare the peaks. Without a GPU it says so and does nothing; its output is not checked (it depends on the GPU).
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: runs only on a GPU, whose figures depend on the card)
+# %% tags=["nbval-ignore-output"] nbval_reason="runs only on a GPU, whose figures depend on the card"
 if torch.cuda.is_available():
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=200_000)

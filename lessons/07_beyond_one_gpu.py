@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -27,7 +26,7 @@
 # - Explain each gap between formula and measurement: padding, the 512-byte blocks, the root unit that is not resharded after forward, the buffers kept for prefetching, the largest unit's all-gather.
 # - Choose among FSDP2's remedies (`reshard_after_forward`, how the model is cut into units, prefetching, HSDP, CPU offload) and combine sharding with activation checkpointing and mixed precision (lesson 04); read a `torchrun` script that runs the same code on real GPUs.
 #
-# **Time:** about 60 minutes alone: 32 of reading (at 100 words a minute, outputs included), 3 for the figures, 4 of running, 18 for the two exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
+# **Time:** about 65 minutes alone: 26 of reading, 14 of code, 3 for the figures, 3 to run all, 18 for the two exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
 #
 # Before this: lesson 05a (model states, bytes per parameter), lesson 04 (AMP, checkpointing), lesson 06 (reserved memory).
 
@@ -39,7 +38,7 @@
 import torch
 import torch.distributed as dist
 
-from helpers import GPU_CARDS, build_model, fmt_bytes, fits
+from helpers import GPU_CARDS, MiB, build_model, fmt_bytes, fits
 from helpers.models import digits_mlp
 from helpers.models.gpt import GPT, GPT2_PRESETS
 from helpers.fsdp import fake_process_group, sharded_step
@@ -49,9 +48,7 @@ from helpers.techniques.sharding import (ZERO_STAGES, deepspeed_zero2_gpu_bytes,
 
 _ = torch.manual_seed(0)
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"torch {torch.__version__}, torch.distributed available: {dist.is_available()}, "
       f"GPUs: {torch.cuda.device_count()}")
 
@@ -219,6 +216,18 @@ fig = plot_sharded_timeline([reshard[None], reshard[True], reshard[False]],
                             ["reshard_after_forward=None (the default)", "reshard_after_forward=True",
                              "reshard_after_forward=False"],
                             title="GPT-2 124M, N = 4: what FSDP2 holds gathered, over one training step")
+turn = {option: [t[0] for t in reshard[option].timeline].index("backward") for option in (None, True)}
+held = {option: sum(reshard[option].timeline[turn[option]][2:]) for option in (None, True)}  # gathered + buffers
+regather = max(sum(t[2:]) for t in reshard[True].timeline[turn[True]:turn[True] + 20])
+assert abs(held[None] - 4 * root) < 0.001 * 4 * root and held[True] == 0   # where the top two panels differ
+assert regather > 1.9 * 4 * root           # the root gathered again for backward: its buffer and its parameters
+arrow = dict(arrowstyle="->", lw=0.8)
+fig.axes[0].annotate(f"the root stays gathered into backward: {held[None] / MiB:.0f} MiB",
+                     xy=(turn[None], held[None] / MiB), xytext=(turn[None] + 150, 480), fontsize=8, arrowprops=arrow)
+fig.axes[1].annotate(f"then gathered again for backward: {regather / MiB:.0f} MiB", xy=(turn[True] + 8, regather / MiB),
+                     xytext=(turn[True] + 150, 540), fontsize=8, arrowprops=arrow)
+fig.axes[1].annotate("the root resharded after forward: nothing gathered", xy=(turn[True], 0),
+                     xytext=(turn[True] + 150, 400), fontsize=8, arrowprops=arrow)
 fig
 
 # %% [markdown]
@@ -231,7 +240,7 @@ fig
 #
 # ResNet18 follows the same rules (asserted): its root stays gathered, its last residual block is its largest unit, two consecutive blocks' buffers coexist. Units of similar size keep the transient to a few units, whatever N; GPT-2's embedding, a third of the model, prevents that.
 #
-# The other two panels set `reshard_after_forward`, trading memory for communication. `True` reshards the root too: the band drops to zero between forward and backward. `False` keeps every unit gathered from its forward to its backward, so by the end of forward the whole model is there in fp32, 474.7 MiB, on every rank; in exchange the backward all-gathers are gone (`fully_shard`'s docstring): stage 2's traffic, 2Ψ, not stage 3's 3Ψ (section 1). (An integer, e.g. the GPUs per node, reshards to that smaller group, keeping the backward gather inside a node.)
+# The other two panels set `reshard_after_forward`, trading memory for communication. `True` reshards the root too: the band drops to zero between forward and backward, and backward starts by gathering the root again, its buffer and its parameters (the arrows mark where the top two panels differ; elsewhere they are alike). `False` keeps every unit gathered from its forward to its backward, so by the end of forward the whole model is there in fp32, 474.7 MiB, on every rank; in exchange the backward all-gathers are gone (`fully_shard`'s docstring): stage 2's traffic, 2Ψ, not stage 3's 3Ψ (section 1). (An integer, e.g. the GPUs per node, reshards to that smaller group, keeping the backward gather inside a node.)
 #
 # ## 4. What sharding does not shard, and the other remedies
 #

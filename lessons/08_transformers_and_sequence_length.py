@@ -1,7 +1,6 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -29,7 +28,7 @@
 # - Measure full and selective activation checkpointing, what the loss keeps of the logits, and a chunked cross-entropy.
 # - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 #
-# **Time:** about 65 minutes: 32 to read (3,200 words at 100 a minute, outputs included), 4 for the four figures, 2-3 to run all, 24-30 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
+# **Time:** about 90 minutes alone: 30 of reading, 25 of code, 4 for the figures, 2 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
 # Lessons 02 (what autograd saves), 04 (AMP, checkpointing), 05a (model states) and 05b (GPT-2 1.5B against the ZeRO paper) come first.
 
@@ -68,9 +67,7 @@ def llama(config, layers=2):
     return lambda: Llama(dataclasses.replace(config, n_layer=layers))
 
 
-# %%
-# NBVAL_IGNORE_OUTPUT
-# (why: versions and devices differ between machines)
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
@@ -189,7 +186,7 @@ plot_memory_vs_seq(SEQS, {"math kernel (engine)": [m for m, _ in per_layer.value
 # %% [markdown]
 # Look at the slopes: on log-log axes the math kernel's line bends up to slope 2 and joins the line of the scores alone (95% of it at 16k tokens); flash attention's has slope 1 at long sequences and flattens at short ones, where the weight copies are a constant part. At 16k tokens the math kernel keeps more than 25 times what flash keeps. (Beyond 1024 tokens GPT-2's position embedding is extended.)
 #
-# On a GPU, PyTorch 2.14.1's dispatcher (`select_sdp_backend` in `sdp_utils.cpp`) tries cuDNN attention (first only on Hopper and Blackwell with a recent cuDNN), FlashAttention, memory-efficient attention, then math, and takes the first whose checks pass. FlashAttention needs 16-bit inputs, a head size up to 256 and no explicit `attn_mask` (`is_causal=True` is fine); memory-efficient attention also accepts a mask and float32; both accept `enable_gqa=True`. So on an H100 masked and grouped-query calls run a fused kernel; **the simulation** runs grouped-query calls fused too (keeping the key and value with their own, fewer heads) and sends masked ones to the math kernel, an upper bound.
+# On a GPU, PyTorch 2.14.1's dispatcher (`select_sdp_backend` in `sdp_utils.cpp`) tries cuDNN attention (first only on Hopper and Blackwell with a recent cuDNN), FlashAttention, memory-efficient attention, then math, and takes the first whose checks pass. FlashAttention needs 16-bit inputs, a head size up to 256 and no explicit `attn_mask` (`is_causal=True` is fine); memory-efficient attention also accepts a mask and float32; in 2.14.1 both accept `enable_gqa=True` (memory-efficient attention since pull request #191085, 2026: in older releases it refused fewer key/value heads, and a masked grouped-query call ran the math kernel unless cuDNN took it). So on an A100 or an H100, PyTorch 2.14.1 runs masked and grouped-query calls in a fused kernel (on your GPU, `torch.backends.cuda.can_use_efficient_attention(params, debug=True)` says whether a call qualifies and why not); **the simulation** runs grouped-query calls fused too (keeping the key and value with their own, fewer heads) and sends masked ones to the math kernel, an upper bound.
 #
 # ## 3. The ZeRO paper's GPT-2 1.5B, once more
 #
@@ -215,9 +212,9 @@ assert 36.07 < saved / unit < 36.08 and 37.24 < layer["flash"] / unit < 37.25
 assert round(zero / GB) == 60 and layer["math"] < korthikanti and round(korthikanti / layer["flash"]) == 3
 
 # %% [markdown]
-# One block keeps **37.24 bytes per s·b·h** (asserted): 36.07 saved for backward or returned, 1.17 of 16-bit weight copies, and 29,696 bytes of bias copies, which a profile files under "other" because nothing saves them for backward. Lesson 05b measures the same block with the same helper.
+# One block keeps **37.24 bytes per s·b·h** (asserted): 36.07 saved for backward or returned, 1.17 of 16-bit weight copies, and 29,696 bytes of bias copies, which a profile files under "other" because nothing saves them for backward. Lesson 05b measures the same block with the same helper; its 87.7 GiB for the whole forward pass are these 48 blocks' 87.3 and 0.4 GiB that the embeddings and the head keep outside them.
 #
-# ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates the activations as about 12 × hidden × batch × sequence × layers values: in 16 bits **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022): an approximation that leaves out the scores, with 24 bytes per s·b·h where PyTorch keeps 37 even with flash. Korthikanti's formula (16-bit scores, a dropout mask and a dropped copy) gives **three times** the flash figure, more than the math kernel keeps.
+# ZeRO (Rajbhandari et al., 2019, section 3.2 and its footnote) estimates the activations as about 12 × hidden × batch × sequence × layers, with no unit: at 2 bytes each, **60.4 GB** (56.2 GiB), its "about 60 GB". The rule predates fused attention kernels (FlashAttention is from 2022): an approximation that leaves out the scores, with 24 bytes per s·b·h where PyTorch keeps 37 even with flash. Korthikanti's formula (16-bit scores, a dropout mask and a dropped copy) gives **three times** the flash figure, more than the math kernel keeps.
 #
 # With activation checkpointing, ZeRO says "about 8 GB". Here every block is checkpointed:
 
@@ -231,7 +228,7 @@ assert fmt_bytes(L * ck, "GiB") == "12.1 GiB" and fmt_bytes(L * inputs32, "GiB")
 assert round(zero / L**0.5 / GB, 1) == 8.7 and fmt_bytes(zero / L**0.5, "GiB") == "8.1 GiB"  # ZeRO's "about 8 GB"
 
 # %% [markdown]
-# Checkpointed, each block keeps its float32 input (9.4 GiB for the 48 blocks), and autocast's cache its weight copies: 12.1 GiB in all. The paper's "about 8 GB" assumes another schedule: checkpointing reduces the activations "by approximately the square root of the total activations", citing Chen et al. (2016), who keep about √L segment boundaries: 60.4 GB / √48 = 8.7 GB (8.1 GiB).
+# Checkpointed, each block keeps its float32 input (9.4 GiB for the 48 blocks), and autocast's cache its weight copies: 12.1 GiB for the blocks (lesson 05b's 12.6 GiB adds the same 0.4 GiB outside them). The paper's "about 8 GB" assumes another schedule: checkpointing reduces the activations "by approximately the square root of the total activations", citing Chen et al. (2016). Read as the total divided by √L, that is 60.4 GB / √48 = 8.7 GB (8.1 GiB); it is a reading, which leaves out the √L segment inputs that Chen et al.'s schedule keeps too (9.4 GB with them, lesson 05b).
 #
 # ## 4. A Llama-shaped 8B model over sequence length
 #
@@ -362,13 +359,13 @@ for policy in CHECKPOINT_POLICIES:
     for k in ("math", "flash"):
         kept8 = l8.n_layer * measure_blocks(llama(l8), 1, S8, amp=True, attention=k, policy=policy)[1]
         ckpt[policy, k] = kept8
-        bars[f"{policy}, {k}"] = {KEPT_GROUPS[0]: inputs8, KEPT_GROUPS[5]: weights16,  # as in the first figure
-                                  "everything else the blocks keep": kept8 - weights16 - inputs8}
+        bars[f"{policy}, {k}"] = {"block inputs (float32)": inputs8, KEPT_GROUPS[5]: weights16,  # colours as in
+                                  "everything else the blocks keep": kept8 - weights16 - inputs8}  # the first figure
 for k in ("math", "flash"):
     assert ckpt["full", k] < ckpt["selective", k] < ckpt["none", k]
     assert abs(ckpt["full", k] - weights16 - inputs8) < 0.01 * GiB
 assert ckpt["selective", "math"] > 4 * ckpt["none", "flash"]
-rest_second = (KEPT_GROUPS[0], "everything else the blocks keep", *KEPT_GROUPS[2:])  # colours as in the first figure
+rest_second = ("block inputs (float32)", "everything else the blocks keep", *KEPT_GROUPS[2:])
 plot_stacked_parts(bars, "GiB", title="Llama-3 8B, 32 blocks, s = 8192, b = 1, AMP: checkpointing per block",
                    order=rest_second)
 
@@ -378,7 +375,7 @@ plot_stacked_parts(bars, "GiB", title="Llama-3 8B, 32 blocks, s = 8192, b = 1, A
 #
 # **Selective** with this policy keeps the matmuls' outputs: with flash, the obvious middle; with the **math** kernel it keeps the s² term, because q kᵀ is a matmul. Korthikanti et al.'s "selective recomputation" does the opposite: it recomputes exactly the attention core. The policy must match the kernel.
 #
-# **The logits.** The head turns s·b hidden states into s·b·vocab logits: at 8k tokens and Llama's 128,256-token vocabulary, a billion values, often the largest tensor of a training step. Under autocast the head returns 16-bit logits, and `F.cross_entropy` has no entry in CUDA's autocast lists: it is made of `log_softmax`, which runs in its input's 16 bits, and `nll_loss`, which autocast runs on a float32 copy of the log-softmax; backward needs both. Hugging Face's `LlamaForCausalLM` upcasts the logits first (`.float()`): then `log_softmax` runs in float32 and no copy is made. Measured on the head and loss alone, then with `helpers.transformer.chunked_cross_entropy`, which computes the loss 1024 tokens at a time under `torch.utils.checkpoint`:
+# **The logits.** The head turns s·b hidden states into s·b·vocab logits: at 8k tokens and Llama's 128,256-token vocabulary, a billion values, often the largest tensor of a training step. Under autocast the head returns 16-bit logits, and `F.cross_entropy` has no entry in CUDA's autocast lists: it calls `log_softmax` with its input's dtype named (`cross_entropy_loss` in `aten/src/ATen/native/LossNLL.cpp`), and autocast keeps a dtype that a call names, so this log-softmax is 16-bit (a bare `F.log_softmax` under autocast runs in float32); then `nll_loss`, on the float32 list, which autocast runs on a float32 copy of the log-softmax. Backward needs both. Hugging Face's `LlamaForCausalLM` upcasts the logits first (`.float()`): then `log_softmax` runs in float32 and no copy is made. Measured on the head and loss alone, then with `helpers.transformer.chunked_cross_entropy`, which computes the loss 1024 tokens at a time under `torch.utils.checkpoint`:
 
 # %%
 def head_and_loss(chunks, upcast=False):

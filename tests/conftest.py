@@ -1,9 +1,15 @@
 """pytest configuration shared by the unit tests and nbval.
 
-nbval compares each stored cell output with a fresh run.  Warnings that
-libraries print on stderr vary between machines and versions, so stderr is not
-compared (as the MDAnalysis UserGuide does); everything else is, strictly,
-after the substitutions in sanitize_output.cfg.
+nbval compares each stored cell output with a fresh run, strictly, after the
+substitutions in sanitize_output.cfg, stderr included: the committed lessons
+print nothing there, so a new warning in a lesson fails its cell.
+
+Each lesson is executed once: after nbval's last cell of a notebook, its
+exercise solutions run in the same kernel as items of their own
+(``lessons/01_mini_batching.ipynb::Solution 1``; ``lesson_runner.add_exercise_solutions``).
+
+The slow groups (:data:`SLOW`) carry the ``slow`` marker: ``make test`` leaves
+them out (``-m "not slow"``), ``make test-slow`` runs them, ``.ci/run`` runs both.
 
 The unit tests share one simulated ResNet18 step at batch 128 (the lessons'
 running example), made once per session, and one compiled stub driver
@@ -13,11 +19,31 @@ code (issue 23).
 
 import pytest
 
+from lesson_runner import add_exercise_solutions
 
-def pytest_collectstart(collector):
-    path = getattr(collector, "path", None)
-    if path is not None and path.suffix == ".ipynb":
-        collector.skip_compare += ("stderr",)
+#: The slow groups: a test file, or a test in it (``file::test``), and why it is slow.
+SLOW = {
+    "tests/test_site.py": "the website built with Sphinx and every page opened in Chromium",
+    "tests/test_browser.py": "every lesson opened in JupyterLab in Chromium, each widget driven",
+    "tests/test_allocator_oracle.py": "PyTorch's allocator on the stub driver, 10,000 operations per setting",
+    "tests/test_whole_step_reference.py": "whole steps through PyTorch's CUDA dispatch on the stub driver",
+    "tests/test_published.py::test_the_fast_rows_land_where_their_rows_say": "published figures: 7B models traced",
+    "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Add the exercise solutions to their lessons' nbval items, and mark the slow groups.
+
+    A hook of the whole session (``tryfirst``: before ``-k`` and ``-m`` select),
+    so it sees the lessons' items too, which this directory's hooks do not.
+    """
+    add_exercise_solutions(items)
+    for item in items:
+        file, _, rest = item.nodeid.partition("::")
+        if file in SLOW or f"{file}::{rest.split('[')[0]}" in SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

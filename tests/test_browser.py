@@ -239,6 +239,13 @@ def lab(tmp_path_factory):
         log.close()
 
 
+#: What JupyterLab's debugger logs when :meth:`Browser.close` shuts down a kernel that started seconds
+#: before: the debugger's own request to restore its state, sent when the kernel became ready, is
+#: cancelled by the shutdown (seen in .ci/run when a learner's copy is opened, saved and closed at once).
+#: It comes from this test's shutdown, not from the lessons or the widgets.
+OWN_SHUTDOWN = "console error: Could not restore the debugger state: Canceled future for debug_request message"
+
+
 class Browser:
     """One Chromium page on JupyterLab, with the console and page errors it logged since :meth:`errors` last."""
 
@@ -249,8 +256,9 @@ class Browser:
         page.on("console", lambda m: self._errors.append(f"console error: {m.text}") if m.type == "error" else None)
 
     def errors(self) -> list[str]:
+        """The errors logged since the last call, less :data:`OWN_SHUTDOWN`'s."""
         errors, self._errors = self._errors, []
-        return errors
+        return [e for e in errors if not e.startswith(OWN_SHUTDOWN)]
 
     def wait(self, what: str, script: str, arg=None, timeout: float = WIDGET_UPDATE):
         """``page.wait_for_function(script, arg)``, failing with ``what`` when ``timeout`` seconds run out."""

@@ -41,7 +41,7 @@ def test_broken_torchvision_names_the_fix(monkeypatch):
 
 
 def test_unpinned_version_is_a_warning_not_a_failure(monkeypatch):
-    monkeypatch.setattr(check, "_pins", lambda: {"matplotlib": "0.1"})
+    monkeypatch.setitem(check.PINS, "matplotlib", "0.1")
     status, text = run()
     assert status == 0 and "(requirements.txt pins 0.1)" in text and "warning: matplotlib" in text
 

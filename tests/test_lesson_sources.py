@@ -15,8 +15,13 @@ LESSONS = pathlib.Path(__file__).parent.parent / "lessons"
 NOTEBOOKS = sorted(LESSONS.glob("[0-9][0-9]*_*.ipynb"))   # 05a_..., 05b_...: a lesson in two parts
 
 
-def _cells(notebook) -> list[tuple[str, str]]:
-    return [(c.cell_type, c.source.strip()) for c in notebook.cells]
+#: Cell metadata that the source carries into the notebook: nbval's tags and their reason.
+KEPT_METADATA = ("tags", "nbval_reason")
+
+
+def _cells(notebook) -> list[tuple]:
+    return [(c.cell_type, c.source.strip(), {k: c.metadata[k] for k in KEPT_METADATA if k in c.metadata})
+            for c in notebook.cells]
 
 
 def test_every_notebook_has_a_source_and_every_source_a_notebook():

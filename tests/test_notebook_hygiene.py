@@ -24,9 +24,8 @@ def test_notebook_is_clean(path):
     code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), "re-run top to bottom"
     for cell in code:
-        source = "".join(cell["source"])
         for out in cell["outputs"]:
-            assert out["output_type"] != "error" or "NBVAL_RAISES_EXCEPTION" in source
+            assert out["output_type"] != "error" or "raises-exception" in cell["metadata"].get("tags", [])
             assert "image/svg+xml" not in out.get("data", {}), "use PNG figures"
             # a stored widget view shows "Error displaying widget" in a lesson opened unrun: keep the stand-in
             assert "application/vnd.jupyter.widget-view+json" not in out.get("data", {}), "stored widget view"
@@ -41,17 +40,24 @@ def test_lesson_structure(path):
     text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     for heading in ("Questions", "Objectives", "minutes", "Exercise", "<details>", "Key points"):
         assert heading in text, heading
-    skips = [c for c in nb["cells"] if "# NBVAL_SKIP" in "".join(c["source"])]
+    skips = [c for c in nb["cells"] if "nbval-skip" in c["metadata"].get("tags", [])]
     assert skips == [], "a skipped cell must be listed with its reason in README.md"
+
+
+#: nbval's cell tags that the lessons may use (nbval-skip is refused above).
+NBVAL_TAGS = {"nbval-ignore-output", "raises-exception", "nbval-skip"}
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_every_unchecked_output_says_why(path):
-    """nbval only honours a marker alone on its line; the line after it gives the reason."""
+    """nbval's markers are cell tags, unseen in a learner's cells, each with its reason beside it
+    (``nbval_reason`` in the cell's metadata; ``# %% tags=[...] nbval_reason="..."`` in the source).
+    A marker comment in a cell (``# NBVAL_IGNORE_OUTPUT``) would stand in the learner's code."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     for cell in nb["cells"]:
-        lines = "".join(cell["source"]).splitlines()
-        for i, line in enumerate(lines):
-            if "NBVAL" in line:
-                assert line in ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_RAISES_EXCEPTION"), line
-                assert i + 1 < len(lines) and lines[i + 1].startswith("# (why: "), lines[:2]
+        source = "".join(cell["source"])
+        assert not re.search(r"^\s*#\s*NBVAL_", source, flags=re.M), f"a marker comment: use a cell tag\n{source[:80]}"
+        tags = set(cell["metadata"].get("tags", [])) & NBVAL_TAGS
+        if tags:
+            assert cell["cell_type"] == "code", f"{tags} on a {cell['cell_type']} cell"
+            assert cell["metadata"].get("nbval_reason", "").strip(), f"{tags} without an nbval_reason\n{source[:80]}"

@@ -1,17 +1,23 @@
 """The instructor guide's shorter workshops run as documented.
 
 docs/instructor_guide.md lists, in one table, the sections of each lesson that
-the half-day and 90-minute paths keep.  Each partial lesson is run here in a
-fresh kernel (its setup, then only those sections), so that a section the
-guide keeps never depends on one it skips.  Whole lessons are run by nbval.
+the half-day and 90-minute paths keep.  A partial lesson is its setup, then only
+those sections; a section the guide keeps must never depend on one it skips.
+
+``make test`` checks it without a kernel: every name a kept cell reads is defined
+by an earlier kept cell, an import or a builtin (``lesson_runner.undefined_names``).
+The slow group (``make test-slow``, ``.ci/run``) also runs each partial lesson in
+a fresh kernel, which catches what no name shows (a skipped cell that changes an
+object a kept one reads).  Whole lessons are run by nbval.
 """
 
 import pathlib
 import re
 
+import nbformat
 import pytest
 
-from lesson_runner import lesson, run, sections
+from lesson_runner import lesson, run, sections, undefined_names
 
 GUIDE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "instructor_guide.md"
 
@@ -42,10 +48,45 @@ def test_the_guide_documents_both_short_paths():
     assert paths == {"half day", "90 minutes"}
 
 
-@pytest.mark.parametrize("path, number, chosen", PARTIAL, ids=[f"{p} {n} {c}" for p, n, c in PARTIAL])
-def test_short_path_runs_without_the_skipped_sections(path, number, chosen):
+def kept_cells(number: str, chosen: str) -> list:
+    """The cells of lesson ``number`` that a path keeps: the setup, then the ``chosen`` sections."""
     parts = sections(lesson(number))
     wanted = numbers(chosen)
     assert wanted <= {n for n, _ in parts if n is not None}, f"lesson {number} has no section {wanted}"
-    cells = [cell for n, part in parts if n is None or n in wanted for cell in part]
-    run(cells)
+    return [cell for n, part in parts if n is None or n in wanted for cell in part]
+
+
+IDS = [f"{p} {n} {c}" for p, n, c in PARTIAL]
+
+
+@pytest.mark.parametrize("path, number, chosen", PARTIAL, ids=IDS)
+def test_short_path_reads_no_name_of_a_skipped_section(path, number, chosen):
+    assert undefined_names(kept_cells(number, chosen)) == []
+
+
+def test_the_name_check_finds_what_only_a_skipped_section_defines():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        md("# A lesson"), code("import math\nfrom helpers import fmt_bytes"),
+        md("## 1. Radius"), code("radius = 2\nprint(fmt_bytes(radius))"),
+        md("## 2. Area"), code("area = math.pi * radius ** 2"),
+        md("## 3. Later"), code("def report():\n    return [area * k for k in range(3)]"), code("print(len(report()))"),
+    ])
+    parts = sections(nb)
+    path = {n: cells for n, cells in parts}
+
+    def kept(*chosen):
+        return [cell for n, cells in parts if n is None or n in chosen for cell in cells]
+
+    assert [n for n, _ in parts] == [None, 1, 2, 3]
+    assert undefined_names(kept(1, 2, 3)) == []
+    assert undefined_names(kept(2, 3)) == [("area = math.pi * radius ** 2", "radius")]
+    assert undefined_names(kept(1, 3)) == [("def report():", "area")]  # read in a function, at its call
+    assert undefined_names(path[3]) == [("def report():", "area")]  # k: bound by the comprehension; print: builtin
+    assert undefined_names([code("total = 0\nfor k in range(3):\n    total += k\nprint(total, k)")]) == []
+    assert undefined_names([code("print(later)\nlater = 1")]) == [("print(later)", "later")]
+
+
+@pytest.mark.parametrize("path, number, chosen", PARTIAL, ids=IDS)
+def test_short_path_runs_without_the_skipped_sections(path, number, chosen):
+    run(kept_cells(number, chosen))

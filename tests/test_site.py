@@ -144,7 +144,11 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
             current[:] = [path.name]
             seen[path.name] = {"problems": []}
             page.goto(base + path.name, wait_until="load", timeout=PAGE_LOAD * 1000)
-            facts = page.evaluate("""() => {
+            # Measured once the web fonts are in and the layout has settled (on a busy machine a line
+            # measured in the fallback font was seen wider than its box before its scrollbar was drawn).
+            facts = page.evaluate("""async () => {
+                await document.fonts.ready;
+                await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
                 const main = document.querySelector('main') || document.body;
                 const imgs = [...document.images];
                 return {

@@ -1,76 +1,55 @@
-"""A model of PyTorch's CUDA caching allocator, to replay a step's allocation log.
+"""A model of PyTorch's CUDA caching allocator: segments, blocks, reserved memory (lesson 06).
 
-Introduced in lesson 06 (the caching allocator and fragmentation).  The engine
-(:mod:`helpers.engine.counting`) counts the bytes of live tensors: what
-``torch.cuda.memory_allocated()`` reports, up to the allocator's unsplit
-blocks.  A GPU also *reserves* memory that no tensor uses: the caching
-allocator keeps freed blocks to hand them out again, because asking the driver
-(``cudaMalloc``, ``cudaFree``) is slow and synchronises the device.  This
-module replays the engine's allocation log through the same rules and reports
-allocated and reserved bytes, segments and blocks, event by event.
-
-Each rule below is a function or branch of ``DeviceCachingAllocator`` in
-``c10/cuda/CUDACachingAllocator.cpp`` (PyTorch 2.x), named where it is used:
+Each rule is a function or branch of ``DeviceCachingAllocator`` in
+``c10/cuda/CUDACachingAllocator.cpp``, named where it is used:
 
 1. ``round_size``: a request is rounded up to a multiple of 512 bytes (with
    ``roundup_power2_divisions``, to the next of that many steps between two
-   powers of two).  A 0-byte tensor allocates nothing; 1 EB or more fails at
-   once.
-2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest
-   to the *large* pool; a block never moves between pools.
-3. ``get_allocation_size``: when no cached block fits, the allocator asks the
-   driver for a new *segment*: 2 MiB for a small request, 20 MiB for a request
-   under 10 MiB, else the request rounded up to 2 MiB.
-4. ``get_free_block``: best fit, the smallest free block of the pool that is
-   large enough (the lowest address among equals).  With
-   ``max_split_size_mb`` set, a request below it never takes a block at or
-   above it, and a larger request takes such a block only if the block is
-   less than 20 MiB (``max_non_split_rounding_mb``) larger.
-5. ``should_split``: the rest of a block is split off as a free block if it is
-   at least 512 bytes (small pool, or expandable segments), or more than
-   1 MiB and the request is below ``max_split_size`` (large pool).  An
-   unsplit rest stays inside the allocated block and counts in
-   ``memory_allocated()``.
+   powers of two).  A 0-byte tensor allocates nothing; 1 EB or more fails at once.
+2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest to
+   the *large* pool; a block never moves between pools.
+3. ``get_allocation_size``: a new *segment* from the driver is 2 MiB for a
+   small request, 20 MiB for a request under 10 MiB, else the request rounded
+   up to 2 MiB.
+4. ``get_free_block``: best fit, the smallest large-enough free block of the
+   pool (lowest address among equals).  With ``max_split_size_mb``, a request
+   below it never takes a block at or above it, and a larger request takes
+   one only if it is less than ``max_non_split_rounding_mb`` (20 MiB) larger.
+5. ``should_split``: the rest of a block is split off if it is at least 512
+   bytes (small pool, or expandable segments), or more than 1 MiB and the
+   request is below ``max_split_size`` (large pool).  An unsplit rest stays in
+   the allocated block and counts in ``memory_allocated()``.
 6. ``free_block``: a freed block merges with free neighbours of its segment.
-7. ``alloc_block``: a new segment fails when it would take the reserved
-   memory past the GPU's capacity (or ``set_per_process_memory_fraction``).
-8. ``malloc``: when that happens, the allocator frees cached oversize blocks
-   (``release_available_cached_blocks``, only with ``max_split_size_mb``),
-   then every free whole segment (``release_cached_blocks``, as
-   ``torch.cuda.empty_cache()`` does), retrying after each; then it raises
-   out of memory.
+7. ``alloc_block``: a new segment fails when it would take reserved memory
+   past the capacity (or ``set_per_process_memory_fraction``).
+8. ``malloc``: then the allocator frees cached oversize blocks
+   (``release_available_cached_blocks``, only with ``max_split_size_mb``), then
+   every free whole segment (``release_cached_blocks``), retrying after each;
+   then it raises out of memory.
 9. ``empty_cache`` (``release_cached_blocks``): segments with no allocated
    block go back to the driver; a segment with one live block stays whole.
 10. ``expandable_segments:True`` (``try_allocate_expandable_block``,
     ``find_expandable_block``, ``map_block``, ``unmap_block``): one segment per
-    pool grows by mapping pages (2 MiB in the small pool, 20 MiB in the large
-    one) at the lowest address where free and unmapped space together fit the
-    request (a new segment opens only when the address space of the others,
-    1 1/8 of the GPU's memory each, has no such place), only the pages still
-    missing there; blocks split whenever the rest is at least 512 bytes;
-    ``empty_cache`` unmaps every free page, even between live blocks; the
-    snapshot has one entry per contiguous mapped range.
+    pool, with addresses for 1 1/8 of the GPU's memory, grows by mapping pages
+    (2 MiB small, 20 MiB large) at the lowest address where free and unmapped
+    space fit the request; blocks split whenever the rest is at least 512
+    bytes; ``empty_cache`` unmaps every free page; the snapshot has one entry
+    per contiguous mapped range.
 
-Not modelled: streams and their events (one stream, every free is immediate),
-CUDA graph pools, the options :class:`AllocatorSettings` refuses
-(``garbage_collection_threshold``, ``large_segment_size_mb``, ...), and memory that kernels allocate outside
-tensors (cuBLAS workspaces do go through the allocator on a GPU; lesson 06
-gives their sizes).  Addresses are the model's own, not a GPU's.
-
-All sizes are bytes; 1 MiB = 2**20 bytes.
+Not modelled: streams and their events (every free is immediate), CUDA graph
+pools, the options :class:`~helpers.allocator.settings.AllocatorSettings`
+refuses, and memory kernels allocate outside tensors.  Addresses are the
+model's own.  All sizes are bytes.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ..config import check_int
-from ..gpus import CUDA_CONTEXT_BYTES
-from ..units import MiB, cuda_size
-from .rules import (K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER, K_SMALL_SIZE, get_allocation_size, round_size,
-                    round_up, should_split)
+from ..units import cuda_size
+from .rules import K_LARGE_BUFFER, K_SMALL_BUFFER, K_SMALL_SIZE, get_allocation_size, round_size, round_up, should_split
+from .settings import AllocatorSettings
 
 #: Where the model puts segments: each new one starts at the next multiple of
 #: this, so that addresses are readable (the real ones are the driver's).
@@ -94,213 +73,6 @@ class AllocatorOutOfMemory(MemoryError):
         self.requested, self.allocated, self.reserved, self.largest_free = requested, allocated, reserved, largest_free
 
 
-#: Options PyTorch 2.14.1 accepts in ``PYTORCH_CUDA_ALLOC_CONF`` that this model
-#: does not model, each with the reason it refuses them (checked against the
-#: keys ``c10::CachingAllocator::AcceleratorAllocatorConfig`` and
-#: ``CUDAAllocatorConfig`` register in 2.14.1's ``libc10.so``/``libc10_cuda.so``).
-_REFUSED_OPTIONS = {
-    "garbage_collection_threshold": "it frees cached blocks by age, only under a memory fraction",
-    "large_segment_size_mb": "it changes the 20 MiB segment of 1-10 MiB requests",
-    "throw_on_cudamalloc_oom": "it changes when cudaMalloc is tried",
-    "release_lock_on_cudamalloc": "it changes locking, which a one-stream model has none of",
-    "release_lock_on_hipmalloc": "it changes locking, which a one-stream model has none of",
-    "graph_capture_record_stream_reuse": "CUDA graphs are not modelled",
-    **{key: "it configures the pinned host-memory allocator, not the GPU's"
-       for key in ("pinned_use_cuda_host_register", "pinned_use_hip_host_register", "pinned_num_register_threads",
-                   "pinned_reserve_segment_size_mb", "pinned_free_catch_all", "pinned_use_background_threads",
-                   "pinned_max_round_threshold_mb", "pinned_max_cached_size_mb")},
-}
-
-#: ``roundup_power2_divisions`` has one number of divisions per power-of-two
-#: interval of request sizes, from [1 MiB, 2 MiB) (and everything below) to
-#: [32 GiB, 64 GiB) (and everything above): ``kRoundUpPowerOfTwoIntervals``.
-_DIVISION_INTERVALS = 16
-
-
-def _interval(nbytes: int) -> int:
-    """Index of the ``roundup_power2_divisions`` interval of a request (0 below 2 MiB, 15 from 32 GiB)."""
-    return min(max(nbytes.bit_length() - 1 - 20, 0), _DIVISION_INTERVALS - 1) if nbytes > 0 else 0
-
-
-def _parse_divisions(value: str) -> int | tuple[int, ...]:
-    """``roundup_power2_divisions``: ``4`` or ``[256:4,512:2,>:1]`` (intervals in MiB), as
-    ``AcceleratorAllocatorConfig::parseRoundUpPower2Divisions`` reads them: the
-    first entry also sets every interval below it, ``>`` every interval after
-    the last one named, and an interval not named keeps 0 (512-byte rounding)."""
-    def divisions(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise ValueError(f"roundup_power2_divisions must be a power of 2 or 0, got {text!r}") from None
-        if n < 0 or n & (n - 1):
-            raise ValueError(f"roundup_power2_divisions must be a power of 2 or 0, got {text!r}")
-        return n
-
-    if not value.startswith("["):
-        n = divisions(value)
-        if n == 0:  # the plain form wants a power of two
-            raise ValueError("roundup_power2_divisions must be a power of 2, got '0'")
-        return n
-    if not value.endswith("]"):
-        raise ValueError(f"roundup_power2_divisions list must end with ']', got {value!r}")
-    table, first, last = [0] * _DIVISION_INTERVALS, True, 0
-    for item in filter(None, value[1:-1].split(",")):
-        interval, sep, count = item.partition(":")
-        if not sep:
-            raise ValueError(f"roundup_power2_divisions entries are <MiB>:<divisions> or >:<divisions>, got {item!r}")
-        n = divisions(count)
-        if interval == ">":  # every interval after the last one named
-            table[last + 1:] = [n] * (_DIVISION_INTERVALS - last - 1)
-            continue
-        try:
-            mib = int(interval)
-        except ValueError:
-            mib = -1
-        if mib <= 0 or mib & (mib - 1):
-            raise ValueError(f"roundup_power2_divisions intervals must be powers of 2 (MiB), got {interval!r}")
-        index = min(mib.bit_length() - 1, _DIVISION_INTERVALS - 1)
-        if first:
-            table[:index] = [n] * index
-            first = False
-        table[index], last = n, index
-    return tuple(table)
-
-
-@dataclass(frozen=True)
-class AllocatorSettings:
-    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them.
-
-    Attributes:
-        max_split_size_mb: blocks of at least this many MiB are never split
-            (``None``: no limit, PyTorch's default).
-        max_non_split_rounding_mb: with ``max_split_size_mb``, a request at or
-            above it takes a cached block less than this many MiB larger
-            (``None``: 20, PyTorch's default).
-        roundup_power2_divisions: round requests up to one of this many
-            steps between two powers of two (an 84 MiB tensor takes 96 MiB with
-            4); an int for every size, or 16 ints, one per interval [1, 2) MiB
-            ... [32, 64) GiB; 0 or 1: PyTorch's default 512-byte rounding.
-        expandable_segments: grow one segment per pool instead of allocating
-            one per request (PyTorch's default: False).
-        per_process_memory_fraction: as ``torch.cuda.set_per_process_memory_fraction``
-            (see :class:`CachingAllocator`'s ``memory_fraction``); ``None``: none.
-
-    Every other option PyTorch 2.14.1 accepts is refused by :meth:`parse` with
-    the reason (``garbage_collection_threshold``, ``pinned_*``, ...).
-
-    Raises:
-        ValueError: for a ``max_split_size_mb`` or ``max_non_split_rounding_mb``
-            below 20 (PyTorch refuses those too:
-            ``AcceleratorAllocatorConfig::parseMaxSplitSize``), or divisions
-            that are not powers of two.
-    """
-
-    max_split_size_mb: int | None = None
-    expandable_segments: bool = False
-    roundup_power2_divisions: int | tuple[int, ...] = 0
-    max_non_split_rounding_mb: int | None = None
-    per_process_memory_fraction: float | None = None
-
-    def __post_init__(self):
-        lowest = K_LARGE_BUFFER // MiB  # PyTorch's rule: at least kLargeBuffer (20 MiB)
-        for name in ("max_split_size_mb", "max_non_split_rounding_mb"):
-            if getattr(self, name) is not None:
-                check_int(name, getattr(self, name), lowest, what=f"a whole number of MiB >= {lowest}")
-        if not isinstance(self.expandable_segments, bool):
-            raise ValueError(f"expandable_segments must be True or False, got {self.expandable_segments!r}")
-        fraction = self.per_process_memory_fraction
-        if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
-                                     or not 0 <= fraction <= 1):
-            raise ValueError(f"per_process_memory_fraction must be a number from 0 to 1, got {fraction!r}")
-        table = self.roundup_power2_divisions
-        if isinstance(table, int) and not isinstance(table, bool):
-            table = (table,) * _DIVISION_INTERVALS
-        if (not isinstance(table, tuple) or len(table) != _DIVISION_INTERVALS
-                or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 or n & (n - 1) for n in table)):
-            raise ValueError("roundup_power2_divisions must be a power of 2 (or 0), or a tuple of 16 of them, "
-                             f"got {self.roundup_power2_divisions!r}")
-
-    @classmethod
-    def parse(cls, conf: str) -> "AllocatorSettings":
-        """Read ``"max_split_size_mb:128,expandable_segments:True"`` (empty: the defaults).
-
-        The one place where options are read and checked.  Spaces are ignored,
-        as PyTorch's ``ConfigTokenizer`` does; ``backend:native`` is accepted.
-
-        Raises:
-            ValueError: for an option this model does not know or does not
-                model (named, with the reason), or a bad value.
-        """
-        values: dict = {}
-        items, depth, start = [], 0, 0
-        conf = "".join(conf.split())
-        for k, ch in enumerate(conf + ","):  # split at commas outside [...]
-            depth += (ch == "[") - (ch == "]")
-            if ch == "," and depth == 0:
-                items.append(conf[start:k])
-                start = k + 1
-        for item in filter(None, items):
-            key, sep, value = item.partition(":")
-            if key in _REFUSED_OPTIONS:
-                raise ValueError(f"allocator option {key} is not modelled: {_REFUSED_OPTIONS[key]}")
-            if not sep or key not in ("max_split_size_mb", "max_non_split_rounding_mb", "expandable_segments",
-                                      "roundup_power2_divisions", "per_process_memory_fraction", "backend"):
-                raise ValueError(f"unknown allocator option {item!r}; this model knows max_split_size_mb:<MiB>, "
-                                 "max_non_split_rounding_mb:<MiB>, roundup_power2_divisions:<n>|[<MiB>:<n>,...], "
-                                 "expandable_segments:True|False, per_process_memory_fraction:<0..1> "
-                                 "and backend:native")
-            if key == "backend":
-                if value != "native":
-                    raise ValueError(f"allocator backend {value!r} is not modelled; this model is backend:native")
-            elif key == "expandable_segments":
-                if value not in ("True", "False"):
-                    raise ValueError(f"expandable_segments must be True or False, got {value!r}")
-                values[key] = value == "True"
-            elif key == "roundup_power2_divisions":
-                values[key] = _parse_divisions(value)
-            elif key == "per_process_memory_fraction":
-                try:
-                    values[key] = float(value)
-                except ValueError:
-                    raise ValueError(f"per_process_memory_fraction must be a number from 0 to 1, got {value!r}") from None
-            else:
-                try:
-                    values[key] = int(value)
-                except ValueError:
-                    raise ValueError(f"{key} must be a whole number of MiB, got {value!r}") from None
-        return cls(**values)
-
-    @property
-    def max_split_size(self) -> int:
-        """``max_split_size_mb`` in bytes (no limit: a number larger than any GPU)."""
-        return 2**63 if self.max_split_size_mb is None else self.max_split_size_mb * MiB
-
-    @property
-    def max_non_split_rounding_size(self) -> int:
-        """``max_non_split_rounding_mb`` in bytes (default 20 MiB, ``kLargeBuffer``)."""
-        return K_LARGE_BUFFER if self.max_non_split_rounding_mb is None else self.max_non_split_rounding_mb * MiB
-
-    def divisions(self, nbytes: int) -> int:
-        """``roundup_power2_divisions(size)``: the divisions for a request of ``nbytes`` (0: none)."""
-        table = self.roundup_power2_divisions
-        return table if isinstance(table, int) else table[_interval(nbytes)]
-
-    def __str__(self) -> str:
-        parts = [f"max_split_size_mb:{self.max_split_size_mb}"] if self.max_split_size_mb is not None else []
-        if self.max_non_split_rounding_mb is not None:
-            parts.append(f"max_non_split_rounding_mb:{self.max_non_split_rounding_mb}")
-        table = self.roundup_power2_divisions
-        if isinstance(table, int) and table or isinstance(table, tuple) and len(set(table)) == 1 and table[0]:
-            parts.append(f"roundup_power2_divisions:{table if isinstance(table, int) else table[0]}")
-        elif isinstance(table, tuple) and any(table):
-            parts.append("roundup_power2_divisions:[" + ",".join(f"{2**i}:{n}" for i, n in enumerate(table)) + "]")
-        if self.expandable_segments:
-            parts.append("expandable_segments:True")
-        if self.per_process_memory_fraction is not None:
-            parts.append(f"per_process_memory_fraction:{self.per_process_memory_fraction}")
-        return ",".join(parts) or "defaults"
-
-
 @dataclass(eq=False)
 class Block:
     """A contiguous range of one segment: allocated to one tensor, free, or unmapped.
@@ -310,8 +82,7 @@ class Block:
         size: bytes.
         segment: the :class:`Segment` it belongs to (None for a 0-byte tensor's empty block).
         allocated: in use by a tensor.
-        requested: bytes that tensor asked for, not rounded (``requested_size``;
-            ``size`` is at least that rounded up to 512 bytes, larger after rule 5).
+        requested: bytes the tensor asked for, not rounded (``requested_size``).
         serial: the engine's storage serial it holds (None when free).
         mapped: backed by memory (False only inside an expandable segment).
     """
@@ -351,39 +122,33 @@ class CachingAllocator:
     """The caching allocator of one GPU, one stream: ``malloc``, ``free``, ``empty_cache``.
 
     Args:
-        capacity: bytes the allocator may reserve (the GPU's memory less what
-            the CUDA context takes, or a ``set_per_process_memory_fraction``
-            cap); ``None``: unlimited.
-        settings: :class:`AllocatorSettings`, or the ``PYTORCH_CUDA_ALLOC_CONF``
-            string for them.
-        total_memory: the GPU's memory in bytes (``totalGlobalMem``): an
-            expandable segment reserves addresses for 1 1/8 of it; default the
-            capacity (``None`` with no capacity: 1 TiB).
-        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: the
-            allocator refuses to open a segment when reserved memory plus the
-            segment's ``get_allocation_size`` would pass this fraction of
-            ``total_memory`` (``alloc_block``'s check, made before anything is
-            asked of the driver, also with expandable segments); ``None``: the
-            settings' ``per_process_memory_fraction``, if any.
+        capacity: bytes the allocator may reserve (the GPU's memory less the CUDA
+            context); ``None``: unlimited.
+        settings: :class:`AllocatorSettings`, or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
+        total_memory: the GPU's memory in bytes (``totalGlobalMem``), for
+            expandable segments' address space and the memory fraction; default
+            the capacity (with neither: 1 TiB of addresses).
+        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: a segment
+            is refused when reserved memory plus its ``get_allocation_size`` would
+            pass this fraction of ``total_memory`` (``alloc_block``'s check);
+            ``None``: the settings' ``per_process_memory_fraction``, if any.
 
     Attributes:
-        allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``,
-            unsplit rests included).
+        allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``).
         requested: bytes the live tensors asked for, rounded to 512 (the engine's count).
         reserved: bytes held from the driver (``torch.cuda.memory_reserved()``).
         peak_allocated, peak_reserved: their highest values so far.
-        segments: the live :class:`Segment` objects, in address order.
-        trace: every action, as dicts shaped like the ``device_traces`` entries of
-            ``torch.cuda.memory._snapshot()``: ``action`` (``alloc``,
-            ``free_completed``, ``segment_alloc``, ``segment_free``,
-            ``segment_map``, ``segment_unmap``, ``oom``), ``addr``, ``size``, and
-            ``serial`` (the engine's storage, for ``alloc``/``free_completed``).
-        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: counters
-            named as in ``torch.cuda.memory_stats()``.
+        segments: the live :class:`Segment` objects.
+        trace: every action, shaped like ``torch.cuda.memory._snapshot()``'s
+            ``device_traces`` entries: ``action`` (``alloc``, ``free_completed``,
+            ``segment_alloc``, ``segment_free``, ``segment_map``, ``segment_unmap``,
+            ``oom``), ``addr``, ``size``, and ``serial`` (the engine's storage).
+        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: as in
+            ``torch.cuda.memory_stats()``.
 
     Raises:
         ValueError: for a capacity or total memory that is not a positive number
-            of bytes, or a fraction outside [0, 1] or without a total memory.
+            of bytes, or a bad fraction.
     """
 
     def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
@@ -412,14 +177,11 @@ class CachingAllocator:
     def malloc(self, nbytes: int, serial: int | None = None) -> Block:
         """Allocate a block for a tensor of ``nbytes`` bytes (``DeviceCachingAllocator::malloc``).
 
-        A 0-byte tensor gets an empty block outside every segment and costs
-        nothing, as in PyTorch (``allocate`` asks ``malloc`` only for a
-        nonzero size).
+        A 0-byte tensor gets an empty block outside every segment, as in PyTorch.
 
         Raises:
-            AllocatorOutOfMemory: when no cached block fits and the driver has no
-                more memory, or at once for 1 EB (2**60 bytes) or more, with
-                PyTorch's message ("Tried to allocate more than 1EB memory").
+            AllocatorOutOfMemory: when no cached block fits and the capacity is
+                reached, or at once for 1 EB (2**60 bytes) or more.
         """
         if nbytes >= _ONE_EXA_BYTES:  # NativeCachingAllocator::allocate's check, before anything else
             raise AllocatorOutOfMemory("Simulated CUDA out of memory. Tried to allocate more than 1EB memory.",
@@ -470,8 +232,7 @@ class CachingAllocator:
         self._merge(block)                                                       # rule 6
 
     def set_per_process_memory_fraction(self, fraction: float) -> None:
-        """``torch.cuda.set_per_process_memory_fraction``: cap reserved memory at
-        ``fraction`` of ``total_memory`` (``allowed_memory_maximum``, in bytes).
+        """``torch.cuda.set_per_process_memory_fraction``: cap reserved memory at ``fraction`` of ``total_memory``.
 
         Raises:
             ValueError: for a fraction outside [0, 1], or with no total memory.
@@ -496,9 +257,8 @@ class CachingAllocator:
     def describe(self) -> str:
         """The segments and their blocks as text, one segment per line, in address order.
 
-        Each block is ``[size state]``: ``allocated`` (with the tensor's own
-        size when the block is larger: an unsplit rest) or ``free``; unmapped
-        parts of expandable segments are left out.
+        Each block is ``[size state]``: ``allocated`` (with the tensor's size when
+        the block is larger: an unsplit rest) or ``free``; unmapped parts are left out.
         """
         lines = []
         for s in sorted(self.segments, key=lambda s: s.address):
@@ -515,15 +275,13 @@ class CachingAllocator:
         return "\n".join(lines) or "no segments"
 
     def snapshot(self) -> list[dict]:
-        """The segments now, shaped like ``torch.cuda.memory._snapshot()["segments"]``, in address order.
+        """The segments, shaped like ``torch.cuda.memory._snapshot()["segments"]``, in address order.
 
         Each segment: ``address``, ``total_size``, ``allocated_size``,
-        ``segment_type`` (``"small"``/``"large"``), ``is_expandable``, and
-        ``blocks``, each with ``address``, ``size``, ``requested_size`` (the
-        bytes the tensor asked for, 0 for a free block), ``state``
-        (``"active_allocated"`` or ``"inactive"``) and ``serial``.  An
-        expandable segment is reported as PyTorch's ``snapshot()`` does: one
-        entry per contiguous mapped range; unmapped parts are left out.
+        ``segment_type`` (``"small"``/``"large"``), ``is_expandable``, and ``blocks``
+        (``address``, ``size``, ``requested_size``, ``state``: ``"active_allocated"``
+        or ``"inactive"``, ``serial``).  An expandable segment gives one entry per
+        contiguous mapped range, as PyTorch's ``snapshot()`` does.
         """
         out = []
         for s in self.segments:
@@ -681,18 +439,13 @@ class CachingAllocator:
         return seg
 
     def _expand(self, size: int, small: bool) -> Block | None:
-        """``try_allocate_expandable_block``: map pages at the lowest address where the request fits.
+        """Rule 10, ``try_allocate_expandable_block``: map pages at the lowest address where the request fits.
 
-        ``find_expandable_block`` looks through the pool's expandable segments,
-        in address order, for the first unmapped range that, with a free block
-        just before it and the free or unmapped blocks after it, holds ``size``
-        bytes; when none does, it opens a new expandable segment.  Then only the
-        missing pages are mapped, run by run (``map_block``): the unmapped range
-        up to the request's size, rounded up to whole pages; if that is not
-        enough, it merges with the free block after it and the next unmapped
-        range is mapped for what is still missing.  Each ``map_block`` either
-        maps all its pages or none (out of memory); pages an earlier one mapped
-        stay mapped.
+        ``find_expandable_block``: the first unmapped range (pool's expandable
+        segments in address order) that, with a free block just before it and the
+        free or unmapped blocks after it, holds ``size`` bytes; else a new segment.
+        Only the missing pages are mapped (``map_block``, all or none); pages an
+        earlier ``map_block`` mapped stay mapped.
         """
         segments = sorted((s for s in self.segments if s.expandable and s.small == small), key=lambda s: s.address)
         candidate = None
@@ -726,9 +479,7 @@ class CachingAllocator:
         return candidate
 
     def _map_block(self, block: Block, nbytes: int) -> Block | None:
-        """``map_block``: map the pages under the first ``nbytes`` of the unmapped
-        ``block`` (whole pages), merge them with free neighbours, and return the
-        merged free block; None when the pages do not fit the capacity."""
+        """``map_block``: map the whole pages under the first ``nbytes`` of ``block``, merged with free neighbours; None when they do not fit."""
         seg, page = block.segment, self._page(block.segment.small)
         take = min(-(-nbytes // page) * page, block.size)
         if not self._fits_capacity(take):
@@ -761,167 +512,3 @@ class CachingAllocator:
             self._merge(next(p for p in seg.blocks if p.address == lo))
         if all(not b.mapped for b in seg.blocks):
             self.segments.remove(seg)
-
-
-
-
-@dataclass
-class Replay:
-    """Allocated and reserved bytes after every entry of an allocation log.
-
-    Attributes:
-        settings: the allocator's options.
-        allocated, reserved, requested: bytes after each log entry (lists as long as the log).
-        allocator: the :class:`CachingAllocator` in its final state.
-        failed_at: index of the entry that ran out of memory, or None.
-        error: that :class:`AllocatorOutOfMemory`, or None.
-    """
-
-    settings: AllocatorSettings
-    allocated: list[int]
-    reserved: list[int]
-    requested: list[int]
-    allocator: CachingAllocator
-    failed_at: int | None = None
-    error: AllocatorOutOfMemory | None = None
-    _entry_of_trace: list[int] = field(default_factory=list, repr=False)  # trace entry -> log entry
-
-    @property
-    def peak_allocated(self) -> int:
-        """Highest ``memory_allocated()`` of the replay (``max_memory_allocated()``)."""
-        return self.allocator.peak_allocated
-
-    @property
-    def peak_reserved(self) -> int:
-        """Highest ``memory_reserved()`` of the replay (``max_memory_reserved()``)."""
-        return self.allocator.peak_reserved
-
-    def segments_opened(self, start: int = 0, stop: int | None = None) -> int:
-        """How many times the driver was asked for memory between log entries ``start`` and ``stop``."""
-        return sum(1 for e in self.allocator.trace[self._trace_at(start):self._trace_at(stop)]
-                   if e["action"] in ("segment_alloc", "segment_map"))
-
-    def trace_position(self, index: int) -> int:
-        """The position in ``allocator.trace`` at which log entry ``index`` begins.
-
-        What :func:`helpers.teaching.plots.plot_memory_map` needs to mark a
-        moment of the log (e.g. where the second step starts) on the trace's
-        time axis.  ``index`` may be the log's length (the end).
-        """
-        return self._trace_at(index)
-
-    def _trace_at(self, index: int | None) -> int | None:
-        return None if index is None else bisect.bisect_left(self._entry_of_trace, index)
-
-
-
-def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
-           empty_cache_at: Iterable[int] = (), total_memory: int | None = None) -> Replay:
-    """Replay an allocation log through a :class:`CachingAllocator`.
-
-    Args:
-        log: entries whose first three fields are ``(serial, kind, nbytes)``:
-            :attr:`helpers.record.StepProfile.allocation_log` or
-            :attr:`helpers.engine.counting.StorageTracker.log`.  ``kind`` is
-            ``"alloc"``, ``"free"`` or ``"resize"`` (a resize frees the old
-            block after allocating the new one, as ``resize_`` copies).
-        capacity: bytes the allocator may reserve (see :class:`CachingAllocator`).
-        settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
-        empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
-        total_memory: the GPU's memory (see :class:`CachingAllocator`).
-
-    Returns:
-        a :class:`Replay`; on out of memory it stops there, with ``failed_at``
-        and ``error`` set (it does not raise).
-
-    Raises:
-        ValueError: for an entry of unknown kind or a free of a storage never allocated.
-    """
-    alloc = CachingAllocator(capacity, settings, total_memory)
-    blocks: dict[int, Block] = {}
-    sizes: dict[int, int] = {}
-    allocated, reserved, requested, entry_of_trace = [], [], [], []
-    empty_at = set(empty_cache_at)
-    result = Replay(alloc.settings, allocated, reserved, requested, alloc)
-    for i, entry in enumerate(log):
-        serial, kind, nbytes = entry[0], entry[1], entry[2]
-        if i in empty_at:
-            alloc.empty_cache()
-        mark = len(alloc.trace)
-        try:
-            if kind == "alloc":
-                blocks[serial], sizes[serial] = alloc.malloc(nbytes, serial), nbytes
-            elif kind == "free":
-                if serial not in blocks:
-                    raise ValueError(f"log entry {i} frees storage {serial}, which was never allocated")
-                alloc.free(blocks.pop(serial))
-                sizes.pop(serial)
-            elif kind == "resize":
-                new = sizes.get(serial, 0) + nbytes
-                old = blocks.pop(serial, None)
-                if new > 0:
-                    blocks[serial] = alloc.malloc(new, serial)
-                if old is not None:
-                    alloc.free(old)
-                sizes[serial] = new
-            else:
-                raise ValueError(f"log entry {i} has unknown kind {kind!r}; expected alloc, free or resize")
-        except AllocatorOutOfMemory as error:
-            result.failed_at, result.error = i, error
-            entry_of_trace.extend([i] * (len(alloc.trace) - mark))
-            break
-        entry_of_trace.extend([i] * (len(alloc.trace) - mark))
-        allocated.append(alloc.allocated)
-        reserved.append(alloc.reserved)
-        requested.append(alloc.requested)
-    result._entry_of_trace = entry_of_trace
-    return result
-
-
-def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | str | None = None,
-                  context: int = CUDA_CONTEXT_BYTES) -> Replay:
-    """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?
-
-    The allocator may reserve what the GPU has less the CUDA context
-    (``context``, by default the assumed :data:`helpers.gpus.CUDA_CONTEXT_BYTES`).
-    Under that cap it frees its cache and retries before it gives up, as a
-    real one does, so the step fits exactly when the returned replay's
-    ``error`` is None.  Expandable segments reserve addresses for 1 1/8 of
-    ``gpu_bytes``, as PyTorch does of the card's ``totalGlobalMem``.
-
-    Raises:
-        ValueError: when the context leaves no memory, or as :func:`replay` does.
-    """
-    if gpu_bytes <= context:
-        raise ValueError(f"a GPU of {gpu_bytes} bytes leaves nothing beside a CUDA context of {context} bytes")
-    return replay(log, capacity=gpu_bytes - context, settings=settings, total_memory=gpu_bytes)
-
-
-def smallest_capacity(log: Iterable, settings: AllocatorSettings | str | None = None, start: int = 0,
-                      step: int = K_ROUND_LARGE, limit: int = 2**50) -> int:
-    """The smallest capacity, from ``start`` upward in steps of ``step`` bytes, at which ``log`` replays.
-
-    A scan, not a bisection: under memory pressure the allocator's choices
-    change, so success need not be monotonic in the capacity; this returns the
-    first capacity of the scan that works.
-
-    Args:
-        log: as for :func:`replay`.
-        settings: the allocator's options.
-        start: the first capacity tried, in bytes (a good one: the engine's
-            peak, rounded up to ``step``).
-        step: bytes added per try (default 2 MiB).
-        limit: give up above this many bytes.
-
-    Raises:
-        ValueError: for a step that is not positive, or when nothing up to ``limit`` works.
-    """
-    if step <= 0:
-        raise ValueError(f"step must be a positive number of bytes, got {step}")
-    log = list(log)
-    capacity = max(start, step)
-    while replay(log, capacity=capacity, settings=settings).error is not None:
-        capacity += step
-        if capacity > limit:
-            raise ValueError(f"the log does not replay within {limit} bytes")
-    return capacity

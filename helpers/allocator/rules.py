@@ -1,11 +1,7 @@
-"""The CUDA caching allocator's size rules, once, named as in the C++.
+"""The CUDA caching allocator's size rules, once, named as in ``c10/cuda/CUDACachingAllocator.cpp``.
 
-Every rule is a constant or function of ``c10/cuda/CUDACachingAllocator.cpp``
-(PyTorch 2.14.1).  The engine's count (:mod:`helpers.engine.counting`) uses
-:func:`round_up`; the allocator model (:mod:`helpers.allocator.model`) and
-lesson 00's size table use the rest.
-
-All sizes are bytes; 1 MiB = 2**20 bytes.
+The engine's count uses :func:`round_up`; the allocator model and lesson
+00's size table use the rest.  All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -21,15 +17,7 @@ K_ROUND_LARGE = 2 * MiB       # kRoundLarge: larger segments are rounded up to t
 
 
 def round_up(nbytes: int, block: int = K_MIN_BLOCK) -> int:
-    """Round ``nbytes`` up to a whole number of allocator blocks.
-
-    Args:
-        nbytes: a size in bytes, >= 0.
-        block: the block size in bytes (default 512, ``kMinBlockSize``).
-
-    Returns:
-        The smallest multiple of ``block`` that is >= ``nbytes`` (0 stays 0:
-        an empty tensor allocates nothing).
+    """The smallest multiple of ``block`` (default 512, ``kMinBlockSize``) >= ``nbytes`` (0 stays 0).
 
     Raises:
         ValueError: if ``nbytes`` is negative or ``block`` is not positive.
@@ -42,11 +30,9 @@ def round_up(nbytes: int, block: int = K_MIN_BLOCK) -> int:
 def round_size(nbytes: int, divisions: int = 0) -> int:
     """``round_size``: a request rounded up to a multiple of 512 bytes, at least 512.
 
-    With ``divisions`` (``roundup_power2_divisions``, a power of two), a
-    request larger than ``512 * divisions`` bytes is rounded up instead to the
-    next of ``divisions`` equal steps between two powers of two
-    (``roundup_power2_next_division``): 84 MiB with 4 divisions takes 96 MiB
-    (64 MiB plus steps of 16 MiB).  A power of two stays as it is.
+    With ``divisions`` (``roundup_power2_divisions``), a request above ``512 *
+    divisions`` goes to the next of ``divisions`` steps between two powers of two
+    (``roundup_power2_next_division``): 84 MiB with 4 takes 96 MiB.
 
     Raises:
         ValueError: for a negative size.
@@ -82,14 +68,11 @@ def get_allocation_size(size: int) -> int:
 
 def should_split(size: int, block_size: int, small: bool, max_split_size: int = 2**63,
                  expandable: bool = False) -> bool:
-    """``should_split``: whether the rest of a block of ``block_size`` bytes that
-    serves a rounded request of ``size`` bytes is split off as a free block.
+    """``should_split``: whether the rest of a ``block_size`` block serving a rounded ``size`` is split off.
 
     Small pool (or expandable segments): a rest of at least 512 bytes.  Large
-    pool: a rest of *more than* 1 MiB, and only for requests below
-    ``max_split_size`` (``max_split_size_mb``; no limit by default).  An
-    unsplit rest stays inside the allocated block and counts in
-    ``memory_allocated()``.
+    pool: *more than* 1 MiB, for requests below ``max_split_size``.  An unsplit
+    rest counts in ``memory_allocated()``.
     """
     rest = block_size - size
     if small or expandable:
@@ -98,12 +81,9 @@ def should_split(size: int, block_size: int, small: bool, max_split_size: int = 
 
 
 def allocation_size(nbytes: int) -> int:
-    """Bytes the caching allocator asks the driver for when no cached block fits.
+    """Bytes the allocator asks the driver for when no cached block fits (CUDA's "Tried to allocate").
 
-    :func:`get_allocation_size` of :func:`round_size`: this is also the size
-    CUDA's out-of-memory message reports as "Tried to allocate".
-
-    Example: ``allocation_size(49 * MiB) == 50 * MiB``.
+    :func:`get_allocation_size` of :func:`round_size`: ``allocation_size(49 * MiB) == 50 * MiB``.
 
     Raises:
         ValueError: if ``nbytes`` is negative.
@@ -114,15 +94,9 @@ def allocation_size(nbytes: int) -> int:
 def block_bytes(nbytes: int, free_block: int | None = None) -> int:
     """Bytes of ``memory_allocated()`` a request of ``nbytes`` occupies.
 
-    The allocator hands out a free block (a cached one of ``free_block`` bytes,
-    or by default a new segment of :func:`allocation_size` bytes) and splits off
-    the rest only if :func:`should_split` says so: a 49 MiB tensor in a new
-    50 MiB segment occupies 50 MiB (its 1 MiB rest is not split off).
-
-    Args:
-        nbytes: the request in bytes, >= 0.
-        free_block: size of the free block that serves it, in bytes, at least
-            the request rounded up to 512 bytes; default a new segment.
+    Served by a ``free_block`` (default a new segment of :func:`allocation_size`)
+    split only as :func:`should_split` says: a 49 MiB tensor in a new 50 MiB
+    segment occupies 50 MiB.
 
     Raises:
         ValueError: for a negative request or a block too small for it.

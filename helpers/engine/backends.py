@@ -1,17 +1,11 @@
-"""What differs between measuring on a real GPU and simulating one.
+"""What differs between measuring on a real GPU and simulating one (lesson 00).
 
-Introduced with lesson 00 (which backend measures your memory).  Everything
-else in :mod:`helpers` is written once, for both: a :class:`Backend` object
-answers each question that has two answers.
-
-* :class:`CudaBackend` reads PyTorch's own counters on a real GPU, runs
-  autocast on CUDA (float16 with a real ``GradScaler``), and keeps offloaded
-  tensors in pinned host memory.
-* :class:`SimulatedBackend` runs the step on fake CPU tensors counted by a
-  :class:`helpers.engine.counting.StorageTracker`, builds models on the ``meta``
-  device, and keeps offloaded tensors out of the count.
-
-:func:`get_backend` turns a ``device`` argument into one of them.
+A :class:`Backend` answers each question that has two answers:
+:class:`CudaBackend` reads PyTorch's counters on a real GPU (CUDA autocast, a
+real ``GradScaler``, offloaded tensors in pinned host memory);
+:class:`SimulatedBackend` counts fake CPU tensors with a
+:class:`helpers.engine.counting.StorageTracker`, builds on ``meta``, and
+leaves offloaded tensors out of the count.  :func:`get_backend` picks one.
 """
 
 from __future__ import annotations
@@ -34,10 +28,7 @@ _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 
 def resolve_backend(device: str = "auto") -> str:
-    """Turn a ``device`` argument into a backend name: ``cuda`` or ``simulated``.
-
-    ``auto`` picks ``cuda`` when ``torch.cuda.is_available()``, else
-    ``simulated``.
+    """Turn a ``device`` argument into ``cuda`` or ``simulated`` (``auto``: ``cuda`` when available).
 
     Raises:
         ValueError: for an unknown name, or ``cuda`` on a machine without a GPU.
@@ -57,11 +48,7 @@ def resolve_backend(device: str = "auto") -> str:
 
 
 def get_backend(device: str = "auto", attention: str = "auto") -> "Backend":
-    """The :class:`Backend` object for a ``device`` argument (see :func:`resolve_backend`).
-
-    Args:
-        device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        attention: the attention kernel the simulation runs (a real GPU picks its own).
+    """The :class:`Backend` for ``device`` (``"auto"``, ``"cuda"``, ``"simulated"``); ``attention``: the simulated kernel.
 
     Raises:
         ValueError: as :func:`resolve_backend` does.
@@ -216,15 +203,11 @@ class CudaBackend(Backend):
 
 
 class SimulatedBackend(Backend):
-    """A simulated CUDA GPU: fake CPU tensors, counted by a
-    :class:`helpers.engine.counting.StorageTracker`, with CUDA's rules
-    (:func:`helpers.engine.cuda_rules.cuda_rules`: autocast lists, dropout masks,
-    the attention kernel; Adam's step counters on the host; a ``GradScaler``
-    for float16).
+    """A simulated CUDA GPU: fake CPU tensors counted by a :class:`helpers.engine.counting.StorageTracker`, with CUDA's rules.
 
-    Args:
-        attention: the kernel ``scaled_dot_product_attention`` runs (see
-            :data:`helpers.config.ATTENTION`).
+    :func:`helpers.engine.cuda_rules.cuda_rules` (autocast lists, dropout masks,
+    the attention kernel ``attention``, :data:`helpers.config.ATTENTION`);
+    Adam's step counters on the host; a ``GradScaler`` for float16.
     """
 
     name = "simulated"
@@ -273,12 +256,9 @@ class SimulatedBackend(Backend):
     def place(self, model):
         """Every parameter and buffer gets a fake storage of its size, once.
 
-        A tensor registered in several modules (an LM head tied to the token
-        embedding) stays one tensor, and a submodule under two parents is
-        placed once, as ``model.to("cuda")`` keeps them.  (Moving from
-        ``meta``, ``Module._apply`` would wrap each occurrence of a tensor in
-        a new ``Parameter``: the step would count, train and keep optimizer
-        states for a parameter that does not exist.)
+        A tensor registered in several modules (a tied LM head) or a submodule under
+        two parents is placed once, as ``model.to("cuda")`` keeps them
+        (``Module._apply`` from ``meta`` would make a new ``Parameter`` per occurrence).
         """
         where = [(module, key, id(p)) for module in model.modules()
                  for key, p in module._parameters.items() if p is not None]
@@ -339,33 +319,20 @@ class SimulatedBackend(Backend):
 
 
 class HostStates:
-    """The optimizer states in host memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer`` on the
-    simulated GPU (``torchao/optim/cpu_offload.py``, with its defaults).
+    """Optimizer states in host memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer`` on the simulated GPU.
 
-    What it keeps where, as torchao does:
-
-    * every trained parameter of at least ``minimal_size`` (4096) weights has
-      a host copy and a host gradient buffer (pinned memory), and its own
-      optimizer on the host, whose states are host memory: nothing of it on
-      the GPU but the parameter and its gradient;
-    * smaller parameters (norms, biases) keep an optimizer on the GPU, with
-      their states there ("to avoid excessively many small transfers");
-    * each gradient is copied to the host as backward completes it; the GPU
-      gradients stay until ``zero_grad`` (``offload_gradients=False``, the
-      default: ``True`` frees each at once, but forbids accumulation);
-    * ``step()`` steps on the host, then copies each parameter back into the
-      GPU parameter in place: no new GPU memory.
-
-    So the GPU keeps the parameters and gradients and only the small
-    parameters' states.  (With ``param_dtype="bfloat16"`` the host copy is
-    bfloat16 too: torchao keeps no float32 master copy.)  What the simulation
-    cannot show is time: the copies over PCIe and the CPU's step.
+    As ``torchao/optim/cpu_offload.py`` does with its defaults: a trained
+    parameter of at least ``minimal_size`` (4096) weights has a host copy, a host
+    gradient buffer and its own host optimizer (its states host memory); smaller
+    ones keep a GPU optimizer.  Each gradient is copied to the host as backward
+    completes it and stays on the GPU until ``zero_grad``
+    (``offload_gradients=False``); ``step()`` steps on the host and copies each
+    parameter back in place.  No float32 master copy is kept.
 
     Args:
         params: the model's parameters.
         make: builds the GPU optimizer of a list of parameters.
-        make_host: builds a host optimizer of a list of host parameters (it is
-            made and stepped inside ``host``).
+        make_host: builds a host optimizer of host parameters (inside ``host``).
         host: a new context in which new tensors are host memory (not counted).
         minimal_size: parameters smaller than this stay with a GPU optimizer.
     """
@@ -440,19 +407,12 @@ def _eager(fn, *args, **kwargs):
 def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker | None = None) -> torch.optim.Optimizer:
     """torchao's ``AdamW8bit`` on the simulated GPU: its states counted, its step's arithmetic not.
 
-    On a GPU, torchao's step runs ``torch.compile(single_param_adam,
-    fullgraph=True)`` per parameter: one fused kernel that dequantizes, updates
-    and requantizes the 8-bit states block by block, in registers.  Compiling
-    fake tensors is neither possible under the tracker's dispatch mode nor
-    fast, so the simulation runs the same function eagerly
-    (``torch._dynamo.config.disable``), with the tracker paused: the eager
-    float32 temporaries (a copy of the parameter, its gradient and both
-    moments) are what the compiled kernel does not allocate.  The states it
-    creates at the first step are then counted, all but the host ``step``
-    counter (``torch.tensor(0.0)``, as for PyTorch's Adam).  torchao computes
-    its two 256-entry code books from real tensors (``create_dynamic_map``,
-    cached): they are computed here once, outside the fake tensors.  Without
-    a ``tracker`` (a host optimizer, already uncounted) the step only runs eagerly.
+    On a GPU each parameter's step is ``torch.compile(single_param_adam)``, one
+    fused kernel with no float32 temporaries; here the same function runs eagerly
+    (``torch._dynamo.config.disable``) with the tracker paused, then the new
+    states are counted, all but the host ``step`` counter.  torchao's code books
+    (``create_dynamic_map``) are computed once from real tensors.  Without a
+    ``tracker`` (a host optimizer) the step only runs eagerly.
     """
     from torch.utils._python_dispatch import _disable_current_modes
     from torchao.optim import subclass_8bit

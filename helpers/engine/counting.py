@@ -31,14 +31,10 @@ from ..allocator.rules import round_up
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of GPU memory that the storage holding ``t`` occupies.
+    """Bytes of GPU memory that the storage holding ``t`` occupies: its ``nbytes()`` rounded up to 512.
 
-    This is the storage's size (``t.untyped_storage().nbytes()``) rounded up to
-    512 bytes.  A view shares its base's storage, so a view of a big tensor
-    reports the big storage: that is what stays allocated while the view lives.
-
-    Example: a float32 tensor of shape (128, 64, 112, 112) occupies
-    128 * 64 * 112 * 112 * 4 bytes = 392 MiB.
+    A view reports its base's whole storage (what stays allocated while it
+    lives).  A float32 ``(128, 64, 112, 112)`` tensor: 392 MiB.
 
     Raises:
         TypeError: if ``t`` is not a tensor.
@@ -214,10 +210,7 @@ class StorageTracker(TorchDispatchMode):
 
     @property
     def peak_serials(self) -> tuple[int, ...]:
-        """Serials of the storages alive, holding bytes, at the peak, in the order
-        they were allocated: :attr:`log` replayed up to the peak (recording them
-        at every new peak instead would cost a pass over every live storage at
-        each allocation of a growing forward pass)."""
+        """Serials of the storages alive, holding bytes, at the peak, in allocation order: :attr:`log` replayed up to the peak (cheaper than recording them at each new peak)."""
         now: dict[int, int] = {}
         for entry in self.log[:self._peak_log]:
             now[entry.serial] = now.get(entry.serial, 0) + entry.delta

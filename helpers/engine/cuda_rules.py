@@ -1,36 +1,25 @@
-"""What a CUDA GPU computes differently from the CPU, applied to the simulation.
+"""What a CUDA GPU computes differently from the CPU, applied to the simulation (lesson 00).
 
-Introduced in lesson 00 (what "simulated" covers).  The simulation runs
-PyTorch's CPU kernels on fake tensors (:mod:`helpers.engine.backends`).  Where a
-CUDA GPU would keep other tensors for backward, :func:`cuda_rules` makes the
-CPU do what CUDA does, for as long as a simulated measurement lasts:
+The simulation runs PyTorch's CPU kernels on fake tensors; while
+:func:`cuda_rules` is active the CPU keeps what CUDA would keep for backward:
 
-* **autocast**: each device has its own lists of which operations run in 16
-  bits, which in float32, and which in the widest input type
-  (``aten/src/ATen/autocast_mode.h`` and ``autocast_mode.cpp``).  Inside
-  :func:`cuda_rules` the CPU's autocast follows :data:`CUDA_AUTOCAST`: a Python
-  kernel for the ``AutocastCPU`` dispatch key (``torch.library``) applies the
-  CUDA policy to every operation whose two policies differ;
-* **dropout**: ``torch.nn.functional.dropout`` calls ``native_dropout`` on a
-  GPU (``aten/src/ATen/native/Dropout.cpp``, ``is_fused_kernel_acceptable``),
-  which keeps a bool mask, where the CPU multiplies by a float mask;
-* **attention**: ``scaled_dot_product_attention`` runs the kernel the
-  simulation is told to (:data:`helpers.config.ATTENTION`): the fused kernels
-  (flash, memory-efficient) keep the inputs, the output and a log-sum-exp
-  (``tools/autograd/derivatives.yaml``), the math kernel keeps the full
-  sequence x sequence scores; :func:`attention_saved_bytes` derives each.
+* **autocast**: each device has its own op lists (``aten/src/ATen/autocast_mode.h``,
+  ``autocast_mode.cpp``); a ``torch.library`` kernel for the ``AutocastCPU``
+  key applies :data:`CUDA_AUTOCAST` wherever the two policies differ;
+* **dropout**: a GPU calls ``native_dropout`` (``aten/src/ATen/native/Dropout.cpp``,
+  ``is_fused_kernel_acceptable``), which keeps a bool mask, where the CPU
+  multiplies by a float mask;
+* **attention**: ``scaled_dot_product_attention`` runs the kernel
+  :data:`helpers.config.ATTENTION` names (:func:`attention_kernel`,
+  :func:`attention_saved_bytes`), as ``tools/autograd/derivatives.yaml`` keeps.
 
-Two places need no rule here: Adam's ``step`` counters live in host memory on a
-GPU unless the optimizer is ``fused`` or ``capturable`` (``torch/optim/adam.py``,
-``_init_group``), which :func:`host_side_steps` tells the tracker; and float16 training uses a
-``GradScaler``, whose tensors :class:`SimulatedGradScaler` creates as the real
-one does.
+Adam's ``step`` counters live in host memory on a GPU unless ``fused`` or
+``capturable`` (``torch/optim/adam.py``, ``_init_group``: :func:`host_side_steps`),
+and float16 uses a :class:`SimulatedGradScaler`.
 
-Why not simply run the step on fake ``cuda`` tensors?  A forward pass works
-without a GPU, but backward does not: the autograd engine asks the CUDA runtime
-about device 0 (``hasPrimaryContext expects a valid device index``;
-pytorch/pytorch#92627).  So fake CUDA tensors serve as the *reference* the tests
-compare these rules against, forward pass by forward pass.
+The step cannot simply run on fake ``cuda`` tensors: backward asks the CUDA
+runtime about device 0 (pytorch/pytorch#92627).  Fake CUDA tensors are the
+reference the tests compare these rules against, forward by forward.
 """
 
 from __future__ import annotations
@@ -49,7 +38,7 @@ from ..allocator.rules import allocation_size, round_up
 from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message
 from .counting import StorageTracker
 
-#: CUDA's autocast policies in torch 2.14.1, by operator overload: the lists of
+#: CUDA's autocast policies in the pinned PyTorch, by operator overload: the lists of
 #: ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_LOWER_PRECISION_FP``,
 #: ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``,
 #: ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``, ``AT_FORALL_PROMOTE``) and the
@@ -208,9 +197,8 @@ def _op(name: str):
 def cuda_autocast_policy() -> dict[str, str]:
     """The ``AutocastCPU`` policy :func:`cuda_rules` installs, by operator overload.
 
-    Every operation CUDA's autocast lists gets CUDA's policy, except those the
-    CPU already runs the same way (:data:`SAME_ON_BOTH`); every operation only
-    the CPU's autocast lists gets ``"passthrough"`` (runs in its input's type,
+    CUDA's policy for every op CUDA's autocast lists, except :data:`SAME_ON_BOTH`;
+    ``"passthrough"`` for ops only the CPU lists (they run in their input's type,
     as on a GPU).
     """
     policy = {name: kind for kind, names in CUDA_AUTOCAST.items() for name in names if name not in SAME_ON_BOTH}
@@ -232,9 +220,11 @@ def _dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
 
 
 class _FusedRMSNorm(torch.autograd.Function):
-    """RMSNorm with the GPU's fused kernel's saved tensors: the input, the weight and
-    the inverse RMS per row, float32 for 16-bit inputs (``_fused_rms_norm`` in
-    ``derivatives.yaml``).  Its gradients are RMSNorm's, computed in Python."""
+    """RMSNorm saving what the GPU's fused kernel saves (``_fused_rms_norm`` in ``derivatives.yaml``).
+
+    The input, the weight and the inverse RMS per row (float32 for 16-bit inputs);
+    its gradients are RMSNorm's, computed in Python.
+    """
 
     @staticmethod
     def forward(ctx, input, weight, dims, eps):
@@ -272,28 +262,16 @@ def _rms_norm(input, normalized_shape, weight=None, eps=None):
 def attention_kernel(kernel: str, masked: bool = False) -> str:
     """The kernel one simulated ``scaled_dot_product_attention`` call runs: ``"fused"`` or ``"math"``.
 
-    The one place the simulation decides it.  ``kernel`` is the option
-    (:data:`helpers.config.ATTENTION`); ``"auto"``, ``"flash"`` and
-    ``"efficient"`` run a fused kernel, which keeps query, key, value, output
-    and a float32 log-sum-exp (see :func:`attention_saved_bytes`).
-
-    Grouped-query attention (``enable_gqa=True``, fewer key/value heads than
-    query heads) takes the fused kernel too, as in PyTorch 2.14.1 on an NVIDIA
-    GPU: ``can_use_flash_attention`` and ``can_use_mem_efficient_attention``
-    (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) both check the
-    dense inputs with ``check_batch_size_and_num_heads_dense<supports_gqa=true>``
-    (``sdp_utils_cpp.h``: query heads a multiple of the key/value heads), so
-    16-bit inputs run flash (or cuDNN attention, first on Hopper and Blackwell
-    with a recent cuDNN) and float32 inputs, which flash refuses, run the
-    memory-efficient kernel (on sm80 and newer); neither falls back to math.
-    Both take the key and value un-expanded, and keep them so
-    (``_scaled_dot_product_efficient_backward``'s meta function makes the key's
-    gradient with the key's own head count).  Only ROCm's memory-efficient
-    kernel lacks GQA, which the simulation does not model.
-
-    An explicit ``attn_mask`` takes the math kernel here, which keeps the
-    scores: an upper bound (on a GPU flash refuses a mask, memory-efficient
-    attention accepts one).
+    The one place the simulation decides it.  ``"auto"``, ``"flash"`` and
+    ``"efficient"`` run a fused kernel (:func:`attention_saved_bytes`).
+    Grouped-query attention (``enable_gqa=True``) is fused too, as in the pinned
+    PyTorch (:data:`helpers.versions.TORCH`) on an NVIDIA GPU:
+    ``can_use_flash_attention`` and ``can_use_mem_efficient_attention``
+    (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) accept it through
+    ``check_batch_size_and_num_heads_dense<supports_gqa=true>``, and both keep
+    the key and value un-expanded (ROCm's memory-efficient kernel lacks GQA: not
+    modelled).  An explicit ``attn_mask`` takes the math kernel here: an upper
+    bound (on a GPU memory-efficient attention accepts a mask).
 
     Raises:
         ValueError: for a kernel not in :data:`helpers.config.ATTENTION`.
@@ -306,22 +284,14 @@ def attention_kernel(kernel: str, masked: bool = False) -> str:
 def _attention(kernel: str):
     """``scaled_dot_product_attention`` running the chosen kernel (:func:`attention_kernel`).
 
-    The memory-efficient kernel (``"efficient"``, and ``"auto"`` for float32
-    inputs) runs CUDA's own operator, ``_scaled_dot_product_efficient_attention``,
-    whose fake-tensor implementation needs no GPU: its output is laid out
-    ``(batch, seq, heads, head_dim)`` in memory, whatever the query's layout,
-    its log-sum-exp is padded to a multiple of 32 rows, and its random-number
-    seed and offset are two int64 scalars on the device, all kept for backward
-    (``attention.cu``, ``derivatives.yaml``).  Checked against PyTorch's CUDA
-    dispatch on the stub driver (``tests/test_whole_step_reference.py``): with
-    the CPU's flash kernel instead, a model that makes the output contiguous
-    in another layout (torchvision's ``MultiheadAttention``: ViT-B/16) copied
-    nothing where a GPU keeps a copy, 3.8% of its float32 step.  The other
-    fused kernels, and every kernel on real (not fake) tensors, which have no
-    CUDA kernel, run as the CPU's flash kernel
-    (``_scaled_dot_product_flash_attention_for_cpu``), which keeps what the
-    GPU's flash kernel does; with ``enable_gqa`` both take the key and value
-    un-expanded, as the GPU's flash and memory-efficient kernels do.
+    The memory-efficient kernel runs CUDA's own operator,
+    ``_scaled_dot_product_efficient_attention``, whose fake implementation needs
+    no GPU: its output laid out ``(batch, seq, heads, head_dim)``, its
+    log-sum-exp padded to a multiple of 32 rows, its seed and offset two int64
+    scalars, all kept (``attention.cu``, ``derivatives.yaml``).  The other fused
+    kernels, and every kernel on real tensors, run as
+    ``_scaled_dot_product_flash_attention_for_cpu``, which keeps what the GPU's
+    flash kernel keeps.
     """
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
         if attention_kernel(kernel, masked=attn_mask is not None) == "math":
@@ -344,15 +314,11 @@ _AUTOCAST_DTYPE: contextvars.ContextVar = contextvars.ContextVar("simulated_auto
 
 @contextlib.contextmanager
 def simulated_autocast(dtype: torch.dtype):
-    """``torch.autocast`` on the CPU's fake tensors, standing for CUDA's.
+    """``torch.autocast("cpu", dtype=dtype)`` standing for CUDA's, which also tells the tracker autocast is on.
 
-    The same as ``torch.autocast("cpu", dtype=dtype)``, and it tells the
-    storage tracker that autocast is on: under ``torch.inference_mode()`` the
-    tracker splits composite operations itself (see :class:`SimulatedTracker`),
-    where PyTorch has switched autocast off, and must switch it on again for
-    their parts, as a GPU's dispatcher does (a composite such as
-    ``cross_entropy_loss`` has no autocast kernel: its ``nll_loss`` is what
-    autocast casts to float32).
+    Under ``torch.inference_mode()`` :class:`SimulatedTracker` splits composites
+    itself and must switch autocast on again for their parts, as a GPU's
+    dispatcher does (``cross_entropy_loss``'s ``nll_loss`` is cast to float32).
     """
     token = _AUTOCAST_DTYPE.set(dtype)
     try:
@@ -368,21 +334,16 @@ _CUBLAS_OPERANDS = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.defa
 
 
 def cublas_operand_copy(matrix: torch.Tensor) -> int:
-    """Bytes of the copy a GPU makes of a 2-D operand of ``mm``/``addmm`` that cuBLAS cannot read in place.
+    """Bytes of the copy a GPU makes of a 2-D ``mm``/``addmm`` operand that cuBLAS cannot read in place.
 
-    cuBLAS reads a matrix with one of its two dimensions dense (stride 1) and
-    the other's stride at least that dimension's size; PyTorch 2.14.1 clones
-    any other operand to a contiguous matrix for as long as the product runs
-    (``prepare_matrix_for_cublas`` in ``ATen/native/cuda/cuBlasCommonArgs.h``,
-    which the wheel ships).  The usual case is a gradient expanded from a
-    scalar: the backward of ``logits.sum()`` has strides of 0, and the layer
-    that made the logits multiplies it twice (for its input's and its weight's
-    gradients), each time through a full copy.  The CPU's kernels read such
-    a matrix in place, so the simulation adds it (:class:`SimulatedTracker`).
+    cuBLAS reads a matrix with one dimension dense (stride 1) and the other's
+    stride at least that dimension's size; PyTorch clones any other operand for
+    the product's duration (``prepare_matrix_for_cublas``,
+    ``ATen/native/cuda/cuBlasCommonArgs.h``), e.g. the 0-stride gradient of
+    ``logits.sum()``.  The CPU reads it in place, so the simulation adds it.
 
     Returns:
-        0 for a matrix cuBLAS reads in place, else its bytes rounded as the
-        caching allocator rounds them (512).
+        0 for a matrix cuBLAS reads in place, else its bytes rounded up to 512.
     """
     if matrix.dim() != 2 or is_non_overlapping_and_dense(matrix):
         return 0
@@ -395,18 +356,13 @@ def cublas_operand_copy(matrix: torch.Tensor) -> int:
 class SimulatedTracker(StorageTracker):
     """The :class:`helpers.engine.counting.StorageTracker` of the simulated GPU.
 
-    It adds two things the core leaves out:
-
-    * **a capacity**: a new storage that would take the tensor bytes above
-      :func:`helpers.gpus.headroom` raises ``torch.OutOfMemoryError`` with a
-      CUDA-shaped :func:`helpers.gpus.oom_message`, whose ``requested`` and
-      ``allocated`` attributes give the bytes;
-    * **composites under inference mode**: under ``torch.inference_mode()`` the
-      autograd layer, which normally splits a composite operation
-      (``cross_entropy``, ``to``, ...) into the operations it is made of, is
-      skipped, so the composite would arrive whole and hide its intermediate
-      tensors: it is split here, with autocast on again if it was
-      (:func:`simulated_autocast`), as a GPU's dispatcher does.
+    It adds a **capacity**: a storage that would take the tensor bytes above
+    :func:`helpers.gpus.headroom` raises ``torch.OutOfMemoryError`` with a
+    CUDA-shaped :func:`helpers.gpus.oom_message` (``requested`` and
+    ``allocated`` attributes, bytes); and **composites under inference mode**:
+    there autograd's decomposition is skipped, so a composite (``cross_entropy``,
+    ``to``) is split here, with autocast again if it was on, as a GPU's
+    dispatcher does.
 
     Args:
         capacity: simulate a GPU of this many bytes (``None``: no limit).
@@ -458,16 +414,12 @@ def _autocast_again():
 def cuda_rules(attention: str = "auto"):
     """While active, CPU operations save what CUDA's would (see the module's docstring).
 
-    Registers Python kernels with ``torch.library`` for the ``AutocastCPU``
-    key (:func:`cuda_autocast_policy`) and for ``dropout`` and
-    ``scaled_dot_product_attention``; they are removed on exit, and the CPU
-    behaves as before.
+    ``torch.library`` kernels for ``AutocastCPU`` (:func:`cuda_autocast_policy`),
+    ``dropout`` and ``scaled_dot_product_attention``, removed on exit.
 
     Args:
         attention: ``"auto"``, ``"flash"`` and ``"efficient"`` run a fused
-            kernel (no sequence x sequence scores kept), grouped-query
-            attention included; ``"math"`` the math kernel.  A mask always
-            takes the math kernel here (:func:`attention_kernel`).
+            kernel, ``"math"`` the math kernel; a mask always takes math here.
     """
     library = torch.library.Library("aten", "IMPL")
     try:
@@ -488,29 +440,18 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
                           dtype: torch.dtype = torch.float16, kv_heads: int | None = None) -> int:
     """Bytes one ``scaled_dot_product_attention`` call keeps for backward, by kernel.
 
-    From the ``derivatives.yaml`` entries of the three kernels (q, k, v of
-    shape ``(batch, heads, seq, head_dim)`` in ``dtype``; each storage rounded
-    up to 512 bytes):
+    From ``derivatives.yaml`` (q, k, v of shape ``(batch, heads, seq, head_dim)``
+    in ``dtype``; each storage rounded up to 512 bytes):
 
-    * ``"flash"`` (``_scaled_dot_product_flash_attention``): query, key,
-      value, output, and a float32 log-sum-exp per row ``(batch, heads, seq)``
-      (its random-number state, two 8-byte scalars on the device, 1 KiB
-      after rounding, is left out);
-    * ``"efficient"`` (``_scaled_dot_product_efficient_attention``): the same,
-      its log-sum-exp padded to a multiple of 32 rows (its seed and offset,
-      1 KiB, left out here too; the simulation keeps them, as CUDA does);
-    * ``"math"`` (``_scaled_dot_product_attention_math``, a composite of
-      matmuls and softmax): the scaled query and key (for the scores'
-      backward), the softmax output ``(batch, heads, seq, seq)`` (also the
-      second matmul's left operand), and the value.  For 16-bit inputs it
-      computes in float32 ("keep query, key, value in high precision for
-      accuracy" in ``aten/src/ATen/native/transformers/attention.cpp``), so
-      all four are float32.
+    * ``"flash"``: query, key, value, output, and a float32 log-sum-exp per row
+      (its 1 KiB random-number state left out);
+    * ``"efficient"``: the same, the log-sum-exp padded to a multiple of 32 rows;
+    * ``"math"`` (``_scaled_dot_product_attention_math``): the scaled query and
+      key, the softmax ``(batch, heads, seq, seq)`` and the value, all float32
+      for 16-bit inputs (``aten/src/ATen/native/transformers/attention.cpp``).
 
-    With grouped-query attention (``kv_heads`` key/value heads shared by the
-    ``heads`` query heads, ``enable_gqa=True``) the fused kernels keep the key
-    and value with their ``kv_heads`` heads (:func:`attention_kernel`); the
-    math kernel repeats them to ``heads`` heads first and keeps those.
+    With ``kv_heads`` (grouped-query) the fused kernels keep key and value with
+    ``kv_heads`` heads; the math kernel repeats them to ``heads`` first.
 
     Raises:
         ValueError: for another kernel, or ``kv_heads`` that does not divide ``heads``.
@@ -535,17 +476,11 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
 def host_side_steps(optimizer: torch.optim.Optimizer, tracker) -> torch.optim.Optimizer:
     """Count an Adam-family optimizer's ``step`` counters as host memory, as on a GPU.
 
-    ``torch.optim.Adam`` (and AdamW) create each parameter's ``step`` counter
-    with ``torch.tensor(0.0)``, a host tensor, unless the optimizer is
-    ``fused`` or ``capturable`` (``_init_group`` in ``torch/optim/adam.py``).
-    In the simulation every tensor is a CPU tensor; this wraps the
-    optimizer's ``_init_group`` so that the tracker is paused while the states
-    are created, and then counts every new state except ``step``.  Other
-    optimizers are returned unchanged.
-
-    Args:
-        optimizer: the optimizer (changed in place and returned).
-        tracker: the :class:`helpers.engine.counting.StorageTracker` of the simulation.
+    ``torch.optim.Adam``/``AdamW`` make each ``step`` with ``torch.tensor(0.0)``,
+    a host tensor, unless ``fused`` or ``capturable`` (``_init_group``,
+    ``torch/optim/adam.py``).  This wraps ``_init_group`` to pause ``tracker``
+    and count every new state but ``step``; other optimizers are returned as
+    they are.  The optimizer is changed in place and returned.
     """
     if not isinstance(optimizer, torch.optim.Adam) or any(
             g.get("fused") or g.get("capturable") for g in optimizer.param_groups):
@@ -570,13 +505,10 @@ def host_side_steps(optimizer: torch.optim.Optimizer, tracker) -> torch.optim.Op
 
 
 class SimulatedGradScaler(torch.amp.GradScaler):
-    """PyTorch's ``GradScaler``, on the simulated GPU.
+    """PyTorch's ``GradScaler`` on the simulated GPU: its tensors as the real one makes them.
 
-    Its tensors (the scale, the growth tracker, the scaled loss, the inverse
-    scale and the found-inf flags) are created as the real one creates them.
-    Only its decision is not simulated: fake tensors have no values, so it can
-    never find an inf, and every step is taken (``_maybe_opt_step`` reads a
-    value with ``.item()`` to decide).
+    Fake tensors have no values, so it never finds an inf and every step is
+    taken (``_maybe_opt_step`` decides with ``.item()``).
     """
 
     def __init__(self):

@@ -1,11 +1,9 @@
-"""One API over both backends: bytes allocated now and at peak.
+"""The engine's one face: bytes allocated now and at peak, on either backend (lesson 00).
 
-Introduced in lesson 00; every measurement in the lessons goes through a
-:class:`Meter`, and so does everything that runs a step (:mod:`helpers.step`,
-:mod:`helpers.fsdp`, the studies): the meter is the engine's one face.  Behind
-it, the backend object (:mod:`helpers.engine.backends`) answers what differs
-between a real GPU and the simulation, and the storage tracker
-(:mod:`helpers.engine.counting`) counts on both.
+Every measurement, and everything that runs a step, goes through a
+:class:`Meter`.  Behind it the backend (:mod:`helpers.engine.backends`)
+answers what differs between a real GPU and the simulation, and the storage
+tracker (:mod:`helpers.engine.counting`) counts on both.
 """
 
 from __future__ import annotations
@@ -34,32 +32,24 @@ class Meter:
             del y
         meter.peak()  # 8 MiB: 8388608 bytes, on either backend
 
-    In simulated mode the ``with`` block runs under ``FakeTensorMode``: tensors
-    have no values, and data-dependent operations (``.item()``, printing
-    values) are not possible inside it.
-
-    Counts are relative to entering the block: on a GPU, memory that other
-    code already held is not included.  After the block, :meth:`allocated`,
-    :meth:`peak` and :meth:`reserved` return the values at exit.
+    Simulated, the block runs under ``FakeTensorMode``: tensors have no values,
+    so ``.item()`` and printing values are not possible inside it.  Counts are
+    relative to entering the block; after it, :meth:`allocated`, :meth:`peak`
+    and :meth:`reserved` return the values at exit.
 
     Args:
         device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or
             ``"simulated"``.
-        capacity: behave as a GPU of this many bytes.  Simulated: see
-            :class:`helpers.engine.cuda_rules.SimulatedTracker` (the assumed
-            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` is taken off it).  On cuda: ``torch.cuda.set_per_process_memory_fraction``
-            limits the caching allocator to ``capacity`` (restored on exit),
-            so a large GPU fails as a smaller one would.  Exceeding it raises
-            ``torch.OutOfMemoryError``.
-        attention: simulated only: the kernel of ``scaled_dot_product_attention``
-            (see :data:`helpers.config.ATTENTION`).
-        count_storages: run the storage tracker (default).  False leaves it
-            out, so that no Python runs between operations (for timing): on a
-            GPU the real counters still count; simulated, nothing is counted.
-        tracker: the :class:`helpers.engine.counting.StorageTracker` that
-            counts storages (both backends; on cuda it explains the real
-            counters by category); default: the backend's.  :mod:`helpers.fsdp`
-            passes one that also notes what FSDP2's operators make.
+        capacity: behave as a GPU of this many bytes: simulated, less the
+            assumed :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`
+            (:class:`helpers.engine.cuda_rules.SimulatedTracker`); on cuda,
+            ``torch.cuda.set_per_process_memory_fraction`` (restored on exit).
+            Exceeding it raises ``torch.OutOfMemoryError``.
+        attention: simulated only: the attention kernel (:data:`helpers.config.ATTENTION`).
+        count_storages: run the storage tracker (default); False for timing (on
+            a GPU the real counters still count; simulated, nothing is counted).
+        tracker: the :class:`helpers.engine.counting.StorageTracker` (default:
+            the backend's); :mod:`helpers.fsdp` passes its own.
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
@@ -115,12 +105,7 @@ class Meter:
         return self._frozen[1] if self._frozen else self._peak()
 
     def reserved(self) -> int | None:
-        """Bytes the caching allocator holds from the driver (cuda only).
-
-        This is ``torch.cuda.memory_reserved()`` for the whole process, not
-        relative to entry.  ``None`` in simulated mode: the simulation has no
-        allocator cache (lesson 06 models one).
-        """
+        """``torch.cuda.memory_reserved()`` for the whole process (not relative to entry); ``None`` simulated (lesson 06 models it)."""
         return self._frozen[2] if self._frozen else self._backend.reserved()
 
     def reset_peak(self) -> None:
@@ -145,14 +130,12 @@ class Meter:
         return len(self._tracker.log)
 
     def allocation_log(self) -> list[LogEntry]:
-        """Every allocation, free and resize counted so far, in order.
+        """Every allocation, free and resize counted so far, in order (at exit, after the block).
 
-        Each entry is a :class:`helpers.engine.counting.LogEntry`
-        ``(serial, kind, delta)``: ``delta`` bytes (rounded up to 512;
-        negative for a free or a shrink) of the storage numbered ``serial``,
-        ``kind`` being ``"alloc"``, ``"free"`` or ``"resize"``: the input of
-        :func:`helpers.allocator.replay` (lesson 06).  After the block, the log
-        as it was at exit.  Empty when the meter was made with ``count_storages=False``.
+        Entries are :class:`helpers.engine.counting.LogEntry` ``(serial, kind,
+        delta)``: ``delta`` bytes, rounded up to 512, negative for a free or shrink;
+        ``kind`` ``"alloc"``, ``"free"`` or ``"resize"``: the input of
+        :func:`helpers.allocator.replay`.  Empty with ``count_storages=False``.
         """
         return self._tracker.log[:self._log_at_exit]
 
@@ -172,54 +155,34 @@ class Meter:
         return None if self._backend.measured else self._tracker.peak_at
 
     def host_side_steps(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """``optimizer``, its states counted where a GPU keeps them.
+        """``optimizer``, its states counted where a GPU keeps them (changed in place and returned).
 
-        ``torch.optim.Adam`` and ``AdamW`` keep each parameter's ``step``
-        counter in a host tensor (``torch.tensor(0.0)``) unless ``fused`` or
-        ``capturable``: on a GPU it takes no device memory.  The simulated GPU
-        makes every tensor on the CPU, so there it would be counted; this
-        leaves it out, as :func:`helpers.profile_step` does, and counts the
-        moments ``exp_avg`` and ``exp_avg_sq``.  On a real GPU, and for any
-        other optimizer, the optimizer is returned unchanged.
-
-        Args:
-            optimizer: a ``torch.optim`` optimizer of parameters made on
-                :attr:`device` (changed in place and returned).  Call this
-                before its first ``step()``, which creates the states.
+        Adam and AdamW keep each ``step`` counter in a host tensor unless ``fused``
+        or ``capturable``, so simulated it is left out
+        (:func:`helpers.engine.cuda_rules.host_side_steps`).  Call it before the
+        first ``step()``; on a GPU, and for other optimizers, it changes nothing.
         """
         if self.backend != "simulated":
             return optimizer
         return host_side_steps(optimizer, self._tracker)
 
     def grad_scaler(self) -> torch.amp.GradScaler:
-        """A ``GradScaler`` for float16 training on this backend, as :func:`helpers.profile_step` uses.
-
-        On a GPU, ``torch.amp.GradScaler("cuda")``.  Simulated, a scaler that
-        creates the tensors the CUDA one creates (the scale, the growth
-        tracker, the scaled loss, the inverse scale, the found-inf flags) and
-        always takes the step, since fake tensors have no values to find an
-        inf in (:class:`helpers.engine.cuda_rules.SimulatedGradScaler`).
-        """
+        """A ``GradScaler`` for float16 training: ``torch.amp.GradScaler("cuda")``, or :class:`helpers.engine.cuda_rules.SimulatedGradScaler`."""
         return self._backend.grad_scaler()
 
     def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
-        """``builder()``'s model, built as :func:`helpers.profile_step` builds it.
+        """``builder()``'s model, built before the ``with`` block (not measured).
 
-        Call it before the ``with`` block (building is not measured).
-        Simulated, on the ``meta`` device: shapes and dtypes only, no memory
-        and no initialisation work (a constructor that reads tensor values is
-        built on the CPU instead).  On a GPU, on the CPU, as ``builder()``
-        returns it.  Then give it its memory with :meth:`place`.
+        Simulated, on ``meta`` (a constructor that reads tensor values: on the CPU);
+        on a GPU, as ``builder()`` returns it.  :meth:`place` gives it memory.
         """
         return self._backend.build(builder)
 
     def place(self, model: nn.Module) -> nn.Module:
-        """Put ``model``'s parameters and buffers on :attr:`device`, counted.
+        """Put ``model``'s parameters and buffers on :attr:`device`, counted; returns the placed model.
 
-        Call it inside the ``with`` block, on a model from :meth:`build`: on a
-        GPU this is ``model.to("cuda")``; simulated, every parameter and
-        buffer gets a fake storage of its size and dtype (what
-        ``model.to("cuda")`` would allocate).  Returns the placed model.
+        Inside the ``with`` block: ``model.to("cuda")`` on a GPU; simulated, a fake
+        storage of each one's size and dtype.
         """
         return self._backend.place(model)
 
@@ -234,15 +197,11 @@ class Meter:
         return self._backend.offload(self._tracker)
 
     def optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """:meth:`host_side_steps` for any optimizer: simulated, a torchao optimizer (whose step a GPU runs
-        ``torch.compile``'d) also steps eagerly, its temporaries uncounted
-        (:meth:`helpers.engine.backends.SimulatedBackend.optimizer`)."""
+        """:meth:`host_side_steps` for any optimizer; simulated, a torchao optimizer also steps eagerly, its temporaries uncounted."""
         return self._backend.optimizer(optimizer, self._tracker)
 
     def offloaded_optimizer(self, make: Callable[[list], torch.optim.Optimizer], params):
-        """An optimizer of ``params`` (``make`` builds one of a list of parameters) with its states in host
-        memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer``, or simulated,
-        :class:`helpers.engine.backends.HostStates`, which keeps the same tensors where torchao does."""
+        """An optimizer of ``params`` with its states in host memory (torchao's ``CPUOffloadOptimizer``, or :class:`helpers.engine.backends.HostStates`)."""
         return self._backend.offloaded_optimizer(make, params, self._tracker)
 
     def synchronize(self) -> None:
@@ -250,6 +209,5 @@ class Meter:
         self._backend.synchronize()
 
     def release(self) -> None:
-        """After an out-of-memory error, once the step's tensors are dropped: on a GPU, collect
-        garbage and return the allocator's cache to the driver (``torch.cuda.empty_cache()``)."""
+        """After an out-of-memory error, the step's tensors dropped: on a GPU, collect garbage and ``torch.cuda.empty_cache()``."""
         self._backend.release()

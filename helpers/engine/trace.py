@@ -1,33 +1,20 @@
-"""Record memory, module by module, over one training step.
+"""Record memory, module by module, over one training step (lesson 03).
 
-Introduced in lesson 03 (ResNet18 layer by layer).
+For every call of every submodule the tracer records the bytes allocated
+and the change since the previous event at ``pre`` (before its forward),
+``fwd`` (after it, with the output's shape) and ``bwd`` (once the gradients
+of its inputs and all its parameters exist); a checkpointed module's forward
+run again in backward is a ``recompute`` event.
 
-For every call of every submodule the tracer records three events, each with
-the bytes allocated at that moment and the change since the previous event:
-
-* ``pre``: just before the module's forward runs;
-* ``fwd``: just after it, with the output's shape;
-* ``bwd``: once backward has computed the gradients of the module's inputs and
-  of all its parameters (the module's whole backward is done).
-
-``bwd`` events do not use ``register_full_backward_hook``: it wraps outputs in
-an autograd function that in-place operations (ResNet's ``ReLU(inplace=True)``
-and ``out += identity``) break.  Instead, at ``pre`` time the tracer puts a
-plain ``Tensor.register_hook`` on each input that requires grad and on each
-of the module's parameters, and counts down: when the last of them has its
-gradient, the module's backward is done.  A hook on a tensor stays bound to
-the autograd node that produced it, even if the tensor is later modified in
-place (PyTorch autograd notes, "Backward Hooks execution"), so in-place layers
-are handled.  (``register_multi_grad_hook`` would also work, but it keeps the
-gradients it has seen alive until the last one arrives, and so changes the
-memory it is meant to measure.)
-
-Under activation checkpointing the forward of checkpointed modules runs again
-during backward; those calls are recorded as ``recompute`` events.
-
-The tracer also notes which storages autograd saves for backward (through
-``torch.autograd.graph.saved_tensors_hooks``), so that memory can later be
-split into parameters, gradients, optimizer states and activations.
+``bwd`` does not use ``register_full_backward_hook``, which in-place
+operations (``ReLU(inplace=True)``, ``out += identity``) break: at ``pre`` a
+plain ``Tensor.register_hook`` goes on each input that requires grad and each
+parameter, counted down to the last.  A hook stays bound to the node that
+produced the tensor even if it is modified in place (PyTorch autograd notes,
+"Backward Hooks execution").  ``register_multi_grad_hook`` would keep the
+gradients alive until the last one, changing the memory it measures.  The
+tracer also notes which storages autograd saves
+(``saved_tensors_hooks``), to tell activations from the rest.
 """
 
 from __future__ import annotations
@@ -52,24 +39,22 @@ STEP_PHASES = ("model", "input", "loss", "backward", "optimizer.step", "zero_gra
 
 @dataclass
 class Event:
-    """One moment of a traced step.  Each field has one meaning.
+    """One moment of a traced step.
 
     Attributes:
         index: position in the step's event list (0-based).
-        phase: what happened: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for a
-            module; one of :data:`STEP_PHASES` for a step event.
-        module: dotted name from ``model.named_modules()`` (the model itself is
-            ``""``); ``None`` for a step event.
-        module_type: the module's class name (``"Conv2d"``); ``None`` for a step event.
-        note: a step event's description (``"input batch and targets"``);
-            ``None`` for a module event.
-        allocated_bytes: bytes allocated at this moment (backend's counter).
+        phase: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for a module; one of
+            :data:`STEP_PHASES` for a step event.
+        module: dotted name from ``model.named_modules()`` (the model is ``""``);
+            ``None`` for a step event.
+        module_type: the module's class name; ``None`` for a step event.
+        note: a step event's description; ``None`` for a module event.
+        allocated_bytes: bytes allocated at this moment.
         delta_bytes: change since the previous event, in bytes.
         peak_bytes: highest allocation so far in the step, in bytes.
         shape: output shape for ``fwd``/``recompute`` events, else ``None``.
         depth: nesting depth of the module (the model is 0).
-        live: serials of the storages alive at this moment (see
-            :class:`helpers.engine.counting.StorageTracker`); used to label memory.
+        live: serials of the storages alive now (:class:`helpers.engine.counting.StorageTracker`).
         log_position: length of the allocation log at this moment.
     """
 
@@ -116,17 +101,16 @@ class StepTracer:
     Args:
         meter: the :class:`helpers.engine.meter.Meter` the step runs under.
         model: the model whose ``named_modules()`` give the names.
-        root: the module actually called for the forward pass, if not
-            ``model`` (e.g. a checkpointing wrapper); its events are
-            recorded under the model's name ``""``.
+        root: the module actually called, if not ``model`` (a checkpointing
+            wrapper); its events are recorded under ``""``.
 
     Attributes:
         events: the recorded events, in order.
         saved: serials of storages autograd saved for backward.
-        recomputed: ``(first, last)`` serial ranges of storages created while
-            checkpointed modules recomputed their forward.
-        in_backward: set it to True just before calling ``backward()``, so that
-            forward calls from then on are recorded as ``recompute``.
+        recomputed: ``(first, last)`` serial ranges made while checkpointed
+            modules recomputed their forward.
+        in_backward: set True just before ``backward()``: forward calls from then
+            on are ``recompute`` events.
     """
 
     def __init__(self, meter: Meter, model: nn.Module, root: nn.Module | None = None):
@@ -146,14 +130,7 @@ class StepTracer:
 
     # -- recording -----------------------------------------------------------------
     def record(self, module: str | None, type_: str, phase: str, shape=None) -> Event:
-        """Append an event with the bytes allocated now; returns it.
-
-        Args:
-            module: the module's dotted name, or None for a step event.
-            type_: the module's class name, or the step event's note.
-            phase: see :attr:`Event.phase`.
-            shape: the output's shape (forward events).
-        """
+        """Append and return an event with the bytes allocated now (``module`` None for a step event; ``type_`` its class name or note)."""
         allocated = self.meter.allocated()
         previous = self.events[-1].allocated_bytes if self.events else 0
         event = Event(
@@ -190,11 +167,7 @@ class StepTracer:
         return hook
 
     def _waiters_of(self, t: torch.Tensor) -> list:
-        """The modules waiting for ``t``'s gradient; hooks ``t`` on first use.
-
-        Keyed by the tensor and its version, so that a tensor modified in place
-        gets a second hook, bound to its new autograd node.
-        """
+        """The modules waiting for ``t``'s gradient; hooks ``t`` (per tensor and version) on first use."""
         key = (id(t), t._version)
         entry = self._grad_waiters.get(key)
         if entry is None or entry[0]() is not t:

@@ -1,20 +1,10 @@
-"""Models the lessons trace: torchvision classifiers by name, small networks, GPT-2, Llama-3 8B.
+"""What a model is and what it eats, for every step: presets, torchvision classifiers, yours, Hugging Face configs.
 
-Introduced in lesson 03 (ResNet18 layer by layer).  Models are always built
-with random weights (``weights=None``): nothing is downloaded, and memory does
-not depend on the values of the weights.
-
-This module decides what a model is and what it eats, for every step:
-
-* :func:`resolve_model` turns what a learner passes to
-  :func:`helpers.step.profile_step` (a name, a preset, an ``nn.Module``, a
-  builder, ``"package.module:function"``, ``"path/to/file.py:function"``, or a
-  Hugging Face config, built by :mod:`helpers.models.hf`) into a
-  :class:`ModelSpec`: how to build it, and what it knows of its inputs;
-* :func:`resolve_task` adds the step's options: the :class:`Task`, which
-  makes each :class:`Batch` and computes the loss;
-* :func:`build` is the first step of the step runner's recipe
-  (:data:`helpers.step.RECIPE`).
+Models are built with random weights (nothing is downloaded; memory does not
+depend on values).  :func:`resolve_model` turns what a learner passes to
+:func:`helpers.step.profile_step` into a :class:`ModelSpec`; :func:`resolve_task`
+adds the step's options: the :class:`Task` that makes each :class:`Batch` and
+computes the loss; :func:`build` is the first step of :data:`helpers.step.RECIPE`.
 """
 
 from __future__ import annotations
@@ -42,25 +32,14 @@ from .llama import LLAMA_PRESETS, Llama, LlamaConfig
 
 
 def classification_models() -> list[str]:
-    """Names of all torchvision classification model builders, sorted.
-
-    These are the names ``torchvision.models.get_model`` accepts that build an
-    image classifier (``resnet18``, ``vgg11``, ``vit_b_16``, ...); detection,
-    segmentation, video and quantized models are not included.
-    """
+    """Names of torchvision's image classifier builders (``resnet18``, ``vit_b_16``, ...), sorted."""
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
 def build_model(name: str, num_classes: int = 1000) -> nn.Module:
-    """Build the torchvision classification model ``name`` with random weights.
+    """Build the torchvision classification model ``name`` with random weights, in training mode.
 
-    Args:
-        name: a builder name from :func:`classification_models`.
-        num_classes: size of the classifier's output (1000, as ImageNet).
-
-    Returns:
-        The model, in training mode, on the current default device.  Under a
-        simulated :class:`helpers.engine.meter.Meter` it is made of fake tensors.
+    Under a simulated :class:`helpers.engine.meter.Meter` it is made of fake tensors.
 
     Raises:
         ValueError: if ``name`` is not a torchvision classification model, or
@@ -87,13 +66,7 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module:
 
 @contextlib.contextmanager
 def _regnet_widths_on_cpu():
-    """Let RegNets build on the ``meta`` device.
-
-    ``torchvision.models.regnet.BlockParams.from_init_params`` computes the
-    block widths with tensors and reads them back (``.tolist()``), which a meta
-    tensor cannot do.  While this context is active it computes them on the CPU
-    (a few numbers); the model itself is still built wherever the caller builds it.
-    """
+    """Let RegNets build on ``meta``: ``BlockParams.from_init_params`` reads tensors back (``.tolist()``), so compute those widths on the CPU."""
     params = torchvision.models.regnet.BlockParams
     original = params.__dict__["from_init_params"]
 
@@ -109,29 +82,18 @@ def _regnet_widths_on_cpu():
 
 
 def sequential_form(model: nn.Module) -> nn.Sequential:
-    """The model as one ``nn.Sequential`` of its own submodules, for checkpointing.
+    """The model as one ``nn.Sequential`` of its own submodules, for ``checkpoint_sequential``.
 
-    ``torch.utils.checkpoint.checkpoint_sequential`` splits a sequence of
-    modules into segments.  This returns such a sequence that computes exactly
-    what ``model(x)`` computes, sharing the same parameter tensors:
-
-    * ResNet, ResNeXt, Wide ResNet: the stem (conv1, bn1, relu, maxpool) as
-      one unit, each residual block of layer1..layer4 as its own unit, and
-      the head (avgpool, flatten, fc): 10 units for ResNet18;
-    * VGG, AlexNet, MobileNet V2/V3, EfficientNet: each module of
-      ``features``, then the pooling, flatten, and ``classifier``, with every
-      in-place module joined to the one before it (a checkpoint segment must
-      not start with an in-place operation, which would overwrite the
-      segment's kept input);
-    * an ``nn.Sequential`` (such as :func:`mlp`): itself;
-    * a :class:`helpers.models.gpt.GPT`: its embeddings, each block, its head.
-
-    Args:
-        model: a model from :func:`build_model`.
+    It computes exactly what ``model(x)`` computes, with the same parameters:
+    ResNet-style models as stem, each residual block, head (10 units for
+    ResNet18); VGG, AlexNet, MobileNet, EfficientNet as each module of
+    ``features``, pooling, flatten, ``classifier``, in-place modules joined to the
+    one before (:func:`_merge_inplace`); an ``nn.Sequential`` as itself; a
+    :class:`helpers.models.gpt.GPT` as embeddings, blocks, head.
 
     Raises:
-        ValueError: for a model family whose forward is not such a sequence
-            (DenseNet, Inception, ViT, Swin, ...).
+        ValueError: for a family whose forward is not such a sequence (DenseNet,
+            Inception, ViT, Swin, ...).
     """
     models = torchvision.models
     if isinstance(model, nn.Sequential):
@@ -156,10 +118,8 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
 def mlp(in_features: int = 64, hidden: tuple[int, ...] = (256, 256), num_classes: int = 10) -> nn.Sequential:
     """A multi-layer perceptron: ``Linear -> ReLU`` per hidden layer, then a ``Linear``.
 
-    The default is the small network of lesson 01, for the 8x8 digits data
-    (64 input features, 10 classes): 64 -> 256 -> 256 -> 10, 85,002 parameters.
-
-    Input shape ``(batch, in_features)``; output ``(batch, num_classes)`` logits.
+    Input ``(batch, in_features)``, output ``(batch, num_classes)`` logits.  The
+    default is lesson 01's 64 -> 256 -> 256 -> 10 (85,002 parameters).
 
     Raises:
         ValueError: if a size is below 1.
@@ -180,15 +140,11 @@ def digits_mlp() -> nn.Sequential:
 
 
 def dropout_mlp(relu: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequential:
-    """Lesson 02's MLP in the style of the dropout paper (Srivastava et al., JMLR 2014).
+    """Lesson 02's MLP after the dropout paper (Srivastava et al., JMLR 2014): 3,962,890 parameters.
 
-    ``Flatten``, then 4 x (``Linear(., 1024)``, ``relu()``, ``Dropout(0.5)``),
-    then ``Linear(1024, 10)``: input ``(batch, 1, 28, 28)`` images, output
-    ``(batch, 10)`` logits; 3,962,890 parameters.
-
-    Args:
-        relu: the activation's class or builder (lesson 02 swaps in the mask
-            ReLUs of :mod:`helpers.saved`).
+    ``Flatten``, 4 x (``Linear(., 1024)``, ``relu()``, ``Dropout(0.5)``),
+    ``Linear(1024, 10)``: input ``(batch, 1, 28, 28)``, output ``(batch, 10)``.
+    ``relu`` is the activation's class or builder.
     """
     layers, width = [nn.Flatten()], 784
     for _ in range(4):
@@ -198,11 +154,7 @@ def dropout_mlp(relu: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequential:
 
 
 def digits_cnn(num_classes: int = 10) -> nn.Sequential:
-    """A small CNN for the 8x8 digits (lesson 04), taking the 64 flattened pixels.
-
-    ``(batch, 64)`` -> view as ``(batch, 1, 8, 8)`` -> Conv 32 -> BatchNorm -> ReLU
-    -> Conv 64 -> BatchNorm -> ReLU -> MaxPool 2 -> Linear -> ``(batch, num_classes)``.
-    """
+    """A small CNN for the 8x8 digits (lesson 04): ``(batch, 64)`` pixels -> ``(batch, num_classes)`` logits."""
     return nn.Sequential(
         nn.Unflatten(1, (1, 8, 8)),
         nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
@@ -212,12 +164,7 @@ def digits_cnn(num_classes: int = 10) -> nn.Sequential:
 
 
 def _merge_inplace(units: list[nn.Module]) -> nn.Sequential:
-    """Join each in-place module (``ReLU(inplace=True)``, ...) to the unit before it.
-
-    A checkpoint segment keeps its input for recomputation; if the next
-    segment began with an in-place ReLU, that ReLU would overwrite the kept
-    input and backward would fail.  Keeping the pair in one unit avoids it.
-    """
+    """Join each in-place module to the unit before it: a segment starting in place would overwrite its kept input."""
     merged: list[nn.Module] = []
     for unit in units:
         if merged and getattr(unit, "inplace", False):
@@ -229,8 +176,7 @@ def _merge_inplace(units: list[nn.Module]) -> nn.Sequential:
 
 
 def output_logits(output) -> torch.Tensor:
-    """The logits tensor from a model's output: a tensor, an object with
-    ``.logits`` (Hugging Face style), or the first element of a tuple.
+    """The logits of a model's output: a tensor, ``.logits`` (Hugging Face), or a tuple's first element.
 
     Raises:
         ValueError: if no tensor can be found.
@@ -252,13 +198,11 @@ class ModelSpec:
 
     Attributes:
         name: the label of its profiles.
-        build: returns a fresh model (called by a backend, on the ``meta``
-            device when simulating).
-        input_shape: one float sample's shape, if the model fixes it (``mlp``).
+        build: returns a fresh model (on ``meta`` when simulating).
+        input_shape: one float sample's shape, if the model fixes it.
         vocab_size, seq_len: token models: the vocabulary and the longest sequence.
-        num_classes: classifiers: the number of classes, if known before a forward pass.
-        seq_len_required: a token model whose context is too long to be the
-            default sequence (a Hugging Face causal LM): ``seq_len`` must be given.
+        num_classes: a classifier's classes, if known before a forward pass.
+        seq_len_required: ``seq_len`` must be given (a Hugging Face causal LM).
         blocks: a model built of identical repeated blocks (the GPT and Llama
             presets, a Hugging Face causal LM whose decoder layers all run alike):
             how many; None for any other model.
@@ -291,9 +235,7 @@ def _gpt_spec(name: str, config: GPTConfig | None = None) -> ModelSpec:
 def hf_spec(config, name: str | None = None) -> ModelSpec:
     """The :class:`ModelSpec` of a Hugging Face causal LM from its config (:func:`helpers.models.hf.causal_lm`).
 
-    Its inputs are token ids below the config's ``vocab_size``, as many as
-    ``seq_len`` says (its ``max_position_embeddings`` is no default); its
-    loss is next-token cross-entropy on the output's ``logits``.
+    Token ids below ``vocab_size``, as many as ``seq_len`` says; next-token loss.
 
     Raises:
         ValueError: as :func:`helpers.models.hf.load_config` does.
@@ -335,12 +277,7 @@ def model_names() -> list[str]:
 
 
 def meta_copy(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` whose parameters and buffers are on the ``meta`` device.
-
-    The learner's model is not touched and no tensor data is copied: each
-    parameter and buffer is replaced, in the copy, by a meta tensor of its
-    shape and dtype (tied weights stay tied).
-    """
+    """A copy of ``module`` with its parameters and buffers on ``meta`` (tied weights stay tied; the original is untouched)."""
     memo = {}
     for t in chain(module.parameters(), module.buffers()):
         meta = torch.empty_like(t, device="meta")
@@ -389,13 +326,11 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
     """What :func:`helpers.step.profile_step` needs to know about ``model``.
 
     Args:
-        model: a torchvision classification model name, a preset of
-            :data:`PRESETS`, ``"package.module:function"`` or
-            ``"path/to/file.py:function"`` (a function in a file of yours), an
-            ``nn.Module`` (profiled on a :func:`meta_copy` when simulating, a
-            deep copy on a GPU: the original is not touched), a function
-            returning a fresh one, or a Hugging Face config (:func:`hf_spec`:
-            a shipped or Hub name ``org/model``, a ``config.json`` path, a
+        model: a torchvision classifier name, a preset of :data:`PRESETS`,
+            ``"package.module:function"`` or ``"path/to/file.py:function"``, an
+            ``nn.Module`` (a :func:`meta_copy` when simulating, a deep copy on a
+            GPU), a function returning one, or a Hugging Face config
+            (:func:`hf_spec`: a shipped or Hub name, a ``config.json`` path, a
             dict or a ``PretrainedConfig``).
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
@@ -428,8 +363,7 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
 
 
 def _copy_for_step(module: nn.Module) -> nn.Module:
-    """A copy of a learner's model for one step: meta tensors inside a ``meta``
-    device context (the simulation builds there), a real copy otherwise."""
+    """A copy of a learner's model for one step: meta tensors under a ``meta`` device, else a real copy."""
     if torch.get_default_device().type == "meta":
         return meta_copy(module)
     return copy.deepcopy(module)
@@ -449,13 +383,7 @@ def build(runner) -> None:
 
 @dataclass
 class Batch:
-    """One (micro-)batch: the model's inputs and the loss's targets.
-
-    Attributes:
-        inputs: the positional inputs of the model's forward.
-        targets: the targets, or ``None`` when they can only be drawn once the
-            output's shape is known (:meth:`Task.loss_of` draws them).
-    """
+    """One (micro-)batch: ``inputs`` (the forward's positional inputs) and ``targets`` (None: drawn by :meth:`Task.loss_of`)."""
 
     inputs: tuple
     targets: torch.Tensor | None = None
@@ -470,13 +398,12 @@ class Task:
     """What a step feeds the model and how it scores the output (:func:`resolve_task`).
 
     Attributes:
-        inputs: ``"features"`` (float samples), ``"tokens"`` (int64 ids) or
-            ``"custom"`` (made by :attr:`make`).
+        inputs: ``"features"`` (float samples), ``"tokens"`` (int64 ids) or ``"custom"``.
         sample_shape: one sample's shape (``()`` for custom inputs).
-        vocab_size: token inputs: ids are drawn below it.
+        vocab_size: token inputs are drawn below it.
         loss: ``"classification"``, ``"next_token"``, or a function of the output.
         num_classes: a classifier's classes, if known before the forward pass.
-        dtype: the float samples' dtype: the parameters' (``StepConfig.param_dtype``).
+        dtype: the float samples' dtype (``StepConfig.param_dtype``).
         make: custom inputs: ``StepConfig.inputs``, a function ``(batch_size, device)``.
     """
 
@@ -537,16 +464,14 @@ class Task:
 def resolve_task(config: StepConfig, spec: ModelSpec) -> Task:
     """The :class:`Task` of a step: ``config``'s inputs and loss, completed by what ``spec`` knows.
 
-    Token ids when ``config.seq_len`` is given (or the model is a token
-    model: its context is the default length), else float samples of
-    ``config.input_shape``, the model's own shape, or images of
-    ``config.image_size``; ``config.inputs`` makes its own.  The loss
-    ``"auto"`` is next-token cross-entropy for token ids, else classification.
+    Token ids when ``config.seq_len`` is given or the model is a token model,
+    else float samples of ``config.input_shape``, the model's shape, or images;
+    loss ``"auto"``: next-token for token ids, else classification.
 
     Raises:
-        ValueError: in one line, for ``input_shape`` given to a token model, a
-            Hugging Face causal LM without ``seq_len``, token ids without a
-            vocabulary, or ``num_classes`` with a next-token loss.
+        ValueError: for ``input_shape`` given to a token model, a Hugging Face
+            causal LM without ``seq_len``, token ids without a vocabulary, or
+            ``num_classes`` with a next-token loss.
     """
     if spec.vocab_size and config.input_shape is not None:
         raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "

@@ -1,17 +1,10 @@
-"""A GPT-2-style decoder in plain ``torch.nn``, with the GPT-2 sizes as presets.
+"""A GPT-2-style decoder in plain ``torch.nn``, with the GPT-2 sizes as presets (lessons 05a, 05b, 08).
 
-Introduced for lessons 05a, 05b and 08 (model states at GPT-2 scale; GPT-2
-1.5B against the ZeRO paper; transformers and sequence length).  Built on the
-``meta`` device by the simulation, so even the 1.5-billion-parameter
-``gpt2-xl`` costs no memory; nothing is downloaded.
-
-The architecture is GPT-2's (Radford et al., 2019, "Language Models are
-Unsupervised Multitask Learners", and the released code): learned token and
-position embeddings, ``n_layer`` pre-norm blocks (LayerNorm, causal
-multi-head self-attention through ``torch.nn.functional.scaled_dot_product_attention``,
-residual; LayerNorm, MLP ``d -> 4d -> d`` with GELU, residual), a final
-LayerNorm, and an output head tied to the token embedding.  Dropout is
-omitted (GPT-2's is 0.1; set ``dropout`` to add it before each residual sum).
+GPT-2's architecture (Radford et al., 2019, and the released code): learned
+token and position embeddings, ``n_layer`` pre-norm blocks (LayerNorm, causal
+self-attention through ``scaled_dot_product_attention``, residual;
+LayerNorm, MLP ``d -> 4d -> d`` with GELU, residual), a final LayerNorm, and
+a head tied to the token embedding.  No dropout unless ``dropout`` is set.
 """
 
 from __future__ import annotations
@@ -48,12 +41,7 @@ class GPTConfig:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
 
     def parameter_count(self) -> int:
-        """Parameters of :class:`GPT` with these sizes (the head is tied: counted once).
-
-        Per block: two LayerNorms (4h), attention (h x 3h + 3h, h x h + h), MLP
-        (h x 4h + 4h, 4h x h + h): 12h² + 13h.  Plus the embeddings
-        (vocab x h, positions x h) and the final LayerNorm (2h).
-        """
+        """Parameters of :class:`GPT` (the tied head counted once): 12h² + 13h per block, the embeddings (vocab x h, positions x h) and the final LayerNorm (2h)."""
         h = self.d_model
         return self.n_layer * (12 * h * h + 13 * h) + (self.vocab_size + self.n_positions) * h + 2 * h
 

@@ -1,56 +1,30 @@
-"""Hugging Face causal language models, built from their config alone (for lesson 09).
+"""Hugging Face causal language models, built from their config alone (lesson 09).
 
-A ``transformers`` model class is built from a config (never its weights) with
-``AutoModelForCausalLM.from_config``: on the ``meta`` device when the step is
-simulated, so an 8B model costs nothing to build.  A config may be
+``AutoModelForCausalLM.from_config``, never weights: on ``meta`` when
+simulated, so an 8B model costs nothing to build.  A config is a
+``PretrainedConfig``, a dict of ``config.json``'s keys, a ``config.json`` (or
+its folder), a shipped name (:data:`SHIPPED`, no network), or another Hub
+name (its ``config.json`` fetched).  One needing ``trust_remote_code``, or
+whose ``model_type`` the pinned ``transformers`` does not know, is refused
+in one line.
 
-* a ``transformers.PretrainedConfig``, or a dict of ``config.json``'s keys;
-* a local ``config.json`` (or a folder holding one);
-* the name of a shipped config (:data:`SHIPPED`, package data: no network);
-* any other Hub name, such as ``"org/model"``: its ``config.json`` alone is
-  fetched, which needs internet (``transformers.AutoConfig.from_pretrained``).
+Models run with ``attn_implementation="sdpa"``, ``use_cache=False``, float32
+parameters unless ``StepConfig.param_dtype`` says otherwise, and token ids
+without ``attention_mask``: ``transformers`` then passes ``is_causal=True``
+and, with grouped-query attention, ``enable_gqa=True`` (``use_gqa_in_sdpa``,
+``transformers/integrations/sdpa_attention.py``), which the fused kernels
+take as they are (:func:`helpers.engine.cuda_rules.attention_kernel`).  On
+fake tensors its packed-sequence check (``find_packed_sequence_indices``,
+``masking_utils.py``) cannot read the positions and would build a full mask;
+so "sdpa" is :data:`SDPA`, Hugging Face's SDPA forward registered
+(``AttentionInterface``, ``AttentionMaskInterface``) with a mask function
+that returns no mask exactly when the mask is the plain causal one, as
+``transformers`` does on real tensors.  "eager" keeps the full scores.
 
-A config that needs ``trust_remote_code`` (code from the Hub, not from the
-pinned ``transformers``), or whose ``model_type`` the pinned ``transformers``
-does not know, is refused in one line.
-
-Attention runs as ``attn_implementation="sdpa"`` (PyTorch's
-``scaled_dot_product_attention``, which the simulation gives the kernel of
-``helpers.config.ATTENTION``), ``use_cache=False`` (a training step keeps no
-KV cache), and parameters in float32 (PyTorch's default, as the project's own
-GPT and Llama presets) unless ``StepConfig.param_dtype`` says bfloat16.  The step feeds token ids only, no ``attention_mask``:
-on real tensors ``transformers`` then passes ``is_causal=True`` to SDPA and
-builds no mask, and with grouped-query attention passes the key and value
-un-expanded with ``enable_gqa=True`` (``use_gqa_in_sdpa`` in
-``transformers/integrations/sdpa_attention.py``), which PyTorch 2.14.1's fused
-kernels take as they are (:func:`helpers.engine.cuda_rules.attention_kernel`).
-"eager" attention runs too, and keeps the full ``(batch, heads, seq, seq)``
-scores, as the math kernel does.
-
-On the simulation's fake tensors ``transformers`` cannot see that the
-positions it made (``arange``) are one unpacked sequence: its check for
-packed sequences (``find_packed_sequence_indices`` in ``masking_utils.py``)
-reads tensor values, so under ``is_tracing`` (true for a ``FakeTensor``) it
-keeps a ``(batch, 1, seq, seq)`` boolean mask, repeats the key and value to
-every head, and SDPA takes the math kernel, which a GPU would not.  The
-supported way around it is ``transformers``' own extension point: "sdpa" is
-built as :data:`SDPA`, Hugging Face's SDPA forward unchanged, registered
-(``AttentionInterface``) with a mask function (``AttentionMaskInterface``)
-that returns no mask exactly when the mask would be the plain causal one (no
-``attention_mask``, no cache, query as long as the keys, no sliding window
-shorter than the sequence), as ``transformers`` itself does on real tensors.
-
-Against the project's own Llama (:mod:`helpers.models.llama`), Hugging
-Face's Llama keeps one more ``(batch, seq, hidden)`` float32 tensor per
-RMSNorm (two per layer and the final norm): ``LlamaRMSNorm`` is written out
-(``x * rsqrt(mean(x**2) + eps)``, then ``weight *`` that), and keeps the
-normalised input for the weight's gradient, where ``torch.nn.RMSNorm``'s
-fused GPU kernel keeps only its input and the reciprocal RMS.
-
-Only building lives here.  What a step then does to the model (its
-parameters' dtype, checkpointing, LoRA, QLoRA's NF4 weights) is the step
-runner's recipe (:data:`helpers.step.RECIPE`), each step in its technique's
-module (:mod:`helpers.techniques`).
+Hugging Face's ``LlamaRMSNorm`` is written out and keeps the normalised
+float32 input, one ``(batch, seq, hidden)`` tensor per norm more than
+``torch.nn.RMSNorm``'s fused kernel (:mod:`helpers.models.llama`).  Only
+building lives here; the step's recipe (:data:`helpers.step.RECIPE`) does the rest.
 """
 
 from __future__ import annotations
@@ -137,17 +111,14 @@ def load_config(config: Any):
     """A ``transformers.PretrainedConfig`` from any of :data:`ACCEPTED`.
 
     Args:
-        config: a ``PretrainedConfig`` (returned as a copy), a dict of
-            ``config.json``'s keys (``model_type`` required), a path to a
-            ``config.json`` or to a folder holding one, a name of
-            :data:`SHIPPED`, or another Hub name ``org/model`` (its
-            ``config.json`` only, fetched: needs internet).
+        config: a ``PretrainedConfig`` (copied), a dict (``model_type``
+            required), a path to a ``config.json`` or its folder, a name of
+            :data:`SHIPPED`, or another Hub name (needs internet).
 
     Raises:
         ValueError: in one line, for a config that needs ``trust_remote_code``
-            (``auto_map``), a ``model_type`` the pinned ``transformers`` does
-            not know, a missing or unreadable file, or a Hub name that cannot
-            be fetched (offline, unknown, gated).
+            (``auto_map``), an unknown ``model_type``, a missing or unreadable
+            file, or a Hub name that cannot be fetched.
     """
     import transformers
     from transformers import AutoConfig, PretrainedConfig
@@ -199,8 +170,7 @@ def load_config(config: Any):
 
 
 def _hub_unreachable() -> str:
-    """Why the Hub cannot be asked now (``HF_HUB_OFFLINE`` set, or its host name does not
-    resolve: no network), or ``""``."""
+    """Why the Hub cannot be asked now (``HF_HUB_OFFLINE``, or no network), or ``""``."""
     import os
     import socket
     from urllib.parse import urlparse
@@ -301,15 +271,12 @@ def _register_sdpa() -> None:
 
 @dataclass(frozen=True)
 class CausalLMBuilder:
-    """A function of no arguments that builds one Hugging Face causal LM from its config.
-
-    Called by the engine's backend: on the ``meta`` device when simulating
-    (shapes only, no memory, no initialisation work), on the CPU for a GPU.
+    """A function of no arguments that builds one Hugging Face causal LM from its config (on ``meta`` when simulating).
 
     Attributes:
         config: a ``transformers.PretrainedConfig`` (from :func:`load_config`).
         attn_implementation: ``"sdpa"`` (default) or ``"eager"``.
-        label: the model's name in profiles (:func:`config_label` of the config as given).
+        label: the model's name in profiles (:func:`config_label`).
     """
 
     config: Any
@@ -387,7 +354,7 @@ class CausalLMBuilder:
 
 
 def causal_lm(config: Any) -> CausalLMBuilder:
-    """The builder of the causal LM of ``config`` (anything :func:`load_config` takes), with SDPA attention.
+    """The :class:`CausalLMBuilder` of ``config`` (anything :func:`load_config` takes).
 
     Raises:
         ValueError: as :func:`load_config` does, in one line.
@@ -396,15 +363,13 @@ def causal_lm(config: Any) -> CausalLMBuilder:
 
 
 def build_causal_lm(config: Any, attn_implementation: str = "sdpa") -> nn.Module:
-    """The Hugging Face causal LM of ``config`` (anything :func:`load_config` takes), in training mode.
+    """The Hugging Face causal LM of ``config``, in training mode, on the default device.
 
-    Built on the current default device (``with torch.device("meta"):`` for
-    shapes only), float32 parameters, ``use_cache=False``; tied weights (an LM
-    head tied to the token embedding) stay one tensor.
+    Float32 parameters, ``use_cache=False``; tied weights stay one tensor.
 
     Raises:
-        ValueError: as :func:`load_config` does, or when ``transformers``
-            cannot build a causal LM of that config, in one line.
+        ValueError: in one line, as :func:`load_config` does, or when
+            ``transformers`` cannot build a causal LM of that config.
     """
     if attn_implementation not in ("sdpa", "eager"):
         raise ValueError(f"unknown attn_implementation {attn_implementation!r}; use sdpa or eager")

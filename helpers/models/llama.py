@@ -1,28 +1,17 @@
-"""A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings.
+"""A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings (lesson 08).
 
-Introduced in lesson 08 (transformers and sequence length).  Small and
-readable, not a port of any released code: it has the shapes and the
-operations that decide memory, so that the simulation (which builds it on the
-``meta`` device) counts what a Llama-3 model keeps.  Nothing is downloaded.
-
-The architecture follows Touvron et al. 2023 ("LLaMA: Open and Efficient
-Foundation Language Models") and the Llama 3 report (Grattafiori et al. 2024,
-"The Llama 3 Herd of Models", table 3 for the 8B sizes):
-
-* token embedding ``(vocab, h)``, no position embedding, untied output head;
-* ``n_layer`` pre-norm blocks: ``x + o(attention(rope(q(n(x))), rope(k(n(x))), v(n(x))))``
-  with ``n = torch.nn.RMSNorm``, then ``x + down(silu(gate(n(x))) * up(n(x)))``
-  (SwiGLU, Shazeer 2020); no biases anywhere;
-* grouped-query attention (Ainslie et al. 2023): ``n_head`` query heads share
-  ``n_kv_head`` key and value heads.  The keys and values are repeated to
-  ``n_head`` heads before ``scaled_dot_product_attention`` (``expand`` and
-  ``reshape``), as Hugging Face's ``repeat_kv`` does, so that every attention
-  kernel can run it.  Passing them un-expanded with ``enable_gqa=True``
-  instead would keep only ``n_kv_head`` heads of each: PyTorch 2.14.1's flash
-  and memory-efficient kernels take it on a GPU, and so does the simulation
-  (:func:`helpers.engine.cuda_rules.attention_kernel`);
-* rotary position embeddings (Su et al. 2021, "RoFormer"), their cosines and
-  sines computed once per forward pass from the positions, in float32.
+Not a port of released code: the shapes and operations that decide memory,
+after Touvron et al. 2023 (LLaMA) and the Llama 3 report (Grattafiori et
+al. 2024, table 3 for 8B): a token embedding, no position embedding, an
+untied head; ``n_layer`` pre-norm blocks ``x + o(attention(rope(q(n(x))),
+rope(k(n(x))), v(n(x))))`` with ``n = torch.nn.RMSNorm``, then ``x +
+down(silu(gate(n(x))) * up(n(x)))`` (SwiGLU, Shazeer 2020), no biases;
+grouped-query attention (Ainslie et al. 2023) with the keys and values
+repeated to ``n_head`` heads before ``scaled_dot_product_attention``, as
+Hugging Face's ``repeat_kv`` does (un-expanded with ``enable_gqa=True``,
+the fused kernels would keep ``n_kv_head`` heads:
+:func:`helpers.engine.cuda_rules.attention_kernel`); rotary embeddings (Su
+et al. 2021, RoFormer) computed once per forward, in float32.
 """
 
 from __future__ import annotations
@@ -78,12 +67,11 @@ class LlamaConfig:
         return self.d_model // self.n_head
 
     def parameter_count(self) -> int:
-        """Parameters of :class:`Llama` with these sizes.
+        """Parameters of :class:`Llama` with these sizes (Llama-3 8B: 8,030,261,248).
 
-        Per block: two RMSNorm weights (2h), q and o (h x h each), k and v
-        (h x kv·d each, kv·d = ``n_kv_head * head_dim``), gate, up and down
-        (h x intermediate each).  Plus the embedding and the untied head
-        (vocab x h each) and the final RMSNorm (h).  Llama-3 8B: 8,030,261,248.
+        Per block: two RMSNorm weights (2h), q and o (h x h), k and v (h x
+        ``n_kv_head * head_dim``), gate, up and down (h x intermediate); plus the
+        embedding and untied head (vocab x h each) and the final RMSNorm (h).
         """
         h, kv = self.d_model, self.n_kv_head * self.head_dim
         block = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * self.intermediate
@@ -100,12 +88,7 @@ LLAMA_PRESETS = {
 
 
 def rotary(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32.
-
-    Position ``p`` and frequency ``theta ** (-2i / head_dim)`` give the angle
-    ``p * theta ** (-2i / head_dim)``, repeated for the two halves of a head
-    (the "rotate half" layout of Hugging Face's Llama).
-    """
+    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32: angle ``p * theta ** (-2i / head_dim)``, in Hugging Face's "rotate half" layout."""
     inverse = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inverse)
     angles = torch.cat((angles, angles), dim=-1)

@@ -1,13 +1,8 @@
-"""Real data for the lessons, offline by default.
+"""Real data for the lessons, offline by default (lessons 01, 04).
 
-Introduced in lesson 01 (mini-batching); lesson 04 trains on the same data.
-
-* :func:`load_digits`: scikit-learn's handwritten digits (1,797 images of
-  8x8 pixels, 10 classes).  The data ships inside the scikit-learn package,
-  so it needs no network: this is what the lessons and tests use.
-* :func:`load_mnist`: MNIST (70,000 images of 28x28) through
-  ``torchvision.datasets.MNIST``, for learners who are online.  It downloads
-  only when asked (``download=True``); nothing in the lessons needs it.
+:func:`load_digits`: scikit-learn's 1,797 8x8 digits, shipped inside the
+package (what the lessons and tests use); :func:`load_mnist`: MNIST through
+``torchvision.datasets.MNIST``, downloaded only when asked.
 """
 
 from __future__ import annotations
@@ -18,11 +13,7 @@ import torch
 
 
 class Split(NamedTuple):
-    """A classification data set split in two, as tensors.
-
-    ``x_train`` is ``(n_train, features)`` float32 in [0, 1]; ``y_train`` is
-    ``(n_train,)`` int64 class labels; likewise for the test part.
-    """
+    """A classification data set split in two: ``x_*`` ``(n, features)`` float32 in [0, 1], ``y_*`` ``(n,)`` int64 labels."""
 
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -31,14 +22,10 @@ class Split(NamedTuple):
 
 
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Split:
-    """scikit-learn's 8x8 digits, flattened to 64 features in [0, 1], split stratified.
+    """scikit-learn's 8x8 digits, 64 features in [0, 1], split stratified (1,437 / 360 by default).
 
-    With the defaults: 1,437 training and 360 test images.  See
-    https://scikit-learn.org/stable/datasets/toy_dataset.html#digits-dataset
-
-    Args:
-        test_fraction: share of the images held out for testing, in (0, 1).
-        seed: seed of the split (the same seed gives the same split).
+    https://scikit-learn.org/stable/datasets/toy_dataset.html#digits-dataset;
+    ``seed`` fixes the split.
 
     Raises:
         ValueError: if ``test_fraction`` is not in (0, 1).

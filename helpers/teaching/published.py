@@ -1,22 +1,14 @@
 """Published real-GPU memory figures, set beside the engine's (lesson 09).
 
 The figures are data, one row per figure, in ``published.json`` beside this
-module: who published it and where, the setup as stated, the
-:class:`helpers.config.StepConfig` options that reproduce it, what it measures,
-its value and unit, the card, how far the engine may be from it and on which
-side, and the gap explained.  :func:`finetune_comparison` runs the engine on
-rows (the same :func:`helpers.step.profile_step` as every lesson, simulated)
-and returns a :class:`Comparison` per row;
-:func:`helpers.teaching.plots.plot_published_comparison` draws them;
-``benchmarks/published_figures.py`` prints the whole table.
-
-What is measured matters (:data:`MEASURES`): ``torch.cuda.max_memory_allocated``
-counts tensors (and the cuBLAS workspaces, which the caching allocator hands
-out like tensors), ``max_memory_reserved`` adds the allocator's cache, and a
-claim that a model "fits a 48 GB GPU" is judged like every verdict of the
-course (:func:`helpers.gpus.judge`: the whole step's peak plus the stated
-overhead).  Units are the sources' own: "GB" is 10**9 bytes where the source
-divides by 1e9, and a card's "24 GB" is its memory.
+module (source, URL, setup as stated, the :class:`helpers.config.StepConfig`
+options that reproduce it, measure, value, unit, card, tolerance, the gap
+explained).  :func:`finetune_comparison` profiles each row's step, simulated;
+``benchmarks/published_figures.py`` prints the table.  What is measured
+matters (:data:`MEASURES`): ``max_memory_allocated`` counts tensors and cuBLAS
+workspaces, ``max_memory_reserved`` adds the cache, and "fits a 48 GB GPU" is
+judged by :func:`helpers.gpus.judge`.  Units are the sources' own ("GB" =
+10**9 bytes where the source divides by 1e9).
 """
 
 from __future__ import annotations
@@ -51,20 +43,16 @@ class Published:
 
     Attributes:
         key: a short unique name (``"torchtune-qlora"``).
-        source: who published it and where, in a few words.
-        url: the page or repository file it is in.
-        setup: the setup as the source states it, in our words, anything assumed marked as such.
-        options: the :class:`helpers.config.StepConfig` options that reproduce
-            the setup, sorted ``(name, value)`` pairs; see :meth:`config`.
+        source, url: who published it, where.
+        setup: the setup as the source states it, anything assumed marked.
+        options: the :class:`helpers.config.StepConfig` options, sorted ``(name, value)`` pairs.
         published: the published figure, bytes.
-        measured: what it measures, a key of :data:`MEASURES`.
-        card: the GPU it was measured on, a key of :data:`helpers.gpus.GPU_CARDS`,
-            or None when the source names none listed there (then no cuBLAS
-            workspace line is added).
-        gap: the difference between the engine's figure and the published one, explained.
+        measured: a key of :data:`MEASURES`.
+        card: a key of :data:`helpers.gpus.GPU_CARDS`, or None (no workspace line).
+        gap: the engine's difference from it, explained.
         tolerance: how far the engine may be from it, a fraction (0.10: 10%).
         expected: a value of :data:`EXPECTED`.
-        slow: the engine takes more than a few seconds for it: the tests leave it to the benchmark.
+        slow: left to the benchmark by the tests.
     """
 
     key: str
@@ -81,11 +69,7 @@ class Published:
     slow: bool = True
 
     def config(self) -> StepConfig:
-        """The step of this row: ``StepConfig(**options, device="simulated")``.
-
-        Raises:
-            ValueError: as :class:`helpers.config.StepConfig` does, for an option it lacks.
-        """
+        """This row's step: ``StepConfig(**options, device="simulated")`` (ValueError as :class:`StepConfig` raises)."""
         return StepConfig(**dict(self.options), device="simulated")
 
 
@@ -153,17 +137,13 @@ class Comparison:
 
     Attributes:
         row: the :class:`Published` row.
-        allocated: the engine's peak allocated bytes of the whole step
-            (``profile_step(row.config()).peak_allocated_bytes``: tensors only).
-        reserved: the peak reserved bytes of that step replayed through the
-            caching-allocator model (:func:`helpers.allocator.replay`), for a
-            row that measured reserved memory; else None.
-        workspaces: the cuBLAS workspaces a real GPU adds beside the tensors
-            on the row's card (two handles: the forward's thread and
-            autograd's; :func:`helpers.gpus.unseen_lines`), 0 without a card.
+        allocated: the engine's whole-step peak allocated bytes.
+        reserved: for a reserved-memory row, the peak reserved bytes of the step
+            replayed through :func:`helpers.allocator.replay`; else None.
+        workspaces: two cuBLAS workspaces on the row's card
+            (:func:`helpers.gpus.unseen_lines`), 0 without a card.
         verdict: for a ``"card"`` row, :func:`helpers.gpus.judge` of the
-            allocated peak on a card of ``row.published`` bytes (with the
-            card's workspace lines when the row names it); else None.
+            allocated peak on a card of ``row.published`` bytes; else None.
     """
 
     row: Published
@@ -174,10 +154,7 @@ class Comparison:
 
     @property
     def before(self) -> int:
-        """The engine's figure for what the row measures, tensors only: the
-        reserved replay for a reserved figure, the peak plus the assumed
-        overhead for a card (the verdict's need without its workspace
-        lines), else the allocated peak."""
+        """The engine's figure for what the row measures, tensors only (reserved replay, peak + assumed overhead for a card, or the allocated peak)."""
         if self.row.measured == "reserved" and self.reserved is not None:
             return self.reserved
         if self.row.measured == "card":
@@ -201,8 +178,7 @@ class Comparison:
 
     @property
     def agrees(self) -> bool:
-        """True when the engine is where the row expects it (:data:`EXPECTED`):
-        within the tolerance, or beyond it on the explained side."""
+        """The engine is where the row expects it (:data:`EXPECTED`): within the tolerance, or beyond it on the explained side."""
         off, tol = self.ratio - 1, self.row.tolerance
         if self.row.expected == "under":
             return off < -tol
@@ -238,19 +214,10 @@ def compare(row: Published) -> Comparison:
 
 
 def finetune_comparison(rows: tuple[Published, ...] | list[Published] = PUBLISHED) -> list[Comparison]:
-    """The engine's figure beside each published one, in the order of ``rows``.
+    """The engine's :class:`Comparison` beside each published figure of ``rows`` (default :data:`PUBLISHED`), in order.
 
-    Each row's step is profiled once per process (:func:`compare`: simulated,
-    whole step, steady state as the row says) and judged by the same rule as
-    every "does it fit?" of the course.  The BERT and ViT rows take about a
-    second each, the 7-8B rows 5 to 50 s, the 65B row about a minute.
-
-    Args:
-        rows: :class:`Published` rows (default :data:`PUBLISHED`; also
-            :data:`ENGINE_CHECKS`).
-
-    Returns:
-        One :class:`Comparison` per row.
+    Each step is profiled once per process (:func:`compare`), from about a
+    second (BERT, ViT) to a minute (the 65B row).
 
     Raises:
         ValueError: for something that is not a :class:`Published` row, or as
@@ -264,10 +231,7 @@ def finetune_comparison(rows: tuple[Published, ...] | list[Published] = PUBLISHE
 
 
 def comparison_table(comparisons: list[Comparison]) -> str:
-    """A Markdown table: source, what was measured, published, engine before and after the workspaces, ratio.
-
-    Sizes in GB of 10**9 bytes, as most sources give them.
-    """
+    """A Markdown table of the comparisons (GB of 10**9 bytes): source, measure, published, engine, ratio."""
     lines = ["| source | measured | published (GB) | engine, tensors (GB) | engine + cuBLAS workspaces (GB) "
              "| engine / published | expected |", "|---|---|---:|---:|---:|---:|---|"]
     for c in comparisons:

@@ -1,24 +1,15 @@
-"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones.
+"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04).
 
-Introduced in lesson 00 (what the simulation covers); lessons 03 and 04 show
-the runs of their own steps.  ``benchmarks/gpu_reference.py`` runs each
-training step of its list twice on one machine, on the GPU (``cuda`` backend:
-``torch.cuda.max_memory_allocated``, ``max_memory_reserved``) and simulated,
-and writes ``lessons/data/gpu_reference.json`` (``simulated_reserved_bytes``: the
-simulated log replayed through :mod:`helpers.allocator`)::
-
-    {"device": "NVIDIA H100 80GB HBM3", "torch": "2.14.1+cu130", "cuda": "13.0",
-     "date": "2026-11-22", "dry_run": false,
-     "runs": [{"model": "resnet18", "batch_size": 128, "config": "baseline",
-               "options": {...}, "cuda_peak_bytes": ..., "simulated_peak_bytes": ...,
-               "cuda_reserved_bytes": ..., "simulated_reserved_bytes": ...,
-               "step_seconds": ..., "events": [[module, phase, cuda_delta, simulated_delta], ...],
-               "error": null}, ...]}
-
-Both figures of a run come from the same torch on the same machine, so their
-difference is what the simulation leaves out there (cuDNN and cuBLAS
-workspaces, the allocator's unsplit blocks, a kernel that keeps other tensors
-than the simulation assumes), not a difference of versions.  All sizes in bytes.
+``benchmarks/gpu_reference.py`` runs each step of its list on the GPU
+(``max_memory_allocated``, ``max_memory_reserved``) and simulated, on one
+machine, and writes ``lessons/data/gpu_reference.json``: ``device``,
+``torch``, ``cuda``, ``date``, ``dry_run`` and ``runs``, each with ``model``,
+``batch_size``, ``config``, ``options``, ``cuda_peak_bytes``,
+``simulated_peak_bytes``, ``cuda_reserved_bytes``, ``simulated_reserved_bytes``
+(the simulated log replayed through :mod:`helpers.allocator`),
+``step_seconds``, ``events`` (``[module, phase, cuda_delta, simulated_delta]``)
+and ``error``.  Same torch, same machine: a difference is what the
+simulation leaves out there.  Sizes in bytes.
 """
 
 from __future__ import annotations
@@ -66,17 +57,11 @@ def _label(run: dict) -> str:
 
 def reference_report(model: str | None = None, batch_size: int | None = None,
                      path: str | Path = REFERENCE_FILE) -> str:
-    """The recorded runs as a table: GPU peak, simulated peak, their difference, GPU and simulated reserved.
+    """The recorded runs as a table: GPU and simulated peaks, their difference, GPU and simulated reserved.
 
-    Args:
-        model, batch_size: keep only the runs of this model and batch size
-            (None: all).
-        path: the reference file.
-
-    Returns:
-        The table, its label (device, torch, date), and a last line naming
-        the runs whose simulated peak is off by more than :data:`TOLERANCE`;
-        or :data:`NOT_RECORDED` when there is no file.
+    ``model``, ``batch_size``: keep only those runs (None: all).  Returns the
+    table, its label (device, torch, date) and a line naming the runs off by
+    more than :data:`TOLERANCE`; or :data:`NOT_RECORDED` without a file.
     """
     data = load_reference(path)
     if data is None:
@@ -108,18 +93,10 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
 
 def module_differences(model: str, batch_size: int, config: str, min_bytes: int = MiB,
                        path: str | Path = REFERENCE_FILE) -> str:
-    """The module events of one recorded run whose GPU and simulated deltas differ.
+    """The module events of one recorded run whose GPU and simulated deltas differ by ``min_bytes`` or more.
 
-    Args:
-        model, batch_size, config: which run (``config`` as recorded, e.g.
-            ``"baseline"``).
-        min_bytes: report differences of at least this many bytes.
-        path: the reference file.
-
-    Returns:
-        One line per differing event (module, phase, GPU delta, simulated
-        delta), or a line saying that none differ; :data:`NOT_RECORDED` when
-        there is no file.
+    Returns one line per event (module, phase, GPU delta, simulated delta), a
+    line saying none differ, or :data:`NOT_RECORDED` without a file.
 
     Raises:
         KeyError: if the file has no such run.

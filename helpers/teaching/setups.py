@@ -1,8 +1,7 @@
-"""The steps of published setups that a :class:`helpers.config.StepConfig` option cannot name in a word:
-model builders, losses and inputs, by name (:data:`OBJECTS`).
+"""Model builders, losses and inputs of published setups that a :class:`helpers.config.StepConfig` option cannot name in a word (:data:`OBJECTS`).
 
-The rows of ``published.json`` name them, ``{"python": "BertLM", "args": ["eager"]}``,
-and :mod:`helpers.teaching.published` resolves them here.
+Rows of ``published.json`` name them (``{"python": "BertLM", "args": ["eager"]}``);
+:mod:`helpers.teaching.published` resolves them here.
 """
 
 from __future__ import annotations
@@ -16,13 +15,10 @@ import torch
 
 @dataclass(frozen=True)
 class BertLM:
-    """Builds BERT-base as ``AutoModelForCausalLM.from_pretrained("bert-base-uncased")`` does, in
-    float16: ``transformers.BertLMHeadModel`` of the default ``BertConfig`` (12 layers, 768 wide, 12
-    heads, vocabulary 30522, dropout 0.1), not a decoder (bidirectional attention), its LM head tied to
-    the word embeddings: 109,514,298 parameters.
+    """BERT-base as ``AutoModelForCausalLM.from_pretrained("bert-base-uncased")`` builds it, in float16.
 
-    Attributes:
-        attn_implementation: ``"eager"`` (the full scores, softmax and dropout kept) or ``"sdpa"``.
+    ``BertLMHeadModel`` of the default ``BertConfig`` (bidirectional, LM head
+    tied): 109,514,298 parameters.  ``attn_implementation``: ``"eager"`` or ``"sdpa"``.
     """
 
     attn_implementation: str
@@ -44,13 +40,10 @@ class BertLM:
 
 @dataclass(frozen=True)
 class EagerCausalLM:
-    """Builds a Hugging Face causal LM with ``attn_implementation="eager"`` (the full scores, softmax in
-    float32): an architecture that ``transformers`` runs without SDPA (BLOOM), or a model as
-    ``transformers`` ran it before SDPA (Llama in 2023).
+    """A Hugging Face causal LM with ``attn_implementation="eager"`` (BLOOM, or Llama as run before SDPA).
 
-    Attributes:
-        config: a name of :data:`helpers.models.hf.SHIPPED`, or ``config.json``'s keys and values as
-            sorted ``(key, value)`` pairs.
+    ``config``: a name of :data:`helpers.models.hf.SHIPPED`, or sorted
+    ``(key, value)`` pairs of ``config.json``.
     """
 
     config: str | tuple[tuple[str, Any], ...]
@@ -64,8 +57,7 @@ class EagerCausalLM:
 
 @dataclass(frozen=True)
 class TokenIds:
-    """The input as the transformers benchmark fed it: ``(batch_size, seq_len)`` random token ids, no
-    ``attention_mask`` (its mask of all ones meant no mask to SDPA, so that the flash kernel ran)."""
+    """``(batch_size, seq_len)`` random token ids, no ``attention_mask``, as the transformers benchmark fed them."""
 
     seq_len: int
     vocab_size: int = 30522
@@ -75,18 +67,13 @@ class TokenIds:
 
 
 def shifted_float32_loss(output) -> torch.Tensor:
-    """The next-token loss of the 2024 fine-tuning code: logits upcast to float32, shifted into a
-    contiguous copy, then the cross-entropy against random token ids.
+    """The next-token loss of the 2024 fine-tuning code: logits upcast to float32, shifted into a contiguous copy.
 
-    transformers 4.31 to 4.45's Llama returned ``self.lm_head(hidden_states).float()``, and its loss,
-    torchtune's recipes and the PEFT notebook shifted them with ``logits[..., :-1, :].contiguous()``;
-    on float32 logits ``.float()`` copies nothing.
-
-    Args:
-        output: a model output with ``.logits``, or the logits, ``(batch, seq, vocabulary)``.
-
-    Returns:
-        The mean cross-entropy over the ``batch x (seq - 1)`` shifted positions.
+    transformers 4.31 to 4.45's Llama returned ``self.lm_head(hidden_states).float()``,
+    and its loss, torchtune and the PEFT notebook shifted with
+    ``logits[..., :-1, :].contiguous()``.  ``output``: an output with
+    ``.logits``, or the logits ``(batch, seq, vocabulary)``; returns the mean
+    cross-entropy over ``batch x (seq - 1)`` positions.
     """
     return shifted_loss(getattr(output, "logits", output).float())
 
@@ -101,8 +88,7 @@ def shifted_loss(output) -> torch.Tensor:
 
 
 class HeldLogitsSum:
-    """The benchmark's loss, ``outputs.logits.sum()``, the model's ``outputs`` kept as the script kept
-    them: in a variable, through backward, until the next step's forward pass made new ones."""
+    """The benchmark's loss, ``outputs.logits.sum()``, the outputs kept alive until the next forward, as its script kept them."""
 
     def __init__(self):
         self.outputs = None

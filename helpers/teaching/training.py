@@ -1,11 +1,4 @@
-"""Train a small classifier and record what each epoch cost and achieved.
-
-Introduced in lesson 01 (mini-batching: the same network trained with
-different batch sizes); lesson 04 reuses it for AMP and checkpointing.
-
-Training runs on the CPU by default: the lessons' networks are tiny, and the
-point is to compare batch sizes, not devices.
-"""
+"""Train a small classifier on the CPU and record what each epoch cost and achieved (lessons 01, 04)."""
 
 from __future__ import annotations
 
@@ -30,11 +23,9 @@ class History:
 
     Attributes:
         batch_size: samples per mini-batch.
-        train_loss: mean cross-entropy over the whole training set after each
-            epoch (evaluated without gradients, so comparable across batch sizes).
+        train_loss: mean cross-entropy over the training set after each epoch (no gradients).
         test_accuracy: share of test samples classified correctly after each epoch.
-        samples_seen: training samples processed by the end of each epoch.
-        updates: optimizer steps taken by the end of each epoch.
+        samples_seen, updates: samples and optimizer steps by the end of each epoch.
         seconds: wall-clock time of each epoch's training (not its evaluation).
     """
 
@@ -58,25 +49,19 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float,
 
 def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epochs: int,
           lr: float = 0.05, seed: int = 0, amp: bool = False, checkpoint: int = 0) -> tuple[nn.Module, History]:
-    """Train a fresh model with plain mini-batch SGD and record each epoch.
-
-    The model is built after seeding, so every run starts from the same
-    weights; the shuffling order is seeded too.  The last batch of an epoch
-    may be smaller than ``batch_size`` (``drop_last=False``).
+    """Train a fresh model (seeded weights and shuffling) with plain mini-batch SGD and record each epoch.
 
     Args:
         make_model: returns a new model mapping ``(batch, features)`` to logits.
-        data: the training and test tensors (see :mod:`helpers.teaching.data`).
-        batch_size: samples per mini-batch, from 1 to the training set's size.
+        data: the training and test tensors (:mod:`helpers.teaching.data`).
+        batch_size: from 1 to the training set's size (last batch may be smaller).
         epochs: passes over the training set, >= 1.
-        lr: SGD learning rate (no momentum, so that batch size is the only difference).
+        lr: SGD learning rate (no momentum).
         seed: seed for the initial weights and the shuffling.
-        amp: run forward and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``
-            (lesson 04; bfloat16 needs no ``GradScaler``).
-        checkpoint: activation checkpointing in this many segments (0: off), with
-            BatchNorm statistics updated once per step (see
-            :class:`helpers.step.Checkpointed`); the model must be an ``nn.Sequential``
-            or have a :func:`helpers.models.sequential_form`.
+        amp: forward and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
+        checkpoint: checkpoint segments (0: off), BatchNorm statistics updated
+            once (:class:`helpers.techniques.Checkpointed`); the model must be an
+            ``nn.Sequential`` or have a :func:`helpers.models.sequential_form`.
 
     Returns:
         The trained model and its :class:`History`.

@@ -1,20 +1,13 @@
 """The widgets' view: one estimate as HTML, with its verdict, and the view while one is computed.
 
-Pure functions of their arguments (the widgets of :mod:`helpers.teaching.widgets`
-set their ``HTML.value`` from them).  Every verdict is the rule the command
-line applies, :meth:`helpers.batch.Estimate.verdict` (:func:`helpers.gpus.judge`):
-the whole step's peak plus the assumed overhead (CUDA context and allocator
-cache), or the peak reserved by the allocator model plus the CUDA context; on
-a card of :data:`helpers.gpus.GPU_CARDS` also its cuBLAS workspaces
-(:func:`helpers.gpus.unseen_lines`).
-
-The view carries its figures as data for programs (the browser test reads
-them): ``.gm-explorer`` has ``data-batch``, ``data-gpu`` and ``data-capacity``;
-``.gm-verdict`` ``data-fits`` and ``data-tight`` (it fits with too little to spare,
-:attr:`helpers.gpus.Verdict.tight`: amber, not green); ``.gm-bytes`` ``data-category`` and
-``data-bytes``; ``.gm-unseen`` ``data-line`` (and ``data-bytes`` unless not
-modelled); ``.gm-peak`` and ``.gm-reserved`` ``data-bytes``.  While
-``.gm-busy`` is shown, the figures inside it are the previous ones.
+Pure functions of their arguments; every verdict is
+:meth:`helpers.batch.Estimate.verdict`, the command line's rule.  The view
+carries its figures as data for programs (the browser test reads them):
+``.gm-explorer`` has ``data-batch``, ``data-gpu``, ``data-capacity``;
+``.gm-verdict`` ``data-fits`` and ``data-tight``; ``.gm-bytes``
+``data-category`` and ``data-bytes``; ``.gm-unseen`` ``data-line`` (and
+``data-bytes`` unless not modelled); ``.gm-peak`` and ``.gm-reserved``
+``data-bytes``.  While ``.gm-busy`` is shown, the figures in it are the previous ones.
 """
 
 from __future__ import annotations
@@ -59,21 +52,17 @@ def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB") -> str:
 def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str = "MiB") -> tuple[bool, str]:
     """Whether the step fits, and the sentence that says so (and what it judged).
 
-    On a card of the list: :meth:`helpers.batch.Estimate.verdict`, the rule of
-    :func:`helpers.gpus.judge` that the command line applies too, in its words
-    (:meth:`helpers.gpus.Verdict.sentence`).  On this machine's own GPU
-    (``measured_here``): the step ran, with the real overhead, or ran out of
-    memory.  For a bare parameter count (backend ``"formula"``): the model
-    states alone are judged, and a verdict of "fits" says so, since the
-    activations are not counted.
+    On a listed card: :meth:`helpers.batch.Estimate.verdict` in its words
+    (:meth:`helpers.gpus.Verdict.sentence`).  On this machine's GPU
+    (``measured_here``): the step ran, or ran out of memory.  For a bare
+    parameter count (backend ``"formula"``): the model states alone, and "fits" says so.
 
     Args:
         r: the estimate at one batch size.
         gpu: the GPU's name (``"V100 16 GB"``, or ``"this GPU"``).
         capacity: its memory in bytes.
-        measured_here: the capacity is this machine's own GPU, whose overhead
-            is real (no assumed overhead is added).
-        unit: ``"MiB"`` or ``"GiB"``: the unit of the lesson the widget is in.
+        measured_here: the capacity is this machine's GPU (no assumed overhead).
+        unit: ``"MiB"`` or ``"GiB"``.
 
     Raises:
         ValueError: for another unit.
@@ -103,14 +92,10 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
 def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, unit: str = "MiB") -> tuple[str, str]:
     """The widget's view of one estimate: ``(message, html)``.
 
-    A pure function of its arguments: the verdict (:func:`verdict`), a bar of
-    the peak by category against the GPU's capacity (and, when the peak is
-    under a fifth of it, a second bar on the peak's own scale), the bytes per
-    category, what the card adds that the tensors do not show (the lines of
-    :func:`helpers.gpus.unseen_lines`: the cuBLAS workspaces; the cuDNN
-    workspaces, "not modelled"), and where the peak was reached; sizes in
-    ``unit`` (``"MiB"`` or ``"GiB"``), exact bytes in the view's data
-    attributes (see the module's docstring).
+    The verdict (:func:`verdict`), a bar of the peak by category against the
+    capacity (and one on the peak's own scale when under a fifth of it), bytes
+    per category, the card's :func:`helpers.gpus.unseen_lines`, and where the
+    peak was reached; sizes in ``unit``, exact bytes in data attributes.
     """
     ok, message = verdict(r, gpu, capacity, measured_here, unit)
     tight = (not measured_here and r.peak_bytes is not None  # too close to call: amber (helpers.gpus.Verdict.tight)
@@ -171,15 +156,7 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
 
 
 def working(note: str, previous: str = "") -> str:
-    """The view while a result is being computed: ``note`` in bold, over the ``previous`` view dimmed.
-
-    The previous figures stay in place (the layout does not jump) but greyed,
-    so that they never look current; the next result replaces the whole view.
-
-    Args:
-        note: what is being done (``"tracing resnet18 ... at batch 200"``), as plain text.
-        previous: the view's HTML before the change ("" for none).
-    """
+    """The view while a result is computed: ``note`` (plain text) in bold over the ``previous`` view (HTML), dimmed."""
     stale = (f'<div class="gm-stale" style="opacity:0.35;filter:grayscale(100%)">{previous}</div>'
              if previous else "")
     return (f'<div class="gm-busy" aria-busy="true"><div class="gm-updating" style="font-weight:bold;color:#555">'

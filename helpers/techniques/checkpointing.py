@@ -1,11 +1,4 @@
-"""Activation checkpointing by segments, BatchNorm statistics that stay right,
-and full or selective checkpointing of transformer blocks.
-
-Introduced in lesson 04 (AMP and activation checkpointing); lesson 01's training
-loop uses :class:`Checkpointed`, and the step runner's recipe
-(:data:`helpers.step.RECIPE`) :func:`enable`; lesson 08 checkpoints
-transformer blocks with :func:`checkpoint_blocks`.
-"""
+"""Activation checkpointing: by segments (lesson 04; the recipe's :func:`enable`), BatchNorm statistics that stay right, and full or selective checkpointing of transformer blocks (lesson 08)."""
 
 from __future__ import annotations
 
@@ -17,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from ..errors import Refused, first_line
+from ..versions import TORCH
 from ..models import sequential_form
 
 
@@ -24,13 +18,10 @@ from ..models import sequential_form
 def frozen_batchnorm_stats(module: nn.Module):
     """Keep BatchNorm running statistics unchanged while the block runs.
 
-    A checkpointed segment runs its forward twice in training: once in the
-    forward pass and once when backward recomputes it.  Each run of a
-    training-mode BatchNorm updates ``running_mean``/``running_var`` (and
-    ``num_batches_tracked``), so without this they are updated twice per step.
-    Inside this block every BatchNorm's ``momentum`` is 0 (the running values
-    are kept exactly) and ``num_batches_tracked`` is decremented back after.
-    The batch statistics used for the output, and so the gradients, do not change.
+    A checkpointed segment runs forward twice, and each training-mode BatchNorm
+    run updates ``running_mean``/``running_var``.  Inside, every BatchNorm's
+    ``momentum`` is 0 and ``num_batches_tracked`` is decremented back after; the
+    outputs and gradients do not change.
     """
     norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     momenta = [m.momentum for m in norms]
@@ -48,26 +39,23 @@ def frozen_batchnorm_stats(module: nn.Module):
 class Checkpointed(nn.Module):
     """Run a sequence of modules with activation checkpointing in segments.
 
-    As ``torch.utils.checkpoint.checkpoint_sequential`` does, the sequence is
-    split into ``segments`` parts of ``len(sequence) // segments`` modules, the
-    last part taking the rest.  All parts but the last keep only their input
-    during the forward pass and recompute their activations during backward;
-    the last part runs normally, because backward needs its activations at
-    once.  So ``segments=1`` checkpoints nothing.
+    As ``torch.utils.checkpoint.checkpoint_sequential``: ``segments`` parts of
+    ``len(sequence) // segments`` modules, the last taking the rest; all but the
+    last keep only their input and recompute in backward (``segments=1``
+    checkpoints nothing).
 
     Args:
-        sequence: modules to run in order (see :func:`helpers.models.sequential_form`).
-        segments: number of segments, from 1 to ``len(sequence)``.
-        reentrant: use the reentrant variant (``use_reentrant=True``), the old
-            default.  It gives no gradient to the parameters of a segment whose
-            inputs do not require grad (lesson 04 shows the trap).  Default:
-            the non-reentrant variant PyTorch recommends.
-        freeze_bn_stats: during recomputation, leave BatchNorm running
-            statistics alone (see :func:`frozen_batchnorm_stats`); non-reentrant only.
+        sequence: modules to run in order (:func:`helpers.models.sequential_form`).
+        segments: from 1 to ``len(sequence)``.
+        reentrant: ``use_reentrant=True``, which gives no gradient to a segment
+            whose inputs do not require grad (lesson 04's trap); default: the
+            non-reentrant variant PyTorch recommends.
+        freeze_bn_stats: :func:`frozen_batchnorm_stats` during recomputation
+            (non-reentrant only).
 
     Raises:
-        ValueError: if ``segments`` is out of range, or ``freeze_bn_stats``
-            is asked of the reentrant variant.
+        ValueError: if ``segments`` is out of range, or ``freeze_bn_stats`` with
+            the reentrant variant.
     """
 
     def __init__(self, sequence: nn.Sequential, segments: int, reentrant: bool = False,
@@ -121,23 +109,16 @@ def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
 
 
 class CheckpointedBlock(nn.Module):
-    """A transformer block run under activation checkpointing.
+    """A transformer block run under activation checkpointing, ``"full"`` or ``"selective"``.
 
-    ``"full"``: ``torch.utils.checkpoint.checkpoint(block, ..., use_reentrant=False)``:
-    the block keeps its input only, and runs again in backward.  ``"selective"``:
-    the same with ``context_fn=functools.partial(create_selective_checkpoint_contexts,
-    policy)``, whose policy saves the outputs of the matmuls and fused attention
-    kernels (:data:`SAVED_BY_SELECTIVE`) and recomputes the cheap rest
-    (LayerNorms, GELU, residual sums, softmax): the policy of the PyTorch blog
-    post *Current and New Activation Checkpointing Techniques in PyTorch* (2025).
-    The tensors it saves pass through the saved-tensor hooks around it
-    (``respect_saved_tensors_hooks=True``), which PyTorch 2.14.1 announces as
-    its future default; with no hooks of the learner's (no offloading), as in
-    every step here, that changes nothing in memory.
-
-    Args:
-        block: the block (called with the same arguments).
-        policy: ``"full"`` or ``"selective"``.
+    ``"full"``: ``checkpoint(block, use_reentrant=False)``, the input kept.
+    ``"selective"``: with ``context_fn=partial(create_selective_checkpoint_contexts,
+    policy)``, saving the matmuls' and fused attention's outputs
+    (:data:`SAVED_BY_SELECTIVE`) and recomputing the rest: the policy of the
+    PyTorch blog post *Current and New Activation Checkpointing Techniques in
+    PyTorch* (2025).  Its saved tensors pass the saved-tensor hooks around it
+    (``respect_saved_tensors_hooks=True``, the announced future default; no
+    change in memory without offloading).
 
     Raises:
         ValueError: for another policy.
@@ -155,7 +136,7 @@ class CheckpointedBlock(nn.Module):
             options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
             # What SAC saves goes through the saved-tensor hooks around it, so that the step's tracer
             # counts it as saved for backward (its hooks return the tensor itself: no byte changes).
-            # PyTorch 2.14.1's default (None) bypasses the hooks and warns when one is active.
+            # The pinned PyTorch's default (None) bypasses the hooks and warns when one is active.
             options["respect_saved_tensors_hooks"] = True
         return checkpoint(self.block, *args, **options)
 
@@ -164,8 +145,7 @@ def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
     """Wrap each of ``model.blocks`` in a :class:`CheckpointedBlock` (in place; returned).
 
     Raises:
-        ValueError: for a policy not in :data:`CHECKPOINT_POLICIES`, or a model
-            without a ``blocks`` list.
+        ValueError: for a policy not in :data:`CHECKPOINT_POLICIES`, or no ``blocks`` list.
     """
     if policy not in CHECKPOINT_POLICIES:
         raise ValueError(f"unknown checkpointing policy {policy!r}; use one of {', '.join(CHECKPOINT_POLICIES)}")
@@ -180,23 +160,20 @@ def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
 def enable(runner) -> None:
     """The recipe's checkpointing step: ``config.checkpoint`` segments (``config.reentrant``).
 
-    A model with Hugging Face's ``gradient_checkpointing_enable()`` (a
-    ``transformers`` model) checkpoints its own way, whatever the number: each
-    decoder layer a segment, its forward recomputed in backward
-    (``use_reentrant`` as ``config.reentrant``).  Any other model runs as
-    :class:`Checkpointed` segments of :func:`helpers.models.sequential_form`
-    (``runner.segments``).
+    A ``transformers`` model checkpoints its own way
+    (``gradient_checkpointing_enable()``: each decoder layer a segment); any
+    other runs as :class:`Checkpointed` segments of
+    :func:`helpers.models.sequential_form` (``runner.segments``).
 
     Raises:
-        Refused (a ValueError): for a model that is not a sequence of modules,
-            a number of segments it does not have, or offloading
-            (``config.offload``) with selective checkpointing, which PyTorch's
-            tensors saved by SAC bypass (``save_on_cpu``).
+        Refused (a ValueError): for a model that is not a sequence of modules, a
+            number of segments it does not have, or offloading with selective
+            checkpointing (SAC's saved tensors bypass ``save_on_cpu``).
     """
     config, model = runner.config, runner.model
     if config.offload and any(isinstance(m, CheckpointedBlock) and m.policy == "selective" for m in model.modules()):
         raise Refused("offloading saved tensors (save_on_cpu) with selective activation checkpointing is not "
-                      "simulated: PyTorch 2.14.1 lets the tensors SAC saves bypass save_on_cpu, and announces "
+                      f"simulated: PyTorch {TORCH} lets the tensors SAC saves bypass save_on_cpu, and announces "
                       "that this will change")
     if not config.checkpoint:
         return

@@ -1,9 +1,4 @@
-"""LoRA: low-rank adapters beside frozen weights (Hu et al., 2021), as ``peft`` adds them.
-
-Introduced in lesson 09 (fine-tuning on one GPU).  :func:`add_adapters` is the
-step runner's LoRA step (:data:`helpers.step.RECIPE`); :func:`apply_lora` is
-``peft.get_peft_model`` with a ``LoraConfig``, for any model.
-"""
+"""LoRA: low-rank adapters beside frozen weights (Hu et al., 2021), as ``peft`` adds them (lesson 09)."""
 
 from __future__ import annotations
 
@@ -15,11 +10,9 @@ from ..errors import Refused, first_line
 def add_adapters(runner) -> None:
     """The recipe's LoRA step: ``config.lora_rank`` > 0 puts :func:`apply_lora`'s ``peft`` model in ``runner.model``.
 
-    With ``config.lora_targets`` and ``config.lora_dropout``.  It runs after
-    checkpointing is enabled: ``peft`` then makes the input embeddings' output
-    require grad, so that the reentrant variant still reaches the adapters.
-    ``peft`` makes the adapters float32 whatever the base layer's dtype
-    (``get_peft_model(autocast_adapter_dtype=True)``, its default).
+    It runs after checkpointing is enabled, so that ``peft`` makes the input
+    embeddings' output require grad (the reentrant variant then reaches the
+    adapters).  Adapters are float32 (``autocast_adapter_dtype=True``, peft's default).
 
     Raises:
         Refused (a ValueError): as :func:`apply_lora` does.
@@ -43,27 +36,23 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
                dropout: float = 0.0) -> nn.Module:
     """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``.
 
-    Every base weight is frozen (``requires_grad=False``: no gradient, no
-    optimizer state); each targeted ``nn.Linear(in, out)`` gains two trained
-    matrices, ``lora_A`` (rank x in) and ``lora_B`` (out x rank), so
-    ``rank * (in + out)`` parameters (Hu et al., 2021; peft's ``LoraLayer``).
-    ``lora_alpha`` (peft's default, 8) scales the update and costs no memory.
+    Every base weight is frozen; each targeted ``nn.Linear(in, out)`` gains
+    ``lora_A`` (rank x in) and ``lora_B`` (out x rank): ``rank * (in + out)``
+    parameters (Hu et al., 2021; peft's ``LoraLayer``).
 
     Args:
-        model: a ``transformers`` model (or any ``nn.Module`` when ``targets`` is given).
+        model: a ``transformers`` model (any ``nn.Module`` with ``targets``).
         rank: LoRA's rank r, >= 1.
-        targets: last names of the ``nn.Linear`` modules to adapt
-            (``("q_proj", "v_proj")``); None: peft's default for the
-            architecture (``q_proj`` and ``v_proj`` for Llama, Qwen2, Mistral).
+        targets: last names of the ``nn.Linear`` modules to adapt; None: peft's
+            default for the architecture.
         dropout: LoRA's dropout on each adapter's input, in [0, 1).
 
     Returns:
         The ``peft.PeftModel``.
 
     Raises:
-        Refused (a ValueError): in one line, for a target that names no linear module of
-            the model (naming those it has), or an architecture peft has no
-            default targets for when ``targets`` is None.
+        Refused (a ValueError): in one line, for a target that names no linear
+            module (naming those it has), or no default targets for the architecture.
     """
     from peft import LoraConfig, get_peft_model
     from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS

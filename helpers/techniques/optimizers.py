@@ -1,9 +1,7 @@
-"""The optimizers of a profiled step, their states, and the step inside backward.
+"""The optimizers of a profiled step, their states, and the step inside backward (lessons 01, 05a).
 
-Introduced in lesson 01 (steady-state steps keep the optimizer states);
-lesson 05a (section 1) measures every optimizer here against :data:`STATE_BYTES` and
-:data:`STEP_TEMPORARY_BYTES`.  :func:`add_optimizer` is the step runner's
-optimizer step (:data:`helpers.step.RECIPE`).
+:func:`add_optimizer` is the recipe's optimizer step (:data:`helpers.step.RECIPE`);
+:data:`STATE_BYTES` and :data:`STEP_TEMPORARY_BYTES` are what lesson 05a measures.
 """
 
 from __future__ import annotations
@@ -37,10 +35,12 @@ ADAMW8BIT_MIN_SIZE = 4096
 
 
 def adamw8bit_state_bytes(numel: int, param_bytes: int = 4) -> int:
-    """Bytes of torchao ``AdamW8bit``'s two moments of one parameter of ``numel`` weights (before the
-    allocator rounds each storage up): ``2 * (numel + 4 * numel / 256 + 4 * 256)`` when quantized, i.e.
-    2.03125 bytes per weight plus two 1 KiB code books; else ``2 * param_bytes * numel``.  The per-tensor
-    ``step`` counter is a host tensor."""
+    """Bytes of torchao ``AdamW8bit``'s two moments of one parameter of ``numel`` weights (before 512-byte rounding).
+
+    Quantized: ``2 * (numel + 4 * numel / 256 + 4 * 256)``, 2.03125 bytes per
+    weight plus two 1 KiB code books; else ``2 * param_bytes * numel``.  The
+    ``step`` counter is a host tensor.
+    """
     if numel >= ADAMW8BIT_MIN_SIZE and numel % ADAMW8BIT_BLOCK == 0:
         return 2 * (numel + 4 * (numel // ADAMW8BIT_BLOCK) + 4 * 256)
     return 2 * param_bytes * numel
@@ -49,29 +49,19 @@ def adamw8bit_state_bytes(numel: int, param_bytes: int = 4) -> int:
 def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimizer:
     """The optimizer of a traced step.
 
-    * ``sgd``: ``SGD(lr=0.01)``: no state;
-    * ``sgd-momentum``: ``SGD(lr=0.01, momentum=0.9)``: one momentum buffer per
-      parameter (4 bytes per fp32 parameter);
-    * ``adam``: ``Adam(lr=1e-3)``: two moment estimates per parameter
-      (8 bytes per fp32 parameter) and a step counter per tensor;
-    * ``adamw``: ``AdamW(lr=1e-3, weight_decay=0.01)``: the same states as Adam.
-    * ``adamw8bit``: torchao's ``AdamW8bit(lr=1e-3, weight_decay=0.01)``: the
-      two moments block-wise quantized to 8 bits (Dettmers et al., 2022,
-      "8-bit Optimizers via Block-wise Quantization"):
-      :func:`adamw8bit_state_bytes`, about 2 bytes per parameter instead of 8.
-      torchao's, not bitsandbytes' ``AdamW8bit``: torchao's states are tensor
-      subclasses written in PyTorch operations, so they run on the engine's
-      fake tensors (its step is ``torch.compile``'d on a GPU; the simulation
-      runs it eagerly, see :meth:`helpers.engine.meter.Meter.optimizer`),
-      where bitsandbytes steps in its own CUDA kernels.  It has no fused or
-      foreach variant (``fused`` is refused by :class:`helpers.config.StepConfig`).
+    ``sgd``: ``SGD(lr=0.01)``, no state; ``sgd-momentum``: ``momentum=0.9``, one
+    buffer per parameter; ``adam``: ``Adam(lr=1e-3)``, two moments and a step
+    counter per tensor; ``adamw``: ``AdamW(lr=1e-3, weight_decay=0.01)``, the
+    same; ``adamw8bit``: torchao's ``AdamW8bit`` (Dettmers et al., 2022, "8-bit
+    Optimizers via Block-wise Quantization"; :func:`adamw8bit_state_bytes`),
+    whose states are PyTorch tensor subclasses that run on fake tensors (not
+    bitsandbytes', which steps in its own CUDA kernels); no fused variant.
 
     Args:
         name: one of :data:`helpers.config.OPTIMIZERS`.
-        params: the parameters (an iterable of tensors).
-        fused: ``fused=True`` (one kernel per step); otherwise ``foreach=True``,
-            the implementation PyTorch picks by default on a GPU, so that
-            simulated and real steps allocate the same temporaries.
+        params: the parameters.
+        fused: ``fused=True``; otherwise ``foreach=True``, PyTorch's default on a
+            GPU, so simulated and real steps allocate the same temporaries.
 
     Raises:
         ValueError: for a name not in :data:`OPTIMIZERS`.
@@ -93,14 +83,12 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
 
 
 def add_optimizer(runner) -> None:
-    """The recipe's optimizer step: ``runner.optimizer`` for the placed ``runner.model``.
+    """The recipe's optimizer step: ``runner.optimizer`` for the placed ``runner.model``, made by the meter.
 
-    :func:`make_optimizer`'s ``config.optimizer`` (``config.fused``), made by
-    the meter so that its states are counted where a GPU keeps them
-    (:meth:`helpers.engine.meter.Meter.optimizer`): one per parameter,
-    stepped inside backward, with ``config.step_in_backward``
-    (:class:`StepInBackward`); with its states in host memory with
-    ``config.optimizer_offload`` (:meth:`helpers.engine.meter.Meter.offloaded_optimizer`).
+    :func:`make_optimizer` of ``config.optimizer`` (states counted where a GPU
+    keeps them, :meth:`helpers.engine.meter.Meter.optimizer`); a
+    :class:`StepInBackward` with ``config.step_in_backward``; host states with
+    ``config.optimizer_offload``.
     """
     config, meter, params = runner.config, runner.meter, runner.model.parameters()
 
@@ -116,9 +104,7 @@ def add_optimizer(runner) -> None:
 
 
 def device_states(optimizer) -> dict:
-    """The optimizer's states on the device, by parameter: its ``state``; for torchao's
-    ``CPUOffloadOptimizer`` (no ``state`` of its own: its host optimizers hold theirs), the states of
-    its GPU optimizer of small parameters."""
+    """The optimizer's states on the device, by parameter (for ``CPUOffloadOptimizer``: its GPU optimizer's)."""
     if hasattr(optimizer, "state"):
         return optimizer.state
     on_device = getattr(optimizer, "d_opt", None)
@@ -126,17 +112,11 @@ def device_states(optimizer) -> dict:
 
 
 class StepInBackward:
-    """The optimizer step inside backward: one optimizer per parameter, stepped by
-    the parameter's ``register_post_accumulate_grad_hook`` as soon as its gradient
-    is complete, which then frees that gradient.
+    """The optimizer step inside backward: one optimizer per parameter, stepped by its ``register_post_accumulate_grad_hook``, which then frees the gradient.
 
-    So at most a few gradients exist at once, instead of all of them before
-    ``optimizer.step()``; the cost is one small step per parameter and no
-    gradient clipping or accumulation across the whole model (PyTorch tutorial
-    "How to save memory by fusing the optimizer step into the backward pass").
-    It answers the calls a training loop makes on an optimizer: :meth:`step`
-    and :meth:`zero_grad` do nothing (the hooks did both), :attr:`state` has
-    every parameter's state.
+    PyTorch's tutorial "How to save memory by fusing the optimizer step into the
+    backward pass".  :meth:`step` and :meth:`zero_grad` do nothing (the hooks
+    did both); :attr:`state` has every parameter's state.
 
     Args:
         params: the model's parameters.
@@ -150,8 +130,7 @@ class StepInBackward:
         self.handles = [p.register_post_accumulate_grad_hook(self._hook) for p in self.optimizers]
 
     def start(self, seen: Callable[[torch.Tensor], None] | None = None) -> None:
-        """Begin a step: forget which parameters were stepped; ``seen(grad)`` is
-        called with each gradient before it is used and freed."""
+        """Begin a step: forget which parameters were stepped; ``seen(grad)`` sees each gradient before it is freed."""
         self.stepped = set()
         self._seen = seen
 

@@ -1,10 +1,4 @@
-"""The dtypes of a step: the parameters' (``param_dtype``) and autocast's (``amp``, ``amp_dtype``).
-
-Introduced in lesson 04 (AMP), and in lesson 09 for parameters stored in
-bfloat16.  Two steps of the step runner's recipe (:data:`helpers.step.RECIPE`)
-are here, :func:`set_parameter_dtype` and :func:`add_grad_scaler`, and the
-autocast context of each forward pass (:func:`autocast`).
-"""
+"""The dtypes of a step (lessons 04, 09): the recipe's :func:`set_parameter_dtype` and :func:`add_grad_scaler`, and each forward's :func:`autocast`."""
 
 from __future__ import annotations
 
@@ -14,13 +8,10 @@ import torch
 
 
 def set_parameter_dtype(runner) -> None:
-    """The recipe's dtype step: with ``config.param_dtype == "bfloat16"``, ``runner.model.to(torch.bfloat16)``.
+    """The recipe's dtype step: ``config.param_dtype == "bfloat16"`` -> ``runner.model.to(torch.bfloat16)``.
 
-    That is what ``from_pretrained(torch_dtype=torch.bfloat16)`` loads: a
-    module that ``transformers`` lists in the model's ``_keep_in_fp32_modules``
-    stays float32, as ``transformers`` keeps it.  Gradients then are bfloat16,
-    and so are the states PyTorch's Adam and AdamW make with
-    ``torch.zeros_like(p)``.
+    As ``from_pretrained(torch_dtype=torch.bfloat16)`` loads it: modules in the
+    model's ``_keep_in_fp32_modules`` stay float32.
     """
     if runner.config.param_dtype != "bfloat16":
         return

@@ -1,22 +1,15 @@
-"""QLoRA's frozen weights in 4-bit NormalFloat (Dettmers et al., 2023), as torchao stores them.
+"""QLoRA's frozen weights in 4-bit NormalFloat (Dettmers et al., 2023), as torchao stores them (lesson 09).
 
-Introduced in lesson 09 (fine-tuning on one GPU).  With
-``StepConfig.quantization="nf4"`` every frozen linear weight
-(:func:`nf4_linears`) is stored as torchao's ``NF4Tensor`` and computed in
-bfloat16 (:class:`NF4Linear`).  Two steps of the step runner's recipe
-(:data:`helpers.step.RECIPE`) do it: :func:`hold_back` keeps those weights off
-the device when the model is placed, and :func:`quantize` then brings each in
-bfloat16, one at a time, quantizes it and frees the bfloat16 copy, as
-bitsandbytes quantizes a weight while ``from_pretrained`` loads it.
-(Quantizing after a whole placement would hold every weight dense at once;
-and placing an ``NF4Tensor`` would make it dense again.)
-
-torchao's ``to_nf4`` and ``linear_nf4`` are written in PyTorch operations:
-they run on the engine's fake tensors and every storage they make is counted.
-bitsandbytes' ``quantize_4bit`` reads tensor values on the CPU
-(``DataDependentOutputException`` under ``FakeTensorMode``) and computes in
-its own CUDA kernels, which fake tensors cannot run.  The two layouts agree
-to within a few bytes per 16384 weights (:func:`nf4_bytes`).
+With ``StepConfig.quantization="nf4"`` every frozen linear weight
+(:func:`nf4_linears`) is torchao's ``NF4Tensor``, computed in bfloat16
+(:class:`NF4Linear`).  Two recipe steps do it: :func:`hold_back` keeps those
+weights off the device while the model is placed, and :func:`quantize` brings
+each in bfloat16, quantizes it and frees the copy, one at a time, as
+bitsandbytes does while ``from_pretrained`` loads.  torchao's ``to_nf4`` and
+``linear_nf4`` are PyTorch operations, so they run on fake tensors and are
+counted; bitsandbytes' ``quantize_4bit`` reads values and runs its own CUDA
+kernels, which fake tensors cannot.  The two layouts agree within a few bytes
+per 16384 weights (:func:`nf4_bytes`).
 """
 
 from __future__ import annotations
@@ -35,27 +28,18 @@ NF4_SCALER_BLOCK = 256
 
 
 def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
-    """The bytes of one weight of ``numel`` elements as torchao's ``NF4Tensor`` stores it (before the allocator
-    rounds each storage up).
+    """The bytes of one weight of ``numel`` elements as torchao's ``NF4Tensor`` stores it (before 512-byte rounding).
 
-    From ``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py``,
-    ``NF4Tensor.from_tensor`` of a weight of ``dtype_bytes`` per element (2: bfloat16):
-
-    * ``quantized_data``: two 4-bit codes per uint8: ``numel / 2``;
-    * ``quantized_scalers``: one int8 per block of 64 weights: ``numel / 64``;
-    * ``quantization_factor``: one scale per 256 blocks, in the weight's dtype:
-      ``dtype_bytes * numel / (64 * 256)``;
-    * ``scaler_mean`` (one value) and ``nf4`` (the 16-value code book), in the weight's dtype.
-
-    So ``4 + 8/64 + 16/16384`` bits per weight in bfloat16 (about 4.126), against
-    the QLoRA paper's ``4 + 8/64 + 32/(64*256)`` (about 4.127): bitsandbytes
-    keeps the second-level scales in float32, torchao in the weight's dtype,
-    and torchao subtracts the mean of the first-level scales (one value) where
-    bitsandbytes keeps an offset too.  Both need ``numel`` divisible by
-    64 * 256 here (torchao asserts it).
+    ``NF4Tensor.from_tensor`` (``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py``),
+    ``dtype_bytes`` per element (2: bfloat16): ``quantized_data`` ``numel / 2``
+    (two 4-bit codes per uint8); ``quantized_scalers`` ``numel / 64`` (one int8
+    per block of 64); ``quantization_factor`` ``dtype_bytes * numel / (64 * 256)``;
+    ``scaler_mean`` (one value) and ``nf4`` (16 values) in the weight's dtype.
+    About 4.126 bits per weight in bfloat16, against the QLoRA paper's
+    ``4 + 8/64 + 32/(64*256)`` (bitsandbytes keeps the second-level scales in float32).
 
     Returns:
-        ``{"codes": ..., "scales": ..., "scale_factors": ..., "mean": ..., "code_book": ...}`` in bytes.
+        ``{"codes", "scales", "scale_factors", "mean", "code_book"}`` -> bytes.
     """
     blocks = numel // NF4_BLOCK
     return {"codes": numel // 2, "scales": blocks, "scale_factors": dtype_bytes * (blocks // nf4_scaler_block(numel)),
@@ -70,22 +54,17 @@ def _nf4():
 
 
 def nf4_scaler_block(numel: int) -> int:
-    """The scaler block of a weight of ``numel`` elements: :data:`NF4_SCALER_BLOCK` (256) when its blocks of 64
-    are a multiple of it, else the largest number below it that divides them (see :func:`nf4_bytes`)."""
+    """The scaler block of a weight of ``numel`` elements: :data:`NF4_SCALER_BLOCK` (256) when it divides its blocks of 64, else the largest number below it that does."""
     blocks = numel // NF4_BLOCK
     return max(d for d in range(1, NF4_SCALER_BLOCK + 1) if blocks % d == 0)
 
 
 def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
-    """The linear layers QLoRA quantizes, as ``(parent, attribute, layer)``: every ``nn.Linear`` whose weight is
-    frozen (LoRA's base layers and the layers it does not adapt), but the output embeddings (the LM head)
-    and any weight tied to another module.
+    """The linear layers QLoRA quantizes, as ``(parent, attribute, layer)``.
 
-    That is ``transformers``' rule for bitsandbytes 4-bit loading when
-    ``llm_int8_skip_modules`` is not given (``transformers/quantizers/base.py``,
-    ``get_keys_to_not_convert``: tied weights, the last module and the output
-    embeddings stay in 16 bits); the token embedding is an ``nn.Embedding``,
-    which it never converts.
+    Every ``nn.Linear`` with a frozen weight but the output embeddings and tied
+    weights: ``transformers``' rule for bitsandbytes 4-bit loading
+    (``get_keys_to_not_convert``, ``transformers/quantizers/base.py``).
     """
     get_output = getattr(model, "get_output_embeddings", None)
     head = get_output() if callable(get_output) else None
@@ -104,22 +83,14 @@ def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
 
 
 class NF4Linear(nn.Module):
-    """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16: what bitsandbytes'
-    ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does (the input is cast to bfloat16, the
-    output back to the input's dtype), through torchtune's ``FrozenNF4Linear`` path, ``torchao``'s ``linear_nf4``.
+    """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16.
 
-    ``linear_nf4`` (``LinearNF4``) dequantizes the weight to the input's dtype
-    for the matmul and frees it, saves the ``NF4Tensor`` itself for backward
-    (not the dequantized copy) and dequantizes again there: a dequantized
-    weight lives only during its matmul, and the weight gets no gradient.
-    torchao dequantizes in eager PyTorch (``NF4Tensor.get_original_weight``),
-    holding about 14 bytes per weight for the length of the matmul (two int64
-    index tensors of ``numel / 2``, the looked-up, scaled and interleaved
-    values), where bitsandbytes' CUDA kernel writes the 2-byte weight directly.
-
-    Args:
-        weight: the ``NF4Tensor``.
-        bias: the layer's bias (kept as it is), or None.
+    What bitsandbytes' ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16``
+    does, through torchao's ``linear_nf4`` (torchtune's ``FrozenNF4Linear``): the
+    weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and
+    dequantized again in backward, no weight gradient.  torchao's eager
+    dequantization (``NF4Tensor.get_original_weight``) holds about 14 bytes per
+    weight during the matmul, where bitsandbytes' kernel writes the 2-byte weight.
     """
 
     def __init__(self, weight, bias: nn.Parameter | None):
@@ -139,8 +110,7 @@ class NF4Linear(nn.Module):
 
 
 def hold_back(runner) -> None:
-    """The recipe's step before placing, for ``config.quantization == "nf4"``: the frozen linear weights
-    (:func:`nf4_linears`) leave their layers, kept in ``runner.held_back`` for :func:`quantize`.
+    """The recipe's step before placing (``config.quantization == "nf4"``): the :func:`nf4_linears` weights wait in ``runner.held_back``.
 
     Raises:
         Refused (a ValueError): if a weight's size is not a multiple of 64, naming the layer.
@@ -160,10 +130,10 @@ def hold_back(runner) -> None:
 
 
 def quantize(runner) -> None:
-    """The recipe's step after placing: each weight :func:`hold_back` kept arrives on the device in
-    bfloat16, is quantized by torchao's ``to_nf4`` (block 64, scaler block of :func:`nf4_scaler_block`:
-    double quantization, :func:`nf4_bytes`) and its bfloat16 copy freed; its layer becomes an
-    :class:`NF4Linear`.  Then the meter's peak starts afresh: loading and quantizing is not the step.
+    """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized (``to_nf4``) and its copy freed.
+
+    Its layer becomes an :class:`NF4Linear`; then the meter's peak starts afresh
+    (loading is not the step).
     """
     if not runner.held_back:
         return

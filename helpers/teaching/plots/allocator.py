@@ -14,13 +14,9 @@ from ...units import MiB
 
 def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = None,
                   title: str | None = None) -> Figure:
-    """Allocated (solid) and reserved (dashed) memory after every allocation-log entry.
+    """Allocated (solid) and reserved (dashed) memory after every allocation-log entry of each :class:`helpers.allocator.Replay`.
 
-    Args:
-        replays: :class:`helpers.allocator.Replay` objects (e.g. one per allocator setting).
-        labels: one label per replay.
-        marks: vertical lines at log indices, by label (e.g. where a step starts).
-        title: figure title.
+    ``marks``: vertical lines at log indices, by label.
 
     Raises:
         ValueError: if ``labels`` and ``replays`` differ in length.
@@ -67,18 +63,15 @@ def memory_map(trace: list[dict], segments: list[dict] | None = None) -> tuple[l
     """Reserved ranges and allocated blocks over time, from an allocator trace.
 
     Args:
-        trace: entries with ``action``, ``addr`` and ``size`` (and optionally
-            ``serial``), as :attr:`helpers.allocator.CachingAllocator.trace` or
+        trace: entries with ``action``, ``addr``, ``size`` (and ``serial``), as
+            :attr:`helpers.allocator.CachingAllocator.trace` or
             ``torch.cuda.memory._snapshot()["device_traces"][0]`` give them.
-        segments: the snapshot's ``segments`` at the end of the trace, so that
-            segments and blocks that existed before recording began are shown
-            from the start (a real trace only holds what happened while it was
-            recorded).
+        segments: the snapshot's ``segments`` at the trace's end, so that what
+            existed before recording began is shown from the start.
 
     Returns:
-        ``(reserved, blocks)``: ``reserved`` as ``(lo, hi, t0, t1)`` address
-        ranges held from the driver between trace entries ``t0`` and ``t1``;
-        ``blocks`` as ``(lo, hi, t0, t1, serial)``, one per allocation.
+        ``(reserved, blocks)``: ``(lo, hi, t0, t1)`` ranges held from the driver
+        between entries ``t0`` and ``t1``; ``(lo, hi, t0, t1, serial)`` per allocation.
     """
     end = len(trace)
     held: dict = {}
@@ -117,12 +110,7 @@ _LONG_LIVED = ("parameters", "gradients", "optimizer_states")
 
 
 def _stacked_addresses(ranges: list[tuple[int, int]]):
-    """Lay the used address ranges out as bands, gaps between them removed (3% of the height in all).
-
-    Returns:
-        ``(rect, height)``: ``rect(lo, hi, t0, t1)`` gives the corners of a block of addresses
-        ``[lo, hi)`` alive from entry ``t0`` to ``t1`` (y in MiB); ``height`` is the bands' total in bytes.
-    """
+    """The used address ranges as bands, gaps removed: ``(rect, height)``, ``rect(lo, hi, t0, t1)`` a block's corners (y in MiB), ``height`` in bytes."""
     merged: list[list[int]] = []  # address ranges ever used, disjoint
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1]:
@@ -150,22 +138,18 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
                     first_step_until: int | None = None, min_height: float = 0.008) -> Figure:
     """The allocator's segments and blocks over time, like memory_viz's "Allocator State History".
 
-    Time (trace entries) runs left to right; each segment is a band of
-    addresses (segments in address order, the gaps between them removed).
-    Grey: reserved but free; coloured: allocated blocks, by the category that
-    ``categories`` gives the trace's ``serial``.  Blocks of the long-lived
-    categories (parameters, gradients, optimizer states) are drawn at least
-    ``min_height`` of the axis high: their heights are not to scale, their
-    positions are.  Draws a simulated trace and a real one alike.
+    Time (trace entries) left to right, each segment a band of addresses (gaps
+    removed); grey is reserved but free, blocks coloured by ``categories`` of
+    their ``serial``.  Long-lived blocks are at least ``min_height`` of the axis
+    high (positions to scale, heights not).  Simulated and real traces alike.
 
     Args:
         trace, segments: see :func:`memory_map`.
-        categories: storage serial -> category (e.g. from ``StepProfile.storages``).
+        categories: storage serial -> category.
         title: figure title.
-        first_step_until: trace position (:meth:`helpers.allocator.Replay.trace_position`)
-            where the traced step begins; blocks allocated before it that
-            ``categories`` calls "other" are drawn as :data:`FIRST_STEP`.
-        min_height: the smallest height of a long-lived block, a fraction of the axis (0: all to scale).
+        first_step_until: trace position where the traced step begins; "other"
+            blocks before it are drawn as :data:`FIRST_STEP`.
+        min_height: a fraction of the axis (0: all to scale).
 
     Raises:
         ValueError: for a trace with nothing reserved or allocated in it.
@@ -210,20 +194,13 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
 
 def plot_reserved_bars(labels: list[str], tensors: list[int], default, expandable,
                        title: str | None = None) -> Figure:
-    """Per step: its tensors' peak, and peak allocated and reserved under two allocator settings.
-
-    One group of horizontal bars per step, in MiB: the tensors at the peak
-    (what the engine counts, ``StepProfile.peak_allocated_bytes``), peak
-    allocated (unsplit rests included) and peak reserved of the allocator
-    model with the default settings, and peak reserved with
-    ``expandable_segments:True``.  Each default reserved bar is labelled with
-    its ratio to peak allocated.
+    """Per step: its tensors' peak, and peak allocated and reserved under two allocator settings, in MiB.
 
     Args:
-        labels: one label per step.
+        labels: one per step.
         tensors: bytes of tensors at each step's peak.
         default, expandable: one :class:`helpers.allocator.Replay` per step
-            (default settings, then ``expandable_segments:True``).
+            (default settings, ``expandable_segments:True``).
         title: figure title.
 
     Raises:

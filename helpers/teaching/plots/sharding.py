@@ -43,17 +43,11 @@ def _sharded_bar(ax, x, values: dict[str, int], horizontal: bool, labelled: set[
 
 def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | None = None,
                              title: str | None = None) -> Figure:
-    """Memory of rank 0 against the world size N, one stacked bar per N.
+    """Rank 0's memory against the world size N, one stacked bar per N (``{N: ShardedStep}``).
 
-    Each bar stacks the rank's sharded parameters, gradients and optimizer states
-    and, on top, the gathered parameters and all-gather buffers at the moment of
-    the step when together they are most (from ``ShardedStep.timeline``);
-    activations are left out.
-
-    Args:
-        steps: ``{N: ShardedStep}`` (:func:`helpers.fsdp.sharded_step` results).
-        lines: formulas to draw over the bars, ``{label: {N: bytes}}``.
-        title: figure title.
+    Sharded parameters, gradients and optimizer states, and on top the gathered
+    parameters and all-gather buffers at their most (``ShardedStep.timeline``);
+    no activations.  ``lines``: formulas drawn over the bars, ``{label: {N: bytes}}``.
     """
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
@@ -78,15 +72,7 @@ def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | N
 
 
 def plot_sharded_timeline(steps: list, labels: list[str], title: str | None = None) -> Figure:
-    """The FSDP timeline of sharded steps: one panel per step, the
-    gathered (unsharded) parameters and the all-gather buffers, stacked, after
-    each allocation or free of the measured step (``ShardedStep.timeline``), the
-    backward pass shaded and the phases named.
-
-    Args:
-        steps: :class:`helpers.fsdp.ShardedStep` results to compare.
-        labels: one label per step.
-        title: figure title.
+    """One panel per sharded step: gathered parameters and all-gather buffers after each event (``ShardedStep.timeline``), backward shaded.
 
     Raises:
         ValueError: if ``labels`` and ``steps`` differ in length.
@@ -121,14 +107,7 @@ def plot_sharded_timeline(steps: list, labels: list[str], title: str | None = No
 
 
 def plot_sharded_peaks(steps: list, labels: list[str], title: str | None = None) -> Figure:
-    """One horizontal bar per sharded step: rank 0's memory at its peak, stacked by
-    the categories of :data:`helpers.fsdp.SHARDED_CATEGORIES` (``ShardedStep.at_peak``),
-    the peak written at the end.
-
-    Args:
-        steps: :class:`helpers.fsdp.ShardedStep` results to compare.
-        labels: one label per step.
-        title: figure title.
+    """One bar per sharded step: rank 0's memory at its peak by :data:`helpers.fsdp.SHARDED_CATEGORIES`, the peak at its end.
 
     Raises:
         ValueError: if ``labels`` and ``steps`` differ in length.

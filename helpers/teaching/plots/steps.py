@@ -22,12 +22,9 @@ def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:
 
 def plot_timeline(profiles: StepProfile | list[StepProfile], labels: list[str] | None = None,
                   title: str | None = None) -> Figure:
-    """Allocated memory at every event of one or more steps, peaks marked.
+    """Allocated memory at every event of one or more steps (overlaid), peaks marked.
 
-    Args:
-        profiles: one profile, or several to overlay (e.g. baseline vs AMP).
-        labels: legend labels, one per profile (default: model and backend).
-        title: figure title.
+    ``labels``: one per profile (default: model and backend).
 
     Raises:
         ValueError: if ``labels`` and ``profiles`` differ in length.
@@ -94,11 +91,6 @@ def plot_stages(profile: StepProfile, title: str | None = None) -> Figure:
 def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | None = None) -> Figure:
     """One bar per profile: the memory at its peak, stacked by category (lesson 04).
 
-    Args:
-        profiles: the steps to compare (e.g. baseline, AMP, checkpointing).
-        labels: one label per profile.
-        title: figure title.
-
     Raises:
         ValueError: if ``labels`` and ``profiles`` differ in length.
     """
@@ -127,21 +119,12 @@ def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], titl
                              marks: dict[str, float] | None = None, mark_label: str = "measured") -> Figure:
     """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05a).
 
-    One bar per optimizer or per bytes-per-parameter convention, top to bottom
-    in the order of ``bars``; each part is coloured by its category
-    (:data:`helpers.palette.CATEGORY_COLORS`) and, where it is wide enough,
-    labelled inside with its text and size.  Optional marks (black diamonds)
-    show a measured total beside a convention's bar.
-
     Args:
-        bars: bar label -> its parts, left to right, each
-            ``(category, text, bytes per parameter)``.
+        bars: bar label -> its parts, left to right, each ``(category, text,
+            bytes per parameter)``, coloured by :data:`helpers.palette.CATEGORY_COLORS`.
         title: figure title.
-        marks: bar label -> a measured total, in bytes per parameter.
+        marks: bar label -> a measured total (bytes per parameter), a black diamond.
         mark_label: the legend's name for the marks.
-
-    Returns:
-        The figure (x axis: bytes per parameter).
 
     Raises:
         ValueError: for an unknown category, a negative part, or a mark for no bar.
@@ -188,26 +171,16 @@ def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], titl
 
 def plot_accumulation(profiles: list[StepProfile], labels: list[str], unit: str = "GiB",
                       title: str | None = None) -> Figure:
-    """Gradient accumulation: one bar per way of splitting a batch, stacked by category at the peak.
-
-    Each bar is one step (e.g. ``profile_step(..., accumulation_steps=k)`` with
-    micro-batches of b), stacked by the categories of
-    :data:`helpers.record.CATEGORIES` in their colours, its total written on
-    top.  Read left to right, the activations shrink with the micro-batch while
-    the parameters and the optimizer states stay, and from two micro-batches on
-    the whole gradient buffer is allocated at the peak (lesson 05b).
+    """Gradient accumulation: one bar per way of splitting a batch, stacked by category at the peak (lesson 05b).
 
     Args:
-        profiles: the steps, in the order of the bars.
-        labels: one label per profile, such as ``"4 × 32"``.
-        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the y axis.
+        profiles: the steps (``accumulation_steps=k``), in bar order.
+        labels: one per profile, such as ``"4 × 32"``.
+        unit: ``"MiB"`` or ``"GiB"``, the y axis.
         title: figure title.
 
-    Returns:
-        The figure.
-
     Raises:
-        ValueError: for no profile, labels that do not match the profiles, or another unit.
+        ValueError: for no profile, labels that do not match, or another unit.
     """
     scale = unit_scale(unit)
     if not profiles or len(labels) != len(profiles):
@@ -236,23 +209,13 @@ def plot_inference_and_leaks(forward: dict[str, dict[str, int]], loops: dict[str
                              unit: str = "GiB", title: str | None = None) -> Figure:
     """Two panels (lesson 05b): a forward pass's peak per grad mode, and loops that leak or not.
 
-    Left, grouped bars: for each configuration, the peak of one forward pass
-    and its loss under each grad mode (``helpers.loops.forward_peak``), its
-    value written on the bar.  Right, one line per loop: the bytes still
-    allocated after each iteration (``helpers.loops.loop_memory``); a loop that
-    keeps a graph climbs, the others stay flat.  Lines that coincide are told
-    apart by their markers and dashes; their colours (Okabe-Ito) are not the
-    bars' colours, as a loop is not a grad mode.
-
     Args:
-        forward: ``{configuration: {grad mode: bytes}}``, every configuration
-            with the same grad modes, in the same order.
-        loops: ``{loop: bytes after each iteration}``.
-        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), both y axes.
+        forward: ``{configuration: {grad mode: bytes}}`` (``helpers.loops.forward_peak``),
+            every configuration with the same grad modes, grouped bars.
+        loops: ``{loop: bytes after each iteration}`` (``helpers.loops.loop_memory``),
+            one line each, told apart by markers and dashes.
+        unit: ``"MiB"`` or ``"GiB"``, both y axes.
         title: figure title.
-
-    Returns:
-        The figure, with two axes.
 
     Raises:
         ValueError: for another unit, an empty ``forward`` or ``loops``, or

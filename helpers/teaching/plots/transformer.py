@@ -1,6 +1,4 @@
-"""Figures of transformers and fine-tuning: a block's parts stacked, memory against sequence length
-(lesson 08); fine-tuning setups against cards, the peak against the tokens, published figures beside
-the engine's (lesson 09)."""
+"""Figures of transformers (lesson 08) and fine-tuning (lesson 09); each returns a ``matplotlib.figure.Figure``."""
 
 from __future__ import annotations
 
@@ -14,20 +12,14 @@ from ...units import unit_scale
 
 def plot_stacked_parts(columns: dict[str, dict[str, int]], unit: str = "MiB", title: str | None = None,
                        order: tuple[str, ...] = ()) -> Figure:
-    """Horizontal bars, one per column, each stacked from its parts.
+    """Horizontal bars, one per column, each stacked from its parts, its total at its end.
 
     Args:
-        columns: ``{bar label: {part name: bytes}}``; a part has one colour in
-            every bar (Okabe-Ito); parts of zero bytes are left out.
-        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the x axis.
+        columns: ``{bar label: {part name: bytes}}`` (zero parts left out).
+        unit: ``"MiB"`` or ``"GiB"``, the x axis.
         title: the figure's title.
-        order: part names in the order to stack them; the i-th name gets the
-            palette's i-th colour, so that figures drawn with the same ``order``
-            colour a part alike.  Parts not named come after, in the order they
-            first appear, with the colours no named part took.
-
-    Returns:
-        A ``matplotlib.figure.Figure``; the total of each bar is written at its end.
+        order: part names in stacking order; the i-th gets the palette's i-th
+            colour (others follow, in order of appearance, with the colours left).
 
     Raises:
         ValueError: for another unit, or more parts than the palette's 8 colours.
@@ -62,21 +54,14 @@ def plot_stacked_parts(columns: dict[str, dict[str, int]], unit: str = "MiB", ti
 
 def plot_memory_vs_seq(seqs: list[int], series: dict[str, list[int]], unit: str = "GiB",
                        levels: dict[str, int] | None = None, title: str | None = None) -> Figure:
-    """Memory against sequence length, both axes logarithmic.
-
-    A line of slope 1 grows linearly with the sequence, one of slope 2 with its
-    square (the attention scores).
+    """Memory against sequence length, log-log: slope 1 is linear in the sequence, slope 2 its square.
 
     Args:
         seqs: the sequence lengths (tokens), the x axis.
-        series: ``{label: bytes at each of seqs}``, one line with markers each.
-        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the y axis.
-        levels: ``{label: bytes}`` drawn as dashed horizontal lines (a figure
-            that does not depend on the sequence, such as the model states).
+        series: ``{label: bytes at each of seqs}``, one line each.
+        unit: ``"MiB"`` or ``"GiB"``, the y axis.
+        levels: ``{label: bytes}`` drawn as dashed horizontal lines.
         title: the figure's title.
-
-    Returns:
-        A ``matplotlib.figure.Figure``.
 
     Raises:
         ValueError: for another unit, or a series whose length is not ``len(seqs)``.
@@ -104,23 +89,19 @@ def plot_memory_vs_seq(seqs: list[int], series: dict[str, list[int]], unit: str 
 
 def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int], unit: str = "GiB",
                         title: str | None = None) -> Figure:
-    """One horizontal bar per fine-tuning setup: its step's peak, stacked by category, against GPU cards.
+    """One bar per fine-tuning setup: its peak stacked by category, against cards.
 
-    Each bar is a step's peak allocated memory by category (the colours of
-    every lesson, :data:`helpers.palette.CATEGORY_COLORS`), with its total and
-    where the peak is ("at optimizer.step()" or "in backward") at its end.
-    Each card is a dashed vertical line at its memory less the assumed 1 GiB
-    overhead (:data:`helpers.gpus.CUDA_OVERHEAD_BYTES`): a bar that ends left of
-    a line fits that card by the rule of every widget (:func:`helpers.gpus.judge`).
+    Each bar is a step's peak allocated bytes by category
+    (:data:`helpers.palette.CATEGORY_COLORS`), its total and where the peak is
+    at its end; each card is a dashed line at its memory less
+    :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` (a bar left of it fits, as
+    :func:`helpers.gpus.judge` says).
 
     Args:
         profiles: ``{label: StepProfile}``, the first drawn on top.
-        cards: ``{card name: bytes}``, e.g. a selection of :data:`helpers.gpus.GPU_CARDS`.
-        unit: ``"MiB"`` or ``"GiB"`` (2**20 or 2**30 bytes), the x axis.
+        cards: ``{card name: bytes}``.
+        unit: ``"MiB"`` or ``"GiB"``, the x axis.
         title: the figure's title.
-
-    Returns:
-        A ``matplotlib.figure.Figure``.
 
     Raises:
         ValueError: for another unit, no profiles, or more than four cards.
@@ -165,20 +146,16 @@ def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int],
 
 def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answers: dict[str, int],
                         unit: str = "GiB", title: str | None = None) -> Figure:
-    """A step's peak against its token count (linear axes): the traced points, their fitted line, and cards.
+    """A step's peak against its token count: the traced points, their fitted line, and cards.
 
     Args:
         peaks: ``{tokens: peak allocated bytes}`` of traced steps.
-        line: the :class:`helpers.batch.AffineFit` through two of them (bytes against tokens).
-        cards: ``{card name: bytes}``; each is a dashed horizontal line at its
-            memory less the assumed 1 GiB overhead (:data:`helpers.gpus.CUDA_OVERHEAD_BYTES`).
-        answers: ``{card name: tokens}``, the longest sequence that fits each
-            card, marked on its line.
+        line: the :class:`helpers.batch.AffineFit` through two of them.
+        cards: ``{card name: bytes}``, dashed lines at memory less
+            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
+        answers: ``{card name: tokens}``, the longest sequence that fits, marked.
         unit: ``"MiB"`` or ``"GiB"``, the y axis.
         title: the figure's title.
-
-    Returns:
-        A ``matplotlib.figure.Figure``.
 
     Raises:
         ValueError: for another unit, or fewer than two points.
@@ -216,20 +193,9 @@ def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answ
 def plot_published_comparison(comparisons, title: str | None = None) -> Figure:
     """Published real-GPU figures beside the engine's: two bars per row, in GB (10**9 bytes).
 
-    Args:
-        comparisons: :class:`helpers.teaching.published.Comparison` objects
-            (what ``finetune_comparison`` returns): each gives its row's
-            ``source``, ``published`` bytes and ``measured``, and the engine's
-            ``after`` (tensors and cuBLAS workspaces; for a card, the judged
-            need).
-        title: the figure's title.
-
-    Returns:
-        A ``matplotlib.figure.Figure``: per row, the published figure (blue)
-        and the engine's (vermillion: the whole step's peak plus the card's
-        cuBLAS workspaces; for a card, plus the assumed overhead), the
-        engine's ratio to it written at the bar's end.
-        A card's size (a claim that the step fits it) is drawn hatched.
+    Per :class:`helpers.teaching.published.Comparison`: the published figure
+    (blue; a card's size hatched) and the engine's ``after`` (vermillion), with
+    the engine's ratio at the bar's end.
 
     Raises:
         ValueError: for no comparisons.

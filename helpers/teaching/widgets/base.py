@@ -1,17 +1,12 @@
 """What the widgets share: the controls of a batch size and a GPU, traced curves, and the view.
 
-A widget is an ``ipywidgets.VBox``, *returned* as the last expression of a
-cell.  Its view is updated through traits (``HTML.value``) in ``observe``
-callbacks, never by printing into an ``Output`` widget, so that a notebook that
-contains it still passes strict nbval (which compares printed output, not
-widget views).  The view is made by :func:`helpers.teaching.views.render`.
-
-On a GPU every value is measured (an out-of-memory error is caught, shown as
-"does not fit", and its memory released); elsewhere it is simulated, with
-:class:`helpers.batch.PeakCurve` interpolating exactly between traced batch
-sizes so that the slider answers at once.  A change that needs a new trace
-first shows that it is working (:func:`helpers.teaching.views.working`: the
-previous figures dimmed under "updating..."), so that old figures never look current.
+A widget is an ``ipywidgets.VBox`` returned as a cell's last expression; its
+view changes through traits (``HTML.value``) in ``observe`` callbacks, never
+by printing, so notebooks pass strict nbval.  On a GPU every value is
+measured (an out of memory shown as "does not fit"); elsewhere simulated,
+:class:`helpers.batch.PeakCurve` interpolating exactly so the slider answers
+at once.  A change that needs a trace first shows the previous figures
+dimmed (:func:`helpers.teaching.views.working`).
 """
 
 from __future__ import annotations
@@ -58,9 +53,7 @@ class StepWidget(widgets.VBox):
     _STYLE = {"description_width": "110px"}
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget, and a ``text/html`` stand-in for where no widget can be shown: a stored
-        notebook keeps only the stand-in (``make refresh-notebooks`` drops widget views), so a
-        learner who opens it before running it reads what the widget does and how to get it."""
+        """The widget, and a ``text/html`` stand-in that a stored notebook keeps, saying what the widget does."""
         data = super()._repr_mimebundle_(**kwargs)
         data["text/html"] = (f'<div style="border:1px dashed #999999; padding:8px; color:#333333">'
                              f'<b>{type(self).__name__}</b>: {html.escape(self._PLACEHOLDER)} It appears here '
@@ -140,8 +133,7 @@ class StepWidget(widgets.VBox):
         return self._curves[key]
 
     def _working(self, curve: PeakCurve, batch_size: int) -> None:
-        """Called before each new trace (a fraction of a second to seconds): during :meth:`update`, show
-        once that the widget is working (:func:`working`), over the figures on display, dimmed."""
+        """Before each new trace, during :meth:`update`: show once that the widget is working, over the dimmed figures."""
         if not self._updating or self._shown_working:
             return
         self._shown_working = True
@@ -151,11 +143,7 @@ class StepWidget(widgets.VBox):
         self.view.value = working(f"tracing {what}", self._figures)
 
     def update(self) -> None:
-        """Recompute for the controls' values and redraw the view.
-
-        When that needs a new trace, the view first says so (:func:`working`) and shows the previous
-        figures dimmed until the new ones replace them.
-        """
+        """Recompute for the controls' values and redraw the view (saying first when it must trace)."""
         self._updating, self._shown_working = True, False
         self._figures = self.view.value
         try:

@@ -25,43 +25,32 @@ SEGMENTS = {"off": 0, "2 segments": 2, "4 segments": 4, "8 segments": 8}
 
 
 class MemoryExplorer(StepWidget):
-    """Peak memory of one training step, by category, against a GPU's capacity.
+    """Peak memory of one training step, by category, against a GPU's capacity (lesson 01).
 
     Args:
-        model: a model name (``"mlp"``, lesson 01's small MLP; a torchvision
-            classifier; ``"gpt2"`` and the other GPT-2 presets, at their full
-            context of 1024 tokens), or your own ``nn.Module`` or builder
-            function (listed in the model menu under its name).  Llama-3 8B is
-            not in the menu: at its 131,072-token context no card of the menu
-            holds one sample; :class:`WillItFit` and :class:`SequenceExplorer`
-            offer it with a sequence length.
-        batch_size: initial batch size, from 1 to ``max_batch_size``.
-        max_batch_size: the slider's upper end (at least 1024 is useful).
+        model: a model name (``"mlp"``, a torchvision classifier, a GPT-2 preset
+            at its 1024-token context), or your own ``nn.Module`` or builder
+            (listed under its name).  Llama-3 8B is in :class:`WillItFit` and
+            :class:`SequenceExplorer`, which set a sequence length.
+        batch_size: initial batch size, from 1 to ``max_batch_size`` (the slider's end).
         amp: initial state of the AMP toggle.
         checkpoint: initial checkpoint segments (0: off; 2, 4 or 8).
         optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`.
-        capacity: a card of :data:`helpers.gpus.GPU_CARDS` (``"V100 16 GB"``,
-            ...), or ``"this GPU"`` (only on a GPU).
+        capacity: a card of :data:`helpers.gpus.GPU_CARDS`, or ``"this GPU"`` (on a GPU).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        reserved: initial state of the "reserved" toggle: replay each step
-            through the caching-allocator model on the chosen card
-            (:func:`helpers.batch.reserved_estimate`, each batch size traced,
-            not interpolated) and judge its peak reserved memory plus the
-            assumed CUDA context instead of the peak plus the 1 GiB overhead.
-        **options: other options of :class:`helpers.config.StepConfig`.
-            Those that describe the data (:data:`helpers.config.DATA_OPTIONS`:
-            ``image_size``, ``input_shape``, ``seq_len``, ``num_classes``, ...)
-            belong to ``model``: the menu's other models keep their own.  The
-            rest (``amp_dtype``, ``attention``, ...) apply to every model.
+        reserved: initial state of the "reserved" toggle: judge each step's
+            replay through the allocator model (:func:`helpers.batch.reserved_estimate`).
+        **options: other :class:`helpers.config.StepConfig` options; those of
+            :data:`helpers.config.DATA_OPTIONS` belong to ``model`` alone.
 
     Attributes:
-        batch_size, model, amp, checkpoint, optimizer, capacity, reserved: the controls
-            (change their ``value`` from code, as a learner does with the mouse);
+        batch_size, model, amp, checkpoint, optimizer, capacity, reserved: the
+            controls (set their ``value`` from code as a learner does);
             view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
 
     Raises:
         ValueError: for an initial value the controls cannot take, or options
-            :class:`helpers.config.StepConfig` refuses (with its message).
+            :class:`helpers.config.StepConfig` refuses.
     """
 
     _PLACEHOLDER = ("a batch-size slider, with menus for the model, AMP, checkpointing, the optimizer and the "
@@ -123,23 +112,18 @@ PARAMETER_COUNT = "a parameter count"
 class WillItFit(StepWidget):
     """Will this training step fit on that GPU?  Lesson 05b's widget.
 
-    Like :class:`MemoryExplorer`, a steady-state training step by category
-    against a GPU, with a verdict; its controls decide the model states and the
-    activations: the model (a language preset of
-    :data:`helpers.models.LANGUAGE_PRESETS`, a torchvision classifier, or
-    :data:`PARAMETER_COUNT`: then only the model states, from the count), the
-    optimizer, the precision, the batch size, and the sequence length
-    (language models) or image size.
+    A steady-state step by category against a GPU, like :class:`MemoryExplorer`;
+    its controls set the model states and activations.
 
     Args:
-        model: a GPT-2 or Llama preset, a torchvision classification model name, or
-            :data:`PARAMETER_COUNT`.
-        batch_size, max_batch_size: the slider's start and upper end.
+        model: a preset of :data:`helpers.models.LANGUAGE_PRESETS`, a torchvision
+            classifier, or :data:`PARAMETER_COUNT` (model states from a count).
+        batch_size, max_batch_size: the slider's start and end.
         optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`.
         precision: a key of :data:`PRECISIONS`.
-        size: the sequence length (one of :data:`SEQ_LENS`) or image size (one
-            of :data:`IMAGE_SIZES`); None: the model's default (1024, 224).
-        parameters: the count for :data:`PARAMETER_COUNT`, in parameters.
+        size: a sequence length of :data:`SEQ_LENS` or image size of
+            :data:`IMAGE_SIZES`; None: the model's default.
+        parameters: the count for :data:`PARAMETER_COUNT`.
         capacity: a card of :data:`helpers.gpus.GPU_CARDS`, or ``"this GPU"``.
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
 
@@ -236,13 +220,10 @@ class WillItFit(StepWidget):
 
 
 class SequenceExplorer(StepWidget):
-    """Lesson 08's widget: a transformer's training step against a GPU, by sequence length.
+    """Lesson 08's widget: a transformer's steady-state Adam step against a GPU, by sequence length.
 
-    Controls: the model (:func:`helpers.transformer.transformer_presets`),
-    sequence length, batch size, AMP, the checkpointing policy, the attention
-    kernel and the GPU.  The step is the whole steady-state training step with
-    Adam (:func:`helpers.transformer.transformer_step`, simulated), each
-    configuration traced once at the batch size asked for.
+    :func:`helpers.transformer.transformer_step`, simulated, each configuration
+    traced once at the batch size asked for.
 
     Attributes:
         model, seq, batch_size, amp, policy, attention, capacity: the controls;

@@ -39,41 +39,33 @@ CARD_48GB = {"RTX A6000 48 GB": 48676 * 2**20}
 class FineTuneFit(StepWidget):
     """Lesson 09's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?
 
-    The step: one steady-state training step (forward, next-token loss,
-    backward, ``optimizer.step()``) of a Hugging Face causal LM built from a
-    shipped config, under bfloat16 autocast, simulated.  The method is full
-    fine-tuning, LoRA of a rank on peft's default targets, or QLoRA (the same
-    LoRA over a 4-bit NF4 base); "reserved" replays the step through the
-    allocator model on the card, as in :class:`MemoryExplorer`.
-
-    The questions (:data:`QUESTIONS`): "does it fit?" (the batch and sequence
-    shown); "largest batch" at the sequence shown, and "longest sequence" at
-    the batch shown, in steps of :data:`SEQ_STEP` tokens, found by
-    :func:`helpers.batch.largest_fit`.  The answer is put into its control and
-    the view shows its traced step; sizes in GiB.
+    One steady-state step of a shipped Hugging Face causal LM config under
+    bfloat16 autocast, simulated: full fine-tuning, LoRA on peft's default
+    targets, or QLoRA; "reserved" judges the allocator model's replay.  The
+    questions (:data:`QUESTIONS`): "does it fit?", "largest batch" at the
+    sequence shown, "longest sequence" at the batch shown (steps of
+    :data:`SEQ_STEP` tokens), found by :func:`helpers.batch.largest_fit` and put
+    into its control.  Sizes in GiB.
 
     Args:
-        model: one of :data:`FINETUNE_MODELS`.
+        model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of
+            :data:`helpers.models.hf.SHIPPED`).
         method: a key of :data:`FINETUNE_METHODS`.
-        lora_rank: LoRA's rank, one of :data:`LORA_RANKS` (ignored for full fine-tuning).
+        lora_rank: one of :data:`LORA_RANKS` (not for full fine-tuning).
         optimizer: a key of :data:`FINETUNE_OPTIMIZERS`.
-        weights: ``"float32"`` or ``"bfloat16"``: the dtype of the weights
-            that are not quantized (``param_dtype``).
-        checkpointing: Hugging Face's gradient checkpointing, each decoder layer a segment.
-        seq, batch_size: the sequence length (tokens) and the batch.
+        weights: ``"float32"`` or ``"bfloat16"``: unquantized weights' ``param_dtype``.
+        checkpointing: Hugging Face's gradient checkpointing.
+        seq, batch_size: tokens per sequence, sequences per batch.
         capacity: a card of :data:`helpers.gpus.GPU_CARDS` or :data:`CARD_48GB`.
         question: one of :data:`QUESTIONS`.
-        reserved: judge by the simulated allocator's reserved peak.
-        models: the model menu: names of :data:`helpers.models.hf.SHIPPED`
-            (default :data:`FINETUNE_MODELS`; the tests offer SmolLM2-135M, which traces fast).
+        reserved: judge by the allocator model's reserved peak.
 
     Attributes:
         model, method, lora_rank, optimizer, weights, checkpointing, seq,
             batch_box, capacity, question, reserved: the controls;
             view, result, message: as in :class:`MemoryExplorer`.
-        answer: the answer to "largest batch" or "longest sequence" in words
-            ("" for "does it fit?"); largest: the number (0: not even the
-            smallest fits; None for "does it fit?").
+        answer: the search's answer in words ("" for "does it fit?");
+        largest: its number (0: not even the smallest fits; None for "does it fit?").
 
     Raises:
         ValueError: for an initial value the controls cannot take, or a step
@@ -156,8 +148,7 @@ class FineTuneFit(StepWidget):
                 f"{what}")
 
     def estimate_at(self, seq: int, batch_size: int) -> Estimate:
-        """The traced step at ``seq`` tokens and ``batch_size`` (cached), judged as the view judges it:
-        with the reserved view, replayed through the allocator model on the card."""
+        """The traced step at ``seq`` tokens and ``batch_size`` (cached), judged as the view judges it."""
         key = self.config(seq)
         if key not in self._curves:
             self._curves[key] = WatchedCurve(key, self._working)
@@ -175,8 +166,7 @@ class FineTuneFit(StepWidget):
                            gpu if gpu in GPU_CARDS else None)
 
     def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
-        """The longest sequence at the batch shown, in tokens (a multiple of :data:`SEQ_STEP`), and the
-        estimates judged by sequence length (:func:`largest_fit`)."""
+        """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged (:func:`largest_fit`)."""
         batch = self.batch_box.value
         gpu = self.capacity.value
         steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
