@@ -31,7 +31,7 @@ profiles against full traces, byte for byte.
 from __future__ import annotations
 
 import bisect
-import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +43,18 @@ from .engine.backends import resolve_backend
 from .engine.cuda_rules import SimulatedTracker
 from .engine.trace import Event, StepTracer
 from .models import ModelSpec
-from .models.hf import CausalLMBuilder
-from .record import CATEGORIES, Allocation, Storage, StepProfile
+from .record import CATEGORIES, Allocation, Storage, StepProfile, frees_in_allocation_order
 
-#: The depths traced: the template is learned from the deeper, and must write both again.
-DEPTHS = (3, 4)
+#: The blocks at each end of the list that may run unlike the others: the first block's input is the
+#: embedding's output, which a Hugging Face model keeps to the end of its forward pass (``inputs_embeds``),
+#: so the first block frees nothing of the block before, the second does, and so on.
+EDGE = 2
+#: The depths traced: the template is learned from both, and must write both again.  Each has
+#: :data:`EDGE` blocks at each end and two or three between, enough that a block frees what the block
+#: two before it made (a layer's input, made by the layer before) with both in the middle.
+DEPTHS = (2 * EDGE + 2, 2 * EDGE + 3)
 #: Below this many blocks a full trace costs about what the two shallow ones do.
-MIN_BLOCKS = 8
+MIN_BLOCKS = 20
 #: The label of what belongs to no block.
 OUTSIDE = -1
 
@@ -77,16 +82,23 @@ def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
         return False, full + f"below {MIN_BLOCKS} blocks, two shallow traces cost as much"
     if config.capacity is not None:
         return False, full + "a simulated capacity (capacity=) stops the step where it runs out"
-    if config.checkpoint and not isinstance(spec.build, CausalLMBuilder) and config.checkpoint != spec.blocks + 2:
+    if config.checkpoint and not _hf(spec) and config.checkpoint != spec.blocks + 2:
         return False, full + (f"checkpointing by {config.checkpoint} segments puts blocks in different segments "
                               f"(checkpoint={spec.blocks + 2} makes each block one)")
     return True, None
 
 
+def _hf(spec: ModelSpec) -> bool:
+    """Whether ``spec`` builds a Hugging Face causal LM (checkpointed layer by layer, not by segments);
+    without importing transformers for the other models."""
+    hf = sys.modules.get("helpers.models.hf")
+    return hf is not None and isinstance(spec.build, hf.CausalLMBuilder)
+
+
 def shallow(config: StepConfig, spec: ModelSpec, depth: int) -> tuple[StepConfig, ModelSpec]:
     """The step of the same model with ``depth`` blocks: its config (one checkpointed segment per block
     where there was one) and its model."""
-    if config.checkpoint and not isinstance(spec.build, CausalLMBuilder):
+    if config.checkpoint and not _hf(spec):
         config = config.replace(checkpoint=depth + 2)
     return config, spec.at_depth(depth)
 
@@ -161,6 +173,29 @@ class Probed:
     blocks: str
 
 
+def probed(depth: int, profile: StepProfile, tracker: ProbeTracker, model: torch.nn.Module, optimizer,
+           serials) -> Probed:
+    """A shallow step's :class:`Probed`, read while its tensors are alive.
+
+    Args:
+        depth: its blocks.
+        profile, tracker: its profile and the tracker that counted it.
+        model, optimizer: its placed model and its optimizer (None without one).
+        serials: ``tensor -> [serial, ...]``, the storages a tensor is made of.
+    """
+    blocks = block_list(model, depth)
+    owners, of_param = {}, {}
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        block = block_of(name, blocks)
+        of_param[id(t)] = block
+        owners.update(dict.fromkeys(serials(t), block))
+    for param, state in (optimizer.state.items() if optimizer is not None else ()):
+        for t in state.values():
+            if isinstance(t, torch.Tensor):
+                owners.update(dict.fromkeys(serials(t), of_param.get(id(param), OUTSIDE)))
+    return Probed(depth, profile, tracker.markers, tracker.parents, owners, blocks)
+
+
 def block_list(model: torch.nn.Module, depth: int) -> str:
     """The dotted name of ``model``'s list of ``depth`` blocks: its ``nn.ModuleList`` of that length whose
     modules are of one type, the one holding most parameters.
@@ -173,6 +208,17 @@ def block_list(model: torch.nn.Module, depth: int) -> str:
     if not found:
         raise NotRepeated(f"no list of {depth} alike blocks in the model")
     return max(found)[1]
+
+
+def virtual(block: int, depth: int) -> int:
+    """The block of a step of ``depth`` blocks as the template sees it: the :data:`EDGE` blocks at each end
+    as one end block, those between shifted down (a step of :func:`virtual_depth` blocks)."""
+    return block if block == OUTSIDE else min(max(block - (EDGE - 1), 0), virtual_depth(depth) - 1)
+
+
+def virtual_depth(depth: int) -> int:
+    """The blocks of a step of ``depth`` blocks as the template sees them (:func:`virtual`)."""
+    return depth - 2 * (EDGE - 1)
 
 
 def block_of(name: str, blocks: str) -> int:
@@ -361,17 +407,24 @@ class Template:
     blocks: str
 
 
-def _target(loc: tuple, i: int, parts_: list[_Part], depth: int) -> tuple:
-    """Where a free or resize (in block ``i``) finds its storage: ``("g", part, offset)``, or
-    ``("z", part, rule, end, mid)``: the block by ``rule`` (``("rel", j - i)``, ``("start", j)`` or
-    ``("fromend", k)``), then ``end = (e, offset)`` if that block is an end of the zigzag, else
-    ``mid = (sweep, offset)``."""
+def _edge(j: int, depth: int) -> int:
+    """The key of block ``j`` of ``depth`` among the end blocks: ``j`` at the start, ``j - depth`` at the end."""
+    return j if j < EDGE else j - depth
+
+
+def _target(loc: tuple, i: int, j: int, depth: int) -> tuple:
+    """Where a free or resize in block ``i`` finds its storage, made in block ``j`` at ``loc`` (a step of
+    ``depth`` blocks; real blocks, not :func:`virtual`): ``("g", part, offset)``, or
+    ``("z", part, rule, ends, mid)``: the block by ``rule`` (``("rel", j - i)``, ``("start", j)`` or
+    ``("fromend", depth - 1 - j)``), then ``ends = {_edge(j): (e, offset)}`` if that block is at an end
+    of the zigzag, else ``mid = (sweep, offset)``."""
     P = loc[0]
     if loc[1] == "g":
         return ("g", P, loc[2])
-    j = parts_[P].end_label(loc[2], depth) if loc[1] == "end" else loc[3]
-    rule = ("rel", j - i) if i != OUTSIDE else (("start", j) if j <= 1 else ("fromend", depth - 1 - j))
-    return ("z", P, rule, loc[2:4] if loc[1] == "end" else None, None if loc[1] == "end" else (loc[2], loc[4]))
+    rule = ("rel", j - i) if i != OUTSIDE else (("start", j) if 2 * j < depth else ("fromend", depth - 1 - j))
+    if loc[1] == "end":
+        return ("z", P, rule, {_edge(j, depth): loc[2:4]}, None)
+    return ("z", P, rule, None, (loc[2], loc[4]))
 
 
 def _merge(a: list, b: list) -> list:
@@ -380,15 +433,17 @@ def _merge(a: list, b: list) -> list:
         raise NotRepeated(f"two middle blocks differ: {len(a)} and {len(b)} entries")
     out = []
     for x, y in zip(a, b):
-        if x[0] not in ("f", "r") or x[2][0] == "g" or x[:2] != y[:2] or y[2][0] == "g":
+        if x[0] not in ("f", "r") or x[2][0] == "g" or x[:2] != y[:2] or y[2][0] == "g" or x[3] != y[3]:
             if x != y:
                 raise NotRepeated(f"two middle blocks differ: {x[:2]} against {y[:2]}")
             out.append(x)
             continue
         dx, dy = x[2], y[2]
-        if dx[:3] != dy[:3] or (dx[3] and dy[3] and dx[3] != dy[3]) or (dx[4] and dy[4] and dx[4] != dy[4]):
-            raise NotRepeated("two middle blocks free storages made in different places")
-        out.append((*x[:2], (*dx[:3], dx[3] or dy[3], dx[4] or dy[4])))
+        ex, ey = dx[3] or {}, dy[3] or {}
+        if dx[:3] != dy[:3] or any(ex[k] != v for k, v in ey.items() if k in ex) or (
+                dx[4] and dy[4] and dx[4] != dy[4]):
+            raise NotRepeated(f"two middle blocks free storages made in different places: {dx} and {dy}")
+        out.append((*x[:2], (*dx[:3], {**ex, **ey} or None, dx[4] or dy[4]), x[3]))
     return out
 
 
@@ -400,10 +455,12 @@ def learn(p: Probed) -> Template:
     """
     log, storages, markers = concrete(p)
     items = _items(log, markers)
-    labs = labels(p, items, markers)
-    shape = parts(labs, p.depth)
-    where = _where(shape, p.depth)
-    born = {item[1]: where[k] for k, item in enumerate(items) if item[0] == "a"}
+    real = labels(p, items, markers)
+    depth = virtual_depth(p.depth)
+    labs = [virtual(b, p.depth) for b in real]
+    shape = parts(labs, depth)
+    where = _where(shape, depth)
+    born = {item[1]: (where[k], real[k]) for k, item in enumerate(items) if item[0] == "a"}
 
     def titems(a: int, b: int) -> list:
         out = []
@@ -413,11 +470,13 @@ def learn(p: Probed) -> Template:
                 out.append(("a", item[2], storages[item[1]]))
             elif item[0] == "m":
                 _, kind, payload = markers[item[1]]
-                if payload is not None and i != OUTSIDE:
-                    payload = (payload[0], ("block", payload[1][len(f"{p.blocks}.{i}"):]), *payload[2:])
+                if payload is not None and i != OUTSIDE:  # the module's name, less its block: real[k] - i on
+                    payload = (payload[0], ("block", payload[1][len(f"{p.blocks}.{real[k]}"):], real[k] - i),
+                               *payload[2:])
                 out.append(("m", kind, payload))
             else:
-                out.append((item[0], item[2], _target(born[item[1]], i, shape, p.depth)))
+                loc, j = born[item[1]]
+                out.append((item[0], item[2], _target(loc, real[k], j, p.depth), 0 if i == OUTSIDE else real[k] - i))
         return out
 
     items_ = []
@@ -436,6 +495,25 @@ def learn(p: Probed) -> Template:
     return Template(shape, items_, p.blocks)
 
 
+def join(a: Template, b: Template) -> Template:
+    """Two probed steps' templates as one: the same stretches, the places of their frees' storages joined
+    (a free near an end names a middle block at one depth and an end block at the other).
+
+    Raises:
+        NotRepeated: if the two steps are not made of the same stretches.
+    """
+    shape = [(p.zigzag, p.low, len(p.ends), len(p.mids)) for p in a.parts]
+    if shape != [(p.zigzag, p.low, len(p.ends), len(p.mids)) for p in b.parts] or a.blocks != b.blocks:
+        raise NotRepeated("the two shallow steps are not made of the same stretches")
+    items = []
+    for part, x, y in zip(a.parts, a.items, b.items):
+        if not part.zigzag:
+            items.append(_merge(x, y))
+        else:
+            items.append(([_merge(*e) for e in zip(x[0], y[0])], [_merge(*s) for s in zip(x[1], y[1])]))
+    return Template(a.parts, items, a.blocks)
+
+
 _KINDS = {"a": "alloc", "f": "free", "r": "resize"}
 
 
@@ -446,6 +524,7 @@ def render(t: Template, depth: int) -> tuple[tuple, tuple, tuple]:
         NotRepeated: where a free's storage is not where the template says at this depth.
     """
     log, storages, markers, places = [], [], [], {}
+    real, depth = depth, virtual_depth(depth)
 
     def emit(titems: list, place: tuple, block: int) -> None:
         for o, item in enumerate(titems):
@@ -456,14 +535,14 @@ def render(t: Template, depth: int) -> tuple[tuple, tuple, tuple]:
             elif item[0] == "m":
                 payload = item[2]
                 if payload is not None and isinstance(payload[1], tuple):
-                    payload = (payload[0], f"{t.blocks}.{block}{payload[1][1]}", *payload[2:])
+                    payload = (payload[0], f"{t.blocks}.{block + payload[1][2]}{payload[1][1]}", *payload[2:])
                 markers.append((len(log), item[1], payload))
             else:
                 try:
-                    serial = places[_place(t, item[2], block, depth)]
+                    serial = places[_place(t, item[2], block + item[3] if block != OUTSIDE else OUTSIDE, real)]
                 except KeyError:
-                    raise NotRepeated(f"a storage freed in block {block} of {depth} was not made where the "
-                                      f"template says") from None
+                    raise NotRepeated(f"a storage freed in block {block + item[3]} of {real} was not made where "
+                                      f"the template says ({item[2]})") from None
                 log.append((serial, _KINDS[item[0]], item[1]))
 
     for P, (part, items) in enumerate(zip(t.parts, t.items)):
@@ -482,29 +561,38 @@ def render(t: Template, depth: int) -> tuple[tuple, tuple, tuple]:
 
 
 def _place(t: Template, target: tuple, block: int, depth: int) -> tuple:
-    """The place of the storage a free in ``block`` names (:func:`_target`), at ``depth`` blocks."""
+    """The place of the storage a free in (real) ``block`` names (:func:`_target`), at ``depth`` blocks.
+
+    Raises:
+        KeyError: where the template has no such place.
+    """
     if target[0] == "g":
         return (target[1], "g", target[2])
-    _, P, (rule, k), end, mid = target
+    _, P, (rule, k), ends, mid = target
     j = block + k if rule == "rel" else (k if rule == "start" else depth - 1 - k)
-    if j in (0, depth - 1) and end is not None and t.parts[P].end_label(end[0], depth) == j:
-        return (P, "end", *end)
-    if 0 < j < depth - 1 and mid is not None:
-        return (P, "mid", mid[0], j, mid[1])
+    last, v = virtual_depth(depth) - 1, virtual(j, depth)
+    if not 0 <= j < depth:
+        raise KeyError(j)
+    if v in (0, last) and ends and _edge(j, depth) in ends:
+        e, offset = ends[_edge(j, depth)]
+        if t.parts[P].end_label(e, last + 1) == v:
+            return (P, "end", e, offset)
+    if 0 < v < last and mid is not None:
+        return (P, "mid", mid[0], v, mid[1])
     raise KeyError(j)
 
 
 def extrapolate(shallow: Probed, deep: Probed, depth: int) -> tuple[tuple, tuple, tuple]:
     """The ``(log, storages, markers)`` of the step with ``depth`` blocks, from two probed shallower ones.
 
-    The template is learned from ``deep`` and must write both probed steps again, exactly.
+    The template is learned from both (:func:`join`) and must write both again, exactly.
 
     Raises:
         NotRepeated: where it does not (the message says what differs first).
     """
     if shallow.blocks != deep.blocks:
         raise NotRepeated(f"the lists of blocks differ: {shallow.blocks} and {deep.blocks}")
-    template = learn(deep)
+    template = join(learn(deep), learn(shallow))
     for p in (shallow, deep):
         got, want = render(template, p.depth), concrete(p)
         for name, g, w in zip(("log entry", "storage", "event"), got, want):
@@ -529,6 +617,7 @@ def assemble(log: tuple, storages: tuple, markers: tuple, like: StepProfile, **f
         like: a profile whose other fields (model, config, input shape) the result takes,
             except those given in ``fields``.
     """
+    log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
     sizes = [s[3] for s in storages]
     cats = [s[0] for s in storages]
     now, alive = [0] * len(storages), {}

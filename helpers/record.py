@@ -423,8 +423,32 @@ class StepProfile:
         return {serial: storage.category for serial, storage in self.storages.items()}
 
 
+def frees_in_allocation_order(log: list, cuts) -> list:
+    """``log`` (entries ``(serial, kind, delta)``) with each run of frees that no other entry and no
+    position of ``cuts`` (events, a reset of the peak) separates put in allocation order (by serial).
+
+    Frees that come together have an order nothing in the program fixes: leaving
+    autocast frees its cached weight casts by walking a hash map keyed by tensor
+    address (``clear_autocast_cache``, ``aten/src/ATen/autocast_mode.cpp``), on
+    leaving a forward pass and after each checkpointed recomputation.  Their
+    order changes no figure: no allocation comes between them, and the caching
+    allocator merges freed neighbours alike in any order.  Fixed, the log of a
+    model of repeated blocks repeats block by block (:mod:`helpers.depth`).
+    """
+    out, cuts, j = list(log), set(cuts), 0
+    while j < len(out):
+        k = j + 1
+        if out[j][1] == "free":
+            while k < len(out) and out[k][1] == "free" and k not in cuts:
+                k += 1
+            out[j:k] = sorted(out[j:k], key=lambda entry: entry[0])
+        j = k
+    return out
+
+
 def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *, config: StepConfig, model: str,
-                input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str]) -> StepProfile:
+                input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str],
+                reset_at: int | None = None) -> StepProfile:
     """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive.
 
     Each storage gets the first category of ``roles`` that holds it
@@ -436,6 +460,9 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
         events: the traced step's :class:`helpers.engine.trace.Event` list.
         roles: the serials of each category but ``other``, in :data:`CATEGORIES` order.
         config, model, input_shape, parameter_count, params_without_grad: as :class:`StepProfile` has them.
+        reset_at: the log position of the last reset of the peak (a steady state's), if any.
+
+    The log is :func:`frees_in_allocation_order`.
     """
     storages = meter.storages()
     sizes = {serial: nbytes for serial, (nbytes, _, _) in storages.items()}
@@ -463,5 +490,6 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
         peak_serials=tuple(at_peak),
         allocation_log=[Allocation(entry.serial, entry.kind, entry.delta, labels[entry.serial],
                                    bisect.bisect_right(positions, i))
-                        for i, entry in enumerate(meter.allocation_log())],
+                        for i, entry in enumerate(frees_in_allocation_order(
+                            meter.allocation_log(), [*positions, *([] if reset_at is None else [reset_at])]))],
     )
