@@ -264,7 +264,8 @@ def labels(p: Probed, items: list[tuple], markers: tuple) -> list[int]:
 
     An event's block is its module's.  A log entry followed by a module event
     (or by the input, loss and backward step events) is in that event's
-    block.  Elsewhere (placing, the optimizer step, ``zero_grad``, after the
+    block, but a free (or resize) there of a block's storage is in that block (the
+    weight casts autocast frees on leaving, one run per block).  Elsewhere (placing, the optimizer step, ``zero_grad``, after the
     last event) a new storage is in its owner's block (a parameter's, or the
     parameter's of an optimizer state), else in the block of the storage it was
     made from, else in the block of the next item that has one in that stretch;
@@ -286,6 +287,8 @@ def labels(p: Probed, items: list[tuple], markers: tuple) -> list[int]:
         if item[0] == "m":
             payload = markers[item[1]][2]
             out.append(OUTSIDE if payload is None or payload[1] is None else block_of(payload[1], p.blocks))
+        elif item[0] != "a" and nxt[k] == OUTSIDE and born.get(item[1], OUTSIDE) not in (None, OUTSIDE):
+            out.append(born[item[1]])  # a block's storage freed outside the blocks (autocast's casts, on leaving)
         elif nxt[k] is not None:
             out.append(nxt[k])
         elif item[0] == "a":
