@@ -1,36 +1,33 @@
-"""Exact depth extrapolation: the step of a model of L identical blocks, written from two shallow copies.
+"""Exact depth extrapolation: the step of a model of L alike blocks, written from two shallow copies.
 
-Introduced in lesson 08 (transformers and sequence length).  A transformer is
-one block repeated L times, and its training step allocates block by block:
-the embedding's tensors, then each block's forward, the head and the loss,
-each block's backward in reverse order, then the optimizer, whose ``foreach``
-operations make one tensor per parameter, block after block.  So the step's
-allocation log (:class:`helpers.record.Allocation`), and with it every figure
-a profile reports, is a few stretches that do not depend on L, and stretches
-that are repeated once per block.
+A transformer is one block repeated L times, and its training step allocates
+block by block: the embedding's tensors, then each block's forward, the head
+and the loss, each block's backward in reverse order, then the optimizer,
+whose ``foreach`` operations make one tensor per parameter, block after block.
+So the step's allocation log (:class:`helpers.record.Allocation`), and with it
+every figure a profile reports, is a few stretches that do not depend on L and
+stretches repeated once per block.
 
-This module traces the same step with :data:`DEPTHS` (3 and 4) blocks, labels
-every entry of the log with the block it belongs to (the module events of the
-trace say it for the forward and backward passes; parameter names,
-optimizer-state ownership and the storage each ``foreach`` output is made from
-say it where no module runs), and learns a template from the 4-block trace: the
-stretches outside the blocks, the first and the last block of every sweep over
-the blocks, and one middle block, every free written as "the storage made at
-this place of the block before / the same block / this fixed place".  The
-template must then write the 3-block and the 4-block logs again, entry for
-entry, serial for serial, with their events and storages: that is the check
-that the blocks repeat (same operations, sizes, dtypes, categories,
-lifetimes).  Only then does it write the log of L blocks, and the profile is
-read from that log as :func:`helpers.record.record_step` reads a traced one
-(:func:`assemble`).  Where the check fails, or the model is not built of
-identical blocks, :func:`helpers.step.profile_step` traces every block and the
-profile's ``depth_note`` says why.  ``tests/test_depth.py`` checks the written
-profiles against full traces, byte for byte.
+This module traces the same step with :data:`DEPTHS` blocks and labels every
+entry of each log with its block (the trace's module events say it in the
+forward and backward passes; parameter names, optimizer-state ownership and
+the storage each ``foreach`` output is made from say it where no module runs).
+It cuts each log into stretches outside the blocks and sweeps over the blocks,
+and learns one template from both: the stretches outside, the :data:`EDGE`
+blocks at each end of every sweep, and one middle block, every free written as
+"the storage made at this place of the block k before, or at this fixed
+place".  The template must write both traced logs again, entry for entry, with
+their events and storages: that is the check that the blocks repeat (same
+operations, sizes, dtypes, categories, lifetimes).  Only then does it write
+the log of L blocks, read as a traced log is
+(:func:`helpers.record.profile_of_log`).  Where the check fails, or the model
+is not built of alike blocks, :func:`helpers.step.profile_step` traces every
+block, and the profile's ``depth_note`` says why.  ``tests/test_depth.py``
+checks written profiles against full traces, field for field.
 """
 
 from __future__ import annotations
 
-import bisect
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -41,17 +38,15 @@ from torch.utils._pytree import tree_flatten
 from .config import StepConfig
 from .engine.backends import resolve_backend
 from .engine.cuda_rules import SimulatedTracker
-from .engine.trace import Event, StepTracer
+from .engine.trace import StepTracer
 from .models import ModelSpec
-from .record import CATEGORIES, Allocation, Storage, StepProfile, frees_in_allocation_order
+from .record import StepProfile
 
-#: The blocks at each end of the list that may run unlike the others: the first block's input is the
-#: embedding's output, which a Hugging Face model keeps to the end of its forward pass (``inputs_embeds``),
-#: so the first block frees nothing of the block before, the second does, and so on.
+#: The blocks at each end that may run unlike the others (a Hugging Face model keeps the first block's
+#: input, ``inputs_embeds``, to the end of its forward pass: the next blocks each free the one before's).
 EDGE = 2
-#: The depths traced: the template is learned from both, and must write both again.  Each has
-#: :data:`EDGE` blocks at each end and two or three between, enough that a block frees what the block
-#: two before it made (a layer's input, made by the layer before) with both in the middle.
+#: The depths traced: :data:`EDGE` blocks at each end and two or three between, enough that a block
+#: freeing what the block two before it made (a layer's input) is seen with both in the middle.
 DEPTHS = (2 * EDGE + 2, 2 * EDGE + 3)
 #: Below this many blocks a full trace costs about what the two shallow ones do.
 MIN_BLOCKS = 20
@@ -89,8 +84,7 @@ def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
 
 
 def _hf(spec: ModelSpec) -> bool:
-    """Whether ``spec`` builds a Hugging Face causal LM (checkpointed layer by layer, not by segments);
-    without importing transformers for the other models."""
+    """Whether ``spec`` builds a Hugging Face causal LM (checkpointed per layer); imports no transformers."""
     hf = sys.modules.get("helpers.models.hf")
     return hf is not None and isinstance(spec.build, hf.CausalLMBuilder)
 
@@ -604,77 +598,3 @@ def extrapolate(shallow: Probed, deep: Probed, depth: int) -> tuple[tuple, tuple
                 raise NotRepeated(f"the template does not write the {p.depth}-block step again: "
                                   f"{name} {k} differs")
     return render(template, depth)
-
-
-# -- the profile of a written log ------------------------------------------------------------------
-def assemble(log: tuple, storages: tuple, markers: tuple, like: StepProfile, **fields) -> StepProfile:
-    """The :class:`helpers.record.StepProfile` of a step's ``(log, storages, markers)``, as
-    :func:`helpers.record.record_step` reads a traced step (simulated: every byte is a storage's).
-
-    The log is replayed as :class:`helpers.engine.counting.StorageTracker` counted it: the bytes
-    allocated, the peak (started afresh at each ``"reset"`` marker) and the allocation that reached
-    it, the storages alive at each event and at the peak.  Each ``"event"`` marker is an event of the
-    profile; ``"first"`` markers (the untraced first step of a steady state) are not.
-
-    Args:
-        like: a profile whose other fields (model, config, input shape) the result takes,
-            except those given in ``fields``.
-    """
-    log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
-    sizes = [s[3] for s in storages]
-    cats = [s[0] for s in storages]
-    now, alive = [0] * len(storages), {}
-    totals = dict.fromkeys(CATEGORIES, 0)
-    allocated = peak = peak_log = made = 0
-    peak_at, sort, events, m = -1, False, [], 0
-    for j in range(len(log) + 1):
-        while m < len(markers) and markers[m][0] == j:
-            _, kind, payload = markers[m]
-            m += 1
-            if kind == "reset":
-                peak, peak_log, peak_at = allocated, j, made - 1
-            elif kind == "event":
-                live = tuple(sorted(alive)) if sort else tuple(alive)
-                by = dict(totals)
-                by["other"] += allocated - sum(by.values())
-                phase, module, module_type, note, shape = payload
-                events.append((Event(len(events), phase, module, module_type, note, allocated,
-                                     allocated - (events[-1][0].allocated_bytes if events else 0), peak, shape,
-                                     0 if not module else module.count(".") + 1, live, j), by))
-        if j == len(log):
-            break
-        serial, kind, delta = log[j]
-        made += kind == "alloc"
-        was, now[serial] = now[serial], now[serial] + delta
-        if not was and now[serial]:
-            sort = sort or bool(alive and serial < next(reversed(alive)))
-            alive[serial] = None
-            totals[cats[serial]] += sizes[serial]
-        elif was and not now[serial]:
-            del alive[serial]
-            totals[cats[serial]] -= sizes[serial]
-        allocated += delta
-        if allocated > peak:
-            peak, peak_log, peak_at = allocated, j + 1, serial
-    return _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields)
-
-
-def _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields) -> StepProfile:
-    """:func:`assemble`'s profile, from its replay."""
-    now: dict[int, int] = {}
-    for serial, _, delta in log[:peak_log]:
-        now[serial] = now.get(serial, 0) + delta
-    at_peak = tuple(s for s, n in now.items() if n)
-    by = dict.fromkeys(CATEGORIES, 0)
-    for s in at_peak:
-        by[storages[s][0]] += storages[s][3]
-    by["other"] += peak - sum(by.values())
-    positions = [e.log_position for e, _ in events]
-    values = dict(like.__dict__, events=[e for e, _ in events], event_categories=[c for _, c in events],
-                  peak_allocated_bytes=peak, peak_event=next(e.index for e, _ in events if e.peak_bytes == peak),
-                  categories=by, reserved_bytes=None, peak_allocation=peak_at, peak_serials=at_peak,
-                  storages={s: Storage(s, *meta) for s, meta in enumerate(storages)},
-                  allocation_log=[Allocation(s, kind, delta, storages[s][0], bisect.bisect_right(positions, i))
-                                  for i, (s, kind, delta) in enumerate(log)])
-    values.update(fields)
-    return StepProfile(**values)

@@ -493,3 +493,81 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
                         for i, entry in enumerate(frees_in_allocation_order(
                             meter.allocation_log(), [*positions, *([] if reset_at is None else [reset_at])]))],
     )
+
+
+def profile_of_log(log: tuple, storages: tuple, markers: tuple, like: StepProfile, **fields) -> StepProfile:
+    """The :class:`StepProfile` of a step written, not traced (:mod:`helpers.depth`): its
+    ``(log, storages, markers)`` read as :func:`record_step` reads a traced step (simulated: every
+    byte is a storage's).
+
+    ``log`` entries are ``(serial, kind, delta)``; ``storages[serial]`` is ``(category, dtype, shape,
+    bytes)``; ``markers`` are ``(log position, kind, payload)``, an ``"event"``'s payload
+    ``(phase, module, module_type, note, shape)``.
+
+    The log is replayed as :class:`helpers.engine.counting.StorageTracker` counted it: the bytes
+    allocated, the peak (started afresh at each ``"reset"`` marker) and the allocation that reached
+    it, the storages alive at each event and at the peak.  Each ``"event"`` marker is an event of the
+    profile; ``"first"`` markers (the untraced first step of a steady state) are not.
+
+    Args:
+        like: a profile whose other fields (model, config, input shape) the result takes,
+            except those given in ``fields``.
+    """
+    log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
+    sizes = [s[3] for s in storages]
+    cats = [s[0] for s in storages]
+    now, alive = [0] * len(storages), {}
+    totals = dict.fromkeys(CATEGORIES, 0)
+    allocated = peak = peak_log = made = 0
+    peak_at, sort, events, m = -1, False, [], 0
+    for j in range(len(log) + 1):
+        while m < len(markers) and markers[m][0] == j:
+            _, kind, payload = markers[m]
+            m += 1
+            if kind == "reset":
+                peak, peak_log, peak_at = allocated, j, made - 1
+            elif kind == "event":
+                live = tuple(sorted(alive)) if sort else tuple(alive)
+                by = dict(totals)
+                by["other"] += allocated - sum(by.values())
+                phase, module, module_type, note, shape = payload
+                events.append((Event(len(events), phase, module, module_type, note, allocated,
+                                     allocated - (events[-1][0].allocated_bytes if events else 0), peak, shape,
+                                     0 if not module else module.count(".") + 1, live, j), by))
+        if j == len(log):
+            break
+        serial, kind, delta = log[j]
+        made += kind == "alloc"
+        was, now[serial] = now[serial], now[serial] + delta
+        if not was and now[serial]:
+            sort = sort or bool(alive and serial < next(reversed(alive)))
+            alive[serial] = None
+            totals[cats[serial]] += sizes[serial]
+        elif was and not now[serial]:
+            del alive[serial]
+            totals[cats[serial]] -= sizes[serial]
+        allocated += delta
+        if allocated > peak:
+            peak, peak_log, peak_at = allocated, j + 1, serial
+    return _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields)
+
+
+def _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields) -> StepProfile:
+    """:func:`profile_of_log`'s profile, from its replay."""
+    now: dict[int, int] = {}
+    for serial, _, delta in log[:peak_log]:
+        now[serial] = now.get(serial, 0) + delta
+    at_peak = tuple(s for s, n in now.items() if n)
+    by = dict.fromkeys(CATEGORIES, 0)
+    for s in at_peak:
+        by[storages[s][0]] += storages[s][3]
+    by["other"] += peak - sum(by.values())
+    positions = [e.log_position for e, _ in events]
+    values = dict(like.__dict__, events=[e for e, _ in events], event_categories=[c for _, c in events],
+                  peak_allocated_bytes=peak, peak_event=next(e.index for e, _ in events if e.peak_bytes == peak),
+                  categories=by, reserved_bytes=None, peak_allocation=peak_at, peak_serials=at_peak,
+                  storages={s: Storage(s, *meta) for s, meta in enumerate(storages)},
+                  allocation_log=[Allocation(s, kind, delta, storages[s][0], bisect.bisect_right(positions, i))
+                                  for i, (s, kind, delta) in enumerate(log)])
+    values.update(fields)
+    return StepProfile(**values)

@@ -30,7 +30,7 @@ from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .errors import Refused, first_line
 from .models import Batch, resolve_model, resolve_task
-from .record import StepProfile, record_step
+from .record import StepProfile, profile_of_log, record_step
 from .techniques import checkpointing, lora, optimizers, precision, quantization
 from .techniques.optimizers import StepInBackward
 
@@ -112,7 +112,7 @@ def _written(config: StepConfig, spec: models.ModelSpec) -> StepProfile:
     (_, low), (_, high) = [(p.depth, p.profile.parameter_count) for p in probed]
     log, storages, markers = depth.extrapolate(*probed, spec.blocks)
     last = probed[-1]
-    return depth.assemble(log, storages, markers, last.profile, config=config, model=spec.name,
+    return profile_of_log(log, storages, markers, last.profile, config=config, model=spec.name,
                           parameter_count=high + (high - low) * (spec.blocks - last.depth),
                           depth_note=f"written exactly from its steps with {depth.DEPTHS[0]} and "
                                      f"{depth.DEPTHS[1]} blocks (helpers.depth)")
