@@ -269,11 +269,28 @@ class Browser:
         except PlaywrightTimeout:
             pytest.fail(f"wait for {what}: not within {timeout} s")
 
+    def run(self, what: str, script: str, arg=None, timeout: float = PAGE_LOAD) -> None:
+        """Call the page's (async) function ``script`` with ``arg`` and wait until what it returns settles;
+        fail with ``what`` and the page's error if it rejects.
+
+        The page keeps the promise (``window.__task``) and this polls for it: a promise handed back to
+        ``page.evaluate`` is held only through a weak handle of V8's inspector, and one was collected before it
+        settled under load in .ci/run ("Resulting promise was garbage collected")."""
+        self.page.evaluate("""arg => {
+            const task = window.__task = {done: false, error: null};
+            Promise.resolve().then(() => (""" + script + """)(arg)).then(
+                () => { task.done = true; }, e => { task.error = String((e && e.stack) || e); task.done = true; });
+        }""", arg)
+        self.wait(what, "() => window.__task.done", timeout=timeout)
+        error = self.page.evaluate("() => window.__task.error")
+        if error:
+            pytest.fail(f"{what}: {error}")
+
     def open(self, name: str, cells: int) -> None:
         """Open a notebook as a double click in the file browser does, and wait until all its ``cells`` are
         on the page and its kernel is idle."""
-        self.page.evaluate("async name => { await window.jupyterapp.commands.execute('docmanager:open', "
-                           "{path: name}); }", name)
+        self.run(f"JupyterLab to open {name}",
+                 "name => window.jupyterapp.commands.execute('docmanager:open', {path: name})", name)
         self.wait(f"{name} to open with its {cells} cells and an idle kernel", """([name, cells]) => {
             const w = window.jupyterapp.shell.currentWidget;
             return w && w.context && w.context.path === name && w.context.isReady && w.content
@@ -295,12 +312,12 @@ class Browser:
 
     def close(self) -> None:
         """Shut down the current notebook's kernel and close it, unsaved: the copy is thrown away."""
-        self.page.evaluate("""async () => {
+        self.run("the current notebook's kernel to shut down and its tab to close", """async () => {
             const w = window.jupyterapp.shell.currentWidget;
             await w.sessionContext.shutdown();
             w.context.model.dirty = false;
             w.close();
-        }""")
+        }""", timeout=KERNEL_IDLE)
 
     def cell(self, index: int):
         return self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(index)
@@ -580,7 +597,7 @@ def _save(browser, path: str, cells: int) -> None:
     command), and close it."""
     browser.open(path, cells)
     try:
-        browser.page.evaluate("""async () => {
+        browser.run(f"{path} to be saved", """async () => {
             const w = window.jupyterapp.shell.currentWidget;
             const cell = w.content.widgets[0].model.sharedModel;
             cell.setSource(cell.getSource() + '\\n\\nMy note.');
