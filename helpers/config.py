@@ -259,7 +259,7 @@ class StepConfig:
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
         full_trace: trace every block of a model built of repeated blocks,
-            instead of writing its step exactly from traces of 3 and 4 blocks
+            instead of writing its step exactly from traces of 6 and 7 blocks
             (:mod:`helpers.depth`, the default where it applies).
         device: one of :data:`DEVICES`.
         capacity: behave as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
@@ -407,5 +407,7 @@ CLI_OPTIONS = (
                                        "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
     ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
                                        "(default 0)"),
+    ("--full-trace", "full_trace", "trace every block of a model of repeated blocks, instead of writing its "
+                                   "step exactly from two shallow traces (the default where it applies)"),
     ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
 )
