@@ -120,7 +120,8 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 #: The options that are True or False.
-_FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload")
+_FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
+          "full_trace")
 #: The options that name one of a few choices.
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES))
@@ -257,6 +258,9 @@ class StepConfig:
             does not see) are not simulated.
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
+        full_trace: trace every block of a model built of repeated blocks,
+            instead of writing its step exactly from traces of 6 and 7 blocks
+            (:mod:`helpers.depth`, the default where it applies).
         device: one of :data:`DEVICES`.
         capacity: behave as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
 
@@ -292,6 +296,7 @@ class StepConfig:
     param_dtype: str = "float32"
     optimizer_offload: bool = False
     steady_state: bool = False
+    full_trace: bool = False
     device: str = "auto"
     capacity: int | None = None
 
@@ -402,5 +407,7 @@ CLI_OPTIONS = (
                                        "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
     ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
                                        "(default 0)"),
+    ("--full-trace", "full_trace", "trace every block of a model of repeated blocks, instead of writing its "
+                                   "step exactly from two shallow traces (the default where it applies)"),
     ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
 )

@@ -140,6 +140,9 @@ class StepProfile:
             ``steady_state``, the untraced first step's too).
         peak_serials: serials of the storages alive at the peak.
         allocation_log: every :class:`Allocation` of the traced step, in order.
+        depth_note: for a model of repeated blocks, how its log was made: written
+            exactly from traces of fewer blocks (:mod:`helpers.depth`), or traced
+            in full and why; None for other models.
     """
 
     backend: str
@@ -158,6 +161,7 @@ class StepProfile:
     storages: dict[int, Storage] = field(default_factory=dict)
     peak_serials: tuple[int, ...] = ()
     allocation_log: list[Allocation] = field(default_factory=list)
+    depth_note: str | None = None
 
     # -- the options, as the config gives them ---------------------------------------
     @property
@@ -419,8 +423,32 @@ class StepProfile:
         return {serial: storage.category for serial, storage in self.storages.items()}
 
 
+def frees_in_allocation_order(log: list, cuts) -> list:
+    """``log`` (entries ``(serial, kind, delta)``) with each run of frees that no other entry and no
+    position of ``cuts`` (events, a reset of the peak) separates put in allocation order (by serial).
+
+    Frees that come together have an order nothing in the program fixes: leaving
+    autocast frees its cached weight casts by walking a hash map keyed by tensor
+    address (``clear_autocast_cache``, ``aten/src/ATen/autocast_mode.cpp``), on
+    leaving a forward pass and after each checkpointed recomputation.  Their
+    order changes no figure: no allocation comes between them, and the caching
+    allocator merges freed neighbours alike in any order.  Fixed, the log of a
+    model of repeated blocks repeats block by block (:mod:`helpers.depth`).
+    """
+    out, cuts, j = list(log), set(cuts), 0
+    while j < len(out):
+        k = j + 1
+        if out[j][1] == "free":
+            while k < len(out) and out[k][1] == "free" and k not in cuts:
+                k += 1
+            out[j:k] = sorted(out[j:k], key=lambda entry: entry[0])
+        j = k
+    return out
+
+
 def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *, config: StepConfig, model: str,
-                input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str]) -> StepProfile:
+                input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str],
+                reset_at: int | None = None) -> StepProfile:
     """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive.
 
     Each storage gets the first category of ``roles`` that holds it
@@ -432,6 +460,9 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
         events: the traced step's :class:`helpers.engine.trace.Event` list.
         roles: the serials of each category but ``other``, in :data:`CATEGORIES` order.
         config, model, input_shape, parameter_count, params_without_grad: as :class:`StepProfile` has them.
+        reset_at: the log position of the last reset of the peak (a steady state's), if any.
+
+    The log is :func:`frees_in_allocation_order`.
     """
     storages = meter.storages()
     sizes = {serial: nbytes for serial, (nbytes, _, _) in storages.items()}
@@ -459,5 +490,84 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
         peak_serials=tuple(at_peak),
         allocation_log=[Allocation(entry.serial, entry.kind, entry.delta, labels[entry.serial],
                                    bisect.bisect_right(positions, i))
-                        for i, entry in enumerate(meter.allocation_log())],
+                        for i, entry in enumerate(frees_in_allocation_order(
+                            meter.allocation_log(), [*positions, *([] if reset_at is None else [reset_at])]))],
     )
+
+
+def profile_of_log(log: tuple, storages: tuple, markers: tuple, like: StepProfile, **fields) -> StepProfile:
+    """The :class:`StepProfile` of a step written, not traced (:mod:`helpers.depth`): its
+    ``(log, storages, markers)`` read as :func:`record_step` reads a traced step (simulated: every
+    byte is a storage's).
+
+    ``log`` entries are ``(serial, kind, delta)``; ``storages[serial]`` is ``(category, dtype, shape,
+    bytes)``; ``markers`` are ``(log position, kind, payload)``, an ``"event"``'s payload
+    ``(phase, module, module_type, note, shape)``.
+
+    The log is replayed as :class:`helpers.engine.counting.StorageTracker` counted it: the bytes
+    allocated, the peak (started afresh at each ``"reset"`` marker) and the allocation that reached
+    it, the storages alive at each event and at the peak.  Each ``"event"`` marker is an event of the
+    profile; ``"first"`` markers (the untraced first step of a steady state) are not.
+
+    Args:
+        like: a profile whose other fields (model, config, input shape) the result takes,
+            except those given in ``fields``.
+    """
+    log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
+    sizes = [s[3] for s in storages]
+    cats = [s[0] for s in storages]
+    now, alive = [0] * len(storages), {}
+    totals = dict.fromkeys(CATEGORIES, 0)
+    allocated = peak = peak_log = made = 0
+    peak_at, sort, events, m = -1, False, [], 0
+    for j in range(len(log) + 1):
+        while m < len(markers) and markers[m][0] == j:
+            _, kind, payload = markers[m]
+            m += 1
+            if kind == "reset":
+                peak, peak_log, peak_at = allocated, j, made - 1
+            elif kind == "event":
+                live = tuple(sorted(alive)) if sort else tuple(alive)
+                by = dict(totals)
+                by["other"] += allocated - sum(by.values())
+                phase, module, module_type, note, shape = payload
+                events.append((Event(len(events), phase, module, module_type, note, allocated,
+                                     allocated - (events[-1][0].allocated_bytes if events else 0), peak, shape,
+                                     0 if not module else module.count(".") + 1, live, j), by))
+        if j == len(log):
+            break
+        serial, kind, delta = log[j]
+        made += kind == "alloc"
+        was, now[serial] = now[serial], now[serial] + delta
+        if not was and now[serial]:
+            sort = sort or bool(alive and serial < next(reversed(alive)))
+            alive[serial] = None
+            totals[cats[serial]] += sizes[serial]
+        elif was and not now[serial]:
+            del alive[serial]
+            totals[cats[serial]] -= sizes[serial]
+        allocated += delta
+        if allocated > peak:
+            peak, peak_log, peak_at = allocated, j + 1, serial
+    return _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields)
+
+
+def _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields) -> StepProfile:
+    """:func:`profile_of_log`'s profile, from its replay."""
+    now: dict[int, int] = {}
+    for serial, _, delta in log[:peak_log]:
+        now[serial] = now.get(serial, 0) + delta
+    at_peak = tuple(s for s, n in now.items() if n)
+    by = dict.fromkeys(CATEGORIES, 0)
+    for s in at_peak:
+        by[storages[s][0]] += storages[s][3]
+    by["other"] += peak - sum(by.values())
+    positions = [e.log_position for e, _ in events]
+    values = dict(like.__dict__, events=[e for e, _ in events], event_categories=[c for _, c in events],
+                  peak_allocated_bytes=peak, peak_event=next(e.index for e, _ in events if e.peak_bytes == peak),
+                  categories=by, reserved_bytes=None, peak_allocation=peak_at, peak_serials=at_peak,
+                  storages={s: Storage(s, *meta) for s, meta in enumerate(storages)},
+                  allocation_log=[Allocation(s, kind, delta, storages[s][0], bisect.bisect_right(positions, i))
+                                  for i, (s, kind, delta) in enumerate(log)])
+    values.update(fields)
+    return StepProfile(**values)

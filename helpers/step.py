@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import statistics
 import time
 from dataclasses import dataclass
@@ -23,13 +24,13 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import models
+from . import depth, models
 from .config import StepConfig, check_int
 from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .errors import Refused, first_line
 from .models import Batch, resolve_model, resolve_task
-from .record import StepProfile, record_step
+from .record import StepProfile, profile_of_log, record_step
 from .techniques import checkpointing, lora, optimizers, precision, quantization
 from .techniques.optimizers import StepInBackward
 
@@ -73,11 +74,18 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
     config = step_config(model, batch_size, image_size, "profile_step", **options)
-    runner = StepRunner(config)
+    spec = resolve_model(config.model, config.num_classes, config.name)
+    can, note = depth.applies(config, spec)
+    if can:
+        try:
+            return _written(config, spec)
+        except depth.NotRepeated as e:
+            note = f"every one of its {spec.blocks} blocks traced: {e}"
+    runner = StepRunner(config, spec=spec)
     name, meter = runner.name, runner.meter
     try:
         with meter:
-            return _profile(runner)
+            return dataclasses.replace(_profile(runner), depth_note=note)
     except torch.OutOfMemoryError as e:
         oom = first_line(e)
         requested, allocated = getattr(e, "requested", None), getattr(e, "allocated", None)
@@ -89,6 +97,36 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
     error = DoesNotFit(f"{name} at batch size {config.batch_size} does not fit: {oom}")
     error.cuda_message, error.requested, error.allocated = oom, requested, allocated
     raise error
+
+
+def _written(config: StepConfig, spec: models.ModelSpec) -> StepProfile:
+    """``config``'s profile, written exactly from the same step traced with :data:`helpers.depth.DEPTHS`
+    blocks (:func:`helpers.depth.extrapolate`).
+
+    Raises:
+        helpers.depth.NotRepeated: where the shallow steps do not repeat block by block.
+    """
+    probed = [_probe(config, spec, n) for n in depth.DEPTHS]
+    if any(p.profile.params_without_grad for p in probed):
+        raise depth.NotRepeated("some trainable parameters get no gradient")
+    (_, low), (_, high) = [(p.depth, p.profile.parameter_count) for p in probed]
+    log, storages, markers = depth.extrapolate(*probed, spec.blocks)
+    last = probed[-1]
+    return profile_of_log(log, storages, markers, last.profile, config=config, model=spec.name,
+                          parameter_count=high + (high - low) * (spec.blocks - last.depth),
+                          depth_note=f"written exactly from its steps with {depth.DEPTHS[0]} and "
+                                     f"{depth.DEPTHS[1]} blocks (helpers.depth)")
+
+
+def _probe(config: StepConfig, spec: models.ModelSpec, n: int) -> depth.Probed:
+    """``config``'s step with ``n`` blocks, traced and probed (:class:`helpers.depth.ProbeTracker`)."""
+    config, spec = depth.shallow(config, spec, n)
+    tracker = depth.ProbeTracker()
+    runner = StepRunner(config, Meter(config.device, attention=config.attention, tracker=tracker), spec=spec)
+    with runner.meter:
+        profile = _profile(runner, depth.ProbeTracer, functools.partial(depth.ProbeTracer, kind="first"))
+        serials = functools.partial(_serials, runner.meter)
+        return depth.probed(n, profile, tracker, runner.model, runner.optimizer, serials)
 
 
 def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, repeats: int = 3,
@@ -208,6 +246,8 @@ class StepRunner:
             ``config.device``, ``config.capacity`` and ``config.attention``).
         place: puts the model on the device inside the meter and returns it
             (default :meth:`~helpers.engine.meter.Meter.place`; :mod:`helpers.fsdp` shards).
+        spec: the :class:`helpers.models.ModelSpec` to build instead of
+            ``config.model``'s (:mod:`helpers.depth` passes a copy with fewer blocks).
 
     Attributes:
         config, meter: as given.
@@ -225,9 +265,9 @@ class StepRunner:
     """
 
     def __init__(self, config: StepConfig, meter: Meter | None = None, *,
-                 place: Callable[[nn.Module], nn.Module] | None = None):
+                 place: Callable[[nn.Module], nn.Module] | None = None, spec: models.ModelSpec | None = None):
         self.config = config
-        self.spec = resolve_model(config.model, config.num_classes, config.name)
+        self.spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
         self.name = self.spec.name
         self.task = resolve_task(config, self.spec)
         self.meter = meter if meter is not None else Meter(config.device, config.capacity,
@@ -392,15 +432,24 @@ def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
     return [] if serial is None else [serial]
 
 
-def _profile(runner: StepRunner) -> StepProfile:
-    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter."""
+def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer,
+             first_tracer: Callable[..., StepTracer] | None = None) -> StepProfile:
+    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
+
+    ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for
+    the untraced first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first
+    are not the profile's).
+    """
     meter, config = runner.meter, runner.config
     model = runner.place()
     parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in _serials(meter, t)}
+    root = runner.module if config.checkpoint else None
     if config.steady_state:  # one untraced step, so that the optimizer states exist
-        runner.run()
+        with first_tracer(meter, model, root=root) if first_tracer else contextlib.nullcontext() as first:
+            runner.run(first)
         meter.reset_peak()
-    with StepTracer(meter, model, root=runner.module if config.checkpoint else None) as tracer:
+    reset_at = meter.log_length() if config.steady_state else None
+    with make_tracer(meter, model, root=root) as tracer:
         roles = runner.run(tracer)
     activations = set(tracer.saved)
     for first, last in tracer.recomputed:
@@ -410,4 +459,5 @@ def _profile(runner: StepRunner) -> StepProfile:
         {"parameters": parameters, "gradients": roles.gradients, "optimizer_states": roles.optimizer_states,
          "input": roles.inputs, "activations": activations},
         config=config, model=runner.name, input_shape=runner.task.sample_shape,
-        parameter_count=sum(p.numel() for p in model.parameters()), params_without_grad=roles.params_without_grad)
+        parameter_count=sum(p.numel() for p in model.parameters()), params_without_grad=roles.params_without_grad,
+        reset_at=reset_at)

@@ -29,6 +29,7 @@ SLOW = {
     "tests/test_whole_step_reference.py": "whole steps through PyTorch's CUDA dispatch on the stub driver",
     "tests/test_published.py::test_the_fast_rows_land_where_their_rows_say": "published figures: 7B models traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
+    "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
 }
 
 

@@ -28,7 +28,7 @@ from torch import nn
 from ..config import StepConfig, check_int, is_hf_config
 from ..errors import Refused, first_line
 from .gpt import GPT, GPT2_PRESETS, GPTConfig  # noqa: F401 (GPTConfig re-exported: a learner sizes their own GPT)
-from .llama import LLAMA_PRESETS, Llama
+from .llama import LLAMA_PRESETS, Llama, LlamaConfig
 
 
 def classification_models() -> list[str]:
@@ -203,6 +203,14 @@ class ModelSpec:
         vocab_size, seq_len: token models: the vocabulary and the longest sequence.
         num_classes: a classifier's classes, if known before a forward pass.
         seq_len_required: ``seq_len`` must be given (a Hugging Face causal LM).
+        blocks: a model built of identical repeated blocks (the GPT and Llama
+            presets, a Hugging Face causal LM whose decoder layers all run alike):
+            how many; None for any other model.
+        at_depth: with ``blocks``, ``n -> ModelSpec`` of the same model with ``n``
+            blocks (:mod:`helpers.depth` traces two such copies and writes the
+            step of ``blocks`` from them); None when the blocks differ.
+        blocks_differ: why the blocks are not all alike (a Hugging Face config
+            whose layers differ), or None.
     """
 
     name: str
@@ -212,11 +220,16 @@ class ModelSpec:
     seq_len: int | None = None
     num_classes: int | None = None
     seq_len_required: bool = False
+    blocks: int | None = None
+    at_depth: Callable[[int], "ModelSpec"] | None = None
+    blocks_differ: str | None = None
 
 
-def _gpt_spec(name: str) -> ModelSpec:
-    config = GPT2_PRESETS[name]
-    return ModelSpec(name, lambda: GPT(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
+def _gpt_spec(name: str, config: GPTConfig | None = None) -> ModelSpec:
+    config = config or GPT2_PRESETS[name]
+    return ModelSpec(name, lambda: GPT(config), vocab_size=config.vocab_size, seq_len=config.n_positions,
+                     blocks=config.n_layer,
+                     at_depth=lambda n: _gpt_spec(name, dataclasses.replace(config, n_layer=n)))
 
 
 def hf_spec(config, name: str | None = None) -> ModelSpec:
@@ -229,14 +242,21 @@ def hf_spec(config, name: str | None = None) -> ModelSpec:
     """
     from . import hf  # only for a Hugging Face config: no transformers on the path of other models
 
-    builder = hf.causal_lm(config)
+    return _hf_spec(hf.causal_lm(config), name)
+
+
+def _hf_spec(builder, name: str | None) -> ModelSpec:
+    differ = builder.layers_differ()
     return ModelSpec(name or builder.label, builder, vocab_size=builder.vocab_size, seq_len=builder.context,
-                     seq_len_required=True)
+                     seq_len_required=True, blocks=builder.blocks, blocks_differ=differ,
+                     at_depth=None if differ else lambda n: _hf_spec(builder.at_depth(n), name))
 
 
-def _llama_spec(name: str) -> ModelSpec:
-    config = LLAMA_PRESETS[name]
-    return ModelSpec(name, lambda: Llama(config), vocab_size=config.vocab_size, seq_len=config.n_positions)
+def _llama_spec(name: str, config: LlamaConfig | None = None) -> ModelSpec:
+    config = config or LLAMA_PRESETS[name]
+    return ModelSpec(name, lambda: Llama(config), vocab_size=config.vocab_size, seq_len=config.n_positions,
+                     blocks=config.n_layer,
+                     at_depth=lambda n: _llama_spec(name, dataclasses.replace(config, n_layer=n)))
 
 
 #: The language models by name: the GPT-2 sizes and lesson 08's Llama-3 8B.

@@ -293,6 +293,44 @@ class CausalLMBuilder:
         """The longest sequence (``max_position_embeddings``)."""
         return self.config.get_text_config().max_position_embeddings
 
+    @property
+    def blocks(self) -> int:
+        """The decoder layers (``num_hidden_layers``)."""
+        return self.config.get_text_config().num_hidden_layers
+
+    def layers_differ(self) -> str | None:
+        """Why this config's decoder layers may not all run alike, or None when they do.
+
+        A per-layer list (``layer_types``, ...) whose entries differ, sliding-window attention on some
+        layers only (``max_window_layers``), or mixture-of-experts layers among dense ones
+        (``mlp_only_layers``, ``first_k_dense_replace``, ``decoder_sparse_step``, ``moe_layer_freq``).
+        """
+        text = self.config.get_text_config().to_dict()
+        n = text["num_hidden_layers"]
+        for key, value in text.items():
+            if isinstance(value, (list, tuple)) and len(value) == n and len({str(v) for v in value}) > 1:
+                return f"its {key} differ from layer to layer"
+        if text.get("use_sliding_window") and (text.get("max_window_layers") or 0) < n:
+            return "sliding-window attention on some layers only (max_window_layers)"
+        for key, plain in (("mlp_only_layers", None), ("first_k_dense_replace", 0), ("decoder_sparse_step", 1),
+                           ("moe_layer_freq", 1)):
+            if text.get(key) not in (plain, None, [], ()):
+                return f"{key} makes some layers differ from the others"
+        return None
+
+    def at_depth(self, n: int) -> "CausalLMBuilder":
+        """The same model with ``n`` decoder layers (per-layer lists cut to ``n``)."""
+        data = self.config.to_dict()
+        text = data.get("text_config", data) if self.config.get_text_config() is not self.config else data
+        old = text["num_hidden_layers"]
+        for key, value in list(text.items()):
+            if isinstance(value, (list, tuple)) and len(value) == old:
+                text[key] = list(value)[:n]
+        text["num_hidden_layers"] = n
+        config = self.config.__class__.from_dict(data)
+        config.name_or_path = self.config.name_or_path
+        return CausalLMBuilder(config, self.attn_implementation, self.label)
+
     def __call__(self) -> nn.Module:
         return self._build()
 

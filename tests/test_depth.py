@@ -1,0 +1,130 @@
+"""Exact depth extrapolation (:mod:`helpers.depth`): a step written from two shallow traces equals the
+full trace, field for field and byte for byte (issue 31).
+
+The cheap configurations (tiny Hugging Face configs, short sequences) run in ``make test``; the
+full-size ones (GPT-2 1.5B, the Llama preset, Llama-3.1 8B with LoRA and QLoRA, Qwen2.5 7B) in the
+slow group.  A seeded random draw of small configurations stands for a property test.
+"""
+
+import random
+
+import pytest
+
+from helpers import depth
+from helpers.allocator import replay
+from helpers.step import profile_step
+
+#: Every field of a profile that a lesson, a widget or the command line reads.
+FIELDS = ("backend", "model", "input_shape", "parameter_count", "events", "event_categories",
+          "peak_allocated_bytes", "peak_event", "categories", "reserved_bytes", "params_without_grad",
+          "peak_allocation", "storages", "peak_serials")
+
+
+def _tiny(model_type: str = "llama", layers: int = 10, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
+          tied: bool = False) -> dict:
+    """A tiny Hugging Face causal LM config of ``layers`` alike decoder layers."""
+    return {"model_type": model_type, "vocab_size": 96, "hidden_size": hidden, "intermediate_size": 2 * hidden,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+            "tie_word_embeddings": tied, "max_position_embeddings": 512}
+
+
+def _written_and_full(model, **options):
+    """The step written from shallow traces, and traced in full; the first must say it was written."""
+    options.setdefault("batch_size", 1)
+    written = profile_step(model, device="simulated", **options)
+    full = profile_step(model, device="simulated", full_trace=True, **options)
+    assert written.depth_note.startswith("written exactly from its steps with"), written.depth_note
+    assert full.depth_note.endswith("asked for (full_trace=True)"), full.depth_note
+    return written, full
+
+
+def assert_same(written, full) -> None:
+    """Equal field for field, the allocation log entry for entry, and the allocator's replay byte for byte."""
+    assert written.config == full.config.replace(full_trace=False)
+    for name in FIELDS:
+        assert getattr(written, name) == getattr(full, name), name
+    assert written.allocation_log == full.allocation_log
+    a, b = replay(written.allocation_log), replay(full.allocation_log)
+    assert a.error is None and b.error is None
+    assert (a.peak_reserved, a.reserved, a.requested, a.allocator.trace) == (
+        b.peak_reserved, b.reserved, b.requested, b.allocator.trace)
+
+
+@pytest.fixture
+def low_minimum(monkeypatch):
+    """Extrapolate models of 8 blocks or more (a tiny model is cheap to trace in full as well)."""
+    monkeypatch.setattr(depth, "MIN_BLOCKS", 8)
+
+
+CHEAP = {
+    "llama, float32": (_tiny(), dict(seq_len=32)),
+    "llama, bf16 parameters, LoRA": (_tiny(), dict(seq_len=32, param_dtype="bfloat16", lora_rank=4)),
+    "llama, fp16 autocast, GradScaler, steady state": (
+        _tiny(), dict(seq_len=32, amp=True, steady_state=True)),
+    "llama, bf16 autocast, checkpointing, accumulation": (
+        _tiny(), dict(seq_len=32, amp=True, amp_dtype="bfloat16", checkpoint=1, accumulation_steps=2)),
+    "qwen2 (biases), bf16 autocast, LoRA, checkpointing, steady state": (
+        _tiny("qwen2", kv_heads=4), dict(seq_len=24, amp=True, amp_dtype="bfloat16", lora_rank=8, checkpoint=1,
+                                         steady_state=True, param_dtype="bfloat16")),
+    "llama, tied embeddings, SGD, set_to_none=False": (
+        _tiny(tied=True), dict(seq_len=16, batch_size=2, optimizer="sgd", set_to_none=False)),
+}
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_a_written_step_equals_the_full_trace(low_minimum, name):
+    model, options = CHEAP[name]
+    assert_same(*_written_and_full(model, **options))
+
+
+def test_random_small_configurations_are_written_exactly(low_minimum):
+    """A seeded draw of depth, width, heads, kv heads, sequence, batch and options."""
+    rng = random.Random(31)
+    for _ in range(4):
+        heads = rng.choice([2, 4])
+        options = dict(seq_len=rng.choice([8, 16, 40]), batch_size=rng.choice([1, 3]),
+                       optimizer=rng.choice(["adamw", "adam", "sgd"]), lora_rank=rng.choice([0, 4]),
+                       checkpoint=rng.choice([0, 1]), steady_state=rng.choice([False, True]))
+        if rng.random() < 0.6:
+            options.update(amp=True, amp_dtype=rng.choice(["float16", "bfloat16"]))
+        model = _tiny(rng.choice(["llama", "qwen2", "mistral"]), layers=rng.randint(8, 12),
+                      hidden=heads * rng.choice([8, 16]), heads=heads, kv_heads=rng.choice([1, heads]),
+                      tied=rng.random() < 0.3)
+        written, full = _written_and_full(model, **options)
+        assert_same(written, full), (model, options)
+
+
+def test_a_step_is_traced_in_full_where_it_must_be_and_says_why(low_minimum):
+    differ = dict(_tiny(), layer_types=["full_attention"] * 9 + ["sliding_attention"], sliding_window=8)
+    assert profile_step(differ, 1, seq_len=16, device="simulated").depth_note == (
+        "every one of its 10 blocks traced: its layer_types differ from layer to layer")
+    assert profile_step(_tiny(layers=6), 1, seq_len=16, device="simulated").depth_note == (
+        "every one of its 6 blocks traced: below 8 blocks, two shallow traces cost as much")
+    assert profile_step(_tiny(), 1, seq_len=16, device="simulated", capacity=8 * 2**30).depth_note.endswith(
+        "a simulated capacity (capacity=) stops the step where it runs out")
+    assert profile_step("mlp", 16, device="simulated").depth_note is None  # no repeated blocks
+
+
+FULL_SIZE = {
+    "GPT-2 1.5B, fp16 autocast, a segment per block, steady state": (
+        "gpt2-xl", dict(batch_size=1, seq_len=128, amp=True, checkpoint=50, steady_state=True)),
+    "Llama preset, bf16 autocast, accumulation": (
+        "llama3-8b", dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16", accumulation_steps=2)),
+    "Llama-3.1 8B, LoRA r16, checkpointing, steady state": (
+        "meta-llama/Llama-3.1-8B", dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
+                                        param_dtype="bfloat16", lora_rank=16, checkpoint=1, steady_state=True)),
+    "Llama-3.1 8B, QLoRA (NF4), checkpointing, steady state": (
+        "meta-llama/Llama-3.1-8B", dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
+                                        quantization="nf4", lora_rank=16, checkpoint=1, steady_state=True)),
+    "Qwen2.5 7B, bf16 autocast, checkpointing": (
+        "Qwen/Qwen2.5-7B", dict(batch_size=1, seq_len=128, amp=True, amp_dtype="bfloat16", param_dtype="bfloat16",
+                                checkpoint=1)),
+    "SmolLM2 135M (tied), float32, steady state": (
+        "HuggingFaceTB/SmolLM2-135M", dict(batch_size=2, seq_len=64, steady_state=True)),
+}
+
+
+@pytest.mark.parametrize("name", FULL_SIZE)
+def test_a_full_size_step_written_equals_its_full_trace(name):
+    model, options = FULL_SIZE[name]
+    assert_same(*_written_and_full(model, **options))
