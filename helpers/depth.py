@@ -432,14 +432,14 @@ def _merge(a: list, b: list) -> list:
     for x, y in zip(a, b):
         if x[0] not in ("f", "r") or x[2][0] == "g" or x[:2] != y[:2] or y[2][0] == "g" or x[3] != y[3]:
             if x != y:
-                raise NotRepeated(f"two middle blocks differ: {x[:2]} against {y[:2]}")
+                raise NotRepeated("two middle blocks differ in what they allocate or free")
             out.append(x)
             continue
         dx, dy = x[2], y[2]
         ex, ey = dx[3] or {}, dy[3] or {}
         if dx[:3] != dy[:3] or any(ex[k] != v for k, v in ey.items() if k in ex) or (
                 dx[4] and dy[4] and dx[4] != dy[4]):
-            raise NotRepeated(f"two middle blocks free storages made in different places: {dx} and {dy}")
+            raise NotRepeated("two middle blocks free storages made in different places")
         out.append((*x[:2], (*dx[:3], {**ex, **ey} or None, dx[4] or dy[4]), x[3]))
     return out
 
@@ -539,7 +539,7 @@ def render(t: Template, depth: int) -> tuple[tuple, tuple, tuple]:
                     serial = places[_place(t, item[2], block + item[3] if block != OUTSIDE else OUTSIDE, real)]
                 except KeyError:
                     raise NotRepeated(f"a storage freed in block {block + item[3]} of {real} was not made where "
-                                      f"the template says ({item[2]})") from None
+                                      "the template says") from None
                 log.append((serial, _KINDS[item[0]], item[1]))
 
     for P, (part, items) in enumerate(zip(t.parts, t.items)):
