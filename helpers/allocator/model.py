@@ -39,11 +39,14 @@ Each rule is a function or branch of ``DeviceCachingAllocator`` in
 Not modelled: streams and their events (every free is immediate), CUDA graph
 pools, the options :class:`~helpers.allocator.settings.AllocatorSettings`
 refuses, and memory kernels allocate outside tensors.  Addresses are the
-model's own.  All sizes are bytes.
+model's own, ascending, unless ``segment_addresses`` gives the driver's (rule 4
+breaks ties by address, so where the driver puts a segment can change which
+block a later request takes, and with it reserved memory).  All sizes are bytes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..config import check_int
@@ -132,6 +135,9 @@ class CachingAllocator:
             is refused when reserved memory plus its ``get_allocation_size`` would
             pass this fraction of ``total_memory`` (``alloc_block``'s check);
             ``None``: the settings' ``per_process_memory_fraction``, if any.
+        segment_addresses: the address of each new segment, in the order they are
+            opened, as a real GPU's snapshot records them (its ``segment_alloc``
+            events); once they run out, the model's own.  Default: the model's own.
 
     Attributes:
         allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``).
@@ -152,7 +158,8 @@ class CachingAllocator:
     """
 
     def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
-                 total_memory: int | None = None, memory_fraction: float | None = None):
+                 total_memory: int | None = None, memory_fraction: float | None = None,
+                 segment_addresses: Iterable[int] | None = None):
         if capacity is not None:
             check_int("capacity", capacity, 1, what="a positive number of bytes or None")
         if total_memory is not None:
@@ -172,6 +179,7 @@ class CachingAllocator:
         self.trace: list[dict] = []
         self.num_alloc_retries = self.num_ooms = self.num_device_alloc = self.num_device_free = 0
         self._next_address = 0
+        self._driver_addresses = iter(segment_addresses or ())
 
     # -- the public operations -----------------------------------------------------
     def malloc(self, nbytes: int, serial: int | None = None) -> Block:
@@ -381,8 +389,10 @@ class CachingAllocator:
         return self._new_block(size, small)
 
     def _take_addresses(self) -> int:
-        address = self._next_address
-        self._next_address += _ADDRESS_STEP
+        address = next(self._driver_addresses, None)
+        if address is None:
+            address = self._next_address
+            self._next_address += _ADDRESS_STEP
         return address
 
     def _reserve(self, nbytes: int) -> None:

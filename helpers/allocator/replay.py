@@ -63,7 +63,8 @@ class Replay:
 
 
 def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
-           empty_cache_at: Iterable[int] = (), total_memory: int | None = None) -> Replay:
+           empty_cache_at: Iterable[int] = (), total_memory: int | None = None,
+           segment_addresses: Iterable[int] | None = None) -> Replay:
     """Replay an allocation log through a :class:`CachingAllocator`.
 
     Args:
@@ -74,6 +75,8 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
         capacity, total_memory: as for :class:`CachingAllocator`.
         settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
         empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
+        segment_addresses: where the driver put each new segment, in order (a real
+            snapshot's ``segment_alloc`` addresses); default the model's own.
 
     Returns:
         a :class:`Replay`, stopped at an out of memory with ``failed_at`` and
@@ -82,7 +85,7 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
     Raises:
         ValueError: for an entry of unknown kind or a free of a storage never allocated.
     """
-    alloc = CachingAllocator(capacity, settings, total_memory)
+    alloc = CachingAllocator(capacity, settings, total_memory, segment_addresses=segment_addresses)
     blocks: dict[int, Block] = {}
     sizes: dict[int, int] = {}
     allocated, reserved, requested, entry_of_trace = [], [], [], []

@@ -1,0 +1,99 @@
+"""A real GPU's allocator trace replayed through the allocator model, with the model's addresses and the driver's.
+
+``python benchmarks/gpu_trace_replay.py [SNAPSHOT]`` (default: the Llama-3.1 8B
+LoRA step recorded on an H200, ``benchmarks/data/h200_2026-11-26/``) reads a
+memory snapshot (``torch.cuda.memory._dump_snapshot``, gzipped or not) whose
+history was recorded from an emptied cache, turns its trace into an allocation
+log (one allocation per ``alloc`` event, one free per ``free_completed``),
+and replays it through :class:`helpers.allocator.CachingAllocator` twice: with
+the model's own ascending segment addresses, and with the addresses at which
+the driver placed each segment (the trace's ``segment_alloc`` events).  It
+prints the GPU's reserved memory at the end of the trace beside both.
+
+The allocator picks the smallest free block that fits and, among equals, the
+lowest address (``get_free_block``), so where the driver puts a segment decides
+ties, and the tie-breaks decide which blocks get split and which segments must
+be opened later.  Segments that existed before the recording must hold only
+blocks that stay live throughout (the cuBLAS workspaces): they are allocated
+first, at their addresses.  Of the three snapshots in that folder, only the
+Llama step's was recorded so; the two ResNet18 ones (kept for their C++
+stacks: the cuDNN workspace at the peak of a checkpointed step, the reduction
+buffer of the dropout MLP) started from a cache an earlier step had filled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import pickle
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from helpers.allocator import replay  # noqa: E402
+from helpers.units import fmt_bytes  # noqa: E402
+
+DEFAULT = ROOT / "benchmarks" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
+
+
+def load_snapshot(path: Path) -> dict:
+    """The snapshot dictionary of ``path`` (a pickle, or a gzipped one)."""
+    raw = path.read_bytes()
+    return pickle.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def trace_log(snapshot: dict) -> tuple[list[tuple[int, str, int]], list[int], int]:
+    """``(log, segment addresses, reserved bytes at the end)`` of device 0's trace.
+
+    The log starts with the live blocks of the segments opened before the
+    recording, then one entry per allocation and per completed free of the trace.
+
+    Raises:
+        ValueError: if the trace allocates in a segment opened before the
+            recording, whose state at the start the snapshot does not hold.
+    """
+    trace = snapshot["device_traces"][0]
+    opened = [e["addr"] for e in trace if e["action"] == "segment_alloc"]
+    before = sorted((s for s in snapshot["segments"] if s["address"] not in set(opened)), key=lambda s: s["address"])
+    touched = [s["address"] for s in before for e in trace
+               if e["action"] == "alloc" and s["address"] <= e["addr"] < s["address"] + s["total_size"]]
+    if touched:
+        raise ValueError(f"the trace allocates in a segment opened before the recording ({touched[0]:#x}): "
+                         "record from an emptied cache (torch.cuda.empty_cache() first), so that the start is known")
+    earlier = [{"action": "alloc", "addr": b["address"], "size": b["size"]}  # live throughout: cuBLAS workspaces
+               for s in before for b in s["blocks"] if b["state"] == "active_allocated"]
+    serials, serial_of, log = itertools.count(), {}, []
+    for event in earlier + trace:
+        if event["action"] == "alloc":
+            serial_of[event["addr"]] = next(serials)
+            log.append((serial_of[event["addr"]], "alloc", event["size"]))
+        elif event["action"] == "free_completed" and event["addr"] in serial_of:  # not one freed before
+            log.append((serial_of.pop(event["addr"]), "free", -event["size"]))
+    reserved = sum(s["total_size"] for s in snapshot["segments"])
+    return log, [s["address"] for s in before] + opened, reserved
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("snapshot", nargs="?", type=Path, default=DEFAULT)
+    args = parser.parse_args(argv)
+    try:
+        log, addresses, reserved = trace_log(load_snapshot(args.snapshot))
+    except ValueError as e:
+        parser.exit(1, f"{args.snapshot.name}: {e}\n")
+    own = replay(log)
+    driver = replay(log, segment_addresses=addresses)
+    print(f"{args.snapshot.name}: {len(log):,} allocations and frees, {len(addresses)} segments on the GPU")
+    print(f"  reserved on the GPU at the end:              {fmt_bytes(reserved)}")
+    print(f"  model, its own ascending addresses:          {fmt_bytes(own.peak_reserved)} "
+          f"({own.allocator.num_device_alloc} segments)")
+    print(f"  model, the driver's addresses:               {fmt_bytes(driver.peak_reserved)} "
+          f"({driver.allocator.num_device_alloc} segments)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
