@@ -18,8 +18,11 @@ with an NVIDIA GPU:
 3. runs the test suite and every lesson under nbval on the GPU, and prints
    which failed (also written to ``gpu_tests.txt``).
 
-Without a GPU it says so in one line and exits with status 0, writing
-nothing.  ``--dry-run`` runs steps 1 and 2 with the simulated backend in place
+Before the first run it makes the cuBLAS workspaces of both threads
+(:func:`warm_up_cublas`), so that no run counts them.  Without a GPU it says
+so in one line and exits with status 0, writing nothing.  ``--resimulate``
+needs no GPU: it simulates a recorded file's runs again here, keeping the
+GPU's figures (:func:`resimulate`).  ``--dry-run`` runs steps 1 and 2 with the simulated backend in place
 of ``cuda`` (into a new temporary folder unless ``--out`` is given; the
 allocation log of the ResNet18 step stands in for the snapshot) and lists the
 commands of step 3 without running them: the tests run it so (CI has no GPU).
@@ -73,10 +76,16 @@ class Run:
 _RESNET = {"baseline": {}, "AMP": {"amp": True}, "checkpoint 4": {"checkpoint": 4},
            "AMP + checkpoint 4": {"amp": True, "checkpoint": 4}, "offload": {"offload": True}}
 _GPT2 = {"seq_len": 1024, "optimizer": "adam", "steady_state": True}
+#: Lesson 09's LoRA step: Llama-3.1 8B (its shipped config, random weights), rank 16 on q_proj and v_proj
+#: over a bfloat16 base, bfloat16 autocast, AdamW, batch 1.
+L8 = "meta-llama/Llama-3.1-8B"
+_LORA = {"seq_len": 2048, "lora_rank": 16, "param_dtype": "bfloat16", "amp": True, "amp_dtype": "bfloat16",
+         "optimizer": "adamw", "steady_state": True}
 
 #: The steps recorded: ResNet18 in lesson 04's configurations at three batch
 #: sizes; five other vision models with and without AMP; GPT-2 124M at its full
-#: context; lesson 02's dropout MLP.
+#: context; lesson 02's dropout MLP; lesson 09's LoRA step of Llama-3.1 8B, with and without
+#: activation checkpointing (last: the slowest to build).
 RUNS = (
     [Run("resnet18", b, name, opts) for b in (32, 128, 256) for name, opts in _RESNET.items()]
     + [Run(m, 32, name, opts) for m in ("mobilenet_v2", "vgg11", "resnet50", "vit_b_16", "swin_t")
@@ -85,6 +94,8 @@ RUNS = (
     + [Run("dropout MLP", 4096, "steady state",
            {"model": "helpers.models:dropout_mlp", "input_shape": (1, 28, 28), "num_classes": 10,
             "steady_state": True})]
+    + [Run(L8, 1, name, {**_LORA, **opts}) for name, opts in (("LoRA r16", {}), ("LoRA r16, checkpointing",
+                                                                                {"checkpoint": 1}))]
 )
 
 SNAPSHOT = "gpu_snapshot_resnet18_b128.pickle"
@@ -101,6 +112,21 @@ def _call(run: Run) -> tuple[object, dict]:
     return model, options
 
 
+def warm_up_cublas() -> None:
+    """Create the cuBLAS workspaces of both threads of a training step before the first run.
+
+    A matrix product on a thread's first use of a cuBLAS handle allocates that
+    handle's workspace through the caching allocator (32 MiB on Hopper;
+    ``CublasHandlePool.cpp``), and keeps it: the forward pass's on this
+    thread, the backward pass's on autograd's thread for the GPU.  Made here,
+    outside every run, no run's peak counts them, whatever ran before it: the
+    simulated peak leaves them out too, and a verdict adds them (lesson 06).
+    """
+    x = torch.ones(8, 8, device="cuda", requires_grad=True)
+    (x @ x).sum().backward()  # mm forward here, its gradients' mm on autograd's thread
+    torch.cuda.synchronize()
+
+
 def measure(run: Run, device: str, repeats: int) -> dict:
     """One run: the step on ``device`` ("cuda", or "simulated" in a dry run) and simulated."""
     model, options = _call(run)
@@ -113,20 +139,64 @@ def measure(run: Run, device: str, repeats: int) -> dict:
     else:
         real, reserved = simulated, None
     seconds = time_step(model, run.batch_size, device=device, repeats=repeats, **options)
-    pairs = list(zip(real.events, simulated.events))
-    same = len(real.events) == len(simulated.events) and all(
-        (a.module, a.phase) == (b.module, b.phase) for a, b in pairs)
     return {
         "model": run.model, "batch_size": run.batch_size, "config": run.config,
         "options": {k: list(v) if isinstance(v, tuple) else v for k, v in run.options.items()},
         "cuda_peak_bytes": real.peak_allocated_bytes,
-        "simulated_peak_bytes": simulated.peak_allocated_bytes,
         "cuda_reserved_bytes": reserved,
-        "simulated_reserved_bytes": replay(simulated.allocation_log).peak_reserved,  # the allocator model
+        **_simulated_figures(simulated),
         "step_seconds": seconds,
-        "events": [[a.module, a.phase, a.delta_bytes, b.delta_bytes] for a, b in pairs] if same else None,
+        "events": _events(real.events, simulated.events),
         "error": None,
     }
+
+
+def _simulated_figures(simulated) -> dict:
+    """The simulated columns of a record: the engine's peak (the tensors), and the allocator model's peak
+    allocated (unsplit rests of blocks included, as ``max_memory_allocated`` counts them) and peak reserved."""
+    model = replay(simulated.allocation_log)
+    return {"simulated_peak_bytes": simulated.peak_allocated_bytes,
+            "simulated_allocated_bytes": model.peak_allocated,
+            "simulated_reserved_bytes": model.peak_reserved}
+
+
+def _events(real: list, simulated: list) -> list | None:
+    """``[module, phase, GPU delta, simulated delta]`` per module event, or None where the two lists differ."""
+    pairs = list(zip(real, simulated))
+    same = len(real) == len(simulated) and all((a.module, a.phase) == (b.module, b.phase) for a, b in pairs)
+    return [[a.module, a.phase, a.delta_bytes, b.delta_bytes] for a, b in pairs] if same else None
+
+
+def resimulate(path: Path) -> int:
+    """Simulate every run of a recorded file again on this machine, keeping the GPU's figures.
+
+    For a file recorded on a GPU machine with another torch than this one's (the
+    device's own), or after a change to the engine: its simulated figures and
+    deltas become this engine's, and ``simulated_torch`` says which torch gave
+    them.  A recorded run that :data:`RUNS` no longer holds is left as it was.
+    Returns the number of runs whose simulated peak changed.
+    """
+    data = json.loads(path.read_text())
+    runs = {run.key: run for run in RUNS}
+    changed = 0
+    for record in data["runs"]:
+        run = runs.get((record["model"], record["batch_size"], record["config"]))
+        if record.get("error") or run is None:
+            continue
+        model, options = _call(run)
+        simulated = profile_step(model, run.batch_size, device="simulated", **options)
+        changed += simulated.peak_allocated_bytes != record["simulated_peak_bytes"]
+        record.update(_simulated_figures(simulated))
+        events = record.get("events") or []
+        same = len(events) == len(simulated.events) and all(
+            (module, phase) == (e.module, e.phase) for (module, phase, _, _), e in zip(events, simulated.events))
+        record["events"] = [[module, phase, gpu, e.delta_bytes]
+                            for (module, phase, gpu, _), e in zip(events, simulated.events)] if same else None
+    order = {key: i for i, key in enumerate(runs)}  # the order of RUNS, whenever each run was recorded
+    data["runs"].sort(key=lambda r: order.get((r["model"], r["batch_size"], r["config"]), len(order)))
+    data["simulated_torch"] = torch.__version__
+    path.write_text(_dump(data))
+    return changed
 
 
 def snapshot(out: Path, device: str) -> Path:
@@ -212,7 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="record only the runs whose model contains this text")
     parser.add_argument("--repeats", type=int, default=None, help="timed steps per run (default 3; dry run 1)")
     parser.add_argument("--skip-tests", action="store_true", help="leave out step 3")
+    parser.add_argument("--resimulate", action="store_true",
+                        help="no GPU needed: simulate the runs of the recorded file again here, keeping its GPU figures")
     args = parser.parse_args(argv)
+    if args.resimulate:
+        path = (args.out or ROOT / "lessons" / "data") / RESULTS
+        if not path.exists():
+            parser.error(f"--resimulate: no recorded file {path}")
+        changed = resimulate(path)
+        print(f"gpu-reference: {path} simulated again with torch {torch.__version__}; "
+              f"{changed} simulated peak(s) changed")
+        return 0
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu-reference: no CUDA GPU on this machine, nothing recorded "
               "(--dry-run exercises the harness with the simulated backend)")
@@ -229,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["model"], r["batch_size"], r["config"]) for r in data["runs"] if not r.get("error")}
     data["runs"] = [r for r in data["runs"] if not r.get("error")]
     print(f"gpu-reference: {header['device']}, torch {header['torch']}, writing {results_path}")
+    if device == "cuda":
+        warm_up_cublas()
     started = time.perf_counter()
     for run in RUNS:
         if args.only not in run.model or run.key in done:

@@ -614,12 +614,24 @@ else:
     print("no GPU: the simulated figures above are the reference")
 
 # %% [markdown]
-# The project's own recording on a GPU (`make gpu-reference`, lesson 00), if it has one: these configurations at batch 128, each simulated on the same machine. AMP adds cuDNN's and cuBLAS's 16-bit workspaces on a GPU, and offloading pins host memory that no device counter sees; the difference column shows how much each leaves out.
+# The project's own recording on a GPU (`make gpu-reference`, lesson 00): these configurations at batch 128, on the GPU and simulated. Does each technique save on a real GPU what the simulation says it saves?
 
 # %%
-from helpers.teaching.reference import reference_report
+from helpers.teaching.reference import load_reference, reference_report
 
 print(reference_report("resnet18", 128))
+recorded = load_reference()
+if recorded is not None:
+    peaks = {r["config"]: (r["cuda_peak_bytes"], r["simulated_allocated_bytes"]) for r in recorded["runs"]
+             if (r["model"], r["batch_size"]) == ("resnet18", 128)}
+    saved = {name: [1 - peaks[name][i] / peaks["baseline"][i] for i in (0, 1)] for name in peaks if name != "baseline"}
+    print("saved against the baseline:  " + ",  ".join(f"{name} {gpu:.0%} (simulated {sim:.0%})"
+                                                      for name, (gpu, sim) in saved.items()))
+    assert all(abs(gpu - sim) < 0.04 for gpu, sim in saved.values())
+    assert peaks["offload"][0] == peaks["offload"][1]  # offloading: the GPU's figure to the byte
+
+# %% [markdown]
+# Each technique saves on the GPU what the simulation predicts, to within a few points. Offloading matches to the byte: the saved activations wait in pinned host memory, which no device counter sees, and what stays on the device is tensors the simulation counts. Checkpointing is where the GPU's peak is furthest above the simulated one: its peak moves into the backward pass, where the recomputed segments' convolutions run with cuDNN workspaces that no trace of tensors can see (lesson 00). Read a checkpointed convolutional network's simulated peak as a floor, a few percent under the real one.
 
 # %% [markdown]
 # ## Exercises

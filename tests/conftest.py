@@ -21,7 +21,7 @@ import pytest
 
 from lesson_runner import add_exercise_solutions
 
-#: The slow groups: a test file, or a test in it (``file::test``), and why it is slow.
+#: The slow groups: a test file, or a test in it (``file::test``, or one parameter ``file::test[id]``), and why.
 SLOW = {
     "tests/test_site.py": "the website built with Sphinx and every page opened in Chromium",
     "tests/test_browser.py": "every lesson opened in JupyterLab in Chromium, each widget driven",
@@ -30,6 +30,9 @@ SLOW = {
     "tests/test_published.py::test_the_fast_rows_land_where_their_rows_say": "published figures: 7B models traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    "tests/test_gpu_reference.py::test_the_fine_tuning_runs_dry": "two 8B LoRA steps through the harness",
+    "tests/test_gpu_reference.py::test_the_committed_recording_was_simulated_by_todays_engine[all]":
+        "every recorded run simulated again, 8B steps too",
 }
 
 
@@ -43,7 +46,7 @@ def pytest_collection_modifyitems(items):
     add_exercise_solutions(items)
     for item in items:
         file, _, rest = item.nodeid.partition("::")
-        if file in SLOW or f"{file}::{rest.split('[')[0]}" in SLOW:
+        if file in SLOW or f"{file}::{rest.split('[')[0]}" in SLOW or f"{file}::{rest}" in SLOW:
             item.add_marker(pytest.mark.slow)
 
 

@@ -5,22 +5,27 @@
 machine, and writes ``lessons/data/gpu_reference.json``: ``device``,
 ``torch``, ``cuda``, ``date``, ``dry_run`` and ``runs``, each with ``model``,
 ``batch_size``, ``config``, ``options``, ``cuda_peak_bytes``,
-``simulated_peak_bytes``, ``cuda_reserved_bytes``, ``simulated_reserved_bytes``
-(the simulated log replayed through :mod:`helpers.allocator`),
-``step_seconds``, ``events`` (``[module, phase, cuda_delta, simulated_delta]``)
-and ``error``.  Same torch, same machine: a difference is what the
-simulation leaves out there.  Sizes in bytes.
+``simulated_peak_bytes`` (the engine's: the step's tensors),
+``simulated_allocated_bytes`` and ``simulated_reserved_bytes`` (the simulated
+log replayed through :mod:`helpers.allocator`: peak allocated, unsplit rests
+of blocks included as ``max_memory_allocated`` counts them, and peak
+reserved), ``cuda_reserved_bytes``, ``step_seconds``, ``events``
+(``[module, phase, cuda_delta, simulated_delta]``) and ``error``; and
+``simulated_torch`` where the simulated figures were made again on another
+machine (``gpu_reference.py --resimulate``).  A difference is what the
+simulation leaves out on that GPU.  Sizes in bytes.
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 from ..units import MiB, fmt_bytes
 
 #: Where ``make gpu-reference`` writes its figures (in the repository, beside the lessons).
-REFERENCE_FILE = Path(__file__).resolve().parent.parent / "lessons" / "data" / "gpu_reference.json"
+REFERENCE_FILE = Path(__file__).resolve().parents[2] / "lessons" / "data" / "gpu_reference.json"
 
 #: A run whose simulated peak is further than this from the GPU's is flagged.
 TOLERANCE = 0.02
@@ -44,20 +49,30 @@ def load_reference(path: str | Path = REFERENCE_FILE) -> dict | None:
     return data
 
 
+def simulated_allocated(run: dict) -> int | None:
+    """The simulated figure to set beside the GPU's ``max_memory_allocated``: the allocator model's peak
+    allocated, or the engine's peak in a file recorded before that field existed."""
+    return run.get("simulated_allocated_bytes", run.get("simulated_peak_bytes"))
+
+
 def relative_difference(run: dict) -> float | None:
-    """(simulated - GPU) / GPU peak of one recorded run; None if it has no GPU figure."""
-    if not run.get("cuda_peak_bytes") or run.get("simulated_peak_bytes") is None:
+    """(simulated - GPU) / GPU peak allocated of one recorded run (:func:`simulated_allocated`); None if it
+    has no GPU figure."""
+    sim = simulated_allocated(run)
+    if not run.get("cuda_peak_bytes") or sim is None:
         return None
-    return (run["simulated_peak_bytes"] - run["cuda_peak_bytes"]) / run["cuda_peak_bytes"]
+    return (sim - run["cuda_peak_bytes"]) / run["cuda_peak_bytes"]
 
 
 def _label(run: dict) -> str:
-    return f"{run['model']} b{run['batch_size']} {run['config']}"
+    return f"{run['model'].split('/')[-1]} b{run['batch_size']} {run['config']}"  # a Hub name without its owner
 
 
 def reference_report(model: str | None = None, batch_size: int | None = None,
-                     path: str | Path = REFERENCE_FILE) -> str:
-    """The recorded runs as a table: GPU and simulated peaks, their difference, GPU and simulated reserved.
+                     path: str | Path = REFERENCE_FILE, reserved: bool = False) -> str:
+    """The recorded runs as a table: peak allocated on the GPU and simulated (:func:`simulated_allocated`),
+    their difference, and the step's tensors alone (the engine's peak); with ``reserved``, peak reserved on
+    the GPU and simulated too.
 
     ``model``, ``batch_size``: keep only those runs (None: all).  Returns the
     table, its label (device, torch, date) and a line naming the runs off by
@@ -69,26 +84,30 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
     runs = [r for r in data["runs"] if (model is None or r["model"] == model)
             and (batch_size is None or r["batch_size"] == batch_size)]
     where = "a dry run: the simulated backend stood in for the GPU" if data.get("dry_run") else data["device"]
-    lines = [f"Recorded on {where} (torch {data['torch']}, CUDA {data.get('cuda')}) on {data['date']}; "
-             f"simulated on the same machine.",
-             f"{'run':<36} {'GPU peak':>12} {'simulated':>12} {'difference':>22} {'GPU reserved':>13} "
-             f"{'sim. reserved':>13}"]
+    simulated = (f"simulated with torch {data['simulated_torch']}" if data.get("simulated_torch")
+                 else "simulated on the same machine")
+    width = max([36] + [len(_label(run)) for run in runs])
+    lines = [f"Recorded on {where} (torch {data['torch']}, CUDA {data.get('cuda')}) on {data['date']}; {simulated}.",
+             f"{'':<{width}} {'peak allocated':^49}" + (f"  {'peak reserved':^25}" if reserved else ""),
+             f"{'run':<{width}} {'GPU':>12} {'simulated':>12} {'difference':>22}  {'tensors':>11}"
+             + (f"  {'GPU':>12} {'simulated':>12}" if reserved else "")]
     off = []
     for run in runs:
         if run.get("error"):
-            lines.append(f"{_label(run):<36} {run['error']}")
+            lines.append(f"{_label(run):<{width}} {run['error']}")
             continue
-        gpu, sim, diff = run["cuda_peak_bytes"], run["simulated_peak_bytes"], relative_difference(run)
-        reserved, sim_reserved = run.get("cuda_reserved_bytes"), run.get("simulated_reserved_bytes")
-        lines.append(f"{_label(run):<36} {fmt_bytes(gpu):>12} {fmt_bytes(sim):>12} "
-                     f"{fmt_bytes(sim - gpu, sign=True) + f' ({diff:+.2%})':>22} "
-                     f"{fmt_bytes(reserved) if reserved is not None else '-':>13} "
-                     f"{fmt_bytes(sim_reserved) if sim_reserved is not None else '-':>13}")
+        gpu, sim, diff = run["cuda_peak_bytes"], simulated_allocated(run), relative_difference(run)
+        gpu_reserved, sim_reserved = run.get("cuda_reserved_bytes"), run.get("simulated_reserved_bytes")
+        lines.append(f"{_label(run):<{width}} {fmt_bytes(gpu):>12} {fmt_bytes(sim):>12} "
+                     f"{fmt_bytes(sim - gpu, sign=True) + f' ({diff:+.2%})':>22}  "
+                     f"{fmt_bytes(run['simulated_peak_bytes']):>11}"
+                     + (f"  {fmt_bytes(gpu_reserved) if gpu_reserved is not None else '-':>12} "
+                        f"{fmt_bytes(sim_reserved) if sim_reserved is not None else '-':>12}" if reserved else ""))
         if abs(diff) > TOLERANCE:
             off.append(_label(run))
-    lines.append(f"off by more than {TOLERANCE:.0%}: {', '.join(off)}" if off
-                 else f"every run within {TOLERANCE:.0%} of the GPU's peak")
-    return "\n".join(lines)
+    lines += (textwrap.wrap(f"off by more than {TOLERANCE:.0%}: {', '.join(off)}", 100, subsequent_indent="  ")
+              if off else [f"every run within {TOLERANCE:.0%} of the GPU's peak"])
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def module_differences(model: str, batch_size: int, config: str, min_bytes: int = MiB,
