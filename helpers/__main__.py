@@ -220,6 +220,7 @@ def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
              f"  of {step}: {profile.model}, {_inputs(profile)}, {_options(config_)}",
              *([f"  ({batch_note})"] if batch_note else []),
              f"  reached by event {profile.peak_event}, {profile.peak.label}",
+             *([f"  simulated: {profile.depth_note}"] if profile.depth_note else []),  # a model of repeated blocks
              "what fills it at the peak:"]
     width = max(len(name) for name in profile.categories)
     lines += [f"  {name:<{width}} {fmt_mib(nbytes):>14}" for name, nbytes in profile.categories.items()]

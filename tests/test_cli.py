@@ -398,3 +398,15 @@ def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs()
 ])
 def test_image_size_is_refused_where_the_inputs_are_not_images(args, message):
     assert _refused(_cli(*args, "--image-size", "64")) == message
+
+
+def test_a_model_of_repeated_blocks_says_how_its_step_was_simulated(capsys):
+    """GPT-2 1.5B's 48 blocks: written from its steps with 6 and 7 blocks, or, with --full-trace, traced."""
+    args = ["profile", "--model", "gpt2-xl", "--seq-len", "16", "--device", "simulated"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    reached = next(i for i, line in enumerate(out) if line.startswith("  reached by event "))
+    assert out[reached + 1:reached + 3] == ["  simulated: written exactly from its steps with 6 and 7 blocks "
+                                            "(helpers.depth)", "what fills it at the peak:"]
+    assert main(["profile", "--model", "resnet18", "--image-size", "32", "--device", "simulated"]) == 0
+    assert not any(line.startswith("  simulated:") for line in capsys.readouterr().out.splitlines())
