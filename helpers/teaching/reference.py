@@ -1,4 +1,4 @@
-"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04).
+"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04, 06, 09).
 
 ``benchmarks/gpu_reference.py`` runs each step of its list on the GPU
 (``max_memory_allocated``, ``max_memory_reserved``) and simulated, on one
