@@ -25,7 +25,7 @@
 # - Say what the simulation counts exactly and what it cannot see.
 # - Read the 25 lines of PyTorch that count a training step's memory.
 #
-# **Time:** about 30 minutes alone: 12 of reading, 11 of code, 1 to run all, 5 for the two exercises. **GPU:** not needed; used if present.
+# **Time:** about 35 minutes alone: 18 of reading, 12 of code, 1 to run all, 5 for the two exercises. **GPU:** not needed; used if present.
 
 # %% [markdown]
 # ## Setup

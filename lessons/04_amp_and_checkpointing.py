@@ -28,7 +28,7 @@
 # - Train on real data in each configuration and confirm or refute "AMP converges worse" and "checkpointing is slower".
 # - Go beyond the article with offloading saved tensors to host memory, and find the limit of every per-tensor trick.
 #
-# **Time:** about 105 minutes alone: 38 of reading, 34 of code, 4 for the figures, 9 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
+# **Time:** about 110 minutes alone: 42 of reading, 36 of code, 4 for the figures, 9 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
 #
 # Read lesson 03 first: this lesson uses its step profiles and vocabulary.
 
@@ -632,6 +632,20 @@ if recorded is not None:
 
 # %% [markdown]
 # Each technique saves on the GPU what the simulation predicts, to within a few points. Offloading matches to the byte: the saved activations wait in pinned host memory, which no device counter sees, and what stays on the device is tensors the simulation counts. Checkpointing is where the GPU's peak is furthest above the simulated one: its peak moves into the backward pass, where the recomputed segments' convolutions run with cuDNN workspaces that no trace of tensors can see (lesson 00). Read a checkpointed convolutional network's simulated peak as a floor, a few percent under the real one.
+#
+# The same recording caught the `GradScaler` at work. Each run is a first training step, and SGD with momentum creates its momentum buffers, one per parameter, in its first `optimizer.step()`. Here is what that step added on the GPU and in the simulation, for every model recorded with float16 AMP:
+
+# %%
+if recorded is not None:
+    step_added = {r["model"]: [(gpu, sim) for _, phase, gpu, sim in r["events"] if phase == "optimizer.step"][0]
+                  for r in recorded["runs"] if r["config"] == "AMP" and r["batch_size"] == 32}
+    for model, (gpu, sim) in step_added.items():
+        print(f"{model:<14} optimizer.step on the GPU {fmt_bytes(gpu, sign=True):>11}, simulated {fmt_bytes(sim, sign=True):>11}")
+    skipped = sorted(model for model, (gpu, sim) in step_added.items() if gpu == 0 < sim)
+    assert skipped == ["mobilenet_v2", "resnet50"]
+
+# %% [markdown]
+# On the GPU, MobileNet-V2's and ResNet-50's first step added nothing: their float16 gradients, scaled by the `GradScaler`'s starting factor of 65,536, overflowed, so `scaler.step(optimizer)` skipped the update (and `scaler.update()` halved the scale), and no momentum buffer was made. The simulation has shapes but no values, so it cannot overflow: it always steps, and its first step holds optimizer states that a real run may only create a step or a few later. For the peak of a training run that is the right answer, since the states do come; for the first step on a GPU it can be more than the GPU shows.
 
 # %% [markdown]
 # ## Exercises

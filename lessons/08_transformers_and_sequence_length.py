@@ -28,7 +28,7 @@
 # - Measure full and selective activation checkpointing, what the loss keeps of the logits, and a chunked cross-entropy.
 # - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 #
-# **Time:** about 90 minutes alone: 30 of reading, 25 of code, 4 for the figures, 2 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
+# **Time:** about 95 minutes alone: 33 of reading, 27 of code, 5 for the figures, 2 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
 # Lessons 02 (what autograd saves), 04 (AMP, checkpointing), 05a (model states) and 05b (GPT-2 1.5B against the ZeRO paper) come first.
 
@@ -229,6 +229,37 @@ assert round(zero / L**0.5 / GB, 1) == 8.7 and fmt_bytes(zero / L**0.5, "GiB") =
 
 # %% [markdown]
 # Checkpointed, each block keeps its float32 input (9.4 GiB for the 48 blocks), and autocast's cache its weight copies: 12.1 GiB for the blocks (lesson 05b's 12.6 GiB adds the same 0.4 GiB outside them). The paper's "about 8 GB" assumes another schedule: checkpointing reduces the activations "by approximately the square root of the total activations", citing Chen et al. (2016). Read as the total divided by √L, that is 60.4 GB / √48 = 8.7 GB (8.1 GiB); it is a reading, which leaves out the √L segment inputs that Chen et al.'s schedule keeps too (9.4 GB with them, lesson 05b).
+#
+# **Memory is affine in depth.** Every block keeps the same bytes, and holds the same parameters, gradients and Adam states, so a whole training step's peak should be a straight line in the number of blocks. Here are whole steady-state steps of GPT-2 1.5B's width, batch 1 × 512 tokens, with 1 to 8 blocks, and the line through the steps with 6 and 7:
+
+# %%
+from helpers import fit_affine, profile_step
+from helpers.teaching.plots import plot_peak_vs_depth
+
+STEP_XL = dict(seq_len=512, amp=True, attention="flash", steady_state=True, device="simulated")
+traced = {n: profile_step(gpt(xl, n), 1, vocab_size=xl.vocab_size, **STEP_XL).peak_allocated_bytes for n in range(1, 9)}
+per_block = fit_affine([6, 7], [traced[6], traced[7]])
+written = profile_step("gpt2-xl", 1, **STEP_XL)  # all 48 blocks
+plot_peak_vs_depth(traced, per_block, (xl.n_layer, written.peak_allocated_bytes),
+                   title="GPT-2 1.5B's width, batch 1 x 512 tokens: a steady-state step's peak against its depth")
+
+# %%
+print(f"each block adds {fmt_bytes(per_block.per_sample_bytes)}; 48 blocks: {fmt_bytes(written.peak_allocated_bytes)}")
+print(f"how the 48-block step was simulated: {written.depth_note}")
+assert all(traced[n] == per_block.predict(n) for n in traced)  # every depth on the line, to the byte
+assert written.peak_allocated_bytes == per_block.predict(xl.n_layer)
+
+# %% [markdown]
+# Every traced depth lies on the line to the byte, and so does the 48-block step: **memory is affine in depth**, the peak and everything under it. The engine uses this. For a model of 20 or more alike blocks, `profile_step` traces the step with 6 and 7 blocks (enough that the blocks next to the embeddings and the head, which may free their tensors otherwise than the middle ones, are in both), checks that the extra block repeats the others allocation for allocation (the same sizes, categories and lifetimes), and writes the 48-block allocation log from the two: not an estimate of the peak but the whole log, every allocation and free in order. `full_trace=True` traces every block instead. The two must agree entirely:
+
+# %%
+full = profile_step("gpt2-xl", 1, full_trace=True, **STEP_XL)
+print(f"traced in full: {full.depth_note}")
+assert full.allocation_log == written.allocation_log and full.peak_event == written.peak_event
+assert full.categories == written.categories and full.peak_allocated_bytes == written.peak_allocated_bytes
+
+# %% [markdown]
+# The same log, allocation for allocation, so the same peak, the same event of the peak and the same categories at it. Time both cells with `%time` if you like: the written step traces 13 blocks in all instead of 48. When the check fails (a model whose blocks differ, or a setting that makes one block depend on another), the engine traces in full and `depth_note` says why.
 #
 # ## 4. A Llama-shaped 8B model over sequence length
 #
@@ -538,6 +569,7 @@ explorer
 # - A transformer block keeps a few dozen bytes per token and hidden unit whatever the sequence, plus the a·s² scores only if the kernel keeps them.
 # - Published formulas count someone's implementation (Korthikanti's: Megatron-LM's 16-bit GPT with kept scores; ZeRO's: no scores). PyTorch under `torch.autocast` keeps 44 + 4·a·s/h bytes per s·b·h for a GPT-2 block (math kernel, with dropout) or about 36 (flash); this lesson's Llama block keeps 54, a figure of its implementation.
 # - Fused attention removes the s² term; a GPU's dispatcher picks it whenever it accepts the call.
+# - A step's memory is affine in the number of blocks, to the byte: two shallow traces write a deep model's whole allocation log, which is how the engine simulates 7-8B models quickly (`full_trace=True` checks it).
 # - Full checkpointing leaves the block inputs and autocast's weight copies; a selective policy must match the kernel.
 # - The loss keeps 8 bytes per 16-bit logit under autocast, 6 if upcast first; chunking never holds them all. At inference the KV cache decides the context, and the tokens that fit are an upper bound.
 #

@@ -6,7 +6,7 @@ from matplotlib.colors import to_hex
 from helpers import GiB, fit_affine, profile_step
 from helpers.gpus import CUDA_OVERHEAD_BYTES, GPU_CARDS
 from helpers.palette import CATEGORY_COLORS
-from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens
+from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_depth, plot_peak_vs_tokens
 
 CARDS = {"V100 16 GB": GPU_CARDS["V100 16 GB"], "H100 80 GB": GPU_CARDS["H100 80 GB"]}
 
@@ -57,3 +57,18 @@ def test_plot_peak_vs_tokens_draws_the_line_the_points_and_the_answers():
         plot_peak_vs_tokens({2048: GiB}, line, {}, {})
     with pytest.raises(ValueError, match="unit must be one of"):
         plot_peak_vs_tokens(peaks, line, {}, {}, unit="GB")
+
+
+def test_plot_peak_vs_depth_draws_the_traced_steps_the_line_and_the_written_one():
+    line = fit_affine([6, 7], [6 * GiB, 7 * GiB])
+    traced = {n: n * GiB for n in range(1, 9)}
+    fig = plot_peak_vs_depth(traced, line, (48, 48 * GiB), title="t")
+    ax = fig.axes[0]
+    fitted, points, written = ax.get_lines()
+    assert fitted.get_ydata()[0] == pytest.approx(0) and list(points.get_xdata()) == list(traced)
+    assert list(written.get_xdata()) == [48] and list(written.get_ydata()) == [48.0]
+    assert ax.get_xlabel() == "number of blocks" and ax.get_title() == "t"
+    with pytest.raises(ValueError, match="at least two"):
+        plot_peak_vs_depth({6: GiB}, line, (48, GiB))
+    with pytest.raises(ValueError, match="unit must be one of"):
+        plot_peak_vs_depth(traced, line, (48, GiB), unit="GB")

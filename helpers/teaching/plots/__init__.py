@@ -16,5 +16,5 @@ from .allocator import FIRST_STEP, memory_map, plot_memory_map, plot_reserved, p
 from .sharding import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
 from .steps import (plot_accumulation, plot_bytes_per_parameter, plot_categories, plot_inference_and_leaks,
                     plot_peak_bars, plot_stages, plot_timeline)
-from .transformer import (plot_finetune_peaks, plot_memory_vs_seq, plot_peak_vs_tokens, plot_published_comparison,
-                          plot_stacked_parts)
+from .transformer import (plot_finetune_peaks, plot_memory_vs_seq, plot_peak_vs_depth, plot_peak_vs_tokens,
+                          plot_published_comparison, plot_stacked_parts)

@@ -181,7 +181,44 @@ def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answ
                         textcoords="offset points", ha="right", fontsize=8)
     ax.set_xlim(0, right)
     ax.set_ylim(0, max(max(cards.values()) / scale, max(peaks.values()) / scale) * 1.08)
-    ax.set_xlabel("tokens in the batch (batch x sequence length)")
+    return _peak_against(fig, ax, "tokens in the batch (batch x sequence length)", unit, title)
+
+
+def plot_peak_vs_depth(traced: dict[int, int], line, written: tuple[int, int], unit: str = "GiB",
+                       title: str | None = None) -> Figure:
+    """A step's peak against its number of blocks: traced points, the line through two of them, a written step.
+
+    Args:
+        traced: ``{blocks: peak allocated bytes}`` of steps traced in full.
+        line: the :class:`helpers.batch.AffineFit` through two of them.
+        written: ``(blocks, peak bytes)`` of the full-depth step written from
+            two shallow ones (:mod:`helpers.depth`), marked on the line.
+        unit: ``"MiB"`` or ``"GiB"``, the y axis.
+        title: the figure's title.
+
+    Raises:
+        ValueError: for another unit, or fewer than two traced points.
+    """
+    scale = unit_scale(unit)
+    if len(traced) < 2:
+        raise ValueError("give at least two traced points")
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    right = max(*traced, written[0]) * 1.05
+    ax.plot([0, right], [line.predict(0) / scale, line.predict(right) / scale], color=LINE_COLORS[0], linewidth=1.2,
+            label="the line through two of the traced steps")
+    xs = sorted(traced)
+    ax.plot(xs, [traced[x] / scale for x in xs], "o", color=LINE_COLORS[0], markersize=6, label="steps traced in full")
+    ax.plot([written[0]], [written[1] / scale], "D", color=LINE_COLORS[1], markersize=8,
+            label=f"{written[0]} blocks, written from two shallow traces")
+    ax.set_xlim(0, right)
+    ax.set_ylim(0, max(written[1], *traced.values()) / scale * 1.08)
+    return _peak_against(fig, ax, "number of blocks", unit, title)
+
+
+def _peak_against(fig: Figure, ax, xlabel: str, unit: str, title: str | None) -> Figure:
+    """The axes' labels, grid, legend and title of a figure of the peak against ``xlabel``."""
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"peak allocated ({unit})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
