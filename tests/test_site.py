@@ -149,6 +149,17 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
             facts = page.evaluate("""async () => {
                 await document.fonts.ready;
                 await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
+                const cutNow = () => [...document.querySelectorAll('pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
+                    .map(p => ({output: !!p.closest('.cell_output'), text: p.innerText.slice(0, 60),
+                                bar: p.offsetHeight - p.clientHeight - parseFloat(getComputedStyle(p).borderTopWidth)
+                                     - parseFloat(getComputedStyle(p).borderBottomWidth)}));
+                // A scrollbar can be drawn after the line is laid out (seen under load): a cut code line
+                // without one is measured again for up to 2 s before it counts.
+                let cut = cutNow();
+                for (let i = 0; i < 20 && cut.some(c => !c.output && c.bar < 4); i++) {
+                    await new Promise(done => setTimeout(done, 100));
+                    cut = cutNow();
+                }
                 const main = document.querySelector('main') || document.body;
                 const imgs = [...document.images];
                 return {
@@ -161,10 +172,7 @@ def crawl(browser, base: str, html: pathlib.Path, screenshots: dict[str, str] | 
                     images: main.querySelectorAll('.cell_output img').length,
                     stand_ins: [...main.querySelectorAll('.cell_output')]
                         .filter(o => o.innerText.includes('""" + NOTE + """')).length,
-                    cut: [...document.querySelectorAll('pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
-                        .map(p => ({output: !!p.closest('.cell_output'), text: p.innerText.slice(0, 60),
-                                    bar: p.offsetHeight - p.clientHeight - parseFloat(getComputedStyle(p).borderTopWidth)
-                                         - parseFloat(getComputedStyle(p).borderBottomWidth)})),
+                    cut,
                     folds: [...main.querySelectorAll('details')]
                         .filter(d => (d.querySelector('summary') || {}).innerText === '""" + SOLUTION + """').length,
                     open_folds: [...main.querySelectorAll('details[open]')]
