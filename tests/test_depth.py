@@ -13,6 +13,7 @@ import pytest
 from helpers import depth
 from helpers.allocator import replay
 from helpers.step import profile_step
+from helpers.teaching.setups import EagerCausalLM
 
 #: Every field of a profile that a lesson, a widget or the command line reads.
 FIELDS = ("backend", "model", "input_shape", "parameter_count", "events", "event_categories",
@@ -68,6 +69,11 @@ CHEAP = {
                                          steady_state=True, param_dtype="bfloat16")),
     "llama, tied embeddings, SGD, set_to_none=False": (
         _tiny(tied=True), dict(seq_len=16, batch_size=2, optimizer="sgd", set_to_none=False)),
+    "llama, eager attention (a published setup's builder), LoRA": (
+        EagerCausalLM(tuple(sorted(_tiny().items()))), dict(seq_len=32, lora_rank=4)),
+    "bloom (ALiBi: no context limit), eager attention": (
+        EagerCausalLM((("hidden_size", 64), ("model_type", "bloom"), ("n_head", 4), ("n_layer", 10),
+                       ("vocab_size", 96))), dict(seq_len=16, amp=True, amp_dtype="bfloat16")),
 }
 
 

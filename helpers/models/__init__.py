@@ -331,7 +331,9 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
             ``nn.Module`` (a :func:`meta_copy` when simulating, a deep copy on a
             GPU), a function returning one, or a Hugging Face config
             (:func:`hf_spec`: a shipped or Hub name, a ``config.json`` path, a
-            dict or a ``PretrainedConfig``).
+            dict or a ``PretrainedConfig``), or an object whose ``causal_lm()``
+            returns a :class:`helpers.models.hf.CausalLMBuilder` (its layers
+            known, as a config's are: ``helpers.teaching.setups.EagerCausalLM``).
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
 
@@ -352,6 +354,8 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
                 raise ValueError(unknown_model(model))
             classes = num_classes or 1000
             spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
+    elif callable(getattr(model, "causal_lm", None)):
+        spec = _hf_spec(model.causal_lm(), None)
     elif isinstance(model, nn.Module):
         instance = model
         spec = ModelSpec(type(instance).__name__, lambda: _copy_for_step(instance))
@@ -478,7 +482,8 @@ def resolve_task(config: StepConfig, spec: ModelSpec) -> Task:
                          f"not input_shape=")
     if config.seq_len is None and config.inputs is None and spec.seq_len_required:
         raise ValueError(f"{spec.name} is a Hugging Face causal LM: give the sequence length with seq_len= "
-                         f"(--seq-len); its context, {spec.seq_len:,} tokens, is not taken by default")
+                         f"(--seq-len); its context{f', {spec.seq_len:,} tokens,' if spec.seq_len else ''} "
+                         f"is not taken by default")
     seq_len = config.seq_len if config.seq_len is not None else (spec.seq_len if spec.vocab_size else None)
     if config.inputs is not None:
         kind, shape, vocab = "custom", (), None

@@ -289,9 +289,9 @@ class CausalLMBuilder:
         return self.config.get_text_config().vocab_size
 
     @property
-    def context(self) -> int:
-        """The longest sequence (``max_position_embeddings``)."""
-        return self.config.get_text_config().max_position_embeddings
+    def context(self) -> int | None:
+        """The longest sequence (``max_position_embeddings``; None without one, as BLOOM's ALiBi)."""
+        return getattr(self.config.get_text_config(), "max_position_embeddings", None)
 
     @property
     def blocks(self) -> int:
@@ -305,8 +305,7 @@ class CausalLMBuilder:
         layers only (``max_window_layers``), or mixture-of-experts layers among dense ones
         (``mlp_only_layers``, ``first_k_dense_replace``, ``decoder_sparse_step``, ``moe_layer_freq``).
         """
-        text = self.config.get_text_config().to_dict()
-        n = text["num_hidden_layers"]
+        text, n = self.config.get_text_config().to_dict(), self.blocks
         for key, value in text.items():
             if isinstance(value, (list, tuple)) and len(value) == n and len({str(v) for v in value}) > 1:
                 return f"its {key} differ from layer to layer"
@@ -322,11 +321,10 @@ class CausalLMBuilder:
         """The same model with ``n`` decoder layers (per-layer lists cut to ``n``)."""
         data = self.config.to_dict()
         text = data.get("text_config", data) if self.config.get_text_config() is not self.config else data
-        old = text["num_hidden_layers"]
         for key, value in list(text.items()):
-            if isinstance(value, (list, tuple)) and len(value) == old:
+            if isinstance(value, (list, tuple)) and len(value) == self.blocks:
                 text[key] = list(value)[:n]
-        text["num_hidden_layers"] = n
+        text[self.config.get_text_config().attribute_map.get("num_hidden_layers", "num_hidden_layers")] = n  # BLOOM: n_layer
         config = self.config.__class__.from_dict(data)
         config.name_or_path = self.config.name_or_path
         return CausalLMBuilder(config, self.attn_implementation, self.label)

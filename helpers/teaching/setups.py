@@ -48,11 +48,15 @@ class EagerCausalLM:
 
     config: str | tuple[tuple[str, Any], ...]
 
-    def __call__(self) -> torch.nn.Module:
+    def causal_lm(self):
+        """Its :class:`helpers.models.hf.CausalLMBuilder`: a step of it is written from shallow traces."""
         from ..models import hf
 
         config = hf.load_config(self.config if isinstance(self.config, str) else dict(self.config))
-        return hf.CausalLMBuilder(config, "eager")()
+        return hf.CausalLMBuilder(config, "eager")
+
+    def __call__(self) -> torch.nn.Module:
+        return self.causal_lm()()
 
 
 @dataclass(frozen=True)
