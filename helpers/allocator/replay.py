@@ -1,9 +1,7 @@
 """Replaying an allocation log through the :class:`~helpers.allocator.model.CachingAllocator` (lesson 06).
 
-:func:`replay` gives allocated and reserved bytes after every entry of a step's
-log; :func:`replay_on_gpu` asks whether the step fits a card, reserved memory
-and all; :func:`smallest_capacity` finds the least memory it replays in.
-All sizes are bytes.
+:func:`replay` gives allocated and reserved bytes after every entry of a step's log; :func:`replay_on_gpu` asks whether
+the step fits a card, reserved memory and all; :func:`smallest_capacity` finds the least memory it replays in.  Bytes.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ class Replay:
         settings: the allocator's options.
         allocated, reserved, requested: bytes after each log entry (lists as long as the log).
         allocator: the :class:`CachingAllocator` in its final state.
-        failed_at: index of the entry that ran out of memory, or None.
-        error: that :class:`AllocatorOutOfMemory`, or None.
+        failed_at, error: the index of the entry that ran out of memory and its :class:`AllocatorOutOfMemory`, or None.
     """
 
     settings: AllocatorSettings
@@ -65,22 +62,18 @@ class Replay:
 def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
            empty_cache_at: Iterable[int] = (), total_memory: int | None = None,
            segment_addresses: Iterable[int] | None = None) -> Replay:
-    """Replay an allocation log through a :class:`CachingAllocator`.
+    """Replay an allocation log through a :class:`CachingAllocator`: a :class:`Replay`, stopped at an out of memory
+    with ``failed_at`` and ``error`` set (it does not raise).
 
     Args:
         log: entries whose first three fields are ``(serial, kind, nbytes)``
-            (:attr:`helpers.record.StepProfile.allocation_log`); ``kind``
-            ``"alloc"``, ``"free"`` or ``"resize"`` (the new block allocated
-            before the old is freed, as ``resize_`` copies).
+            (:attr:`helpers.record.StepProfile.allocation_log`); ``kind`` ``"alloc"``, ``"free"`` or ``"resize"`` (the
+            new block allocated before the old is freed, as ``resize_`` copies).
         capacity, total_memory: as for :class:`CachingAllocator`.
         settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
         empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
-        segment_addresses: where the driver put each new segment, in order (a real
-            snapshot's ``segment_alloc`` addresses); default the model's own.
-
-    Returns:
-        a :class:`Replay`, stopped at an out of memory with ``failed_at`` and
-        ``error`` set (it does not raise).
+        segment_addresses: where the driver put each new segment, in order (a real snapshot's ``segment_alloc``
+            addresses); default the model's own.
 
     Raises:
         ValueError: for an entry of unknown kind or a free of a storage never allocated.
@@ -128,11 +121,9 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
 
 def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | str | None = None,
                   context: int = CUDA_CONTEXT_BYTES) -> Replay:
-    """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?
-
-    The allocator may reserve ``gpu_bytes`` less ``context`` (default
-    :data:`helpers.gpus.CUDA_CONTEXT_BYTES`), freeing its cache and retrying
-    before it fails, so the step fits exactly when ``error`` is None.
+    """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?  The allocator may reserve
+    ``gpu_bytes`` less ``context``, freeing its cache and retrying before it fails, so the step fits exactly when
+    ``error`` is None.
 
     Raises:
         ValueError: when the context leaves no memory, or as :func:`replay` does.
