@@ -36,14 +36,9 @@ class AffineFit:
         return self.m0_bytes + batch_size * self.per_sample_bytes
 
     def largest_batch(self, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
-        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom`; 0 if not even the model
-        state fits.
-
-        Args:
-            capacity: GPU memory in bytes.
-            overhead: bytes the process needs besides tensors.
-            cublas_handles: cuBLAS handles of the step (2 for training, 1 for a forward under ``no_grad``), whose
-                workspaces a card of :data:`helpers.gpus.GPU_CARDS` adds.
+        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom` of a GPU of ``capacity``
+        bytes, with ``overhead`` bytes besides tensors and, on a card of :data:`helpers.gpus.GPU_CARDS`, the workspaces
+        of ``cublas_handles`` (2 for training, 1 for a forward under ``no_grad``); 0 if not even the model state fits.
 
         Raises:
             ValueError: if the slope is not positive.
@@ -73,9 +68,8 @@ def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
     return AffineFit(intercept, slope, tuple(batch_sizes), tuple(peak_bytes), residual)
 
 
-#: Module types whose forward and backward run cuBLAS matmuls (``aten::addmm``/``mm``/``bmm``/``matmul`` on CUDA):
-#: every type whose name ends in ``Linear`` (``nn.Linear``, ``NonDynamicallyQuantizableLinear``, LoRA's),
-#: ``nn.Bilinear``, ``nn.MultiheadAttention`` and Hugging Face's ``Conv1D`` (a linear layer; ``addmm``).
+#: Module types whose forward and backward run cuBLAS matmuls on CUDA (``addmm``/``mm``/``bmm``): every type named
+#: ``...Linear`` (LoRA's too), ``nn.Bilinear``, ``nn.MultiheadAttention`` and Hugging Face's ``Conv1D`` (linear).
 MATMUL_MODULES = re.compile(r"(Linear|Bilinear|MultiheadAttention|Conv1D)$")
 #: Module types that run cuDNN convolutions on CUDA (``nn.Conv1d`` ... ``nn.ConvTranspose3d``).
 CONV_MODULES = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
@@ -85,9 +79,8 @@ def cublas_handles(profile: StepProfile) -> int:
     """How many cuBLAS handles (so workspaces) ``profile``'s step takes on a GPU: 0, 1 or 2.
 
     Handles belong to threads (``getCurrentCUDABlasHandle``, ``aten/src/ATen/cuda/CublasHandlePool.cpp``): forward runs
-    on the Python thread, backward on autograd's; each takes one at its first matmul.  Read from the trace: a forward
-    event of a :data:`MATMUL_MODULES` module, and a backward or recomputation event of one (a bare ``torch.matmul`` is
-    not seen).
+    on the Python thread, backward on autograd's; each takes one at its first matmul, seen in the trace as a forward
+    event, and a backward or recomputation event, of a :data:`MATMUL_MODULES` module (a bare ``torch.matmul`` is not).
     """
     def ran(phases) -> bool:
         return any(e.phase in phases and e.module_type and MATMUL_MODULES.search(e.module_type)
@@ -114,8 +107,7 @@ class Estimate:
         error: the out-of-memory message when a real GPU could not run it.
         reserved_bytes: the allocator model's peak reserved on the chosen GPU (:func:`reserved_estimate`), or None.
         allocator_error: why the allocator model ran out of memory, if it did.
-        cublas_handles: the step's cuBLAS handles (:func:`cublas_handles`).
-        convolutions: the step runs cuDNN convolutions (:func:`has_convolutions`).
+        cublas_handles, convolutions: the step's, as :func:`cublas_handles` and :func:`has_convolutions` count them.
     """
 
     batch_size: int
@@ -144,8 +136,7 @@ class Estimate:
 
     def verdict(self, capacity: int, card: str | None = None) -> Verdict:
         """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate, by the reserved peak
-        when there is one, else the allocated peak; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines
-        (:func:`helpers.gpus.unseen_lines`).
+        when there is one, else the allocated peak; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines.
 
         Raises:
             ValueError: when a real GPU ran out of memory, or for an unknown card.
@@ -184,8 +175,7 @@ def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
     check's verdict): card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
 
     The rule of every widget (:meth:`Estimate.verdict`), by the allocated peak, or with ``reserved`` by the allocator
-    model with ``settings`` (:func:`reserved_estimate`).  On a first step (not ``steady_state``) it is a lower bound.
-    """
+    model with ``settings`` (:func:`reserved_estimate`).  On a first step (not ``steady_state``) it is a lower bound."""
     if reserved:
         return {card: reserved_estimate(profile, capacity, settings).verdict(capacity, card)
                 for card, capacity in GPU_CARDS.items()}
@@ -231,8 +221,7 @@ class PeakCurve:
             is every step).
 
     Attributes:
-        config: the configuration traced.
-        backend: ``"cuda"`` or ``"simulated"``.
+        config, backend: the configuration traced; ``"cuda"`` or ``"simulated"``.
         traces: batch size -> :class:`helpers.record.StepProfile`.
 
     Raises:
@@ -295,16 +284,14 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
 
 def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
                 card: str | None = None) -> tuple[int, dict[int, Estimate]]:
-    """The largest ``n`` (a batch size or sequence length) from ``lowest`` to ``highest`` whose step fits ``capacity``.
+    """``(n, estimates)``: the largest ``n`` (a batch size or sequence length) from ``lowest`` to ``highest`` whose step
+    fits ``capacity`` (0 when not even ``lowest`` fits), and every estimate judged, by ``n`` (``estimates[n + 1]``
+    exists unless ``n`` is ``highest`` or 0).
 
     The peak is a maximum of affine functions of ``n``, so the line through the last two traced points
     (:func:`fit_affine`) predicts the answer; each prediction is traced (``estimate_at``: ``n -> Estimate`` of a direct
     trace) and judged (:meth:`Estimate.verdict`; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines),
     bisecting where a line makes no progress.
-
-    Returns:
-        ``(n, estimates)``: the answer (0 when not even ``lowest`` fits) and every estimate judged, by ``n``;
-        ``estimates[n + 1]`` exists unless ``n`` is ``highest`` or 0.
 
     Raises:
         ValueError: for a bad range (``1 <= lowest <= highest``), or as ``estimate_at`` does.

@@ -4,18 +4,19 @@ A transformer is one block repeated L times, and its training step allocates blo
 each block's forward, the head and the loss, each block's backward in reverse order, then the optimizer, whose
 ``foreach`` operations make one tensor per parameter, block after block.  So the step's allocation log
 (:class:`helpers.record.Allocation`), and every figure a profile reports, is a few stretches that do not depend on L
-and stretches repeated once per block.
+and stretches repeated once per block.  This module:
 
-This module traces the same step with each of :data:`DEPTHS` blocks and labels every log entry with its block (module
-events say it in the forward and backward passes; parameter names, optimizer-state ownership and the storage each
-``foreach`` output is made from say it where no module runs).  It cuts each log into stretches outside the blocks and
-sweeps over the blocks, and learns one template from both: the stretches outside, the :data:`EDGE` blocks at each end
-of every sweep, and one middle block, every free written as "the storage made at this place of the block k before, or
-at this fixed place".  The template must write both traced logs again, entry for entry, with their events and
-storages: that is the check that the blocks repeat (same operations, sizes, dtypes, categories, lifetimes).  Only then
-does it write the log of L blocks, read as a traced log is (:func:`helpers.record.profile_of_log`).  Where the check
-fails, or the model is not built of alike blocks, :func:`helpers.step.profile_step` traces every block, and the
-profile's ``depth_note`` says why.  ``tests/test_depth.py`` checks written profiles against full traces, field by field.
+1. traces the same step with each of :data:`DEPTHS` blocks and labels every log entry with its block (:func:`labels`);
+2. cuts each log into stretches outside the blocks and sweeps over the blocks (:func:`parts`), and learns one template
+   from both (:func:`learn`, :func:`join`): the stretches outside, the :data:`EDGE` blocks at each end of every sweep,
+   and one middle block, every free written as "the storage made at this place of the block k before, or at this
+   fixed place";
+3. checks that the template writes both traced logs again, entry for entry, with their events and storages (the blocks
+   repeat: same operations, sizes, dtypes, categories, lifetimes), and only then writes the log of L blocks
+   (:func:`extrapolate`), read as a traced log is (:func:`helpers.record.profile_of_log`).
+
+Where the check fails, or the model is not built of alike blocks, :func:`helpers.step.profile_step` traces every block,
+and the profile's ``depth_note`` says why.  ``tests/test_depth.py`` checks written profiles against full traces.
 """
 
 from __future__ import annotations
@@ -52,12 +53,9 @@ class NotRepeated(ValueError):
 
 def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
     """Whether :func:`helpers.step.profile_step` writes ``config``'s step from shallow traces, and if not, the profile's
-    ``depth_note`` (None for a model not built of repeated blocks, or a real GPU's step).
-
-    It does for the simulated step of a model of at least :data:`MIN_BLOCKS` alike blocks (``spec.blocks``), unless
-    ``full_trace`` is asked for, a ``capacity`` may stop the step, or checkpointing by segments (not per block) puts
-    blocks in different segments.
-    """
+    ``depth_note`` (None for a model not built of repeated blocks, or a real GPU's step).  It does for the simulated
+    step of a model of at least :data:`MIN_BLOCKS` alike blocks (``spec.blocks``), unless ``full_trace`` is asked for,
+    a ``capacity`` may stop the step, or checkpointing by segments (not per block) puts blocks in different segments."""
     if spec.blocks is None or resolve_backend(config.device) != "simulated":
         return False, None
     full = f"every one of its {spec.blocks} blocks traced: "
@@ -91,14 +89,10 @@ def shallow(config: StepConfig, spec: ModelSpec, depth: int) -> tuple[StepConfig
 
 # -- probing a shallow step ------------------------------------------------------------------------
 class ProbeTracker(SimulatedTracker):
-    """The simulated GPU's tracker, noting also what makes the log readable block by block.
-
-    Attributes:
-        parents: serial -> the serial of the storage it was made from: the ``k``-th input of a ``foreach`` operation
-            for its ``k``-th output, else the operation's first tensor input.
-        markers: ``(log position, kind, payload)`` in order: ``"reset"`` for :meth:`reset_peak`, and the events of
-            :class:`ProbeTracer`.
-    """
+    """The simulated GPU's tracker, noting also what makes the log readable block by block: ``parents``, serial -> the
+    serial of the storage it was made from (the ``k``-th input of a ``foreach`` operation for its ``k``-th output, else
+    the operation's first tensor input), and ``markers``, ``(log position, kind, payload)`` in order (``"reset"`` for
+    :meth:`reset_peak`, and the events of :class:`ProbeTracer`)."""
 
     def __init__(self):
         super().__init__(None)
@@ -241,8 +235,7 @@ def labels(p: Probed, items: list[tuple], markers: tuple) -> list[int]:
     casts autocast frees on leaving, one run per block).  Elsewhere (placing, the optimizer step, ``zero_grad``, after
     the last event) a new storage is in its owner's block (a parameter's, or the parameter's of an optimizer state),
     else in the block of the storage it was made from, else in the block of the next item that has one in that
-    stretch; a free or resize is in its storage's block.
-    """
+    stretch; a free or resize is in its storage's block."""
     n = len(items)
     nxt: list[int | None] = [None] * n  # the next event's block, None where no event says it
     ahead = None
@@ -384,11 +377,10 @@ def _edge(j: int, depth: int) -> int:
 
 
 def _target(loc: tuple, i: int, j: int, depth: int) -> tuple:
-    """Where a free or resize in block ``i`` finds its storage, made in block ``j`` at ``loc`` (a step of
-    ``depth`` blocks; real blocks, not :func:`virtual`): ``("g", part, offset)``, or
-    ``("z", part, rule, ends, mid)``: the block by ``rule`` (``("rel", j - i)``, ``("start", j)`` or
-    ``("fromend", depth - 1 - j)``), then ``ends = {_edge(j): (e, offset)}`` if that block is at an end
-    of the zigzag, else ``mid = (sweep, offset)``."""
+    """Where a free or resize in block ``i`` finds its storage, made in block ``j`` at ``loc`` (a step of ``depth``
+    blocks; real blocks, not :func:`virtual`): ``("g", part, offset)``, or ``("z", part, rule, ends, mid)``: the block
+    by ``rule`` (``("rel", j - i)``, ``("start", j)`` or ``("fromend", depth - 1 - j)``), then
+    ``ends = {_edge(j): (e, offset)}`` if that block is at an end of the zigzag, else ``mid = (sweep, offset)``."""
     P = loc[0]
     if loc[1] == "g":
         return ("g", P, loc[2])

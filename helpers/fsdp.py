@@ -1,9 +1,8 @@
-"""PyTorch FSDP2 on a fake process group: one rank's memory, measured (lesson 07).
+"""PyTorch FSDP2 on a fake process group: one rank's memory, measured (lesson 07).  All sizes are bytes.
 
-:func:`sharded_step` runs steps of a model wrapped with ``torch.distributed.fsdp.fully_shard`` (ZeRO stage 3) in one
-process playing rank 0 of a :func:`fake_process_group`: collectives move no data, every tensor has its real rank-0
-shape, and the simulated backend counts the bytes by category.  ZeRO's and DeepSpeed's formulas are in
-:mod:`helpers.techniques.sharding`.  All sizes are bytes.
+:func:`sharded_step` runs steps of a model wrapped with ``torch.distributed.fsdp.fully_shard`` (ZeRO stage 3) as rank 0
+of a :func:`fake_process_group`: collectives move no data, every tensor has its real rank-0 shape, and the simulated
+backend counts the bytes by category.  ZeRO's and DeepSpeed's formulas are in :mod:`helpers.techniques.sharding`.
 """
 
 from __future__ import annotations
@@ -36,13 +35,12 @@ SHARDED_CATEGORIES = (
 def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
     """Make this process rank ``rank`` of a fake ``world_size``-rank job (``init_process_group("fake",
     store=FakeStore())``, ``torch/testing/_internal/distributed/fake_pg.py``), torn down on exit, even on error.
-
-    Yields a CPU ``DeviceMesh`` (built outside any fake mode) for ``fully_shard(mesh=...)``: 1-D, or for ``replicas`` >
-    1 the HSDP mesh ``(replicas, world_size // replicas)`` named ``("replicate", "shard")``.
+    Yields a CPU ``DeviceMesh`` (made outside any fake mode) for ``fully_shard(mesh=...)``: 1-D, or for ``replicas > 1``
+    the HSDP mesh ``(replicas, world_size // replicas)`` named ``("replicate", "shard")``.
 
     Raises:
-        ValueError: for a world size below 1, a rank outside it, replicas that do not divide the world size, or a
-            process group already initialised.
+        ValueError: for a world size below 1, a rank outside it, replicas that do not divide it, or a process group
+            already initialised.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -102,19 +100,15 @@ class ShardedStep:
     """What one rank of an FSDP2 job allocates in a training step (simulated).  Bytes.
 
     Attributes:
-        model: the model's name.
-        world_size: ranks in the (fake) job; this process was rank 0.
-        parameter_count: parameters of the whole model (unsharded).
-        units: the FSDP units, root last, with their parameter counts.
+        model, world_size: the model's name; the ranks of the (fake) job (this process was rank 0).
+        parameter_count, units: parameters of the whole model (unsharded); the FSDP units, root last, with their counts.
         parameters, gradients, optimizer_states: this rank's sharded model states at the optimizer step (each storage
             rounded up to 512).
         peak_bytes: the highest allocated bytes of the traced step.
         peak_phase: ``"forward"``, ``"backward"`` or ``"optimizer.step"``.
         at_peak: bytes per category of :data:`SHARDED_CATEGORIES` at the peak.
-        largest: each category's most bytes at any moment of the step.
-        after_forward: bytes per category at the end of the forward pass.
-        timeline: after each allocation event, ``(phase, allocated, unsharded parameters' bytes, all-gather buffers'
-            bytes)``.
+        largest, after_forward: each category's most bytes at any moment of the step; its bytes at the end of forward.
+        timeline: after each log entry, ``(phase, allocated, unsharded parameters' bytes, all-gather buffers' bytes)``.
     """
 
     model: str
@@ -166,18 +160,14 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
 
     Args:
         model: a name :func:`helpers.models.resolve_model` accepts.
-        world_size: ranks, >= 1.
-        batch_size: samples per rank, >= 1.
-        seq_len: tokens per sample for a GPT (default: its context).
-        image_size: height and width of image inputs.
-        optimizer: one of :data:`helpers.config.OPTIMIZERS` (``foreach``).
-        reshard_after_forward: ``fully_shard``'s option; None: its default.
+        world_size, batch_size: ranks, and samples per rank (each >= 1).
+        seq_len, image_size: tokens per sample for a GPT (default: its context); height and width of image inputs.
+        optimizer, reshard_after_forward: one of :data:`helpers.config.OPTIMIZERS` (``foreach``); ``fully_shard``'s
+            option (None: its default).
         mixed_precision: ``MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)``.
         checkpoint: non-reentrant checkpointing of every unit, inside its ``fully_shard``.
-        units: a function of the built model returning the units (None: :func:`default_units`); an entry may be a
-            list, sharded as one unit.
-        rank: the rank this process plays.
-        replicas: HSDP with ``replicas`` groups (1: plain FSDP).
+        units: built model -> its units (None: :func:`default_units`); an entry may be a list, sharded as one unit.
+        rank, replicas: the rank this process plays; HSDP with ``replicas`` groups (1: plain FSDP).
         prefetch: None for FSDP2's default; k >= 1 prefetches the next k units in forward and backward
             (``set_modules_to_forward_prefetch``, ``set_modules_to_backward_prefetch``).
 
@@ -210,7 +200,7 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
 
 
 def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, str], list, tuple[int, ...]]:
-    """In the meter: place the sharded model, a first step, then the traced one; returns (labels, events, peak serials)."""
+    """In the meter: place the sharded model, run a first step, then the traced one: (labels, events, peak serials)."""
     meter = runner.meter
     net = runner.place()
     runner.run(free_batch=True)

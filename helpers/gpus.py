@@ -131,8 +131,7 @@ def card_of(capacity: int) -> str | None:
 
 def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
     """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead - workspaces``, the workspaces of
-    ``cublas_handles`` handles on a card of :data:`GPU_CARDS` (:func:`card_of`); :func:`judge`'s rule by the allocated
-    peak.
+    ``cublas_handles`` handles on a card of :data:`GPU_CARDS` (:func:`card_of`); :func:`judge`'s allocated-peak rule.
 
     Raises:
         ValueError: for a negative ``capacity`` or ``overhead``, or a handle count outside 0-2.
@@ -166,11 +165,9 @@ class Verdict:
     """Whether a step fits a GPU, and on what it was judged.  Bytes.
 
     Attributes:
-        capacity: the GPU's memory.
+        capacity, overhead: the GPU's memory; the assumed bytes added to ``peak``.
         basis: ``"allocated"`` or ``"reserved"`` (a key of :data:`BASIS`).
-        peak: the step's peak allocated or reserved bytes; None when the allocator model ran out of memory (then it
-            does not fit).
-        overhead: the assumed bytes added to ``peak``.
+        peak: the step's peak allocated or reserved bytes; None when the allocator model ran out of memory (no fit).
         lines: name -> bytes of :func:`unseen_lines` (None: not modelled); empty for an unknown card.
     """
 
@@ -265,8 +262,7 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
     none for another capacity), with ``cublas_handles`` (0, 1 or 2) and ``convolutions`` (cuDNN's).
 
     Raises:
-        ValueError: for a negative capacity or peak, a missing allocated peak, an unknown card or a handle count
-            outside 0-2.
+        ValueError: for a negative capacity or peak, no allocated peak, an unknown card, or handles outside 0-2.
     """
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0 bytes, got {capacity}")
@@ -292,13 +288,11 @@ def oom_message(requested: int, capacity: int, in_use: int, allocated: int, rese
 
     Args:
         requested: bytes asked for ("Tried to allocate"): :func:`allocation_size` of the request.
-        capacity: the GPU's total memory ("total capacity").
-        in_use: memory the process holds: tensors, cache and CUDA context.
-        allocated: bytes in live tensors ("allocated by PyTorch").
-        reserved: bytes the caching allocator holds, >= ``allocated``.
+        capacity, in_use: the GPU's total memory ("total capacity"); what the process holds (tensors, cache, context).
+        allocated, reserved: bytes in live tensors ("allocated by PyTorch"); held by the caching allocator (>= that).
         simulated: say at the start that no GPU ran out.
-        allowed: the ``set_per_process_memory_fraction`` cap, or ``None``.
-        free: what the driver reports free; default ``capacity - in_use``.
+        allowed, free: the ``set_per_process_memory_fraction`` cap, or ``None``; what the driver reports free (default
+            ``capacity - in_use``).
     """
     prefix = "Simulated CUDA out of memory" if simulated else "CUDA out of memory"
     free = max(capacity - in_use, 0) if free is None else free

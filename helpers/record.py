@@ -3,16 +3,14 @@
 A :class:`StepProfile` is what :func:`helpers.step.profile_step` returns: the events, the peak, memory by category,
 every storage, and the allocation log; plots and widgets only read it.
 
-Each storage gets the first category that applies, in this order (after Rajbhandari et al., "ZeRO", SC20, section 3:
-*model states*, then *residual states*):
+Each storage gets the first category that applies, in this order (after Rajbhandari et al., "ZeRO", SC20, section 3):
 
 * ``parameters``: the model's parameters and buffers (BatchNorm statistics);
 * ``gradients``: the parameters' ``.grad`` tensors;
 * ``optimizer_states``: everything in ``optimizer.state``;
 * ``input``: the input batch and its targets (even where conv1 also saves the batch);
 * ``activations``: tensors autograd saved for backward (and those recomputed under activation checkpointing);
-* ``other``: everything else alive: the loss, gradients of activations, temporaries; on a GPU also what the tracker
-  cannot see (workspaces).
+* ``other``: the rest: the loss, gradients of activations, temporaries; on a GPU also what the tracker cannot see.
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: s
 
 def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str],
                       categories: tuple[str, ...] = CATEGORIES) -> dict[str, int]:
-    """Bytes of ``serials`` per category (``labels`` from :func:`label_storages`): every name of ``categories`` (default :data:`CATEGORIES`) a key."""
+    """Bytes of ``serials`` per category, each name of ``categories`` a key (``labels`` from :func:`label_storages`)."""
     totals = dict.fromkeys(categories, 0)
     for serial in serials:
         totals[labels[serial]] += sizes[serial]
@@ -93,16 +91,14 @@ class StepProfile:
     defaults, the peak, where, and the categories at the peak (a notebook shows a small table).
 
     Attributes:
-        backend: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors).
-        model: model name.
+        backend, model: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors); the model's name.
         config: the :class:`helpers.config.StepConfig` that was run (``batch_size``, ``amp``, ... are read from it).
         input_shape: one sample's shape as fed (the batch is ``(batch_size, *input_shape)``): the model's own,
             ``(seq_len,)`` for token ids, ``()`` for ``inputs=``, else ``(3, image_size, image_size)``.
         parameter_count: number of parameters (elements).
-        events: the :class:`helpers.engine.trace.Event` list, in order.
-        event_categories: bytes per category at each event.
+        events, event_categories: the :class:`helpers.engine.trace.Event` list, in order; bytes per category at each.
         peak_allocated_bytes: peak allocated over the whole step.
-        peak_event: index of the first event at which that peak had been reached.
+        peak_event: index of the first event by which that peak had been reached.
         categories: bytes per category alive at the peak.
         reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda), else ``None``.
         params_without_grad: names of trainable parameters that got no gradient.
@@ -133,7 +129,6 @@ class StepProfile:
     allocation_log: list[Allocation] = field(default_factory=list)
     depth_note: str | None = None
 
-    # -- the options, as the config gives them ---------------------------------------
     @property
     def batch_size(self) -> int:
         """Samples per batch (``config.batch_size``)."""
@@ -169,7 +164,6 @@ class StepProfile:
         """Saved tensors were kept in host memory (``config.offload``)."""
         return self.config.offload
 
-    # -- how a profile introduces itself ---------------------------------------------
     def _options_text(self) -> str:
         """The options of :attr:`config` that differ from :class:`StepConfig`'s defaults, as ``name=value``."""
         defaults = StepConfig()
@@ -344,7 +338,7 @@ class StepProfile:
         return self.events[index]
 
     def kept_between(self, first: Event, last: Event, until: Event | None = None) -> list[Storage]:
-        """The storages allocated after ``first`` and by ``last`` that are still alive at ``until``, in allocation order.
+        """The storages allocated after ``first`` and by ``last`` and still alive at ``until``, in allocation order.
 
         "Allocated between": :meth:`allocation_event` in ``(first, last]``; "alive": in ``until.live``.  Any category
         (filter on :attr:`Storage.category`); ``nbytes`` rounded up to 512 (a resized storage: its largest size).
@@ -368,7 +362,8 @@ class StepProfile:
         return [self.storages[s] for s in sorted(alive) if first.index < made[s] <= last.index]
 
     def categories_by_serial(self) -> dict[int, str]:
-        """The category of every storage, by serial: what :func:`helpers.teaching.plots.plot_memory_map` colours a replay's blocks by."""
+        """The category of every storage, by serial (what :func:`helpers.teaching.plots.plot_memory_map` colours a
+        replay's blocks by)."""
         return {serial: storage.category for serial, storage in self.storages.items()}
 
 
@@ -379,8 +374,7 @@ def frees_in_allocation_order(log: list, cuts) -> list:
     Nothing in the program fixes the order of such frees: leaving autocast frees its cached weight casts by walking a
     hash map keyed by tensor address (``clear_autocast_cache``, ``aten/src/ATen/autocast_mode.cpp``).  Their order
     changes no figure (no allocation comes between them; the caching allocator merges freed neighbours alike in any
-    order); fixed, the log of a model of repeated blocks repeats block by block (:mod:`helpers.depth`).
-    """
+    order); fixed, the log of a model of repeated blocks repeats block by block (:mod:`helpers.depth`)."""
     out, cuts, j = list(log), set(cuts), 0
     while j < len(out):
         k = j + 1
@@ -446,8 +440,7 @@ def profile_of_log(log: tuple, storages: tuple, markers: tuple, like: StepProfil
     shape)``.  The log is replayed as :class:`helpers.engine.counting.StorageTracker` counts: the bytes allocated, the
     peak (started afresh at each ``"reset"`` marker) and the allocation that reached it, the storages alive at each
     event and at the peak.  Each ``"event"`` marker is an event of the profile; ``"first"`` markers (the untraced first
-    step of a steady state) are not.  The other fields (model, config, input shape) are ``like``'s, save ``fields``.
-    """
+    step of a steady state) are not.  The other fields (model, config, input shape) are ``like``'s, save ``fields``."""
     log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
     sizes = [s[3] for s in storages]
     cats = [s[0] for s in storages]

@@ -30,8 +30,7 @@ class SavedTensor:
         node: the autograd node that saved it (``ConvolutionBackward0``).
         attribute: the node's name for it (``_saved_<attribute>``: ``self``, ``result``, ...).
         module: the module whose forward was running (``""`` if none).
-        shape, dtype: the saved tensor's.
-        nbytes: bytes of its whole storage, exact (not rounded to 512).
+        shape, dtype, nbytes: the saved tensor's, and the bytes of its whole storage, exact (not rounded to 512).
         same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
             ``"buffer <name>"``, ``"saved above"``, or ``"new"``: the only kind that costs extra memory.
     """

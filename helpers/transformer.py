@@ -1,9 +1,5 @@
-"""Activation memory of transformers: a block tensor by tensor, formulas, and remedies (lesson 08).
-
-:func:`gpt_block_kept` lists what one GPT block keeps (equal to the engine's :func:`measure_blocks`, byte for byte, in
-the tests); :func:`korthikanti_layer_bytes` is the published formula (Korthikanti et al. 2022, arXiv:2205.05198,
-section 4.1) term by term (:data:`KORTHIKANTI_TERMS`); :func:`transformer_step` is lesson 08's widget's step;
-:func:`chunked_cross_entropy` and :func:`kv_cache_bytes_per_token`.  Sizes in bytes; 1 GB = 10**9 bytes.
+"""Activation memory of transformers: a block tensor by tensor (:func:`gpt_block_kept`, :func:`measure_blocks`), the
+published formula (:func:`korthikanti_layer_bytes`), and remedies (lesson 08).  Sizes in bytes; 1 GB = 10**9 bytes.
 """
 
 from __future__ import annotations
@@ -115,9 +111,8 @@ def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool =
 
     Args:
         batch, seq, hidden, heads: b, s, h, a (``hidden`` a multiple of ``heads``).
-        amp: float16 autocast, as CUDA's lists say; else float32.
+        amp, dropout: float16 autocast, as CUDA's lists say (else float32); dropout before each residual sum.
         attention: ``"math"`` (keeps the a·s² scores) or ``"flash"``.
-        dropout: dropout before each residual sum (1-byte masks).
 
     Raises:
         ValueError: for a size below 1, ``hidden`` not a multiple of ``heads``, or another kernel.
@@ -182,16 +177,11 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
                    policy: str = "none") -> list[int]:
     """Bytes each block keeps at the end of its forward pass, measured by the engine: one figure per block.
 
-    ``build()``'s forward on ``(batch, seq)`` token ids on the simulated GPU, as :class:`helpers.step.StepRunner` runs
-    it; block i's figure is the growth of allocated bytes from block i-1's return to its own: what it keeps, and its
-    output.
-
-    Args:
-        build: returns a model with ``blocks`` and ``config.vocab_size`` (a :class:`helpers.models.gpt.GPT` or
-            :class:`helpers.models.llama.Llama`), built on ``meta``.
-        amp: float16 autocast.
-        attention: the simulated kernel (:data:`helpers.config.ATTENTION`).
-        policy: one of :data:`CHECKPOINT_POLICIES`.
+    ``build()`` returns a model with ``blocks`` and ``config.vocab_size`` (a :class:`helpers.models.gpt.GPT` or
+    :class:`helpers.models.llama.Llama`), built on ``meta``; its forward runs on ``(batch, seq)`` token ids on the
+    simulated GPU as :class:`helpers.step.StepRunner` runs it, with float16 autocast if ``amp``, the simulated kernel
+    ``attention`` (:data:`helpers.config.ATTENTION`) and checkpointing ``policy`` (:data:`CHECKPOINT_POLICIES`).  Block
+    i's figure is the growth of allocated bytes from block i-1's return to its own: what it keeps, and its output.
 
     Raises:
         ValueError: for bad sizes, an unknown kernel or policy.
@@ -226,10 +216,9 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: t
     chunk's logits are alive (the idea of Liger Kernel's and torchtune's chunked losses, in plain PyTorch).
 
     Args:
-        hidden: ``(tokens, h)`` (or ``(batch, seq, h)``) final hidden states.
-        weight: the output head's ``(vocab, h)`` weight.
-        targets: ``(tokens,)`` (or ``(batch, seq)``) int64 token ids.
-        chunks: how many pieces the tokens are split into.
+        hidden, targets: ``(tokens, h)`` final hidden states and ``(tokens,)`` int64 token ids (or ``(batch, seq, h)``
+            and ``(batch, seq)``).
+        weight, chunks: the output head's ``(vocab, h)`` weight; how many pieces the tokens are split into.
 
     Raises:
         ValueError: for ``chunks`` below 1 or more than the tokens, or shapes that disagree.
@@ -319,17 +308,14 @@ def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, atte
     ``peak_allocated_bytes`` is what must fit, :func:`helpers.gpus.judge`).
 
     Args:
-        model: a name of :func:`transformer_presets` (GPT-2 gets ``seq`` positions when ``seq`` is past 1024, so more
-            parameters).
+        model: a name of :func:`transformer_presets` (GPT-2 gets ``seq`` positions past 1024, so more parameters).
         seq, batch: tokens per sequence, sequences per batch.
-        amp: float16 autocast (with a GradScaler).
-        attention: ``"math"``, ``"flash"`` or ``"efficient"``.
-        policy: every block's checkpointing policy (:data:`CHECKPOINT_POLICIES`).
-        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        amp, attention: float16 autocast (with a GradScaler); ``"math"``, ``"flash"`` or ``"efficient"``.
+        policy, optimizer: every block's checkpointing policy (:data:`CHECKPOINT_POLICIES`); one of
+            :data:`helpers.config.OPTIMIZERS`.
 
     Raises:
-        ValueError: for an unknown model or policy, a size below 1, a sequence past Llama's context, or an option
-            StepConfig refuses.
+        ValueError: for an unknown model or policy, a size below 1, a sequence past Llama's context, or as StepConfig.
     """
     config = _preset_at(model, seq, policy)
     return StepConfig(model=TransformerBuilder(config, policy), name=model, batch_size=batch, seq_len=seq,

@@ -1,7 +1,5 @@
-"""Replaying an allocation log through the :class:`~helpers.allocator.model.CachingAllocator` (lesson 06).
-
-:func:`replay` gives allocated and reserved bytes after every entry of a step's log; :func:`replay_on_gpu` asks whether
-the step fits a card, reserved memory and all; :func:`smallest_capacity` finds the least memory it replays in.  Bytes.
+"""Replaying an allocation log through the :class:`~helpers.allocator.model.CachingAllocator` (lesson 06): reserved
+memory, whether a step fits a card, the least memory it replays in.  All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ class Replay:
     """Allocated and reserved bytes after every entry of an allocation log.
 
     Attributes:
-        settings: the allocator's options.
+        settings: the allocator's options; allocator: the :class:`CachingAllocator` in its final state.
         allocated, reserved, requested: bytes after each log entry (lists as long as the log).
-        allocator: the :class:`CachingAllocator` in its final state.
         failed_at, error: the index of the entry that ran out of memory and its :class:`AllocatorOutOfMemory`, or None.
     """
 
@@ -52,7 +49,8 @@ class Replay:
                    if e["action"] in ("segment_alloc", "segment_map"))
 
     def trace_position(self, index: int) -> int:
-        """The position in ``allocator.trace`` at which log entry ``index`` (up to the log's length) begins: where a plot marks it."""
+        """The position in ``allocator.trace`` at which log entry ``index`` (up to the log's length) begins: where a
+        plot marks it."""
         return self._trace_at(index)
 
     def _trace_at(self, index: int | None) -> int | None:
@@ -66,11 +64,9 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
     with ``failed_at`` and ``error`` set (it does not raise).
 
     Args:
-        log: entries whose first three fields are ``(serial, kind, nbytes)``
-            (:attr:`helpers.record.StepProfile.allocation_log`); ``kind`` ``"alloc"``, ``"free"`` or ``"resize"`` (the
-            new block allocated before the old is freed, as ``resize_`` copies).
-        capacity, total_memory: as for :class:`CachingAllocator`.
-        settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
+        log: entries starting ``(serial, kind, nbytes)`` (:attr:`helpers.record.StepProfile.allocation_log`); ``kind``
+            ``"alloc"``, ``"free"`` or ``"resize"`` (the new block allocated before the old is freed, like ``resize_``).
+        capacity, total_memory, settings: as for :class:`CachingAllocator`.
         empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
         segment_addresses: where the driver put each new segment, in order (a real snapshot's ``segment_alloc``
             addresses); default the model's own.
@@ -135,9 +131,8 @@ def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | s
 
 def smallest_capacity(log: Iterable, settings: AllocatorSettings | str | None = None, start: int = 0,
                       step: int = K_ROUND_LARGE, limit: int = 2**50) -> int:
-    """The first capacity, from ``start`` upward in steps of ``step`` bytes (default 2 MiB), at which ``log`` replays.
-
-    A scan, not a bisection: success need not be monotonic in the capacity.
+    """The first capacity, from ``start`` upward in steps of ``step`` bytes (default 2 MiB), at which ``log`` replays
+    (a scan, not a bisection: success need not be monotonic in the capacity).
 
     Raises:
         ValueError: for a step that is not positive, or when nothing up to ``limit`` bytes works.

@@ -1,6 +1,5 @@
-"""The CUDA caching allocator's size rules, once, named as in ``c10/cuda/CUDACachingAllocator.cpp``.
-
-The engine's count uses :func:`round_up`; the allocator model and lesson 00's size table the rest.  Sizes in bytes.
+"""The CUDA caching allocator's size rules, once, named as in ``c10/cuda/CUDACachingAllocator.cpp`` (sizes in bytes):
+the engine's count uses :func:`round_up`, the allocator model and lesson 00's size table the rest.
 """
 
 from __future__ import annotations

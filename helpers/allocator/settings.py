@@ -1,7 +1,6 @@
-"""The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (:class:`AllocatorSettings`).
-
-Each is read as ``c10::CachingAllocator::AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` read it
-(``c10/core/AllocatorConfig.cpp``, ``c10/cuda/CUDAAllocatorConfig.cpp``); sizes in bytes unless the name says MiB.
+"""The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (:class:`AllocatorSettings`; bytes unless the
+name says MiB), each read as ``c10::CachingAllocator::AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` read
+it (``c10/core/AllocatorConfig.cpp``, ``c10/cuda/CUDAAllocatorConfig.cpp``).
 """
 
 from __future__ import annotations
@@ -82,7 +81,8 @@ def _parse_divisions(value: str) -> int | tuple[int, ...]:
 
 @dataclass(frozen=True)
 class AllocatorSettings:
-    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (defaults: PyTorch's).
+    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (defaults: PyTorch's); :meth:`parse` refuses
+    every other option the pinned PyTorch accepts, with the reason.
 
     Attributes:
         max_split_size_mb: blocks of at least this many MiB are never split (``None``: no limit).
@@ -92,8 +92,6 @@ class AllocatorSettings:
             one per interval [1, 2) MiB ... [32, 64) GiB; 0 or 1: 512-byte rounding.
         expandable_segments: grow one segment per pool.
         per_process_memory_fraction: as ``torch.cuda.set_per_process_memory_fraction``; ``None``: none.
-
-    :meth:`parse` refuses every other option the pinned PyTorch accepts, with the reason.
 
     Raises:
         ValueError: for a ``max_split_size_mb`` or ``max_non_split_rounding_mb`` below 20
@@ -131,8 +129,7 @@ class AllocatorSettings:
         ``backend:native`` accepted.
 
         Raises:
-            ValueError: for an option this model does not know or does not model (named, with the reason), or a bad
-                value.
+            ValueError: for an option unknown or not modelled here (named, with the reason), or a bad value.
         """
         values: dict = {}
         items, depth, start = [], 0, 0
