@@ -149,9 +149,8 @@ class Estimate:
 
 def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Estimate:
     """``profile``'s step (a direct trace) replayed through the allocator model on a GPU of ``capacity`` bytes
-    (:func:`helpers.allocator.replay_on_gpu`): the peak reserved bytes, or ``allocator_error`` when it ran out of memory
-    (the step does not fit).  ``settings``: :class:`helpers.allocator.AllocatorSettings` or a
-    ``PYTORCH_CUDA_ALLOC_CONF`` string; default PyTorch's.
+    (:func:`helpers.allocator.replay_on_gpu`): the peak reserved bytes, or ``allocator_error`` if it ran out of memory.
+    ``settings``: :class:`helpers.allocator.AllocatorSettings` or ``PYTORCH_CUDA_ALLOC_CONF`` string (None: PyTorch's).
 
     Raises:
         ValueError: for a capacity that leaves nothing beside the CUDA context, or bad settings.

@@ -27,8 +27,7 @@ class SavedTensor:
     """One tensor saved for backward.
 
     Attributes:
-        node: the autograd node that saved it (``ConvolutionBackward0``).
-        attribute: the node's name for it (``_saved_<attribute>``: ``self``, ``result``, ...).
+        node, attribute: the autograd node that saved it (``ConvolutionBackward0``) and its name for it (``self``).
         module: the module whose forward was running (``""`` if none).
         shape, dtype, nbytes: the saved tensor's, and the bytes of its whole storage, exact (not rounded to 512).
         same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
