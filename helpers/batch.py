@@ -1,10 +1,8 @@
 """Memory against batch size: the affine law, and the largest batch that fits (lesson 01).
 
-Every allocation of a step is independent of the batch size ``b`` (model
-states) or proportional to it (activations, the batch, their gradients), so
-the memory at each moment is affine in ``b`` and the peak is a maximum of
-affine functions, ``M(b) = max_t (c_t + b * s_t)``: for all but the smallest
-batches one moment wins, ``M(b) = M0 + b * m``.
+Every allocation of a step is independent of the batch size ``b`` (model states) or proportional to it (activations,
+the batch, their gradients), so the memory at each moment is affine in ``b`` and the peak is a maximum of affine
+functions, ``M(b) = max_t (c_t + b * s_t)``: for all but the smallest batches one moment wins, ``M(b) = M0 + b * m``.
 """
 
 from __future__ import annotations
@@ -23,14 +21,9 @@ from .step import DoesNotFit, profile_step
 
 @dataclass(frozen=True)
 class AffineFit:
-    """A least-squares line through (batch size, peak bytes) points.
-
-    Attributes:
-        m0_bytes: the intercept M0, bytes at batch size 0.
-        per_sample_bytes: the slope m, bytes per sample.
-        batch_sizes, peak_bytes: the points fitted.
-        max_residual_bytes: the largest distance of a point from the line.
-    """
+    """A least-squares line through (batch size, peak bytes) points: the intercept ``m0_bytes`` (M0, bytes at batch size
+    0), the slope ``per_sample_bytes`` (m), the points fitted (``batch_sizes``, ``peak_bytes``), and
+    ``max_residual_bytes``, the largest distance of a point from the line."""
 
     m0_bytes: float
     per_sample_bytes: float
@@ -43,18 +36,9 @@ class AffineFit:
         return self.m0_bytes + batch_size * self.per_sample_bytes
 
     def largest_batch(self, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
-        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom`.
-
-        Args:
-            capacity: GPU memory in bytes.
-            overhead: bytes the process needs besides tensors; default
-                :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
-            cublas_handles: cuBLAS handles of the step (2 for training, 1 for a
-                forward under ``no_grad``), whose workspaces a card of
-                :data:`helpers.gpus.GPU_CARDS` adds.
-
-        Returns:
-            The batch size, 0 if not even the model state fits.
+        """The largest batch size whose predicted peak fits :func:`helpers.gpus.headroom` of a GPU of ``capacity``
+        bytes, with ``overhead`` bytes besides tensors and, on a card of :data:`helpers.gpus.GPU_CARDS`, the workspaces
+        of ``cublas_handles`` (2 for training, 1 for a forward under ``no_grad``); 0 if not even the model state fits.
 
         Raises:
             ValueError: if the slope is not positive.
@@ -69,8 +53,7 @@ def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
     """Fit ``peak = M0 + b * m`` by least squares.
 
     Raises:
-        ValueError: for fewer than two different batch sizes, or lists of
-            different lengths.
+        ValueError: for fewer than two different batch sizes, or lists of different lengths.
     """
     xs, ys = [float(b) for b in batch_sizes], [float(p) for p in peak_bytes]
     if len(xs) != len(ys):
@@ -85,11 +68,8 @@ def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
     return AffineFit(intercept, slope, tuple(batch_sizes), tuple(peak_bytes), residual)
 
 
-#: Module types whose forward runs a matrix multiplication through cuBLAS
-#: (``aten::addmm``/``mm``/``bmm``/``matmul`` on CUDA): ``nn.Linear`` and every
-#: type whose name ends in ``Linear`` (``NonDynamicallyQuantizableLinear``,
-#: LoRA's), ``nn.Bilinear``, ``nn.MultiheadAttention`` and Hugging Face's
-#: ``Conv1D`` (a linear layer; ``addmm``).  Their backward multiplies matrices too.
+#: Module types whose forward and backward run cuBLAS matmuls on CUDA (``addmm``/``mm``/``bmm``): every type named
+#: ``...Linear`` (LoRA's too), ``nn.Bilinear``, ``nn.MultiheadAttention`` and Hugging Face's ``Conv1D`` (linear).
 MATMUL_MODULES = re.compile(r"(Linear|Bilinear|MultiheadAttention|Conv1D)$")
 #: Module types that run cuDNN convolutions on CUDA (``nn.Conv1d`` ... ``nn.ConvTranspose3d``).
 CONV_MODULES = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
@@ -98,11 +78,9 @@ CONV_MODULES = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 def cublas_handles(profile: StepProfile) -> int:
     """How many cuBLAS handles (so workspaces) ``profile``'s step takes on a GPU: 0, 1 or 2.
 
-    Handles belong to threads (``getCurrentCUDABlasHandle``,
-    ``aten/src/ATen/cuda/CublasHandlePool.cpp``): forward runs on the Python
-    thread, backward on autograd's; each takes one at its first matmul.  Read
-    from the trace: a forward event of a :data:`MATMUL_MODULES` module, and a
-    backward or recomputation event of one (a bare ``torch.matmul`` is not seen).
+    Handles belong to threads (``getCurrentCUDABlasHandle``, ``aten/src/ATen/cuda/CublasHandlePool.cpp``): forward runs
+    on the Python thread, backward on autograd's; each takes one at its first matmul, seen in the trace as a forward
+    event, and a backward or recomputation event, of a :data:`MATMUL_MODULES` module (a bare ``torch.matmul`` is not).
     """
     def ran(phases) -> bool:
         return any(e.phase in phases and e.module_type and MATMUL_MODULES.search(e.module_type)
@@ -121,18 +99,15 @@ class Estimate:
     """The peak of one training step at one batch size.  Bytes.
 
     Attributes:
-        batch_size: the batch size.
         peak_bytes: peak allocated bytes (None if it did not fit a real GPU).
         categories: bytes by category at the peak (:data:`helpers.record.CATEGORIES`).
         where: the peak's event in words (:attr:`helpers.engine.trace.Event.label`).
         traced: traced directly (False: interpolated).
         backend: ``"cuda"``, ``"simulated"``, or ``"formula"`` (:func:`model_state_estimate`).
         error: the out-of-memory message when a real GPU could not run it.
-        reserved_bytes: peak reserved bytes of the allocator model on the chosen
-            GPU (:func:`reserved_estimate`), or None.
+        reserved_bytes: the allocator model's peak reserved on the chosen GPU (:func:`reserved_estimate`), or None.
         allocator_error: why the allocator model ran out of memory, if it did.
-        cublas_handles: the step's cuBLAS handles (:func:`cublas_handles`).
-        convolutions: the step runs cuDNN convolutions (:func:`has_convolutions`).
+        cublas_handles, convolutions: the step's, as :func:`cublas_handles` and :func:`has_convolutions` count them.
     """
 
     batch_size: int
@@ -160,11 +135,8 @@ class Estimate:
         return self.reserved_bytes is not None or self.allocator_error is not None
 
     def verdict(self, capacity: int, card: str | None = None) -> Verdict:
-        """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate.
-
-        Judged by the reserved peak when there is one, else the allocated peak; a
-        ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines
-        (:func:`helpers.gpus.unseen_lines`).
+        """Does it fit a GPU of ``capacity`` bytes: :func:`helpers.gpus.judge` of this estimate, by the reserved peak
+        when there is one, else the allocated peak; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines.
 
         Raises:
             ValueError: when a real GPU ran out of memory, or for an unknown card.
@@ -176,16 +148,9 @@ class Estimate:
 
 
 def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Estimate:
-    """``profile``'s step replayed through the allocator model on a GPU of ``capacity`` bytes.
-
-    :func:`helpers.allocator.replay_on_gpu`: the peak reserved bytes, or
-    ``allocator_error`` when it ran out of memory (the step does not fit).
-
-    Args:
-        profile: a direct trace (its ``allocation_log``).
-        capacity: the GPU's memory in bytes.
-        settings: :class:`helpers.allocator.AllocatorSettings` or a
-            ``PYTORCH_CUDA_ALLOC_CONF`` string; default PyTorch's.
+    """``profile``'s step (a direct trace) replayed through the allocator model on a GPU of ``capacity`` bytes
+    (:func:`helpers.allocator.replay_on_gpu`): the peak reserved bytes, or ``allocator_error`` if it ran out of memory.
+    ``settings``: :class:`helpers.allocator.AllocatorSettings` or ``PYTORCH_CUDA_ALLOC_CONF`` string (None: PyTorch's).
 
     Raises:
         ValueError: for a capacity that leaves nothing beside the CUDA context, or bad settings.
@@ -205,20 +170,11 @@ def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Est
 
 
 def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
-    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS`?  (The command line's and pre-flight check's verdict.)
+    """Does ``profile``'s step fit each card of :data:`helpers.gpus.GPU_CARDS` (the command line's and pre-flight
+    check's verdict): card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
 
-    The rule of every widget (:meth:`Estimate.verdict`), by the allocated peak,
-    or with ``reserved`` by the allocator model (:func:`reserved_estimate`).  On a
-    first step (not ``steady_state``) the verdict is a lower bound.
-
-    Args:
-        profile: a :class:`helpers.record.StepProfile`.
-        reserved: judge by the allocator model.
-        settings: with ``reserved``, the allocator's settings.
-
-    Returns:
-        Card name -> :class:`helpers.gpus.Verdict`, in the order of ``GPU_CARDS``.
-    """
+    The rule of every widget (:meth:`Estimate.verdict`), by the allocated peak, or with ``reserved`` by the allocator
+    model with ``settings`` (:func:`reserved_estimate`).  On a first step (not ``steady_state``) it is a lower bound."""
     if reserved:
         return {card: reserved_estimate(profile, capacity, settings).verdict(capacity, card)
                 for card, capacity in GPU_CARDS.items()}
@@ -227,21 +183,14 @@ def card_verdicts(profile, reserved: bool = False, settings=None) -> dict:
 
 
 def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, fused: bool = False) -> Estimate:
-    """The peak of a training step's model states alone, from a parameter count.
+    """The peak of a training step's model states alone, from a count of ``parameters`` (>= 1).
 
-    Per parameter at ``optimizer.step()``: 4 bytes of float32 parameter, 4 of
-    gradient, the optimizer's state (:data:`helpers.techniques.optimizers.STATE_BYTES`)
-    and, unless fused, the ``foreach`` temporaries (``STEP_TEMPORARY_BYTES``).
-    No activations, no 512-byte rounding.
-
-    Args:
-        parameters: the number of parameters, >= 1.
-        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
-        batch_size: recorded in the estimate.
-        fused: the fused optimizer (no step temporaries).
+    Per parameter at ``optimizer.step()``: 4 bytes of float32 parameter, 4 of gradient, the optimizer's state
+    (:data:`helpers.techniques.optimizers.STATE_BYTES`) and, unless ``fused``, the ``foreach`` temporaries
+    (``STEP_TEMPORARY_BYTES``).  No activations, no 512-byte rounding; ``batch_size`` is only recorded.
 
     Raises:
-        ValueError: for a count below 1 or an unknown optimizer.
+        ValueError: for a count below 1 or an optimizer not of :data:`helpers.config.OPTIMIZERS`.
     """
     from .techniques.optimizers import STATE_BYTES, STEP_TEMPORARY_BYTES
 
@@ -259,22 +208,19 @@ def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, f
 class PeakCurve:
     """The peak memory of one training configuration, for any batch size.
 
-    Traces some batch sizes and interpolates between two whose peaks came at the
-    same allocation (:attr:`helpers.record.StepProfile.peak_allocation`): that
-    moment, affine in ``b``, is then the maximum all along the interval
-    (convexity), exact up to the 512-byte rounding.  Otherwise, and on a real
-    GPU always, it traces.
+    Traces some batch sizes and interpolates between two whose peaks came at the same allocation
+    (:attr:`helpers.record.StepProfile.peak_allocation`): that moment, affine in ``b``, is then the maximum all along
+    the interval (convexity), exact up to the 512-byte rounding.  Otherwise, and on a real GPU always, it traces.
 
     Args:
-        model: as for :func:`helpers.step.profile_step`, or a whole
-            :class:`helpers.config.StepConfig` (its batch size is ignored).
+        model: as for :func:`helpers.step.profile_step`, or a whole :class:`helpers.config.StepConfig` (its batch size
+            is ignored).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        **options: other :class:`helpers.config.StepConfig` options;
-            ``steady_state`` defaults to True (what must fit is every step).
+        **options: other :class:`helpers.config.StepConfig` options; ``steady_state`` defaults to True (what must fit
+            is every step).
 
     Attributes:
-        config: the configuration traced.
-        backend: ``"cuda"`` or ``"simulated"``.
+        config, backend: the configuration traced; ``"cuda"`` or ``"simulated"``.
         traces: batch size -> :class:`helpers.record.StepProfile`.
 
     Raises:
@@ -303,9 +249,8 @@ class PeakCurve:
         return self.traces[batch_size]
 
     def estimate(self, batch_size: int) -> Estimate:
-        """The peak at ``batch_size``, interpolated where exact, else traced.
-
-        A real GPU's out of memory is returned as an estimate with ``error`` set.
+        """The peak at ``batch_size``, interpolated where exact, else traced; a real GPU's out of memory is returned as
+        an estimate with ``error`` set.
 
         Raises:
             ValueError: for a batch size below 1 or a configuration ``profile_step`` refuses.
@@ -338,26 +283,17 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
 
 def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
                 card: str | None = None) -> tuple[int, dict[int, Estimate]]:
-    """The largest ``n`` from ``lowest`` to ``highest`` whose step fits ``capacity``, each candidate traced.
+    """``(n, estimates)``: the largest ``n`` (a batch size or sequence length) from ``lowest`` to ``highest`` whose step
+    fits ``capacity`` (0 when not even ``lowest`` fits), and every estimate judged, by ``n`` (``estimates[n + 1]``
+    exists unless ``n`` is ``highest`` or 0).
 
-    ``n`` is a batch size or a sequence length.  The peak is a maximum of affine
-    functions of ``n``, so the line through the last two traced points
-    (:func:`fit_affine`) predicts the answer; each prediction is traced and
-    judged (:meth:`Estimate.verdict`), bisecting where a line makes no progress.
-
-    Args:
-        estimate_at: ``n -> Estimate`` of a direct trace.
-        lowest, highest: the range, ``1 <= lowest <= highest``.
-        capacity: the GPU's memory in bytes.
-        card: a :data:`helpers.gpus.GPU_CARDS` name (its verdicts add its lines), or None.
-
-    Returns:
-        ``(n, estimates)``: the answer (0 when not even ``lowest`` fits) and every
-        estimate judged, by ``n``; ``estimates[n + 1]`` exists unless ``n`` is
-        ``highest`` or 0.
+    The peak is a maximum of affine functions of ``n``, so the line through the last two traced points
+    (:func:`fit_affine`) predicts the answer; each prediction is traced (``estimate_at``: ``n -> Estimate`` of a direct
+    trace) and judged (:meth:`Estimate.verdict`; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines),
+    bisecting where a line makes no progress.
 
     Raises:
-        ValueError: for a bad range, or as ``estimate_at`` does.
+        ValueError: for a bad range (``1 <= lowest <= highest``), or as ``estimate_at`` does.
     """
     check_int("lowest", lowest, 1)
     check_int("highest", highest, lowest)

@@ -1,29 +1,22 @@
 """Exact depth extrapolation: the step of a model of L alike blocks, written from two shallow copies.
 
-A transformer is one block repeated L times, and its training step allocates
-block by block: the embedding's tensors, then each block's forward, the head
-and the loss, each block's backward in reverse order, then the optimizer,
-whose ``foreach`` operations make one tensor per parameter, block after block.
-So the step's allocation log (:class:`helpers.record.Allocation`), and with it
-every figure a profile reports, is a few stretches that do not depend on L and
-stretches repeated once per block.
+A transformer is one block repeated L times, and its training step allocates block by block: the embedding's tensors,
+each block's forward, the head and the loss, each block's backward in reverse order, then the optimizer, whose
+``foreach`` operations make one tensor per parameter, block after block.  So the step's allocation log
+(:class:`helpers.record.Allocation`), and every figure a profile reports, is a few stretches that do not depend on L
+and stretches repeated once per block.  This module:
 
-This module traces the same step with :data:`DEPTHS` blocks and labels every
-entry of each log with its block (the trace's module events say it in the
-forward and backward passes; parameter names, optimizer-state ownership and
-the storage each ``foreach`` output is made from say it where no module runs).
-It cuts each log into stretches outside the blocks and sweeps over the blocks,
-and learns one template from both: the stretches outside, the :data:`EDGE`
-blocks at each end of every sweep, and one middle block, every free written as
-"the storage made at this place of the block k before, or at this fixed
-place".  The template must write both traced logs again, entry for entry, with
-their events and storages: that is the check that the blocks repeat (same
-operations, sizes, dtypes, categories, lifetimes).  Only then does it write
-the log of L blocks, read as a traced log is
-(:func:`helpers.record.profile_of_log`).  Where the check fails, or the model
-is not built of alike blocks, :func:`helpers.step.profile_step` traces every
-block, and the profile's ``depth_note`` says why.  ``tests/test_depth.py``
-checks written profiles against full traces, field for field.
+1. traces the same step with each of :data:`DEPTHS` blocks and labels every log entry with its block (:func:`labels`);
+2. cuts each log into stretches outside the blocks and sweeps over the blocks (:func:`parts`), and learns one template
+   from both (:func:`learn`, :func:`join`): the stretches outside, the :data:`EDGE` blocks at each end of every sweep,
+   and one middle block, every free written as "the storage made at this place of the block k before, or at this
+   fixed place";
+3. checks that the template writes both traced logs again, entry for entry, with their events and storages (the blocks
+   repeat: same operations, sizes, dtypes, categories, lifetimes), and only then writes the log of L blocks
+   (:func:`extrapolate`), read as a traced log is (:func:`helpers.record.profile_of_log`).
+
+Where the check fails, or the model is not built of alike blocks, :func:`helpers.step.profile_step` traces every block,
+and the profile's ``depth_note`` says why.  ``tests/test_depth.py`` checks written profiles against full traces.
 """
 
 from __future__ import annotations
@@ -59,13 +52,10 @@ class NotRepeated(ValueError):
 
 
 def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
-    """Whether :func:`helpers.step.profile_step` writes ``config``'s step from shallow traces, and if not,
-    the profile's ``depth_note`` (None for a model not built of repeated blocks, or a real GPU's step).
-
-    It does for the simulated step of a model of at least :data:`MIN_BLOCKS` alike blocks
-    (``spec.blocks``), unless ``full_trace`` is asked for, a ``capacity`` may stop the step, or
-    checkpointing by segments (not per block) puts blocks in different segments.
-    """
+    """Whether :func:`helpers.step.profile_step` writes ``config``'s step from shallow traces, and if not, the profile's
+    ``depth_note`` (None for a model not built of repeated blocks, or a real GPU's step).  It does for the simulated
+    step of a model of at least :data:`MIN_BLOCKS` alike blocks (``spec.blocks``), unless ``full_trace`` is asked for,
+    a ``capacity`` may stop the step, or checkpointing by segments (not per block) puts blocks in different segments."""
     if spec.blocks is None or resolve_backend(config.device) != "simulated":
         return False, None
     full = f"every one of its {spec.blocks} blocks traced: "
@@ -99,15 +89,10 @@ def shallow(config: StepConfig, spec: ModelSpec, depth: int) -> tuple[StepConfig
 
 # -- probing a shallow step ------------------------------------------------------------------------
 class ProbeTracker(SimulatedTracker):
-    """The simulated GPU's tracker, noting also what makes the log readable block by block.
-
-    Attributes:
-        parents: serial -> the serial of the storage it was made from: the
-            ``k``-th input of a ``foreach`` operation for its ``k``-th output,
-            else the operation's first tensor input.
-        markers: ``(log position, kind, payload)`` in order: ``"reset"`` for
-            :meth:`reset_peak`, and the events of :class:`ProbeTracer`.
-    """
+    """The simulated GPU's tracker, noting also what makes the log readable block by block: ``parents``, serial -> the
+    serial of the storage it was made from (the ``k``-th input of a ``foreach`` operation for its ``k``-th output, else
+    the operation's first tensor input), and ``markers``, ``(log position, kind, payload)`` in order (``"reset"`` for
+    :meth:`reset_peak`, and the events of :class:`ProbeTracer`)."""
 
     def __init__(self):
         super().__init__(None)
@@ -149,15 +134,9 @@ class ProbeTracer(StepTracer):
 
 @dataclass
 class Probed:
-    """One shallow step, probed.
-
-    Attributes:
-        depth: its blocks.
-        profile: its :class:`helpers.record.StepProfile`.
-        markers, parents: as :class:`ProbeTracker` noted them.
-        owners: serial -> block (or :data:`OUTSIDE`) of the parameters, buffers and optimizer states.
-        blocks: the dotted name of the model's list of blocks (``"base_model.model.model.layers"``).
-    """
+    """One shallow step of ``depth`` blocks, probed: its ``profile``; ``markers`` and ``parents`` as
+    :class:`ProbeTracker` noted them; ``owners``, serial -> block (or :data:`OUTSIDE`) of the parameters, buffers and
+    optimizer states; ``blocks``, the dotted name of the model's list of blocks (``"model.layers"``)."""
 
     depth: int
     profile: StepProfile
@@ -169,14 +148,9 @@ class Probed:
 
 def probed(depth: int, profile: StepProfile, tracker: ProbeTracker, model: torch.nn.Module, optimizer,
            serials) -> Probed:
-    """A shallow step's :class:`Probed`, read while its tensors are alive.
-
-    Args:
-        depth: its blocks.
-        profile, tracker: its profile and the tracker that counted it.
-        model, optimizer: its placed model and its optimizer (None without one).
-        serials: ``tensor -> [serial, ...]``, the storages a tensor is made of.
-    """
+    """The :class:`Probed` of a shallow step of ``depth`` blocks, read while its tensors are alive: its ``profile``, the
+    ``tracker`` that counted it, its placed ``model``, its ``optimizer`` (or None), and ``serials``, ``tensor ->
+    [serial, ...]``, the storages a tensor is made of."""
     blocks = block_list(model, depth)
     owners, of_param = {}, {}
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
@@ -191,8 +165,8 @@ def probed(depth: int, profile: StepProfile, tracker: ProbeTracker, model: torch
 
 
 def block_list(model: torch.nn.Module, depth: int) -> str:
-    """The dotted name of ``model``'s list of ``depth`` blocks: its ``nn.ModuleList`` of that length whose
-    modules are of one type, the one holding most parameters.
+    """The dotted name of ``model``'s list of ``depth`` blocks: of its ``nn.ModuleList`` of that length whose modules
+    are of one type, the one holding most parameters.
 
     Raises:
         NotRepeated: if there is none.
@@ -256,15 +230,12 @@ _UNMARKED = ("model", "optimizer.step", "zero_grad")
 def labels(p: Probed, items: list[tuple], markers: tuple) -> list[int]:
     """The block of each item, or :data:`OUTSIDE`.
 
-    An event's block is its module's.  A log entry followed by a module event
-    (or by the input, loss and backward step events) is in that event's
-    block, but a free (or resize) there of a block's storage is in that block (the
-    weight casts autocast frees on leaving, one run per block).  Elsewhere (placing, the optimizer step, ``zero_grad``, after the
-    last event) a new storage is in its owner's block (a parameter's, or the
-    parameter's of an optimizer state), else in the block of the storage it was
-    made from, else in the block of the next item that has one in that stretch;
-    a free or resize is in its storage's block.
-    """
+    An event's block is its module's.  A log entry followed by a module event (or by the input, loss and backward step
+    events) is in that event's block, but a free (or resize) there of a block's storage is in that block (the weight
+    casts autocast frees on leaving, one run per block).  Elsewhere (placing, the optimizer step, ``zero_grad``, after
+    the last event) a new storage is in its owner's block (a parameter's, or the parameter's of an optimizer state),
+    else in the block of the storage it was made from, else in the block of the next item that has one in that
+    stretch; a free or resize is in its storage's block."""
     n = len(items)
     nxt: list[int | None] = [None] * n  # the next event's block, None where no event says it
     ahead = None
@@ -295,8 +266,8 @@ def labels(p: Probed, items: list[tuple], markers: tuple) -> list[int]:
 
 
 def _fill(out: list, items: list, born: dict) -> list[int]:
-    """Give each unlabelled new storage the label of the next labelled item of its stretch (else the
-    previous, else :data:`OUTSIDE`), and each free of one its storage's."""
+    """Give each unlabelled new storage the label of the next labelled item of its stretch (else the previous, else
+    :data:`OUTSIDE`), and each free of one its storage's."""
     n, k = len(out), 0
     while k < n:
         if out[k] is not None:
@@ -390,14 +361,10 @@ def _where(parts_: list[_Part], depth: int) -> dict[int, tuple]:
 # -- the template: outside stretches, end blocks, one middle block ---------------------------------
 @dataclass
 class Template:
-    """What :func:`learn` reads from a probed step, and :func:`render` writes at any depth.
-
-    Attributes:
-        parts: the shape of the step (:func:`parts`).
-        items: per part, its items with serials replaced by places: outside, ``[items]``; a zigzag,
-            ``(ends, sweeps)``, the items of each end stretch and of one middle block of each sweep.
-        blocks: the dotted name of the list of blocks, for the events' module names.
-    """
+    """What :func:`learn` reads from a probed step, and :func:`render` writes at any depth: ``parts``, the shape of the
+    step (:func:`parts`); ``items``, per part, its items with serials replaced by places (outside, ``[items]``; a
+    zigzag, ``(ends, sweeps)``: the items of each end stretch and of one middle block of each sweep); ``blocks``, the
+    dotted name of the list of blocks, for the events' module names."""
 
     parts: list[_Part]
     items: list
@@ -410,11 +377,10 @@ def _edge(j: int, depth: int) -> int:
 
 
 def _target(loc: tuple, i: int, j: int, depth: int) -> tuple:
-    """Where a free or resize in block ``i`` finds its storage, made in block ``j`` at ``loc`` (a step of
-    ``depth`` blocks; real blocks, not :func:`virtual`): ``("g", part, offset)``, or
-    ``("z", part, rule, ends, mid)``: the block by ``rule`` (``("rel", j - i)``, ``("start", j)`` or
-    ``("fromend", depth - 1 - j)``), then ``ends = {_edge(j): (e, offset)}`` if that block is at an end
-    of the zigzag, else ``mid = (sweep, offset)``."""
+    """Where a free or resize in block ``i`` finds its storage, made in block ``j`` at ``loc`` (a step of ``depth``
+    blocks; real blocks, not :func:`virtual`): ``("g", part, offset)``, or ``("z", part, rule, ends, mid)``: the block
+    by ``rule`` (``("rel", j - i)``, ``("start", j)`` or ``("fromend", depth - 1 - j)``), then
+    ``ends = {_edge(j): (e, offset)}`` if that block is at an end of the zigzag, else ``mid = (sweep, offset)``."""
     P = loc[0]
     if loc[1] == "g":
         return ("g", P, loc[2])
@@ -580,9 +546,8 @@ def _place(t: Template, target: tuple, block: int, depth: int) -> tuple:
 
 
 def extrapolate(shallow: Probed, deep: Probed, depth: int) -> tuple[tuple, tuple, tuple]:
-    """The ``(log, storages, markers)`` of the step with ``depth`` blocks, from two probed shallower ones.
-
-    The template is learned from both (:func:`join`) and must write both again, exactly.
+    """The ``(log, storages, markers)`` of the step with ``depth`` blocks, from two probed shallower ones: the template
+    learned from both (:func:`join`) must first write both again, exactly.
 
     Raises:
         NotRepeated: where it does not (the message says what differs first).

@@ -1,11 +1,8 @@
-"""PyTorch FSDP2 on a fake process group: one rank's memory, measured (lesson 07).
+"""PyTorch FSDP2 on a fake process group: one rank's memory, measured (lesson 07).  All sizes are bytes.
 
-:func:`sharded_step` runs steps of a model wrapped with
-``torch.distributed.fsdp.fully_shard`` (ZeRO stage 3) in one process playing
-rank 0 of a :func:`fake_process_group`: collectives move no data, every
-tensor has its real rank-0 shape, and the simulated backend counts the bytes
-by category.  ZeRO's and DeepSpeed's formulas are in
-:mod:`helpers.techniques.sharding`.  All sizes are bytes.
+:func:`sharded_step` runs steps of a model wrapped with ``torch.distributed.fsdp.fully_shard`` (ZeRO stage 3) as rank 0
+of a :func:`fake_process_group`: collectives move no data, every tensor has its real rank-0 shape, and the simulated
+backend counts the bytes by category.  ZeRO's and DeepSpeed's formulas are in :mod:`helpers.techniques.sharding`.
 """
 
 from __future__ import annotations
@@ -25,9 +22,8 @@ from .record import bytes_by_category, label_storages
 from .step import StepRunner
 
 
-#: The categories of a sharded step, in the order a storage is labelled
-#: (a storage gets the first that applies): the three model states held by
-#: this rank, then what FSDP allocates for its collectives, then the rest.
+#: The categories of a sharded step, in the order a storage is labelled (it gets the first that applies): the three
+#: model states held by this rank, then what FSDP allocates for its collectives, then the rest.
 SHARDED_CATEGORIES = (
     "parameters", "gradients", "optimizer_states",
     "unsharded_parameters", "all_gather_buffers", "unsharded_gradients", "reduce_scatter_buffers",
@@ -37,18 +33,14 @@ SHARDED_CATEGORIES = (
 
 @contextlib.contextmanager
 def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
-    """Make this process rank ``rank`` of a fake ``world_size``-rank job; always tear it down.
-
-    ``init_process_group("fake", store=FakeStore())``
-    (``torch/testing/_internal/distributed/fake_pg.py``).  Yields a CPU
-    ``DeviceMesh`` (built outside any fake mode) for ``fully_shard(mesh=...)``:
-    1-D, or for ``replicas`` > 1 the HSDP mesh ``(replicas, world_size //
-    replicas)`` named ``("replicate", "shard")``.  ``destroy_process_group()``
-    runs on exit, even on error.
+    """Make this process rank ``rank`` of a fake ``world_size``-rank job (``init_process_group("fake",
+    store=FakeStore())``, ``torch/testing/_internal/distributed/fake_pg.py``), torn down on exit, even on error.
+    Yields a CPU ``DeviceMesh`` (made outside any fake mode) for ``fully_shard(mesh=...)``: 1-D, or for ``replicas > 1``
+    the HSDP mesh ``(replicas, world_size // replicas)`` named ``("replicate", "shard")``.
 
     Raises:
-        ValueError: for a world size below 1, a rank outside it, replicas that do
-            not divide the world size, or a process group already initialised.
+        ValueError: for a world size below 1, a rank outside it, replicas that do not divide it, or a process group
+            already initialised.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -71,12 +63,9 @@ def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
 
 
 class _FSDPTracker(SimulatedTracker):
-    """A :class:`helpers.engine.cuda_rules.SimulatedTracker` remembering what FSDP2's operators made.
-
-    ``torch.ops.fsdp.*`` (``_fsdp_collectives.py``): ``all_gather_copy_in``'s
-    inputs and flat buffer, ``split_with_sizes_copy``'s unsharded parameters,
-    ``chunk_cat``'s unsharded gradients and reduce-scatter buffer.
-    """
+    """A :class:`helpers.engine.cuda_rules.SimulatedTracker` remembering what FSDP2's operators (``torch.ops.fsdp.*``,
+    ``_fsdp_collectives.py``) made: ``all_gather_copy_in``'s inputs and flat buffer, ``split_with_sizes_copy``'s
+    unsharded parameters, ``chunk_cat``'s unsharded gradients and reduce-scatter buffer."""
 
     def __init__(self):
         super().__init__(None)
@@ -111,19 +100,15 @@ class ShardedStep:
     """What one rank of an FSDP2 job allocates in a training step (simulated).  Bytes.
 
     Attributes:
-        model: the model's name.
-        world_size: ranks in the (fake) job; this process was rank 0.
-        parameter_count: parameters of the whole model (unsharded).
-        units: the FSDP units, root last, with their parameter counts.
-        parameters, gradients, optimizer_states: this rank's sharded model
-            states at the optimizer step (each storage rounded up to 512).
+        model, world_size: the model's name; the ranks of the (fake) job (this process was rank 0).
+        parameter_count, units: parameters of the whole model (unsharded); the FSDP units, root last, with their counts.
+        parameters, gradients, optimizer_states: this rank's sharded model states at the optimizer step (each storage
+            rounded up to 512).
         peak_bytes: the highest allocated bytes of the traced step.
         peak_phase: ``"forward"``, ``"backward"`` or ``"optimizer.step"``.
         at_peak: bytes per category of :data:`SHARDED_CATEGORIES` at the peak.
-        largest: each category's most bytes at any moment of the step.
-        after_forward: bytes per category at the end of the forward pass.
-        timeline: after each allocation event, ``(phase, allocated, unsharded
-            parameters' bytes, all-gather buffers' bytes)``.
+        largest, after_forward: each category's most bytes at any moment of the step; its bytes at the end of forward.
+        timeline: after each log entry, ``(phase, allocated, unsharded parameters' bytes, all-gather buffers' bytes)``.
     """
 
     model: str
@@ -147,9 +132,8 @@ class ShardedStep:
 
 
 def default_units(model: nn.Module) -> list[nn.Module]:
-    """The submodules that get their own ``fully_shard``, as FSDP2's examples do (the root gets the rest).
-
-    A GPT's blocks, a ResNet's residual blocks, a ``Sequential``'s children with parameters.
+    """The submodules that get their own ``fully_shard``, as FSDP2's examples do (the root gets the rest): a GPT's
+    blocks, a ResNet's residual blocks, a ``Sequential``'s children with parameters.
 
     Raises:
         ValueError: for another kind of model (pass ``units=`` yourself).
@@ -171,35 +155,25 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
                  replicas: int = 1, prefetch: int | None = None) -> ShardedStep:
     """One steady-state training step of ``model`` under FSDP2 on rank 0 of ``world_size``, simulated.
 
-    Built on ``meta``, wrapped with ``fully_shard`` (``units``, then the root),
-    then its shards given fake storage, as a real job does; a first step makes
-    the optimizer states, the second is measured.
+    Built on ``meta``, wrapped with ``fully_shard`` (``units``, then the root), then its shards given fake storage, as
+    a real job does; a first step makes the optimizer states, the second is measured.
 
     Args:
         model: a name :func:`helpers.models.resolve_model` accepts.
-        world_size: ranks, >= 1.
-        batch_size: samples per rank, >= 1.
-        seq_len: tokens per sample for a GPT (default: its context).
-        image_size: height and width of image inputs.
-        optimizer: one of :data:`helpers.config.OPTIMIZERS` (``foreach``).
-        reshard_after_forward: ``fully_shard``'s option; None: its default.
-        mixed_precision: ``MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-            reduce_dtype=torch.float32)``.
+        world_size, batch_size: ranks, and samples per rank (each >= 1).
+        seq_len, image_size: tokens per sample for a GPT (default: its context); height and width of image inputs.
+        optimizer, reshard_after_forward: one of :data:`helpers.config.OPTIMIZERS` (``foreach``); ``fully_shard``'s
+            option (None: its default).
+        mixed_precision: ``MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)``.
         checkpoint: non-reentrant checkpointing of every unit, inside its ``fully_shard``.
-        units: a function of the built model returning the units (None:
-            :func:`default_units`); an entry may be a list, sharded as one unit.
-        rank: the rank this process plays.
-        replicas: HSDP with ``replicas`` groups (1: plain FSDP).
-        prefetch: None for FSDP2's default; k >= 1 prefetches the next k units
-            in forward and backward (``set_modules_to_forward_prefetch``,
-            ``set_modules_to_backward_prefetch``).
-
-    Returns:
-        A :class:`ShardedStep`.
+        units: built model -> its units (None: :func:`default_units`); an entry may be a list, sharded as one unit.
+        rank, replicas: the rank this process plays; HSDP with ``replicas`` groups (1: plain FSDP).
+        prefetch: None for FSDP2's default; k >= 1 prefetches the next k units in forward and backward
+            (``set_modules_to_forward_prefetch``, ``set_modules_to_backward_prefetch``).
 
     Raises:
-        ValueError: for a bad count (world size, rank, replicas, prefetch), an
-            unknown model or optimizer, or a process group already initialised.
+        ValueError: for a bad count (world size, rank, replicas, prefetch), an unknown model or optimizer, or a process
+            group already initialised.
     """
     from torch.distributed.tensor import DTensor
 
@@ -210,8 +184,7 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
                         optimizer=optimizer, device="simulated")
     tracker = _FSDPTracker()
     meter = Meter("simulated", tracker=tracker)
-    # The runner builds the model (on meta); its sharded parameters get storage only
-    # when it places the model, after fully_shard.
+    # The runner builds the model on meta; the sharded parameters get storage when it places it, after fully_shard.
     runner = StepRunner(config, meter, place=lambda m: m._apply(lambda t: _empty_like_shard(t, meter.device, DTensor)))
     built = runner.model
     chosen = default_units(built) if units is None else list(units(built))
@@ -227,7 +200,7 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
 
 
 def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, str], list, tuple[int, ...]]:
-    """In the meter: place the sharded model, a first step, then the traced one; returns (labels, events, peak serials)."""
+    """In the meter: place the sharded model, run a first step, then the traced one: (labels, events, peak serials)."""
     meter = runner.meter
     net = runner.place()
     runner.run(free_batch=True)

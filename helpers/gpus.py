@@ -1,13 +1,10 @@
 """GPU cards, their memory, and the one rule for "does it fit?" (:func:`judge`).
 
-Every widget, the command line and every lesson judge the whole step's peak
-(through ``optimizer.step()``, steady state) plus one stated overhead: the
-assumed CUDA context (:data:`CUDA_CONTEXT_BYTES`), and, when judged by the
-allocated peak, an assumed cache allowance (:data:`CACHE_ALLOWANCE_BYTES`),
-which a replay of the allocator model replaces when judged by the reserved
-peak (:data:`BASIS`).  A verdict also adds, as named lines for the card, what
-a GPU allocates that the traced tensors do not show (:func:`unseen_lines`).
-All sizes are bytes.
+Every widget, the command line and every lesson judge the whole step's peak (through ``optimizer.step()``, steady
+state) plus one stated overhead: the assumed CUDA context (:data:`CUDA_CONTEXT_BYTES`), and, when judged by the
+allocated peak, an assumed cache allowance (:data:`CACHE_ALLOWANCE_BYTES`), which a replay of the allocator model
+replaces when judged by the reserved peak (:data:`BASIS`).  A verdict also adds, as named lines for the card, what a GPU
+allocates that the traced tensors do not show (:func:`unseen_lines`).  All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -18,15 +15,11 @@ from dataclasses import dataclass, field
 
 from .units import cuda_size, fmt_bytes
 
-#: ``total_memory`` of real cards, as ``torch.cuda.get_device_properties(0)``
-#: printed it in public logs (whole MiB; it moves a few tens of MiB with the
-#: driver and ECC).  Sources: V100-SXM2-16GB, 16160 MiB (Ultralytics YOLOv5 setup logs);
-#: RTX 4090, 24563 MiB, and H100 80GB HBM3, 81089 MiB (printed by
-#: ``get_device_properties`` with torch 2.x, the latter in S. Bekman's
-#: *Machine Learning Engineering* benchmarks); A100-SXM4-40GB, 40536 MiB
-#: (``get_device_properties`` in the PaddlePaddle documentation, same CUDA
-#: property); A100 80GB, 79.15 GiB (the "total capacity" of CUDA
-#: out-of-memory messages on that card).
+#: ``total_memory`` of real cards, as ``torch.cuda.get_device_properties(0)`` printed it in public logs (whole MiB; it
+#: moves a few tens of MiB with the driver and ECC): V100-SXM2-16GB, 16160 MiB (Ultralytics YOLOv5 setup logs); RTX
+#: 4090, 24563 MiB, and H100 80GB HBM3, 81089 MiB (torch 2.x, the latter in S. Bekman's *Machine Learning Engineering*
+#: benchmarks); A100-SXM4-40GB, 40536 MiB (the PaddlePaddle documentation); A100 80GB, 79.15 GiB (the "total
+#: capacity" of CUDA out-of-memory messages on that card).
 GPU_CARDS = {
     "V100 16 GB": 16160 * 2**20,
     "RTX 4090 24 GB": 24563 * 2**20,
@@ -35,10 +28,8 @@ GPU_CARDS = {
     "H100 80 GB": 81089 * 2**20,
 }
 
-#: The compute capability ``(major, minor)`` of each card of :data:`GPU_CARDS`
-#: (``torch.cuda.get_device_capability()``; NVIDIA's "CUDA GPUs" list: Volta
-#: 7.0, Ampere A100 8.0, Ada RTX 4090 8.9, Hopper H100 9.0).  It decides the
-#: default size of a cuBLAS workspace (:func:`cublas_workspace_bytes`).
+#: The compute capability ``(major, minor)`` of each card (``torch.cuda.get_device_capability()``; NVIDIA's "CUDA GPUs"
+#: list): it decides the default size of a cuBLAS workspace (:func:`cublas_workspace_bytes`).
 COMPUTE_CAPABILITY = {
     "V100 16 GB": (7, 0),
     "RTX 4090 24 GB": (8, 9),
@@ -47,62 +38,46 @@ COMPUTE_CAPABILITY = {
     "H100 80 GB": (9, 0),
 }
 
-#: The CUDA context, *assumed*: memory a process holds on a GPU outside the
-#: caching allocator, kernels loaded lazily (default since PyTorch 1.13).  Published
-#: measurements: 287,047,680 bytes (274 MiB) of device memory in use after one
-#: small tensor, with lazy loading (pytorch/pytorch#86509, which made it the
-#: default; 666 MB without it); "around 400MB" with CUDA >= 11.7
-#: (pytorch/pytorch#109888); 426 MiB in nvidia-smi for PyTorch 2.10 with CUDA
-#: 13.0 on an RTX 6000 Ada (unslothai/unsloth-zoo#1053).  512 MiB is a round
-#: figure above them.  cuBLAS workspaces are not part of it (:func:`unseen_lines`).
+#: The CUDA context, *assumed*: memory a process holds on a GPU outside the caching allocator, kernels loaded lazily
+#: (default since PyTorch 1.13).  Published measurements: 287,047,680 bytes (274 MiB) in use after one small tensor,
+#: with lazy loading (pytorch/pytorch#86509, which made it the default; 666 MB without it); "around 400MB" with CUDA
+#: >= 11.7 (pytorch/pytorch#109888); 426 MiB in nvidia-smi for PyTorch 2.10 with CUDA 13.0 on an RTX 6000 Ada
+#: (unslothai/unsloth-zoo#1053).  512 MiB is a round figure above them; cuBLAS workspaces are not part of it.
 CUDA_CONTEXT_BYTES = 512 * 2**20
 
-#: An allowance for the caching allocator's cache and fragmentation above the
-#: tensors' peak, *assumed* when reserved memory is not simulated.  At a card's
-#: limit the allocator frees its cache and retries before it fails
-#: (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so a step
-#: needs far less than the cache it keeps when it has room.  512 MiB is a round
-#: figure; judging by reserved memory replaces it with a replay on the card.
+#: An allowance for the caching allocator's cache and fragmentation above the tensors' peak, *assumed* when reserved
+#: memory is not simulated.  At a card's limit the allocator frees its cache and retries before it fails
+#: (``release_cached_blocks``, c10/cuda/CUDACachingAllocator.cpp), so a step needs far less than the cache it keeps
+#: when it has room.  512 MiB is a round figure; judging by reserved memory replaces it with a replay on the card.
 CACHE_ALLOWANCE_BYTES = 512 * 2**20
 
-#: The assumed overhead of a step judged by its allocated peak:
-#: :data:`CUDA_CONTEXT_BYTES` + :data:`CACHE_ALLOWANCE_BYTES` = 1 GiB.
+#: The assumed overhead of a step judged by its allocated peak: context + cache allowance = 1 GiB.
 CUDA_OVERHEAD_BYTES = CUDA_CONTEXT_BYTES + CACHE_ALLOWANCE_BYTES
 
-#: A step that fits with less to spare than this fraction of the card's memory
-#: fits *tightly* (:attr:`Verdict.tight`): too close to call, for what the
-#: verdict leaves out (:data:`TIGHT_REASON`) and the few percent by which
-#: published real-GPU peaks differ from the simulation
-#: (``benchmarks/published_figures.py``).  5% is a round figure above that.
+#: A step that fits with less to spare than this fraction of the card's memory fits *tightly* (:attr:`Verdict.tight`):
+#: too close to call, for what the verdict leaves out (:data:`TIGHT_REASON`) and the few percent by which published
+#: real-GPU peaks differ from the simulation (``benchmarks/published_figures.py``).  5% is a round figure above that.
 TIGHT_FRACTION = 0.05
 #: Why a verdict is tight, in the words every verdict uses (:meth:`Verdict.sentence`).
 TIGHT_REASON = ("not counted: cuDNN workspaces, fragmentation beyond the model, other processes, "
                 "and the few percent by which real GPUs differ from the simulation")
 
 
-#: The default cuBLAS workspace of the pinned PyTorch on compute capability 9, 10
-#: and 12 (Hopper, Blackwell): 32 MiB per handle and stream.
+#: The default cuBLAS workspace of the pinned PyTorch on compute capability 9, 10 and 12 (Hopper, Blackwell): 32 MiB.
 CUBLAS_WORKSPACE_HOPPER = 4096 * 8 * 1024
-#: The default cuBLAS workspace on the other cards: ``:4096:2:16:8``, two
-#: chunks of 4,096 KiB and eight of 16 KiB = 8,519,680 bytes.
+#: The default on the other cards, ``:4096:2:16:8``: two chunks of 4,096 KiB and eight of 16 KiB = 8,519,680 bytes.
 CUBLAS_WORKSPACE_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 def cublas_workspace_bytes(capability: tuple[int, int], config: str | None = None) -> int:
-    """Bytes of one cuBLAS workspace (one per cuBLAS handle and CUDA stream) on a card.
+    """Bytes of one cuBLAS workspace (one per handle and CUDA stream) on a card of ``capability`` (``(major, minor)``,
+    :data:`COMPUTE_CAPABILITY`), with ``CUBLAS_WORKSPACE_CONFIG`` set to ``config`` (None: unset).
 
-    ``parseChosenWorkspaceSize`` in ``aten/src/ATen/cuda/CublasHandlePool.cpp``
-    (the pinned PyTorch, :data:`helpers.versions.TORCH`): with
-    ``CUBLAS_WORKSPACE_CONFIG`` unset, :data:`CUBLAS_WORKSPACE_HOPPER` on compute
-    capability 9, 10 or 12, else :data:`CUBLAS_WORKSPACE_DEFAULT`; set, every
-    ``:SIZE:COUNT`` pair (``:([0-9]+):([0-9]+)``) adds ``SIZE`` KiB x ``COUNT``
-    (no pair: the default).  Allocated through the caching allocator at the first
-    matmul of each handle and stream (``setWorkspaceForHandle``) and kept;
-    cuBLASLt shares it (``getCUDABlasLtWorkspace``).
-
-    Args:
-        capability: ``(major, minor)``, as :data:`COMPUTE_CAPABILITY` gives it.
-        config: ``CUBLAS_WORKSPACE_CONFIG``, or None (unset).
+    ``parseChosenWorkspaceSize`` in ``aten/src/ATen/cuda/CublasHandlePool.cpp`` (the pinned PyTorch,
+    :data:`helpers.versions.TORCH`): unset, :data:`CUBLAS_WORKSPACE_HOPPER` on compute capability 9, 10 or 12, else
+    :data:`CUBLAS_WORKSPACE_DEFAULT`; set, every ``:SIZE:COUNT`` pair (``:([0-9]+):([0-9]+)``) adds ``SIZE`` KiB x
+    ``COUNT`` (no pair: the default).  Allocated through the caching allocator at the first matmul of each handle and
+    stream (``setWorkspaceForHandle``) and kept; cuBLASLt shares it (``getCUDABlasLtWorkspace``).
 
     Raises:
         ValueError: for a capability that is not two integers >= 0.
@@ -130,12 +105,10 @@ def unseen_lines(card: str, cublas_handles: int, convolutions: bool = False,
                  config: str | None = None) -> dict[str, int | None]:
     """What a real GPU allocates for a step that its traced tensors do not show, line by line.  Bytes.
 
-    * ``"cuBLAS workspaces"``: ``cublas_handles`` x :func:`cublas_workspace_bytes`
-      (a training step takes two: the forward's thread and autograd's;
-      :func:`helpers.batch.cublas_handles` counts them from the trace).
-    * ``"cuDNN workspaces"`` (with ``convolutions``): None, *not modelled*: cuDNN
-      may take any algorithm whose workspace fits the allocator's largest free
-      block (``getMaxWorkspaceSize``, ``aten/src/ATen/native/cudnn/Conv_v7.cpp``;
+    * ``"cuBLAS workspaces"``: ``cublas_handles`` x :func:`cublas_workspace_bytes` (a training step takes two: the
+      forward's thread and autograd's; :func:`helpers.batch.cublas_handles` counts them from the trace).
+    * ``"cuDNN workspaces"`` (with ``convolutions``): None, *not modelled*: cuDNN may take any algorithm whose workspace
+      fits the allocator's largest free block (``getMaxWorkspaceSize``, ``aten/src/ATen/native/cudnn/Conv_v7.cpp``;
       ``get_available_workspace``, ``Conv_v8.cpp``), so no fixed bound applies.
 
     Raises:
@@ -157,11 +130,8 @@ def card_of(capacity: int) -> str | None:
 
 
 def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> int:
-    """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead - workspaces``.
-
-    The workspaces are those of ``cublas_handles`` handles on a card of
-    :data:`GPU_CARDS` (:func:`card_of`); the rule when a step is judged by its
-    allocated peak (:func:`judge`).
+    """Bytes of tensors a GPU of ``capacity`` bytes can hold: ``capacity - overhead - workspaces``, the workspaces of
+    ``cublas_handles`` handles on a card of :data:`GPU_CARDS` (:func:`card_of`); :func:`judge`'s allocated-peak rule.
 
     Raises:
         ValueError: for a negative ``capacity`` or ``overhead``, or a handle count outside 0-2.
@@ -174,11 +144,8 @@ def headroom(capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handl
 
 
 def fits(peak: int, capacity: int, overhead: int = CUDA_OVERHEAD_BYTES, *, cublas_handles: int = 2) -> bool:
-    """Whether a step whose tensors peak at ``peak`` bytes fits a GPU of ``capacity`` bytes.
-
-    ``peak`` is the whole step's allocated peak (steady state); with the default
-    overhead this is :func:`judge`'s verdict on it.
-    """
+    """Whether a step whose tensors peak at ``peak`` bytes (the whole step's allocated peak, steady state) fits a GPU of
+    ``capacity`` bytes; with the default overhead, :func:`judge`'s verdict."""
     return peak <= headroom(capacity, overhead, cublas_handles=cublas_handles)
 
 
@@ -189,8 +156,7 @@ def _basis(unit: str) -> dict[str, str]:
                         f"assumed CUDA context"}
 
 
-#: What a verdict judged, in the same words everywhere (widgets, command line):
-#: by the step's allocated peak, or by its reserved peak (the allocator model).
+#: What a verdict judged, in the same words everywhere: the allocated peak, or the reserved peak (the allocator model).
 BASIS = _basis("MiB")
 
 
@@ -199,14 +165,10 @@ class Verdict:
     """Whether a step fits a GPU, and on what it was judged.  Bytes.
 
     Attributes:
-        fits: the answer.
-        capacity: the GPU's memory.
+        capacity, overhead: the GPU's memory; the assumed bytes added to ``peak``.
         basis: ``"allocated"`` or ``"reserved"`` (a key of :data:`BASIS`).
-        peak: the step's peak allocated or reserved bytes; None when the
-            allocator model ran out of memory (then it does not fit).
-        overhead: the assumed bytes added to ``peak``.
-        lines: name -> bytes of :func:`unseen_lines` (None: not modelled); empty
-            for an unknown card.
+        peak: the step's peak allocated or reserved bytes; None when the allocator model ran out of memory (no fit).
+        lines: name -> bytes of :func:`unseen_lines` (None: not modelled); empty for an unknown card.
     """
 
     fits: bool
@@ -260,15 +222,12 @@ class Verdict:
         return CUDNN_NOTE if CUDNN_LINE in self.lines else ""
 
     def sentence(self, gpu: str, detail: str = "", unit: str = "MiB") -> str:
-        """The verdict in words.
-
-        ``"fits in <gpu>: <what was judged> + cuBLAS workspaces = <peak> + <overhead>
-        + <workspaces> = <need> MiB <= <capacity> MiB"`` (``"fits in <gpu>, tight:"``,
-        ``"does not fit in <gpu>:"``), then ``detail``, :meth:`tight_note` and
-        :attr:`caveat` in parentheses, if any.  ``unit``: ``"MiB"`` or ``"GiB"``.
+        """The verdict in words: ``"fits in <gpu>: <what was judged> + cuBLAS workspaces = <peak> + <overhead> +
+        <workspaces> = <need> MiB <= <capacity> MiB"`` (``"fits in <gpu>, tight:"``, ``"does not fit in <gpu>:"``),
+        then ``detail``, :meth:`tight_note` and :attr:`caveat` in parentheses, if any.
 
         Raises:
-            ValueError: for another unit.
+            ValueError: for a ``unit`` other than ``"MiB"`` or ``"GiB"``.
         """
         if unit not in ("MiB", "GiB"):
             raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
@@ -292,30 +251,18 @@ class Verdict:
 def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: int | None = None,
           reserved: bool = False, card: str | None = None, cublas_handles: int = 2,
           convolutions: bool = False) -> Verdict:
-    """The one rule for "does this training step fit this GPU?".
+    """The one rule for "does this training step fit this GPU?", on the whole step's peak in the steady state.  Bytes.
 
-    * by the allocated peak: ``peak_allocated`` + :data:`CUDA_OVERHEAD_BYTES` +
-      the card's lines <= ``capacity``;
-    * by the reserved peak (``reserved=True``; the allocator model replayed on the
-      card, :func:`helpers.allocator.replay_on_gpu`): ``peak_reserved`` +
-      :data:`CUDA_CONTEXT_BYTES` + the card's lines <= ``capacity``; a
-      ``peak_reserved`` of None (the replay ran out of memory) does not fit.
+    * by the allocated peak: ``peak_allocated`` + :data:`CUDA_OVERHEAD_BYTES` + the card's lines <= ``capacity``;
+    * by the reserved peak (``reserved=True``; the allocator model replayed on the card,
+      :func:`helpers.allocator.replay_on_gpu`): ``peak_reserved`` + :data:`CUDA_CONTEXT_BYTES` + the card's lines <=
+      ``capacity``; a ``peak_reserved`` of None (the replay ran out of memory) does not fit.
 
-    The card's lines are :func:`unseen_lines` (``card``, or the card of
-    :data:`GPU_CARDS` with this capacity; none for another capacity).  The peak
-    is the whole step's, in the steady state.
-
-    Args:
-        capacity: the GPU's memory in bytes.
-        peak_allocated, peak_reserved: the step's peaks, in bytes.
-        reserved: which basis.
-        card: a key of :data:`GPU_CARDS`, or None.
-        cublas_handles: cuBLAS handles the step takes (0, 1 or 2).
-        convolutions: the step runs cuDNN convolutions.
+    The card's lines are :func:`unseen_lines` of ``card`` (default: the card of :data:`GPU_CARDS` with this capacity;
+    none for another capacity), with ``cublas_handles`` (0, 1 or 2) and ``convolutions`` (cuDNN's).
 
     Raises:
-        ValueError: for a negative capacity or peak, a missing allocated peak,
-            an unknown card or a handle count outside 0-2.
+        ValueError: for a negative capacity or peak, no allocated peak, an unknown card, or handles outside 0-2.
     """
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0 bytes, got {capacity}")
@@ -336,20 +283,16 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
 
 def oom_message(requested: int, capacity: int, in_use: int, allocated: int, reserved: int,
                 simulated: bool = True, allowed: int | None = None, free: int | None = None) -> str:
-    """The first line of a CUDA out-of-memory error, field by field.
-
-    Shaped like ``torch.OutOfMemoryError``'s message (``DeviceCachingAllocator::malloc``,
-    ``c10/cuda/CUDACachingAllocator.cpp``), without its closing advice.
+    """The first line of a CUDA out-of-memory error, field by field: ``torch.OutOfMemoryError``'s message
+    (``DeviceCachingAllocator::malloc``, ``c10/cuda/CUDACachingAllocator.cpp``) without its closing advice.
 
     Args:
         requested: bytes asked for ("Tried to allocate"): :func:`allocation_size` of the request.
-        capacity: the GPU's total memory ("total capacity").
-        in_use: memory the process holds: tensors, cache and CUDA context.
-        allocated: bytes in live tensors ("allocated by PyTorch").
-        reserved: bytes the caching allocator holds, >= ``allocated``.
+        capacity, in_use: the GPU's total memory ("total capacity"); what the process holds (tensors, cache, context).
+        allocated, reserved: bytes in live tensors ("allocated by PyTorch"); held by the caching allocator (>= that).
         simulated: say at the start that no GPU ran out.
-        allowed: the ``set_per_process_memory_fraction`` cap, or ``None``.
-        free: what the driver reports free; default ``capacity - in_use``.
+        allowed, free: the ``set_per_process_memory_fraction`` cap, or ``None``; what the driver reports free (default
+            ``capacity - in_use``).
     """
     prefix = "Simulated CUDA out of memory" if simulated else "CUDA out of memory"
     free = max(capacity - in_use, 0) if free is None else free

@@ -1,22 +1,16 @@
 """The record of one traced training step, and the questions it answers (lesson 03).
 
-A :class:`StepProfile` is what :func:`helpers.step.profile_step` returns:
-the events, the peak, memory by category, every storage, and the allocation
-log; plots and widgets only read it.
+A :class:`StepProfile` is what :func:`helpers.step.profile_step` returns: the events, the peak, memory by category,
+every storage, and the allocation log; plots and widgets only read it.
 
-The categories follow Rajbhandari et al., "ZeRO" (SC20), section 3: *model
-states* (parameters, gradients, optimizer states) and *residual states*.
-Each storage of a traced step gets the first category that applies, in this order:
+Each storage gets the first category that applies, in this order (after Rajbhandari et al., "ZeRO", SC20, section 3):
 
 * ``parameters``: the model's parameters and buffers (BatchNorm statistics);
 * ``gradients``: the parameters' ``.grad`` tensors;
 * ``optimizer_states``: everything in ``optimizer.state``;
-* ``input``: the input batch and its targets (counted here even where conv1
-  also saves the batch);
-* ``activations``: tensors autograd saved for backward (and those recomputed
-  under activation checkpointing);
-* ``other``: everything else alive: the loss, gradients of activations,
-  temporaries; on a GPU also what the tracker cannot see (workspaces).
+* ``input``: the input batch and its targets (even where conv1 also saves the batch);
+* ``activations``: tensors autograd saved for backward (and those recomputed under activation checkpointing);
+* ``other``: the rest: the loss, gradients of activations, temporaries; on a GPU also what the tracker cannot see.
 """
 
 from __future__ import annotations
@@ -39,16 +33,8 @@ CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activatio
 
 
 def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: str = "other") -> dict[int, str]:
-    """Give every storage serial in ``sizes`` one category: the first of ``roles`` that holds it, else ``default``.
-
-    Args:
-        sizes: serial -> bytes, as :meth:`helpers.engine.meter.Meter.storages` gives them.
-        roles: category -> its serials, in order of precedence.
-        default: the category of a serial in none of them.
-
-    Returns:
-        serial -> category name, in the order of ``sizes``.
-    """
+    """Serial -> category for each serial of ``sizes`` (serial -> bytes, :meth:`helpers.engine.meter.Meter.storages`),
+    in its order: the first of ``roles`` (category -> serials, in order of precedence) holding it, else ``default``."""
     labels = dict.fromkeys(sizes, default)
     for name, serials in reversed(roles.items()):  # the first role is written last: it wins
         for serial in serials:
@@ -59,7 +45,7 @@ def label_storages(sizes: dict[int, int], roles: dict[str, set[int]], default: s
 
 def bytes_by_category(serials, sizes: dict[int, int], labels: dict[int, str],
                       categories: tuple[str, ...] = CATEGORIES) -> dict[str, int]:
-    """Bytes of ``serials`` per category (``labels`` from :func:`label_storages`): every name of ``categories`` (default :data:`CATEGORIES`) a key."""
+    """Bytes of ``serials`` per category, each name of ``categories`` a key (``labels`` from :func:`label_storages`)."""
     totals = dict.fromkeys(categories, 0)
     for serial in serials:
         totals[labels[serial]] += sizes[serial]
@@ -73,15 +59,9 @@ def _mib(nbytes: int) -> str:
 
 
 class Allocation(NamedTuple):
-    """One entry of a step's allocation log.
-
-    Attributes:
-        serial: the storage (a key of :attr:`StepProfile.storages`).
-        kind: ``"alloc"``, ``"free"`` or ``"resize"``.
-        nbytes: the change in bytes (negative for a free or a shrink).
-        category: the storage's category (:data:`CATEGORIES`).
-        event: index of the first event recorded after it.
-    """
+    """One entry of a step's allocation log: ``serial`` (a key of :attr:`StepProfile.storages`), ``kind`` (``"alloc"``,
+    ``"free"`` or ``"resize"``), ``nbytes`` (the change; negative for a free or a shrink), the storage's ``category``
+    (:data:`CATEGORIES`), and ``event``, the index of the first event recorded after it."""
 
     serial: int
     kind: str
@@ -92,15 +72,9 @@ class Allocation(NamedTuple):
 
 @dataclass(frozen=True)
 class Storage:
-    """One tensor storage that the step allocated (or placed, for the model).
-
-    Attributes:
-        serial: its number in allocation order (see
-            :class:`helpers.engine.counting.StorageTracker`).
-        category: one of :data:`CATEGORIES`.
-        dtype, shape: of the tensor that created it.
-        nbytes: bytes it occupies, rounded up to 512.
-    """
+    """One tensor storage that the step allocated (or placed, for the model): ``serial``, its number in allocation order
+    (:class:`helpers.engine.counting.StorageTracker`); ``category`` (:data:`CATEGORIES`); the ``dtype`` and ``shape`` of
+    the tensor that created it; ``nbytes``, rounded up to 512."""
 
     serial: int
     category: str
@@ -113,36 +87,28 @@ class Storage:
 class StepProfile:
     """The memory of one traced training step.  All sizes in bytes.
 
-    ``repr(profile)`` is two lines: the model, the options that differ from
-    :class:`helpers.config.StepConfig`'s defaults, the peak, where, and the
-    categories at the peak (a notebook shows a small table).
+    ``repr(profile)`` is two lines: the model, the options that differ from :class:`helpers.config.StepConfig`'s
+    defaults, the peak, where, and the categories at the peak (a notebook shows a small table).
 
     Attributes:
-        backend: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors).
-        model: model name.
-        config: the :class:`helpers.config.StepConfig` that was run (the options
-            below, ``batch_size``, ``amp``, ..., are read from it).
-        input_shape: one sample's shape as fed (the batch is ``(batch_size,
-            *input_shape)``): the model's own, ``(seq_len,)`` for token ids,
-            ``()`` for ``inputs=``, else ``(3, image_size, image_size)``.
+        backend, model: ``"cuda"`` (measured) or ``"simulated"`` (fake tensors); the model's name.
+        config: the :class:`helpers.config.StepConfig` that was run (``batch_size``, ``amp``, ... are read from it).
+        input_shape: one sample's shape as fed (the batch is ``(batch_size, *input_shape)``): the model's own,
+            ``(seq_len,)`` for token ids, ``()`` for ``inputs=``, else ``(3, image_size, image_size)``.
         parameter_count: number of parameters (elements).
-        events: the :class:`helpers.engine.trace.Event` list, in order.
-        event_categories: bytes per category at each event.
+        events, event_categories: the :class:`helpers.engine.trace.Event` list, in order; bytes per category at each.
         peak_allocated_bytes: peak allocated over the whole step.
-        peak_event: index of the first event at which that peak had been reached.
+        peak_event: index of the first event by which that peak had been reached.
         categories: bytes per category alive at the peak.
         reserved_bytes: ``torch.cuda.memory_reserved()`` after the step (cuda), else ``None``.
         params_without_grad: names of trainable parameters that got no gradient.
-        peak_allocation: simulated: the serial of the allocation that reached the
-            peak (equal at two batch sizes: the same operation peaked,
-            :class:`helpers.batch.PeakCurve`); ``None`` on cuda.
-        storages: serial -> :class:`Storage`, every storage counted (with
-            ``steady_state``, the untraced first step's too).
+        peak_allocation: simulated: the serial of the allocation that reached the peak (equal at two batch sizes: the
+            same operation peaked, :class:`helpers.batch.PeakCurve`); ``None`` on cuda.
+        storages: serial -> :class:`Storage`, every storage counted (with ``steady_state``, the first step's too).
         peak_serials: serials of the storages alive at the peak.
         allocation_log: every :class:`Allocation` of the traced step, in order.
-        depth_note: for a model of repeated blocks, how its log was made: written
-            exactly from traces of fewer blocks (:mod:`helpers.depth`), or traced
-            in full and why; None for other models.
+        depth_note: for a model of repeated blocks, how its log was made: written exactly from traces of fewer blocks
+            (:mod:`helpers.depth`), or traced in full and why; None for other models.
     """
 
     backend: str
@@ -163,7 +129,6 @@ class StepProfile:
     allocation_log: list[Allocation] = field(default_factory=list)
     depth_note: str | None = None
 
-    # -- the options, as the config gives them ---------------------------------------
     @property
     def batch_size(self) -> int:
         """Samples per batch (``config.batch_size``)."""
@@ -199,7 +164,6 @@ class StepProfile:
         """Saved tensors were kept in host memory (``config.offload``)."""
         return self.config.offload
 
-    # -- how a profile introduces itself ---------------------------------------------
     def _options_text(self) -> str:
         """The options of :attr:`config` that differ from :class:`StepConfig`'s defaults, as ``name=value``."""
         defaults = StepConfig()
@@ -237,20 +201,15 @@ class StepProfile:
 
     @property
     def model_state_bytes(self) -> int:
-        """Parameters + gradients + optimizer states at ``optimizer.step()``, in bytes.
-
-        ZeRO's *model states* (Rajbhandari et al., SC20, section 3): with Adam in
-        float32, 4 + 4 + 8 = 16 bytes per parameter, with or without autocast (with
-        ``step_in_backward`` the gradients are gone by then).
-        """
+        """Parameters + gradients + optimizer states at ``optimizer.step()``: ZeRO's *model states* (Rajbhandari et al.,
+        SC20, section 3), 4 + 4 + 8 = 16 bytes per parameter with Adam in float32, with or without autocast (with
+        ``step_in_backward`` the gradients are gone by then)."""
         cats = self.event_categories[self.events.index(self.find(None, "optimizer.step"))]
         return cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
 
     def peak_during(self, event: Event) -> int:
-        """The highest allocated bytes between the event before ``event`` and ``event``, from the allocation log.
-
-        For ``optimizer.step``: the height its temporaries reached, which the
-        events (taken after it returned) do not show.
+        """The highest allocated bytes between the event before ``event`` and ``event``, from the allocation log (for
+        ``optimizer.step``: the height its temporaries reached, which the events, taken after it returned, do not show).
 
         Raises:
             ValueError: for the first event.
@@ -315,10 +274,8 @@ class StepProfile:
         return hits[nth]
 
     def stage_deltas(self, phase: str = "fwd") -> dict[str, int]:
-        """Bytes each top-level stage (``conv1``, ``layer1``, ...) adds, summed over its events.
-
-        ``phase="fwd"``: its ``pre`` and ``fwd`` deltas (what it leaves allocated);
-        ``phase="bwd"``: its ``bwd`` deltas (what its backward frees, negative).
+        """Bytes each top-level stage (``conv1``, ``layer1``, ...) adds, summed over its events: ``phase="fwd"``, its
+        ``pre`` and ``fwd`` deltas (what it leaves allocated); ``"bwd"``, its ``bwd`` deltas (what it frees, negative).
 
         Raises:
             ValueError: for another phase.
@@ -335,13 +292,8 @@ class StepProfile:
 
     def table(self, phases: tuple[str, ...] | None = None, min_delta: int = 0,
               events: slice | None = None) -> str:
-        """The per-module log as text, one event per line, in MiB.
-
-        Args:
-            phases: keep only module events of these phases (all when ``None``).
-            min_delta: hide module events changing less than this many bytes.
-            events: show only this slice of the events.
-        """
+        """The per-module log as text, one event per line, in MiB: of the slice ``events``, the module events of
+        ``phases`` (all when ``None``) that change allocated memory by at least ``min_delta`` bytes."""
         lines = [f"{'#':>4}  {'phase':<14} {'module':<40} {'type':<18} {'delta MiB':>10} {'alloc MiB':>10}  output shape"]
         for e in self.events[events or slice(None)]:
             if e.module is not None:
@@ -370,12 +322,9 @@ class StepProfile:
         return "\n".join(lines)
 
     def allocation_event(self, storage: Storage) -> Event:
-        """The event that closes the interval in which ``storage`` was first allocated.
-
-        Its :attr:`Event.label` says where (``"forward of Linear 'attn.q'"``, or
-        ``"before Linear 'up'"`` for a module's own code between submodules); a
-        storage from before the first event (parameters, the untraced first step)
-        gives ``events[0]``.
+        """The event that closes the interval in which ``storage`` was first allocated; its :attr:`Event.label` says
+        where (``"forward of Linear 'attn.q'"``, or ``"before Linear 'up'"`` for a module's own code between
+        submodules).  A storage from before the first event (parameters, the untraced first step) gives ``events[0]``.
 
         Raises:
             KeyError: if ``storage`` is not one of this step's :attr:`storages`.
@@ -389,20 +338,14 @@ class StepProfile:
         return self.events[index]
 
     def kept_between(self, first: Event, last: Event, until: Event | None = None) -> list[Storage]:
-        """The storages allocated after ``first`` and by ``last`` that are still alive at ``until``, in allocation order.
+        """The storages allocated after ``first`` and by ``last`` and still alive at ``until``, in allocation order.
 
-        "Allocated between": :meth:`allocation_event` in ``(first, last]``; "alive":
-        in ``until.live``.  Any category (filter on :attr:`Storage.category`); their
-        ``nbytes`` are rounded up to 512 (a resized storage: its largest size).
-
-        Args:
-            first, last: events of this step, ``first`` before ``last``.
-            until: not before ``last`` (default ``last``); ``find("", "fwd")``, the
-                end of forward, gives what is kept for backward.
+        "Allocated between": :meth:`allocation_event` in ``(first, last]``; "alive": in ``until.live``.  Any category
+        (filter on :attr:`Storage.category`); ``nbytes`` rounded up to 512 (a resized storage: its largest size).
+        ``until`` defaults to ``last``; ``find("", "fwd")``, the end of forward, gives what is kept for backward.
 
         Raises:
-            ValueError: for an event not of this step, ``last`` not after ``first``,
-                or ``until`` before ``last``.
+            ValueError: for an event not of this step, ``last`` not after ``first``, or ``until`` before ``last``.
         """
         until = last if until is None else until
         for name, event in (("first", first), ("last", last), ("until", until)):
@@ -419,22 +362,19 @@ class StepProfile:
         return [self.storages[s] for s in sorted(alive) if first.index < made[s] <= last.index]
 
     def categories_by_serial(self) -> dict[int, str]:
-        """The category of every storage, by serial: what :func:`helpers.teaching.plots.plot_memory_map` colours a replay's blocks by."""
+        """The category of every storage, by serial (what :func:`helpers.teaching.plots.plot_memory_map` colours a
+        replay's blocks by)."""
         return {serial: storage.category for serial, storage in self.storages.items()}
 
 
 def frees_in_allocation_order(log: list, cuts) -> list:
-    """``log`` (entries ``(serial, kind, delta)``) with each run of frees that no other entry and no
-    position of ``cuts`` (events, a reset of the peak) separates put in allocation order (by serial).
+    """``log`` (entries ``(serial, kind, delta)``) with each run of frees that no other entry and no position of
+    ``cuts`` (events, a reset of the peak) separates put in allocation order (by serial).
 
-    Frees that come together have an order nothing in the program fixes: leaving
-    autocast frees its cached weight casts by walking a hash map keyed by tensor
-    address (``clear_autocast_cache``, ``aten/src/ATen/autocast_mode.cpp``), on
-    leaving a forward pass and after each checkpointed recomputation.  Their
-    order changes no figure: no allocation comes between them, and the caching
-    allocator merges freed neighbours alike in any order.  Fixed, the log of a
-    model of repeated blocks repeats block by block (:mod:`helpers.depth`).
-    """
+    Nothing in the program fixes the order of such frees: leaving autocast frees its cached weight casts by walking a
+    hash map keyed by tensor address (``clear_autocast_cache``, ``aten/src/ATen/autocast_mode.cpp``).  Their order
+    changes no figure (no allocation comes between them; the caching allocator merges freed neighbours alike in any
+    order); fixed, the log of a model of repeated blocks repeats block by block (:mod:`helpers.depth`)."""
     out, cuts, j = list(log), set(cuts), 0
     while j < len(out):
         k = j + 1
@@ -449,20 +389,16 @@ def frees_in_allocation_order(log: list, cuts) -> list:
 def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *, config: StepConfig, model: str,
                 input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str],
                 reset_at: int | None = None) -> StepProfile:
-    """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive.
-
-    Each storage gets the first category of ``roles`` that holds it
-    (:func:`label_storages`), else ``other`` (on cuda, also what the real
-    counters hold beyond the tracker's storages).
+    """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive; its log is
+    :func:`frees_in_allocation_order`.
 
     Args:
         meter: the step's :class:`helpers.engine.meter.Meter`, inside its block.
         events: the traced step's :class:`helpers.engine.trace.Event` list.
-        roles: the serials of each category but ``other``, in :data:`CATEGORIES` order.
+        roles: the serials of each category but ``other``, in :data:`CATEGORIES` order (:func:`label_storages`); the
+            rest is ``other`` (on cuda, also what the real counters hold beyond the tracker's storages).
         config, model, input_shape, parameter_count, params_without_grad: as :class:`StepProfile` has them.
         reset_at: the log position of the last reset of the peak (a steady state's), if any.
-
-    The log is :func:`frees_in_allocation_order`.
     """
     storages = meter.storages()
     sizes = {serial: nbytes for serial, (nbytes, _, _) in storages.items()}
@@ -496,23 +432,15 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
 
 
 def profile_of_log(log: tuple, storages: tuple, markers: tuple, like: StepProfile, **fields) -> StepProfile:
-    """The :class:`StepProfile` of a step written, not traced (:mod:`helpers.depth`): its
-    ``(log, storages, markers)`` read as :func:`record_step` reads a traced step (simulated: every
-    byte is a storage's).
+    """The :class:`StepProfile` of a step written, not traced (:mod:`helpers.depth`): its ``(log, storages, markers)``
+    read as :func:`record_step` reads a traced step (simulated: every byte is a storage's).
 
-    ``log`` entries are ``(serial, kind, delta)``; ``storages[serial]`` is ``(category, dtype, shape,
-    bytes)``; ``markers`` are ``(log position, kind, payload)``, an ``"event"``'s payload
-    ``(phase, module, module_type, note, shape)``.
-
-    The log is replayed as :class:`helpers.engine.counting.StorageTracker` counted it: the bytes
-    allocated, the peak (started afresh at each ``"reset"`` marker) and the allocation that reached
-    it, the storages alive at each event and at the peak.  Each ``"event"`` marker is an event of the
-    profile; ``"first"`` markers (the untraced first step of a steady state) are not.
-
-    Args:
-        like: a profile whose other fields (model, config, input shape) the result takes,
-            except those given in ``fields``.
-    """
+    ``log`` entries are ``(serial, kind, delta)``; ``storages[serial]`` is ``(category, dtype, shape, bytes)``;
+    ``markers`` are ``(log position, kind, payload)``, an ``"event"``'s payload ``(phase, module, module_type, note,
+    shape)``.  The log is replayed as :class:`helpers.engine.counting.StorageTracker` counts: the bytes allocated, the
+    peak (started afresh at each ``"reset"`` marker) and the allocation that reached it, the storages alive at each
+    event and at the peak.  Each ``"event"`` marker is an event of the profile; ``"first"`` markers (the untraced first
+    step of a steady state) are not.  The other fields (model, config, input shape) are ``like``'s, save ``fields``."""
     log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
     sizes = [s[3] for s in storages]
     cats = [s[0] for s in storages]

@@ -1,14 +1,11 @@
 """What autograd saves for backward, tensor by tensor (lesson 02).
 
-:func:`inspect_saved` lists the saved tensors with
-``torch.autograd.graph.saved_tensors_hooks``
-(https://pytorch.org/docs/stable/notes/autograd.html#hooks-for-saved-tensors):
-the *pack* hook keeps each saved tensor in a table; then the graph is walked
-from the output and each node's ``_saved_*`` attributes read, which calls
-the *unpack* hook and names the node and attribute.  A saved storage that is
-an input, output or parameter costs nothing extra; the others are counted
-once.  :func:`forward_saved_bytes` sums what a forward pass saves on fake CPU
-or CUDA tensors (lessons 00 and 04).  Mask ReLUs are in :mod:`helpers.techniques.masks`.
+:func:`inspect_saved` lists the saved tensors with ``torch.autograd.graph.saved_tensors_hooks``
+(https://pytorch.org/docs/stable/notes/autograd.html#hooks-for-saved-tensors): the *pack* hook keeps each saved tensor
+in a table; then the graph is walked from the output and each node's ``_saved_*`` attributes read, which calls the
+*unpack* hook and names the node and attribute.  A saved storage that is an input, output or parameter costs nothing
+extra; the others are counted once.  :func:`forward_saved_bytes` sums what a forward pass saves on fake CPU or CUDA
+tensors (lessons 00 and 04).  Mask ReLUs are in :mod:`helpers.techniques.masks`.
 """
 
 from __future__ import annotations
@@ -30,14 +27,11 @@ class SavedTensor:
     """One tensor saved for backward.
 
     Attributes:
-        node: the autograd node that saved it (``ConvolutionBackward0``).
-        attribute: the node's name for it (``_saved_<attribute>``: ``self``, ``result``, ...).
+        node, attribute: the autograd node that saved it (``ConvolutionBackward0``) and its name for it (``self``).
         module: the module whose forward was running (``""`` if none).
-        shape, dtype: the saved tensor's.
-        nbytes: bytes of its whole storage, exact (not rounded to 512).
-        same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``,
-            ``"parameter <name>"``, ``"buffer <name>"``, ``"saved above"``, or
-            ``"new"``: the only kind that costs extra memory.
+        shape, dtype, nbytes: the saved tensor's, and the bytes of its whole storage, exact (not rounded to 512).
+        same_as: ``"input"``, ``"output"``, ``"input = output (in place)"``, ``"parameter <name>"``,
+            ``"buffer <name>"``, ``"saved above"``, or ``"new"``: the only kind that costs extra memory.
     """
 
     node: str
@@ -56,13 +50,8 @@ class SavedTensor:
 
 @dataclass(frozen=True)
 class SavedReport:
-    """The saved tensors of one forward pass.  Bytes of storage, exact (not rounded to 512).
-
-    Attributes:
-        saved: every saved tensor, in graph-walk order (output back to input).
-        input_bytes, output_bytes: storage bytes of the inputs and outputs.
-        parameter_bytes: storage bytes of the module's parameters and buffers.
-    """
+    """The saved tensors of one forward pass: ``saved``, each in graph-walk order (output back to input), and the
+    storage bytes (exact, not rounded to 512) of the inputs, the outputs, and the module's parameters and buffers."""
 
     saved: list[SavedTensor]
     input_bytes: int
@@ -124,21 +113,17 @@ class _Saves:
 
 
 def inspect_saved(module: nn.Module, *inputs: torch.Tensor) -> SavedReport:
-    """Run ``module(*inputs)`` once (real tensors) and list every tensor autograd saves.
+    """Run ``module(*inputs)`` once (real tensors) and list every tensor autograd saves, as a :class:`SavedReport`.
 
-    Floating-point inputs are replaced by non-leaf copies that require grad, as
-    activations inside a network are, so that every save shows.
-
-    Returns:
-        A :class:`SavedReport`.
+    Floating-point inputs are replaced by non-leaf copies that require grad, as activations inside a network are, so
+    that every save shows.
 
     Raises:
         ValueError: if no input is a tensor, or the output does not require grad.
     """
     if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
         raise ValueError("inspect_saved needs the module's input tensors")
-    # Non-leaf copies that require grad, as activations inside a network are
-    # (in-place layers refuse leaves): CloneBackward0 itself saves nothing.
+    # Not leaves: in-place layers refuse leaves.  CloneBackward0 itself saves nothing.
     inputs = tuple(x.detach().requires_grad_().clone() if x.is_floating_point() else x for x in inputs)
     saves = _Saves()
     names = {m: n for n, m in module.named_modules()}
@@ -230,27 +215,21 @@ def _autocast(device: str, dtype: torch.dtype | None):
 def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple[int, ...], *,
                         device: str = "cpu", autocast_dtype: torch.dtype | None = None,
                         num_classes: int | None = None, input_requires_grad: bool = False) -> dict[torch.dtype, int]:
-    """Bytes that autograd saves in one forward pass, by dtype, as ``device`` would save them.
+    """Bytes that autograd saves in one forward pass, ``{dtype: bytes}``, as ``device`` would save them.
 
-    On fake tensors: ``"cpu"`` runs the CPU's kernels and autocast lists;
-    ``"cuda"`` a fake GPU's (no GPU needed: only backward needs one,
-    pytorch/pytorch#92627); ``"simulated"`` the CPU's under
-    :func:`helpers.engine.cuda_rules.cuda_rules`.  Each saved storage is counted
-    once, rounded up to 512 bytes.
+    On fake tensors: ``"cpu"`` runs the CPU's kernels and autocast lists; ``"cuda"`` a fake GPU's (no GPU needed: only
+    backward needs one, pytorch/pytorch#92627); ``"simulated"`` the CPU's under
+    :func:`helpers.engine.cuda_rules.cuda_rules`.  Each saved storage is counted once, rounded up to 512 bytes.
 
     Args:
         model: a torchvision classifier name, or a function returning a fresh module.
         input_shape: shape of the whole input, e.g. ``(128, 3, 224, 224)``.
-        device: ``"cpu"``, ``"cuda"`` or ``"simulated"``.
         autocast_dtype: autocast's dtype, or ``None`` for no autocast.
         num_classes: add a cross-entropy loss over this many classes (``None``: none).
         input_requires_grad: the input requires grad, as an activation does.
 
-    Returns:
-        ``{dtype: bytes}`` of the saved storages.
-
     Raises:
-        ValueError: for another device.
+        ValueError: for a device other than ``"cpu"``, ``"cuda"`` or ``"simulated"``.
     """
     if device not in ("cpu", "cuda", "simulated"):
         raise ValueError(f"device must be 'cpu', 'cuda' or 'simulated', got {device!r}")

@@ -1,12 +1,5 @@
-"""Activation memory of transformers: a block tensor by tensor, formulas, and remedies (lesson 08).
-
-:func:`gpt_block_kept` lists what one GPT block keeps (equal to the engine's
-:func:`measure_blocks`, byte for byte, in the tests);
-:func:`korthikanti_layer_bytes` is the published formula (Korthikanti et al.
-2022, arXiv:2205.05198, section 4.1) term by term (:data:`KORTHIKANTI_TERMS`);
-:func:`transformer_step` is lesson 08's widget's step;
-:func:`chunked_cross_entropy` and :func:`kv_cache_bytes_per_token`.
-Sizes in bytes; 1 GB = 10**9 bytes.
+"""Activation memory of transformers: a block tensor by tensor (:func:`gpt_block_kept`, :func:`measure_blocks`), the
+published formula (:func:`korthikanti_layer_bytes`), and remedies (lesson 08).  Sizes in bytes; 1 GB = 10**9 bytes.
 """
 
 from __future__ import annotations
@@ -23,9 +16,8 @@ from .config import StepConfig, check_int
 from .step import StepRunner
 from .techniques.checkpointing import CHECKPOINT_POLICIES, checkpoint_blocks
 
-#: Korthikanti et al. 2022 (arXiv:2205.05198), section 4.1: what one transformer
-#: layer stores, in bytes, with 16-bit activations and 1-byte dropout masks, as
-#: (tensor, coefficient of s·b·h, coefficient of a·s²·b).  They sum to 34 and 5.
+#: Korthikanti et al. 2022 (arXiv:2205.05198), section 4.1: what one transformer layer stores, in bytes, with 16-bit
+#: activations and 1-byte dropout masks, as (tensor, coefficient of s·b·h, coefficient of a·s²·b); they sum to 34 and 5.
 KORTHIKANTI_TERMS = (
     ("LayerNorm 1 input", 2, 0),
     ("QKV projection input", 2, 0),
@@ -45,11 +37,8 @@ KORTHIKANTI_TERMS = (
 
 
 def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
-    """Activation bytes of one transformer layer (Korthikanti et al. 2022, eq. 1): 34·s·b·h + 5·a·s²·b.
-
-    It assumes 16-bit activations, dropout (1-byte masks), attention keeping the
-    a·s² scores, no tensor parallelism (the Ultra-Scale Playbook multiplies it
-    by the layers).
+    """Activation bytes of one transformer layer (Korthikanti et al. 2022, eq. 1): 34·s·b·h + 5·a·s²·b, for 16-bit
+    activations, dropout (1-byte masks), attention keeping the a·s² scores and no tensor parallelism.
 
     Raises:
         ValueError: for a size below 1.
@@ -61,13 +50,8 @@ def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> in
 
 @dataclass(frozen=True)
 class Kept:
-    """One tensor a block keeps for backward (or alive while needed).
-
-    Attributes:
-        name: what it is (``"softmax output (the scores)"``).
-        shape, dtype: its shape and dtype.
-        paper: its :data:`KORTHIKANTI_TERMS` entry, or ``""`` when the paper does not count it.
-    """
+    """One tensor a block keeps for backward (or alive while needed): ``name`` (``"softmax output (the scores)"``),
+    ``shape``, ``dtype``, and ``paper``, its :data:`KORTHIKANTI_TERMS` entry (``""``: the paper does not count it)."""
 
     name: str
     shape: tuple[int, ...]
@@ -118,26 +102,20 @@ def kept_by_group(kept: list[Kept]) -> dict[str, int]:
 
 def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool = False,
                    attention: str = "math", dropout: bool = False) -> list[Kept]:
-    """What one block of :class:`helpers.models.gpt.GPT` keeps, tensor by tensor.
+    """What one block of :class:`helpers.models.gpt.GPT` keeps: :class:`Kept`, in the order the forward pass makes them.
 
-    From what each operation saves on a CUDA GPU (``tools/autograd/derivatives.yaml``;
-    the math kernel of ``aten/src/ATen/native/transformers/attention.cpp``): every
-    storage made in the block and alive at the end of the forward pass, its
-    output included (the next block's LayerNorm input, in the paper) and, under
-    AMP, autocast's cached 16-bit weights.  The sum equals :func:`measure_blocks`.
+    From what each operation saves on a CUDA GPU (``tools/autograd/derivatives.yaml``; the math kernel of
+    ``aten/src/ATen/native/transformers/attention.cpp``): every storage made in the block and alive at the end of the
+    forward pass, its output included (the next block's LayerNorm input, in the paper) and, under AMP, autocast's
+    cached 16-bit weights.  The sum equals :func:`measure_blocks`.
 
     Args:
         batch, seq, hidden, heads: b, s, h, a (``hidden`` a multiple of ``heads``).
-        amp: float16 autocast, as CUDA's lists say; else float32.
+        amp, dropout: float16 autocast, as CUDA's lists say (else float32); dropout before each residual sum.
         attention: ``"math"`` (keeps the a·s² scores) or ``"flash"``.
-        dropout: dropout before each residual sum (1-byte masks).
-
-    Returns:
-        A list of :class:`Kept`, in the order the forward pass makes them.
 
     Raises:
-        ValueError: for a size below 1, ``hidden`` not a multiple of ``heads``,
-            or another kernel.
+        ValueError: for a size below 1, ``hidden`` not a multiple of ``heads``, or another kernel.
     """
     for name, value in (("batch", batch), ("seq", seq), ("hidden", hidden), ("heads", heads)):
         check_int(name, value, 1)
@@ -154,9 +132,8 @@ def gpt_block_kept(batch: int, seq: int, hidden: int, heads: int, *, amp: bool =
         Kept("QKV projection input (LayerNorm 1 output)", (b, s, h), w, "QKV projection input"),
     ]
     if attention == "math":
-        # The math kernel computes in float32 (it upcasts 16-bit inputs), and its
-        # matmuls keep their operands: the scaled q, the scaled k transposed, the
-        # softmax output (also the left operand of the second matmul), and v.
+        # The math kernel computes in float32 (it upcasts 16-bit inputs), and its matmuls keep their operands: the
+        # scaled q, the scaled k transposed, the softmax output (also the left operand of the second matmul), and v.
         kept += [
             Kept("q, scaled (float32)", (b, a, s, d), f32, "Q and K (for QK^T)"),
             Kept("k transposed, scaled (float32)", (b, a, d, s), f32, "Q and K (for QK^T)"),
@@ -198,23 +175,13 @@ def kept_bytes(kept: list[Kept]) -> int:
 
 def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention: str = "math",
                    policy: str = "none") -> list[int]:
-    """Bytes each block keeps at the end of its forward pass, measured by the engine.
+    """Bytes each block keeps at the end of its forward pass, measured by the engine: one figure per block.
 
-    ``build()``'s forward on ``(batch, seq)`` token ids on the simulated GPU, as
-    :class:`helpers.step.StepRunner` runs it; block i's figure is the growth of
-    allocated bytes from block i-1's return to its own: what it keeps, and its output.
-
-    Args:
-        build: returns a model with ``blocks`` and ``config.vocab_size`` (a
-            :class:`helpers.models.gpt.GPT` or :class:`helpers.models.llama.Llama`),
-            built on ``meta``.
-        batch, seq: the token ids' shape.
-        amp: float16 autocast.
-        attention: the simulated kernel (:data:`helpers.config.ATTENTION`).
-        policy: one of :data:`CHECKPOINT_POLICIES`.
-
-    Returns:
-        One figure per block, in bytes.
+    ``build()`` returns a model with ``blocks`` and ``config.vocab_size`` (a :class:`helpers.models.gpt.GPT` or
+    :class:`helpers.models.llama.Llama`), built on ``meta``; its forward runs on ``(batch, seq)`` token ids on the
+    simulated GPU as :class:`helpers.step.StepRunner` runs it, with float16 autocast if ``amp``, the simulated kernel
+    ``attention`` (:data:`helpers.config.ATTENTION`) and checkpointing ``policy`` (:data:`CHECKPOINT_POLICIES`).  Block
+    i's figure is the growth of allocated bytes from block i-1's return to its own: what it keeps, and its output.
 
     Raises:
         ValueError: for bad sizes, an unknown kernel or policy.
@@ -243,20 +210,15 @@ def measure_blocks(build, batch: int, seq: int, *, amp: bool = False, attention:
 
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                           chunks: int) -> torch.Tensor:
-    """Mean next-token cross-entropy of ``hidden @ weight.T``, a chunk of tokens at a time.
+    """Mean next-token cross-entropy of ``hidden @ weight.T`` (a scalar), a chunk of tokens at a time.
 
-    Each chunk's logits are reduced and dropped, and recomputed in backward
-    (``torch.utils.checkpoint``): at most one chunk's logits are alive (the idea
-    of Liger Kernel's and torchtune's chunked losses, in plain PyTorch).
+    Each chunk's logits are reduced and dropped, and recomputed in backward (``torch.utils.checkpoint``): at most one
+    chunk's logits are alive (the idea of Liger Kernel's and torchtune's chunked losses, in plain PyTorch).
 
     Args:
-        hidden: ``(tokens, h)`` (or ``(batch, seq, h)``) final hidden states.
-        weight: the output head's ``(vocab, h)`` weight.
-        targets: ``(tokens,)`` (or ``(batch, seq)``) int64 token ids.
-        chunks: how many pieces the tokens are split into.
-
-    Returns:
-        The mean loss over all tokens (a scalar).
+        hidden, targets: ``(tokens, h)`` final hidden states and ``(tokens,)`` int64 token ids (or ``(batch, seq, h)``
+            and ``(batch, seq)``).
+        weight, chunks: the output head's ``(vocab, h)`` weight; how many pieces the tokens are split into.
 
     Raises:
         ValueError: for ``chunks`` below 1 or more than the tokens, or shapes that disagree.
@@ -329,12 +291,9 @@ def _preset_at(model: str, seq: int, policy: str):
 
 @dataclass(frozen=True)
 class TransformerBuilder:
-    """Builds a model of :func:`transformer_presets` with a checkpointing ``policy`` applied.
-
-    A function of no arguments for :attr:`helpers.config.StepConfig.model`,
-    equal (and hashing equal) for equal configurations, so traces can be cached.
-    ``config`` is a ``GPTConfig`` or ``LlamaConfig``.
-    """
+    """Builds a model of :func:`transformer_presets` (``config``: a ``GPTConfig`` or ``LlamaConfig``) with a
+    checkpointing ``policy`` applied: a function of no arguments for :attr:`helpers.config.StepConfig.model`, equal (and
+    hashing equal) for equal configurations, so traces can be cached."""
 
     config: object
     policy: str = "none"
@@ -345,22 +304,18 @@ class TransformerBuilder:
 
 def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
                      policy: str = "none", optimizer: str = "adam") -> StepConfig:
-    """The steady-state training step of lesson 08's widget, as a :class:`helpers.config.StepConfig`.
-
-    Simulated; its ``peak_allocated_bytes`` is what must fit (:func:`helpers.gpus.judge`).
+    """The steady-state training step of lesson 08's widget, simulated, as a :class:`helpers.config.StepConfig` (its
+    ``peak_allocated_bytes`` is what must fit, :func:`helpers.gpus.judge`).
 
     Args:
-        model: a name of :func:`transformer_presets` (GPT-2 gets ``seq``
-            positions when ``seq`` is past 1024, so more parameters).
+        model: a name of :func:`transformer_presets` (GPT-2 gets ``seq`` positions past 1024, so more parameters).
         seq, batch: tokens per sequence, sequences per batch.
-        amp: float16 autocast (with a GradScaler).
-        attention: ``"math"``, ``"flash"`` or ``"efficient"``.
-        policy: every block's checkpointing policy (:data:`CHECKPOINT_POLICIES`).
-        optimizer: one of :data:`helpers.config.OPTIMIZERS`.
+        amp, attention: float16 autocast (with a GradScaler); ``"math"``, ``"flash"`` or ``"efficient"``.
+        policy, optimizer: every block's checkpointing policy (:data:`CHECKPOINT_POLICIES`); one of
+            :data:`helpers.config.OPTIMIZERS`.
 
     Raises:
-        ValueError: for an unknown model or policy, a size below 1, a sequence
-            past Llama's context, or an option StepConfig refuses.
+        ValueError: for an unknown model or policy, a size below 1, a sequence past Llama's context, or as StepConfig.
     """
     config = _preset_at(model, seq, policy)
     return StepConfig(model=TransformerBuilder(config, policy), name=model, batch_size=batch, seq_len=seq,

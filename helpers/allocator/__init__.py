@@ -1,12 +1,6 @@
-"""A model of PyTorch's CUDA caching allocator (lesson 06).
-
-* :mod:`helpers.allocator.rules`: the size rules, named as in
-  ``c10/cuda/CUDACachingAllocator.cpp``;
-* :mod:`helpers.allocator.settings`: its options (``PYTORCH_CUDA_ALLOC_CONF``);
-* :mod:`helpers.allocator.model`: the allocator itself: segments, blocks,
-  ``malloc``, ``free``, ``empty_cache``, snapshots;
-* :mod:`helpers.allocator.replay`: a step's allocation log replayed through it:
-  reserved memory, fragmentation, does it fit a card.
+"""A model of PyTorch's CUDA caching allocator (lesson 06): its size rules (:mod:`helpers.allocator.rules`), options
+(:mod:`helpers.allocator.settings`), the allocator itself (:mod:`helpers.allocator.model`), and a step's allocation log
+replayed through it (:mod:`helpers.allocator.replay`).
 """
 
 from .model import AllocatorOutOfMemory, CachingAllocator

@@ -1,47 +1,35 @@
 """A model of PyTorch's CUDA caching allocator: segments, blocks, reserved memory (lesson 06).
 
-Each rule is a function or branch of ``DeviceCachingAllocator`` in
-``c10/cuda/CUDACachingAllocator.cpp``, named where it is used:
+Each rule is a function or branch of ``DeviceCachingAllocator`` in ``c10/cuda/CUDACachingAllocator.cpp``, named where
+it is used:
 
-1. ``round_size``: a request is rounded up to a multiple of 512 bytes (with
-   ``roundup_power2_divisions``, to the next of that many steps between two
-   powers of two).  A 0-byte tensor allocates nothing; 1 EB or more fails at once.
-2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest to
-   the *large* pool; a block never moves between pools.
-3. ``get_allocation_size``: a new *segment* from the driver is 2 MiB for a
-   small request, 20 MiB for a request under 10 MiB, else the request rounded
-   up to 2 MiB.
-4. ``get_free_block``: best fit, the smallest large-enough free block of the
-   pool (lowest address among equals).  With ``max_split_size_mb``, a request
-   below it never takes a block at or above it, and a larger request takes
-   one only if it is less than ``max_non_split_rounding_mb`` (20 MiB) larger.
-5. ``should_split``: the rest of a block is split off if it is at least 512
-   bytes (small pool, or expandable segments), or more than 1 MiB and the
-   request is below ``max_split_size`` (large pool).  An unsplit rest stays in
-   the allocated block and counts in ``memory_allocated()``.
+1. ``round_size``: a request is rounded up to a multiple of 512 bytes (with ``roundup_power2_divisions``, to the next
+   of that many steps between two powers of two).  A 0-byte tensor allocates nothing; 1 EB or more fails at once.
+2. ``get_pool``: requests of at most 1 MiB go to the *small* pool, the rest to the *large*; blocks never change pool.
+3. ``get_allocation_size``: a new *segment* from the driver is 2 MiB for a small request, 20 MiB for a request under
+   10 MiB, else the request rounded up to 2 MiB.
+4. ``get_free_block``: best fit, the smallest large-enough free block of the pool (lowest address among equals).  With
+   ``max_split_size_mb``, a request below it never takes a block at or above it, and a larger request takes one only
+   if it is less than ``max_non_split_rounding_mb`` (20 MiB) larger.
+5. ``should_split``: the rest of a block is split off if it is at least 512 bytes (small pool, or expandable segments),
+   or more than 1 MiB and the request is below ``max_split_size`` (large pool).  An unsplit rest stays in the
+   allocated block and counts in ``memory_allocated()``.
 6. ``free_block``: a freed block merges with free neighbours of its segment.
-7. ``alloc_block``: a new segment fails when it would take reserved memory
-   past the capacity (or ``set_per_process_memory_fraction``).
-8. ``malloc``: then the allocator frees cached oversize blocks
-   (``release_available_cached_blocks``, only with ``max_split_size_mb``), then
-   every free whole segment (``release_cached_blocks``), retrying after each;
-   then it raises out of memory.
-9. ``empty_cache`` (``release_cached_blocks``): segments with no allocated
-   block go back to the driver; a segment with one live block stays whole.
-10. ``expandable_segments:True`` (``try_allocate_expandable_block``,
-    ``find_expandable_block``, ``map_block``, ``unmap_block``): one segment per
-    pool, with addresses for 1 1/8 of the GPU's memory, grows by mapping pages
-    (2 MiB small, 20 MiB large) at the lowest address where free and unmapped
-    space fit the request; blocks split whenever the rest is at least 512
-    bytes; ``empty_cache`` unmaps every free page; the snapshot has one entry
-    per contiguous mapped range.
+7. ``alloc_block``: a new segment fails if it would take reserved memory past the capacity (or the memory fraction).
+8. ``malloc``: then the allocator frees cached oversize blocks (``release_available_cached_blocks``, only with
+   ``max_split_size_mb``), then every free whole segment (``release_cached_blocks``), retrying after each; then it
+   raises out of memory.
+9. ``empty_cache`` (``release_cached_blocks``): segments with no allocated block (and only they) go back to the driver.
+10. ``expandable_segments:True`` (``try_allocate_expandable_block``, ``find_expandable_block``, ``map_block``,
+    ``unmap_block``): one segment per pool, with addresses for 1 1/8 of the GPU's memory, grows by mapping pages (2 MiB
+    small, 20 MiB large) at the lowest address where free and unmapped space fit the request; blocks split whenever the
+    rest is at least 512 bytes; ``empty_cache`` unmaps every free page; the snapshot has one entry per contiguous
+    mapped range.
 
-Not modelled: streams and their events (every free is immediate), CUDA graph
-pools, the options :class:`~helpers.allocator.settings.AllocatorSettings`
-refuses, and memory kernels allocate outside tensors.  Addresses are the
-model's own, ascending, unless ``segment_addresses`` gives the driver's (rule 4
-breaks ties by address, so where the driver puts a segment can change which
-block a later request takes, and with it reserved memory).  All sizes are bytes.
+All sizes are bytes.  Not modelled: streams and their events (every free is immediate), CUDA graph pools, the options
+:class:`~helpers.allocator.settings.AllocatorSettings` refuses, and memory kernels allocate outside tensors.  Addresses
+are the model's own, ascending, unless ``segment_addresses`` gives the driver's (rule 4 breaks ties by address, so where
+the driver puts a segment can change which block a later request takes, and with it reserved memory).
 """
 
 from __future__ import annotations
@@ -54,8 +42,7 @@ from ..units import cuda_size
 from .rules import K_LARGE_BUFFER, K_SMALL_BUFFER, K_SMALL_SIZE, get_allocation_size, round_size, round_up, should_split
 from .settings import AllocatorSettings
 
-#: Where the model puts segments: each new one starts at the next multiple of
-#: this, so that addresses are readable (the real ones are the driver's).
+#: Where the model puts segments: each new one at the next multiple of this (readable; real ones are the driver's).
 _ADDRESS_STEP = 2**40
 
 #: ``one_exa_bytes``: requests of this many bytes or more fail at once.
@@ -63,13 +50,9 @@ _ONE_EXA_BYTES = 2**60
 
 
 class AllocatorOutOfMemory(MemoryError):
-    """A request the simulated GPU cannot serve, with the allocator's figures.
-
-    Attributes:
-        requested: the bytes asked for from the driver ("Tried to allocate").
-        allocated, reserved: bytes at the moment of the failure.
-        largest_free: the largest free cached block, in bytes.
-    """
+    """A request the simulated GPU cannot serve, with the allocator's figures in bytes: ``requested`` from the driver
+    ("Tried to allocate"), ``allocated`` and ``reserved`` at the failure, and ``largest_free``, the largest free
+    cached block."""
 
     def __init__(self, message: str, requested: int, allocated: int, reserved: int, largest_free: int):
         super().__init__(message)
@@ -81,11 +64,9 @@ class Block:
     """A contiguous range of one segment: allocated to one tensor, free, or unmapped.
 
     Attributes:
-        address: where it starts (the model's address space).
-        size: bytes.
+        address, size: where it starts (the model's address space) and its bytes.
         segment: the :class:`Segment` it belongs to (None for a 0-byte tensor's empty block).
-        allocated: in use by a tensor.
-        requested: bytes the tensor asked for, not rounded (``requested_size``).
+        allocated, requested: in use by a tensor, and the bytes that tensor asked for, not rounded (``requested_size``).
         serial: the engine's storage serial it holds (None when free).
         mapped: backed by memory (False only inside an expandable segment).
     """
@@ -101,14 +82,9 @@ class Block:
 
 @dataclass(eq=False)
 class Segment:
-    """Memory obtained from the driver in one piece (``cudaMalloc``), or one expandable segment.
-
-    Attributes:
-        address: its first byte.
-        small: in the small pool (requests of at most 1 MiB).
-        expandable: an expandable segment (rule 10).
-        blocks: its blocks, in address order, covering it without gaps.
-    """
+    """Memory obtained from the driver in one piece (``cudaMalloc``), or one ``expandable`` segment (rule 10): its first
+    byte ``address``, ``small`` (in the small pool: requests of at most 1 MiB), and its ``blocks``, in address order,
+    covering it without gaps."""
 
     address: int
     small: bool
@@ -125,36 +101,28 @@ class CachingAllocator:
     """The caching allocator of one GPU, one stream: ``malloc``, ``free``, ``empty_cache``.
 
     Args:
-        capacity: bytes the allocator may reserve (the GPU's memory less the CUDA
-            context); ``None``: unlimited.
+        capacity: bytes the allocator may reserve (the GPU's memory less the CUDA context); ``None``: unlimited.
         settings: :class:`AllocatorSettings`, or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
-        total_memory: the GPU's memory in bytes (``totalGlobalMem``), for
-            expandable segments' address space and the memory fraction; default
-            the capacity (with neither: 1 TiB of addresses).
-        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: a segment
-            is refused when reserved memory plus its ``get_allocation_size`` would
-            pass this fraction of ``total_memory`` (``alloc_block``'s check);
+        total_memory: the GPU's memory in bytes (``totalGlobalMem``), for expandable segments' address space and the
+            memory fraction; default the capacity (with neither: 1 TiB of addresses).
+        memory_fraction: ``torch.cuda.set_per_process_memory_fraction``: a segment is refused when reserved memory
+            plus its ``get_allocation_size`` would pass this fraction of ``total_memory`` (``alloc_block``'s check);
             ``None``: the settings' ``per_process_memory_fraction``, if any.
-        segment_addresses: the address of each new segment, in the order they are
-            opened, as a real GPU's snapshot records them (its ``segment_alloc``
-            events); once they run out, the model's own.  Default: the model's own.
+        segment_addresses: the address of each new segment, in the order they are opened, as a real GPU's snapshot
+            records them (its ``segment_alloc`` events); after them, and by default, the model's own.
 
     Attributes:
         allocated: bytes in allocated blocks (``torch.cuda.memory_allocated()``).
         requested: bytes the live tensors asked for, rounded to 512 (the engine's count).
         reserved: bytes held from the driver (``torch.cuda.memory_reserved()``).
-        peak_allocated, peak_reserved: their highest values so far.
-        segments: the live :class:`Segment` objects.
-        trace: every action, shaped like ``torch.cuda.memory._snapshot()``'s
-            ``device_traces`` entries: ``action`` (``alloc``, ``free_completed``,
-            ``segment_alloc``, ``segment_free``, ``segment_map``, ``segment_unmap``,
+        peak_allocated, peak_reserved, segments: their highest values so far; the live :class:`Segment` objects.
+        trace: every action, shaped like ``torch.cuda.memory._snapshot()``'s ``device_traces`` entries: ``action``
+            (``alloc``, ``free_completed``, ``segment_alloc``, ``segment_free``, ``segment_map``, ``segment_unmap``,
             ``oom``), ``addr``, ``size``, and ``serial`` (the engine's storage).
-        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: as in
-            ``torch.cuda.memory_stats()``.
+        num_alloc_retries, num_ooms, num_device_alloc, num_device_free: as in ``torch.cuda.memory_stats()``.
 
     Raises:
-        ValueError: for a capacity or total memory that is not a positive number
-            of bytes, or a bad fraction.
+        ValueError: for a capacity or total memory that is not a positive number of bytes, or a bad fraction.
     """
 
     def __init__(self, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
@@ -183,13 +151,11 @@ class CachingAllocator:
 
     # -- the public operations -----------------------------------------------------
     def malloc(self, nbytes: int, serial: int | None = None) -> Block:
-        """Allocate a block for a tensor of ``nbytes`` bytes (``DeviceCachingAllocator::malloc``).
-
-        A 0-byte tensor gets an empty block outside every segment, as in PyTorch.
+        """Allocate a block for a tensor of ``nbytes`` bytes (``DeviceCachingAllocator::malloc``); a 0-byte tensor gets
+        an empty block outside every segment, as in PyTorch.
 
         Raises:
-            AllocatorOutOfMemory: when no cached block fits and the capacity is
-                reached, or at once for 1 EB (2**60 bytes) or more.
+            AllocatorOutOfMemory: when no cached block fits and the capacity is reached (at once from 2**60 bytes).
         """
         if nbytes >= _ONE_EXA_BYTES:  # NativeCachingAllocator::allocate's check, before anything else
             raise AllocatorOutOfMemory("Simulated CUDA out of memory. Tried to allocate more than 1EB memory.",
@@ -263,11 +229,8 @@ class CachingAllocator:
         return max((b.size for s in self.segments for b in s.blocks if b.mapped and not b.allocated), default=0)
 
     def describe(self) -> str:
-        """The segments and their blocks as text, one segment per line, in address order.
-
-        Each block is ``[size state]``: ``allocated`` (with the tensor's size when
-        the block is larger: an unsplit rest) or ``free``; unmapped parts are left out.
-        """
+        """The segments and their blocks as text, one segment per line, in address order: each block ``[size state]``,
+        ``allocated`` (and the tensor's size if smaller: an unsplit rest) or ``free``; unmapped parts left out."""
         lines = []
         for s in sorted(self.segments, key=lambda s: s.address):
             parts = []
@@ -285,12 +248,10 @@ class CachingAllocator:
     def snapshot(self) -> list[dict]:
         """The segments, shaped like ``torch.cuda.memory._snapshot()["segments"]``, in address order.
 
-        Each segment: ``address``, ``total_size``, ``allocated_size``,
-        ``segment_type`` (``"small"``/``"large"``), ``is_expandable``, and ``blocks``
-        (``address``, ``size``, ``requested_size``, ``state``: ``"active_allocated"``
-        or ``"inactive"``, ``serial``).  An expandable segment gives one entry per
-        contiguous mapped range, as PyTorch's ``snapshot()`` does.
-        """
+        Each segment: ``address``, ``total_size``, ``allocated_size``, ``segment_type`` (``"small"``/``"large"``),
+        ``is_expandable``, and ``blocks`` (``address``, ``size``, ``requested_size``, ``state``: ``"active_allocated"``
+        or ``"inactive"``, ``serial``).  An expandable segment gives one entry per contiguous mapped range, as
+        PyTorch's ``snapshot()`` does."""
         out = []
         for s in self.segments:
             runs: list[list[Block]] = [[]]
@@ -317,9 +278,7 @@ class CachingAllocator:
         if not candidates:
             return None
         if self.settings.expandable_segments:
-            # An expandable segment's block that unmapped space follows counts as
-            # large as it could grow: a larger candidate that cannot grow as far
-            # is taken instead.
+            # A block that unmapped space follows counts as large as it can grow: a larger one that cannot wins.
             fits = sorted(candidates, key=lambda b: (b.size, b.address))
             i = 0
             while i + 1 < len(fits) and self._expandable_size(fits[i + 1]) < self._expandable_size(fits[i]):
@@ -451,12 +410,9 @@ class CachingAllocator:
     def _expand(self, size: int, small: bool) -> Block | None:
         """Rule 10, ``try_allocate_expandable_block``: map pages at the lowest address where the request fits.
 
-        ``find_expandable_block``: the first unmapped range (pool's expandable
-        segments in address order) that, with a free block just before it and the
-        free or unmapped blocks after it, holds ``size`` bytes; else a new segment.
-        Only the missing pages are mapped (``map_block``, all or none); pages an
-        earlier ``map_block`` mapped stay mapped.
-        """
+        ``find_expandable_block``: the first unmapped range (the pool's expandable segments in address order) that,
+        with a free block just before it and the free or unmapped blocks after it, holds ``size`` bytes; else a new
+        segment.  Only the missing pages are mapped (``map_block``, all or none); pages mapped earlier stay mapped."""
         segments = sorted((s for s in self.segments if s.expandable and s.small == small), key=lambda s: s.address)
         candidate = None
         for seg in segments:
@@ -489,7 +445,8 @@ class CachingAllocator:
         return candidate
 
     def _map_block(self, block: Block, nbytes: int) -> Block | None:
-        """``map_block``: map the whole pages under the first ``nbytes`` of ``block``, merged with free neighbours; None when they do not fit."""
+        """``map_block``: map the whole pages under the first ``nbytes`` of ``block``, merged with free neighbours; None
+        when they do not fit."""
         seg, page = block.segment, self._page(block.segment.small)
         take = min(-(-nbytes // page) * page, block.size)
         if not self._fits_capacity(take):

@@ -1,9 +1,5 @@
-"""Replaying an allocation log through the :class:`~helpers.allocator.model.CachingAllocator` (lesson 06).
-
-:func:`replay` gives allocated and reserved bytes after every entry of a step's
-log; :func:`replay_on_gpu` asks whether the step fits a card, reserved memory
-and all; :func:`smallest_capacity` finds the least memory it replays in.
-All sizes are bytes.
+"""Replaying an allocation log through the :class:`~helpers.allocator.model.CachingAllocator` (lesson 06): reserved
+memory, whether a step fits a card, the least memory it replays in.  All sizes are bytes.
 """
 
 from __future__ import annotations
@@ -23,11 +19,9 @@ class Replay:
     """Allocated and reserved bytes after every entry of an allocation log.
 
     Attributes:
-        settings: the allocator's options.
+        settings: the allocator's options; allocator: the :class:`CachingAllocator` in its final state.
         allocated, reserved, requested: bytes after each log entry (lists as long as the log).
-        allocator: the :class:`CachingAllocator` in its final state.
-        failed_at: index of the entry that ran out of memory, or None.
-        error: that :class:`AllocatorOutOfMemory`, or None.
+        failed_at, error: the index of the entry that ran out of memory and its :class:`AllocatorOutOfMemory`, or None.
     """
 
     settings: AllocatorSettings
@@ -55,7 +49,8 @@ class Replay:
                    if e["action"] in ("segment_alloc", "segment_map"))
 
     def trace_position(self, index: int) -> int:
-        """The position in ``allocator.trace`` at which log entry ``index`` (up to the log's length) begins: where a plot marks it."""
+        """The position in ``allocator.trace`` at which log entry ``index`` (up to the log's length) begins: where a
+        plot marks it."""
         return self._trace_at(index)
 
     def _trace_at(self, index: int | None) -> int | None:
@@ -65,22 +60,16 @@ class Replay:
 def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettings | str | None = None,
            empty_cache_at: Iterable[int] = (), total_memory: int | None = None,
            segment_addresses: Iterable[int] | None = None) -> Replay:
-    """Replay an allocation log through a :class:`CachingAllocator`.
+    """Replay an allocation log through a :class:`CachingAllocator`: a :class:`Replay`, stopped at an out of memory
+    with ``failed_at`` and ``error`` set (it does not raise).
 
     Args:
-        log: entries whose first three fields are ``(serial, kind, nbytes)``
-            (:attr:`helpers.record.StepProfile.allocation_log`); ``kind``
-            ``"alloc"``, ``"free"`` or ``"resize"`` (the new block allocated
-            before the old is freed, as ``resize_`` copies).
-        capacity, total_memory: as for :class:`CachingAllocator`.
-        settings: :class:`AllocatorSettings` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
+        log: entries starting ``(serial, kind, nbytes)`` (:attr:`helpers.record.StepProfile.allocation_log`); ``kind``
+            ``"alloc"``, ``"free"`` or ``"resize"`` (the new block allocated before the old is freed, like ``resize_``).
+        capacity, total_memory, settings: as for :class:`CachingAllocator`.
         empty_cache_at: log indices before which ``torch.cuda.empty_cache()`` runs.
-        segment_addresses: where the driver put each new segment, in order (a real
-            snapshot's ``segment_alloc`` addresses); default the model's own.
-
-    Returns:
-        a :class:`Replay`, stopped at an out of memory with ``failed_at`` and
-        ``error`` set (it does not raise).
+        segment_addresses: where the driver put each new segment, in order (a real snapshot's ``segment_alloc``
+            addresses); default the model's own.
 
     Raises:
         ValueError: for an entry of unknown kind or a free of a storage never allocated.
@@ -128,11 +117,9 @@ def replay(log: Iterable, capacity: int | None = None, settings: AllocatorSettin
 
 def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | str | None = None,
                   context: int = CUDA_CONTEXT_BYTES) -> Replay:
-    """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?
-
-    The allocator may reserve ``gpu_bytes`` less ``context`` (default
-    :data:`helpers.gpus.CUDA_CONTEXT_BYTES`), freeing its cache and retrying
-    before it fails, so the step fits exactly when ``error`` is None.
+    """Replay a log as on a GPU of ``gpu_bytes``: does the step fit, reserved memory and all?  The allocator may reserve
+    ``gpu_bytes`` less ``context``, freeing its cache and retrying before it fails, so the step fits exactly when
+    ``error`` is None.
 
     Raises:
         ValueError: when the context leaves no memory, or as :func:`replay` does.
@@ -144,9 +131,8 @@ def replay_on_gpu(log: Iterable, gpu_bytes: int, settings: AllocatorSettings | s
 
 def smallest_capacity(log: Iterable, settings: AllocatorSettings | str | None = None, start: int = 0,
                       step: int = K_ROUND_LARGE, limit: int = 2**50) -> int:
-    """The first capacity, from ``start`` upward in steps of ``step`` bytes (default 2 MiB), at which ``log`` replays.
-
-    A scan, not a bisection: success need not be monotonic in the capacity.
+    """The first capacity, from ``start`` upward in steps of ``step`` bytes (default 2 MiB), at which ``log`` replays
+    (a scan, not a bisection: success need not be monotonic in the capacity).
 
     Raises:
         ValueError: for a step that is not positive, or when nothing up to ``limit`` bytes works.

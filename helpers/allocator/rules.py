@@ -1,7 +1,5 @@
-"""The CUDA caching allocator's size rules, once, named as in ``c10/cuda/CUDACachingAllocator.cpp``.
-
-The engine's count uses :func:`round_up`; the allocator model and lesson
-00's size table use the rest.  All sizes are bytes.
+"""The CUDA caching allocator's size rules, once, named as in ``c10/cuda/CUDACachingAllocator.cpp`` (sizes in bytes):
+the engine's count uses :func:`round_up`, the allocator model and lesson 00's size table the rest.
 """
 
 from __future__ import annotations
@@ -28,11 +26,9 @@ def round_up(nbytes: int, block: int = K_MIN_BLOCK) -> int:
 
 
 def round_size(nbytes: int, divisions: int = 0) -> int:
-    """``round_size``: a request rounded up to a multiple of 512 bytes, at least 512.
-
-    With ``divisions`` (``roundup_power2_divisions``), a request above ``512 *
-    divisions`` goes to the next of ``divisions`` steps between two powers of two
-    (``roundup_power2_next_division``): 84 MiB with 4 takes 96 MiB.
+    """``round_size``: a request rounded up to a multiple of 512 bytes, at least 512; with ``divisions``
+    (``roundup_power2_divisions``), a request above ``512 * divisions`` goes to the next of ``divisions`` steps between
+    two powers of two (``roundup_power2_next_division``): 84 MiB with 4 takes 96 MiB.
 
     Raises:
         ValueError: for a negative size.
@@ -54,11 +50,8 @@ def round_size(nbytes: int, divisions: int = 0) -> int:
 
 
 def get_allocation_size(size: int) -> int:
-    """``get_allocation_size``: bytes of the segment that a rounded request of ``size`` opens.
-
-    2 MiB for a small request (at most 1 MiB), 20 MiB for one below 10 MiB,
-    else the request rounded up to 2 MiB.
-    """
+    """``get_allocation_size``: bytes of the segment that a rounded request of ``size`` opens: 2 MiB for a small
+    request (at most 1 MiB), 20 MiB for one below 10 MiB, else the request rounded up to 2 MiB."""
     if size <= K_SMALL_SIZE:
         return K_SMALL_BUFFER
     if size < K_MIN_LARGE_ALLOC:
@@ -68,12 +61,9 @@ def get_allocation_size(size: int) -> int:
 
 def should_split(size: int, block_size: int, small: bool, max_split_size: int = 2**63,
                  expandable: bool = False) -> bool:
-    """``should_split``: whether the rest of a ``block_size`` block serving a rounded ``size`` is split off.
-
-    Small pool (or expandable segments): a rest of at least 512 bytes.  Large
-    pool: *more than* 1 MiB, for requests below ``max_split_size``.  An unsplit
-    rest counts in ``memory_allocated()``.
-    """
+    """``should_split``: whether the rest of a ``block_size`` block serving a rounded ``size`` is split off: in the
+    small pool (or expandable segments) a rest of at least 512 bytes, in the large pool one of *more than* 1 MiB, for
+    requests below ``max_split_size``.  An unsplit rest counts in ``memory_allocated()``."""
     rest = block_size - size
     if small or expandable:
         return rest >= K_MIN_BLOCK
@@ -81,9 +71,8 @@ def should_split(size: int, block_size: int, small: bool, max_split_size: int = 
 
 
 def allocation_size(nbytes: int) -> int:
-    """Bytes the allocator asks the driver for when no cached block fits (CUDA's "Tried to allocate").
-
-    :func:`get_allocation_size` of :func:`round_size`: ``allocation_size(49 * MiB) == 50 * MiB``.
+    """Bytes the allocator asks the driver for when no cached block fits (CUDA's "Tried to allocate"):
+    :func:`get_allocation_size` of :func:`round_size`, ``allocation_size(49 * MiB) == 50 * MiB``.
 
     Raises:
         ValueError: if ``nbytes`` is negative.
@@ -92,11 +81,9 @@ def allocation_size(nbytes: int) -> int:
 
 
 def block_bytes(nbytes: int, free_block: int | None = None) -> int:
-    """Bytes of ``memory_allocated()`` a request of ``nbytes`` occupies.
-
-    Served by a ``free_block`` (default a new segment of :func:`allocation_size`)
-    split only as :func:`should_split` says: a 49 MiB tensor in a new 50 MiB
-    segment occupies 50 MiB.
+    """Bytes of ``memory_allocated()`` a request of ``nbytes`` occupies, served by a ``free_block`` (default a new
+    segment of :func:`allocation_size`) split only as :func:`should_split` says: a 49 MiB tensor in a new 50 MiB segment
+    occupies 50 MiB.
 
     Raises:
         ValueError: for a negative request or a block too small for it.

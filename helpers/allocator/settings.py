@@ -1,8 +1,6 @@
-"""The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (:class:`AllocatorSettings`).
-
-Each option is read as ``c10::CachingAllocator::AcceleratorAllocatorConfig``
-and ``CUDAAllocatorConfig`` read it (``c10/core/AllocatorConfig.cpp``,
-``c10/cuda/CUDAAllocatorConfig.cpp``); sizes in bytes unless the name says MiB.
+"""The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (:class:`AllocatorSettings`; bytes unless the
+name says MiB), each read as ``c10::CachingAllocator::AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` read
+it (``c10/core/AllocatorConfig.cpp``, ``c10/cuda/CUDAAllocatorConfig.cpp``).
 """
 
 from __future__ import annotations
@@ -13,9 +11,8 @@ from ..config import check_int
 from ..units import MiB
 from .rules import K_LARGE_BUFFER
 
-#: Options the pinned PyTorch accepts in ``PYTORCH_CUDA_ALLOC_CONF`` that this model
-#: does not model, each with the reason (the keys ``AcceleratorAllocatorConfig``
-#: and ``CUDAAllocatorConfig`` register in its ``libc10.so``/``libc10_cuda.so``).
+#: Options the pinned PyTorch accepts in ``PYTORCH_CUDA_ALLOC_CONF`` that this model does not model, with the reason
+#: (the keys ``AcceleratorAllocatorConfig`` and ``CUDAAllocatorConfig`` register in ``libc10.so``/``libc10_cuda.so``).
 _REFUSED_OPTIONS = {
     "garbage_collection_threshold": "it frees cached blocks by age, only under a memory fraction",
     "large_segment_size_mb": "it changes the 20 MiB segment of 1-10 MiB requests",
@@ -29,9 +26,8 @@ _REFUSED_OPTIONS = {
                    "pinned_max_round_threshold_mb", "pinned_max_cached_size_mb")},
 }
 
-#: ``roundup_power2_divisions`` has one number of divisions per power-of-two
-#: interval of request sizes, from [1 MiB, 2 MiB) (and everything below) to
-#: [32 GiB, 64 GiB) (and everything above): ``kRoundUpPowerOfTwoIntervals``.
+#: ``kRoundUpPowerOfTwoIntervals``: ``roundup_power2_divisions`` has one number per power-of-two interval of request
+#: sizes, from [1 MiB, 2 MiB) (and everything below) to [32 GiB, 64 GiB) (and everything above).
 _DIVISION_INTERVALS = 16
 
 
@@ -42,9 +38,8 @@ def _interval(nbytes: int) -> int:
 
 def _parse_divisions(value: str) -> int | tuple[int, ...]:
     """``roundup_power2_divisions``: ``4`` or ``[256:4,512:2,>:1]`` (intervals in MiB), as
-    ``AcceleratorAllocatorConfig::parseRoundUpPower2Divisions`` reads them: the
-    first entry also sets every interval below it, ``>`` every interval after
-    the last one named, and an interval not named keeps 0 (512-byte rounding)."""
+    ``AcceleratorAllocatorConfig::parseRoundUpPower2Divisions`` reads them: the first entry also sets every interval
+    below it, ``>`` every interval after the last one named, and an interval not named keeps 0 (512-byte rounding)."""
     def divisions(text: str) -> int:
         try:
             n = int(text)
@@ -86,24 +81,21 @@ def _parse_divisions(value: str) -> int | tuple[int, ...]:
 
 @dataclass(frozen=True)
 class AllocatorSettings:
-    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (defaults: PyTorch's).
+    """The allocator's options, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them (defaults: PyTorch's); :meth:`parse` refuses
+    every other option the pinned PyTorch accepts, with the reason.
 
     Attributes:
         max_split_size_mb: blocks of at least this many MiB are never split (``None``: no limit).
-        max_non_split_rounding_mb: with ``max_split_size_mb``, a larger request
-            takes a cached block less than this many MiB larger (``None``: 20).
-        roundup_power2_divisions: round requests to one of this many steps
-            between two powers of two; an int, or 16, one per interval [1, 2) MiB
-            ... [32, 64) GiB; 0 or 1: 512-byte rounding.
+        max_non_split_rounding_mb: with ``max_split_size_mb``, a larger request takes a cached block less than this
+            many MiB larger (``None``: 20).
+        roundup_power2_divisions: round requests to one of this many steps between two powers of two; an int, or 16,
+            one per interval [1, 2) MiB ... [32, 64) GiB; 0 or 1: 512-byte rounding.
         expandable_segments: grow one segment per pool.
         per_process_memory_fraction: as ``torch.cuda.set_per_process_memory_fraction``; ``None``: none.
 
-    :meth:`parse` refuses every other option the pinned PyTorch accepts, with the reason.
-
     Raises:
-        ValueError: for a ``max_split_size_mb`` or ``max_non_split_rounding_mb``
-            below 20 (``AcceleratorAllocatorConfig::parseMaxSplitSize``), or
-            divisions that are not powers of two.
+        ValueError: for a ``max_split_size_mb`` or ``max_non_split_rounding_mb`` below 20
+            (``AcceleratorAllocatorConfig::parseMaxSplitSize``), or divisions that are not powers of two.
     """
 
     max_split_size_mb: int | None = None
@@ -133,11 +125,11 @@ class AllocatorSettings:
 
     @classmethod
     def parse(cls, conf: str) -> "AllocatorSettings":
-        """Read ``"max_split_size_mb:128,expandable_segments:True"`` (empty: the defaults); spaces ignored, ``backend:native`` accepted.
+        """Read ``"max_split_size_mb:128,expandable_segments:True"`` (empty: the defaults); spaces ignored,
+        ``backend:native`` accepted.
 
         Raises:
-            ValueError: for an option this model does not know or does not model
-                (named, with the reason), or a bad value.
+            ValueError: for an option unknown or not modelled here (named, with the reason), or a bad value.
         """
         values: dict = {}
         items, depth, start = [], 0, 0
