@@ -1,20 +1,13 @@
 """Record memory, module by module, over one training step (lesson 03).
 
-For every call of every submodule the tracer records the bytes allocated
-and the change since the previous event at ``pre`` (before its forward),
-``fwd`` (after it, with the output's shape) and ``bwd`` (once the gradients
-of its inputs and all its parameters exist); a checkpointed module's forward
-run again in backward is a ``recompute`` event.
+For every call of every submodule the tracer records the bytes allocated and the change since the previous event at
+``pre`` (before its forward), ``fwd`` (after it, with the output's shape) and ``bwd`` (once the gradients of its inputs
+and all its parameters exist); a checkpointed module's forward run again in backward is a ``recompute`` event.
 
-``bwd`` does not use ``register_full_backward_hook``, which in-place
-operations (``ReLU(inplace=True)``, ``out += identity``) break: at ``pre`` a
-plain ``Tensor.register_hook`` goes on each input that requires grad and each
-parameter, counted down to the last.  A hook stays bound to the node that
-produced the tensor even if it is modified in place (PyTorch autograd notes,
-"Backward Hooks execution").  ``register_multi_grad_hook`` would keep the
-gradients alive until the last one, changing the memory it measures.  The
-tracer also notes which storages autograd saves
-(``saved_tensors_hooks``), to tell activations from the rest.
+``bwd`` does not use ``register_full_backward_hook``, which in-place operations (``ReLU(inplace=True)``) break: a plain
+``Tensor.register_hook`` on each input and parameter, counted down to the last, stays bound to the node that produced
+the tensor (PyTorch autograd notes, "Backward Hooks execution"); ``register_multi_grad_hook`` would keep the gradients
+alive until the last one. ``saved_tensors_hooks`` note which storages autograd saves (the activations).
 """
 
 from __future__ import annotations
@@ -32,7 +25,6 @@ from .meter import Meter
 #: Phases of module events, in the order they happen to one module.
 MODULE_PHASES = ("pre", "fwd", "bwd", "recompute")
 
-
 #: Step events, in the order a step records them (``Event.phase`` of a step event).
 STEP_PHASES = ("model", "input", "loss", "backward", "optimizer.step", "zero_grad")
 
@@ -43,15 +35,13 @@ class Event:
 
     Attributes:
         index: position in the step's event list (0-based).
-        phase: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for a module; one of
-            :data:`STEP_PHASES` for a step event.
-        module: dotted name from ``model.named_modules()`` (the model is ``""``);
-            ``None`` for a step event.
+        phase: one of :data:`MODULE_PHASES` for a module, of :data:`STEP_PHASES` for a step event.
+        module: dotted name from ``model.named_modules()`` (the model is ``""``); ``None`` for a step event.
         module_type: the module's class name; ``None`` for a step event.
         note: a step event's description; ``None`` for a module event.
         allocated_bytes: bytes allocated at this moment.
-        delta_bytes: change since the previous event, in bytes.
-        peak_bytes: highest allocation so far in the step, in bytes.
+        delta_bytes: change since the previous event.
+        peak_bytes: highest allocation so far in the step.
         shape: output shape for ``fwd``/``recompute`` events, else ``None``.
         depth: nesting depth of the module (the model is 0).
         live: serials of the storages alive now (:class:`helpers.engine.counting.StorageTracker`).
@@ -101,16 +91,13 @@ class StepTracer:
     Args:
         meter: the :class:`helpers.engine.meter.Meter` the step runs under.
         model: the model whose ``named_modules()`` give the names.
-        root: the module actually called, if not ``model`` (a checkpointing
-            wrapper); its events are recorded under ``""``.
+        root: the module actually called, if not ``model`` (a checkpointing wrapper); its events are named ``""``.
 
     Attributes:
         events: the recorded events, in order.
         saved: serials of storages autograd saved for backward.
-        recomputed: ``(first, last)`` serial ranges made while checkpointed
-            modules recomputed their forward.
-        in_backward: set True just before ``backward()``: forward calls from then
-            on are ``recompute`` events.
+        recomputed: ``(first, last)`` serial ranges made while checkpointed modules recomputed their forward.
+        in_backward: set True just before ``backward()``: forward calls from then on are ``recompute`` events.
     """
 
     def __init__(self, meter: Meter, model: nn.Module, root: nn.Module | None = None):
@@ -128,9 +115,9 @@ class StepTracer:
         self._saved_hooks = saved_tensors_hooks(self._pack, self._unpack)
         self._recompute_start: dict[int, int] = {}
 
-    # -- recording -----------------------------------------------------------------
     def record(self, module: str | None, type_: str, phase: str, shape=None) -> Event:
-        """Append and return an event with the bytes allocated now (``module`` None for a step event; ``type_`` its class name or note)."""
+        """Append and return an event with the bytes allocated now (``module`` None for a step event; ``type_`` its
+        class name or note)."""
         allocated = self.meter.allocated()
         previous = self.events[-1].allocated_bytes if self.events else 0
         event = Event(
@@ -150,7 +137,6 @@ class StepTracer:
         self.events.append(event)
         return event
 
-    # -- hooks ---------------------------------------------------------------------
     def _pre_hook(self, name: str):
         def hook(mod, args):
             if self.in_backward:
