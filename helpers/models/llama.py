@@ -1,17 +1,11 @@
 """A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings (lesson 08).
 
-Not a port of released code: the shapes and operations that decide memory,
-after Touvron et al. 2023 (LLaMA) and the Llama 3 report (Grattafiori et
-al. 2024, table 3 for 8B): a token embedding, no position embedding, an
-untied head; ``n_layer`` pre-norm blocks ``x + o(attention(rope(q(n(x))),
-rope(k(n(x))), v(n(x))))`` with ``n = torch.nn.RMSNorm``, then ``x +
-down(silu(gate(n(x))) * up(n(x)))`` (SwiGLU, Shazeer 2020), no biases;
-grouped-query attention (Ainslie et al. 2023) with the keys and values
-repeated to ``n_head`` heads before ``scaled_dot_product_attention``, as
-Hugging Face's ``repeat_kv`` does (un-expanded with ``enable_gqa=True``,
-the fused kernels would keep ``n_kv_head`` heads:
-:func:`helpers.engine.cuda_rules.attention_kernel`); rotary embeddings (Su
-et al. 2021, RoFormer) computed once per forward, in float32.
+Not a port of released code: the shapes and operations that decide memory, after Touvron et al. 2023 (LLaMA) and the
+Llama 3 report (Grattafiori et al. 2024, table 3 for 8B): a token embedding, no position embedding, an untied head;
+``n_layer`` pre-norm blocks ``x + o(attention(rope(q(n(x))), rope(k(n(x))), v(n(x))))`` with ``n = torch.nn.RMSNorm``,
+then ``x + down(silu(gate(n(x))) * up(n(x)))`` (SwiGLU, Shazeer 2020), no biases; grouped-query attention (Ainslie et
+al. 2023) with keys and values repeated to ``n_head`` heads before ``scaled_dot_product_attention``, as Hugging Face's
+``repeat_kv`` does; rotary embeddings (Su et al. 2021, RoFormer) computed once per forward, in float32.
 """
 
 from __future__ import annotations
@@ -69,17 +63,15 @@ class LlamaConfig:
     def parameter_count(self) -> int:
         """Parameters of :class:`Llama` with these sizes (Llama-3 8B: 8,030,261,248).
 
-        Per block: two RMSNorm weights (2h), q and o (h x h), k and v (h x
-        ``n_kv_head * head_dim``), gate, up and down (h x intermediate); plus the
-        embedding and untied head (vocab x h each) and the final RMSNorm (h).
+        Per block: 2h (norms), 2h² (q, o), 2h x ``n_kv_head * head_dim`` (k, v), 3h x intermediate (MLP); then
+        2 x vocab x h (embedding, untied head) and h (final norm).
         """
         h, kv = self.d_model, self.n_kv_head * self.head_dim
         block = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * self.intermediate
         return self.n_layer * block + 2 * self.vocab_size * h + h
 
 
-#: Llama-shaped presets: Llama-3 8B's sizes (the Llama 3 report, table 3), and a
-#: tiny one with the same structure (4 query heads sharing 2 key/value heads) for tests.
+#: Llama-3 8B's sizes (the Llama 3 report, table 3), and a tiny one of the same structure for tests.
 LLAMA_PRESETS = {
     "llama3-8b": LlamaConfig(),
     "llama-tiny": LlamaConfig(vocab_size=1000, n_positions=4096, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
@@ -88,7 +80,8 @@ LLAMA_PRESETS = {
 
 
 def rotary(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32: angle ``p * theta ** (-2i / head_dim)``, in Hugging Face's "rotate half" layout."""
+    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32: angle
+    ``p * theta ** (-2i / head_dim)``, in Hugging Face's "rotate half" layout."""
     inverse = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inverse)
     angles = torch.cat((angles, angles), dim=-1)
@@ -96,8 +89,7 @@ def rotary(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Te
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply the rotary embedding to ``(batch, heads, seq, head_dim)``, in ``x``'s dtype
-    (under autocast the cosines and sines are cast to the 16-bit type of the projections)."""
+    """Apply the rotary embedding to ``(batch, heads, seq, head_dim)``, in ``x``'s dtype (16-bit under autocast)."""
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     half = x.shape[-1] // 2
     turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
