@@ -12,16 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-#: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`); "adamw8bit" is torchao's
-#: ``AdamW8bit`` (8-bit block-wise quantized states).
+#: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit")
 #: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
 TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
                    "adamw8bit": "8-bit AdamW"}
-#: How the frozen base weights of a LoRA model are stored: as they are, or "nf4" (QLoRA,
-#: :mod:`helpers.techniques.quantization`).
+#: How LoRA's frozen base weights are stored: as they are, or "nf4" (:mod:`helpers.techniques.quantization`).
 QUANTIZATIONS = ("none", "nf4")
 #: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``).
 PARAM_DTYPES = ("float32", "bfloat16")
@@ -103,10 +101,8 @@ def _check_bool(name: str, value: Any) -> None:
 #: The integer options and their lowest value; then those that may be None.
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
-#: The options that are True or False.
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
           "full_trace")
-#: The options that name one of a few choices.
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES))
 

@@ -179,10 +179,6 @@ class StorageTracker(TorchDispatchMode):
             t = inner[0]
         return self._live.get(id(t.untyped_storage()))
 
-    def bytes_now(self, serial: int) -> int:
-        """Bytes the storage ``serial`` holds now (0 once freed or resized to 0)."""
-        return self._now.get(serial, 0) if serial in self._live.values() else 0
-
     def live_serials(self) -> tuple[int, ...]:
         """Serials of all storages alive now, holding bytes."""
         return tuple(s for s in self._live.values() if self._now[s])

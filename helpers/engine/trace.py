@@ -37,11 +37,9 @@ class Event:
         index: position in the step's event list (0-based).
         phase: one of :data:`MODULE_PHASES` for a module, of :data:`STEP_PHASES` for a step event.
         module: dotted name from ``model.named_modules()`` (the model is ``""``); ``None`` for a step event.
-        module_type: the module's class name; ``None`` for a step event.
-        note: a step event's description; ``None`` for a module event.
-        allocated_bytes: bytes allocated at this moment.
-        delta_bytes: change since the previous event.
-        peak_bytes: highest allocation so far in the step.
+        module_type, note: the module's class name, or a step event's description (the other is ``None``).
+        allocated_bytes, delta_bytes, peak_bytes: allocated now, the change since the previous event, the step's
+            highest so far.
         shape: output shape for ``fwd``/``recompute`` events, else ``None``.
         depth: nesting depth of the module (the model is 0).
         live: serials of the storages alive now (:class:`helpers.engine.counting.StorageTracker`).

@@ -19,11 +19,8 @@ class GPTConfig:
     """The sizes of a GPT-2-style model.
 
     Attributes:
-        vocab_size: tokens in the vocabulary (GPT-2: 50257).
-        n_positions: the longest sequence (the context length, GPT-2: 1024).
-        d_model: the hidden size h.
-        n_layer: blocks.
-        n_head: attention heads a (``d_model`` must be a multiple of it).
+        vocab_size, n_positions: tokens in the vocabulary and the context length (GPT-2: 50257, 1024).
+        d_model, n_layer, n_head: the hidden size h, blocks, attention heads (``d_model`` a multiple of ``n_head``).
         dropout: dropout probability before each residual sum (0: none).
     """
 
@@ -117,10 +114,8 @@ class Head(nn.Module):
 
 
 class GPT(nn.Module):
-    """A GPT-2-style decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``.
-
-    Args:
-        config: the sizes, or a preset name of :data:`GPT2_PRESETS`.
+    """A GPT-2-style decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``; ``config``: the sizes, or a
+    preset name of :data:`GPT2_PRESETS`.
 
     Raises:
         ValueError: for an unknown preset, or a sequence longer than the context.

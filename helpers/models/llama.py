@@ -24,15 +24,12 @@ class LlamaConfig:
     """The sizes of a Llama-shaped model.
 
     Attributes:
-        vocab_size: tokens in the vocabulary (Llama 3: 128256).
-        n_positions: the longest sequence accepted (Llama 3.1: 131072).
-        d_model: the hidden size h.
-        n_layer: blocks.
-        n_head: query heads a (``d_model`` must be a multiple of it).
-        n_kv_head: key and value heads (``n_head`` must be a multiple of it).
+        vocab_size, n_positions: tokens in the vocabulary and the longest sequence (Llama 3.1: 128256, 131072).
+        d_model, n_layer: the hidden size h, blocks.
+        n_head, n_kv_head: query heads, key and value heads (``d_model`` a multiple of ``n_head``, itself of
+            ``n_kv_head``).
         intermediate: the MLP's inner width (Llama-3 8B: 14336 = 3.5 h).
-        rope_theta: the base of the rotary frequencies (Llama 3: 500000).
-        eps: RMSNorm's epsilon.
+        rope_theta, eps: the base of the rotary frequencies (Llama 3: 500000), RMSNorm's epsilon.
     """
 
     vocab_size: int = 128256
@@ -141,10 +138,8 @@ class LlamaBlock(nn.Module):
 
 
 class Llama(nn.Module):
-    """A Llama-shaped decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``.
-
-    Args:
-        config: the sizes, or a preset name of :data:`LLAMA_PRESETS`.
+    """A Llama-shaped decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``; ``config``: the sizes, or
+    a preset name of :data:`LLAMA_PRESETS`.
 
     Raises:
         ValueError: for an unknown preset, or a sequence longer than ``n_positions``.

@@ -22,15 +22,6 @@ STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "ada
 #: parameter of ``numel >= 4096`` weights, a multiple of the block, is one uint8 code per weight plus one float32 scale
 #: per block of 256, and a 256-entry float32 code book; a smaller parameter keeps ``torch.zeros_like(p)`` states.
 ADAMW8BIT_BLOCK = 256
-ADAMW8BIT_MIN_SIZE = 4096
-
-
-def adamw8bit_state_bytes(numel: int, param_bytes: int = 4) -> int:
-    """Bytes of torchao ``AdamW8bit``'s two moments of one parameter of ``numel`` weights (before 512-byte rounding):
-    quantized, ``2 * (numel + 4 * numel / 256 + 4 * 256)``; else ``2 * param_bytes * numel``."""
-    if numel >= ADAMW8BIT_MIN_SIZE and numel % ADAMW8BIT_BLOCK == 0:
-        return 2 * (numel + 4 * (numel // ADAMW8BIT_BLOCK) + 4 * 256)
-    return 2 * param_bytes * numel
 
 
 def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimizer:
