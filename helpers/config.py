@@ -205,12 +205,11 @@ class StepConfig:
         amp: forward and loss under autocast, in ``amp_dtype``: ``"float16"`` (with a GradScaler) or ``"bfloat16"``.
         checkpoint: activation checkpointing in this many segments (0: off; a Hugging Face model checkpoints each
             decoder layer); ``reentrant``: the reentrant variant (lesson 04).
-        offload: keep tensors saved for backward in host memory.
+        offload: keep tensors saved for backward in host memory (``save_on_cpu``).
         optimizer: one of :data:`OPTIMIZERS`; ``fused``: its fused implementation instead of ``foreach``.
         step_in_backward: step each parameter in backward as its gradient is ready and free it
             (``register_post_accumulate_grad_hook``, PyTorch's tutorial); not with float16 AMP.
-        accumulation_steps: forward and backward passes per optimizer step.
-        set_to_none: ``optimizer.zero_grad(set_to_none=...)``.
+        accumulation_steps: forward and backward passes per optimizer step; ``set_to_none``: of ``zero_grad``.
         attention: the simulated attention kernel, one of :data:`ATTENTION`.
         lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets`` (None: peft's default), base weights frozen
             (0: off); ``lora_dropout`` in [0, 1).
@@ -224,8 +223,7 @@ class StepConfig:
         steady_state: trace the second step, when the optimizer states exist.
         full_trace: trace every block of a model of repeated blocks, instead of writing its step exactly from traces
             of 6 and 7 blocks (:mod:`helpers.depth`, the default where it applies).
-        device: one of :data:`DEVICES`.
-        capacity: behave as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
+        device, capacity: one of :data:`DEVICES`; act as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
 
     Raises:
         ValueError: for any option out of range, with the option's name.

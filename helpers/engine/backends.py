@@ -301,10 +301,9 @@ class HostStates:
     each parameter back in place. No float32 master copy.
 
     Args:
-        params: the model's parameters.
+        params: the model's parameters; ``minimal_size``: smaller ones stay with a GPU optimizer.
         make, make_host: build the GPU optimizer, and a host optimizer of host parameters (inside ``host``).
         host: a new context in which new tensors are host memory (not counted).
-        minimal_size: parameters smaller than this stay with a GPU optimizer.
     """
 
     def __init__(self, params, make: Callable[[list], torch.optim.Optimizer],

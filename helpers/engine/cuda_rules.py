@@ -1,19 +1,10 @@
 """What a CUDA GPU computes differently from the CPU, applied to the simulation (lesson 00).
 
 The simulation runs PyTorch's CPU kernels on fake tensors; while :func:`cuda_rules` is active the CPU keeps what CUDA
-would keep for backward:
-
-* **autocast**: each device has its own op lists (``aten/src/ATen/autocast_mode.h``, ``autocast_mode.cpp``); a
-  ``torch.library`` kernel for the ``AutocastCPU`` key applies :data:`CUDA_AUTOCAST` wherever the policies differ;
-* **dropout**: a GPU calls ``native_dropout`` (``aten/src/ATen/native/Dropout.cpp``, ``is_fused_kernel_acceptable``),
-  which keeps a bool mask, where the CPU multiplies by a float mask;
-* **attention**: ``scaled_dot_product_attention`` runs the kernel :data:`helpers.config.ATTENTION` names
-  (:func:`attention_kernel`, :func:`attention_saved_bytes`), as ``tools/autograd/derivatives.yaml`` keeps.
-
-Adam's ``step`` counters live in host memory on a GPU unless ``fused`` or ``capturable`` (``torch/optim/adam.py``,
-``_init_group``: :func:`host_side_steps`); float16 uses a :class:`SimulatedGradScaler`. The step cannot run on fake
-``cuda`` tensors: backward asks the CUDA runtime about device 0 (pytorch/pytorch#92627). Fake CUDA tensors are the
-reference the tests compare these rules against, forward by forward.
+would keep for backward: CUDA's autocast lists (:data:`CUDA_AUTOCAST`), dropout's bool mask (:func:`_dropout`), the
+attention kernel (:func:`attention_kernel`), fused RMSNorm; Adam's ``step`` counters stay on the host
+(:func:`host_side_steps`). The step cannot run on fake ``cuda`` tensors: backward asks the CUDA runtime about device 0
+(pytorch/pytorch#92627). Fake CUDA tensors are the reference the tests compare these rules against, forward by forward.
 """
 
 from __future__ import annotations
@@ -323,10 +314,7 @@ class SimulatedTracker(StorageTracker):
     ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`helpers.gpus.oom_message` (``requested`` and ``allocated``
     attributes, bytes); **composites under inference mode** (``cross_entropy``, ``to``), which autograd does not split
     there, are split here, with autocast again if it was on, as a GPU's dispatcher does; and cuBLAS's operand copies
-    (:func:`cublas_operand_copy`).
-
-    Args:
-        capacity: simulate a GPU of this many bytes (``None``: no limit).
+    (:func:`cublas_operand_copy`). ``capacity``: simulate a GPU of this many bytes (``None``: no limit).
     """
 
     def __init__(self, capacity: int | None = None):

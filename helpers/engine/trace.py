@@ -92,8 +92,7 @@ class StepTracer:
         root: the module actually called, if not ``model`` (a checkpointing wrapper); its events are named ``""``.
 
     Attributes:
-        events: the recorded events, in order.
-        saved: serials of storages autograd saved for backward.
+        events, saved: the recorded events, in order; serials of storages autograd saved for backward.
         recomputed: ``(first, last)`` serial ranges made while checkpointed modules recomputed their forward.
         in_backward: set True just before ``backward()``: forward calls from then on are ``recompute`` events.
     """

@@ -56,10 +56,7 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
     Args:
         r: the estimate at one batch size.
         gpu, capacity: the GPU's name (``"V100 16 GB"``, or ``"this GPU"``) and its memory.
-        unit: ``"MiB"`` or ``"GiB"``.
-
-    Raises:
-        ValueError: for another unit.
+        unit: ``"MiB"`` or ``"GiB"`` (another raises ``ValueError``).
     """
     if unit not in ("MiB", "GiB"):
         raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")

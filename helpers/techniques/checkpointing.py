@@ -17,10 +17,8 @@ from ..models import sequential_form
 
 @contextlib.contextmanager
 def frozen_batchnorm_stats(module: nn.Module):
-    """Keep BatchNorm running statistics unchanged while the block runs (a checkpointed segment runs forward twice).
-
-    Inside, every BatchNorm's ``momentum`` is 0 and ``num_batches_tracked`` is decremented back after.
-    """
+    """Keep BatchNorm running statistics unchanged while the block runs (a checkpointed segment runs forward twice):
+    inside, every BatchNorm's ``momentum`` is 0, and ``num_batches_tracked`` is decremented back after."""
     norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     momenta = [m.momentum for m in norms]
     for m in norms:
@@ -41,8 +39,7 @@ class Checkpointed(nn.Module):
     the last taking the rest; all but the last keep only their input and recompute in backward.
 
     Args:
-        sequence: modules to run in order (:func:`helpers.models.sequential_form`).
-        segments: from 1 to ``len(sequence)`` (1 checkpoints nothing).
+        sequence, segments: modules to run in order (:func:`helpers.models.sequential_form`); from 1 to their number.
         reentrant: ``use_reentrant=True``, which gives no gradient to a segment whose inputs do not require grad
             (lesson 04's trap); default: the non-reentrant variant PyTorch recommends.
         freeze_bn_stats: :func:`frozen_batchnorm_stats` during recomputation (non-reentrant only).

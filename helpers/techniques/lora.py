@@ -30,7 +30,7 @@ def linear_names(model: nn.Module) -> list[str]:
 
 def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None,
                dropout: float = 0.0) -> nn.Module:
-    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``.
+    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``: a PeftModel.
 
     Every base weight is frozen; each targeted ``nn.Linear(in, out)`` gains ``lora_A`` (rank x in) and ``lora_B``
     (out x rank): ``rank * (in + out)`` parameters (Hu et al., 2021; peft's ``LoraLayer``).
@@ -39,9 +39,6 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
         model: a ``transformers`` model (any ``nn.Module`` with ``targets``).
         rank: LoRA's rank r, >= 1; ``dropout``: on each adapter's input, in [0, 1).
         targets: last names of the ``nn.Linear`` modules to adapt; None: peft's default for the architecture.
-
-    Returns:
-        The ``peft.PeftModel``.
 
     Raises:
         Refused (a ValueError): in one line, for a target that names no linear module (naming those it has), or no

@@ -25,10 +25,8 @@ def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
 
     ``NF4Tensor.from_tensor`` (``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py``), ``dtype_bytes`` per
     element (2: bfloat16): codes ``numel / 2``; scales ``numel / 64`` int8; scale factors
-    ``dtype_bytes * numel / (64 * 256)``; a mean and a 16-value code book in the weight's dtype.
-
-    Returns:
-        ``{"codes", "scales", "scale_factors", "mean", "code_book"}`` -> bytes.
+    ``dtype_bytes * numel / (64 * 256)``; a mean and a 16-value code book in the weight's dtype. Returns
+    ``{"codes", "scales", "scale_factors", "mean", "code_book"}`` -> bytes.
     """
     blocks = numel // NF4_BLOCK
     return {"codes": numel // 2, "scales": blocks, "scale_factors": dtype_bytes * (blocks // nf4_scaler_block(numel)),

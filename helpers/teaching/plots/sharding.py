@@ -41,11 +41,8 @@ def _sharded_bar(ax, x, values: dict[str, int], horizontal: bool, labelled: set[
 
 def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | None = None,
                              title: str | None = None) -> Figure:
-    """Rank 0's memory against the world size N, one stacked bar per N (``{N: ShardedStep}``).
-
-    Sharded model states, and on top the gathered parameters and all-gather buffers at their most; no activations.
-    ``lines``: formulas drawn over the bars, ``{label: {N: bytes}}``.
-    """
+    """Rank 0's memory against the world size N, one stacked bar per N (``{N: ShardedStep}``): sharded model states,
+    and on top the gathered parameters and all-gather buffers at their most; ``lines``: ``{label: {N: bytes}}``."""
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     labelled: set[str] = set()

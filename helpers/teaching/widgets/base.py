@@ -71,7 +71,6 @@ class StepWidget(widgets.VBox):
         check_int("batch_size", batch_size, 1, max_batch_size)
         if capacity not in self.capacities:
             raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(self.capacities)}")
-        # min=1: a batch size of 0 or below cannot be entered (the box clamps it).
         self.batch_size = widgets.IntSlider(batch_size, min=1, max=max_batch_size, description="batch size",
                                             continuous_update=True, style=self._STYLE,
                                             layout=widgets.Layout(width="480px"))

@@ -193,10 +193,8 @@ class WillItFit(StepWidget):
 
 
 class SequenceExplorer(StepWidget):
-    """Lesson 08's widget: a transformer's steady-state Adam step against a GPU, by sequence length.
-
-    :func:`helpers.transformer.transformer_step`, simulated, each configuration traced at the batch size asked for.
-    """
+    """Lesson 08's widget: a transformer's steady-state Adam step against a GPU, by sequence length
+    (:func:`helpers.transformer.transformer_step`, simulated, traced at the batch size asked for)."""
 
     UNIT = "GiB"  # lessons 05b and 08 write GiB
     _PLACEHOLDER = ("menus for a transformer, the sequence length, batch, AMP, checkpointing policy, attention "

@@ -54,8 +54,8 @@ class FineTuneFit(StepWidget):
     Attributes:
         model, method, lora_rank, optimizer, weights, checkpointing, seq, batch_box, capacity, question, reserved:
             the controls; view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
-        answer: the search's answer in words ("" for "does it fit?");
-        largest: its number (0: not even the smallest fits; None for "does it fit?").
+        answer, largest: the search's answer in words and its number (0: not even the smallest fits); "" and None
+            for "does it fit?".
 
     Raises:
         ValueError: for an initial value the controls cannot take, or a step :class:`StepConfig` refuses.
