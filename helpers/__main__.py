@@ -282,8 +282,7 @@ def _fits_lines(verdicts: dict) -> list[str]:
 
 
 def _fits_report(verdicts: dict) -> dict:
-    """The verdicts as JSON: per card whether it fits (and tightly), the bytes needed, and the unseen lines (name ->
-    bytes, null: not modelled)."""
+    """The verdicts as JSON: per card fits, tight, bytes needed, unseen lines (name -> bytes, null: not modelled)."""
     from .gpus import TIGHT_FRACTION
 
     first = next(iter(verdicts.values()))

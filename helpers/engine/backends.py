@@ -52,8 +52,7 @@ class Backend:
     """The questions a measurement answers differently on a GPU and in simulation.
 
     Attributes:
-        name: ``"cuda"`` or ``"simulated"``.
-        device: where the step's tensors are created.
+        name, device: ``"cuda"`` or ``"simulated"``; where the step's tensors are created.
         measured: True when the figures are a real GPU's counters.
     """
 

@@ -132,8 +132,7 @@ class StorageTracker(TorchDispatchMode):
         return serial
 
     def transient(self, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]) -> int:
-        """Count ``nbytes`` that a kernel allocates for itself (no tensor holds them) until :meth:`release`;
-        return their serial."""
+        """Count ``nbytes`` a kernel allocates for itself (no tensor) until :meth:`release`; return their serial."""
         self.before_alloc(nbytes)
         serial = len(self.sizes)
         self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, dtype, tuple(shape)

@@ -4,10 +4,9 @@ For every call of every submodule the tracer records the bytes allocated and the
 ``pre`` (before its forward), ``fwd`` (after it, with the output's shape) and ``bwd`` (once the gradients of its inputs
 and all its parameters exist); a checkpointed module's forward run again in backward is a ``recompute`` event.
 
-``bwd`` does not use ``register_full_backward_hook``, which in-place operations (``ReLU(inplace=True)``) break: a plain
-``Tensor.register_hook`` on each input and parameter, counted down to the last, stays bound to the node that produced
-the tensor (PyTorch autograd notes, "Backward Hooks execution"); ``register_multi_grad_hook`` would keep the gradients
-alive until the last one. ``saved_tensors_hooks`` note which storages autograd saves (the activations).
+``bwd`` uses a plain ``Tensor.register_hook`` on each input and parameter, counted down to the last: it stays bound to
+the node that produced the tensor (PyTorch autograd notes, "Backward Hooks execution"), where in-place operations break
+``register_full_backward_hook`` and ``register_multi_grad_hook`` keeps the gradients alive until the last one.
 """
 
 from __future__ import annotations
@@ -40,10 +39,8 @@ class Event:
         module_type, note: the module's class name, or a step event's description (the other is ``None``).
         allocated_bytes, delta_bytes, peak_bytes: allocated now, the change since the previous event, the step's
             highest so far.
-        shape: output shape for ``fwd``/``recompute`` events, else ``None``.
-        depth: nesting depth of the module (the model is 0).
-        live: serials of the storages alive now (:class:`helpers.engine.counting.StorageTracker`).
-        log_position: length of the allocation log at this moment.
+        shape, depth: the output's shape for ``fwd``/``recompute`` events, else ``None``; the nesting (model: 0).
+        live, log_position: serials of the storages alive now; the allocation log's length now.
     """
 
     index: int
@@ -87,8 +84,7 @@ class StepTracer:
     """Context manager that records :class:`Event` objects for one step.
 
     Args:
-        meter: the :class:`helpers.engine.meter.Meter` the step runs under.
-        model: the model whose ``named_modules()`` give the names.
+        meter, model: the :class:`helpers.engine.meter.Meter` the step runs under; the model whose modules are named.
         root: the module actually called, if not ``model`` (a checkpointing wrapper); its events are named ``""``.
 
     Attributes:
@@ -113,8 +109,7 @@ class StepTracer:
         self._recompute_start: dict[int, int] = {}
 
     def record(self, module: str | None, type_: str, phase: str, shape=None) -> Event:
-        """Append and return an event with the bytes allocated now (``module`` None for a step event; ``type_`` its
-        class name or note)."""
+        """Append and return an event at the bytes allocated now; ``type_``: the class name, or a step event's note."""
         allocated = self.meter.allocated()
         previous = self.events[-1].allocated_bytes if self.events else 0
         event = Event(

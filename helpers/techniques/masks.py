@@ -64,8 +64,7 @@ class BoolMaskReLU(nn.Module):
 
 
 class BitMaskReLU(nn.Module):
-    """ReLU whose backward keeps the mask ``x > 0`` packed 8 per byte (:func:`pack_bits`): 1/8 byte per element, the
-    same gradient. Shape: any -> same."""
+    """ReLU whose backward keeps ``x > 0`` bit-packed (:func:`pack_bits`): 1/8 byte per element, the same gradient."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _BitMaskReLU.apply(x)

@@ -105,8 +105,7 @@ _LONG_LIVED = ("parameters", "gradients", "optimizer_states")
 
 
 def _stacked_addresses(ranges: list[tuple[int, int]]):
-    """The used address ranges as bands, gaps removed: ``(rect, height)``, ``rect(lo, hi, t0, t1)`` a block's corners
-    (y in MiB), ``height`` in bytes."""
+    """Address ranges as bands, gaps removed: ``(rect, height bytes)``, ``rect(lo, hi, t0, t1)`` corners (y in MiB)."""
     merged: list[list[int]] = []  # address ranges ever used, disjoint
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1]:

@@ -135,8 +135,7 @@ def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answ
     """A step's peak against its token count: the traced points, their fitted line, and cards.
 
     Args:
-        peaks: ``{tokens: peak allocated bytes}`` of traced steps.
-        line: the :class:`helpers.batch.AffineFit` through two of them.
+        peaks, line: ``{tokens: peak allocated bytes}`` of traced steps; the :class:`helpers.batch.AffineFit` of two.
         cards: ``{card name: bytes}``, dashed lines at memory less :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
         answers: ``{card name: tokens}``, the longest sequence that fits, marked.
 
@@ -172,8 +171,7 @@ def plot_peak_vs_depth(traced: dict[int, int], line, written: tuple[int, int], u
     """A step's peak against its number of blocks: traced points, the line through two of them, a written step.
 
     Args:
-        traced: ``{blocks: peak allocated bytes}`` of steps traced in full.
-        line: the :class:`helpers.batch.AffineFit` through two of them.
+        traced, line: ``{blocks: peak allocated bytes}`` of steps traced in full; the ``AffineFit`` of two of them.
         written: ``(blocks, peak bytes)`` of the full-depth step written from two shallow ones (:mod:`helpers.depth`).
 
     Raises:

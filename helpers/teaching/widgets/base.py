@@ -39,9 +39,8 @@ class StepWidget(widgets.VBox):
     A subclass makes its controls, calls :meth:`_start` and :meth:`_finish`, and defines :meth:`config`.
 
     Attributes:
-        view: the ``ipywidgets.HTML`` that shows the result.
+        view, message: the ``ipywidgets.HTML`` that shows the result; the text of the verdict line.
         result: the :class:`helpers.batch.Estimate` on display (None while refused; :attr:`message` says why).
-        message: the text of the verdict line.
     """
 
     _STYLE = {"description_width": "110px"}
@@ -88,8 +87,7 @@ class StepWidget(widgets.VBox):
         self._figures = ""  # the view's last result, dimmed while the next one is computed
 
     def _finish(self, rows: list, controls: list, batch_row: bool = True) -> None:
-        """Lay out ``rows`` of controls (after the batch-size row) and the view, observe ``controls`` (and the batch
-        size and GPU), and show the first result."""
+        """Lay out ``rows`` (after the batch row if ``batch_row``) and the view; observe ``controls``, batch and GPU."""
         batch = [widgets.HBox([self.batch_size, self.batch_box])] if batch_row else []
         super().__init__(children=[*batch, *rows, self.view])
         for control in (self.batch_size, self.capacity, *controls):
