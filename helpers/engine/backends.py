@@ -25,9 +25,7 @@ _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 def resolve_backend(device: str = "auto") -> str:
     """Turn a ``device`` argument into ``cuda`` or ``simulated`` (``auto``: ``cuda`` when available).
-
-    Raises:
-        ValueError: for an unknown name, or ``cuda`` on a machine without a GPU.
+    Raises ``ValueError`` for an unknown name, or ``cuda`` on a machine without a GPU.
     """
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "simulated"

@@ -239,9 +239,7 @@ def attention_kernel(kernel: str, masked: bool = False) -> str:
     GPU: ``can_use_flash_attention`` and ``can_use_mem_efficient_attention``
     (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) accept it and keep key and value un-expanded. An
     explicit ``attn_mask`` takes the math kernel here: an upper bound (on a GPU memory-efficient attention accepts it).
-
-    Raises:
-        ValueError: for a kernel not in :data:`helpers.config.ATTENTION`.
+    Raises ``ValueError`` for a kernel not in :data:`helpers.config.ATTENTION`.
     """
     if kernel not in ("auto", "flash", "efficient", "math"):
         raise ValueError(f"unknown attention kernel {kernel!r}; use auto, flash, efficient or math")
@@ -392,9 +390,7 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
 
     With ``kv_heads`` (grouped-query) the fused kernels keep key and value with ``kv_heads`` heads; the math kernel
     repeats them to ``heads`` first.
-
-    Raises:
-        ValueError: for another kernel, or ``kv_heads`` that does not divide ``heads``.
+    Raises ``ValueError`` for another kernel, or ``kv_heads`` that does not divide ``heads``.
     """
     if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
         raise ValueError(f"kv_heads must divide heads ({heads}), got {kv_heads}")

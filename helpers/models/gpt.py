@@ -116,9 +116,7 @@ class Head(nn.Module):
 class GPT(nn.Module):
     """A GPT-2-style decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``; ``config``: the sizes, or a
     preset name of :data:`GPT2_PRESETS`.
-
-    Raises:
-        ValueError: for an unknown preset, or a sequence longer than the context.
+    Raises ``ValueError`` for an unknown preset, or a sequence longer than the context.
     """
 
     def __init__(self, config: GPTConfig | str = "gpt2"):

@@ -140,9 +140,7 @@ class LlamaBlock(nn.Module):
 class Llama(nn.Module):
     """A Llama-shaped decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``; ``config``: the sizes, or
     a preset name of :data:`LLAMA_PRESETS`.
-
-    Raises:
-        ValueError: for an unknown preset, or a sequence longer than ``n_positions``.
+    Raises ``ValueError`` for an unknown preset, or a sequence longer than ``n_positions``.
     """
 
     def __init__(self, config: LlamaConfig | str = "llama-tiny"):

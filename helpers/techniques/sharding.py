@@ -29,9 +29,7 @@ def zero_model_state_bytes(parameters: int, world_size: int, stage: int, k: int 
     The paper's mixed-precision Adam (section 5.1-5.3, figure 1), Ψ parameters of 2 bytes, 2 of gradient, ``k`` = 12
     of optimizer states: stage 0 (2 + 2 + K)Ψ; stage 1 2Ψ + 2Ψ + KΨ/N; stage 2 2Ψ + (2 + K)Ψ/N; stage 3
     (2 + 2 + K)Ψ/N. A float (Ψ/N need not be whole).
-
-    Raises:
-        ValueError: for a negative parameter count, a world size below 1, an unknown stage, or a negative ``k``.
+    Raises ``ValueError`` for a negative parameter count, a world size below 1, an unknown stage, or a negative ``k``.
     """
     check_int("parameters", parameters, 0)
     check_int("world_size", world_size, 1)
@@ -48,9 +46,7 @@ def deepspeed_zero2_gpu_bytes(total_params: int, num_gpus: int) -> int:
     ``estimate_zero2_model_states_mem_needs(cpu_offload=False)``, ``deepspeed/runtime/zero/stage_1_and_2.py``:
     ``2 * total_params + int(18 * total_params / total_gpus)``. Its documentation (``memory.rst``) still gives the
     formula from before DeepSpeed #5099, ``4 * params + 16 * params / total_gpus``.
-
-    Raises:
-        ValueError: for a negative parameter count or fewer than 1 GPU.
+    Raises ``ValueError`` for a negative parameter count or fewer than 1 GPU.
     """
     check_int("total_params", total_params, 0)
     check_int("num_gpus", num_gpus, 1)
@@ -62,9 +58,7 @@ def deepspeed_zero3_gpu_bytes(total_params: int, largest_layer_params: int, num_
 
     ``estimate_zero3_model_states_mem_needs(cpu_offload=False)``, ``deepspeed/runtime/zero/stage3.py``:
     ``4 * largest_layer_params + int(18 * total_params / total_gpus)`` (:func:`largest_layer_parameters`).
-
-    Raises:
-        ValueError: for negative counts or fewer than 1 GPU.
+    Raises ``ValueError`` for negative counts or fewer than 1 GPU.
     """
     check_int("total_params", total_params, 0)
     check_int("largest_layer_params", largest_layer_params, 0)
@@ -82,9 +76,7 @@ def shard_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> int:
 
     FSDP2 splits dim 0 as ``torch.chunk`` does and pads every shard to ``ceil(shape[0] / world_size)`` rows
     (``_init_sharded_param``, ``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``); a 0-d tensor is one row.
-
-    Raises:
-        ValueError: for a world size below 1.
+    Raises ``ValueError`` for a world size below 1.
     """
     check_int("world_size", world_size, 1)
     shape = tuple(shape) or (1,)
@@ -93,8 +85,6 @@ def shard_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> int:
 
 def sharded_parameter_bytes(model: nn.Module, world_size: int) -> int:
     """Bytes of rank 0's shards of ``model``'s parameters under FSDP2 (:func:`shard_numel`, each rounded up to 512).
-
-    Raises:
-        ValueError: for a world size below 1.
+    Raises ``ValueError`` for a world size below 1.
     """
     return sum(round_up(shard_numel(p.shape, world_size) * p.element_size()) for p in model.parameters())

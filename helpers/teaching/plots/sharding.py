@@ -67,9 +67,7 @@ def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | N
 
 def plot_sharded_timeline(steps: list, labels: list[str], title: str | None = None) -> Figure:
     """One panel per sharded step: gathered parameters and all-gather buffers after each event, backward shaded.
-
-    Raises:
-        ValueError: if ``labels`` and ``steps`` differ in length.
+    Raises ``ValueError`` if ``labels`` and ``steps`` differ in length.
     """
     if len(labels) != len(steps):
         raise ValueError(f"{len(labels)} labels for {len(steps)} steps")
@@ -102,9 +100,7 @@ def plot_sharded_timeline(steps: list, labels: list[str], title: str | None = No
 
 def plot_sharded_peaks(steps: list, labels: list[str], title: str | None = None) -> Figure:
     """One bar per sharded step: rank 0's memory at its peak by :data:`helpers.fsdp.SHARDED_CATEGORIES`.
-
-    Raises:
-        ValueError: if ``labels`` and ``steps`` differ in length.
+    Raises ``ValueError`` if ``labels`` and ``steps`` differ in length.
     """
     if len(labels) != len(steps):
         raise ValueError(f"{len(labels)} labels for {len(steps)} steps")
