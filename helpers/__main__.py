@@ -1,15 +1,10 @@
 """Command line: ``python -m helpers profile ...`` and ``python -m helpers check``.
 
-``profile`` runs one training step (:func:`helpers.step.profile_step`),
-steady state by default (``--first-step``: the first, with no verdict), and
-prints the answer first: ``peak allocated: <X> MiB (<backend>)``, where it is
-reached, what fills it, and per card of :data:`helpers.gpus.GPU_CARDS` the
-verdict of :func:`helpers.batch.card_verdicts`.  The batch defaults to 1 for
-token inputs, else 128.  ``--table`` adds the per-module log, ``--json``
-prints one JSON object, ``--reserved`` adds the allocator model's figures.
-Bad input exits with status 2 and one line in the flags' names
-(:func:`in_flags`); a step that does not fit a real GPU exits with 1.
-``check`` is :mod:`helpers.check` (exit 0 ready, 1 broken).
+``profile`` runs one training step (:func:`helpers.step.profile_step`), steady state by default, and prints the answer
+first: ``peak allocated: <X> MiB (<backend>)``, where it is reached, what fills it, and per card of
+:data:`helpers.gpus.GPU_CARDS` the verdict of :func:`helpers.batch.card_verdicts`. Bad input exits with status 2 and
+one line in the flags' names (:func:`in_flags`); a step that does not fit a real GPU exits with 1. ``check`` is
+:mod:`helpers.check` (exit 0 ready, 1 broken).
 """
 
 from __future__ import annotations
@@ -81,12 +76,8 @@ EXAMPLES = """examples:
   python -m helpers check
       the pre-flight check for a workshop"""
 
-#: The batch size when ``--batch-size`` is not given and the inputs are token ids.  A language
-#: model's sample is a whole sequence, every token of it a position with its own activations in
-#: every layer: one sequence of 2,048 tokens is already 2,048 of them, and 128 sequences are a
-#: pre-training batch spread over many GPUs (3.2 TiB for Llama-3 8B at 2,048 tokens).  Batch 1
-#: is the smallest step, the one that must fit before any larger one: the first question asked
-#: of a language model.  Images and other samples keep StepConfig's default, 128.
+#: The batch size when ``--batch-size`` is not given and the inputs are token ids: a sample is a whole sequence, and
+#: batch 1 is the step that must fit before any larger one. Other samples keep StepConfig's default, 128.
 TOKEN_BATCH = 1
 
 
@@ -141,8 +132,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _batch_size(options: dict) -> tuple[int, str]:
-    """The batch size to run, and why when it was not given: :data:`TOKEN_BATCH` for token inputs
-    (``--seq-len``, or a language preset of :data:`helpers.config.PRESET_INPUTS`), else StepConfig's."""
+    """The batch size to run, and why when it was not given (:data:`TOKEN_BATCH` for token inputs)."""
     if options["batch_size"] is not None:
         return options["batch_size"], ""
     model = options["model"]
@@ -209,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
-    """The answer, in lines: the peak, which step it is of, where it is reached, what fills it, the
-    verdict per card (:func:`_fits_lines`; none on a first step), then the model states."""
+    """The answer, in lines: the peak, its step, where it is reached, what fills it, the verdicts, the model states."""
     from .units import fmt_mib
 
     config_ = profile.config
@@ -265,8 +254,7 @@ def _options(config_) -> str:
 
 
 def _fits_lines(verdicts: dict) -> list[str]:
-    """Per card: fits, fits tightly or does not fit, and what it needs; then one line per name of what
-    the cards add (:func:`helpers.gpus.unseen_lines`), and why a tight verdict is too close to call."""
+    """Per card: the verdict and what it needs; then what the cards add (:func:`helpers.gpus.unseen_lines`)."""
     from .gpus import TIGHT_FRACTION, TIGHT_REASON
     from .units import fmt_mib
 
@@ -294,8 +282,7 @@ def _fits_lines(verdicts: dict) -> list[str]:
 
 
 def _fits_report(verdicts: dict) -> dict:
-    """The verdicts as JSON: what was judged, and per card whether it fits (and tightly), the bytes needed,
-    and the lines the card adds that the traced tensors do not show (name -> bytes, null: not modelled)."""
+    """The verdicts as JSON: per card fits, tight, bytes needed, unseen lines (name -> bytes, null: not modelled)."""
     from .gpus import TIGHT_FRACTION
 
     first = next(iter(verdicts.values()))
@@ -310,11 +297,9 @@ def _fits_report(verdicts: dict) -> dict:
 def in_flags(message: str) -> str:
     """A message of :class:`helpers.config.StepConfig` or :mod:`helpers.models` in the command line's words.
 
-    Each option of :data:`helpers.config.CLI_OPTIONS` becomes its flag
-    (``lora_rank`` -> ``--lora-rank``): a name with an underscore outside
-    quotes, ``name=value``, ``name=``, ``name (--flag)``; a one-word name only
-    before "applies", "must" or "segments".  An unknown model's message also
-    lists :data:`helpers.config.HF_SHIPPED`.
+    Each option of :data:`helpers.config.CLI_OPTIONS` becomes its flag (``lora_rank`` -> ``--lora-rank``): a name with
+    an underscore outside quotes, ``name=value``, ``name=``, ``name (--flag)``; a one-word name only before "applies",
+    "must" or "segments". An unknown model's message also lists :data:`helpers.config.HF_SHIPPED`.
     """
     flags = {name: flag for flag, name, _ in config.CLI_OPTIONS}
     names = "|".join(sorted(flags, key=len, reverse=True))

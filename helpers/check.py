@@ -1,17 +1,9 @@
 """Pre-flight check for a workshop: ``python -m helpers check``.
 
-Prints, for the attendee's machine: the versions of what the lessons use
-(against the pins, :data:`helpers.versions.PINS`), the device and its memory, the
-backend the lessons will use, and whether ResNet18 at batch 128 fits (one
-steady-state training step, measured on a GPU; simulated otherwise, and then
-judged on each card of ``helpers.gpus.GPU_CARDS`` by the rule every widget and
-the command line apply, :func:`helpers.batch.card_verdicts`; a card it fits
-with too little to spare is marked "(tight)", :attr:`helpers.gpus.Verdict.tight`).
-
-Exit status 0 when the lessons will run, 1 when the environment is broken
-(a package that does not import, a GPU that fails), each problem printed
-with its fix.  A version that differs from the pin is a warning, not a
-failure: the lessons run, but some stored outputs may differ.
+Prints the versions of what the lessons use (against :data:`helpers.versions.PINS`), the device and its memory, the
+backend, and whether ResNet18 at batch 128 fits (one steady-state step, measured on a GPU; simulated otherwise, and
+judged on each card by :func:`helpers.batch.card_verdicts`). Exit status 0 when the lessons will run, 1 when the
+environment is broken, each problem printed with its fix; a version that differs from the pin is only a warning.
 """
 
 from __future__ import annotations
@@ -39,7 +31,6 @@ _DIST = {"sklearn": "scikit-learn"}
 
 
 def _try_import(name: str):
-    """Import a module by name; return it, or the exception it raised."""
     try:
         return importlib.import_module(name)
     except Exception as e:  # any failure to import is what we diagnose
@@ -47,11 +38,7 @@ def _try_import(name: str):
 
 
 def run_check(out=print) -> int:
-    """Print the pre-flight report; return the exit status (0 ready, 1 broken).
-
-    Args:
-        out: where each line goes (``print`` by default).
-    """
+    """Print the pre-flight report, each line through ``out``; return the exit status (0 ready, 1 broken)."""
     problems: list[str] = []
     warnings: list[str] = []
     out('Pre-flight check for "Where does my GPU memory go?"')

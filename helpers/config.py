@@ -1,9 +1,7 @@
 """Every option of a profiled training step, defined and checked in one place (:class:`StepConfig`).
 
-What :func:`helpers.step.profile_step` runs, what ``python -m helpers
-profile`` builds from its flags (:data:`CLI_OPTIONS`), what a profile echoes
-(:meth:`StepConfig.to_dict`), and what the widgets cache traces by
-(:meth:`StepConfig.curve_key`).
+What :func:`helpers.step.profile_step` runs, what ``python -m helpers profile`` builds from its flags
+(:data:`CLI_OPTIONS`), what a profile echoes (:meth:`StepConfig.to_dict`), and what widgets cache traces by.
 """
 
 from __future__ import annotations
@@ -14,44 +12,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-#: Optimizers a step can use (see :func:`helpers.techniques.optimizers.make_optimizer`):
-#: plain SGD, SGD with momentum (the default), Adam, AdamW, and AdamW with
-#: 8-bit block-wise quantized states (torchao's ``AdamW8bit``).
+#: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit")
-#: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused``
-#: implementation: what lessons 01-08 and their widgets compare.
+#: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
 TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
                    "adamw8bit": "8-bit AdamW"}
-#: How the frozen base weights of a LoRA model are stored: as they are, or
-#: "nf4" (QLoRA: 4-bit NormalFloat with double-quantized constants, computed in
-#: bfloat16; :mod:`helpers.techniques.quantization`).
+#: How LoRA's frozen base weights are stored: as they are, or "nf4" (:mod:`helpers.techniques.quantization`).
 QUANTIZATIONS = ("none", "nf4")
 #: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``).
 PARAM_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
 DEVICES = ("auto", "cuda", "simulated")
-#: The 16-bit types autocast can use.  GPUs default to float16 (with a GradScaler).
+#: The 16-bit types autocast can use (float16 with a GradScaler).
 AMP_DTYPES = ("float16", "bfloat16")
-#: Kernels of ``scaled_dot_product_attention`` the simulation can take (see
-#: :mod:`helpers.engine.cuda_rules`): "auto" is what a recent GPU picks (flash for
-#: 16-bit inputs, memory-efficient for float32); "math" keeps the full scores.
+#: Kernels of ``scaled_dot_product_attention`` the simulation can take (:mod:`helpers.engine.cuda_rules`): "auto" is
+#: what a recent GPU picks (flash for 16-bit inputs, memory-efficient for float32); "math" keeps the full scores.
 ATTENTION = ("auto", "flash", "efficient", "math")
-#: Losses a step can compute from the model's output: cross-entropy against one
-#: class per sample, next-token cross-entropy over a ``(batch, seq, vocab)``
-#: output, or "auto" (next-token for token inputs, else classification).
+#: Losses: cross-entropy against one class per sample, next-token cross-entropy over a ``(batch, seq, vocab)`` output,
+#: or "auto" (next-token for token inputs, else classification).
 LOSSES = ("auto", "classification", "next_token")
 
-#: The options that describe a model's data (its inputs and its loss): they
-#: belong to the model they are given with (the widget's other models keep
-#: their own).
+#: The options that describe a model's data (inputs and loss): they belong to the model they are given with.
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
 
-
-#: The Hugging Face configs shipped with the package (``helpers.models.hf.SHIPPED``,
-#: which a test checks against this list): named here for the command line's help,
-#: which must not import transformers.
+#: The Hugging Face configs shipped with the package (``helpers.models.hf.SHIPPED``; a test checks they agree), named
+#: here for the command line's help, which must not import transformers.
 HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "meta-llama/Llama-2-7b-hf",
               "huggyllama/llama-65b", "HuggingFaceTB/SmolLM2-135M")
 
@@ -61,9 +48,7 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 #: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
 IMAGE_SIZE = 224
 
-#: What the model presets of :mod:`helpers.models` take (``helpers.models.PRESETS``
-#: builds them, in this order; a test checks that the two agree).  Only image
-#: models take ``image_size``.
+#: What the model presets of :mod:`helpers.models` take, in ``helpers.models.PRESETS``' order (a test checks).
 PRESET_INPUTS = {
     "mlp": "64 features",
     **dict.fromkeys(("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama3-8b"), "token ids"),
@@ -74,8 +59,7 @@ def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *,
     """``value`` if it is an integer (not a bool) >= ``lowest`` and, if given, <= ``highest``.
 
     Raises:
-        ValueError: ``"<name> must be <what>, got <value>"`` otherwise
-            (``what``: the rule in the caller's words).
+        ValueError: ``"<name> must be <what>, got <value>"`` otherwise (``what``: the rule in the caller's words).
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < lowest or (
             highest is not None and value > highest):
@@ -88,11 +72,9 @@ def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *,
 def is_hf_config(model: Any) -> bool:
     """True when ``model`` names or holds a Hugging Face config: the one test of it.
 
-    An object: a dict with ``"model_type"``, or a non-callable object with
-    ``to_dict`` and a string ``model_type`` (a ``PretrainedConfig``, known
-    without importing ``transformers``).  A string: a shipped name
-    (:data:`HF_SHIPPED`), a ``.json`` path, a folder, or a Hub name ``org/model``
-    that is neither a Python file nor an existing path.
+    An object: a dict with ``"model_type"``, or a non-callable object with ``to_dict`` and a string ``model_type`` (a
+    ``PretrainedConfig``, without importing ``transformers``). A string: a shipped name (:data:`HF_SHIPPED`), a
+    ``.json`` path, a folder, or a Hub name ``org/model`` that is neither a Python file nor an existing path.
     """
     if isinstance(model, dict):
         return "model_type" in model
@@ -119,10 +101,8 @@ def _check_bool(name: str, value: Any) -> None:
 #: The integer options and their lowest value; then those that may be None.
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
-#: The options that are True or False.
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
           "full_trace")
-#: The options that name one of a few choices.
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES))
 
@@ -206,63 +186,44 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
 
 @dataclass(frozen=True)
 class StepConfig:
-    """One training step to profile.  Every field is checked when it is made.
+    """One training step to profile. Every field is checked when it is made.
 
     Model:
-        model: a torchvision classifier name, a preset of :mod:`helpers.models`
-            (``"mlp"``, ``"gpt2"``, ...), an ``nn.Module`` (profiled on a copy),
-            a function returning one, or a Hugging Face causal LM config
-            (:mod:`helpers.models.hf`: a shipped or Hub name, a ``config.json``
-            path, a dict or a ``PretrainedConfig``).
+        model: a torchvision classifier name, a preset of :mod:`helpers.models` (``"mlp"``, ``"gpt2"``, ...), an
+            ``nn.Module`` (profiled on a copy), a function returning one, or a Hugging Face causal LM config
+            (:mod:`helpers.models.hf`: a shipped or Hub name, a ``config.json`` path, a dict or a ``PretrainedConfig``).
         name: the profile's label (default: the model's name).
     Data:
         batch_size: samples per batch, >= 1.
-        image_size: height and width of image inputs (another value than
-            :data:`IMAGE_SIZE` is refused for inputs that are not images).
+        image_size: height and width of image inputs (refused, if not :data:`IMAGE_SIZE`, for other inputs).
         input_shape: shape of one float sample, e.g. ``(3, 224, 224)`` or ``(784,)``.
-        seq_len: token inputs: ``seq_len`` int64 token ids per sample.
-        vocab_size: token ids are drawn below it (default: the model's).
+        seq_len: token inputs: ``seq_len`` int64 token ids per sample; ``vocab_size``: ids below it (default: model's).
         inputs: a function ``(batch_size, device) -> tensor(s)`` making the input.
         loss: ``"auto"``, ``"classification"``, ``"next_token"``, or ``(output) -> scalar``.
-        num_classes: a classifier's classes (default 1000 for torchvision names,
-            else the logits' size).
+        num_classes: a classifier's classes (default 1000 for torchvision names, else the logits' size).
     Techniques:
-        amp: forward and loss under autocast, in ``amp_dtype``: ``"float16"``
-            (with a GradScaler) or ``"bfloat16"``.
-        checkpoint: activation checkpointing in this many segments (0: off; a
-            Hugging Face model checkpoints each decoder layer).
-        reentrant: the reentrant variant (lesson 04's trap).
-        offload: keep tensors saved for backward in host memory.
-        optimizer: one of :data:`OPTIMIZERS`; ``fused``: its fused implementation
-            instead of ``foreach``.
-        step_in_backward: step each parameter in backward as its gradient is
-            ready and free it (``register_post_accumulate_grad_hook``, PyTorch's
-            tutorial); not with float16 AMP.
-        accumulation_steps: forward and backward passes per optimizer step.
-        set_to_none: ``optimizer.zero_grad(set_to_none=...)``.
+        amp: forward and loss under autocast, in ``amp_dtype``: ``"float16"`` (with a GradScaler) or ``"bfloat16"``.
+        checkpoint: activation checkpointing in this many segments (0: off; a Hugging Face model checkpoints each
+            decoder layer); ``reentrant``: the reentrant variant (lesson 04).
+        offload: keep tensors saved for backward in host memory (``save_on_cpu``).
+        optimizer: one of :data:`OPTIMIZERS`; ``fused``: its fused implementation instead of ``foreach``.
+        step_in_backward: step each parameter in backward as its gradient is ready and free it
+            (``register_post_accumulate_grad_hook``, PyTorch's tutorial); not with float16 AMP.
+        accumulation_steps: forward and backward passes per optimizer step; ``set_to_none``: of ``zero_grad``.
         attention: the simulated attention kernel, one of :data:`ATTENTION`.
-        lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets``
-            (None: peft's default), base weights frozen (0: off);
-            ``lora_dropout`` in [0, 1).
-        quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA (Dettmers
-            et al., 2023): every frozen base ``nn.Linear`` weight but the LM head
-            as torchao's ``NF4Tensor``, computed in bfloat16
-            (:mod:`helpers.techniques.quantization`).  Needs ``lora_rank``.
-        param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``);
-            gradients and Adam's states follow it (``torch/optim/adamw.py``:
-            ``torch.zeros_like(p)``); peft's adapters stay float32
-            (``autocast_adapter_dtype=True``).
-        optimizer_offload: optimizer states in host memory, stepped on the CPU
-            (torchao's ``CPUOffloadOptimizer``, :class:`helpers.engine.backends.HostStates`).
-            Paged optimizers (CUDA unified memory, which ``memory_allocated``
-            does not see) are not simulated.
+        lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets`` (None: peft's default), base weights frozen
+            (0: off); ``lora_dropout`` in [0, 1).
+        quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA (:mod:`helpers.techniques.quantization`).
+            Needs ``lora_rank``.
+        param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
+            follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
+        optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
+            :class:`helpers.engine.backends.HostStates`). Paged optimizers are not simulated.
     Measurement:
         steady_state: trace the second step, when the optimizer states exist.
-        full_trace: trace every block of a model built of repeated blocks,
-            instead of writing its step exactly from traces of 6 and 7 blocks
-            (:mod:`helpers.depth`, the default where it applies).
-        device: one of :data:`DEVICES`.
-        capacity: behave as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
+        full_trace: trace every block of a model of repeated blocks, instead of writing its step exactly from traces
+            of 6 and 7 blocks (:mod:`helpers.depth`, the default where it applies).
+        device, capacity: one of :data:`DEVICES`; act as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
 
     Raises:
         ValueError: for any option out of range, with the option's name.
@@ -311,7 +272,7 @@ class StepConfig:
             raise ValueError(f"image_size (--image-size) applies to image inputs; {self.label} takes {takes}")
 
     def _not_images(self) -> str | None:
-        """What the model takes when not images of ``image_size`` (token ids, ``input_shape``, ``inputs``, a preset's), else None."""
+        """What the model takes when not images of ``image_size``, else None."""
         if self.seq_len is not None:
             return "token ids (seq_len=, --seq-len)"
         if self.input_shape is not None:
@@ -367,8 +328,7 @@ class StepConfig:
         return out
 
 
-#: The options ``python -m helpers profile`` offers: (flag, field, help).  Flags
-#: without a value are booleans; the others take the field's type.
+#: The options ``python -m helpers profile`` offers: (flag, field, help); booleans take no value.
 CLI_OPTIONS = (
     ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), a Hugging "
                          f"Face causal LM by its config (a shipped one, offline: {', '.join(HF_SHIPPED)}; a "

@@ -1,10 +1,7 @@
 """Memory around the training step: inference, and loops that keep what they should not (lesson 05b).
 
-Both run parts of :func:`helpers.step.profile_step`'s step
-(:class:`helpers.step.StepRunner`, same options and backends) without the
-tracer: :func:`forward_peak` a forward pass and loss per grad mode,
-:func:`loop_memory` a few iterations of a loop of :data:`LOOPS`.  The
-PyTorch FAQ (https://pytorch.org/docs/stable/notes/faq.html) names both leaks.
+Both run parts of :class:`helpers.step.StepRunner`'s step (same options and backends) without the tracer. The PyTorch
+FAQ (https://pytorch.org/docs/stable/notes/faq.html) names both leaks.
 """
 
 from __future__ import annotations
@@ -44,10 +41,8 @@ def forward_peak(model="resnet18", batch_size: int = 128, image_size: int = 224,
     """Peak bytes of one forward pass and its loss, counted from the placed model (parameters and buffers included).
 
     Args:
-        model, batch_size, image_size, **options: as for
-            :func:`helpers.step.profile_step` (optimizer options do not apply).
-        grad_mode: ``"enabled"`` (training mode, autograd recording),
-            ``"no_grad"`` or ``"inference_mode"`` (``model.eval()``).
+        model, batch_size, image_size, **options: as for :func:`helpers.step.profile_step`.
+        grad_mode: ``"enabled"`` (training mode), ``"no_grad"`` or ``"inference_mode"`` (``model.eval()``).
 
     Raises:
         ValueError: for an unknown grad mode, or as ``profile_step`` does.
@@ -68,10 +63,8 @@ def loop_memory(loop: str, model="mlp", batch_size: int = 64, steps: int = 4, im
                 **options) -> list[int]:
     """Bytes allocated after each of ``steps`` iterations of a loop written as ``loop`` (a key of :data:`LOOPS`) says.
 
-    Each iteration draws a batch, runs forward and loss and adds the loss to
-    ``total_loss`` as the loop's name says; a training loop also runs backward,
-    the optimizer step and ``zero_grad``.  Counts include parameters, buffers
-    and optimizer states.
+    A training loop also runs backward, the optimizer step and ``zero_grad``. Counts include parameters, buffers and
+    optimizer states.
 
     Raises:
         ValueError: for an unknown loop, or as ``profile_step`` does.

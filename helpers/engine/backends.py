@@ -1,11 +1,7 @@
 """What differs between measuring on a real GPU and simulating one (lesson 00).
 
-A :class:`Backend` answers each question that has two answers:
-:class:`CudaBackend` reads PyTorch's counters on a real GPU (CUDA autocast, a
-real ``GradScaler``, offloaded tensors in pinned host memory);
-:class:`SimulatedBackend` counts fake CPU tensors with a
-:class:`helpers.engine.counting.StorageTracker`, builds on ``meta``, and
-leaves offloaded tensors out of the count.  :func:`get_backend` picks one.
+:class:`CudaBackend` reads PyTorch's counters on a real GPU; :class:`SimulatedBackend` counts fake CPU tensors with a
+:class:`helpers.engine.counting.StorageTracker`, builds on ``meta`` and leaves offloaded tensors out of the count.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 
 def resolve_backend(device: str = "auto") -> str:
     """Turn a ``device`` argument into ``cuda`` or ``simulated`` (``auto``: ``cuda`` when available).
-
-    Raises:
-        ValueError: for an unknown name, or ``cuda`` on a machine without a GPU.
+    Raises ``ValueError`` for an unknown name, or ``cuda`` on a machine without a GPU.
     """
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "simulated"
@@ -48,11 +42,7 @@ def resolve_backend(device: str = "auto") -> str:
 
 
 def get_backend(device: str = "auto", attention: str = "auto") -> "Backend":
-    """The :class:`Backend` for ``device`` (``"auto"``, ``"cuda"``, ``"simulated"``); ``attention``: the simulated kernel.
-
-    Raises:
-        ValueError: as :func:`resolve_backend` does.
-    """
+    """The :class:`Backend` for ``device``; ``attention``: the simulated kernel. Raises as :func:`resolve_backend`."""
     return CudaBackend() if resolve_backend(device) == "cuda" else SimulatedBackend(attention)
 
 
@@ -60,8 +50,7 @@ class Backend:
     """The questions a measurement answers differently on a GPU and in simulation.
 
     Attributes:
-        name: ``"cuda"`` or ``"simulated"``.
-        device: where the step's tensors are created.
+        name, device: ``"cuda"`` or ``"simulated"``; where the step's tensors are created.
         measured: True when the figures are a real GPU's counters.
     """
 
@@ -69,7 +58,6 @@ class Backend:
     device = torch.device("cpu")
     measured = False
 
-    # -- counting --------------------------------------------------------------------
     def tracker(self, capacity: int | None) -> StorageTracker:
         """The storage tracker that labels this backend's memory by category."""
         raise NotImplementedError
@@ -102,7 +90,6 @@ class Backend:
     def synchronize(self) -> None:
         """Wait until the device has finished the work queued so far (for timing)."""
 
-    # -- the step ----------------------------------------------------------------------
     def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
         """Build the model, outside any measurement."""
         raise NotImplementedError
@@ -124,8 +111,7 @@ class Backend:
         return optimizer
 
     def offloaded_optimizer(self, make: Callable[[list], torch.optim.Optimizer], params, tracker: StorageTracker):
-        """An optimizer made by ``make`` with its states in host memory, stepped on the CPU
-        (``StepConfig.optimizer_offload``: torchao's ``CPUOffloadOptimizer``)."""
+        """An optimizer made by ``make``, its states in host memory, stepped on the CPU (``CPUOffloadOptimizer``)."""
         raise NotImplementedError
 
     def offload(self, tracker: StorageTracker):
@@ -203,12 +189,7 @@ class CudaBackend(Backend):
 
 
 class SimulatedBackend(Backend):
-    """A simulated CUDA GPU: fake CPU tensors counted by a :class:`helpers.engine.counting.StorageTracker`, with CUDA's rules.
-
-    :func:`helpers.engine.cuda_rules.cuda_rules` (autocast lists, dropout masks,
-    the attention kernel ``attention``, :data:`helpers.config.ATTENTION`);
-    Adam's step counters on the host; a ``GradScaler`` for float16.
-    """
+    """A simulated CUDA GPU: fake CPU tensors counted under :func:`helpers.engine.cuda_rules.cuda_rules`."""
 
     name = "simulated"
     device = torch.device("cpu")
@@ -223,8 +204,7 @@ class SimulatedBackend(Backend):
         return SimulatedTracker(capacity)
 
     def enter(self, capacity):
-        # FakeTensorMode logs a full traceback before raising a shape error; the
-        # error itself reaches the caller, so keep the log quiet.
+        # FakeTensorMode logs a full traceback before raising a shape error that reaches the caller anyway.
         self._log_level = _FAKE_LOG.level
         _FAKE_LOG.setLevel(logging.CRITICAL)
         self._rules = cuda_rules(self.attention)
@@ -244,8 +224,7 @@ class SimulatedBackend(Backend):
         return tracker.peak
 
     def build(self, builder):
-        """On the ``meta`` device (shapes only, no memory, no initialisation work);
-        a constructor that reads tensor values falls back to a real CPU build."""
+        """On ``meta``; a constructor that reads tensor values falls back to a real CPU build."""
         try:
             with torch.device("meta"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # what a failed attempt warns about is not the learner's concern
@@ -254,12 +233,8 @@ class SimulatedBackend(Backend):
             return builder()
 
     def place(self, model):
-        """Every parameter and buffer gets a fake storage of its size, once.
-
-        A tensor registered in several modules (a tied LM head) or a submodule under
-        two parents is placed once, as ``model.to("cuda")`` keeps them
-        (``Module._apply`` from ``meta`` would make a new ``Parameter`` per occurrence).
-        """
+        """Every parameter and buffer gets a fake storage of its size, once, even when registered in several modules
+        (a tied LM head), as ``model.to("cuda")`` keeps them (``Module._apply`` from ``meta`` would not)."""
         where = [(module, key, id(p)) for module in model.modules()
                  for key, p in module._parameters.items() if p is not None]
         sources = list(chain(model.parameters(), model.buffers()))  # kept alive while their ids are keys
@@ -285,16 +260,13 @@ class SimulatedBackend(Backend):
         return SimulatedGradScaler()
 
     def optimizer(self, optimizer, tracker):
-        """``optimizer`` with Adam's ``step`` counters on the host
-        (:func:`helpers.engine.cuda_rules.host_side_steps`); a torchao optimizer steps as
-        :func:`_eager_8bit_step` says."""
+        """:func:`helpers.engine.cuda_rules.host_side_steps`; a torchao optimizer: :func:`_eager_8bit_step`."""
         if _compiled_step(optimizer):
             return _eager_8bit_step(optimizer, tracker)
         return host_side_steps(optimizer, tracker)
 
     def offloaded_optimizer(self, make, params, tracker):
-        """:class:`HostStates`: torchao's ``CPUOffloadOptimizer`` asserts a CUDA device, so the
-        simulation keeps the same tensors where it does, host ones uncounted."""
+        """:class:`HostStates` (torchao's ``CPUOffloadOptimizer`` asserts a CUDA device)."""
         def on_host(ps):
             optimizer = make(ps)
             return _eager_8bit_step(optimizer) if _compiled_step(optimizer) else optimizer
@@ -302,8 +274,7 @@ class SimulatedBackend(Backend):
         return HostStates(params, lambda ps: self.optimizer(make(ps), tracker), on_host, lambda: _paused(tracker))
 
     def offload(self, tracker):
-        """``save_on_cpu``'s two hooks, with the host copy made while the tracker
-        is paused (host memory is not device memory); the copy back is counted."""
+        """``save_on_cpu``'s two hooks: the host copy uncounted, the copy back counted."""
 
         def pack(t: torch.Tensor) -> torch.Tensor:
             tracker.paused = True
@@ -321,20 +292,15 @@ class SimulatedBackend(Backend):
 class HostStates:
     """Optimizer states in host memory, stepped on the CPU: torchao's ``CPUOffloadOptimizer`` on the simulated GPU.
 
-    As ``torchao/optim/cpu_offload.py`` does with its defaults: a trained
-    parameter of at least ``minimal_size`` (4096) weights has a host copy, a host
-    gradient buffer and its own host optimizer (its states host memory); smaller
-    ones keep a GPU optimizer.  Each gradient is copied to the host as backward
-    completes it and stays on the GPU until ``zero_grad``
-    (``offload_gradients=False``); ``step()`` steps on the host and copies each
-    parameter back in place.  No float32 master copy is kept.
+    As ``torchao/optim/cpu_offload.py`` does with its defaults: a trained parameter of at least ``minimal_size``
+    weights has a host copy, a host gradient buffer and its own host optimizer; smaller ones keep a GPU optimizer.
+    Gradients stay on the GPU until ``zero_grad`` (``offload_gradients=False``); ``step()`` steps on the host and copies
+    each parameter back in place. No float32 master copy.
 
     Args:
-        params: the model's parameters.
-        make: builds the GPU optimizer of a list of parameters.
-        make_host: builds a host optimizer of host parameters (inside ``host``).
+        params: the model's parameters; ``minimal_size``: smaller ones stay with a GPU optimizer.
+        make, make_host: build the GPU optimizer, and a host optimizer of host parameters (inside ``host``).
         host: a new context in which new tensors are host memory (not counted).
-        minimal_size: parameters smaller than this stay with a GPU optimizer.
     """
 
     def __init__(self, params, make: Callable[[list], torch.optim.Optimizer],
@@ -407,11 +373,8 @@ def _eager(fn, *args, **kwargs):
 def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker | None = None) -> torch.optim.Optimizer:
     """torchao's ``AdamW8bit`` on the simulated GPU: its states counted, its step's arithmetic not.
 
-    On a GPU each parameter's step is ``torch.compile(single_param_adam)``, one
-    fused kernel with no float32 temporaries; here the same function runs eagerly
-    (``torch._dynamo.config.disable``) with the tracker paused, then the new
-    states are counted, all but the host ``step`` counter.  torchao's code books
-    (``create_dynamic_map``) are computed once from real tensors.  Without a
+    On a GPU each parameter's step is ``torch.compile(single_param_adam)``, one fused kernel with no float32
+    temporaries; here it runs eagerly with the tracker paused, then the new states but ``step`` are counted. Without a
     ``tracker`` (a host optimizer) the step only runs eagerly.
     """
     from torch.utils._python_dispatch import _disable_current_modes

@@ -1,21 +1,14 @@
-"""The core of the engine: count the bytes of tensor storages while they live.
+"""The core of the engine: count the bytes of tensor storages while they live. Every simulated number comes from here.
 
-Read this file first: every simulated number in the lessons comes from it.
+A ``TorchDispatchMode`` sees the output of every ATen operation. Each new storage is counted once, at its size rounded
+up to 512 bytes (the CUDA caching allocator's block, :func:`helpers.allocator.rules.round_up`); a ``weakref.finalize``
+on the storage subtracts it when autograd or Python frees it. Views and in-place results share a storage: they add
+nothing. Run a training step on fake tensors (``FakeTensorMode``: shapes, dtypes and lifetimes, no data) under this
+mode, and :attr:`StorageTracker.allocated` and :attr:`StorageTracker.peak` are what ``torch.cuda.memory_allocated()``
+and ``max_memory_allocated()`` would report for the step's tensors on a GPU.
 
-A ``TorchDispatchMode`` sees the output of every ATen operation.  Each new
-storage is counted once, at its size rounded up to 512 bytes (the CUDA caching
-allocator's block, :func:`helpers.allocator.rules.round_up`), and a
-``weakref.finalize`` on the storage subtracts it again when autograd or Python
-frees it.  Views and in-place results share a storage and add nothing.  Run a
-training step on fake tensors (``FakeTensorMode``: shapes, dtypes and
-lifetimes, no data) under this mode, and :attr:`StorageTracker.allocated` and
-:attr:`StorageTracker.peak` are what ``torch.cuda.memory_allocated()`` and
-``max_memory_allocated()`` would report for the step's tensors on a GPU.
-
-Lesson 00 writes the same idea in a few lines and checks it against
-:func:`helpers.profile_step` byte for byte.  The rest of the engine adds CUDA's
-rules (:mod:`helpers.engine.cuda_rules`), the real GPU's counters
-(:mod:`helpers.engine.backends`) and labels (:mod:`helpers.record`).  Bytes.
+Lesson 00 writes the same idea in a few lines and checks it against :func:`helpers.profile_step` byte for byte. CUDA's
+rules: :mod:`helpers.engine.cuda_rules`; a real GPU's counters: :mod:`helpers.engine.backends`. Bytes throughout.
 """
 
 from __future__ import annotations
@@ -33,8 +26,7 @@ from ..allocator.rules import round_up
 def tensor_bytes(t: torch.Tensor) -> int:
     """Bytes of GPU memory that the storage holding ``t`` occupies: its ``nbytes()`` rounded up to 512.
 
-    A view reports its base's whole storage (what stays allocated while it
-    lives).  A float32 ``(128, 64, 112, 112)`` tensor: 392 MiB.
+    A view reports its base's whole storage (what stays allocated while it lives).
 
     Raises:
         TypeError: if ``t`` is not a tensor.
@@ -45,8 +37,8 @@ def tensor_bytes(t: torch.Tensor) -> int:
 
 
 class LogEntry(NamedTuple):
-    """One change in allocated memory: ``delta`` bytes (negative for a free or a
-    shrink) of storage ``serial``; ``kind`` is ``"alloc"``, ``"free"`` or ``"resize"``."""
+    """One change in allocated memory: ``delta`` bytes (negative: a free or a shrink) of storage ``serial``;
+    ``kind`` is ``"alloc"``, ``"free"`` or ``"resize"``."""
 
     serial: int
     kind: str
@@ -56,32 +48,25 @@ class LogEntry(NamedTuple):
 class StorageTracker(TorchDispatchMode):
     """Count the bytes of every tensor storage that operations create, while alive.
 
-    A storage resized in place (``untyped_storage().resize_()``, as FSDP does
-    to free and re-gather parameters) is counted at its new size:
-    ``UntypedStorage.resize_`` is not an ATen operation, so it is wrapped while
-    the tracker is active (as ``torch.distributed._tools.mem_tracker.MemTracker``
-    does).  A tensor subclass that wraps others (a ``DTensor``) owns no memory:
-    the tensors it wraps are counted.
+    A storage resized in place (``untyped_storage().resize_()``, as FSDP frees and re-gathers parameters) is counted
+    at its new size: ``UntypedStorage.resize_`` is not an ATen operation, so it is wrapped while the tracker is active
+    (as ``torch.distributed._tools.mem_tracker.MemTracker`` does). A tensor subclass that wraps others (a ``DTensor``)
+    owns no memory: the tensors it wraps are counted.
 
     Args:
-        device_type: count only storages on this device type (``"cuda"``), or
-            every storage when ``None`` (simulated: all are fake).
+        device_type: count only storages on this device type (``"cuda"``); ``None``: every storage (simulated).
 
     Attributes:
         allocated: bytes alive now.
         peak: the highest ``allocated`` since creation or :meth:`reset_peak`.
         peak_serials: serials of the storages alive at that peak.
-        peak_at: serial of the allocation that reached the peak (the same
-            operation in a run at another batch size has the same serial).
-        sizes, dtypes, shapes: serial -> bytes (its largest size), dtype and
-            shape of the tensor through which each storage was first seen.
+        peak_at: serial of the allocation that reached the peak (the same at another batch size).
+        sizes, dtypes, shapes: serial -> bytes (its largest size), dtype and shape of the tensor that first showed it.
         log: every :class:`LogEntry`, in order.
-        paused: while True, new storages are not device memory (a host copy)
-            and are not counted.
+        paused: while True, new storages are host memory and are not counted.
 
-    Limits: memory allocated inside a kernel without creating a tensor
-    (cuDNN/cuBLAS workspaces) is invisible here, and so are tensors created
-    before the mode was entered unless passed to :meth:`track`.
+    Limits: memory a kernel allocates without creating a tensor (cuDNN/cuBLAS workspaces) is invisible here, and so
+    are tensors created before the mode was entered unless passed to :meth:`track`.
     """
 
     def __init__(self, device_type: str | None = None):
@@ -147,8 +132,7 @@ class StorageTracker(TorchDispatchMode):
         return serial
 
     def transient(self, nbytes: int, dtype: torch.dtype, shape: tuple[int, ...]) -> int:
-        """Count ``nbytes`` that a kernel allocates for itself (no tensor of the
-        program holds them) until :meth:`release`; return their serial."""
+        """Count ``nbytes`` a kernel allocates for itself (no tensor) until :meth:`release`; return their serial."""
         self.before_alloc(nbytes)
         serial = len(self.sizes)
         self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, dtype, tuple(shape)
@@ -160,9 +144,8 @@ class StorageTracker(TorchDispatchMode):
         self._change(serial, "free", -self._now[serial])
 
     def before_alloc(self, nbytes: int) -> None:
-        """Called before ``nbytes`` more are counted: a simulated GPU of limited
-        capacity raises ``torch.OutOfMemoryError`` here (see
-        :class:`helpers.engine.cuda_rules.SimulatedTracker`)."""
+        """Called before ``nbytes`` more are counted: a simulated GPU of limited capacity raises
+        ``torch.OutOfMemoryError`` here (:class:`helpers.engine.cuda_rules.SimulatedTracker`)."""
 
     def _change(self, serial: int, kind: str, delta: int) -> None:
         self._now[serial] = self._now.get(serial, 0) + delta
@@ -186,8 +169,7 @@ class StorageTracker(TorchDispatchMode):
         self._change(serial, "resize", delta)
 
     def serial_of(self, t: torch.Tensor) -> int | None:
-        """Serial of the live storage holding ``t`` (for a ``DTensor``, its local
-        shard), or None if not counted."""
+        """Serial of the live storage holding ``t`` (a ``DTensor``: its local shard), or None if not counted."""
         while is_traceable_wrapper_subclass(t):
             inner = [getattr(t, n) for n in t.__tensor_flatten__()[0]]
             inner = [i for i in inner if isinstance(i, torch.Tensor)]
@@ -195,10 +177,6 @@ class StorageTracker(TorchDispatchMode):
                 return None
             t = inner[0]
         return self._live.get(id(t.untyped_storage()))
-
-    def bytes_now(self, serial: int) -> int:
-        """Bytes the storage ``serial`` holds now (0 once freed or resized to 0)."""
-        return self._now.get(serial, 0) if serial in self._live.values() else 0
 
     def live_serials(self) -> tuple[int, ...]:
         """Serials of all storages alive now, holding bytes."""
@@ -210,7 +188,7 @@ class StorageTracker(TorchDispatchMode):
 
     @property
     def peak_serials(self) -> tuple[int, ...]:
-        """Serials of the storages alive, holding bytes, at the peak, in allocation order: :attr:`log` replayed up to the peak (cheaper than recording them at each new peak)."""
+        """Serials of the storages holding bytes at the peak, in allocation order (:attr:`log` replayed up to it)."""
         now: dict[int, int] = {}
         for entry in self.log[:self._peak_log]:
             now[entry.serial] = now.get(entry.serial, 0) + entry.delta

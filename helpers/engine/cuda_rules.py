@@ -1,25 +1,10 @@
 """What a CUDA GPU computes differently from the CPU, applied to the simulation (lesson 00).
 
-The simulation runs PyTorch's CPU kernels on fake tensors; while
-:func:`cuda_rules` is active the CPU keeps what CUDA would keep for backward:
-
-* **autocast**: each device has its own op lists (``aten/src/ATen/autocast_mode.h``,
-  ``autocast_mode.cpp``); a ``torch.library`` kernel for the ``AutocastCPU``
-  key applies :data:`CUDA_AUTOCAST` wherever the two policies differ;
-* **dropout**: a GPU calls ``native_dropout`` (``aten/src/ATen/native/Dropout.cpp``,
-  ``is_fused_kernel_acceptable``), which keeps a bool mask, where the CPU
-  multiplies by a float mask;
-* **attention**: ``scaled_dot_product_attention`` runs the kernel
-  :data:`helpers.config.ATTENTION` names (:func:`attention_kernel`,
-  :func:`attention_saved_bytes`), as ``tools/autograd/derivatives.yaml`` keeps.
-
-Adam's ``step`` counters live in host memory on a GPU unless ``fused`` or
-``capturable`` (``torch/optim/adam.py``, ``_init_group``: :func:`host_side_steps`),
-and float16 uses a :class:`SimulatedGradScaler`.
-
-The step cannot simply run on fake ``cuda`` tensors: backward asks the CUDA
-runtime about device 0 (pytorch/pytorch#92627).  Fake CUDA tensors are the
-reference the tests compare these rules against, forward by forward.
+The simulation runs PyTorch's CPU kernels on fake tensors; while :func:`cuda_rules` is active the CPU keeps what CUDA
+would keep for backward: CUDA's autocast lists (:data:`CUDA_AUTOCAST`), dropout's bool mask (:func:`_dropout`), the
+attention kernel (:func:`attention_kernel`), fused RMSNorm; Adam's ``step`` counters stay on the host
+(:func:`host_side_steps`). The step cannot run on fake ``cuda`` tensors: backward asks the CUDA runtime about device 0
+(pytorch/pytorch#92627). Fake CUDA tensors are the reference the tests compare these rules against, forward by forward.
 """
 
 from __future__ import annotations
@@ -38,12 +23,10 @@ from ..allocator.rules import allocation_size, round_up
 from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message
 from .counting import StorageTracker
 
-#: CUDA's autocast policies in the pinned PyTorch, by operator overload: the lists of
-#: ``aten/src/ATen/autocast_mode.h`` (``AT_FORALL_LOWER_PRECISION_FP``,
-#: ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``,
-#: ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``, ``AT_FORALL_PROMOTE``) and the
-#: registrations of ``autocast_mode.cpp`` (cuDNN convolutions, the banned
-#: ``binary_cross_entropy``).  A test checks it against the dispatcher.
+#: CUDA's autocast policies in the pinned PyTorch, by operator overload: the lists of ``aten/src/ATen/autocast_mode.h``
+#: (``AT_FORALL_LOWER_PRECISION_FP``, ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``,
+#: ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE``, ``AT_FORALL_PROMOTE``) and the registrations of ``autocast_mode.cpp``
+#: (cuDNN convolutions, the banned ``binary_cross_entropy``). A test checks it against the dispatcher.
 CUDA_AUTOCAST = {
     "lower_precision_fp": (
         "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
@@ -72,16 +55,14 @@ CUDA_AUTOCAST = {
     "banned": ("binary_cross_entropy",),
 }
 
-#: Operations CUDA's autocast registers that :func:`cuda_rules` leaves to the
-#: CPU, with the reason.
+#: Operations CUDA's autocast registers that :func:`cuda_rules` leaves to the CPU, with the reason.
 NOT_EMULATED = {
     "_cudnn_rnn": "a cuDNN kernel: never runs on the CPU",
     "linalg_matrix_sqrth": "registered outside the header's lists, policy not documented there",
 }
 
-#: Operations both devices run in 16 bits: the CPU's own C++ kernel is kept
-#: (with autocast's cache of weight casts).  From the CPU list of
-#: ``autocast_mode.cpp``; a test checks that these really come out 16-bit.
+#: Operations both devices run in 16 bits: the CPU's own kernel is kept (with autocast's cache of weight casts). From
+#: the CPU list of ``autocast_mode.cpp``; a test checks that these come out 16-bit.
 SAME_ON_BOTH = frozenset({
     "conv1d", "conv2d", "conv3d", "bmm", "mm", "linalg_vecdot", "baddbmm", "addmm", "addbmm", "linear",
     "_convolution.deprecated", "matmul", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input",
@@ -130,9 +111,8 @@ def _kernel(op, policy: str):
 
     if policy == "passthrough":
         if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
-            # On a GPU a composite (cross_entropy_loss, ...) has no autocast kernel:
-            # it falls through, and the operations it is made of meet autocast one
-            # by one (log_softmax in float32).  Split it here, autocast still on.
+            # On a GPU a composite (cross_entropy_loss, ...) has no autocast kernel: its parts meet autocast one by
+            # one (log_softmax in float32). Split it here, autocast still on.
             def decompose(*args, **kwargs):
                 out = op.decompose(*args, **kwargs)
                 return run(args, kwargs) if out is NotImplemented else out
@@ -195,12 +175,8 @@ def _op(name: str):
 
 
 def cuda_autocast_policy() -> dict[str, str]:
-    """The ``AutocastCPU`` policy :func:`cuda_rules` installs, by operator overload.
-
-    CUDA's policy for every op CUDA's autocast lists, except :data:`SAME_ON_BOTH`;
-    ``"passthrough"`` for ops only the CPU lists (they run in their input's type,
-    as on a GPU).
-    """
+    """The ``AutocastCPU`` policy :func:`cuda_rules` installs, by operator overload: CUDA's for every op CUDA's
+    autocast lists but :data:`SAME_ON_BOTH`; ``"passthrough"`` for ops only the CPU lists (as on a GPU)."""
     policy = {name: kind for kind, names in CUDA_AUTOCAST.items() for name in names if name not in SAME_ON_BOTH}
     for name in torch._C._dispatch_get_all_op_names():
         if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU"):
@@ -220,11 +196,8 @@ def _dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
 
 
 class _FusedRMSNorm(torch.autograd.Function):
-    """RMSNorm saving what the GPU's fused kernel saves (``_fused_rms_norm`` in ``derivatives.yaml``).
-
-    The input, the weight and the inverse RMS per row (float32 for 16-bit inputs);
-    its gradients are RMSNorm's, computed in Python.
-    """
+    """RMSNorm saving what the GPU's fused kernel saves (``_fused_rms_norm`` in ``derivatives.yaml``): the input, the
+    weight and the inverse RMS per row (float32 for 16-bit inputs)."""
 
     @staticmethod
     def forward(ctx, input, weight, dims, eps):
@@ -251,8 +224,7 @@ class _FusedRMSNorm(torch.autograd.Function):
 
 
 def _rms_norm(input, normalized_shape, weight=None, eps=None):
-    """``aten::rms_norm`` as on a GPU: the fused kernel (:class:`_FusedRMSNorm`), where
-    the CPU's composite also keeps the normalised input."""
+    """``aten::rms_norm`` as on a GPU: :class:`_FusedRMSNorm` (the CPU's composite also keeps the normalised input)."""
     if eps is None:
         eps = torch.finfo(input.dtype).eps
     dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
@@ -260,21 +232,14 @@ def _rms_norm(input, normalized_shape, weight=None, eps=None):
 
 
 def attention_kernel(kernel: str, masked: bool = False) -> str:
-    """The kernel one simulated ``scaled_dot_product_attention`` call runs: ``"fused"`` or ``"math"``.
+    """The kernel one simulated ``scaled_dot_product_attention`` call runs: ``"fused"`` or ``"math"`` (only here).
 
-    The one place the simulation decides it.  ``"auto"``, ``"flash"`` and
-    ``"efficient"`` run a fused kernel (:func:`attention_saved_bytes`).
-    Grouped-query attention (``enable_gqa=True``) is fused too, as in the pinned
-    PyTorch (:data:`helpers.versions.TORCH`) on an NVIDIA GPU:
-    ``can_use_flash_attention`` and ``can_use_mem_efficient_attention``
-    (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) accept it through
-    ``check_batch_size_and_num_heads_dense<supports_gqa=true>``, and both keep
-    the key and value un-expanded (ROCm's memory-efficient kernel lacks GQA: not
-    modelled).  An explicit ``attn_mask`` takes the math kernel here: an upper
-    bound (on a GPU memory-efficient attention accepts a mask).
-
-    Raises:
-        ValueError: for a kernel not in :data:`helpers.config.ATTENTION`.
+    ``"auto"``, ``"flash"`` and ``"efficient"`` run a fused kernel (:func:`attention_saved_bytes`). Grouped-query
+    attention (``enable_gqa=True``) is fused too, as in the pinned PyTorch (:data:`helpers.versions.TORCH`) on an NVIDIA
+    GPU: ``can_use_flash_attention`` and ``can_use_mem_efficient_attention``
+    (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) accept it and keep key and value un-expanded. An
+    explicit ``attn_mask`` takes the math kernel here: an upper bound (on a GPU memory-efficient attention accepts it).
+    Raises ``ValueError`` for a kernel not in :data:`helpers.config.ATTENTION`.
     """
     if kernel not in ("auto", "flash", "efficient", "math"):
         raise ValueError(f"unknown attention kernel {kernel!r}; use auto, flash, efficient or math")
@@ -284,14 +249,9 @@ def attention_kernel(kernel: str, masked: bool = False) -> str:
 def _attention(kernel: str):
     """``scaled_dot_product_attention`` running the chosen kernel (:func:`attention_kernel`).
 
-    The memory-efficient kernel runs CUDA's own operator,
-    ``_scaled_dot_product_efficient_attention``, whose fake implementation needs
-    no GPU: its output laid out ``(batch, seq, heads, head_dim)``, its
-    log-sum-exp padded to a multiple of 32 rows, its seed and offset two int64
-    scalars, all kept (``attention.cu``, ``derivatives.yaml``).  The other fused
-    kernels, and every kernel on real tensors, run as
-    ``_scaled_dot_product_flash_attention_for_cpu``, which keeps what the GPU's
-    flash kernel keeps.
+    The memory-efficient kernel runs CUDA's own ``_scaled_dot_product_efficient_attention``, whose fake implementation
+    needs no GPU (``attention.cu``, ``derivatives.yaml``). The other fused kernels, and all on real tensors, run as
+    ``_scaled_dot_product_flash_attention_for_cpu``, which keeps what the GPU's flash kernel keeps.
     """
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
         if attention_kernel(kernel, masked=attn_mask is not None) == "math":
@@ -307,19 +267,14 @@ def _attention(kernel: str):
     return sdpa
 
 
-#: The 16-bit type of the simulated GPU's autocast while
-#: :func:`simulated_autocast` is active (None outside it).
+#: The 16-bit type of the simulated GPU's autocast while :func:`simulated_autocast` is active (None outside it).
 _AUTOCAST_DTYPE: contextvars.ContextVar = contextvars.ContextVar("simulated_autocast", default=None)
 
 
 @contextlib.contextmanager
 def simulated_autocast(dtype: torch.dtype):
-    """``torch.autocast("cpu", dtype=dtype)`` standing for CUDA's, which also tells the tracker autocast is on.
-
-    Under ``torch.inference_mode()`` :class:`SimulatedTracker` splits composites
-    itself and must switch autocast on again for their parts, as a GPU's
-    dispatcher does (``cross_entropy_loss``'s ``nll_loss`` is cast to float32).
-    """
+    """``torch.autocast("cpu", dtype=dtype)`` standing for CUDA's, which also tells the tracker autocast is on (under
+    ``torch.inference_mode()`` :class:`SimulatedTracker` splits composites and switches autocast on for their parts)."""
     token = _AUTOCAST_DTYPE.set(dtype)
     try:
         with torch.autocast("cpu", dtype=dtype):
@@ -328,19 +283,16 @@ def simulated_autocast(dtype: torch.dtype):
         _AUTOCAST_DTYPE.reset(token)
 
 
-#: Matrix products that hand their operands to cuBLAS as they are, and where
-#: the two matrices are among their arguments.
+#: Matrix products that hand their operands to cuBLAS as they are, and where the two matrices are among their arguments.
 _CUBLAS_OPERANDS = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2)}
 
 
 def cublas_operand_copy(matrix: torch.Tensor) -> int:
     """Bytes of the copy a GPU makes of a 2-D ``mm``/``addmm`` operand that cuBLAS cannot read in place.
 
-    cuBLAS reads a matrix with one dimension dense (stride 1) and the other's
-    stride at least that dimension's size; PyTorch clones any other operand for
-    the product's duration (``prepare_matrix_for_cublas``,
-    ``ATen/native/cuda/cuBlasCommonArgs.h``), e.g. the 0-stride gradient of
-    ``logits.sum()``.  The CPU reads it in place, so the simulation adds it.
+    cuBLAS reads a matrix with one dimension dense (stride 1) and the other's stride at least that dimension's size;
+    PyTorch clones any other operand for the product's duration (``prepare_matrix_for_cublas``,
+    ``ATen/native/cuda/cuBlasCommonArgs.h``), e.g. the 0-stride gradient of ``logits.sum()``. The CPU does not.
 
     Returns:
         0 for a matrix cuBLAS reads in place, else its bytes rounded up to 512.
@@ -356,16 +308,11 @@ def cublas_operand_copy(matrix: torch.Tensor) -> int:
 class SimulatedTracker(StorageTracker):
     """The :class:`helpers.engine.counting.StorageTracker` of the simulated GPU.
 
-    It adds a **capacity**: a storage that would take the tensor bytes above
-    :func:`helpers.gpus.headroom` raises ``torch.OutOfMemoryError`` with a
-    CUDA-shaped :func:`helpers.gpus.oom_message` (``requested`` and
-    ``allocated`` attributes, bytes); and **composites under inference mode**:
-    there autograd's decomposition is skipped, so a composite (``cross_entropy``,
-    ``to``) is split here, with autocast again if it was on, as a GPU's
-    dispatcher does.
-
-    Args:
-        capacity: simulate a GPU of this many bytes (``None``: no limit).
+    It adds a **capacity**: a storage that would take the tensor bytes above :func:`helpers.gpus.headroom` raises
+    ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`helpers.gpus.oom_message` (``requested`` and ``allocated``
+    attributes, bytes); **composites under inference mode** (``cross_entropy``, ``to``), which autograd does not split
+    there, are split here, with autocast again if it was on, as a GPU's dispatcher does; and cuBLAS's operand copies
+    (:func:`cublas_operand_copy`). ``capacity``: simulate a GPU of this many bytes (``None``: no limit).
     """
 
     def __init__(self, capacity: int | None = None):
@@ -397,7 +344,6 @@ class SimulatedTracker(StorageTracker):
             raise error
 
 
-
 def _autocast_again():
     """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again."""
     dtype = _AUTOCAST_DTYPE.get()
@@ -412,15 +358,8 @@ def _autocast_again():
 
 @contextlib.contextmanager
 def cuda_rules(attention: str = "auto"):
-    """While active, CPU operations save what CUDA's would (see the module's docstring).
-
-    ``torch.library`` kernels for ``AutocastCPU`` (:func:`cuda_autocast_policy`),
-    ``dropout`` and ``scaled_dot_product_attention``, removed on exit.
-
-    Args:
-        attention: ``"auto"``, ``"flash"`` and ``"efficient"`` run a fused
-            kernel, ``"math"`` the math kernel; a mask always takes math here.
-    """
+    """While active, CPU operations save what CUDA's would (the module's docstring); ``attention``: the kernel
+    (:func:`attention_kernel`). ``torch.library`` kernels, removed on exit."""
     library = torch.library.Library("aten", "IMPL")
     try:
         with warnings.catch_warnings():
@@ -440,23 +379,19 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
                           dtype: torch.dtype = torch.float16, kv_heads: int | None = None) -> int:
     """Bytes one ``scaled_dot_product_attention`` call keeps for backward, by kernel.
 
-    From ``derivatives.yaml`` (q, k, v of shape ``(batch, heads, seq, head_dim)``
-    in ``dtype``; each storage rounded up to 512 bytes):
+    From ``derivatives.yaml`` (q, k, v of shape ``(batch, heads, seq, head_dim)`` in ``dtype``; each storage rounded up
+    to 512 bytes):
 
-    * ``"flash"``: query, key, value, output, and a float32 log-sum-exp per row
-      (its 1 KiB random-number state left out);
+    * ``"flash"``: query, key, value, output, and a float32 log-sum-exp per row (its 1 KiB random state left out);
     * ``"efficient"``: the same, the log-sum-exp padded to a multiple of 32 rows;
-    * ``"math"`` (``_scaled_dot_product_attention_math``): the scaled query and
-      key, the softmax ``(batch, heads, seq, seq)`` and the value, all float32
-      for 16-bit inputs (``aten/src/ATen/native/transformers/attention.cpp``).
+    * ``"math"`` (``_scaled_dot_product_attention_math``): the scaled query and key, the softmax
+      ``(batch, heads, seq, seq)`` and the value, all float32 for 16-bit inputs
+      (``aten/src/ATen/native/transformers/attention.cpp``).
 
-    With ``kv_heads`` (grouped-query) the fused kernels keep key and value with
-    ``kv_heads`` heads; the math kernel repeats them to ``heads`` first.
-
-    Raises:
-        ValueError: for another kernel, or ``kv_heads`` that does not divide ``heads``.
+    With ``kv_heads`` (grouped-query) the fused kernels keep key and value with ``kv_heads`` heads; the math kernel
+    repeats them to ``heads`` first.
+    Raises ``ValueError`` for another kernel, or ``kv_heads`` that does not divide ``heads``.
     """
-
     if kv_heads is not None and (kv_heads < 1 or heads % kv_heads):
         raise ValueError(f"kv_heads must divide heads ({heads}), got {kv_heads}")
     size = dtype.itemsize
@@ -474,13 +409,10 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
 
 
 def host_side_steps(optimizer: torch.optim.Optimizer, tracker) -> torch.optim.Optimizer:
-    """Count an Adam-family optimizer's ``step`` counters as host memory, as on a GPU.
+    """Count an Adam-family optimizer's ``step`` counters as host memory, as on a GPU; changed in place and returned.
 
-    ``torch.optim.Adam``/``AdamW`` make each ``step`` with ``torch.tensor(0.0)``,
-    a host tensor, unless ``fused`` or ``capturable`` (``_init_group``,
-    ``torch/optim/adam.py``).  This wraps ``_init_group`` to pause ``tracker``
-    and count every new state but ``step``; other optimizers are returned as
-    they are.  The optimizer is changed in place and returned.
+    ``torch.optim.Adam``/``AdamW`` make each ``step`` with ``torch.tensor(0.0)``, a host tensor, unless ``fused`` or
+    ``capturable`` (``_init_group``, ``torch/optim/adam.py``). Other optimizers are returned as they are.
     """
     if not isinstance(optimizer, torch.optim.Adam) or any(
             g.get("fused") or g.get("capturable") for g in optimizer.param_groups):
@@ -505,11 +437,8 @@ def host_side_steps(optimizer: torch.optim.Optimizer, tracker) -> torch.optim.Op
 
 
 class SimulatedGradScaler(torch.amp.GradScaler):
-    """PyTorch's ``GradScaler`` on the simulated GPU: its tensors as the real one makes them.
-
-    Fake tensors have no values, so it never finds an inf and every step is
-    taken (``_maybe_opt_step`` decides with ``.item()``).
-    """
+    """PyTorch's ``GradScaler`` on the simulated GPU: its tensors as the real one makes them; every step is taken
+    (fake tensors have no values: ``_maybe_opt_step`` would read one with ``.item()``)."""
 
     def __init__(self):
         super().__init__("cpu")

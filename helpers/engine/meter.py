@@ -1,9 +1,8 @@
 """The engine's one face: bytes allocated now and at peak, on either backend (lesson 00).
 
-Every measurement, and everything that runs a step, goes through a
-:class:`Meter`.  Behind it the backend (:mod:`helpers.engine.backends`)
-answers what differs between a real GPU and the simulation, and the storage
-tracker (:mod:`helpers.engine.counting`) counts on both.
+Every measurement, and everything that runs a step, goes through a :class:`Meter`. Behind it the backend
+(:mod:`helpers.engine.backends`) answers what differs between a real GPU and the simulation, and the storage tracker
+(:mod:`helpers.engine.counting`) counts on both.
 """
 
 from __future__ import annotations
@@ -21,10 +20,7 @@ from .cuda_rules import host_side_steps
 
 
 class Meter:
-    """One API over both backends: bytes allocated now and at peak.
-
-    Use it as a context manager.  Tensors and models made inside it on
-    ``meter.device`` are measured::
+    """One API over both backends: bytes allocated now and at peak. Tensors made inside it on ``meter.device`` count::
 
         with Meter("auto") as meter:
             x = torch.ones(1024, 1024, device=meter.device)   # 4 MiB
@@ -32,33 +28,28 @@ class Meter:
             del y
         meter.peak()  # 8 MiB: 8388608 bytes, on either backend
 
-    Simulated, the block runs under ``FakeTensorMode``: tensors have no values,
-    so ``.item()`` and printing values are not possible inside it.  Counts are
-    relative to entering the block; after it, :meth:`allocated`, :meth:`peak`
-    and :meth:`reserved` return the values at exit.
+    Simulated, the block runs under ``FakeTensorMode``: tensors have no values (no ``.item()`` inside it). Counts are
+    relative to entering the block; after it, :meth:`allocated`, :meth:`peak` and :meth:`reserved` are the values at
+    exit.
 
     Args:
-        device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or
-            ``"simulated"``.
-        capacity: behave as a GPU of this many bytes: simulated, less the
-            assumed :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`
-            (:class:`helpers.engine.cuda_rules.SimulatedTracker`); on cuda,
-            ``torch.cuda.set_per_process_memory_fraction`` (restored on exit).
-            Exceeding it raises ``torch.OutOfMemoryError``.
+        device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or ``"simulated"``.
+        capacity: behave as a GPU of this many bytes: simulated, less the assumed
+            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` (:class:`helpers.engine.cuda_rules.SimulatedTracker`); on cuda,
+            ``torch.cuda.set_per_process_memory_fraction`` (restored on exit). Exceeding it raises
+            ``torch.OutOfMemoryError``.
         attention: simulated only: the attention kernel (:data:`helpers.config.ATTENTION`).
-        count_storages: run the storage tracker (default); False for timing (on
-            a GPU the real counters still count; simulated, nothing is counted).
-        tracker: the :class:`helpers.engine.counting.StorageTracker` (default:
-            the backend's); :mod:`helpers.fsdp` passes its own.
+        count_storages: run the storage tracker (default); False for timing (on a GPU the real counters still count;
+            simulated, nothing is counted).
+        tracker: the :class:`helpers.engine.counting.StorageTracker` (default: the backend's).
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
         device: the ``torch.device`` to create tensors on inside the block.
 
     Raises:
-        ValueError: for an unknown device, ``"cuda"`` without a GPU, or a
-            capacity that is not a positive number of bytes (or, on cuda,
-            exceeds the GPU's memory).
+        ValueError: for an unknown device, ``"cuda"`` without a GPU, or a capacity that is not a positive number of
+            bytes (or, on cuda, exceeds the GPU's memory).
     """
 
     def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto",
@@ -130,12 +121,10 @@ class Meter:
         return len(self._tracker.log)
 
     def allocation_log(self) -> list[LogEntry]:
-        """Every allocation, free and resize counted so far, in order (at exit, after the block).
+        """Every allocation, free and resize counted so far (after the block: up to its exit), in order.
 
-        Entries are :class:`helpers.engine.counting.LogEntry` ``(serial, kind,
-        delta)``: ``delta`` bytes, rounded up to 512, negative for a free or shrink;
-        ``kind`` ``"alloc"``, ``"free"`` or ``"resize"``: the input of
-        :func:`helpers.allocator.replay`.  Empty with ``count_storages=False``.
+        :class:`helpers.engine.counting.LogEntry` entries, the input of :func:`helpers.allocator.replay`. Empty with
+        ``count_storages=False``.
         """
         return self._tracker.log[:self._log_at_exit]
 
@@ -157,10 +146,8 @@ class Meter:
     def host_side_steps(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """``optimizer``, its states counted where a GPU keeps them (changed in place and returned).
 
-        Adam and AdamW keep each ``step`` counter in a host tensor unless ``fused``
-        or ``capturable``, so simulated it is left out
-        (:func:`helpers.engine.cuda_rules.host_side_steps`).  Call it before the
-        first ``step()``; on a GPU, and for other optimizers, it changes nothing.
+        Simulated, Adam's host-side ``step`` counters are left out (:func:`helpers.engine.cuda_rules.host_side_steps`).
+        Call it before the first ``step()``; on a GPU, and for other optimizers, it changes nothing.
         """
         if self.backend != "simulated":
             return optimizer
@@ -171,18 +158,16 @@ class Meter:
         return self._backend.grad_scaler()
 
     def build(self, builder: Callable[[], nn.Module]) -> nn.Module:
-        """``builder()``'s model, built before the ``with`` block (not measured).
+        """``builder()``'s model, built before the ``with`` block (not measured); :meth:`place` gives it memory.
 
-        Simulated, on ``meta`` (a constructor that reads tensor values: on the CPU);
-        on a GPU, as ``builder()`` returns it.  :meth:`place` gives it memory.
+        Simulated, on ``meta`` (a constructor that reads tensor values: on the CPU); on a GPU as ``builder()`` makes it.
         """
         return self._backend.build(builder)
 
     def place(self, model: nn.Module) -> nn.Module:
-        """Put ``model``'s parameters and buffers on :attr:`device`, counted; returns the placed model.
+        """Put ``model``'s parameters and buffers on :attr:`device`, counted, inside the ``with`` block; returns it.
 
-        Inside the ``with`` block: ``model.to("cuda")`` on a GPU; simulated, a fake
-        storage of each one's size and dtype.
+        On a GPU ``model.to("cuda")``; simulated, a fake storage of each one's size and dtype.
         """
         return self._backend.place(model)
 

@@ -1,20 +1,12 @@
 """Record memory, module by module, over one training step (lesson 03).
 
-For every call of every submodule the tracer records the bytes allocated
-and the change since the previous event at ``pre`` (before its forward),
-``fwd`` (after it, with the output's shape) and ``bwd`` (once the gradients
-of its inputs and all its parameters exist); a checkpointed module's forward
-run again in backward is a ``recompute`` event.
+For every call of every submodule the tracer records the bytes allocated and the change since the previous event at
+``pre`` (before its forward), ``fwd`` (after it, with the output's shape) and ``bwd`` (once the gradients of its inputs
+and all its parameters exist); a checkpointed module's forward run again in backward is a ``recompute`` event.
 
-``bwd`` does not use ``register_full_backward_hook``, which in-place
-operations (``ReLU(inplace=True)``, ``out += identity``) break: at ``pre`` a
-plain ``Tensor.register_hook`` goes on each input that requires grad and each
-parameter, counted down to the last.  A hook stays bound to the node that
-produced the tensor even if it is modified in place (PyTorch autograd notes,
-"Backward Hooks execution").  ``register_multi_grad_hook`` would keep the
-gradients alive until the last one, changing the memory it measures.  The
-tracer also notes which storages autograd saves
-(``saved_tensors_hooks``), to tell activations from the rest.
+``bwd`` uses a plain ``Tensor.register_hook`` on each input and parameter, counted down to the last: it stays bound to
+the node that produced the tensor (PyTorch autograd notes, "Backward Hooks execution"), where in-place operations break
+``register_full_backward_hook`` and ``register_multi_grad_hook`` keeps the gradients alive until the last one.
 """
 
 from __future__ import annotations
@@ -32,7 +24,6 @@ from .meter import Meter
 #: Phases of module events, in the order they happen to one module.
 MODULE_PHASES = ("pre", "fwd", "bwd", "recompute")
 
-
 #: Step events, in the order a step records them (``Event.phase`` of a step event).
 STEP_PHASES = ("model", "input", "loss", "backward", "optimizer.step", "zero_grad")
 
@@ -43,19 +34,13 @@ class Event:
 
     Attributes:
         index: position in the step's event list (0-based).
-        phase: ``pre``, ``fwd``, ``bwd`` or ``recompute`` for a module; one of
-            :data:`STEP_PHASES` for a step event.
-        module: dotted name from ``model.named_modules()`` (the model is ``""``);
-            ``None`` for a step event.
-        module_type: the module's class name; ``None`` for a step event.
-        note: a step event's description; ``None`` for a module event.
-        allocated_bytes: bytes allocated at this moment.
-        delta_bytes: change since the previous event, in bytes.
-        peak_bytes: highest allocation so far in the step, in bytes.
-        shape: output shape for ``fwd``/``recompute`` events, else ``None``.
-        depth: nesting depth of the module (the model is 0).
-        live: serials of the storages alive now (:class:`helpers.engine.counting.StorageTracker`).
-        log_position: length of the allocation log at this moment.
+        phase: one of :data:`MODULE_PHASES` for a module, of :data:`STEP_PHASES` for a step event.
+        module: dotted name from ``model.named_modules()`` (the model is ``""``); ``None`` for a step event.
+        module_type, note: the module's class name, or a step event's description (the other is ``None``).
+        allocated_bytes, delta_bytes, peak_bytes: allocated now, the change since the previous event, the step's
+            highest so far.
+        shape, depth: the output's shape for ``fwd``/``recompute`` events, else ``None``; the nesting (model: 0).
+        live, log_position: serials of the storages alive now; the allocation log's length now.
     """
 
     index: int
@@ -99,18 +84,13 @@ class StepTracer:
     """Context manager that records :class:`Event` objects for one step.
 
     Args:
-        meter: the :class:`helpers.engine.meter.Meter` the step runs under.
-        model: the model whose ``named_modules()`` give the names.
-        root: the module actually called, if not ``model`` (a checkpointing
-            wrapper); its events are recorded under ``""``.
+        meter, model: the :class:`helpers.engine.meter.Meter` the step runs under; the model whose modules are named.
+        root: the module actually called, if not ``model`` (a checkpointing wrapper); its events are named ``""``.
 
     Attributes:
-        events: the recorded events, in order.
-        saved: serials of storages autograd saved for backward.
-        recomputed: ``(first, last)`` serial ranges made while checkpointed
-            modules recomputed their forward.
-        in_backward: set True just before ``backward()``: forward calls from then
-            on are ``recompute`` events.
+        events, saved: the recorded events, in order; serials of storages autograd saved for backward.
+        recomputed: ``(first, last)`` serial ranges made while checkpointed modules recomputed their forward.
+        in_backward: set True just before ``backward()``: forward calls from then on are ``recompute`` events.
     """
 
     def __init__(self, meter: Meter, model: nn.Module, root: nn.Module | None = None):
@@ -128,9 +108,8 @@ class StepTracer:
         self._saved_hooks = saved_tensors_hooks(self._pack, self._unpack)
         self._recompute_start: dict[int, int] = {}
 
-    # -- recording -----------------------------------------------------------------
     def record(self, module: str | None, type_: str, phase: str, shape=None) -> Event:
-        """Append and return an event with the bytes allocated now (``module`` None for a step event; ``type_`` its class name or note)."""
+        """Append and return an event at the bytes allocated now; ``type_``: the class name, or a step event's note."""
         allocated = self.meter.allocated()
         previous = self.events[-1].allocated_bytes if self.events else 0
         event = Event(
@@ -150,7 +129,6 @@ class StepTracer:
         self.events.append(event)
         return event
 
-    # -- hooks ---------------------------------------------------------------------
     def _pre_hook(self, name: str):
         def hook(mod, args):
             if self.in_backward:

@@ -1,10 +1,8 @@
 """A GPT-2-style decoder in plain ``torch.nn``, with the GPT-2 sizes as presets (lessons 05a, 05b, 08).
 
-GPT-2's architecture (Radford et al., 2019, and the released code): learned
-token and position embeddings, ``n_layer`` pre-norm blocks (LayerNorm, causal
-self-attention through ``scaled_dot_product_attention``, residual;
-LayerNorm, MLP ``d -> 4d -> d`` with GELU, residual), a final LayerNorm, and
-a head tied to the token embedding.  No dropout unless ``dropout`` is set.
+GPT-2's architecture (Radford et al., 2019, and the released code): learned token and position embeddings, ``n_layer``
+pre-norm blocks (LayerNorm, causal self-attention through ``scaled_dot_product_attention``, residual; LayerNorm, MLP
+``d -> 4d -> d`` with GELU, residual), a final LayerNorm, and a head tied to the token embedding. No dropout by default.
 """
 
 from __future__ import annotations
@@ -21,11 +19,8 @@ class GPTConfig:
     """The sizes of a GPT-2-style model.
 
     Attributes:
-        vocab_size: tokens in the vocabulary (GPT-2: 50257).
-        n_positions: the longest sequence (the context length, GPT-2: 1024).
-        d_model: the hidden size h.
-        n_layer: blocks.
-        n_head: attention heads a (``d_model`` must be a multiple of it).
+        vocab_size, n_positions: tokens in the vocabulary and the context length (GPT-2: 50257, 1024).
+        d_model, n_layer, n_head: the hidden size h, blocks, attention heads (``d_model`` a multiple of ``n_head``).
         dropout: dropout probability before each residual sum (0: none).
     """
 
@@ -41,13 +36,12 @@ class GPTConfig:
             raise ValueError(f"d_model ({self.d_model}) must be a multiple of n_head ({self.n_head})")
 
     def parameter_count(self) -> int:
-        """Parameters of :class:`GPT` (the tied head counted once): 12h² + 13h per block, the embeddings (vocab x h, positions x h) and the final LayerNorm (2h)."""
+        """Parameters of :class:`GPT` (the tied head once): 12h² + 13h per block, (vocab + positions) x h, 2h."""
         h = self.d_model
         return self.n_layer * (12 * h * h + 13 * h) + (self.vocab_size + self.n_positions) * h + 2 * h
 
 
-#: The four GPT-2 sizes (Radford et al. 2019, table 2; the released checkpoints'
-#: configurations), named as the field names them.
+#: The four GPT-2 sizes (Radford et al. 2019, table 2; the released checkpoints' configurations).
 GPT2_PRESETS = {
     "gpt2": GPTConfig(d_model=768, n_layer=12, n_head=12),
     "gpt2-medium": GPTConfig(d_model=1024, n_layer=24, n_head=16),
@@ -120,13 +114,9 @@ class Head(nn.Module):
 
 
 class GPT(nn.Module):
-    """A GPT-2-style decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``.
-
-    Args:
-        config: the sizes, or a preset name of :data:`GPT2_PRESETS`.
-
-    Raises:
-        ValueError: for an unknown preset, or a sequence longer than the context.
+    """A GPT-2-style decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``; ``config``: the sizes, or a
+    preset name of :data:`GPT2_PRESETS`.
+    Raises ``ValueError`` for an unknown preset, or a sequence longer than the context.
     """
 
     def __init__(self, config: GPTConfig | str = "gpt2"):

@@ -1,30 +1,15 @@
 """Hugging Face causal language models, built from their config alone (lesson 09).
 
-``AutoModelForCausalLM.from_config``, never weights: on ``meta`` when
-simulated, so an 8B model costs nothing to build.  A config is a
-``PretrainedConfig``, a dict of ``config.json``'s keys, a ``config.json`` (or
-its folder), a shipped name (:data:`SHIPPED`, no network), or another Hub
-name (its ``config.json`` fetched).  One needing ``trust_remote_code``, or
-whose ``model_type`` the pinned ``transformers`` does not know, is refused
-in one line.
+``AutoModelForCausalLM.from_config``, never weights: on ``meta`` when simulated, so an 8B model costs nothing to
+build. A config needing ``trust_remote_code``, or whose ``model_type`` the pinned ``transformers`` does not know, is
+refused in one line. Only building lives here; the step's recipe (:data:`helpers.step.RECIPE`) does the rest.
 
-Models run with ``attn_implementation="sdpa"``, ``use_cache=False``, float32
-parameters unless ``StepConfig.param_dtype`` says otherwise, and token ids
-without ``attention_mask``: ``transformers`` then passes ``is_causal=True``
-and, with grouped-query attention, ``enable_gqa=True`` (``use_gqa_in_sdpa``,
-``transformers/integrations/sdpa_attention.py``), which the fused kernels
-take as they are (:func:`helpers.engine.cuda_rules.attention_kernel`).  On
-fake tensors its packed-sequence check (``find_packed_sequence_indices``,
-``masking_utils.py``) cannot read the positions and would build a full mask;
-so "sdpa" is :data:`SDPA`, Hugging Face's SDPA forward registered
-(``AttentionInterface``, ``AttentionMaskInterface``) with a mask function
-that returns no mask exactly when the mask is the plain causal one, as
-``transformers`` does on real tensors.  "eager" keeps the full scores.
-
-Hugging Face's ``LlamaRMSNorm`` is written out and keeps the normalised
-float32 input, one ``(batch, seq, hidden)`` tensor per norm more than
-``torch.nn.RMSNorm``'s fused kernel (:mod:`helpers.models.llama`).  Only
-building lives here; the step's recipe (:data:`helpers.step.RECIPE`) does the rest.
+Models run with ``use_cache=False`` and token ids without ``attention_mask``: ``transformers`` then passes
+``is_causal=True`` and, with grouped-query attention, ``enable_gqa=True`` (``use_gqa_in_sdpa``,
+``transformers/integrations/sdpa_attention.py``). On fake tensors its packed-sequence check
+(``find_packed_sequence_indices``, ``masking_utils.py``) cannot read the positions and would build a full mask; so
+"sdpa" is :data:`SDPA`, Hugging Face's SDPA forward with a mask function that returns no mask exactly when the mask is
+the plain causal one, as ``transformers`` does on real tensors. "eager" keeps the full scores.
 """
 
 from __future__ import annotations
@@ -47,13 +32,8 @@ CONFIG_DIR = Path(__file__).parent / "hf_configs"
 
 @dataclass(frozen=True)
 class ShippedConfig:
-    """A ``config.json`` shipped with the package, and where its values come from.
-
-    Attributes:
-        file: its name in :data:`CONFIG_DIR`.
-        parameters: the published parameter count.
-        source: where the values and the count were checked.
-    """
+    """A ``config.json`` shipped with the package (``file`` in :data:`CONFIG_DIR`), its published ``parameters`` count,
+    and the ``source`` where the values and the count were checked."""
 
     file: str
     parameters: int | str
@@ -108,17 +88,11 @@ def shipped_configs() -> list[str]:
 
 
 def load_config(config: Any):
-    """A ``transformers.PretrainedConfig`` from any of :data:`ACCEPTED`.
-
-    Args:
-        config: a ``PretrainedConfig`` (copied), a dict (``model_type``
-            required), a path to a ``config.json`` or its folder, a name of
-            :data:`SHIPPED`, or another Hub name (needs internet).
+    """A ``transformers.PretrainedConfig`` from any of :data:`ACCEPTED` (a ``PretrainedConfig`` is copied).
 
     Raises:
-        ValueError: in one line, for a config that needs ``trust_remote_code``
-            (``auto_map``), an unknown ``model_type``, a missing or unreadable
-            file, or a Hub name that cannot be fetched.
+        ValueError: in one line, for a config that needs ``trust_remote_code`` (``auto_map``), an unknown
+            ``model_type``, a missing or unreadable file, or a Hub name that cannot be fetched.
     """
     import transformers
     from transformers import AutoConfig, PretrainedConfig
@@ -186,7 +160,7 @@ def _hub_unreachable() -> str:
 
 
 def _quiet_hub():
-    """``huggingface_hub``'s warnings (retries, HTTP errors) off: the one-line error says what failed."""
+    """``huggingface_hub``'s warnings off: the one-line error says what failed."""
     return _quiet_logger("huggingface_hub")
 
 
@@ -243,15 +217,13 @@ def config_label(config: Any) -> str:
     return getattr(config, "name_or_path", "") or getattr(config, "model_type", "") or type(config).__name__
 
 
-#: The name "sdpa" models are built with (see the module's docstring): Hugging
-#: Face's SDPA forward, with :func:`_causal_sdpa_mask` as its mask function.
+#: The name "sdpa" models are built with: Hugging Face's SDPA forward, :func:`_causal_sdpa_mask` its mask function.
 SDPA = "sdpa_causal_skip"
 
 
 def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0,
                       attention_mask=None, local_size=None, **kwargs):
-    """``transformers``' ``sdpa_mask``, except that it returns None (SDPA's ``is_causal=True``)
-    whenever the mask would be the plain causal one, even on fake tensors."""
+    """``transformers``' ``sdpa_mask``, but None (``is_causal=True``) for a plain causal mask, even on fake tensors."""
     from transformers.masking_utils import sdpa_mask
 
     if (attention_mask is None and q_length == kv_length and isinstance(q_offset, int) and q_offset == 0
@@ -271,13 +243,8 @@ def _register_sdpa() -> None:
 
 @dataclass(frozen=True)
 class CausalLMBuilder:
-    """A function of no arguments that builds one Hugging Face causal LM from its config (on ``meta`` when simulating).
-
-    Attributes:
-        config: a ``transformers.PretrainedConfig`` (from :func:`load_config`).
-        attn_implementation: ``"sdpa"`` (default) or ``"eager"``.
-        label: the model's name in profiles (:func:`config_label`).
-    """
+    """A function of no arguments that builds one Hugging Face causal LM from ``config`` (a ``PretrainedConfig``),
+    with ``attn_implementation`` ``"sdpa"`` or ``"eager"``; ``label``: its name in profiles."""
 
     config: Any
     attn_implementation: str = "sdpa"
@@ -299,12 +266,8 @@ class CausalLMBuilder:
         return self.config.get_text_config().num_hidden_layers
 
     def layers_differ(self) -> str | None:
-        """Why this config's decoder layers may not all run alike, or None when they do.
-
-        A per-layer list (``layer_types``, ...) whose entries differ, sliding-window attention on some
-        layers only (``max_window_layers``), or mixture-of-experts layers among dense ones
-        (``mlp_only_layers``, ``first_k_dense_replace``, ``decoder_sparse_step``, ``moe_layer_freq``).
-        """
+        """Why this config's decoder layers may not all run alike (per-layer lists that differ, sliding windows or
+        mixture-of-experts on some layers only), or None when they do."""
         text, n = self.config.get_text_config().to_dict(), self.blocks
         for key, value in text.items():
             if isinstance(value, (list, tuple)) and len(value) == n and len({str(v) for v in value}) > 1:
@@ -352,22 +315,15 @@ class CausalLMBuilder:
 
 
 def causal_lm(config: Any) -> CausalLMBuilder:
-    """The :class:`CausalLMBuilder` of ``config`` (anything :func:`load_config` takes).
-
-    Raises:
-        ValueError: as :func:`load_config` does, in one line.
-    """
+    """The :class:`CausalLMBuilder` of ``config`` (anything :func:`load_config` takes); raises as it does."""
     return CausalLMBuilder(load_config(config), label=config_label(config))
 
 
 def build_causal_lm(config: Any, attn_implementation: str = "sdpa") -> nn.Module:
-    """The Hugging Face causal LM of ``config``, in training mode, on the default device.
-
-    Float32 parameters, ``use_cache=False``; tied weights stay one tensor.
+    """The Hugging Face causal LM of ``config``, in training mode, float32, on the default device.
 
     Raises:
-        ValueError: in one line, as :func:`load_config` does, or when
-            ``transformers`` cannot build a causal LM of that config.
+        ValueError: in one line, as :func:`load_config` does, or when ``transformers`` cannot build it.
     """
     if attn_implementation not in ("sdpa", "eager"):
         raise ValueError(f"unknown attn_implementation {attn_implementation!r}; use sdpa or eager")

@@ -1,17 +1,11 @@
 """A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings (lesson 08).
 
-Not a port of released code: the shapes and operations that decide memory,
-after Touvron et al. 2023 (LLaMA) and the Llama 3 report (Grattafiori et
-al. 2024, table 3 for 8B): a token embedding, no position embedding, an
-untied head; ``n_layer`` pre-norm blocks ``x + o(attention(rope(q(n(x))),
-rope(k(n(x))), v(n(x))))`` with ``n = torch.nn.RMSNorm``, then ``x +
-down(silu(gate(n(x))) * up(n(x)))`` (SwiGLU, Shazeer 2020), no biases;
-grouped-query attention (Ainslie et al. 2023) with the keys and values
-repeated to ``n_head`` heads before ``scaled_dot_product_attention``, as
-Hugging Face's ``repeat_kv`` does (un-expanded with ``enable_gqa=True``,
-the fused kernels would keep ``n_kv_head`` heads:
-:func:`helpers.engine.cuda_rules.attention_kernel`); rotary embeddings (Su
-et al. 2021, RoFormer) computed once per forward, in float32.
+Not a port of released code: the shapes and operations that decide memory, after Touvron et al. 2023 (LLaMA) and the
+Llama 3 report (Grattafiori et al. 2024, table 3 for 8B): a token embedding, no position embedding, an untied head;
+``n_layer`` pre-norm blocks ``x + o(attention(rope(q(n(x))), rope(k(n(x))), v(n(x))))`` with ``n = torch.nn.RMSNorm``,
+then ``x + down(silu(gate(n(x))) * up(n(x)))`` (SwiGLU, Shazeer 2020), no biases; grouped-query attention (Ainslie et
+al. 2023) with keys and values repeated to ``n_head`` heads before ``scaled_dot_product_attention``, as Hugging Face's
+``repeat_kv`` does; rotary embeddings (Su et al. 2021, RoFormer) computed once per forward, in float32.
 """
 
 from __future__ import annotations
@@ -30,15 +24,12 @@ class LlamaConfig:
     """The sizes of a Llama-shaped model.
 
     Attributes:
-        vocab_size: tokens in the vocabulary (Llama 3: 128256).
-        n_positions: the longest sequence accepted (Llama 3.1: 131072).
-        d_model: the hidden size h.
-        n_layer: blocks.
-        n_head: query heads a (``d_model`` must be a multiple of it).
-        n_kv_head: key and value heads (``n_head`` must be a multiple of it).
+        vocab_size, n_positions: tokens in the vocabulary and the longest sequence (Llama 3.1: 128256, 131072).
+        d_model, n_layer: the hidden size h, blocks.
+        n_head, n_kv_head: query heads, key and value heads (``d_model`` a multiple of ``n_head``, itself of
+            ``n_kv_head``).
         intermediate: the MLP's inner width (Llama-3 8B: 14336 = 3.5 h).
-        rope_theta: the base of the rotary frequencies (Llama 3: 500000).
-        eps: RMSNorm's epsilon.
+        rope_theta, eps: the base of the rotary frequencies (Llama 3: 500000), RMSNorm's epsilon.
     """
 
     vocab_size: int = 128256
@@ -69,17 +60,15 @@ class LlamaConfig:
     def parameter_count(self) -> int:
         """Parameters of :class:`Llama` with these sizes (Llama-3 8B: 8,030,261,248).
 
-        Per block: two RMSNorm weights (2h), q and o (h x h), k and v (h x
-        ``n_kv_head * head_dim``), gate, up and down (h x intermediate); plus the
-        embedding and untied head (vocab x h each) and the final RMSNorm (h).
+        Per block: 2h (norms), 2h² (q, o), 2h x ``n_kv_head * head_dim`` (k, v), 3h x intermediate (MLP); then
+        2 x vocab x h (embedding, untied head) and h (final norm).
         """
         h, kv = self.d_model, self.n_kv_head * self.head_dim
         block = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * self.intermediate
         return self.n_layer * block + 2 * self.vocab_size * h + h
 
 
-#: Llama-shaped presets: Llama-3 8B's sizes (the Llama 3 report, table 3), and a
-#: tiny one with the same structure (4 query heads sharing 2 key/value heads) for tests.
+#: Llama-3 8B's sizes (the Llama 3 report, table 3), and a tiny one of the same structure for tests.
 LLAMA_PRESETS = {
     "llama3-8b": LlamaConfig(),
     "llama-tiny": LlamaConfig(vocab_size=1000, n_positions=4096, d_model=64, n_layer=2, n_head=4, n_kv_head=2,
@@ -88,7 +77,8 @@ LLAMA_PRESETS = {
 
 
 def rotary(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32: angle ``p * theta ** (-2i / head_dim)``, in Hugging Face's "rotate half" layout."""
+    """The rotary embedding's cosines and sines, each ``(seq, head_dim)`` in float32: angle
+    ``p * theta ** (-2i / head_dim)``, in Hugging Face's "rotate half" layout."""
     inverse = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
     angles = torch.outer(torch.arange(seq, device=device, dtype=torch.float32), inverse)
     angles = torch.cat((angles, angles), dim=-1)
@@ -96,8 +86,7 @@ def rotary(seq: int, head_dim: int, theta: float, device=None) -> tuple[torch.Te
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply the rotary embedding to ``(batch, heads, seq, head_dim)``, in ``x``'s dtype
-    (under autocast the cosines and sines are cast to the 16-bit type of the projections)."""
+    """Apply the rotary embedding to ``(batch, heads, seq, head_dim)``, in ``x``'s dtype (16-bit under autocast)."""
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     half = x.shape[-1] // 2
     turned = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -149,13 +138,9 @@ class LlamaBlock(nn.Module):
 
 
 class Llama(nn.Module):
-    """A Llama-shaped decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``.
-
-    Args:
-        config: the sizes, or a preset name of :data:`LLAMA_PRESETS`.
-
-    Raises:
-        ValueError: for an unknown preset, or a sequence longer than ``n_positions``.
+    """A Llama-shaped decoder: token ids ``(batch, seq)`` -> logits ``(batch, seq, vocab)``; ``config``: the sizes, or
+    a preset name of :data:`LLAMA_PRESETS`.
+    Raises ``ValueError`` for an unknown preset, or a sequence longer than ``n_positions``.
     """
 
     def __init__(self, config: LlamaConfig | str = "llama-tiny"):

@@ -1,13 +1,10 @@
 """The widgets' view: one estimate as HTML, with its verdict, and the view while one is computed.
 
-Pure functions of their arguments; every verdict is
-:meth:`helpers.batch.Estimate.verdict`, the command line's rule.  The view
-carries its figures as data for programs (the browser test reads them):
-``.gm-explorer`` has ``data-batch``, ``data-gpu``, ``data-capacity``;
-``.gm-verdict`` ``data-fits`` and ``data-tight``; ``.gm-bytes``
-``data-category`` and ``data-bytes``; ``.gm-unseen`` ``data-line`` (and
-``data-bytes`` unless not modelled); ``.gm-peak`` and ``.gm-reserved``
-``data-bytes``.  While ``.gm-busy`` is shown, the figures in it are the previous ones.
+Pure functions of their arguments; every verdict is :meth:`helpers.batch.Estimate.verdict`, the command line's rule.
+The view carries its figures as data for programs (the browser test reads them): ``.gm-explorer`` has ``data-batch``,
+``data-gpu``, ``data-capacity``; ``.gm-verdict`` ``data-fits`` and ``data-tight``; ``.gm-bytes`` ``data-category`` and
+``data-bytes``; ``.gm-unseen`` ``data-line`` (and ``data-bytes`` unless not modelled); ``.gm-peak`` and
+``.gm-reserved`` ``data-bytes``. While ``.gm-busy`` is shown, the figures in it are the previous ones.
 """
 
 from __future__ import annotations
@@ -52,20 +49,14 @@ def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB") -> str:
 def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str = "MiB") -> tuple[bool, str]:
     """Whether the step fits, and the sentence that says so (and what it judged).
 
-    On a listed card: :meth:`helpers.batch.Estimate.verdict` in its words
-    (:meth:`helpers.gpus.Verdict.sentence`).  On this machine's GPU
-    (``measured_here``): the step ran, or ran out of memory.  For a bare
+    On a listed card: :meth:`helpers.batch.Estimate.verdict` in its words (:meth:`helpers.gpus.Verdict.sentence`). On
+    this machine's GPU (``measured_here``: no assumed overhead): the step ran, or ran out of memory. For a bare
     parameter count (backend ``"formula"``): the model states alone, and "fits" says so.
 
     Args:
         r: the estimate at one batch size.
-        gpu: the GPU's name (``"V100 16 GB"``, or ``"this GPU"``).
-        capacity: its memory in bytes.
-        measured_here: the capacity is this machine's GPU (no assumed overhead).
-        unit: ``"MiB"`` or ``"GiB"``.
-
-    Raises:
-        ValueError: for another unit.
+        gpu, capacity: the GPU's name (``"V100 16 GB"``, or ``"this GPU"``) and its memory.
+        unit: ``"MiB"`` or ``"GiB"`` (another raises ``ValueError``).
     """
     if unit not in ("MiB", "GiB"):
         raise ValueError(f"unit must be 'MiB' or 'GiB', got {unit!r}")
@@ -92,10 +83,9 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
 def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, unit: str = "MiB") -> tuple[str, str]:
     """The widget's view of one estimate: ``(message, html)``.
 
-    The verdict (:func:`verdict`), a bar of the peak by category against the
-    capacity (and one on the peak's own scale when under a fifth of it), bytes
-    per category, the card's :func:`helpers.gpus.unseen_lines`, and where the
-    peak was reached; sizes in ``unit``, exact bytes in data attributes.
+    The verdict (:func:`verdict`), a bar of the peak by category against the capacity (and one on the peak's own scale
+    when under a fifth of it), bytes per category, the card's :func:`helpers.gpus.unseen_lines`, and where the peak was
+    reached; sizes in ``unit``, exact bytes in data attributes.
     """
     ok, message = verdict(r, gpu, capacity, measured_here, unit)
     tight = (not measured_here and r.peak_bytes is not None  # too close to call: amber (helpers.gpus.Verdict.tight)

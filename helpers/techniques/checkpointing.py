@@ -1,4 +1,5 @@
-"""Activation checkpointing: by segments (lesson 04; the recipe's :func:`enable`), BatchNorm statistics that stay right, and full or selective checkpointing of transformer blocks (lesson 08)."""
+"""Activation checkpointing: by segments (lesson 04; the recipe's :func:`enable`), BatchNorm statistics that stay
+right, and full or selective checkpointing of transformer blocks (lesson 08)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,8 @@ from ..models import sequential_form
 
 @contextlib.contextmanager
 def frozen_batchnorm_stats(module: nn.Module):
-    """Keep BatchNorm running statistics unchanged while the block runs.
-
-    A checkpointed segment runs forward twice, and each training-mode BatchNorm
-    run updates ``running_mean``/``running_var``.  Inside, every BatchNorm's
-    ``momentum`` is 0 and ``num_batches_tracked`` is decremented back after; the
-    outputs and gradients do not change.
-    """
+    """Keep BatchNorm running statistics unchanged while the block runs (a checkpointed segment runs forward twice):
+    inside, every BatchNorm's ``momentum`` is 0, and ``num_batches_tracked`` is decremented back after."""
     norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     momenta = [m.momentum for m in norms]
     for m in norms:
@@ -39,23 +35,17 @@ def frozen_batchnorm_stats(module: nn.Module):
 class Checkpointed(nn.Module):
     """Run a sequence of modules with activation checkpointing in segments.
 
-    As ``torch.utils.checkpoint.checkpoint_sequential``: ``segments`` parts of
-    ``len(sequence) // segments`` modules, the last taking the rest; all but the
-    last keep only their input and recompute in backward (``segments=1``
-    checkpoints nothing).
+    As ``torch.utils.checkpoint.checkpoint_sequential``: ``segments`` parts of ``len(sequence) // segments`` modules,
+    the last taking the rest; all but the last keep only their input and recompute in backward.
 
     Args:
-        sequence: modules to run in order (:func:`helpers.models.sequential_form`).
-        segments: from 1 to ``len(sequence)``.
-        reentrant: ``use_reentrant=True``, which gives no gradient to a segment
-            whose inputs do not require grad (lesson 04's trap); default: the
-            non-reentrant variant PyTorch recommends.
-        freeze_bn_stats: :func:`frozen_batchnorm_stats` during recomputation
-            (non-reentrant only).
+        sequence, segments: modules to run in order (:func:`helpers.models.sequential_form`); from 1 to their number.
+        reentrant: ``use_reentrant=True``, which gives no gradient to a segment whose inputs do not require grad
+            (lesson 04's trap); default: the non-reentrant variant PyTorch recommends.
+        freeze_bn_stats: :func:`frozen_batchnorm_stats` during recomputation (non-reentrant only).
 
     Raises:
-        ValueError: if ``segments`` is out of range, or ``freeze_bn_stats`` with
-            the reentrant variant.
+        ValueError: if ``segments`` is out of range, or ``freeze_bn_stats`` with the reentrant variant.
     """
 
     def __init__(self, sequence: nn.Sequential, segments: int, reentrant: bool = False,
@@ -87,14 +77,11 @@ class Checkpointed(nn.Module):
         return x
 
 
-#: Activation checkpointing of each block: none, full (the block keeps only its
-#: input and recomputes everything in backward), or selective (matmul and
-#: attention outputs saved, the rest recomputed; see :class:`CheckpointedBlock`).
+#: Activation checkpointing of each block: none, full or selective (:class:`CheckpointedBlock`).
 CHECKPOINT_POLICIES = ("none", "full", "selective")
 
-
-#: The operations whose outputs the selective policy saves: the matmuls, and
-#: the fused attention kernels (CUDA's and the CPU's, which the simulation runs).
+#: The operations whose outputs the selective policy saves: the matmuls, and the fused attention kernels (CUDA's and
+#: the CPU's, which the simulation runs).
 SAVED_BY_SELECTIVE = (
     torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
     torch.ops.aten._scaled_dot_product_flash_attention.default,
@@ -111,14 +98,10 @@ def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
 class CheckpointedBlock(nn.Module):
     """A transformer block run under activation checkpointing, ``"full"`` or ``"selective"``.
 
-    ``"full"``: ``checkpoint(block, use_reentrant=False)``, the input kept.
-    ``"selective"``: with ``context_fn=partial(create_selective_checkpoint_contexts,
-    policy)``, saving the matmuls' and fused attention's outputs
-    (:data:`SAVED_BY_SELECTIVE`) and recomputing the rest: the policy of the
-    PyTorch blog post *Current and New Activation Checkpointing Techniques in
-    PyTorch* (2025).  Its saved tensors pass the saved-tensor hooks around it
-    (``respect_saved_tensors_hooks=True``, the announced future default; no
-    change in memory without offloading).
+    ``"full"``: ``checkpoint(block, use_reentrant=False)``, the input kept. ``"selective"``: with
+    ``context_fn=partial(create_selective_checkpoint_contexts, policy)``, saving :data:`SAVED_BY_SELECTIVE`'s outputs
+    and recomputing the rest: the policy of the PyTorch blog post *Current and New Activation Checkpointing Techniques
+    in PyTorch* (2025).
 
     Raises:
         ValueError: for another policy.
@@ -134,9 +117,8 @@ class CheckpointedBlock(nn.Module):
         options = {"use_reentrant": False}
         if self.policy == "selective":
             options["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
-            # What SAC saves goes through the saved-tensor hooks around it, so that the step's tracer
-            # counts it as saved for backward (its hooks return the tensor itself: no byte changes).
-            # The pinned PyTorch's default (None) bypasses the hooks and warns when one is active.
+            # So that the step's tracer counts what SAC saves as saved for backward (no byte changes); the pinned
+            # PyTorch's default (None) bypasses the hooks and warns when one is active.
             options["respect_saved_tensors_hooks"] = True
         return checkpoint(self.block, *args, **options)
 
@@ -160,15 +142,12 @@ def checkpoint_blocks(model: nn.Module, policy: str) -> nn.Module:
 def enable(runner) -> None:
     """The recipe's checkpointing step: ``config.checkpoint`` segments (``config.reentrant``).
 
-    A ``transformers`` model checkpoints its own way
-    (``gradient_checkpointing_enable()``: each decoder layer a segment); any
-    other runs as :class:`Checkpointed` segments of
-    :func:`helpers.models.sequential_form` (``runner.segments``).
+    A ``transformers`` model checkpoints each decoder layer (``gradient_checkpointing_enable()``); any other runs as
+    :class:`Checkpointed` segments of :func:`helpers.models.sequential_form` (``runner.segments``).
 
     Raises:
-        Refused (a ValueError): for a model that is not a sequence of modules, a
-            number of segments it does not have, or offloading with selective
-            checkpointing (SAC's saved tensors bypass ``save_on_cpu``).
+        Refused (a ValueError): for a model that is not a sequence of modules, a number of segments it does not
+            have, or offloading with selective checkpointing (SAC's saved tensors bypass ``save_on_cpu``).
     """
     config, model = runner.config, runner.model
     if config.offload and any(isinstance(m, CheckpointedBlock) and m.policy == "selective" for m in model.modules()):

@@ -10,12 +10,9 @@ from ..errors import Refused, first_line
 def add_adapters(runner) -> None:
     """The recipe's LoRA step: ``config.lora_rank`` > 0 puts :func:`apply_lora`'s ``peft`` model in ``runner.model``.
 
-    It runs after checkpointing is enabled, so that ``peft`` makes the input
-    embeddings' output require grad (the reentrant variant then reaches the
-    adapters).  Adapters are float32 (``autocast_adapter_dtype=True``, peft's default).
-
-    Raises:
-        Refused (a ValueError): as :func:`apply_lora` does.
+    After checkpointing is enabled, so that ``peft`` makes the input embeddings' output require grad (the reentrant
+    variant then reaches the adapters). Adapters are float32 (``autocast_adapter_dtype=True``). Raises as
+    :func:`apply_lora`.
     """
     config = runner.config
     if config.lora_rank:
@@ -23,8 +20,7 @@ def add_adapters(runner) -> None:
 
 
 def linear_names(model: nn.Module) -> list[str]:
-    """The distinct last names of ``model``'s ``nn.Linear`` modules, in order
-    (``q_proj``, ``k_proj``, ..., ``lm_head``): what LoRA targets can name."""
+    """The distinct last names of ``model``'s ``nn.Linear`` modules, in order: what LoRA targets can name."""
     names: dict[str, None] = {}
     for full, module in model.named_modules():
         if isinstance(module, nn.Linear):
@@ -34,25 +30,19 @@ def linear_names(model: nn.Module) -> list[str]:
 
 def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None,
                dropout: float = 0.0) -> nn.Module:
-    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``.
+    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``: a PeftModel.
 
-    Every base weight is frozen; each targeted ``nn.Linear(in, out)`` gains
-    ``lora_A`` (rank x in) and ``lora_B`` (out x rank): ``rank * (in + out)``
-    parameters (Hu et al., 2021; peft's ``LoraLayer``).
+    Every base weight is frozen; each targeted ``nn.Linear(in, out)`` gains ``lora_A`` (rank x in) and ``lora_B``
+    (out x rank): ``rank * (in + out)`` parameters (Hu et al., 2021; peft's ``LoraLayer``).
 
     Args:
         model: a ``transformers`` model (any ``nn.Module`` with ``targets``).
-        rank: LoRA's rank r, >= 1.
-        targets: last names of the ``nn.Linear`` modules to adapt; None: peft's
-            default for the architecture.
-        dropout: LoRA's dropout on each adapter's input, in [0, 1).
-
-    Returns:
-        The ``peft.PeftModel``.
+        rank: LoRA's rank r, >= 1; ``dropout``: on each adapter's input, in [0, 1).
+        targets: last names of the ``nn.Linear`` modules to adapt; None: peft's default for the architecture.
 
     Raises:
-        Refused (a ValueError): in one line, for a target that names no linear
-            module (naming those it has), or no default targets for the architecture.
+        Refused (a ValueError): in one line, for a target that names no linear module (naming those it has), or no
+            default targets for the architecture.
     """
     from peft import LoraConfig, get_peft_model
     from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS

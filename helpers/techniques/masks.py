@@ -1,9 +1,7 @@
 """ReLUs whose backward keeps a mask instead of the float output (lesson 02).
 
-``nn.ReLU`` saves its output for backward (``ReluBackward0._saved_result``):
-4 bytes per element in float32.  Its gradient needs only the sign, so a
-1-byte bool mask (:class:`BoolMaskReLU`) or a 1-bit packed mask
-(:class:`BitMaskReLU`) gives the same gradient for less memory.
+``nn.ReLU`` saves its output for backward (``ReluBackward0._saved_result``): 4 bytes per element in float32. Its
+gradient needs only the sign: a bool mask (:class:`BoolMaskReLU`) or a packed one (:class:`BitMaskReLU`) is enough.
 """
 
 from __future__ import annotations
@@ -26,10 +24,7 @@ class _BoolMaskReLU(torch.autograd.Function):
 
 
 def pack_bits(mask: torch.Tensor) -> torch.Tensor:
-    """Pack a bool tensor into uint8, 8 elements per byte (little-endian bits).
-
-    Shape: any ``mask`` -> ``(ceil(mask.numel() / 8),)`` uint8.
-    """
+    """Pack a bool tensor into uint8, 8 elements per byte (little-endian bits): any -> ``(ceil(numel / 8),)``."""
     flat = mask.reshape(-1)
     pad = (-flat.numel()) % 8
     if pad:
@@ -62,22 +57,14 @@ class _BitMaskReLU(torch.autograd.Function):
 
 
 class BoolMaskReLU(nn.Module):
-    """ReLU whose backward keeps a bool mask of ``x > 0``: 1 byte per element.
-
-    ``nn.ReLU`` keeps its float output (4 bytes per element in fp32).  The
-    gradient is the same: ``grad * (x > 0)``.  Shape: any -> same.
-    """
+    """ReLU whose backward keeps a bool mask of ``x > 0``: 1 byte per element, the same gradient. Shape: any -> same."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _BoolMaskReLU.apply(x)
 
 
 class BitMaskReLU(nn.Module):
-    """ReLU whose backward keeps the mask ``x > 0`` packed 8 per byte: 1/8 byte per element.
-
-    Packing costs a few elementwise operations in forward and backward; see
-    :func:`pack_bits`.  The gradient is the same as ``nn.ReLU``'s.  Shape: any -> same.
-    """
+    """ReLU whose backward keeps ``x > 0`` bit-packed (:func:`pack_bits`): 1/8 byte per element, the same gradient."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _BitMaskReLU.apply(x)

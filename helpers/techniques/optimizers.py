@@ -1,8 +1,4 @@
-"""The optimizers of a profiled step, their states, and the step inside backward (lessons 01, 05a).
-
-:func:`add_optimizer` is the recipe's optimizer step (:data:`helpers.step.RECIPE`);
-:data:`STATE_BYTES` and :data:`STEP_TEMPORARY_BYTES` are what lesson 05a measures.
-"""
+"""The optimizers of a profiled step, their states, and the step inside backward (lessons 01, 05a)."""
 
 from __future__ import annotations
 
@@ -12,56 +8,29 @@ import torch
 
 from ..config import OPTIMIZERS
 
-#: Bytes of optimizer state per float32 parameter, kept from the first step on
-#: (``torch/optim/sgd.py``: one ``momentum_buffer``; ``adam.py``, ``adamw.py``:
-#: ``exp_avg`` and ``exp_avg_sq``).  Adam's per-tensor ``step`` counters are left
+#: Bytes of optimizer state per float32 parameter, kept from the first step on (``torch/optim/sgd.py``: one
+#: ``momentum_buffer``; ``adam.py``, ``adamw.py``: ``exp_avg`` and ``exp_avg_sq``). Adam's ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
 STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2}
 
-#: Bytes per float32 parameter that the ``foreach`` implementation allocates
-#: for the length of ``optimizer.step()``: Adam and AdamW take the square root
-#: of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
-#: ``_multi_tensor_adam``); SGD updates in place.  The fused implementations
-#: allocate none.
+#: Bytes per float32 parameter that the ``foreach`` implementation allocates for the length of ``optimizer.step()``:
+#: Adam's square root of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
+#: ``_multi_tensor_adam``). The fused implementations allocate none.
 STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0}
 
-#: torchao's 8-bit AdamW (``torchao/optim/adam.py``, ``AdamW8bit``; ``subclass_8bit.py``,
-#: ``OptimState8bit``): each moment of a parameter of ``numel >= 4096`` weights, a multiple of
-#: the block, is one uint8 code per weight plus one float32 scale per block of 256, and a
-#: 256-entry float32 code book (``qmap``); a smaller parameter keeps ``torch.zeros_like(p)``
-#: states, as bitsandbytes does ("only quantize tensors >= 4096 values").
+#: torchao's 8-bit AdamW (``torchao/optim/adam.py``; ``subclass_8bit.py``, ``OptimState8bit``): each moment of a
+#: parameter of ``numel >= 4096`` weights, a multiple of the block, is one uint8 code per weight plus one float32 scale
+#: per block of 256, and a 256-entry float32 code book; a smaller parameter keeps ``torch.zeros_like(p)`` states.
 ADAMW8BIT_BLOCK = 256
-ADAMW8BIT_MIN_SIZE = 4096
-
-
-def adamw8bit_state_bytes(numel: int, param_bytes: int = 4) -> int:
-    """Bytes of torchao ``AdamW8bit``'s two moments of one parameter of ``numel`` weights (before 512-byte rounding).
-
-    Quantized: ``2 * (numel + 4 * numel / 256 + 4 * 256)``, 2.03125 bytes per
-    weight plus two 1 KiB code books; else ``2 * param_bytes * numel``.  The
-    ``step`` counter is a host tensor.
-    """
-    if numel >= ADAMW8BIT_MIN_SIZE and numel % ADAMW8BIT_BLOCK == 0:
-        return 2 * (numel + 4 * (numel // ADAMW8BIT_BLOCK) + 4 * 256)
-    return 2 * param_bytes * numel
 
 
 def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimizer:
-    """The optimizer of a traced step.
+    """The optimizer ``name`` (one of :data:`helpers.config.OPTIMIZERS`) of a traced step.
 
-    ``sgd``: ``SGD(lr=0.01)``, no state; ``sgd-momentum``: ``momentum=0.9``, one
-    buffer per parameter; ``adam``: ``Adam(lr=1e-3)``, two moments and a step
-    counter per tensor; ``adamw``: ``AdamW(lr=1e-3, weight_decay=0.01)``, the
-    same; ``adamw8bit``: torchao's ``AdamW8bit`` (Dettmers et al., 2022, "8-bit
-    Optimizers via Block-wise Quantization"; :func:`adamw8bit_state_bytes`),
-    whose states are PyTorch tensor subclasses that run on fake tensors (not
-    bitsandbytes', which steps in its own CUDA kernels); no fused variant.
-
-    Args:
-        name: one of :data:`helpers.config.OPTIMIZERS`.
-        params: the parameters.
-        fused: ``fused=True``; otherwise ``foreach=True``, PyTorch's default on a
-            GPU, so simulated and real steps allocate the same temporaries.
+    ``SGD(lr=0.01)``, with ``momentum=0.9`` for ``sgd-momentum``; ``Adam(lr=1e-3)``; ``AdamW(lr=1e-3,
+    weight_decay=0.01)``; ``adamw8bit``: torchao's ``AdamW8bit`` (Dettmers et al., 2022, "8-bit Optimizers via
+    Block-wise Quantization"), whose states run on fake tensors (bitsandbytes' do not); no fused variant.
+    ``fused=False`` gives ``foreach=True``, PyTorch's default on a GPU.
 
     Raises:
         ValueError: for a name not in :data:`OPTIMIZERS`.
@@ -83,13 +52,8 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
 
 
 def add_optimizer(runner) -> None:
-    """The recipe's optimizer step: ``runner.optimizer`` for the placed ``runner.model``, made by the meter.
-
-    :func:`make_optimizer` of ``config.optimizer`` (states counted where a GPU
-    keeps them, :meth:`helpers.engine.meter.Meter.optimizer`); a
-    :class:`StepInBackward` with ``config.step_in_backward``; host states with
-    ``config.optimizer_offload``.
-    """
+    """The recipe's optimizer step: ``runner.optimizer`` for the placed ``runner.model``, made by the meter
+    (:meth:`helpers.engine.meter.Meter.optimizer`); a :class:`StepInBackward` with ``config.step_in_backward``."""
     config, meter, params = runner.config, runner.meter, runner.model.parameters()
 
     def make(group) -> torch.optim.Optimizer:
@@ -112,16 +76,9 @@ def device_states(optimizer) -> dict:
 
 
 class StepInBackward:
-    """The optimizer step inside backward: one optimizer per parameter, stepped by its ``register_post_accumulate_grad_hook``, which then frees the gradient.
-
-    PyTorch's tutorial "How to save memory by fusing the optimizer step into the
-    backward pass".  :meth:`step` and :meth:`zero_grad` do nothing (the hooks
-    did both); :attr:`state` has every parameter's state.
-
-    Args:
-        params: the model's parameters.
-        make: builds the optimizer of one parameter from ``[parameter]``.
-    """
+    """The optimizer step inside backward: one optimizer per parameter (``make([p])``), stepped by its
+    ``register_post_accumulate_grad_hook``, which then frees the gradient; :meth:`step` and :meth:`zero_grad` do
+    nothing. PyTorch's tutorial "How to save memory by fusing the optimizer step into the backward pass"."""
 
     def __init__(self, params, make: Callable[[list], torch.optim.Optimizer]):
         self.optimizers = {p: make([p]) for p in params if p.requires_grad}

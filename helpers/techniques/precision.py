@@ -1,4 +1,4 @@
-"""The dtypes of a step (lessons 04, 09): the recipe's :func:`set_parameter_dtype` and :func:`add_grad_scaler`, and each forward's :func:`autocast`."""
+"""The dtypes of a step (lessons 04, 09): parameters, autocast and the GradScaler."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import torch
 
 
 def set_parameter_dtype(runner) -> None:
-    """The recipe's dtype step: ``config.param_dtype == "bfloat16"`` -> ``runner.model.to(torch.bfloat16)``.
-
-    As ``from_pretrained(torch_dtype=torch.bfloat16)`` loads it: modules in the
-    model's ``_keep_in_fp32_modules`` stay float32.
-    """
+    """The recipe's dtype step: ``config.param_dtype == "bfloat16"`` -> ``runner.model.to(torch.bfloat16)``, but the
+    model's ``_keep_in_fp32_modules``, as ``from_pretrained(torch_dtype=torch.bfloat16)`` does."""
     if runner.config.param_dtype != "bfloat16":
         return
     model = runner.model
@@ -32,8 +29,6 @@ def autocast(config, meter):
 
 
 def add_grad_scaler(runner) -> None:
-    """The recipe's GradScaler step: float16 autocast (``config.amp``, ``amp_dtype="float16"``) scales
-    the loss (:meth:`helpers.engine.meter.Meter.grad_scaler`); bfloat16 and float32 need no scaler
-    (``runner.scaler`` stays None)."""
+    """The recipe's GradScaler step: ``runner.scaler`` for float16 autocast, else None."""
     config = runner.config
     runner.scaler = runner.meter.grad_scaler() if config.amp and config.amp_dtype == "float16" else None

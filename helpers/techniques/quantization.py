@@ -1,15 +1,10 @@
 """QLoRA's frozen weights in 4-bit NormalFloat (Dettmers et al., 2023), as torchao stores them (lesson 09).
 
-With ``StepConfig.quantization="nf4"`` every frozen linear weight
-(:func:`nf4_linears`) is torchao's ``NF4Tensor``, computed in bfloat16
-(:class:`NF4Linear`).  Two recipe steps do it: :func:`hold_back` keeps those
-weights off the device while the model is placed, and :func:`quantize` brings
-each in bfloat16, quantizes it and frees the copy, one at a time, as
-bitsandbytes does while ``from_pretrained`` loads.  torchao's ``to_nf4`` and
-``linear_nf4`` are PyTorch operations, so they run on fake tensors and are
-counted; bitsandbytes' ``quantize_4bit`` reads values and runs its own CUDA
-kernels, which fake tensors cannot.  The two layouts agree within a few bytes
-per 16384 weights (:func:`nf4_bytes`).
+With ``StepConfig.quantization="nf4"`` every frozen linear weight (:func:`nf4_linears`) is torchao's ``NF4Tensor``,
+computed in bfloat16 (:class:`NF4Linear`): :func:`hold_back` keeps those weights off the device while the model is
+placed, and :func:`quantize` brings each in bfloat16, quantizes it and frees the copy, one at a time, as bitsandbytes
+does while ``from_pretrained`` loads. torchao's ``to_nf4`` and ``linear_nf4`` run on fake tensors; bitsandbytes' CUDA
+kernels cannot. The two layouts agree within a few bytes per 16384 weights (:func:`nf4_bytes`).
 """
 
 from __future__ import annotations
@@ -19,10 +14,8 @@ from torch import nn
 
 from ..errors import Refused
 
-#: NF4's blocks: one absmax scale per 64 weights, and those scales quantized to
-#: int8 with one float scale per 256 of them (double quantization): torchao's
-#: ``to_nf4(tensor, block_size=64, scaler_block_size=256)`` defaults, and the
-#: QLoRA paper's (Dettmers et al., 2023, section 3: blocksize 64 for W, 256 for c2).
+#: NF4's blocks: one absmax scale per 64 weights, those scales quantized to int8 with one float scale per 256 of them:
+#: torchao's ``to_nf4`` defaults, and the QLoRA paper's (Dettmers et al., 2023, section 3).
 NF4_BLOCK = 64
 NF4_SCALER_BLOCK = 256
 
@@ -30,16 +23,10 @@ NF4_SCALER_BLOCK = 256
 def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
     """The bytes of one weight of ``numel`` elements as torchao's ``NF4Tensor`` stores it (before 512-byte rounding).
 
-    ``NF4Tensor.from_tensor`` (``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py``),
-    ``dtype_bytes`` per element (2: bfloat16): ``quantized_data`` ``numel / 2``
-    (two 4-bit codes per uint8); ``quantized_scalers`` ``numel / 64`` (one int8
-    per block of 64); ``quantization_factor`` ``dtype_bytes * numel / (64 * 256)``;
-    ``scaler_mean`` (one value) and ``nf4`` (16 values) in the weight's dtype.
-    About 4.126 bits per weight in bfloat16, against the QLoRA paper's
-    ``4 + 8/64 + 32/(64*256)`` (bitsandbytes keeps the second-level scales in float32).
-
-    Returns:
-        ``{"codes", "scales", "scale_factors", "mean", "code_book"}`` -> bytes.
+    ``NF4Tensor.from_tensor`` (``torchao/quantization/quantize_/workflows/nf4/nf4_tensor.py``), ``dtype_bytes`` per
+    element (2: bfloat16): codes ``numel / 2``; scales ``numel / 64`` int8; scale factors
+    ``dtype_bytes * numel / (64 * 256)``; a mean and a 16-value code book in the weight's dtype. Returns
+    ``{"codes", "scales", "scale_factors", "mean", "code_book"}`` -> bytes.
     """
     blocks = numel // NF4_BLOCK
     return {"codes": numel // 2, "scales": blocks, "scale_factors": dtype_bytes * (blocks // nf4_scaler_block(numel)),
@@ -47,25 +34,21 @@ def nf4_bytes(numel: int, dtype_bytes: int = 2) -> dict[str, int]:
 
 
 def _nf4():
-    """torchao's NF4 module (imported when first needed: torchao takes a second to import)."""
+    """torchao's NF4 module, imported when first needed (it takes a second)."""
     from torchao.quantization.quantize_.workflows.nf4 import nf4_tensor
 
     return nf4_tensor
 
 
 def nf4_scaler_block(numel: int) -> int:
-    """The scaler block of a weight of ``numel`` elements: :data:`NF4_SCALER_BLOCK` (256) when it divides its blocks of 64, else the largest number below it that does."""
+    """The scaler block of a weight of ``numel`` elements: the largest divisor of its blocks up to 256."""
     blocks = numel // NF4_BLOCK
     return max(d for d in range(1, NF4_SCALER_BLOCK + 1) if blocks % d == 0)
 
 
 def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
-    """The linear layers QLoRA quantizes, as ``(parent, attribute, layer)``.
-
-    Every ``nn.Linear`` with a frozen weight but the output embeddings and tied
-    weights: ``transformers``' rule for bitsandbytes 4-bit loading
-    (``get_keys_to_not_convert``, ``transformers/quantizers/base.py``).
-    """
+    """The linear layers QLoRA quantizes, as ``(parent, attribute, layer)``: every ``nn.Linear`` with a frozen weight
+    but the output embeddings and tied weights (``get_keys_to_not_convert``, ``transformers/quantizers/base.py``)."""
     get_output = getattr(model, "get_output_embeddings", None)
     head = get_output() if callable(get_output) else None
     counts: dict[int, int] = {}
@@ -85,12 +68,10 @@ def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
 class NF4Linear(nn.Module):
     """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16.
 
-    What bitsandbytes' ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16``
-    does, through torchao's ``linear_nf4`` (torchtune's ``FrozenNF4Linear``): the
-    weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and
-    dequantized again in backward, no weight gradient.  torchao's eager
-    dequantization (``NF4Tensor.get_original_weight``) holds about 14 bytes per
-    weight during the matmul, where bitsandbytes' kernel writes the 2-byte weight.
+    What bitsandbytes' ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does, through torchao's
+    ``linear_nf4``: the weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and dequantized again in
+    backward. torchao's eager dequantization holds about 14 bytes per weight during the matmul, where bitsandbytes'
+    kernel writes the 2-byte weight.
     """
 
     def __init__(self, weight, bias: nn.Parameter | None):
@@ -110,7 +91,8 @@ class NF4Linear(nn.Module):
 
 
 def hold_back(runner) -> None:
-    """The recipe's step before placing (``config.quantization == "nf4"``): the :func:`nf4_linears` weights wait in ``runner.held_back``.
+    """The recipe's step before placing (``config.quantization == "nf4"``): the :func:`nf4_linears` weights wait in
+    ``runner.held_back``.
 
     Raises:
         Refused (a ValueError): if a weight's size is not a multiple of 64, naming the layer.
@@ -130,18 +112,14 @@ def hold_back(runner) -> None:
 
 
 def quantize(runner) -> None:
-    """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized (``to_nf4``) and its copy freed.
-
-    Its layer becomes an :class:`NF4Linear`; then the meter's peak starts afresh
-    (loading is not the step).
-    """
+    """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized (``to_nf4``) into an
+    :class:`NF4Linear` and its copy freed; then the meter's peak starts afresh (loading is not the step)."""
     if not runner.held_back:
         return
     nf4, device = _nf4(), runner.meter.device
     chunk = nf4.CHUNK_SIZE
     for parent, attribute, layer, weight in runner.held_back:
-        if weight.is_meta:  # simulated: fake tensors, so quantize in one chunk, not in chunks of 2**20 (speed only:
-            # the chunks bound a GPU's transient while loading, which is over before the step and not counted)
+        if weight.is_meta:  # simulated: one chunk, for speed (the chunks bound a transient before the step)
             dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
             nf4.CHUNK_SIZE = max(chunk, weight.numel())
         else:

@@ -1,17 +1,14 @@
-"""Figures of profiled steps and the studies built on them.
+"""Figures of profiled steps and the studies built on them, each a ``matplotlib.figure.Figure`` without ``pyplot``.
 
-Each function returns a ``matplotlib.figure.Figure`` built without ``pyplot``,
-so that no global figure state leaks between cells; a notebook shows it as
-PNG.  They only read what the layers below return.  By job:
+In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueError``) and ``title`` the figure's title.
 
-* :mod:`.steps`: one step over time, by category and by stage; peaks, bytes
-  per parameter, gradient accumulation, inference and leaking loops (lessons 03-05b);
+* :mod:`.steps`: one step over time, by category and by stage; peaks, bytes per parameter, gradient accumulation,
+  inference and leaking loops (lessons 03-05b);
 * :mod:`.allocator`: allocated against reserved, the memory map (lesson 06);
 * :mod:`.sharding`: FSDP's sharded steps (lesson 07);
-* :mod:`.transformer`: a block's parts, memory against sequence length, fine-tuning
-  setups against cards, published figures beside the engine's (lessons 08, 09).
+* :mod:`.transformer`: a block's parts, memory against sequence length, fine-tuning setups against cards, published
+  figures beside the engine's (lessons 08, 09).
 """
-
 from .allocator import FIRST_STEP, memory_map, plot_memory_map, plot_reserved, plot_reserved_bars
 from .sharding import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
 from .steps import (plot_accumulation, plot_bytes_per_parameter, plot_categories, plot_inference_and_leaks,

@@ -1,5 +1,4 @@
-"""Figures of the caching allocator: allocated against reserved memory, the allocator's memory map
-over time, and peaks under two settings (lesson 06)."""
+"""Figures of the caching allocator: allocated against reserved, its memory map over time, two settings (lesson 06)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from ...units import MiB
 
 def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = None,
                   title: str | None = None) -> Figure:
-    """Allocated (solid) and reserved (dashed) memory after every allocation-log entry of each :class:`helpers.allocator.Replay`.
-
+    """Allocated (solid) and reserved (dashed) memory after every log entry of each :class:`helpers.allocator.Replay`;
     ``marks``: vertical lines at log indices, by label.
 
     Raises:
@@ -64,14 +62,12 @@ def memory_map(trace: list[dict], segments: list[dict] | None = None) -> tuple[l
 
     Args:
         trace: entries with ``action``, ``addr``, ``size`` (and ``serial``), as
-            :attr:`helpers.allocator.CachingAllocator.trace` or
-            ``torch.cuda.memory._snapshot()["device_traces"][0]`` give them.
-        segments: the snapshot's ``segments`` at the trace's end, so that what
-            existed before recording began is shown from the start.
+            :attr:`helpers.allocator.CachingAllocator.trace` or ``torch.cuda.memory._snapshot()["device_traces"][0]``.
+        segments: the snapshot's ``segments`` at the trace's end (what existed before recording began).
 
     Returns:
-        ``(reserved, blocks)``: ``(lo, hi, t0, t1)`` ranges held from the driver
-        between entries ``t0`` and ``t1``; ``(lo, hi, t0, t1, serial)`` per allocation.
+        ``(reserved, blocks)``: ``(lo, hi, t0, t1)`` ranges held from the driver between entries ``t0`` and ``t1``;
+        ``(lo, hi, t0, t1, serial)`` per allocation.
     """
     end = len(trace)
     held: dict = {}
@@ -104,13 +100,12 @@ def memory_map(trace: list[dict], segments: list[dict] | None = None) -> tuple[l
 
 #: Blocks that the engine did not label: the untraced first step's tensors.
 FIRST_STEP = "first step"
-#: Categories that live the whole step (or training): drawn at least
-#: ``min_height`` high in :func:`plot_memory_map`, so that they can be seen.
+#: Categories that live the whole step: drawn at least ``min_height`` high in :func:`plot_memory_map`.
 _LONG_LIVED = ("parameters", "gradients", "optimizer_states")
 
 
 def _stacked_addresses(ranges: list[tuple[int, int]]):
-    """The used address ranges as bands, gaps removed: ``(rect, height)``, ``rect(lo, hi, t0, t1)`` a block's corners (y in MiB), ``height`` in bytes."""
+    """Address ranges as bands, gaps removed: ``(rect, height bytes)``, ``rect(lo, hi, t0, t1)`` corners (y in MiB)."""
     merged: list[list[int]] = []  # address ranges ever used, disjoint
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1]:
@@ -138,18 +133,15 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
                     first_step_until: int | None = None, min_height: float = 0.008) -> Figure:
     """The allocator's segments and blocks over time, like memory_viz's "Allocator State History".
 
-    Time (trace entries) left to right, each segment a band of addresses (gaps
-    removed); grey is reserved but free, blocks coloured by ``categories`` of
-    their ``serial``.  Long-lived blocks are at least ``min_height`` of the axis
-    high (positions to scale, heights not).  Simulated and real traces alike.
+    Time (trace entries) left to right, each segment a band of addresses (gaps removed); grey is reserved but free,
+    blocks coloured by ``categories`` of their ``serial``.
 
     Args:
         trace, segments: see :func:`memory_map`.
         categories: storage serial -> category.
-        title: figure title.
-        first_step_until: trace position where the traced step begins; "other"
-            blocks before it are drawn as :data:`FIRST_STEP`.
-        min_height: a fraction of the axis (0: all to scale).
+        first_step_until: trace position where the traced step begins; "other" blocks before it are
+            :data:`FIRST_STEP`.
+        min_height: long-lived blocks' least height, a fraction of the axis (0: all to scale).
 
     Raises:
         ValueError: for a trace with nothing reserved or allocated in it.
@@ -197,11 +189,8 @@ def plot_reserved_bars(labels: list[str], tensors: list[int], default, expandabl
     """Per step: its tensors' peak, and peak allocated and reserved under two allocator settings, in MiB.
 
     Args:
-        labels: one per step.
-        tensors: bytes of tensors at each step's peak.
-        default, expandable: one :class:`helpers.allocator.Replay` per step
-            (default settings, ``expandable_segments:True``).
-        title: figure title.
+        labels: one per step; ``tensors``: bytes of tensors at each step's peak.
+        default, expandable: one :class:`helpers.allocator.Replay` per step (defaults, ``expandable_segments:True``).
 
     Raises:
         ValueError: if the four lists differ in length.

@@ -1,5 +1,4 @@
-"""Figures of FSDP's sharded steps: rank 0's memory against the world size, the gathered parameters
-over a step, each step's peak by category (lesson 07).  Sizes in MiB."""
+"""Figures of FSDP's sharded steps: rank 0's memory by world size, gathered parameters in time, peaks (lesson 07)."""
 
 from __future__ import annotations
 
@@ -8,9 +7,8 @@ from matplotlib.figure import Figure
 from ...palette import CATEGORY_COLORS
 from ...units import MiB
 
-#: How a sharded step's categories (:data:`helpers.fsdp.SHARDED_CATEGORIES`) are drawn: the model
-#: states and the rest in their :data:`helpers.palette.CATEGORY_COLORS` colour; what FSDP gathers or
-#: reduces in the colour of what it is (parameters, gradients), hatched.
+#: How a sharded step's categories (:data:`helpers.fsdp.SHARDED_CATEGORIES`) are drawn: what FSDP gathers or reduces
+#: in the colour of what it is (parameters, gradients), hatched.
 _SHARDED_STYLE = {
     "parameters": ("parameters", None, "parameters (shard)"),
     "gradients": ("gradients", None, "gradients (shard)"),
@@ -43,12 +41,8 @@ def _sharded_bar(ax, x, values: dict[str, int], horizontal: bool, labelled: set[
 
 def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | None = None,
                              title: str | None = None) -> Figure:
-    """Rank 0's memory against the world size N, one stacked bar per N (``{N: ShardedStep}``).
-
-    Sharded parameters, gradients and optimizer states, and on top the gathered
-    parameters and all-gather buffers at their most (``ShardedStep.timeline``);
-    no activations.  ``lines``: formulas drawn over the bars, ``{label: {N: bytes}}``.
-    """
+    """Rank 0's memory against the world size N, one stacked bar per N (``{N: ShardedStep}``): sharded model states,
+    and on top the gathered parameters and all-gather buffers at their most; ``lines``: ``{label: {N: bytes}}``."""
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     labelled: set[str] = set()
@@ -72,10 +66,8 @@ def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | N
 
 
 def plot_sharded_timeline(steps: list, labels: list[str], title: str | None = None) -> Figure:
-    """One panel per sharded step: gathered parameters and all-gather buffers after each event (``ShardedStep.timeline``), backward shaded.
-
-    Raises:
-        ValueError: if ``labels`` and ``steps`` differ in length.
+    """One panel per sharded step: gathered parameters and all-gather buffers after each event, backward shaded.
+    Raises ``ValueError`` if ``labels`` and ``steps`` differ in length.
     """
     if len(labels) != len(steps):
         raise ValueError(f"{len(labels)} labels for {len(steps)} steps")
@@ -107,10 +99,8 @@ def plot_sharded_timeline(steps: list, labels: list[str], title: str | None = No
 
 
 def plot_sharded_peaks(steps: list, labels: list[str], title: str | None = None) -> Figure:
-    """One bar per sharded step: rank 0's memory at its peak by :data:`helpers.fsdp.SHARDED_CATEGORIES`, the peak at its end.
-
-    Raises:
-        ValueError: if ``labels`` and ``steps`` differ in length.
+    """One bar per sharded step: rank 0's memory at its peak by :data:`helpers.fsdp.SHARDED_CATEGORIES`.
+    Raises ``ValueError`` if ``labels`` and ``steps`` differ in length.
     """
     if len(labels) != len(steps):
         raise ValueError(f"{len(labels)} labels for {len(steps)} steps")

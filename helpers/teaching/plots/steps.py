@@ -1,5 +1,5 @@
-"""Figures of one step or a few: memory over time, by category, by stage; bars of peaks, of bytes
-per parameter, of gradient accumulation; inference and leaking loops (lessons 03 to 05b)."""
+"""Figures of one step or a few: memory over time, by category, by stage; bars of peaks, of bytes per parameter, of
+gradient accumulation; inference and leaking loops (lessons 03 to 05b). ``unit``, ``title``: as :mod:`..plots` says."""
 
 from __future__ import annotations
 
@@ -22,9 +22,7 @@ def _phase_spans(profile: StepProfile) -> list[tuple[str, int, int]]:
 
 def plot_timeline(profiles: StepProfile | list[StepProfile], labels: list[str] | None = None,
                   title: str | None = None) -> Figure:
-    """Allocated memory at every event of one or more steps (overlaid), peaks marked.
-
-    ``labels``: one per profile (default: model and backend).
+    """Allocated memory at every event of one or more steps (overlaid), peaks marked; ``labels`` one per profile.
 
     Raises:
         ValueError: if ``labels`` and ``profiles`` differ in length.
@@ -50,8 +48,7 @@ def plot_timeline(profiles: StepProfile | list[StepProfile], labels: list[str] |
                     textcoords="offset points", xytext=(6, 4), fontsize=8, color=line.get_color())
     ax.set_xlabel("event (pre / fwd / bwd of each module, in order)")
     ax.set_ylabel("allocated (MiB)")
-    # Room above the highest peak for its label; the legend goes top left, where
-    # a step's memory is still low (the forward pass has just begun).
+    # Room above the highest peak for its label; the legend top left, where the forward pass has just begun.
     ax.set_ylim(0, 1.15 * max(p.peak_allocated_bytes for p in profiles) / MiB)
     ax.legend(loc="upper left", fontsize=8)
     if title:
@@ -120,11 +117,8 @@ def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], titl
     """Horizontal bars of bytes per parameter, each stacked from labelled parts (lesson 05a).
 
     Args:
-        bars: bar label -> its parts, left to right, each ``(category, text,
-            bytes per parameter)``, coloured by :data:`helpers.palette.CATEGORY_COLORS`.
-        title: figure title.
-        marks: bar label -> a measured total (bytes per parameter), a black diamond.
-        mark_label: the legend's name for the marks.
+        bars: bar label -> its parts, left to right, each ``(category, text, bytes per parameter)``.
+        marks: bar label -> a measured total (bytes per parameter), a black diamond named ``mark_label``.
 
     Raises:
         ValueError: for an unknown category, a negative part, or a mark for no bar.
@@ -174,10 +168,7 @@ def plot_accumulation(profiles: list[StepProfile], labels: list[str], unit: str 
     """Gradient accumulation: one bar per way of splitting a batch, stacked by category at the peak (lesson 05b).
 
     Args:
-        profiles: the steps (``accumulation_steps=k``), in bar order.
-        labels: one per profile, such as ``"4 × 32"``.
-        unit: ``"MiB"`` or ``"GiB"``, the y axis.
-        title: figure title.
+        profiles: the steps (``accumulation_steps=k``), in bar order; ``labels``: one each, such as ``"4 × 32"``.
 
     Raises:
         ValueError: for no profile, labels that do not match, or another unit.
@@ -210,16 +201,11 @@ def plot_inference_and_leaks(forward: dict[str, dict[str, int]], loops: dict[str
     """Two panels (lesson 05b): a forward pass's peak per grad mode, and loops that leak or not.
 
     Args:
-        forward: ``{configuration: {grad mode: bytes}}`` (``helpers.loops.forward_peak``),
-            every configuration with the same grad modes, grouped bars.
-        loops: ``{loop: bytes after each iteration}`` (``helpers.loops.loop_memory``),
-            one line each, told apart by markers and dashes.
-        unit: ``"MiB"`` or ``"GiB"``, both y axes.
-        title: figure title.
+        forward: ``{configuration: {grad mode: bytes}}`` (``helpers.loops.forward_peak``), all with the same modes.
+        loops: ``{loop: bytes after each iteration}`` (``helpers.loops.loop_memory``), one line each.
 
     Raises:
-        ValueError: for another unit, an empty ``forward`` or ``loops``, or
-            configurations whose grad modes differ.
+        ValueError: for another unit, an empty ``forward`` or ``loops``, or configurations whose grad modes differ.
     """
     scale = unit_scale(unit)
     if not forward or not loops:

@@ -1,4 +1,4 @@
-"""Figures of transformers (lesson 08) and fine-tuning (lesson 09); each returns a ``matplotlib.figure.Figure``."""
+"""Figures of transformers (lesson 08) and fine-tuning (lesson 09); ``unit`` and ``title`` as :mod:`..plots` says."""
 
 from __future__ import annotations
 
@@ -16,10 +16,8 @@ def plot_stacked_parts(columns: dict[str, dict[str, int]], unit: str = "MiB", ti
 
     Args:
         columns: ``{bar label: {part name: bytes}}`` (zero parts left out).
-        unit: ``"MiB"`` or ``"GiB"``, the x axis.
-        title: the figure's title.
-        order: part names in stacking order; the i-th gets the palette's i-th
-            colour (others follow, in order of appearance, with the colours left).
+        order: part names in stacking order; the i-th gets the palette's i-th colour (others follow, in order of
+            appearance, with the colours left).
 
     Raises:
         ValueError: for another unit, or more parts than the palette's 8 colours.
@@ -57,11 +55,8 @@ def plot_memory_vs_seq(seqs: list[int], series: dict[str, list[int]], unit: str 
     """Memory against sequence length, log-log: slope 1 is linear in the sequence, slope 2 its square.
 
     Args:
-        seqs: the sequence lengths (tokens), the x axis.
-        series: ``{label: bytes at each of seqs}``, one line each.
-        unit: ``"MiB"`` or ``"GiB"``, the y axis.
+        seqs: the sequence lengths (tokens), the x axis; ``series``: ``{label: bytes at each of seqs}``, one line each.
         levels: ``{label: bytes}`` drawn as dashed horizontal lines.
-        title: the figure's title.
 
     Raises:
         ValueError: for another unit, or a series whose length is not ``len(seqs)``.
@@ -89,19 +84,10 @@ def plot_memory_vs_seq(seqs: list[int], series: dict[str, list[int]], unit: str 
 
 def plot_finetune_peaks(profiles: dict[str, StepProfile], cards: dict[str, int], unit: str = "GiB",
                         title: str | None = None) -> Figure:
-    """One bar per fine-tuning setup: its peak stacked by category, against cards.
+    """One bar per fine-tuning setup (``{label: StepProfile}``, the first on top): its peak stacked by category.
 
-    Each bar is a step's peak allocated bytes by category
-    (:data:`helpers.palette.CATEGORY_COLORS`), its total and where the peak is
-    at its end; each card is a dashed line at its memory less
-    :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` (a bar left of it fits, as
-    :func:`helpers.gpus.judge` says).
-
-    Args:
-        profiles: ``{label: StepProfile}``, the first drawn on top.
-        cards: ``{card name: bytes}``.
-        unit: ``"MiB"`` or ``"GiB"``, the x axis.
-        title: the figure's title.
+    Each card of ``cards`` (``{name: bytes}``) is a dashed line at its memory less
+    :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` (a bar left of it fits, as :func:`helpers.gpus.judge` says).
 
     Raises:
         ValueError: for another unit, no profiles, or more than four cards.
@@ -149,13 +135,9 @@ def plot_peak_vs_tokens(peaks: dict[int, int], line, cards: dict[str, int], answ
     """A step's peak against its token count: the traced points, their fitted line, and cards.
 
     Args:
-        peaks: ``{tokens: peak allocated bytes}`` of traced steps.
-        line: the :class:`helpers.batch.AffineFit` through two of them.
-        cards: ``{card name: bytes}``, dashed lines at memory less
-            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
+        peaks, line: ``{tokens: peak allocated bytes}`` of traced steps; the :class:`helpers.batch.AffineFit` of two.
+        cards: ``{card name: bytes}``, dashed lines at memory less :data:`helpers.gpus.CUDA_OVERHEAD_BYTES`.
         answers: ``{card name: tokens}``, the longest sequence that fits, marked.
-        unit: ``"MiB"`` or ``"GiB"``, the y axis.
-        title: the figure's title.
 
     Raises:
         ValueError: for another unit, or fewer than two points.
@@ -189,12 +171,8 @@ def plot_peak_vs_depth(traced: dict[int, int], line, written: tuple[int, int], u
     """A step's peak against its number of blocks: traced points, the line through two of them, a written step.
 
     Args:
-        traced: ``{blocks: peak allocated bytes}`` of steps traced in full.
-        line: the :class:`helpers.batch.AffineFit` through two of them.
-        written: ``(blocks, peak bytes)`` of the full-depth step written from
-            two shallow ones (:mod:`helpers.depth`), marked on the line.
-        unit: ``"MiB"`` or ``"GiB"``, the y axis.
-        title: the figure's title.
+        traced, line: ``{blocks: peak allocated bytes}`` of steps traced in full; the ``AffineFit`` of two of them.
+        written: ``(blocks, peak bytes)`` of the full-depth step written from two shallow ones (:mod:`helpers.depth`).
 
     Raises:
         ValueError: for another unit, or fewer than two traced points.
@@ -230,9 +208,8 @@ def _peak_against(fig: Figure, ax, xlabel: str, unit: str, title: str | None) ->
 def plot_published_comparison(comparisons, title: str | None = None) -> Figure:
     """Published real-GPU figures beside the engine's: two bars per row, in GB (10**9 bytes).
 
-    Per :class:`helpers.teaching.published.Comparison`: the published figure
-    (blue; a card's size hatched) and the engine's ``after`` (vermillion), with
-    the engine's ratio at the bar's end.
+    Per :class:`helpers.teaching.published.Comparison`: the published figure (a card's size hatched) and the engine's
+    ``after``, with the engine's ratio at the bar's end.
 
     Raises:
         ValueError: for no comparisons.

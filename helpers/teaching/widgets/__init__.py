@@ -1,15 +1,11 @@
 """Widgets: change a step's batch size (and more), and watch its memory against a GPU.
 
-Each is an ``ipywidgets.VBox``: display it as the last expression of a cell,
-or read ``widget.summary()``.  By lesson:
+Each is an ``ipywidgets.VBox``: display it as the last expression of a cell, or read ``widget.summary()``.
 
-* :class:`MemoryExplorer` (lesson 01, 06): the batch size, model, AMP,
-  checkpointing, optimizer and GPU, and the allocator's reserved memory;
-* :class:`WillItFit` (lesson 05b): the model or a bare parameter count,
-  optimizer, precision, sequence or image size;
+* :class:`MemoryExplorer` (lessons 01, 06): batch size, model, AMP, checkpointing, optimizer, GPU, reserved memory;
+* :class:`WillItFit` (lesson 05b): the model or a bare parameter count, optimizer, precision, sequence or image size;
 * :class:`SequenceExplorer` (lesson 08): a transformer by sequence length;
-* :class:`FineTuneFit` (lesson 09): fine-tuning a 7-8B model, and the largest
-  batch or longest sequence that fits.
+* :class:`FineTuneFit` (lesson 09): fine-tuning a 7-8B model, and the largest batch or longest sequence that fits.
 
 :mod:`.base` holds what they share, :mod:`helpers.teaching.views` their view.
 """

@@ -1,12 +1,8 @@
 """What the widgets share: the controls of a batch size and a GPU, traced curves, and the view.
 
-A widget is an ``ipywidgets.VBox`` returned as a cell's last expression; its
-view changes through traits (``HTML.value``) in ``observe`` callbacks, never
-by printing, so notebooks pass strict nbval.  On a GPU every value is
-measured (an out of memory shown as "does not fit"); elsewhere simulated,
-:class:`helpers.batch.PeakCurve` interpolating exactly so the slider answers
-at once.  A change that needs a trace first shows the previous figures
-dimmed (:func:`helpers.teaching.views.working`).
+A widget's view changes through traits (``HTML.value``) in ``observe`` callbacks, never by printing, so notebooks pass
+strict nbval. On a GPU every value is measured; elsewhere simulated, :class:`helpers.batch.PeakCurve` interpolating
+exactly so the slider answers at once. A change that needs a trace first shows the previous figures dimmed.
 """
 
 from __future__ import annotations
@@ -40,14 +36,11 @@ class WatchedCurve(PeakCurve):
 class StepWidget(widgets.VBox):
     """The base of every widget: a backend, the GPU cards, traced curves, and the view.
 
-    A subclass makes its controls, calls :meth:`_start` and :meth:`_finish`,
-    and says which configuration its controls show (:meth:`config`).
+    A subclass makes its controls, calls :meth:`_start` and :meth:`_finish`, and defines :meth:`config`.
 
     Attributes:
-        view: the ``ipywidgets.HTML`` that shows the result.
-        result: the :class:`helpers.batch.Estimate` on display (None while a
-            configuration is refused; :attr:`message` says why).
-        message: the text of the verdict line.
+        view, message: the ``ipywidgets.HTML`` that shows the result; the text of the verdict line.
+        result: the :class:`helpers.batch.Estimate` on display (None while refused; :attr:`message` says why).
     """
 
     _STYLE = {"description_width": "110px"}
@@ -64,8 +57,7 @@ class StepWidget(widgets.VBox):
     _PLACEHOLDER = "an interactive view of a training step's memory against a GPU."
     #: The unit of its sizes: that of the lesson it belongs to (MiB for ResNets, GiB for billions of parameters).
     UNIT = "MiB"
-    #: Trace batch size 1 and the slider's end of a new configuration, so that
-    #: most slider positions interpolate (False: trace each batch size asked for).
+    #: Trace batch size 1 and the slider's end of a new configuration, so that most positions interpolate.
     _TRACE_ENDS = True
 
     def _start(self, device: str, capacity: str, batch_size: int, max_batch_size: int) -> None:
@@ -78,7 +70,6 @@ class StepWidget(widgets.VBox):
         check_int("batch_size", batch_size, 1, max_batch_size)
         if capacity not in self.capacities:
             raise ValueError(f"unknown capacity {capacity!r}; use one of {', '.join(self.capacities)}")
-        # min=1: a batch size of 0 or below cannot be entered (the box clamps it).
         self.batch_size = widgets.IntSlider(batch_size, min=1, max=max_batch_size, description="batch size",
                                             continuous_update=True, style=self._STYLE,
                                             layout=widgets.Layout(width="480px"))
@@ -96,8 +87,7 @@ class StepWidget(widgets.VBox):
         self._figures = ""  # the view's last result, dimmed while the next one is computed
 
     def _finish(self, rows: list, controls: list, batch_row: bool = True) -> None:
-        """Lay out ``rows`` of controls (after the batch-size row, unless ``batch_row`` is False) and the view,
-        observe ``controls`` (and the batch size and GPU), and show the first result."""
+        """Lay out ``rows`` (after the batch row if ``batch_row``) and the view; observe ``controls``, batch and GPU."""
         batch = [widgets.HBox([self.batch_size, self.batch_box])] if batch_row else []
         super().__init__(children=[*batch, *rows, self.view])
         for control in (self.batch_size, self.capacity, *controls):
@@ -133,7 +123,7 @@ class StepWidget(widgets.VBox):
         return self._curves[key]
 
     def _working(self, curve: PeakCurve, batch_size: int) -> None:
-        """Before each new trace, during :meth:`update`: show once that the widget is working, over the dimmed figures."""
+        """Before each new trace, during :meth:`update`: show once that the widget is working."""
         if not self._updating or self._shown_working:
             return
         self._shown_working = True

@@ -1,7 +1,11 @@
 """Lessons 01, 05b and 08's widgets: the batch size, "will it fit?", and the sequence length.
 
-Each shows one steady-state training step against a GPU, by category, with
-the verdict of :func:`helpers.teaching.views.verdict`; the controls differ.
+Each shows one steady-state training step against a GPU, by category, with :func:`helpers.teaching.views.verdict`.
+In each, ``capacity`` is a card of :data:`helpers.gpus.GPU_CARDS` (or ``"this GPU"`` on a GPU), ``device`` ``"auto"``,
+``"cuda"`` or ``"simulated"``, ``batch_size`` and ``max_batch_size`` the slider's start and end; the attributes named
+like the arguments are the controls (set their ``value`` from code as a learner does), and ``view``, ``result``,
+``message`` are :class:`helpers.teaching.widgets.base.StepWidget`'s. An initial value the controls cannot take raises
+``ValueError``.
 """
 
 from __future__ import annotations
@@ -28,29 +32,14 @@ class MemoryExplorer(StepWidget):
     """Peak memory of one training step, by category, against a GPU's capacity (lesson 01).
 
     Args:
-        model: a model name (``"mlp"``, a torchvision classifier, a GPT-2 preset
-            at its 1024-token context), or your own ``nn.Module`` or builder
-            (listed under its name).  Llama-3 8B is in :class:`WillItFit` and
-            :class:`SequenceExplorer`, which set a sequence length.
-        batch_size: initial batch size, from 1 to ``max_batch_size`` (the slider's end).
-        amp: initial state of the AMP toggle.
-        checkpoint: initial checkpoint segments (0: off; 2, 4 or 8).
+        model: a model name (``"mlp"``, a torchvision classifier, a GPT-2 preset at its 1024-token context), or your
+            own ``nn.Module`` or builder (listed under its name).
+        checkpoint: initial checkpoint segments (0: off; 2, 4 or 8); ``amp``: the AMP toggle.
         optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`.
-        capacity: a card of :data:`helpers.gpus.GPU_CARDS`, or ``"this GPU"`` (on a GPU).
-        device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-        reserved: initial state of the "reserved" toggle: judge each step's
-            replay through the allocator model (:func:`helpers.batch.reserved_estimate`).
-        **options: other :class:`helpers.config.StepConfig` options; those of
+        reserved: the "reserved" toggle: judge each step's replay through the allocator model
+            (:func:`helpers.batch.reserved_estimate`).
+        **options: other :class:`helpers.config.StepConfig` options (refused ones raise ``ValueError``); those of
             :data:`helpers.config.DATA_OPTIONS` belong to ``model`` alone.
-
-    Attributes:
-        batch_size, model, amp, checkpoint, optimizer, capacity, reserved: the
-            controls (set their ``value`` from code as a learner does);
-            view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
-
-    Raises:
-        ValueError: for an initial value the controls cannot take, or options
-            :class:`helpers.config.StepConfig` refuses.
     """
 
     _PLACEHOLDER = ("a batch-size slider, with menus for the model, AMP, checkpointing, the optimizer and the "
@@ -110,29 +99,13 @@ PARAMETER_COUNT = "a parameter count"
 
 
 class WillItFit(StepWidget):
-    """Will this training step fit on that GPU?  Lesson 05b's widget.
-
-    A steady-state step by category against a GPU, like :class:`MemoryExplorer`;
-    its controls set the model states and activations.
+    """Will this training step fit on that GPU? Lesson 05b's widget.
 
     Args:
-        model: a preset of :data:`helpers.models.LANGUAGE_PRESETS`, a torchvision
-            classifier, or :data:`PARAMETER_COUNT` (model states from a count).
-        batch_size, max_batch_size: the slider's start and end.
-        optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`.
-        precision: a key of :data:`PRECISIONS`.
-        size: a sequence length of :data:`SEQ_LENS` or image size of
-            :data:`IMAGE_SIZES`; None: the model's default.
-        parameters: the count for :data:`PARAMETER_COUNT`.
-        capacity: a card of :data:`helpers.gpus.GPU_CARDS`, or ``"this GPU"``.
-        device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
-
-    Attributes:
-        batch_size, model, optimizer, precision, size, parameters, capacity:
-            the controls; view, result, message: as in :class:`MemoryExplorer`.
-
-    Raises:
-        ValueError: for an initial value the controls cannot take.
+        model: a preset of :data:`helpers.models.LANGUAGE_PRESETS`, a torchvision classifier, or
+            :data:`PARAMETER_COUNT` (model states from the count ``parameters``).
+        optimizer: one of :data:`helpers.config.TORCH_OPTIMIZERS`; ``precision``: a key of :data:`PRECISIONS`.
+        size: a sequence length of :data:`SEQ_LENS` or image size of :data:`IMAGE_SIZES`; None: the model's default.
     """
 
     UNIT = "GiB"  # lessons 05b and 08 write GiB
@@ -220,18 +193,8 @@ class WillItFit(StepWidget):
 
 
 class SequenceExplorer(StepWidget):
-    """Lesson 08's widget: a transformer's steady-state Adam step against a GPU, by sequence length.
-
-    :func:`helpers.transformer.transformer_step`, simulated, each configuration
-    traced once at the batch size asked for.
-
-    Attributes:
-        model, seq, batch_size, amp, policy, attention, capacity: the controls;
-            view, result, message: as in :class:`MemoryExplorer`.
-
-    Raises:
-        ValueError: for an unknown model, sequence length, kernel, policy or GPU.
-    """
+    """Lesson 08's widget: a transformer's steady-state Adam step against a GPU, by sequence length
+    (:func:`helpers.transformer.transformer_step`, simulated, traced at the batch size asked for)."""
 
     UNIT = "GiB"  # lessons 05b and 08 write GiB
     _PLACEHOLDER = ("menus for a transformer, the sequence length, batch, AMP, checkpointing policy, attention "
@@ -258,7 +221,7 @@ class SequenceExplorer(StepWidget):
                                        style=style)
         self.attention = widgets.Dropdown(options=["math", "flash"], value=attention, description="attention",
                                           style=style)
-        # The batch size is typed (up to 512), in the first row: the box is linked to the slider, which is not shown.
+        # The batch size is typed (up to 512) in the box linked to the slider, which is not shown.
         self.batch_box.description, self.batch_box.style = "batch size", style
         self.batch_box.layout.width = "200px"  # the 110 px label and a box wide enough to show the number
         controls = [self.model, self.seq, self.amp, self.policy, self.attention]

@@ -28,48 +28,37 @@ QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
 LORA_RANKS = (8, 16, 32, 64, 128)
 #: The longest sequence is searched in steps of this many tokens.
 SEQ_STEP = 256
-#: A 48 GB card beside :data:`helpers.gpus.GPU_CARDS`' 24 and 80 GB ones: the ``total_memory`` that
-#: ``torch.cuda.get_device_properties`` printed for an NVIDIA RTX A6000, 48676 MiB (pytorch/ao,
-#: ``torchao/prototype/hqq/README.md``, "GPU details").  It is not a card of ``GPU_CARDS`` (nor of
-#: :data:`helpers.gpus.COMPUTE_CAPABILITY`): judged as a bare capacity, its verdicts add no cuBLAS
-#: workspace line (two of about 8 MiB on that card: a hair of its 47.5 GiB).
+#: A 48 GB card: the ``total_memory`` that ``torch.cuda.get_device_properties`` printed for an NVIDIA RTX A6000,
+#: 48676 MiB (pytorch/ao, ``torchao/prototype/hqq/README.md``, "GPU details"). Not in ``GPU_CARDS``: judged as a bare
+#: capacity, without a cuBLAS workspace line (about 16 MiB on that card).
 CARD_48GB = {"RTX A6000 48 GB": 48676 * 2**20}
 
 
 class FineTuneFit(StepWidget):
     """Lesson 09's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?
 
-    One steady-state step of a shipped Hugging Face causal LM config under
-    bfloat16 autocast, simulated: full fine-tuning, LoRA on peft's default
-    targets, or QLoRA; "reserved" judges the allocator model's replay.  The
-    questions (:data:`QUESTIONS`): "does it fit?", "largest batch" at the
-    sequence shown, "longest sequence" at the batch shown (steps of
-    :data:`SEQ_STEP` tokens), found by :func:`helpers.batch.largest_fit` and put
-    into its control.  Sizes in GiB.
+    One steady-state step of a shipped Hugging Face causal LM config under bfloat16 autocast, simulated. "largest
+    batch" (at the sequence shown) and "longest sequence" (at the batch shown, in steps of :data:`SEQ_STEP` tokens) are
+    found by :func:`helpers.batch.largest_fit` and put into their control. Sizes in GiB.
 
     Args:
-        model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of
-            :data:`helpers.models.hf.SHIPPED`).
-        method: a key of :data:`FINETUNE_METHODS`.
+        model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of :data:`helpers.models.hf.SHIPPED`).
+        method, optimizer: keys of :data:`FINETUNE_METHODS` and :data:`FINETUNE_OPTIMIZERS`.
         lora_rank: one of :data:`LORA_RANKS` (not for full fine-tuning).
-        optimizer: a key of :data:`FINETUNE_OPTIMIZERS`.
         weights: ``"float32"`` or ``"bfloat16"``: unquantized weights' ``param_dtype``.
         checkpointing: Hugging Face's gradient checkpointing.
         seq, batch_size: tokens per sequence, sequences per batch.
         capacity: a card of :data:`helpers.gpus.GPU_CARDS` or :data:`CARD_48GB`.
-        question: one of :data:`QUESTIONS`.
-        reserved: judge by the allocator model's reserved peak.
+        question: one of :data:`QUESTIONS`; ``reserved``: judge by the allocator model's reserved peak.
 
     Attributes:
-        model, method, lora_rank, optimizer, weights, checkpointing, seq,
-            batch_box, capacity, question, reserved: the controls;
-            view, result, message: as in :class:`MemoryExplorer`.
-        answer: the search's answer in words ("" for "does it fit?");
-        largest: its number (0: not even the smallest fits; None for "does it fit?").
+        model, method, lora_rank, optimizer, weights, checkpointing, seq, batch_box, capacity, question, reserved:
+            the controls; view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
+        answer, largest: the search's answer in words and its number (0: not even the smallest fits); "" and None
+            for "does it fit?".
 
     Raises:
-        ValueError: for an initial value the controls cannot take, or a step
-            :class:`helpers.config.StepConfig` refuses.
+        ValueError: for an initial value the controls cannot take, or a step :class:`StepConfig` refuses.
     """
 
     UNIT = "GiB"
@@ -166,7 +155,7 @@ class FineTuneFit(StepWidget):
                            gpu if gpu in GPU_CARDS else None)
 
     def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
-        """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged (:func:`largest_fit`)."""
+        """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged."""
         batch = self.batch_box.value
         gpu = self.capacity.value
         steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
