@@ -11,11 +11,14 @@ the engine through its :class:`helpers.engine.meter.Meter` only.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import os
 import functools
 import statistics
 import time
+import types
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, Callable
@@ -26,6 +29,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import depth, models
 from .config import StepConfig, check_int
+from .engine.backends import resolve_backend
 from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .errors import Refused, first_line
@@ -66,7 +70,8 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
             (``steady_state``: one untraced step first creates the optimizer states).
 
     Returns:
-        A :class:`helpers.record.StepProfile`.
+        A :class:`helpers.record.StepProfile`, shared with later calls of the same simulated step
+        (:data:`KEPT`): read it, do not change it.
 
     Raises:
         ValueError: in one line, for a bad option, an unknown model, a model that
@@ -74,6 +79,55 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
     config = step_config(model, batch_size, image_size, "profile_step", **options)
+    key = _kept_key(config)
+    if key in _KEPT:
+        _KEPT.move_to_end(key)
+        return _KEPT[key]
+    profile = _profile_step(config)
+    if key is not None:
+        _KEPT[key] = profile
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
+    return profile
+
+
+#: How many simulated profiles a process keeps, the least recently used dropped first (an 8B step's is
+#: about 20 MiB): a widget's search, or a later cell, that asks for a step again gets it at once.
+KEPT = 16
+_KEPT: collections.OrderedDict[StepConfig, StepProfile] = collections.OrderedDict()
+#: Option values that name the same step every time they are given.
+_PLAIN = (str, int, float, bool, type(None), torch.dtype)
+
+
+def _kept_key(config: StepConfig) -> StepConfig | None:
+    """``config``, if its profile may be kept: a simulated step whose options are plain values, tuples of them,
+    or functions and frozen dataclasses of ``helpers`` (a published setup's loss); None for a real GPU, a learner's ``nn.Module`` or
+    function, or a model read from a file, which may change between two calls."""
+    def plain(value) -> bool:
+        if isinstance(value, tuple):
+            return all(map(plain, value))
+        if isinstance(value, types.FunctionType) or (dataclasses.is_dataclass(value)
+                                                      and value.__dataclass_params__.frozen):
+            return value.__module__.startswith("helpers.")
+        return isinstance(value, _PLAIN)
+
+    model = config.model
+    if isinstance(model, str) and (":" in model or model.endswith((".py", ".json")) or os.path.exists(model)):
+        return None
+    simulated = config.device == "simulated" or (config.device == "auto" and resolve_backend("auto") == "simulated")
+    if not simulated or not all(
+            plain(getattr(config, f.name)) for f in dataclasses.fields(config)):
+        return None
+    return config
+
+
+def forget_kept() -> None:
+    """Forget the profiles :func:`profile_step` kept (:data:`KEPT`): the next call of each traces again."""
+    _KEPT.clear()
+
+
+def _profile_step(config: StepConfig) -> StepProfile:
+    """:func:`profile_step` of ``config``, traced (or written from shallow traces)."""
     spec = resolve_model(config.model, config.num_classes, config.name)
     can, note = depth.applies(config, spec)
     if can:

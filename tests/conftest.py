@@ -50,6 +50,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _traced_anew():
+    """Each test starts with no kept profiles (``helpers.step.KEPT``): one that patches the engine gets its own."""
+    from helpers import step
+
+    step.forget_kept()
+
+
 @pytest.fixture(scope="session")
 def resnet18_b128():
     """One simulated training step of ResNet18 at batch 128 (SGD with momentum, first step)."""

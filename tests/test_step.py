@@ -321,3 +321,28 @@ def test_the_recipe_prepares_before_placing_and_counts_from_placing_on():
         assert placed == sum(round_up(t.untyped_storage().nbytes()) for t in
                              (*runner.model.parameters(), *runner.model.buffers()))
         assert runner.optimizer is not None and runner.scaler is not None  # float16 AMP
+
+
+def test_a_simulated_step_asked_for_again_is_kept_and_equals_a_fresh_trace():
+    """profile_step keeps simulated profiles of plain options (helpers.step.KEPT): the same config gives the
+    same object, equal to a fresh trace; a learner's nn.Module, a function of theirs, a GPU are traced anew."""
+    from helpers import step
+
+    kept = profile_step("mlp", 32, optimizer="adam", device="simulated")
+    assert profile_step("mlp", 32, optimizer="adam", device="simulated") is kept
+    assert profile_step("mlp", 16, optimizer="adam", device="simulated") is not kept
+    step.forget_kept()
+    fresh = profile_step("mlp", 32, optimizer="adam", device="simulated")
+    assert fresh is not kept
+    for name in ("events", "event_categories", "peak_allocated_bytes", "categories", "storages", "allocation_log"):
+        assert getattr(fresh, name) == getattr(kept, name), name
+    model = nn.Linear(64, 10)
+    assert profile_step(model, 4, input_shape=(64,), device="simulated") is not profile_step(
+        model, 4, input_shape=(64,), device="simulated")
+    config = StepConfig("mlp", 4, loss=lambda out, target: out.sum(), device="simulated")
+    assert step._kept_key(config) is None and step._kept_key(config.replace(loss="auto")) == config.replace(loss="auto")
+    assert step._kept_key(config.replace(loss="auto", device="cuda")) is None
+    assert step._kept_key(config.replace(loss="auto", model="./mymodel.py:build")) is None
+    for batch in range(100, 101 + step.KEPT):  # the least recently used are dropped first
+        profile_step("mlp", batch, device="simulated")
+    assert [c.batch_size for c in step._KEPT] == list(range(101, 101 + step.KEPT))
