@@ -301,6 +301,18 @@ class TransformerBuilder:
     def __call__(self):
         return checkpoint_blocks(_builder(self.config)(), self.policy)
 
+    def model_spec(self):
+        """Its :class:`helpers.models.ModelSpec`: ``config.n_layer`` alike blocks, so a step is written from
+        shallow traces (:mod:`helpers.depth`)."""
+        import dataclasses
+
+        from .models import ModelSpec
+
+        return ModelSpec(type(self.config).__name__, self, vocab_size=self.config.vocab_size,
+                         seq_len=self.config.n_positions, blocks=self.config.n_layer,
+                         at_depth=lambda n: TransformerBuilder(dataclasses.replace(self.config, n_layer=n),
+                                                               self.policy).model_spec())
+
 
 def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
                      policy: str = "none", optimizer: str = "adam") -> StepConfig:

@@ -14,6 +14,7 @@ from helpers import depth
 from helpers.allocator import replay
 from helpers.step import profile_step
 from helpers.teaching.setups import EagerCausalLM
+from helpers.transformer import transformer_step
 
 #: Every field of a profile that a lesson, a widget or the command line reads.
 FIELDS = ("backend", "model", "input_shape", "parameter_count", "events", "event_categories",
@@ -98,6 +99,14 @@ def test_random_small_configurations_are_written_exactly(low_minimum):
                       tied=rng.random() < 0.3)
         written, full = _written_and_full(model, **options)
         assert_same(written, full), (model, options)
+
+
+def test_lesson_08s_widget_step_is_written_exactly():
+    """transformer_step's builder (a preset with a checkpointing policy per block) says its blocks."""
+    config = transformer_step("gpt2-medium", 128, 2, policy="selective", optimizer="sgd")
+    written, full = profile_step(config), profile_step(config.replace(full_trace=True))
+    assert written.depth_note.startswith("written exactly from its steps with") and written.model == "gpt2-medium"
+    assert_same(written, full)
 
 
 def test_a_step_is_traced_in_full_where_it_must_be_and_says_why(low_minimum):

@@ -242,7 +242,7 @@ def hf_spec(config, name: str | None = None) -> ModelSpec:
     """
     from . import hf  # only for a Hugging Face config: no transformers on the path of other models
 
-    return _hf_spec(hf.causal_lm(config), name)
+    return _hf_spec(config if isinstance(config, hf.CausalLMBuilder) else hf.causal_lm(config), name)
 
 
 def _hf_spec(builder, name: str | None) -> ModelSpec:
@@ -331,9 +331,9 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
             ``nn.Module`` (a :func:`meta_copy` when simulating, a deep copy on a
             GPU), a function returning one, or a Hugging Face config
             (:func:`hf_spec`: a shipped or Hub name, a ``config.json`` path, a
-            dict or a ``PretrainedConfig``), or an object whose ``causal_lm()``
-            returns a :class:`helpers.models.hf.CausalLMBuilder` (its layers
-            known, as a config's are: ``helpers.teaching.setups.EagerCausalLM``).
+            dict or a ``PretrainedConfig``), or a builder whose ``model_spec()``
+            returns its :class:`ModelSpec`, blocks known
+            (``helpers.transformer.TransformerBuilder``, ``helpers.teaching.setups.EagerCausalLM``).
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
 
@@ -354,8 +354,8 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
                 raise ValueError(unknown_model(model))
             classes = num_classes or 1000
             spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
-    elif callable(getattr(model, "causal_lm", None)):
-        spec = _hf_spec(model.causal_lm(), None)
+    elif callable(getattr(model, "model_spec", None)):
+        spec = model.model_spec()
     elif isinstance(model, nn.Module):
         instance = model
         spec = ModelSpec(type(instance).__name__, lambda: _copy_for_step(instance))

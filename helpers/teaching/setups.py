@@ -48,15 +48,20 @@ class EagerCausalLM:
 
     config: str | tuple[tuple[str, Any], ...]
 
-    def causal_lm(self):
-        """Its :class:`helpers.models.hf.CausalLMBuilder`: a step of it is written from shallow traces."""
+    def _builder(self):
         from ..models import hf
 
-        config = hf.load_config(self.config if isinstance(self.config, str) else dict(self.config))
-        return hf.CausalLMBuilder(config, "eager")
+        return hf.CausalLMBuilder(hf.load_config(self.config if isinstance(self.config, str) else dict(self.config)),
+                                  "eager")
+
+    def model_spec(self):
+        """Its :class:`helpers.models.ModelSpec`, layers known: a step of it is written from shallow traces."""
+        from ..models import hf_spec
+
+        return hf_spec(self._builder())
 
     def __call__(self) -> torch.nn.Module:
-        return self.causal_lm()()
+        return self._builder()()
 
 
 @dataclass(frozen=True)
