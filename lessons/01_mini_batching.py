@@ -27,7 +27,7 @@
 # - Predict the largest batch that fits a V100, an RTX 4090, an A100 or an H100, and check the prediction.
 # - Read an out-of-memory message, including the one a capped GPU prints, and tell *allocated* from *reserved* memory.
 #
-# **Time:** about 105 minutes alone: 37 of reading, 33 of code, 3 for the figures, 10 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
+# **Time:** about 95 minutes alone: 37 of reading, 33 of code, 3 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
 
 # %% [markdown]
 # ## Setup

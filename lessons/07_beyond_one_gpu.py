@@ -26,7 +26,7 @@
 # - Explain each gap between formula and measurement: padding, the 512-byte blocks, the root unit that is not resharded after forward, the buffers kept for prefetching, the largest unit's all-gather.
 # - Choose among FSDP2's remedies (`reshard_after_forward`, how the model is cut into units, prefetching, HSDP, CPU offload) and combine sharding with activation checkpointing and mixed precision (lesson 04); read a `torchrun` script that runs the same code on real GPUs.
 #
-# **Time:** about 65 minutes alone: 26 of reading, 14 of code, 3 for the figures, 3 to run all, 18 for the two exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
+# **Time:** about 60 minutes alone: 26 of reading, 14 of code, 3 for the figures, 2 to run all, 18 for the two exercises. **GPU:** not needed (one process plays one rank of N on a fake process group; memory simulated).
 #
 # Before this: lesson 05a (model states, bytes per parameter), lesson 04 (AMP, checkpointing), lesson 06 (reserved memory).
 

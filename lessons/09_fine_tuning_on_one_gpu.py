@@ -29,7 +29,7 @@
 # - Measure what checkpointing, 8-bit AdamW and offloading each change, and what the loss over a 128k vocabulary keeps.
 # - Find the longest sequence that fits each card with an affine fit of two traces, confirmed by a trace at the answer.
 #
-# **Time:** about 95 minutes alone: 31 of reading, 16 of code, 5 for the figures, 17 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
+# **Time:** about 85 minutes alone: 31 of reading, 16 of code, 5 for the figures, 5 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) and 08 (a transformer's activations, flash attention, the logits) come first.
 
@@ -281,7 +281,7 @@ fit
 #
 # ## 7. Against published real-GPU figures
 #
-# Everything above is simulated. How close is it to what people measured on real GPUs? `helpers.teaching.published` holds six published fine-tuning figures: torchtune's QLoRA tutorial (Llama-2 7B with LoRA and with QLoRA), the comparison of torchtune and PEFT for Llama-3 8B LoRA on an RTX 4090 kept by a PEFT maintainer, the table in PEFT's README (bloomz-7b1 with LoRA), the QLoRA paper's 65B model on one 48 GB GPU, and Unsloth's context-length table as a claim to check. Each row holds the setup as its source states it, the step options that reproduce it, what the figure measures (peak allocated, peak reserved, or a claim that the step fits a card), and the gap explained. `finetune_comparison()` runs the engine on each row, as every cell above does (LLaMA 65B's 80 layers take the longest). Here the unit is the sources' GB (10⁹ bytes):
+# Everything above is simulated. How close is it to what people measured on real GPUs? `helpers.teaching.published` holds six published fine-tuning figures: torchtune's QLoRA tutorial (Llama-2 7B with LoRA and with QLoRA), the comparison of torchtune and PEFT for Llama-3 8B LoRA on an RTX 4090 kept by a PEFT maintainer, the table in PEFT's README (bloomz-7b1 with LoRA), the QLoRA paper's 65B model on one 48 GB GPU, and Unsloth's context-length table as a claim to check. Each row holds the setup as its source states it, the step options that reproduce it, what the figure measures (peak allocated, peak reserved, or a claim that the step fits a card), and the gap explained. `finetune_comparison()` runs the engine on each row, as every cell above does (a minute or two for all six). Here the unit is the sources' GB (10⁹ bytes):
 
 # %%
 comparisons = finetune_comparison()
