@@ -100,9 +100,9 @@ _PLAIN = (str, int, float, bool, type(None), torch.dtype)
 
 
 def _kept_key(config: StepConfig) -> StepConfig | None:
-    """``config``, if its profile may be kept: a simulated step whose options are plain values, tuples of them,
-    or functions and frozen dataclasses of ``helpers`` (a published setup's loss); None for a real GPU, a learner's ``nn.Module`` or
-    function, or a model read from a file, which may change between two calls."""
+    """``config``, if its profile may be kept: a simulated step whose options are plain values, tuples of them, or
+    functions and frozen dataclasses of ``helpers`` (a published setup's loss); None for a real GPU, a learner's
+    ``nn.Module`` or function, or a model read from a file, which may change between two calls."""
     def plain(value) -> bool:
         if isinstance(value, tuple):
             return all(map(plain, value))

@@ -287,7 +287,8 @@ class CausalLMBuilder:
         for key, value in list(text.items()):
             if isinstance(value, (list, tuple)) and len(value) == self.blocks:
                 text[key] = list(value)[:n]
-        text[self.config.get_text_config().attribute_map.get("num_hidden_layers", "num_hidden_layers")] = n  # BLOOM: n_layer
+        layers = self.config.get_text_config().attribute_map.get("num_hidden_layers", "num_hidden_layers")
+        text[layers] = n  # BLOOM's is n_layer
         config = self.config.__class__.from_dict(data)
         config.name_or_path = self.config.name_or_path
         return CausalLMBuilder(config, self.attn_implementation, self.label)
