@@ -246,3 +246,72 @@ def test_llama_8b_qlora_weights_by_formula():
     nf4 = sum(sum(quantization.nf4_bytes(layer.weight.numel()).values()) for *_, layer in layers)
     assert nf4 == weights // 2 + weights // 64 + 2 * weights // 16384 + 224 * 34
     assert round(nf4 / weights, 4) == 0.5157  # 4.126 bits
+
+
+# -- shortcuts that must change no byte ---------------------------------------------------------------
+#: A tiny Llama of 10 layers: cheap to run op by op.
+TINY = {"model_type": "llama", "vocab_size": 96, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 10,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+
+
+def _same_step(a, b) -> None:
+    """Two profiles of one step: the same log, storages, events and figures."""
+    assert a.allocation_log == b.allocation_log
+    assert (a.storages, a.events, a.categories, a.peak_allocated_bytes, a.peak_event, a.reserved_bytes) == (
+        b.storages, b.events, b.categories, b.peak_allocated_bytes, b.peak_event, b.reserved_bytes)
+
+
+@pytest.mark.parametrize("options", [
+    dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", checkpoint=1, steady_state=True),
+    dict(full_trace=True),
+], ids=["bf16, checkpointing, steady state, written", "float32, traced in full"])
+def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
+    """QLoRA's dequantizations written from the first one's allocations equal torchao's operations run each time."""
+    from helpers.step import forget_kept
+
+    step = dict(batch_size=1, seq_len=32, device="simulated", quantization="nf4", lora_rank=4, **options)
+    remembered = profile_step(TINY, **step)
+    assert any(quantization._DEQUANTIZED.values())  # a pattern was kept, and used
+    forget_kept()
+    monkeypatch.setattr(quantization, "dequantized", lambda weight, dtype: weight.to(dtype))
+    _same_step(remembered, profile_step(TINY, **step))
+
+
+def test_a_remembered_call_is_written_again_or_run_again():
+    """:meth:`StorageTracker.remember`: a call that keeps only its result is written from its pattern (the same log
+    entries, not run); one that keeps another storage is run every time."""
+    from helpers.engine.meter import Meter, remembered
+
+    runs, kept, patterns = [], [], {}
+
+    def call(keep: bool):
+        runs.append(keep)
+        x = torch.ones(1000, device=meter.device)
+        y = (x * 2).view(10, 100)  # a view of a new storage; x is freed on return unless kept
+        if keep:
+            kept.append(x)
+        return y
+
+    with Meter("simulated") as meter:
+        for keep in (False, False, True, True):
+            start = meter.log_length()
+            out = remembered(patterns, keep, lambda: call(keep))
+            assert out.shape == (10, 100) and out.dtype == torch.float32
+            entries = [(e.kind, e.delta) for e in meter.allocation_log()[start:]]
+            assert entries == [("alloc", 4096), ("alloc", 4096)] + ([] if keep else [("free", -4096)])
+            del out
+    assert runs == [False, True, True] and patterns[True] is False
+    assert remembered({}, 0, lambda: torch.zeros(3)).tolist() == [0.0, 0.0, 0.0]  # outside a meter: run
+
+
+def test_a_simulated_8bit_adamw_step_skips_only_arithmetic(monkeypatch):
+    """torchao's ``single_param_adam`` skipped (its temporaries are not counted) changes no byte."""
+    from helpers.engine import backends
+    from helpers.step import forget_kept
+
+    step = dict(batch_size=1, seq_len=32, device="simulated", optimizer="adamw8bit", steady_state=True,
+                full_trace=True)
+    skipped = profile_step(TINY, **step)
+    forget_kept()
+    monkeypatch.setattr(backends, "_skipped", lambda fn, *args, **kwargs: fn)
+    _same_step(skipped, profile_step(TINY, **step))

@@ -365,17 +365,19 @@ def _compiled_step(optimizer: torch.optim.Optimizer) -> bool:
     return type(optimizer).__module__.startswith("torchao.")
 
 
-def _eager(fn, *args, **kwargs):
-    """``torch.compile``'s stand-in while a simulated optimizer steps: the function itself, run eagerly."""
-    return fn
+def _skipped(fn, *args, **kwargs):
+    """``torch.compile``'s stand-in while a simulated optimizer steps: a function that does nothing. torchao's
+    ``single_param_adam`` updates the parameter and its states in place, and its temporaries are not counted (a GPU runs
+    it as one fused kernel): on fake tensors, which hold no values, running it would change no count."""
+    return lambda *a, **k: None
 
 
 def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker | None = None) -> torch.optim.Optimizer:
     """torchao's ``AdamW8bit`` on the simulated GPU: its states counted, its step's arithmetic not.
 
     On a GPU each parameter's step is ``torch.compile(single_param_adam)``, one fused kernel with no float32
-    temporaries; here it runs eagerly with the tracker paused, then the new states but ``step`` are counted. Without a
-    ``tracker`` (a host optimizer) the step only runs eagerly.
+    temporaries; here the step runs with the tracker paused and that kernel skipped (:func:`_skipped`), then the new
+    states but ``step`` are counted. Without a ``tracker`` (a host optimizer) the step only runs so.
     """
     from torch.utils._python_dispatch import _disable_current_modes
     from torchao.optim import subclass_8bit
@@ -386,14 +388,14 @@ def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker |
 
     def step(closure=None):
         if tracker is None:
-            compile_, torch.compile = torch.compile, _eager
+            compile_, torch.compile = torch.compile, _skipped
             try:
                 return original(closure)
             finally:
                 torch.compile = compile_
         before = {p: set(state) for p, state in optimizer.state.items()}
         tracker.paused, compile_ = True, torch.compile
-        torch.compile = _eager  # for the length of the step: torchao calls torch.compile(single_param_adam, ...)
+        torch.compile = _skipped  # for the length of the step: torchao calls torch.compile(single_param_adam, ...)
         try:
             result = original(closure)
         finally:

@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from ..config import check_int
 from ..units import cuda_size
@@ -196,3 +198,15 @@ class Meter:
     def release(self) -> None:
         """After an out-of-memory error, the step's tensors dropped: on a GPU, collect garbage and ``torch.cuda.empty_cache()``."""
         self._backend.release()
+
+
+def remembered(patterns: dict, key, call: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``call()``; inside a simulated :class:`Meter`, written from its first run's allocations after that
+    (:meth:`helpers.engine.counting.StorageTracker.remember`, whose conditions ``call`` must meet): the same log entries,
+    the result a fake tensor of the same shape, without running ``call``'s operations again. On a GPU, or outside a
+    meter, ``call()`` always. ``patterns``: the caller's dictionary of what was seen, by ``key``."""
+    modes = _get_current_dispatch_mode_stack()
+    tracker = next((m for m in reversed(modes) if isinstance(m, StorageTracker)), None)
+    if tracker is None or not any(isinstance(m, FakeTensorMode) for m in modes):
+        return call()
+    return tracker.remember(patterns, key, call)

@@ -22,7 +22,6 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 
 from ..config import StepConfig, check_int, is_hf_config
@@ -31,9 +30,18 @@ from .gpt import GPT, GPT2_PRESETS, GPTConfig  # noqa: F401 (GPTConfig re-export
 from .llama import LLAMA_PRESETS, Llama, LlamaConfig
 
 
+def _torchvision():
+    """torchvision, imported when a model needs it (it takes about a second and a half: a language model's
+    step, and a refusal on the command line, do without)."""
+    import torchvision
+
+    return torchvision
+
+
 def classification_models() -> list[str]:
     """Names of torchvision's image classifier builders (``resnet18``, ``vit_b_16``, ...), sorted."""
-    return sorted(torchvision.models.list_models(module=torchvision.models))
+    models = _torchvision().models
+    return sorted(models.list_models(module=models))
 
 
 def build_model(name: str, num_classes: int = 1000) -> nn.Module:
@@ -60,14 +68,14 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module:
         kwargs["init_weights"] = True
     with warnings.catch_warnings(), _regnet_widths_on_cpu():
         warnings.simplefilter("ignore")  # torchvision's notes on default init
-        model = torchvision.models.get_model(name, **kwargs)
+        model = _torchvision().models.get_model(name, **kwargs)
     return model.train()
 
 
 @contextlib.contextmanager
 def _regnet_widths_on_cpu():
     """Let RegNets build on ``meta``: ``BlockParams.from_init_params`` reads tensors back (``.tolist()``), so compute those widths on the CPU."""
-    params = torchvision.models.regnet.BlockParams
+    params = _torchvision().models.regnet.BlockParams
     original = params.__dict__["from_init_params"]
 
     def on_cpu(cls, *args, **kwargs):
@@ -95,11 +103,11 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
         ValueError: for a family whose forward is not such a sequence (DenseNet,
             Inception, ViT, Swin, ...).
     """
-    models = torchvision.models
     if isinstance(model, nn.Sequential):
         return model
     if isinstance(model, GPT):
         return nn.Sequential(*model.units())
+    models = _torchvision().models
     if isinstance(model, models.ResNet):
         stem = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
         blocks = [b for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for b in layer]

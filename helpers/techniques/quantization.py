@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+from ..engine.meter import remembered
 from ..errors import Refused
 
 #: NF4's blocks: one absmax scale per 64 weights, those scales quantized to int8 with one float scale per 256 of them:
@@ -65,13 +67,44 @@ def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
     return found
 
 
+class LinearNF4(torch.autograd.Function):
+    """torchao's ``LinearNF4`` (``nf4_tensor.py``) as it is: the ``NF4Tensor`` saved for backward, dequantized for the
+    matmul in forward and again in backward; the dequantization through :func:`dequantized`."""
+
+    @staticmethod
+    def forward(ctx, input: torch.Tensor, weight) -> torch.Tensor:
+        ctx.save_for_backward(weight)
+        return F.linear(input, dequantized(weight, input.dtype))
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        weight = ctx.saved_tensors[0]
+        return grad_output @ dequantized(weight, grad_output.dtype), None
+
+
+#: The allocations of one dequantization, by the weight's layout (:func:`dequantized`).
+_DEQUANTIZED: dict = {}
+
+
+def dequantized(weight, dtype: torch.dtype) -> torch.Tensor:
+    """``weight.to(dtype)``: an ``NF4Tensor`` dequantized by torchao's ``get_original_weight``, about 20 eager
+    operations. Simulated, a weight of a layout seen before is written from the first one's allocations
+    (:func:`helpers.engine.meter.remembered`: the same bytes, in the same order, without the operations)."""
+    inner = tuple((t.shape, t.dtype, t.stride()) for t in (getattr(weight, n) for n in weight.__tensor_flatten__()[0])
+                  if isinstance(t, torch.Tensor))
+    key = (dtype, weight.shape, weight.stride(), weight.dtype, weight.block_size, weight.scaler_block_size, inner,
+           torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"),
+           torch.get_autocast_dtype("cpu"))
+    return remembered(_DEQUANTIZED, key, lambda: weight.to(dtype))
+
+
 class NF4Linear(nn.Module):
     """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16.
 
     What bitsandbytes' ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does, through torchao's
-    ``linear_nf4``: the weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and dequantized again in
-    backward. torchao's eager dequantization holds about 14 bytes per weight during the matmul, where bitsandbytes'
-    kernel writes the 2-byte weight.
+    ``linear_nf4`` (:class:`LinearNF4`): the weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and
+    dequantized again in backward. torchao's eager dequantization holds about 14 bytes per weight during the matmul,
+    where bitsandbytes' kernel writes the 2-byte weight.
     """
 
     def __init__(self, weight, bias: nn.Parameter | None):
@@ -81,7 +114,7 @@ class NF4Linear(nn.Module):
         self.out_features, self.in_features = weight.shape
 
     def forward(self, x):
-        out = _nf4().linear_nf4(x.to(torch.bfloat16), self.weight)
+        out = LinearNF4.apply(x.to(torch.bfloat16), self.weight)
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.to(x.dtype)
