@@ -50,12 +50,26 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-@pytest.fixture(autouse=True)
-def _traced_anew():
-    """Each test starts with no kept profiles (``helpers.step.KEPT``): one that patches the engine gets its own."""
+@pytest.fixture(autouse=True, scope="module")
+def _traced_anew_per_file():
+    """Each test file starts with no kept profiles (``helpers.step.KEPT``): its tests share what they trace, in their
+    order, whatever else ran before in the same worker."""
     from helpers import step
 
     step.forget_kept()
+
+
+@pytest.fixture(autouse=True)
+def _traced_anew_when_patched(request):
+    """A test that patches (``monkeypatch``, the engine perhaps) neither reads nor leaves kept profiles."""
+    from helpers import step
+
+    patched = "monkeypatch" in request.fixturenames
+    if patched:
+        step.forget_kept()
+    yield
+    if patched:
+        step.forget_kept()
 
 
 @pytest.fixture(scope="session")
