@@ -1,38 +1,27 @@
 """Helpers for the lessons of "Where does my GPU memory go?".
 
-**Start reading at** :mod:`helpers.engine.counting`: the storage-counting mode
-that makes every simulated number (200 lines, half of them explanation), then
-:mod:`helpers.engine.meter` (the one API over both backends),
-:mod:`helpers.step` (the recipe and the one step runner) and
-:mod:`helpers.record` (how each storage gets its category).  The layers,
-lowest first; nothing imports from a layer above its own (``.importlinter``
-states it, CI checks it):
+**Start reading at** :mod:`helpers.engine.counting`: the storage-counting mode that makes every simulated number (200
+lines, half of them explanation), then :mod:`helpers.engine.meter` (the one API over both backends), :mod:`helpers.step`
+(the recipe and the one step runner) and :mod:`helpers.record` (how each storage gets its category).  The layers,
+lowest first; nothing imports from a layer above its own (``.importlinter`` states it, CI checks it):
 
-* :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.palette`,
-  :mod:`helpers.versions`, :mod:`helpers.gpus`, :mod:`helpers.config`: bytes
-  and formatting; one-line errors; the colours; the pinned versions; GPU cards
-  and the one "does it fit?" rule; every option of a step;
-* :mod:`helpers.allocator`: the caching allocator's size rules and a model of
-  it that replays a step (lesson 06);
-* :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter
-  (the engine's one face), the per-module trace (lesson 00);
-* :mod:`helpers.models`: presets, Hugging Face configs, and what a model eats
-  (its inputs and loss);
-* :mod:`helpers.techniques` (precision, checkpointing, LoRA, quantization,
-  optimizers, masks, sharding formulas), each with its step of the recipe;
-  :mod:`helpers.record` (a step's profile and its categories);
-* :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`,
-  the training step written once), :func:`profile_step` and
-  :func:`time_step` (lesson 03);
-* studies built on the runner: :mod:`helpers.batch` (memory against batch
-  size, lesson 01), :mod:`helpers.saved` (what autograd saves, lesson 02),
-  :mod:`helpers.loops` (inference and leaking loops, lesson 05b),
-  :mod:`helpers.fsdp` (FSDP2 on a fake process group, lesson 07),
-  :mod:`helpers.transformer` (a transformer's activations, lesson 08);
-* :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data
-  and a small training loop;
-* :mod:`helpers.check` and ``python -m helpers``: the pre-flight check and the
-  command line.
+* :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.palette`, :mod:`helpers.versions`, :mod:`helpers.gpus`,
+  :mod:`helpers.config`: bytes and formatting; one-line errors; the colours; the pinned versions; GPU cards and the one
+  "does it fit?" rule; every option of a step;
+* :mod:`helpers.allocator`: the caching allocator's size rules and a model of it that replays a step (lesson 06);
+* :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter (the engine's one face), the per-module
+  trace (lesson 00);
+* :mod:`helpers.models`: presets, Hugging Face configs, and what a model eats (its inputs and loss);
+* :mod:`helpers.techniques` (precision, checkpointing, LoRA, quantization, optimizers, masks, sharding formulas), each
+  with its step of the recipe; :mod:`helpers.record` (a step's profile and its categories);
+* :mod:`helpers.depth`: a step of many alike blocks written exactly from two shallow traces;
+* :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`, the training step written once),
+  :func:`profile_step` and :func:`time_step` (lesson 03);
+* studies built on the runner: :mod:`helpers.batch` (memory against batch size, lesson 01), :mod:`helpers.saved`
+  (what autograd saves, lesson 02), :mod:`helpers.loops` (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp`
+  (FSDP2 on a fake process group, lesson 07), :mod:`helpers.transformer` (a transformer's activations, lesson 08);
+* :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data and a small training loop;
+* :mod:`helpers.check` and ``python -m helpers``: the pre-flight check and the command line.
 
 The names below can be imported from :mod:`helpers` itself.
 """

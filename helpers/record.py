@@ -83,6 +83,11 @@ class Storage:
     nbytes: int
 
 
+def _from_config(name: str, doc: str) -> property:
+    """A read-only attribute of a profile that is its config's ``name``."""
+    return property(lambda self: getattr(self.config, name), doc=doc)
+
+
 @dataclass(repr=False)
 class StepProfile:
     """The memory of one traced training step.  All sizes in bytes.
@@ -129,40 +134,14 @@ class StepProfile:
     allocation_log: list[Allocation] = field(default_factory=list)
     depth_note: str | None = None
 
-    @property
-    def batch_size(self) -> int:
-        """Samples per batch (``config.batch_size``)."""
-        return self.config.batch_size
-
-    @property
-    def amp(self) -> bool:
-        """Autocast was on (``config.amp``), in ``config.amp_dtype``."""
-        return self.config.amp
-
-    @property
-    def checkpoint(self) -> int:
-        """Checkpoint segments (``config.checkpoint``; 0: off)."""
-        return self.config.checkpoint
-
-    @property
-    def optimizer(self) -> str:
-        """One of :data:`helpers.config.OPTIMIZERS` (``config.optimizer``)."""
-        return self.config.optimizer
-
-    @property
-    def steady_state(self) -> bool:
-        """The traced step is the second one: optimizer states exist from the start (``config.steady_state``)."""
-        return self.config.steady_state
-
-    @property
-    def reentrant(self) -> bool:
-        """Checkpointing used the reentrant variant (``config.reentrant``)."""
-        return self.config.reentrant
-
-    @property
-    def offload(self) -> bool:
-        """Saved tensors were kept in host memory (``config.offload``)."""
-        return self.config.offload
+    batch_size = _from_config("batch_size", "Samples per batch (``config.batch_size``).")
+    amp = _from_config("amp", "Autocast was on (``config.amp``), in ``config.amp_dtype``.")
+    checkpoint = _from_config("checkpoint", "Checkpoint segments (``config.checkpoint``; 0: off).")
+    optimizer = _from_config("optimizer", "One of :data:`helpers.config.OPTIMIZERS` (``config.optimizer``).")
+    steady_state = _from_config("steady_state", "The traced step is the second one: optimizer states exist from the "
+                                "start (``config.steady_state``).")
+    reentrant = _from_config("reentrant", "Checkpointing used the reentrant variant (``config.reentrant``).")
+    offload = _from_config("offload", "Saved tensors were kept in host memory (``config.offload``).")
 
     def _options_text(self) -> str:
         """The options of :attr:`config` that differ from :class:`StepConfig`'s defaults, as ``name=value``."""

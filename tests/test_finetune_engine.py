@@ -278,8 +278,8 @@ def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
 
 
 def test_a_remembered_call_is_written_again_or_run_again():
-    """:meth:`StorageTracker.remember`: a call that keeps only its result is written from its pattern (the same log
-    entries, not run); one that keeps another storage is run every time."""
+    """:func:`helpers.engine.patterns.remember`: a call that keeps only its result is written from its pattern (the
+    same log entries, not run); one that keeps another storage is run every time."""
     from helpers.engine.meter import Meter, remembered
 
     runs, kept, patterns = [], [], {}

@@ -387,20 +387,18 @@ def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker |
     original = optimizer.step
 
     def step(closure=None):
-        if tracker is None:
-            compile_, torch.compile = torch.compile, _skipped
-            try:
-                return original(closure)
-            finally:
-                torch.compile = compile_
         before = {p: set(state) for p, state in optimizer.state.items()}
-        tracker.paused, compile_ = True, torch.compile
+        paused, compile_ = tracker is not None and tracker.paused, torch.compile
         torch.compile = _skipped  # for the length of the step: torchao calls torch.compile(single_param_adam, ...)
+        if tracker is not None:
+            tracker.paused = True
         try:
             result = original(closure)
         finally:
-            tracker.paused, torch.compile = False, compile_
-        for p, state in optimizer.state.items():
+            torch.compile = compile_
+            if tracker is not None:
+                tracker.paused = paused
+        for p, state in optimizer.state.items() if tracker is not None else ():
             for key, value in state.items():
                 if key not in before.get(p, ()) and key != "step" and isinstance(value, torch.Tensor):
                     tracker.track(value)

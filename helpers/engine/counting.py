@@ -45,16 +45,6 @@ class LogEntry(NamedTuple):
     delta: int
 
 
-class Pattern(NamedTuple):
-    """What one call allocated and freed (:meth:`StorageTracker.remember`), its storages numbered in the order the call
-    made them: ``entries``, ``(kind, number, delta)`` in log order; ``storages``, ``(bytes, dtype, shape)`` by number;
-    ``out``, the number of the one storage that outlives the call and its tensor's ``(shape, stride, offset, device)``."""
-
-    entries: tuple[tuple[str, int, int], ...]
-    storages: tuple[tuple[int, torch.dtype, tuple[int, ...]], ...]
-    out: tuple
-
-
 class StorageTracker(TorchDispatchMode):
     """Count the bytes of every tensor storage that operations create, while alive.
 
@@ -148,56 +138,6 @@ class StorageTracker(TorchDispatchMode):
         self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, dtype, tuple(shape)
         self._change(serial, "alloc", nbytes)
         return serial
-
-    def remember(self, patterns: dict, key, call):
-        """``call()``, whose allocations and frees depend only on ``key``, and which returns one new tensor made of no
-        older storage: run the first time, and its :class:`Pattern` kept in ``patterns[key]``; after that written from
-        the pattern, the same entries in :attr:`log` (the result a new tensor of the same shape and strides, the other
-        storages :meth:`transient`), without running ``call``. A call that touches an older storage, keeps more than
-        its result or returns a tensor that requires grad is run every time. Fake tensors only: the result has no
-        values. ``tests/test_finetune_engine.py`` checks a step written so equals the step run op by op."""
-        pattern = patterns.get(key)
-        if self.paused or pattern is False:
-            return call()
-        if pattern is not None:
-            return self._replay(pattern)
-        log_start, first = len(self.log), len(self.sizes)
-        out = call()
-        patterns[key] = self._pattern(out, log_start, first)
-        return out
-
-    def _pattern(self, out, log_start: int, first: int) -> Pattern | bool:
-        """The :class:`Pattern` of the call that wrote :attr:`log` from ``log_start`` and made serials from ``first``
-        on, returning ``out``; False if it is not one."""
-        plain = isinstance(out, torch.Tensor) and not is_traceable_wrapper_subclass(out) and not out.requires_grad
-        serial = self.serial_of(out) if plain else None
-        entries = tuple((e.kind, e.serial - first, e.delta) for e in self.log[log_start:])
-        freed = {n for kind, n, _ in entries if kind == "free"}
-        if (serial is None or serial < first or any(n < 0 or kind == "resize" for kind, n, _ in entries)
-                or freed != set(range(len(self.sizes) - first)) - {serial - first}):
-            return False
-        nbytes, dtype, shape = self.sizes[serial], self.dtypes[serial], self.shapes[serial]
-        if out.untyped_storage().nbytes() != torch.Size(shape).numel() * dtype.itemsize:
-            return False
-        return Pattern(entries, tuple((self.sizes[s], self.dtypes[s], self.shapes[s])
-                                      for s in range(first, len(self.sizes))),
-                       (serial - first, tuple(out.shape), out.stride(), out.storage_offset(), out.device))
-
-    def _replay(self, pattern: Pattern) -> torch.Tensor:
-        """The log entries of ``pattern`` written again, and its result."""
-        made, out = {}, None
-        kept, shape, stride, offset, device = pattern.out
-        for kind, n, _ in pattern.entries:
-            if kind == "free":
-                self.release(made[n])
-                continue
-            nbytes, dtype, created = pattern.storages[n]
-            if n == kept:
-                base = torch.empty(created, dtype=dtype, device=device)
-                made[n], out = self.serial_of(base), base.as_strided(shape, stride, offset)
-            else:
-                made[n] = self.transient(nbytes, dtype, created)
-        return out
 
     def release(self, serial: int) -> None:
         """Free what :meth:`transient` counted."""

@@ -19,6 +19,7 @@ from ..units import cuda_size
 from .backends import get_backend
 from .counting import LogEntry, StorageTracker
 from .cuda_rules import host_side_steps
+from .patterns import remember
 
 
 class Meter:
@@ -184,7 +185,7 @@ class Meter:
         return self._backend.offload(self._tracker)
 
     def optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """:meth:`host_side_steps` for any optimizer; simulated, a torchao optimizer also steps eagerly, its temporaries uncounted."""
+        """:meth:`host_side_steps` for any optimizer; simulated, a torchao optimizer's fused kernel is skipped."""
         return self._backend.optimizer(optimizer, self._tracker)
 
     def offloaded_optimizer(self, make: Callable[[list], torch.optim.Optimizer], params):
@@ -201,12 +202,11 @@ class Meter:
 
 
 def remembered(patterns: dict, key, call: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """``call()``; inside a simulated :class:`Meter`, written from its first run's allocations after that
-    (:meth:`helpers.engine.counting.StorageTracker.remember`, whose conditions ``call`` must meet): the same log entries,
-    the result a fake tensor of the same shape, without running ``call``'s operations again. On a GPU, or outside a
-    meter, ``call()`` always. ``patterns``: the caller's dictionary of what was seen, by ``key``."""
+    """``call()``; inside a simulated :class:`Meter`, written after its first run from that run's allocations
+    (:func:`helpers.engine.patterns.remember`, whose conditions ``call`` must meet), without running it again. On a
+    GPU, or outside a meter, ``call()``. ``patterns``: the caller's dictionary of what was seen, by ``key``."""
     modes = _get_current_dispatch_mode_stack()
     tracker = next((m for m in reversed(modes) if isinstance(m, StorageTracker)), None)
     if tracker is None or not any(isinstance(m, FakeTensorMode) for m in modes):
         return call()
-    return tracker.remember(patterns, key, call)
+    return remember(tracker, patterns, key, call)

@@ -1,10 +1,9 @@
 """What a model is and what it eats, for every step: presets, torchvision classifiers, yours, Hugging Face configs.
 
-Models are built with random weights (nothing is downloaded; memory does not
-depend on values).  :func:`resolve_model` turns what a learner passes to
-:func:`helpers.step.profile_step` into a :class:`ModelSpec`; :func:`resolve_task`
-adds the step's options: the :class:`Task` that makes each :class:`Batch` and
-computes the loss; :func:`build` is the first step of :data:`helpers.step.RECIPE`.
+Models are built with random weights (nothing is downloaded; memory does not depend on values). :func:`resolve_model`
+turns what a learner passes to :func:`helpers.step.profile_step` into a :class:`ModelSpec`; :func:`resolve_task` adds
+the step's options: the :class:`Task` that makes each :class:`Batch` and computes the loss; :func:`build` is the first
+step of :data:`helpers.step.RECIPE`.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ from .llama import LLAMA_PRESETS, Llama, LlamaConfig
 
 
 def _torchvision():
-    """torchvision, imported when a model needs it (it takes about a second and a half: a language model's
-    step, and a refusal on the command line, do without)."""
+    """torchvision, imported when a model needs it (1.5 s that a language model's step, or a refusal, does without)."""
     import torchvision
 
     return torchvision
@@ -211,14 +209,11 @@ class ModelSpec:
         vocab_size, seq_len: token models: the vocabulary and the longest sequence.
         num_classes: a classifier's classes, if known before a forward pass.
         seq_len_required: ``seq_len`` must be given (a Hugging Face causal LM).
-        blocks: a model built of identical repeated blocks (the GPT and Llama
-            presets, a Hugging Face causal LM whose decoder layers all run alike):
-            how many; None for any other model.
-        at_depth: with ``blocks``, ``n -> ModelSpec`` of the same model with ``n``
-            blocks (:mod:`helpers.depth` traces two such copies and writes the
-            step of ``blocks`` from them); None when the blocks differ.
-        blocks_differ: why the blocks are not all alike (a Hugging Face config
-            whose layers differ), or None.
+        blocks: a model built of identical repeated blocks (the GPT and Llama presets, a Hugging Face causal LM whose
+            decoder layers all run alike): how many; None for any other model.
+        at_depth: with ``blocks``, ``n -> ModelSpec`` of the same model with ``n`` blocks (:mod:`helpers.depth` traces
+            two such copies and writes the step of ``blocks`` from them); None when the blocks differ.
+        blocks_differ: why the blocks are not all alike (a Hugging Face config whose layers differ), or None.
     """
 
     name: str

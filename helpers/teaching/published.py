@@ -172,11 +172,6 @@ class Comparison:
         return self.after / self.row.published
 
     @property
-    def ratio_before(self) -> float:
-        """``before / published``."""
-        return self.before / self.row.published
-
-    @property
     def agrees(self) -> bool:
         """The engine is where the row expects it (:data:`EXPECTED`): within the tolerance, or beyond it on the explained side."""
         off, tol = self.ratio - 1, self.row.tolerance

@@ -1,19 +1,14 @@
 """Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04, 06, 09).
 
-``benchmarks/gpu_reference.py`` runs each step of its list on the GPU
-(``max_memory_allocated``, ``max_memory_reserved``) and simulated, on one
-machine, and writes ``lessons/data/gpu_reference.json``: ``device``,
-``torch``, ``cuda``, ``date``, ``dry_run`` and ``runs``, each with ``model``,
-``batch_size``, ``config``, ``options``, ``cuda_peak_bytes``,
-``simulated_peak_bytes`` (the engine's: the step's tensors),
-``simulated_allocated_bytes`` and ``simulated_reserved_bytes`` (the simulated
-log replayed through :mod:`helpers.allocator`: peak allocated, unsplit rests
-of blocks included as ``max_memory_allocated`` counts them, and peak
-reserved), ``cuda_reserved_bytes``, ``step_seconds``, ``events``
-(``[module, phase, cuda_delta, simulated_delta]``) and ``error``; and
-``simulated_torch`` where the simulated figures were made again on another
-machine (``gpu_reference.py --resimulate``).  A difference is what the
-simulation leaves out on that GPU.  Sizes in bytes.
+``benchmarks/gpu_reference.py`` runs each step of its list on the GPU (``max_memory_allocated``,
+``max_memory_reserved``) and simulated, on one machine, and writes ``lessons/data/gpu_reference.json``: ``device``,
+``torch``, ``cuda``, ``date``, ``dry_run`` and ``runs``, each with ``model``, ``batch_size``, ``config``, ``options``,
+``cuda_peak_bytes``, ``simulated_peak_bytes`` (the engine's: the step's tensors), ``simulated_allocated_bytes`` and
+``simulated_reserved_bytes`` (the simulated log replayed through :mod:`helpers.allocator`: peak allocated, unsplit rests
+of blocks included as ``max_memory_allocated`` counts them, and peak reserved), ``cuda_reserved_bytes``,
+``step_seconds``, ``events`` (``[module, phase, cuda_delta, simulated_delta]``) and ``error``; and ``simulated_torch``
+where the simulated figures were made again on another machine (``gpu_reference.py --resimulate``).  A difference is
+what the simulation leaves out on that GPU.  Sizes in bytes.
 """
 
 from __future__ import annotations

@@ -68,8 +68,7 @@ def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
 
 
 class LinearNF4(torch.autograd.Function):
-    """torchao's ``LinearNF4`` (``nf4_tensor.py``) as it is: the ``NF4Tensor`` saved for backward, dequantized for the
-    matmul in forward and again in backward; the dequantization through :func:`dequantized`."""
+    """torchao's ``LinearNF4`` (``nf4_tensor.py``), its dequantizations through :func:`dequantized`."""
 
     @staticmethod
     def forward(ctx, input: torch.Tensor, weight) -> torch.Tensor:
@@ -90,8 +89,8 @@ def dequantized(weight, dtype: torch.dtype) -> torch.Tensor:
     """``weight.to(dtype)``: an ``NF4Tensor`` dequantized by torchao's ``get_original_weight``, about 20 eager
     operations. Simulated, a weight of a layout seen before is written from the first one's allocations
     (:func:`helpers.engine.meter.remembered`: the same bytes, in the same order, without the operations)."""
-    inner = tuple((t.shape, t.dtype, t.stride()) for t in (getattr(weight, n) for n in weight.__tensor_flatten__()[0])
-                  if isinstance(t, torch.Tensor))
+    inner = tuple((t.shape, t.dtype, t.stride()) for t in map(weight.__getattribute__,
+                                                                 weight.__tensor_flatten__()[0]))
     key = (dtype, weight.shape, weight.stride(), weight.dtype, weight.block_size, weight.scaler_block_size, inner,
            torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"),
            torch.get_autocast_dtype("cpu"))
@@ -99,13 +98,11 @@ def dequantized(weight, dtype: torch.dtype) -> torch.Tensor:
 
 
 class NF4Linear(nn.Module):
-    """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16.
-
-    What bitsandbytes' ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16`` does, through torchao's
-    ``linear_nf4`` (:class:`LinearNF4`): the weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and
-    dequantized again in backward. torchao's eager dequantization holds about 14 bytes per weight during the matmul,
-    where bitsandbytes' kernel writes the 2-byte weight.
-    """
+    """A frozen linear layer whose weight is torchao's ``NF4Tensor``, computed in bfloat16 (bitsandbytes'
+    ``Linear4bit`` with ``bnb_4bit_compute_dtype=torch.bfloat16``), through torchao's ``linear_nf4``
+    (:class:`LinearNF4`): the weight is dequantized for the matmul and freed, the ``NF4Tensor`` saved and dequantized
+    again in backward. torchao's eager dequantization holds about 14 bytes per weight during the matmul, where
+    bitsandbytes' kernel writes 2."""
 
     def __init__(self, weight, bias: nn.Parameter | None):
         super().__init__()
