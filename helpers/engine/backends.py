@@ -260,16 +260,16 @@ class SimulatedBackend(Backend):
         return SimulatedGradScaler()
 
     def optimizer(self, optimizer, tracker):
-        """:func:`helpers.engine.cuda_rules.host_side_steps`; a torchao optimizer: :func:`_eager_8bit_step`."""
+        """:func:`helpers.engine.cuda_rules.host_side_steps`; a torchao optimizer: :func:`_simulated_8bit_step`."""
         if _compiled_step(optimizer):
-            return _eager_8bit_step(optimizer, tracker)
+            return _simulated_8bit_step(optimizer, tracker)
         return host_side_steps(optimizer, tracker)
 
     def offloaded_optimizer(self, make, params, tracker):
         """:class:`HostStates` (torchao's ``CPUOffloadOptimizer`` asserts a CUDA device)."""
         def on_host(ps):
             optimizer = make(ps)
-            return _eager_8bit_step(optimizer) if _compiled_step(optimizer) else optimizer
+            return _simulated_8bit_step(optimizer) if _compiled_step(optimizer) else optimizer
 
         return HostStates(params, lambda ps: self.optimizer(make(ps), tracker), on_host, lambda: _paused(tracker))
 
@@ -372,7 +372,8 @@ def _skipped(fn, *args, **kwargs):
     return lambda *a, **k: None
 
 
-def _eager_8bit_step(optimizer: torch.optim.Optimizer, tracker: StorageTracker | None = None) -> torch.optim.Optimizer:
+def _simulated_8bit_step(optimizer: torch.optim.Optimizer,
+                         tracker: StorageTracker | None = None) -> torch.optim.Optimizer:
     """torchao's ``AdamW8bit`` on the simulated GPU: its states counted, its step's arithmetic not.
 
     On a GPU each parameter's step is ``torch.compile(single_param_adam)``, one fused kernel with no float32

@@ -15,10 +15,10 @@ from .counting import StorageTracker
 
 class Pattern(NamedTuple):
     """What one call allocated and freed, its storages numbered in the order it made them: ``entries``, ``(kind,
-    number, delta)`` in log order; ``storages``, ``(bytes, dtype, shape)`` by number; ``out``, the number of the one
+    number)`` in log order; ``storages``, ``(bytes, dtype, shape)`` by number; ``out``, the number of the one
     storage that outlives the call and its tensor's ``(shape, stride, offset, device)``."""
 
-    entries: tuple[tuple[str, int, int], ...]
+    entries: tuple[tuple[str, int], ...]
     storages: tuple[tuple[int, torch.dtype, tuple[int, ...]], ...]
     out: tuple
 
@@ -45,10 +45,10 @@ def _pattern(tracker: StorageTracker, out, log_start: int, first: int) -> Patter
     returning ``out``; False if it is not one."""
     plain = isinstance(out, torch.Tensor) and not is_traceable_wrapper_subclass(out) and not out.requires_grad
     serial = tracker.serial_of(out) if plain else None
-    entries = tuple((e.kind, e.serial - first, e.delta) for e in tracker.log[log_start:])
+    entries = tuple((e.kind, e.serial - first) for e in tracker.log[log_start:])
     made = range(first, len(tracker.sizes))
-    freed = {n for kind, n, _ in entries if kind == "free"}
-    if (serial is None or serial < first or any(n < 0 or kind == "resize" for kind, n, _ in entries)
+    freed = {n for kind, n in entries if kind == "free"}
+    if (serial is None or serial < first or any(n < 0 or kind == "resize" for kind, n in entries)
             or freed != set(range(len(made))) - {serial - first}):
         return False
     dtype, shape = tracker.dtypes[serial], tracker.shapes[serial]
@@ -62,7 +62,7 @@ def _replay(tracker: StorageTracker, pattern: Pattern) -> torch.Tensor:
     """``pattern``'s log entries written again; its result."""
     made, out = {}, None
     kept, shape, stride, offset, device = pattern.out
-    for kind, n, _ in pattern.entries:
+    for kind, n in pattern.entries:
         if kind == "free":
             tracker.release(made[n])
             continue
