@@ -28,11 +28,23 @@ SLOW = {
     "tests/test_allocator_oracle.py": "PyTorch's allocator on the stub driver, 10,000 operations per setting",
     "tests/test_whole_step_reference.py": "whole steps through PyTorch's CUDA dispatch on the stub driver",
     "tests/test_published.py::test_the_fast_rows_land_where_their_rows_say": "published figures: 7B models traced",
+    "tests/test_fits.py::test_every_widget_judges_as_profile_step_and_the_command_line":
+        "16 random widget configurations, each judged by its widget, by profile_step and by the command line",
+    "tests/test_widget_finetune.py::test_the_largest_batch_is_a_traced_fit_and_one_more_is_not":
+        "the fine-tuning widget's search, every step of it traced",
+    "tests/test_widget_finetune.py::test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not":
+        "the fine-tuning widget's search, every step of it traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    # make gpu-reference without a GPU: every run of the harness traced (and timed) on the simulated backend; the
+    # committed recording's simulated columns are then checked against what that dry run recorded
+    "tests/test_gpu_reference.py::test_the_dry_run_records_every_run_in_the_documented_format": "the harness, dry",
+    "tests/test_gpu_reference.py::test_the_dry_run_writes_the_allocation_log_and_lists_the_tests": "the harness, dry",
+    "tests/test_gpu_reference.py::test_a_second_run_resumes_and_records_nothing_again": "the harness, dry",
+    "tests/test_gpu_reference.py::test_the_lessons_report_the_recorded_figures": "the harness's dry recording",
     "tests/test_gpu_reference.py::test_the_fine_tuning_runs_dry": "two 8B LoRA steps through the harness",
     "tests/test_gpu_reference.py::test_the_committed_recording_was_simulated_by_todays_engine[all]":
-        "every recorded run simulated again, 8B steps too",
+        "the committed recording against the dry run and the two 8B steps",
 }
 
 
