@@ -29,7 +29,7 @@
 # - Measure what checkpointing, 8-bit AdamW and offloading each change, and what the loss over a 128k vocabulary keeps.
 # - Find the longest sequence that fits each card with an affine fit of two traces, confirmed by a trace at the answer.
 #
-# **Time:** about 85 minutes alone: 31 of reading, 16 of code, 5 for the figures, 5 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
+# **Time:** about 80 minutes alone: 31 of reading, 16 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) and 08 (a transformer's activations, flash attention, the logits) come first.
 
