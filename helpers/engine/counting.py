@@ -17,6 +17,7 @@ import weakref
 from typing import NamedTuple
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
@@ -34,6 +35,9 @@ def tensor_bytes(t: torch.Tensor) -> int:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"tensor_bytes expects a torch.Tensor, got {type(t).__name__}")
     return round_up(t.untyped_storage().nbytes())
+
+
+_DEVICE = torch.ops.prim.device.default  #: what C++ code (autograd, operators' checks) asks a fake tensor's modes
 
 
 class LogEntry(NamedTuple):
@@ -100,6 +104,8 @@ class StorageTracker(TorchDispatchMode):
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _DEVICE and type(args[0]) is FakeTensor and not args[0].fake_mode.in_kernel_invocation:
+            return args[0].fake_device  # allocates nothing: answered as FakeTensorMode would, without re-entering it
         out = func(*args, **(kwargs or {}))
         if not self.paused:
             for t in tree_flatten(out)[0]:
