@@ -29,7 +29,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import depth, models
 from .config import StepConfig, check_int
-from .engine.backends import resolve_backend
+from .engine.backends import collector_paused, resolve_backend
 from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .errors import Refused, first_line
@@ -45,8 +45,7 @@ class DoesNotFit(RuntimeError):
     On a real GPU the step's tensors are released and the cache emptied first.
 
     Attributes:
-        cuda_message: the first line of CUDA's (or the simulated) message, which
-            also ends this error's message.
+        cuda_message: the first line of CUDA's (or the simulated) message, which also ends this error's message.
         requested: simulated only: bytes the failing allocation asked the driver
             for (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
         allocated: simulated only: bytes of live tensors when it failed; else ``None``.
@@ -115,8 +114,7 @@ def _kept_key(config: StepConfig) -> StepConfig | None:
     if isinstance(model, str) and (":" in model or model.endswith((".py", ".json")) or os.path.exists(model)):
         return None
     simulated = config.device == "simulated" or (config.device == "auto" and resolve_backend("auto") == "simulated")
-    if not simulated or not all(
-            plain(getattr(config, f.name)) for f in dataclasses.fields(config)):
+    if not simulated or not all(plain(getattr(config, f.name)) for f in dataclasses.fields(config)):
         return None
     return config
 
@@ -132,7 +130,8 @@ def _profile_step(config: StepConfig) -> StepProfile:
     can, note = depth.applies(config, spec)
     if can:
         try:
-            return _written(config, spec)
+            with collector_paused():  # also while the step is written
+                return _written(config, spec)
         except depth.NotRepeated as e:
             note = f"every one of its {spec.blocks} blocks traced: {e}"
     runner = StepRunner(config, spec=spec)
@@ -215,8 +214,7 @@ def step_config(model, batch_size: int, image_size: int, caller: str, **options)
     """The :class:`StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`StepConfig` ``model`` as it is).
 
     Raises:
-        ValueError: for an option :class:`StepConfig` does not have (naming
-            ``caller``), or a bad value.
+        ValueError: for an option :class:`StepConfig` does not have (naming ``caller``), or a bad value.
     """
     if isinstance(model, StepConfig):
         return model
@@ -309,13 +307,11 @@ class StepRunner:
         task: the :class:`helpers.models.Task` (inputs and loss).
         model: the model (placed, after :meth:`place`).
         segments: the :class:`helpers.techniques.Checkpointed` segments, or None.
-        held_back: weights kept off the device until after placing (QLoRA's),
-            as ``(parent, attribute, layer, weight)``.
+        held_back: weights kept off the device until after placing (QLoRA's), as ``(parent, attribute, layer, weight)``.
         optimizer, scaler: after :meth:`place`; ``scaler`` only under float16 AMP.
 
     Raises:
-        ValueError: in one line, for an unknown model, a constructor that fails,
-            or inputs that do not fit the model.
+        ValueError: in one line, for an unknown model, a constructor that fails, or inputs that do not fit the model.
     """
 
     def __init__(self, config: StepConfig, meter: Meter | None = None, *,
@@ -324,8 +320,7 @@ class StepRunner:
         self.spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
         self.name = self.spec.name
         self.task = resolve_task(config, self.spec)
-        self.meter = meter if meter is not None else Meter(config.device, config.capacity,
-                                                           attention=config.attention)
+        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention)
         self.place_model = place if place is not None else self.meter.place
         self.model: nn.Module | None = None
         self.segments: nn.Module | None = None

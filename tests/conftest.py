@@ -36,6 +36,8 @@ SLOW = {
         "the fine-tuning widget's search, every step of it traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    "tests/test_step.py::test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector":
+        "five steps with Python's cycle collector run at every 100th allocation",
     # make gpu-reference without a GPU: every run of the harness traced (and timed) on the simulated backend; the
     # committed recording's simulated columns are then checked against what that dry run recorded
     "tests/test_gpu_reference.py::test_the_dry_run_records_every_run_in_the_documented_format": "the harness, dry",

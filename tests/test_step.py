@@ -346,3 +346,82 @@ def test_a_simulated_step_asked_for_again_is_kept_and_equals_a_fresh_trace():
     for batch in range(100, 101 + step.KEPT):  # the least recently used are dropped first
         profile_step("mlp", batch, device="simulated")
     assert [c.batch_size for c in step._KEPT] == list(range(101, 101 + step.KEPT))
+
+
+def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatch):
+    """A simulated step runs with Python's cycle collector paused (helpers.engine.backends.collector_paused): that
+    changes no byte only if reference counting frees every storage of the step.  Here the collector runs as usual,
+    and also at every 100th allocation or free and as each step ends (what existed before is frozen, so each pass is
+    short): it frees no storage of a step, and does free one that a model keeps in a reference cycle."""
+    import contextlib
+    import gc
+
+    from helpers import step
+    from helpers.engine import backends
+    from helpers.engine.counting import StorageTracker
+    from helpers.fsdp import sharded_step
+
+    active, collecting, freed, changes = set(), [False], [], [0]
+    enter, leave, free, change = (StorageTracker.__enter__, StorageTracker.__exit__, StorageTracker._free,
+                                  StorageTracker._change)
+
+    def entering(self):
+        active.add(self)
+        return enter(self)
+
+    def leaving(self, *exc):
+        gc.collect()
+        active.discard(self)
+        return leave(self, *exc)
+
+    def freeing(self, key):
+        if collecting[0] and self in active:
+            freed.append(self.shapes[self._live[key]])
+        free(self, key)
+
+    def changing(self, serial, kind, delta):
+        change(self, serial, kind, delta)
+        changes[0] += 1
+        if changes[0] % 100 == 0:
+            gc.collect()
+
+    def watch(phase, info):
+        collecting[0] = phase == "start"
+
+    for name, patched in [("__enter__", entering), ("__exit__", leaving), ("_free", freeing), ("_change", changing)]:
+        monkeypatch.setattr(StorageTracker, name, patched)
+    monkeypatch.setattr(backends, "collector_paused", contextlib.nullcontext)
+    monkeypatch.setattr(step, "collector_paused", contextlib.nullcontext)
+
+    class Cyclic(nn.Module):  # keeps its output's double in a list that holds itself
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 10)
+
+        def forward(self, x):
+            y = self.fc(x)
+            box = [y * 2]
+            box.append(box)
+            return y
+
+    tiny = {"model_type": "llama", "vocab_size": 96, "hidden_size": 128, "intermediate_size": 256,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
+    step.forget_kept()
+    import peft, torchao.dtypes, transformers  # noqa: F401, E401  (imported before the freeze)
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(watch)
+    try:
+        profile_step("resnet18", 2, image_size=32, amp=True, amp_dtype="float16", checkpoint=2, steady_state=True,
+                     device="simulated")
+        profile_step("gpt2", 2, seq_len=32, offload=True, device="simulated")
+        profile_step("mlp", 4, optimizer="adamw", step_in_backward=True, steady_state=True, device="simulated")
+        profile_step(tiny, 1, seq_len=32, quantization="nf4", lora_rank=4, amp=True, amp_dtype="bfloat16",
+                     checkpoint=1, steady_state=True, device="simulated")
+        sharded_step("mlp", 2, batch_size=4)
+        assert freed == []
+        profile_step(Cyclic(), 4, input_shape=(64,), device="simulated")
+        assert freed == [(4, 10)]
+    finally:
+        gc.callbacks.remove(watch)
+        gc.unfreeze()
