@@ -174,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if profile.params_without_grad:
         print(f"{prog}: warning: {len(profile.params_without_grad)} parameters got no gradient "
-              f"(first: {profile.params_without_grad[0]}); this configuration does not train them",
-              file=sys.stderr)
+              f"(first: {profile.params_without_grad[0]}); this configuration does not train them", file=sys.stderr)
     allocator = _allocator_report(profile, settings) if args.reserved else None
     verdicts = card_verdicts(profile, args.reserved, settings) if profile.config.steady_state else None
     if args.json:
@@ -318,8 +317,7 @@ def in_flags(message: str) -> str:
     for i in range(0, len(parts), 2):
         parts[i] = re.sub(rf"(?<![-\w./])({names})(?![-\w/]|[.:]\w)",
                           lambda m: flags[m.group(1)] if "_" in m.group(1) else m.group(0), parts[i])
-        parts[i] = re.sub(rf"(?<![-\w])({names})(?= (applies|must|segments)\b)", lambda m: flags[m.group(1)],
-                          parts[i])
+        parts[i] = re.sub(rf"(?<![-\w])({names})(?= (applies|must|segments)\b)", lambda m: flags[m.group(1)], parts[i])
     message = re.sub(r"(--[a-z-]+)([^;:]*?) \(\1\)", r"\1\2", "".join(parts))  # "--flag x (--flag)"
     if message.startswith("unknown model "):
         message += (f"; or a Hugging Face config shipped with the lessons (give --seq-len): "

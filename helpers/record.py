@@ -393,16 +393,12 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
     return StepProfile(
         backend=meter.backend, model=model, config=config, input_shape=input_shape,
         parameter_count=parameter_count, events=events,
-        event_categories=[categories(e.live, e.allocated_bytes) for e in events],
-        peak_allocated_bytes=peak,
-        peak_event=next(e.index for e in events if e.peak_bytes == peak),
-        categories=categories(at_peak, peak),
-        reserved_bytes=meter.reserved(),
-        params_without_grad=params_without_grad,
-        peak_allocation=meter.peak_allocation(),
+        event_categories=[categories(e.live, e.allocated_bytes) for e in events], peak_allocated_bytes=peak,
+        peak_event=next(e.index for e in events if e.peak_bytes == peak), categories=categories(at_peak, peak),
+        reserved_bytes=meter.reserved(), params_without_grad=params_without_grad,
+        peak_allocation=meter.peak_allocation(), peak_serials=tuple(at_peak),
         storages={serial: Storage(serial, labels[serial], dtype, shape, nbytes)
                   for serial, (nbytes, dtype, shape) in storages.items()},
-        peak_serials=tuple(at_peak),
         allocation_log=[Allocation(entry.serial, entry.kind, entry.delta, labels[entry.serial],
                                    bisect.bisect_right(positions, i))
                         for i, entry in enumerate(frees_in_allocation_order(

@@ -48,8 +48,7 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module:
     Under a simulated :class:`helpers.engine.meter.Meter` it is made of fake tensors.
 
     Raises:
-        ValueError: if ``name`` is not a torchvision classification model, or
-            ``num_classes`` < 1.
+        ValueError: if ``name`` is not a torchvision classification model, or ``num_classes`` < 1.
     """
     known = classification_models()
     if name not in known:
@@ -98,8 +97,7 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
     :class:`helpers.models.gpt.GPT` as embeddings, blocks, head.
 
     Raises:
-        ValueError: for a family whose forward is not such a sequence (DenseNet,
-            Inception, ViT, Swin, ...).
+        ValueError: for a family whose forward is not such a sequence (DenseNet, Inception, ViT, Swin, ...).
     """
     if isinstance(model, nn.Sequential):
         return model
@@ -234,8 +232,7 @@ class ModelSpec:
 def _gpt_spec(name: str, config: GPTConfig | None = None) -> ModelSpec:
     config = config or GPT2_PRESETS[name]
     return ModelSpec(name, lambda: GPT(config), vocab_size=config.vocab_size, seq_len=config.n_positions,
-                     blocks=config.n_layer,
-                     at_depth=lambda n: _gpt_spec(name, dataclasses.replace(config, n_layer=n)))
+                     blocks=config.n_layer, at_depth=lambda n: _gpt_spec(name, dataclasses.replace(config, n_layer=n)))
 
 
 def hf_spec(config, name: str | None = None) -> ModelSpec:

@@ -38,8 +38,7 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Split:
     digits = sklearn_digits()
     x = torch.tensor(digits.data, dtype=torch.float32) / 16.0  # pixel values are 0..16
     y = torch.tensor(digits.target, dtype=torch.int64)
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x, y, test_size=test_fraction, random_state=seed, stratify=y)
+    x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
     return Split(x_tr, y_tr, x_te, y_te)
 
 
@@ -58,8 +57,7 @@ def load_mnist(root: str = "data", download: bool = False) -> Split:
     try:
         parts = [MNIST(root, train=train, download=download) for train in (True, False)]
     except RuntimeError as e:  # torchvision: "Dataset not found. You can use download=True ..."
-        raise FileNotFoundError(
-            f"MNIST is not in {root!r}; call load_mnist(download=True) when online") from e
+        raise FileNotFoundError(f"MNIST is not in {root!r}; call load_mnist(download=True) when online") from e
     tensors = []
     for part in parts:
         tensors += [part.data.reshape(len(part), -1).float() / 255.0, part.targets.long()]

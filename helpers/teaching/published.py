@@ -140,8 +140,7 @@ class Comparison:
         allocated: the engine's whole-step peak allocated bytes.
         reserved: for a reserved-memory row, the peak reserved bytes of the step
             replayed through :func:`helpers.allocator.replay`; else None.
-        workspaces: two cuBLAS workspaces on the row's card
-            (:func:`helpers.gpus.unseen_lines`), 0 without a card.
+        workspaces: two cuBLAS workspaces on the row's card (:func:`helpers.gpus.unseen_lines`), 0 without a card.
         verdict: for a ``"card"`` row, :func:`helpers.gpus.judge` of the
             allocated peak on a card of ``row.published`` bytes; else None.
     """

@@ -48,8 +48,7 @@ class Checkpointed(nn.Module):
         ValueError: if ``segments`` is out of range, or ``freeze_bn_stats`` with the reentrant variant.
     """
 
-    def __init__(self, sequence: nn.Sequential, segments: int, reentrant: bool = False,
-                 freeze_bn_stats: bool = False):
+    def __init__(self, sequence: nn.Sequential, segments: int, reentrant: bool = False, freeze_bn_stats: bool = False):
         super().__init__()
         if not 1 <= segments <= len(sequence):
             raise ValueError(

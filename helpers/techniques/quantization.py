@@ -89,8 +89,7 @@ def dequantized(weight, dtype: torch.dtype) -> torch.Tensor:
     """``weight.to(dtype)``: an ``NF4Tensor`` dequantized by torchao's ``get_original_weight``, about 20 eager
     operations. Simulated, a weight of a layout seen before is written from the first one's allocations
     (:func:`helpers.engine.meter.remembered`: the same bytes, in the same order, without the operations)."""
-    inner = tuple((t.shape, t.dtype, t.stride()) for t in map(weight.__getattribute__,
-                                                                 weight.__tensor_flatten__()[0]))
+    inner = tuple((t.shape, t.dtype, t.stride()) for t in map(weight.__getattribute__, weight.__tensor_flatten__()[0]))
     key = (dtype, weight.shape, weight.stride(), weight.dtype, weight.block_size, weight.scaler_block_size, inner,
            torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"),
            torch.get_autocast_dtype("cpu"))

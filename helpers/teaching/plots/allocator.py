@@ -26,8 +26,7 @@ def plot_reserved(replays, labels: list[str], marks: dict[str, int] | None = Non
     for i, (replay, label) in enumerate(zip(replays, labels)):
         (line,) = ax.plot([a / MiB for a in replay.allocated], lw=1, label=f"{label}: allocated",
                           color=LINE_COLORS[i % len(LINE_COLORS)])
-        ax.plot([r / MiB for r in replay.reserved], lw=1.5, ls="--", color=line.get_color(),
-                label=f"{label}: reserved")
+        ax.plot([r / MiB for r in replay.reserved], lw=1.5, ls="--", color=line.get_color(), label=f"{label}: reserved")
         if replay.failed_at is not None:
             ax.plot([replay.failed_at], [replay.reserved[-1] / MiB if replay.reserved else 0], "x",
                     color=line.get_color(), ms=10, mew=2)

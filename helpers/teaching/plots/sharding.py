@@ -54,8 +54,7 @@ def plot_sharded_world_sizes(steps: dict, lines: dict[str, dict[int, float]] | N
     styles = iter(["-", "--", ":", "-."])
     for label, values in (lines or {}).items():
         xs = sorted(values)
-        ax.plot(xs, [values[x] / MiB for x in xs], next(styles), color="black", marker="o", markersize=3,
-                label=label)
+        ax.plot(xs, [values[x] / MiB for x in xs], next(styles), color="black", marker="o", markersize=3, label=label)
     ax.set_xlabel("world size N (ranks)")
     ax.set_ylabel("rank 0, MiB")
     ax.set_xticks(list(steps))

@@ -148,8 +148,7 @@ def plot_bytes_per_parameter(bars: dict[str, list[tuple[str, str, float]]], titl
                 ax.text(left + size / 2, row, f"{text} {size:g}" if text else f"{size:g}", ha="center",
                         va="center", fontsize=8)
             left += size
-        ax.text(left + (0.6 if label in marks else 0.2), row, f"{left:g}", va="center", fontsize=9,
-                fontweight="bold")
+        ax.text(left + (0.6 if label in marks else 0.2), row, f"{left:g}", va="center", fontsize=9, fontweight="bold")
     if marks:
         rows = [labels.index(label) for label in marks]
         ax.plot(list(marks.values()), rows, "D", color="black", markersize=6, label=mark_label)

@@ -138,8 +138,7 @@ class WillItFit(StepWidget):
             self.size.value = size
         elif self.size.options:
             self.size.value = 1024 if model in LANGUAGE_PRESETS else IMAGE_SIZE
-        self.parameters = widgets.BoundedIntText(parameters, min=1, max=10**13, description="parameters",
-                                                 style=style)
+        self.parameters = widgets.BoundedIntText(parameters, min=1, max=10**13, description="parameters", style=style)
         self.model.observe(self._on_model, names="value")
         self._show_size_or_count()
         self._finish([widgets.HBox([self.model, self.size, self.parameters]),
