@@ -351,7 +351,18 @@ def _refused(run: subprocess.CompletedProcess) -> str:
     return err[0].removeprefix(f"{PROG}: error: ")
 
 
-def test_a_learners_model_from_a_file_path(tmp_path):
+def _refused_here(capsys, *args: str) -> str:
+    """As :func:`_refused`, of ``main()`` run in this process (a message's wording needs no fresh process)."""
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(["profile", "--device", "simulated", *args]))
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "", (exit_info.value.code, out)
+    err = err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{PROG}: error: "), err
+    return err[0].removeprefix(f"{PROG}: error: ")
+
+
+def test_a_learners_model_from_a_file_path(tmp_path, capsys, monkeypatch):
     (tmp_path / "mymodel.py").write_text("from torch import nn\n\n\ndef build():\n"
                                          "    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))\n")
     run = _cli("--model", "./mymodel.py:build", "--input-shape", "64", "--batch-size", "4", "--json", cwd=tmp_path)
@@ -360,27 +371,27 @@ def test_a_learners_model_from_a_file_path(tmp_path):
     assert data["model"] == "build" and data["input_shape"] == [64]
     assert data["peak_allocated_bytes"] == profile_step(f"{tmp_path / 'mymodel.py'}:build", 4, input_shape=(64,),
                                                         device="simulated", steady_state=True).peak_allocated_bytes
-    assert _refused(_cli("--model", "./mymodel.py", cwd=tmp_path)) == (
+    monkeypatch.chdir(tmp_path)  # the refusals' wording, in this process
+    assert _refused_here(capsys, "--model", "./mymodel.py") == (
         "name the function in ./mymodel.py that returns the model: ./mymodel.py:function")
-    assert _refused(_cli("--model", "./other.py:build", cwd=tmp_path)) == (
-        "no file './other.py' (from --model ./other.py:build)")
-    assert _refused(_cli("--model", "mymodel.py:nothing", cwd=tmp_path)) == (
+    assert _refused_here(capsys, "--model", "./other.py:build") == "no file './other.py' (from --model ./other.py:build)"
+    assert _refused_here(capsys, "--model", "mymodel.py:nothing") == (
         "'mymodel.py' has no function 'nothing' (from --model mymodel.py:nothing)")
 
 
-def test_llama3_8b_is_a_preset_from_the_command_line():
-    help_text = subprocess.run([sys.executable, "-m", "helpers", "profile", "--help"], capture_output=True,
-                               text=True, timeout=120, cwd=REPO).stdout
-    assert "llama3-8b" in " ".join(help_text.split())
-    run = _cli("--model", "llama3-8b", "--seq-len", "16", "--batch-size", "1", "--optimizer", "adamw", "--json")
-    assert run.returncode == 0, run.stderr
-    data = json.loads(run.stdout)
+def test_llama3_8b_is_a_preset_from_the_command_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["profile", "--help"])
+    assert "llama3-8b" in " ".join(capsys.readouterr().out.split())
+    assert main(["profile", "--device", "simulated", "--model", "llama3-8b", "--seq-len", "16", "--batch-size", "1",
+                 "--optimizer", "adamw", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data["model"] == "llama3-8b" and data["input_shape"] == [16] and data["config"]["seq_len"] == 16
     assert data["parameter_count"] == 8_030_261_248
 
 
-def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs():
-    message = _refused(_cli("--model", "resnet1000"))
+def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs(capsys):
+    message = _refused_here(capsys, "--model", "resnet1000")
     assert message.startswith("unknown model 'resnet1000'; use a preset (mlp, gpt2, gpt2-medium, gpt2-large, "
                               "gpt2-xl, llama3-8b), any torchvision classification model (")
     assert "or your own as package.module:function or path/to/file.py:function" in message
@@ -396,8 +407,8 @@ def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs()
     (["--input-shape", "3,32,32"],
      "--image-size applies to image inputs; resnet18 takes samples of --input-shape (3, 32, 32)"),
 ])
-def test_image_size_is_refused_where_the_inputs_are_not_images(args, message):
-    assert _refused(_cli(*args, "--image-size", "64")) == message
+def test_image_size_is_refused_where_the_inputs_are_not_images(capsys, args, message):
+    assert _refused_here(capsys, *args, "--image-size", "64") == message
 
 
 def test_a_model_of_repeated_blocks_says_how_its_step_was_simulated(capsys):
