@@ -217,8 +217,6 @@ class SimulatedBackend(Backend):
         return SimulatedTracker(capacity)
 
     def enter(self, capacity):
-        self._paused = collector_paused()
-        self._paused.__enter__()
         # FakeTensorMode logs a full traceback before raising a shape error that reaches the caller anyway.
         self._log_level = _FAKE_LOG.level
         _FAKE_LOG.setLevel(logging.CRITICAL)
@@ -226,12 +224,14 @@ class SimulatedBackend(Backend):
         self._rules.__enter__()
         self._fake = FakeTensorMode()
         self._fake.__enter__()
+        self._paused = collector_paused()  # last in, first out: paused only once the rest is in place
+        self._paused.__enter__()
 
     def exit(self, *exc):
+        self._paused.__exit__(*exc)
         self._fake.__exit__(*exc)
         self._rules.__exit__(*exc)
         _FAKE_LOG.setLevel(self._log_level)
-        self._paused.__exit__(*exc)
 
     def allocated(self, tracker):
         return tracker.allocated
