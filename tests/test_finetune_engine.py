@@ -266,14 +266,17 @@ def _same_step(a, b) -> None:
     dict(full_trace=True),
 ], ids=["bf16, checkpointing, steady state, written", "float32, traced in full"])
 def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
-    """QLoRA's dequantizations written from the first one's allocations equal torchao's operations run each time."""
+    """QLoRA's quantizations and dequantizations written from the first one's allocations equal torchao's operations
+    run each time."""
     from helpers.step import forget_kept
 
     step = dict(batch_size=1, seq_len=32, device="simulated", quantization="nf4", lora_rank=4, **options)
     remembered = profile_step(TINY, **step)
-    assert any(quantization._DEQUANTIZED.values())  # a pattern was kept, and used
+    for kept in (quantization._DEQUANTIZED, quantization._QUANTIZED):  # a pattern was kept, and used
+        assert any(kept.values())
+    assert all(p.wrapper is not None and len(p.kept) == 5 for p in quantization._QUANTIZED.values())  # NF4Tensor's
     forget_kept()
-    monkeypatch.setattr(quantization, "dequantized", lambda weight, dtype: weight.to(dtype))
+    monkeypatch.setattr(quantization, "remembered", lambda patterns, key, call: call())
     _same_step(remembered, profile_step(TINY, **step))
 
 

@@ -81,8 +81,10 @@ class LinearNF4(torch.autograd.Function):
         return grad_output @ dequantized(weight, grad_output.dtype), None
 
 
-#: The allocations of one dequantization, by the weight's layout (:func:`dequantized`).
+#: The allocations of one dequantization, by the weight's layout (:func:`dequantized`), and of one quantization, by
+#: the weight's shape (:func:`quantize`).
 _DEQUANTIZED: dict = {}
+_QUANTIZED: dict = {}
 
 
 def dequantized(weight, dtype: torch.dtype) -> torch.Tensor:
@@ -142,7 +144,9 @@ def hold_back(runner) -> None:
 
 def quantize(runner) -> None:
     """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized (``to_nf4``) into an
-    :class:`NF4Linear` and its copy freed; then the meter's peak starts afresh (loading is not the step)."""
+    :class:`NF4Linear` and its copy freed; then the meter's peak starts afresh (loading is not the step). Simulated,
+    a weight of a shape seen before is quantized as :func:`dequantized` dequantizes: written from the first one's
+    allocations."""
     if not runner.held_back:
         return
     nf4, device = _nf4(), runner.meter.device
@@ -154,7 +158,9 @@ def quantize(runner) -> None:
         else:
             dense = weight.detach().to(device=device, dtype=torch.bfloat16)
         try:
-            quantized = nf4.to_nf4(dense, NF4_BLOCK, nf4_scaler_block(weight.numel()))
+            key = (dense.shape, dense.stride(), dense.device, nf4.CHUNK_SIZE)  # no autograd: the same in any mode
+            scaler = nf4_scaler_block(dense.numel())
+            quantized = remembered(_QUANTIZED, key, lambda: nf4.to_nf4(dense, NF4_BLOCK, scaler))
         finally:
             nf4.CHUNK_SIZE = chunk
         setattr(parent, attribute, NF4Linear(quantized, layer.bias))
