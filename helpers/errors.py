@@ -1,8 +1,7 @@
 """Errors in one line: what a learner reads instead of a traceback from inside a library.
 
-Every public function of :mod:`helpers` reports bad input as a ``ValueError``
-of one line that names the problem.  When the cause is an exception raised by
-PyTorch, ``transformers``, ``peft`` or a learner's own code, its first line is
+Every public function of :mod:`helpers` reports bad input as a ``ValueError`` of one line that names the problem.  When
+the cause is an exception raised by PyTorch, ``transformers``, ``peft`` or a learner's own code, its first line is
 quoted (:func:`first_line`).
 """
 
@@ -21,8 +20,7 @@ def first_line(error: BaseException) -> str:
 class Refused(ValueError):
     """A model or option refused in one line that already names the problem.
 
-    Raised while the step runner prepares a model (a Hugging Face config that
-    ``transformers`` cannot build, a LoRA target that names no layer); the
-    runner reports its message as it is, where it prefixes other errors of a
-    model's constructor with what failed.
+    Raised while the step runner prepares a model (a Hugging Face config that ``transformers`` cannot build, a LoRA
+    target that names no layer); the runner reports its message as it is, where it prefixes other errors of a model's
+    constructor with what failed.
     """

@@ -1,10 +1,9 @@
 """The pinned versions that the code, its docstrings and the lessons cite, stated once.
 
-A docstring says "the pinned PyTorch" and means :data:`TORCH`; a lesson that
-names a version names one of these.  ``requirements.txt`` is the install's
-truth; ``tests/test_versions.py`` fails when this module disagrees with it, and
-when a lesson, ``docs/`` or ``README.md`` cites a version of these packages
-that is neither the pin nor a listed historical citation.
+A docstring says "the pinned PyTorch" and means :data:`TORCH`; a lesson that names a version names one of these.
+``requirements.txt`` is the install's truth; ``tests/test_versions.py`` fails when this module disagrees with it, and
+when a lesson, ``docs/`` or ``README.md`` cites a version of these packages that is neither the pin nor a listed
+historical citation.
 """
 
 from __future__ import annotations

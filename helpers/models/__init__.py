@@ -90,10 +90,9 @@ def sequential_form(model: nn.Module) -> nn.Sequential:
     """The model as one ``nn.Sequential`` of its own submodules, for ``checkpoint_sequential``.
 
     It computes exactly what ``model(x)`` computes, with the same parameters:
-    ResNet-style models as stem, each residual block, head (10 units for
-    ResNet18); VGG, AlexNet, MobileNet, EfficientNet as each module of
-    ``features``, pooling, flatten, ``classifier``, in-place modules joined to the
-    one before (:func:`_merge_inplace`); an ``nn.Sequential`` as itself; a
+    ResNet-style models as stem, each residual block, head (10 units for ResNet18); VGG, AlexNet, MobileNet,
+    EfficientNet as each module of ``features``, pooling, flatten, ``classifier``, in-place modules joined to the one
+    before (:func:`_merge_inplace`); an ``nn.Sequential`` as itself; a
     :class:`helpers.models.gpt.GPT` as embeddings, blocks, head.
 
     Raises:
@@ -146,9 +145,8 @@ def digits_mlp() -> nn.Sequential:
 def dropout_mlp(relu: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequential:
     """Lesson 02's MLP after the dropout paper (Srivastava et al., JMLR 2014): 3,962,890 parameters.
 
-    ``Flatten``, 4 x (``Linear(., 1024)``, ``relu()``, ``Dropout(0.5)``),
-    ``Linear(1024, 10)``: input ``(batch, 1, 28, 28)``, output ``(batch, 10)``.
-    ``relu`` is the activation's class or builder.
+    ``Flatten``, 4 x (``Linear(., 1024)``, ``relu()``, ``Dropout(0.5)``), ``Linear(1024, 10)``:
+    input ``(batch, 1, 28, 28)``, output ``(batch, 10)``. ``relu`` is the activation's class or builder.
     """
     layers, width = [nn.Flatten()], 784
     for _ in range(4):

@@ -24,8 +24,7 @@ class Split(NamedTuple):
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> Split:
     """scikit-learn's 8x8 digits, 64 features in [0, 1], split stratified (1,437 / 360 by default).
 
-    https://scikit-learn.org/stable/datasets/toy_dataset.html#digits-dataset;
-    ``seed`` fixes the split.
+    https://scikit-learn.org/stable/datasets/toy_dataset.html#digits-dataset; ``seed`` fixes the split.
 
     Raises:
         ValueError: if ``test_fraction`` is not in (0, 1).

@@ -1,14 +1,11 @@
 """Published real-GPU memory figures, set beside the engine's (lesson 09).
 
-The figures are data, one row per figure, in ``published.json`` beside this
-module (source, URL, setup as stated, the :class:`helpers.config.StepConfig`
-options that reproduce it, measure, value, unit, card, tolerance, the gap
-explained).  :func:`finetune_comparison` profiles each row's step, simulated;
-``benchmarks/published_figures.py`` prints the table.  What is measured
-matters (:data:`MEASURES`): ``max_memory_allocated`` counts tensors and cuBLAS
-workspaces, ``max_memory_reserved`` adds the cache, and "fits a 48 GB GPU" is
-judged by :func:`helpers.gpus.judge`.  Units are the sources' own ("GB" =
-10**9 bytes where the source divides by 1e9).
+The figures are data, one row per figure, in ``published.json`` beside this module (source, URL, setup as stated, the
+:class:`helpers.config.StepConfig` options that reproduce it, measure, value, unit, card, tolerance, the gap explained).
+:func:`finetune_comparison` profiles each row's step, simulated; ``benchmarks/published_figures.py`` prints the table.
+What is measured matters (:data:`MEASURES`): ``max_memory_allocated`` counts tensors and cuBLAS workspaces,
+``max_memory_reserved`` adds the cache, and "fits a 48 GB GPU" is judged by :func:`helpers.gpus.judge`.  Units are the
+sources' own ("GB" = 10**9 bytes where the source divides by 1e9).
 """
 
 from __future__ import annotations
@@ -210,8 +207,7 @@ def compare(row: Published) -> Comparison:
 def finetune_comparison(rows: tuple[Published, ...] | list[Published] = PUBLISHED) -> list[Comparison]:
     """The engine's :class:`Comparison` beside each published figure of ``rows`` (default :data:`PUBLISHED`), in order.
 
-    Each step is profiled once per process (:func:`compare`), from about a
-    second (BERT, ViT) to a minute (the 65B row).
+    Each step is profiled once per process (:func:`compare`), from about a second (BERT, ViT) to a minute (the 65B row).
 
     Raises:
         ValueError: for something that is not a :class:`Published` row, or as

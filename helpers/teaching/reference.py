@@ -69,9 +69,8 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
     their difference, and the step's tensors alone (the engine's peak); with ``reserved``, peak reserved on
     the GPU and simulated too.
 
-    ``model``, ``batch_size``: keep only those runs (None: all).  Returns the
-    table, its label (device, torch, date) and a line naming the runs off by
-    more than :data:`TOLERANCE`; or :data:`NOT_RECORDED` without a file.
+    ``model``, ``batch_size``: keep only those runs (None: all).  Returns the table, its label (device, torch, date) and
+    a line naming the runs off by more than :data:`TOLERANCE`; or :data:`NOT_RECORDED` without a file.
     """
     data = load_reference(path)
     if data is None:

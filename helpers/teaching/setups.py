@@ -42,8 +42,7 @@ class BertLM:
 class EagerCausalLM:
     """A Hugging Face causal LM with ``attn_implementation="eager"`` (BLOOM, or Llama as run before SDPA).
 
-    ``config``: a name of :data:`helpers.models.hf.SHIPPED`, or sorted
-    ``(key, value)`` pairs of ``config.json``.
+    ``config``: a name of :data:`helpers.models.hf.SHIPPED`, or sorted ``(key, value)`` pairs of ``config.json``.
     """
 
     config: str | tuple[tuple[str, Any], ...]
@@ -78,11 +77,9 @@ class TokenIds:
 def shifted_float32_loss(output) -> torch.Tensor:
     """The next-token loss of the 2024 fine-tuning code: logits upcast to float32, shifted into a contiguous copy.
 
-    transformers 4.31 to 4.45's Llama returned ``self.lm_head(hidden_states).float()``,
-    and its loss, torchtune and the PEFT notebook shifted with
-    ``logits[..., :-1, :].contiguous()``.  ``output``: an output with
-    ``.logits``, or the logits ``(batch, seq, vocabulary)``; returns the mean
-    cross-entropy over ``batch x (seq - 1)`` positions.
+    transformers 4.31 to 4.45's Llama returned ``self.lm_head(hidden_states).float()``, and its loss, torchtune and the
+    PEFT notebook shifted with ``logits[..., :-1, :].contiguous()``.  ``output``: an output with ``.logits``, or the
+    logits ``(batch, seq, vocabulary)``; returns the mean cross-entropy over ``batch x (seq - 1)`` positions.
     """
     return shifted_loss(getattr(output, "logits", output).float())
 

@@ -85,6 +85,22 @@ def plot_stages(profile: StepProfile, title: str | None = None) -> Figure:
     return fig
 
 
+def _stacked_peaks(ax, profiles: list[StepProfile], labels: list[str], scale: float, text, fontsize: int,
+                   **bar) -> list[float]:
+    """One bar per profile stacked by category at its peak (in units of ``scale`` bytes), ``text(peak)`` above each, a
+    thin white line between neighbours; returns the bars' tops."""
+    bottoms = [0.0] * len(profiles)
+    for name in CATEGORIES:
+        heights = [p.categories[name] / scale for p in profiles]
+        ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[name], label=name.replace("_", " "),
+               edgecolor="white", linewidth=0.5, **bar)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    for i, p in enumerate(profiles):
+        ax.annotate(text(p.peak_allocated_bytes / scale), (i, bottoms[i]), textcoords="offset points",
+                    xytext=(0, 3), ha="center", fontsize=fontsize)
+    return bottoms
+
+
 def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | None = None) -> Figure:
     """One bar per profile: the memory at its peak, stacked by category (lesson 04).
 
@@ -95,15 +111,7 @@ def plot_peak_bars(profiles: list[StepProfile], labels: list[str], title: str | 
         raise ValueError(f"{len(labels)} labels for {len(profiles)} profiles")
     fig = Figure(figsize=(9, 4), layout="constrained")
     ax = fig.add_subplot()
-    bottoms = [0.0] * len(profiles)
-    for name in CATEGORIES:
-        heights = [p.categories[name] / MiB for p in profiles]
-        ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[name], label=name.replace("_", " "),
-               edgecolor="white", linewidth=0.5)  # a thin white line between neighbours
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    for i, p in enumerate(profiles):
-        ax.annotate(f"{p.peak_allocated_bytes / MiB:.0f} MiB", (i, bottoms[i]), textcoords="offset points",
-                    xytext=(0, 3), ha="center", fontsize=8)
+    _stacked_peaks(ax, profiles, labels, MiB, lambda peak: f"{peak:.0f} MiB", 8)
     ax.set_ylabel("allocated at the peak (MiB)")
     ax.tick_params(axis="x", labelsize=8)
     ax.legend(fontsize=8, loc="upper right")
@@ -177,15 +185,7 @@ def plot_accumulation(profiles: list[StepProfile], labels: list[str], unit: str 
         raise ValueError(f"{len(labels)} labels for {len(profiles)} profiles (at least one)")
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
-    bottoms = [0.0] * len(profiles)
-    for name in CATEGORIES:
-        heights = [p.categories[name] / scale for p in profiles]
-        ax.bar(labels, heights, bottom=bottoms, color=CATEGORY_COLORS[name], label=name.replace("_", " "),
-               edgecolor="white", linewidth=0.5, width=0.6)
-        bottoms = [b + h for b, h in zip(bottoms, heights)]
-    for i, p in enumerate(profiles):
-        ax.annotate(f"{p.peak_allocated_bytes / scale:.2f}", (i, bottoms[i]), textcoords="offset points",
-                    xytext=(0, 3), ha="center", fontsize=9)
+    bottoms = _stacked_peaks(ax, profiles, labels, scale, lambda peak: f"{peak:.2f}", 9, width=0.6)
     ax.set_ylim(0, 1.1 * max(bottoms))
     ax.set_ylabel(f"allocated at the step's peak ({unit})")
     ax.set_xlabel("micro-batches × samples each")

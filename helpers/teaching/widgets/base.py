@@ -145,14 +145,16 @@ class StepWidget(widgets.VBox):
         finally:
             self._updating = False
 
+    def _refuse(self, error: ValueError) -> None:
+        """Show that the controls' configuration cannot run, and why (``error``)."""
+        self.result, self.message = None, f"cannot run this configuration: {error}"
+        self.view.value = refused(self.message)
+
     def _recompute(self) -> None:
         try:
             self.result = self.curve().estimate(self.batch_size.value) if self.config() else self._without_trace()
         except ValueError as e:
-            self.result = None
-            self.message = f"cannot run this configuration: {e}"
-            self.view.value = refused(self.message)
-            return
+            return self._refuse(e)
         gpu = self.capacity.value
         reserved = getattr(self, "reserved", None)
         if (reserved is not None and reserved.value and gpu != "this GPU" and self.config() is not None

@@ -11,7 +11,7 @@ from ...config import StepConfig, check_int
 from ...gpus import GPU_CARDS
 from ...models import hf
 from ...units import fmt_bytes
-from ..views import refused, render
+from ..views import render
 from .base import StepWidget, WatchedCurve
 
 #: The fine-tuning widget's models: the shipped 7-8B Hugging Face configs (:data:`helpers.models.hf.SHIPPED`).
@@ -180,10 +180,7 @@ class FineTuneFit(StepWidget):
                 found, seen = self.longest_sequence()
                 lowest, step, what = SEQ_STEP, SEQ_STEP, f"longest sequence at batch {self.batch_box.value}"
         except ValueError as e:
-            self.result = None
-            self.message = f"cannot run this configuration: {e}"
-            self.view.value = refused(self.message)
-            return
+            return self._refuse(e)
         self.largest = found
         shown = found or lowest
         capacity = self.capacities[gpu]
