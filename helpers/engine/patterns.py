@@ -79,8 +79,8 @@ def _replay(tracker: StorageTracker, pattern: Pattern) -> torch.Tensor:
             made[n] = tracker.serial_of(bases[n])
         else:
             made[n] = tracker.transient(nbytes, dtype, created)
-    inner = {name: bases[n].as_strided(shape, stride, offset) for name, n, shape, stride, offset, _ in pattern.kept}
+    inner = {name: bases[n] if (shape, stride, offset) == (bases[n].shape, bases[n].stride(), 0)
+             else bases[n].as_strided(shape, stride, offset) for name, n, shape, stride, offset, _ in pattern.kept}
     if pattern.wrapper is None:
         return inner[None]
-    kind, context, size, stride = pattern.wrapper
-    return kind.__tensor_unflatten__(inner, context, size, stride)
+    return pattern.wrapper[0].__tensor_unflatten__(inner, *pattern.wrapper[1:])  # (type, context, size, stride)
