@@ -40,9 +40,8 @@ def _not_torchaos_enum_notice(record: logging.LogRecord) -> bool:
 # stored notebooks), whichever module imports torchao first.
 logging.getLogger("torch.utils._pytree").addFilter(_not_torchaos_enum_notice)
 
-# Where each public name lives.  Modules are imported on first use (PEP 562),
-# so that ``python -m helpers check`` can diagnose a broken torch or
-# torchvision instead of failing on import.
+# Where each public name lives.  Modules are imported on first use (PEP 562), so that ``python -m helpers check`` can
+# diagnose a broken torch or torchvision instead of failing on import.
 _HOME = {
     "MiB": "units", "GiB": "units", "fmt_bytes": "units",
     "CUDA_CONTEXT_BYTES": "gpus", "CUDA_OVERHEAD_BYTES": "gpus", "GPU_CARDS": "gpus", "fits": "gpus",

@@ -89,9 +89,7 @@ def cublas_workspace_bytes(capability: tuple[int, int], config: str | None = Non
     if config is None:
         return default
     pairs = re.findall(r":([0-9]+):([0-9]+)", str(config))
-    if not pairs:
-        return default
-    return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    return sum(int(size) * 1024 * int(count) for size, count in pairs) if pairs else default
 
 
 #: The names of the lines :func:`unseen_lines` gives, in order.

@@ -18,9 +18,8 @@ OKABE_ITO = {
     "grey": "#999999",
 }
 
-#: One colour per category of :data:`helpers.record.CATEGORIES`.  Neighbours in
-#: that order (the order of a stacked bar) differ in hue and in lightness, so
-#: that they contrast in grey scale too.
+#: One colour per category of :data:`helpers.record.CATEGORIES`.  Neighbours in that order (the order of a stacked bar)
+#: differ in hue and in lightness, so that they contrast in grey scale too.
 CATEGORY_COLORS = {
     "parameters": OKABE_ITO["blue"],
     "gradients": OKABE_ITO["orange"],

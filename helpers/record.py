@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -419,10 +420,11 @@ def profile_of_log(log: tuple, storages: tuple, markers: tuple, like: StepProfil
     log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
     sizes = [s[3] for s in storages]
     cats = [s[0] for s in storages]
-    now, alive = [0] * len(storages), {}
+    now = [0] * len(storages)
     totals = dict.fromkeys(CATEGORIES, 0)
     allocated = peak = peak_log = made = 0
-    peak_at, sort, events, m = -1, False, [], 0
+    peak_at, events, m = -1, [], 0
+    lives = [log, [pos for pos, kind, _ in markers if kind == "event"]]
     for j in range(len(log) + 1):
         while m < len(markers) and markers[m][0] == j:
             _, kind, payload = markers[m]
@@ -430,29 +432,55 @@ def profile_of_log(log: tuple, storages: tuple, markers: tuple, like: StepProfil
             if kind == "reset":
                 peak, peak_log, peak_at = allocated, j, made - 1
             elif kind == "event":
-                live = tuple(sorted(alive)) if sort else tuple(alive)
                 by = dict(totals)
                 by["other"] += allocated - sum(by.values())
                 phase, module, module_type, note, shape = payload
                 events.append((Event(len(events), phase, module, module_type, note, allocated,
                                      allocated - (events[-1][0].allocated_bytes if events else 0), peak, shape,
-                                     0 if not module else module.count(".") + 1, live, j), by))
+                                     0 if not module else module.count(".") + 1, _LiveAt(lives, len(events)), j), by))
         if j == len(log):
             break
         serial, kind, delta = log[j]
         made += kind == "alloc"
         was, now[serial] = now[serial], now[serial] + delta
         if not was and now[serial]:
-            sort = sort or bool(alive and serial < next(reversed(alive)))
-            alive[serial] = None
             totals[cats[serial]] += sizes[serial]
         elif was and not now[serial]:
-            del alive[serial]
             totals[cats[serial]] -= sizes[serial]
         allocated += delta
         if allocated > peak:
             peak, peak_log, peak_at = allocated, j + 1, serial
     return _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields)
+
+
+class _LiveAt(Sequence):
+    """:attr:`helpers.engine.trace.Event.live` of event ``k`` of a written step (ascending serials, as traced), worked
+    out for every event when one is first read: thousands of events, thousands of storages each, most never read."""
+
+    def __init__(self, shared: list, k: int):
+        self._shared, self._k = shared, k  # [log, the events' log positions], then every event's serials
+
+    def __getitem__(self, i):
+        if len(self._shared) == 2:
+            (log, positions), now, alive, lives, j = self._shared, {}, {}, [], 0
+            for position in positions:
+                for serial, _, delta in log[j:position]:
+                    was = now.get(serial, 0)
+                    now[serial] = was + delta
+                    if not was and now[serial]:
+                        alive[serial] = None
+                    elif was and not now[serial]:
+                        del alive[serial]
+                lives.append(tuple(sorted(alive)))
+                j = position
+            self._shared.append(lives)
+        return self._shared[2][self._k][i]
+
+    def __len__(self) -> int:
+        return len(self[:])
+
+    def __eq__(self, other) -> bool:
+        return self[:] == (tuple(other) if isinstance(other, Sequence) else other)
 
 
 def _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields) -> StepProfile:

@@ -1,11 +1,9 @@
 """One training step, written once: the recipe that prepares a model, and the loop that trains it.
 
-:class:`StepRunner` prepares a model as :data:`RECIPE` says (an ordered list
-of named steps, each in the module of its technique), then runs what every
-training loop does for one mini-batch (:meth:`StepRunner.run`), talking to
-the engine through its :class:`helpers.engine.meter.Meter` only.
-:func:`profile_step` traces it into a :class:`helpers.record.StepProfile`;
-:func:`time_step`, :mod:`helpers.loops`, :mod:`helpers.fsdp` and
+:class:`StepRunner` prepares a model as :data:`RECIPE` says (an ordered list of named steps, each in the module of its
+technique), then runs what every training loop does for one mini-batch (:meth:`StepRunner.run`), talking to the engine
+through its :class:`helpers.engine.meter.Meter` only. :func:`profile_step` traces it into a
+:class:`helpers.record.StepProfile`; :func:`time_step`, :mod:`helpers.loops`, :mod:`helpers.fsdp` and
 :mod:`helpers.transformer` run it too.
 """
 
@@ -46,8 +44,8 @@ class DoesNotFit(RuntimeError):
 
     Attributes:
         cuda_message: the first line of CUDA's (or the simulated) message, which also ends this error's message.
-        requested: simulated only: bytes the failing allocation asked the driver
-            for (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
+        requested: simulated only: bytes the failing allocation asked the driver for
+            (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
         allocated: simulated only: bytes of live tensors when it failed; else ``None``.
     """
 
@@ -60,21 +58,21 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
     """Run one training step and record its memory module by module.
 
     Args:
-        model: a model (:func:`helpers.models.resolve_model`: a torchvision
-            name, a preset such as ``"mlp"`` or ``"gpt2"``, an ``nn.Module``, a
-            builder, a Hugging Face config), or a whole :class:`helpers.config.StepConfig`.
+        model: a model (:func:`helpers.models.resolve_model`: a torchvision name, a preset such as ``"mlp"`` or
+            ``"gpt2"``, an ``nn.Module``, a builder, a Hugging Face config), or a whole
+            :class:`helpers.config.StepConfig`.
         batch_size: samples per batch, >= 1.
         image_size: height and width of image inputs (when ``input_shape`` is not given).
-        **options: the other fields of :class:`helpers.config.StepConfig`
-            (``steady_state``: one untraced step first creates the optimizer states).
+        **options: the other fields of :class:`helpers.config.StepConfig` (``steady_state``: one untraced step first
+            creates the optimizer states).
 
     Returns:
         A :class:`helpers.record.StepProfile`, shared with later calls of the same simulated step
         (:data:`KEPT`): read it, do not change it.
 
     Raises:
-        ValueError: in one line, for a bad option, an unknown model, a model that
-            cannot be checkpointed, or an input or loss that does not fit the model.
+        ValueError: in one line, for a bad option, an unknown model, a model that cannot be checkpointed, or an input
+            or loss that does not fit the model.
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
     config = step_config(model, batch_size, image_size, "profile_step", **options)
@@ -186,9 +184,8 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
               **options) -> float:
     """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
 
-    :func:`profile_step`'s step, run once to warm up, then ``repeats`` times
-    without tracer or tracker, each between two ``torch.cuda.synchronize()`` on
-    a GPU.  Simulated, it times the fake-tensor step (the simulation's speed).
+    :func:`profile_step`'s step, run once to warm up, then ``repeats`` times without tracer or tracker, each between
+    two ``torch.cuda.synchronize()`` on a GPU.  Simulated, it times the fake-tensor step (the simulation's speed).
 
     Raises:
         ValueError: as :func:`profile_step` does.
@@ -272,10 +269,9 @@ class StepRoles:
 class StepRunner:
     """One training step as a :class:`helpers.config.StepConfig` says, written once.
 
-    Made, it resolves the model and what it eats
-    (:func:`helpers.models.resolve_model`, :func:`helpers.models.resolve_task`)
-    and runs :data:`RECIPE` up to placing; :meth:`place` runs the rest inside
-    the meter.  :meth:`run` is the loop::
+    Made, it resolves the model and what it eats (:func:`helpers.models.resolve_model`,
+    :func:`helpers.models.resolve_task`) and runs :data:`RECIPE` up to placing; :meth:`place` runs the rest inside the
+    meter.  :meth:`run` is the loop::
 
         for each of the k = accumulation_steps micro-batches:
             batch = runner.batch()          # 1. inputs and targets on the device
@@ -407,11 +403,10 @@ class StepRunner:
         """One whole training step (the class's loop); k accumulation steps add their gradients in ``.grad``.
 
         Args:
-            tracer: records each moment as a step event (placed, batch, loss,
-                backward, optimizer step, ``zero_grad``), and tells backward's
-                module events from forward's.
-            free_batch: drop the batch and loss once backward has run; by default
-                they stay alive through the optimizer step, as a loop's variables do.
+            tracer: records each moment as a step event (placed, batch, loss, backward, optimizer step, ``zero_grad``),
+                and tells backward's module events from forward's.
+            free_batch: drop the batch and loss once backward has run; by default they stay alive through the
+                optimizer step, as a loop's variables do.
 
         Returns:
             The :class:`StepRoles`.
@@ -485,9 +480,8 @@ def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTr
              first_tracer: Callable[..., StepTracer] | None = None) -> StepProfile:
     """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
 
-    ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for
-    the untraced first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first
-    are not the profile's).
+    ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for the untraced
+    first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first are not the profile's).
     """
     meter, config = runner.meter, runner.config
     model = runner.place()

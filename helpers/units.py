@@ -18,9 +18,8 @@ def fmt_bytes(nbytes: float, unit: str = "MiB", sign: bool = False, grouped: boo
 
     Args:
         nbytes: bytes (may be negative, for a change).
-        unit: one of ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``MB``, ``GB``.
-            The ``i`` units are powers of 2 (as PyTorch and nvidia-smi use),
-            ``MB`` and ``GB`` powers of 10.
+        unit: one of ``B``, ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``MB``, ``GB``. The ``i`` units are powers of 2 (as
+            PyTorch and nvidia-smi use), ``MB`` and ``GB`` powers of 10.
         sign: show ``+`` for positive values (for deltas).
         grouped: separate thousands with commas (``'16,160.0 MiB'``), as the
             widgets write sizes beside a GPU's capacity.

@@ -15,10 +15,9 @@ from .counting import StorageTracker
 
 class Pattern(NamedTuple):
     """What one call allocated and freed, its storages numbered in the order it made them: ``entries``, ``(kind,
-    number)`` in log order; ``storages``, ``(bytes, dtype, shape)`` by number; ``kept``, the storages that outlive the
-    call, each ``(name, number, shape, stride, offset, device)`` of the tensor returned (``name`` None) or of an inner
-    tensor of the wrapper subclass returned (``name`` its attribute); ``wrapper``, None or that subclass's ``(type,
-    context, size, stride)`` (``__tensor_flatten__``)."""
+    number)`` in log order; ``storages``, ``(bytes, dtype, shape)`` by number; ``kept``, ``(name, number, shape,
+    stride, offset, device)`` of the tensor returned (``name`` None) or of each inner tensor (``name`` its attribute) of
+    the wrapper subclass returned, whose ``(type, context, size, stride)`` is ``wrapper`` (else None)."""
 
     entries: tuple[tuple[str, int], ...]
     storages: tuple[tuple[int, torch.dtype, tuple[int, ...]], ...]

@@ -327,14 +327,12 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
     """What :func:`helpers.step.profile_step` needs to know about ``model``.
 
     Args:
-        model: a torchvision classifier name, a preset of :data:`PRESETS`,
-            ``"package.module:function"`` or ``"path/to/file.py:function"``, an
-            ``nn.Module`` (a :func:`meta_copy` when simulating, a deep copy on a
-            GPU), a function returning one, or a Hugging Face config
-            (:func:`hf_spec`: a shipped or Hub name, a ``config.json`` path, a
-            dict or a ``PretrainedConfig``), or a builder whose ``model_spec()``
-            returns its :class:`ModelSpec`, blocks known
-            (``helpers.transformer.TransformerBuilder``, ``helpers.teaching.setups.EagerCausalLM``).
+        model: a torchvision classifier name, a preset of :data:`PRESETS`, ``"package.module:function"`` or
+            ``"path/to/file.py:function"``, an ``nn.Module`` (a :func:`meta_copy` when simulating, a deep copy on a
+            GPU), a function returning one, or a Hugging Face config (:func:`hf_spec`: a shipped or Hub name, a
+            ``config.json`` path, a dict or a ``PretrainedConfig``), or a builder whose ``model_spec()`` returns its
+            :class:`ModelSpec`, blocks known (``helpers.transformer.TransformerBuilder``,
+            ``helpers.teaching.setups.EagerCausalLM``).
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
 
@@ -369,9 +367,7 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
 
 def _copy_for_step(module: nn.Module) -> nn.Module:
     """A copy of a learner's model for one step: meta tensors under a ``meta`` device, else a real copy."""
-    if torch.get_default_device().type == "meta":
-        return meta_copy(module)
-    return copy.deepcopy(module)
+    return meta_copy(module) if torch.get_default_device().type == "meta" else copy.deepcopy(module)
 
 
 def build(runner) -> None:
@@ -474,9 +470,8 @@ def resolve_task(config: StepConfig, spec: ModelSpec) -> Task:
     loss ``"auto"``: next-token for token ids, else classification.
 
     Raises:
-        ValueError: for ``input_shape`` given to a token model, a Hugging Face
-            causal LM without ``seq_len``, token ids without a vocabulary, or
-            ``num_classes`` with a next-token loss.
+        ValueError: for ``input_shape`` given to a token model, a Hugging Face causal LM without ``seq_len``, token ids
+            without a vocabulary, or ``num_classes`` with a next-token loss.
     """
     if spec.vocab_size and config.input_shape is not None:
         raise ValueError(f"{spec.name} takes token ids: give their number with seq_len= (--seq-len), "

@@ -28,9 +28,8 @@ _DATA = json.loads((Path(__file__).parent / "published.json").read_text(encoding
 #: What a published figure measures, in words.  ``"card"``: a claim that the
 #: step fits (or just fits) a card of ``published`` bytes.
 MEASURES: dict[str, str] = _DATA["measures"]
-#: Where the engine's figure is expected, against the published one:
-#: within the row's tolerance, or below (``"under"``) or above (``"over"``) it
-#: by more than the tolerance, for the reason the row's ``gap`` states.
+#: Where the engine's figure is expected, against the published one: within the row's tolerance, or below (``"under"``)
+#: or above (``"over"``) it by more than the tolerance, for the reason the row's ``gap`` states.
 EXPECTED = ("within", "under", "over")
 
 
@@ -180,9 +179,7 @@ class Comparison:
 
 def _workspaces(card: str | None) -> int:
     """Two cuBLAS workspaces on ``card`` (a training step's two threads), 0 for no card."""
-    if card is None:
-        return 0
-    return gpus.unseen_lines(card, 2).get(gpus.CUBLAS_LINE) or 0
+    return 0 if card is None else gpus.unseen_lines(card, 2).get(gpus.CUBLAS_LINE) or 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,8 +207,7 @@ def finetune_comparison(rows: tuple[Published, ...] | list[Published] = PUBLISHE
     Each step is profiled once per process (:func:`compare`), from about a second (BERT, ViT) to a minute (the 65B row).
 
     Raises:
-        ValueError: for something that is not a :class:`Published` row, or as
-            :func:`helpers.step.profile_step` does.
+        ValueError: for something that is not a :class:`Published` row, or as :func:`helpers.step.profile_step` does.
     """
     rows = list(rows)
     for row in rows:

@@ -23,9 +23,7 @@ def set_parameter_dtype(runner) -> None:
 def autocast(config, meter):
     """A new autocast context of ``meter``'s backend for one forward pass: ``config.amp`` in
     ``config.amp_dtype`` (:meth:`helpers.engine.meter.Meter.autocast`), or one that does nothing."""
-    if config.amp:
-        return meter.autocast(getattr(torch, config.amp_dtype))
-    return contextlib.nullcontext()
+    return meter.autocast(getattr(torch, config.amp_dtype)) if config.amp else contextlib.nullcontext()
 
 
 def add_grad_scaler(runner) -> None:

@@ -144,9 +144,8 @@ def hold_back(runner) -> None:
 
 def quantize(runner) -> None:
     """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized (``to_nf4``) into an
-    :class:`NF4Linear` and its copy freed; then the meter's peak starts afresh (loading is not the step). Simulated,
-    a weight of a shape seen before is quantized as :func:`dequantized` dequantizes: written from the first one's
-    allocations."""
+    :class:`NF4Linear` and its copy freed; then the meter's peak starts afresh (loading is not the step). Simulated, a
+    weight of a shape seen before is written from the first one's allocations (as in :func:`dequantized`)."""
     if not runner.held_back:
         return
     nf4, device = _nf4(), runner.meter.device

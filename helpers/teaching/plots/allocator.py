@@ -138,8 +138,7 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     Args:
         trace, segments: see :func:`memory_map`.
         categories: storage serial -> category.
-        first_step_until: trace position where the traced step begins; "other" blocks before it are
-            :data:`FIRST_STEP`.
+        first_step_until: trace position where the traced step begins; "other" blocks before it are :data:`FIRST_STEP`.
         min_height: long-lived blocks' least height, a fraction of the axis (0: all to scale).
 
     Raises:

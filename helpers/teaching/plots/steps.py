@@ -87,8 +87,7 @@ def plot_stages(profile: StepProfile, title: str | None = None) -> Figure:
 
 def _stacked_peaks(ax, profiles: list[StepProfile], labels: list[str], scale: float, text, fontsize: int,
                    **bar) -> list[float]:
-    """One bar per profile stacked by category at its peak (in units of ``scale`` bytes), ``text(peak)`` above each, a
-    thin white line between neighbours; returns the bars' tops."""
+    """One bar per profile, stacked by category at its peak (``scale`` bytes per unit), ``text(peak)`` on top."""
     bottoms = [0.0] * len(profiles)
     for name in CATEGORIES:
         heights = [p.categories[name] / scale for p in profiles]

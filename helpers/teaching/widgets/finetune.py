@@ -142,9 +142,7 @@ class FineTuneFit(StepWidget):
             self._curves[key] = WatchedCurve(key, self._working)
         profile = self._curves[key].trace(batch_size)
         gpu = self.capacity.value
-        if self.reserved.value:
-            return reserved_estimate(profile, self.capacities[gpu])
-        return Estimate.of(profile)
+        return reserved_estimate(profile, self.capacities[gpu]) if self.reserved.value else Estimate.of(profile)
 
     def largest_batch(self) -> tuple[int, dict[int, Estimate]]:
         """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`)."""
