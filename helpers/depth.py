@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
 from .config import StepConfig
 from .engine.backends import resolve_backend
@@ -103,9 +103,9 @@ class ProbeTracker(SimulatedTracker):
         first = len(self.sizes)
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if len(self.sizes) > first and not self.paused:
-            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             listed = args[0] if args and isinstance(args[0], (list, tuple)) and len(args[0]) == len(outs) else None
-            source = next((t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)), None)
+            source = next((t for t in tree_leaves(args) if isinstance(t, torch.Tensor)), None)
             for k, t in enumerate(outs):
                 serial, src = self.serial_of(t), listed[k] if listed is not None else source
                 parent = self.serial_of(src) if isinstance(src, torch.Tensor) else None

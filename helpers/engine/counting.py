@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
 from ..allocator.rules import round_up
 
@@ -108,7 +108,7 @@ class StorageTracker(TorchDispatchMode):
             return args[0].fake_device  # allocates nothing: answered as FakeTensorMode would, without re-entering it
         out = func(*args, **(kwargs or {}))
         if not self.paused:
-            for t in tree_flatten(out)[0]:
+            for t in tree_leaves(out):
                 if isinstance(t, torch.Tensor):
                     self.track(t)
         return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from torch.autograd.graph import saved_tensors_hooks
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
 from .meter import Meter
 
@@ -72,7 +72,7 @@ class Event:
 
 
 def _tensors(obj) -> list[torch.Tensor]:
-    return [t for t in tree_flatten(obj)[0] if isinstance(t, torch.Tensor)]
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor)]
 
 
 def _shape(output) -> tuple[int, ...] | None:
