@@ -46,6 +46,10 @@ def assert_same(written, full) -> None:
     for name in FIELDS:
         assert getattr(written, name) == getattr(full, name), name
     assert written.allocation_log == full.allocation_log
+    middle = len(full.events) // 2  # what a reader of the events' live storages gets (written: worked out when read)
+    assert [len(e.live) for e in written.events] == [len(e.live) for e in full.events]
+    assert written.kept_between(written.events[0], written.events[middle]) == full.kept_between(
+        full.events[0], full.events[middle])
     a, b = replay(written.allocation_log), replay(full.allocation_log)
     assert a.error is None and b.error is None
     assert (a.peak_reserved, a.reserved, a.requested, a.allocator.trace) == (
