@@ -93,6 +93,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/whole_step_reference.py
 	$(BIN)/python benchmarks/lesson_times.py
 	$(BIN)/python benchmarks/finetune_step.py
+	$(BIN)/python benchmarks/finetune_widget.py
 
 # Published real-GPU figures beside the engine's (helpers/teaching/published.py):
 # the whole table, 7B to 65B models included (several minutes on two cores).
