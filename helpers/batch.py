@@ -60,8 +60,7 @@ def fit_affine(batch_sizes, peak_bytes) -> AffineFit:
         raise ValueError(f"{len(xs)} batch sizes but {len(ys)} peaks")
     if len(set(xs)) < 2:
         raise ValueError("fitting a line needs at least two different batch sizes")
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     intercept = my - slope * mx
     residual = max(abs(y - (intercept + slope * x)) for x, y in zip(xs, ys))
@@ -281,16 +280,17 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
                     convolutions=has_convolutions(lo))
 
 
-def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
-                card: str | None = None) -> tuple[int, dict[int, Estimate]]:
+def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str | None = None,
+                start: int | None = None) -> tuple[int, dict[int, Estimate]]:
     """``(n, estimates)``: the largest ``n`` (a batch size or sequence length) from ``lowest`` to ``highest`` whose step
     fits ``capacity`` (0 when not even ``lowest`` fits), and every estimate judged, by ``n`` (``estimates[n + 1]``
     exists unless ``n`` is ``highest`` or 0).
 
-    The peak is a maximum of affine functions of ``n``, so the line through the last two traced points
-    (:func:`fit_affine`) predicts the answer; each prediction is traced (``estimate_at``: ``n -> Estimate`` of a direct
-    trace) and judged (:meth:`Estimate.verdict`; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines),
-    bisecting where a line makes no progress.
+    The peak grows with ``n``, a maximum of affine functions of it: the line through the last two traced points
+    (:func:`fit_affine`) predicts the answer, each prediction traced (``estimate_at``: ``n -> Estimate`` of a direct
+    trace) and judged (:meth:`Estimate.verdict`; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines), bisecting
+    where a line makes no progress. ``start``: the ``n`` judged first instead of ``lowest`` (a widget's shown value,
+    traced already; if it fits, every smaller ``n`` does).
 
     Raises:
         ValueError: for a bad range (``1 <= lowest <= highest``), or as ``estimate_at`` does.
@@ -306,10 +306,12 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int,
             order.append(n)
         return seen[n].verdict(capacity, card).fits
 
-    if not fits(lowest):
-        return 0, seen
-    lo, hi = lowest, highest + 1  # lo fits; hi does not (or lies beyond the range)
-    n = min(highest, 4 * lowest)
+    lo, hi = (start if start is not None and lowest < start <= highest else lowest), highest + 1  # lo judged first
+    if not fits(lo):  # from here on lo fits; hi does not (or lies beyond the range)
+        if lo == lowest or not fits(lowest):
+            return 0, seen
+        lo, hi = lowest, lo
+    n = min(hi - 1, 4 * lo)
     for _ in range(4 * highest.bit_length() + 8):
         if n != lo:
             if fits(n):

@@ -84,6 +84,20 @@ def test_largest_fit_judges_four_steps_where_the_peak_is_affine(per_gib, flat_gi
     assert len(calls) == len(set(calls)) <= judgements, calls
 
 
+@pytest.mark.parametrize("start", [2, 40, 300, 512])
+def test_largest_fit_from_a_start_answers_as_from_the_lowest(start):
+    """A start (the widget's shown value, traced already) is judged first: the same answer, either side of it."""
+    capacity = GPU_CARDS["H100 80 GB"]
+    plain, calls = largest_fit(_affine(30 * 2**30, 2**28, []), 1, 512, capacity), []
+    found, seen = largest_fit(_affine(30 * 2**30, 2**28, calls), 1, 512, capacity, start=start)
+    assert found == plain[0] == (capacity - 2**30 - 30 * 2**30) // 2**28 and calls[0] == start and found + 1 in seen
+    assert judge(capacity, seen[found].peak_bytes).fits and not judge(capacity, seen[found + 1].peak_bytes).fits
+    assert 1 in calls or start <= found  # a start that fits vouches for every smaller size
+    assert len(calls) == len(set(calls)) <= 5, calls
+    nothing = []
+    assert largest_fit(_affine(100 * 2**30, 2**20, nothing), 1, 64, capacity, start=8)[0] == 0 and nothing == [8, 1]
+
+
 def test_largest_fit_answers_zero_when_nothing_fits_and_the_top_when_everything_does():
     calls: list[int] = []
     assert largest_fit(_affine(100 * 2**30, 2**20, calls), 1, 64, GPU_CARDS["H100 80 GB"])[0] == 0

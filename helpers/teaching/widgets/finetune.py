@@ -146,18 +146,16 @@ class FineTuneFit(StepWidget):
 
     def largest_batch(self) -> tuple[int, dict[int, Estimate]]:
         """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`)."""
-        seq = self.seq.value
-        gpu = self.capacity.value
+        seq, gpu = self.seq.value, self.capacity.value
         return largest_fit(lambda b: self.estimate_at(seq, b), 1, self.MAX_BATCH, self.capacities[gpu],
-                           gpu if gpu in GPU_CARDS else None)
+                           gpu if gpu in GPU_CARDS else None, start=self.batch_box.value)
 
     def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
         """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged."""
-        batch = self.batch_box.value
-        gpu = self.capacity.value
+        batch, gpu = self.batch_box.value, self.capacity.value
         steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
                                   self._max_seq[self.model.value] // SEQ_STEP, self.capacities[gpu],
-                                  gpu if gpu in GPU_CARDS else None)
+                                  gpu if gpu in GPU_CARDS else None, start=self.seq.value // SEQ_STEP)
         return steps * SEQ_STEP, {n * SEQ_STEP: e for n, e in seen.items()}
 
     def _recompute(self) -> None:
