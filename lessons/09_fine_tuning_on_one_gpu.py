@@ -29,7 +29,7 @@
 # - Measure what checkpointing, 8-bit AdamW and offloading each change, and what the loss over a 128k vocabulary keeps.
 # - Find the longest sequence that fits each card with an affine fit of two traces, confirmed by a trace at the answer.
 #
-# **Time:** about 80 minutes alone: 31 of reading, 16 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
+# **Time:** about 85 minutes alone: 33 of reading, 17 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) and 08 (a transformer's activations, flash attention, the logits) come first.
 
@@ -136,7 +136,7 @@ bf16_rest = 2 * (P8 - linear)                   # embedding, LM head and norms s
 assert abs(qlora16.categories["parameters"] - nf4 - bf16_rest - 4 * adapters) < 0.005 * nf4
 
 # %% [markdown]
-# Full fine-tuning needs 149.6 GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. No card holds it, at any sequence length. LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights of the 32 layers in 4 bits plus their scales, about 0.52 bytes per weight (asserted): 5.3 GiB of parameters, of which 2.0 GiB are the embedding and the LM head, still bfloat16. It fits 24 GB. In both, the green part now weighs about as much as the weights: at 2,048 tokens the activations are what is left to remove.
+# Full fine-tuning needs 149.6 GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. None of the three cards holds it, at any sequence length (section 4 shows what does). LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights of the 32 layers in 4 bits plus their scales, about 0.52 bytes per weight (asserted): 5.3 GiB of parameters, of which 2.0 GiB are the embedding and the LM head, still bfloat16. It fits 24 GB. In both, the green part now weighs about as much as the weights: at 2,048 tokens the activations are what is left to remove.
 #
 # ## 3. Why LoRA can take as much memory as full fine-tuning, or more
 #
@@ -191,7 +191,9 @@ assert 0.85 < grown / predicted < 0.95
 #
 # Back to Llama-3.1 8B at 2,048 tokens. Each technique removes one part of section 2's bars:
 #
+# - **Fused AdamW** (`torch.optim.AdamW(..., fused=True)`; the Hugging Face Trainer's default optimizer, `adamw_torch_fused`, with PyTorch 2.8 or later): one kernel updates each parameter and its two moments in place, without the `foreach` step's temporaries.
 # - **8-bit AdamW** (Dettmers et al., 2021; torchao's `AdamW8bit` here) stores each moment in 8 bits with a scale per block of values: about 2 bytes of states per parameter instead of 8.
+# - **bfloat16 weights and states**: the model loaded and trained in bfloat16. `torch.optim.AdamW` makes its moments in the parameters' dtype, so every term of the 16 bytes halves.
 # - **Offloading the optimizer states** (torchao's `CPUOffloadOptimizer`): the states live in host memory and the step runs on the CPU; the GPU keeps the weights and the gradients. A *paged* optimizer (bitsandbytes' `PagedAdamW`) is another thing: its states live in CUDA unified memory, which the driver moves to host memory only when the GPU runs short and back when the step touches them. What that costs is the driver's paging under pressure, time rather than bytes, and `torch.cuda.memory_allocated` does not see those states at all: a count of allocations cannot show it, and the engine does not simulate it.
 # - **Gradient checkpointing** the Hugging Face way (`model.gradient_checkpointing_enable()`): every decoder layer keeps only its input, and recomputes the rest in backward (lesson 04).
 
@@ -199,7 +201,9 @@ assert 0.85 < grown / predicted < 0.95
 at2k = dict(seq_len=2048, **STEP)
 techniques = {
     "full, AdamW": full,
+    "full, fused AdamW": profile_step(L8, 1, fused=True, **at2k),
     "full, 8-bit AdamW": profile_step(L8, 1, **(at2k | dict(optimizer="adamw8bit"))),
+    "full, bfloat16 weights and states": profile_step(L8, 1, param_dtype="bfloat16", **at2k),
     "full, bfloat16, states offloaded, checkpointing": profile_step(
         L8, 1, param_dtype="bfloat16", optimizer_offload=True, checkpoint=1, **at2k),
     "LoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, param_dtype="bfloat16", checkpoint=1,
@@ -210,10 +214,16 @@ techniques = {
 plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens: what each technique changes")
 
 # %% [markdown]
-# Look at what each bar lost against the one it comes from. 8-bit AdamW shrinks the purple states to a quarter and the peak moves to backward, where green activations (autocast's cached bfloat16 copies of the float32 weights among them, lesson 08) now sit beside the weights, gradients and states: it fits 80 GB. Offloading removes the purple altogether; with bfloat16 weights and checkpointing, only the weights and gradients are left, 2 + 2 bytes per parameter, and full fine-tuning fits 48 GB. Checkpointing shortens LoRA's and QLoRA's green parts to a sliver: LoRA fits 24 GB, and QLoRA needs a third of it.
+# Look at what each bar lost against the one it comes from. Fused AdamW loses the grey part, the `foreach` step's temporaries (4 bytes per parameter), and its peak moves to backward, where the activations sit beside the weights and states: it still passes every card. 8-bit AdamW shrinks the purple states to a quarter and the peak moves to backward, where green activations (autocast's cached bfloat16 copies of the float32 weights among them, lesson 08) now sit beside the weights, gradients and states: it fits 80 GB. bfloat16 weights and states halve every part of the first bar and fit 80 GB too; what they cost is precision, not bytes: a bfloat16 number keeps 8 significant bits, so an update smaller than about 1/256 of a weight is rounded away (asserted below), which is why mixed precision keeps float32 weights (lesson 05a). Offloading removes the purple altogether; with bfloat16 weights and checkpointing, only the weights and gradients are left, 2 + 2 bytes per parameter, and full fine-tuning fits 48 GB. Checkpointing shortens LoRA's and QLoRA's green parts to a sliver: LoRA fits 24 GB, and QLoRA needs a third of it.
 
 # %%
 eight, offloaded = techniques["full, 8-bit AdamW"], techniques["full, bfloat16, states offloaded, checkpointing"]
+fused, half = techniques["full, fused AdamW"], techniques["full, bfloat16 weights and states"]
+assert abs(full.categories["other"] - 4 * P8) < GiB and "backward" in fused.peak.label  # the temporaries, then none
+assert all(abs(half.categories[c] - full.categories[c] / 2) < GiB  # every part of the first bar halved
+           for c in ("parameters", "gradients", "optimizer_states", "other"))
+one = torch.tensor(1.0, dtype=torch.bfloat16)
+assert one + 2**-9 == one and one + 2**-7 > one  # an update of 1/512 of a weight is lost, one of 1/128 is not
 assert abs(eight.categories["optimizer_states"] / P8 - 2) < 0.05 and "backward" in eight.peak.label
 assert offloaded.categories["optimizer_states"] == 0
 assert abs(offloaded.categories["parameters"] / P8 - 2) < 0.01 and abs(offloaded.categories["gradients"] / P8 - 2) < 0.01
@@ -222,6 +232,7 @@ print(f"{'':<50} {'peak':>10}  {'24 GB':>6} {'48 GB':>6} {'80 GB':>6}")
 for label, p in list(techniques.items())[1:]:
     print(f"{label:<50} {gib(p.peak_allocated_bytes):>10}  " + " ".join(f"{v:>6}" for v in verdicts(p)))
 assert verdicts(eight) == ["no", "no", "yes"] and verdicts(offloaded) == ["no", "yes", "yes"]
+assert verdicts(fused) == ["no", "no", "no"] and verdicts(half) == ["no", "no", "yes"]
 assert verdicts(ckpt_lora) == ["yes"] * 3
 
 # %% [markdown]
@@ -260,7 +271,7 @@ print(f"at 8,192 tokens, logit-sized tensors hold {gib(logits)} of the {gib(qlor
 assert logits == 10 * 8192 * vocab and 0.75 < 10 * vocab / line.per_sample_bytes < 0.85
 
 # %% [markdown]
-# With checkpointing, most of what a token costs is its logits: the LM head's bfloat16 output, the float32 copy that Hugging Face's loss makes of it (`logits.float()`) and the float32 gradient that backward starts from, 2 + 4 + 4 = 10 bytes for each of the 128,256 vocabulary entries, 1.2 of the 1.5 MiB per token (asserted). At 8,192 tokens they are 9.8 GiB of the 17.3 GiB peak, twice the 4-bit model. Lesson 08's chunked cross-entropy, which never holds all the logits, is the remedy that would move these answers furthest.
+# With checkpointing, most of what a token costs is its logits: the LM head's bfloat16 output, the float32 copy made for the loss (autocast runs cross-entropy in float32; Hugging Face's own `ForCausalLMLoss` makes the same copy with `logits.float()`) and the float32 gradient that backward starts from, 2 + 4 + 4 = 10 bytes for each of the 128,256 vocabulary entries, 1.2 of the 1.5 MiB per token (asserted). At 8,192 tokens they are 9.8 GiB of the 17.3 GiB peak, twice the 4-bit model. Lesson 08's chunked cross-entropy, which never holds all the logits, is the remedy that would move these answers furthest.
 #
 # The largest batch follows from the same line: a batch of 2,048-token samples fits where its tokens do, so the A6000's 28,160 tokens hold 13 such samples (exercise 2 checks it with traces).
 #
@@ -394,7 +405,7 @@ if recorded is not None:
 # ## Key points
 #
 # - A 7-8B model's config decides every tensor: the engine builds it on the meta device and counts a step without the weights or a GPU.
-# - Full fine-tuning with AdamW needs 16 bytes per parameter plus 4 at the `foreach` step (150 GiB for Llama-3.1 8B): no single card. 8-bit states, offloaded states and bfloat16 weights each remove one term.
+# - Full fine-tuning with float32 weights and AdamW needs 16 bytes per parameter plus 4 at the `foreach` step (150 GiB for Llama-3.1 8B), more than an 80 GB card. Fused AdamW removes the 4; 8-bit states, offloaded states and bfloat16 weights each remove one term of the 16, and bfloat16 weights and states together fit Llama-3.1 8B in 80 GB, at the cost of updates too small for bfloat16.
 # - LoRA removes the gradients and optimizer states of the frozen weights, not the weights and not the activations; peft's float32 copies of each adapted layer's input can make its activations larger than full fine-tuning's, so at long sequences LoRA can need more (peft issue #1514, reproduced). QLoRA stores the frozen linear weights in about 0.52 bytes each.
 # - With checkpointing and QLoRA, most of what a token costs is its logits (10 bytes per vocabulary entry): the vocabulary decides the longest sequence.
 # - With flash attention the peak is a straight line in the batch's tokens: two traces predict the longest sequence and the largest batch, and a trace at the answer confirms it.
