@@ -7,11 +7,12 @@ each row says.  The 7B-65B rows take tens of seconds to minutes each:
 """
 
 import dataclasses
+import math
 
 import pytest
 import torch
 
-from helpers import gpus
+from helpers import gpus, profile_step
 from helpers.config import StepConfig
 from helpers.teaching import published as P
 from helpers.teaching.plots import plot_published_comparison
@@ -142,3 +143,22 @@ def test_bert_base_builds_in_float16_with_its_parameter_count():
         model = P.ROWS["bert-sdpa-b4-s256"].config().model()
     assert sum(p.numel() for p in model.parameters()) == 109_514_298
     assert {p.dtype for p in model.parameters()} == {torch.float16} and model.training
+
+
+def test_the_65b_rows_gap_states_what_its_peak_holds():
+    """The QLoRA paper's row: its gap's figures are what the engine's peak holds (the miss, the float32 adapters,
+    torchao's dequantization of the 180 million weights of a 8192 x 22016 projection)."""
+    row = P.ROWS["qlora-guanaco-65b"]
+    profile = profile_step(row.config())
+    c = P.compare(row)
+    assert round((c.after - row.published) / 1e9, 1) == 1.1 and "(2%, 1.1 GB)" in row.gap
+    peak = profile.at_peak()
+    adapters = sum(s.nbytes for s in peak if s.dtype == torch.float32 and s.category in ("parameters", "gradients"))
+    assert round(adapters / 2 / 1e9, 1) == 3.2 and "take 3.2 GB more" in row.gap  # in bfloat16: half of it
+    assert "recomputation of NF4Linear" in profile.peak.label and "layers.0.mlp.down_proj" in profile.peak.label
+    weights = 8192 * 22016
+    dequantizing = [s for s in peak if s.category == "activations" and math.prod(s.shape) in (weights // 2, weights)]
+    assert {s.dtype for s in dequantizing} == {torch.int64, torch.bfloat16}
+    held, copy = sum(s.nbytes for s in dequantizing), 2 * weights  # torchao's, and one bfloat16 copy of the weight
+    assert (round(held / 1e9, 1), round(copy / 1e9, 2), round((held - copy) / 1e9, 1)) == (2.5, 0.36, 2.2)
+    assert "2.5 GB at the peak" in row.gap and "0.36 GB: 2.2 GB more" in row.gap
