@@ -9,7 +9,8 @@ so that one pytest session compiles the stub once.  Also usable outside pytest
 the reason where the stub cannot be built.
 
 The stub is compiled with the system ``cc`` into a directory as
-``libcuda.so.1`` (and ``libnvidia-ml.so.1``, the same file) and loaded with
+``libcuda.so.1`` (and ``libnvidia-ml.so.1``, the same file), beside the cuBLAS
+stub ``libcublas_stub.so`` (``cublas_stub.c``), and both are loaded with
 ``LD_PRELOAD`` in a subprocess only (:func:`stub_env`), never in the process
 that compiles it.
 """
@@ -71,6 +72,10 @@ def build(out: Path) -> Path:
                            str(STUB / "cuda_stub.c")], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the stub driver did not compile:\n{done.stderr[-2000:]}")
+    done = subprocess.run([shutil.which("cc"), "-O1", "-shared", "-fPIC", "-w", "-o", str(out / "libcublas_stub.so"),
+                           str(STUB / "cublas_stub.c")], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the cuBLAS stub did not compile:\n{done.stderr[-2000:]}")
     link = out / "libnvidia-ml.so.1"
     if not link.exists():
         link.symlink_to("libcuda.so.1")
@@ -83,7 +88,7 @@ def stub_env(stub: Path, **extra: str) -> dict[str, str]:
     ``extra`` adds variables (``STUB_CUDA_CAPACITY``, ``PYTORCH_CUDA_ALLOC_CONF``, ...).
     ``PYTORCH_ALLOC_CONF`` of this process is dropped, so that it cannot change the run.
     """
-    env = dict(os.environ, LD_PRELOAD=str(stub / "libcuda.so.1"),
+    env = dict(os.environ, LD_PRELOAD=f"{stub / 'libcuda.so.1'} {stub / 'libcublas_stub.so'}",
                LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(stub), os.environ.get("LD_LIBRARY_PATH")])),
                OMP_NUM_THREADS="1", **extra)
     env.pop("PYTORCH_ALLOC_CONF", None)

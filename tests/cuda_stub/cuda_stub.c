@@ -2,7 +2,9 @@
  * caching allocator (libc10_cuda.so) calls, so that the real, compiled
  * allocator runs on a machine with no GPU (issue 23).  Loaded with LD_PRELOAD
  * in a subprocess only (tests/test_allocator_oracle.py); never in the pytest
- * process.
+ * process.  With tests/cuda_stub/cublas_stub.c beside it, a whole training
+ * step also runs on real CUDA tensors, every kernel a no-op (the end of this
+ * file; tests/cuda_stub/real_step.py).
  *
  * One device, H100-like properties.  cudaMalloc/cudaFree and, for expandable
  * segments, cuMemAddressReserve/cuMemCreate/cuMemMap/cuMemUnmap/cuMemRelease
@@ -103,6 +105,8 @@ EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* p, int d) {
   p->multiProcessorCount = 132;
   p->warpSize = 32;
   p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = p->maxGridSize[2] = 65535;
   p->maxThreadsPerMultiProcessor = 2048;
   p->sharedMemPerBlock = 49152;
   p->sharedMemPerBlockOptin = 232448;
@@ -124,6 +128,12 @@ EXPORT cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr attr, int 
     case cudaDevAttrMultiProcessorCount: *v = 132; break;
     case cudaDevAttrWarpSize: *v = 32; break;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrMaxGridDimX: *v = 2147483647; break;
+    case cudaDevAttrMaxGridDimY: case cudaDevAttrMaxGridDimZ: *v = 65535; break;
+    case cudaDevAttrMaxBlockDimX: case cudaDevAttrMaxBlockDimY: *v = 1024; break;
+    case cudaDevAttrMaxBlockDimZ: *v = 64; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 49152; break;
     default: *v = 0;
   }
   return cudaSuccess;
@@ -316,3 +326,32 @@ EXPORT int nvmlDeviceGetComputeRunningProcesses(void* device, unsigned* count, v
 EXPORT int nvmlSystemGetCudaDriverVersion_v2(int* v) { *v = 13000; return NVML_OK; }
 EXPORT int nvmlDeviceGetNvLinkRemoteDeviceType(void* d, unsigned link, int* t) { (void)d; (void)link; (void)t; return NVML_NOT_SUPPORTED; }
 EXPORT int nvmlDeviceGetNvLinkRemotePciInfo_v2(void* d, unsigned link, void* pci) { (void)d; (void)link; (void)pci; return NVML_NOT_SUPPORTED; }
+
+/* ---- A step on real CUDA tensors (tests/cuda_stub/real_step.py): every kernel launch returns at once and
+ * computes nothing; copies and sets touch no device memory, and a copy to the host writes zeros (so a
+ * GradScaler finds no inf and .item() reads 0); pinned host memory is plain calloc'd memory; a kernel's
+ * attributes and occupancy are answered as one block per SM.  cuBLAS is tests/cuda_stub/cublas_stub.c. */
+static int on_device(const void* p) { return (uintptr_t)p >= 0x100000000000 && (uintptr_t)p < next_address; }
+static cudaError_t copy(void* dst, const void* src, size_t n, enum cudaMemcpyKind kind) {
+  (void)src;
+  if (kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && !on_device(dst))) memset(dst, 0, n);
+  return cudaSuccess;
+}
+EXPORT cudaError_t cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) { return copy(d, s, n, k); }
+EXPORT cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) { (void)st; return copy(d, s, n, k); }
+EXPORT cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st) { (void)d; (void)v; (void)n; (void)st; return cudaSuccess; }
+EXPORT cudaError_t cudaMemset(void* d, int v, size_t n) { (void)d; (void)v; (void)n; return cudaSuccess; }
+EXPORT cudaError_t cudaHostAlloc(void** p, size_t n, unsigned f) { (void)f; *p = calloc(1, n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+EXPORT cudaError_t cudaMallocHost(void** p, size_t n) { return cudaHostAlloc(p, n, 0); }
+EXPORT cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+EXPORT cudaError_t cudaLaunchKernel(const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st) { return cudaSuccess; }
+EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* f, void** a) { return cudaSuccess; }
+EXPORT cudaError_t cudaLaunchCooperativeKernel(const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st) { return cudaSuccess; }
+EXPORT cudaError_t cudaFuncSetAttribute(const void* f, enum cudaFuncAttribute a, int v) { return cudaSuccess; }
+EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* a, const void* f) {
+  memset(a, 0, sizeof *a); a->maxThreadsPerBlock = 1024; a->numRegs = 32; a->binaryVersion = 90; a->ptxVersion = 90; return cudaSuccess; }
+EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void* f, int b, size_t s) { *n = 1; return cudaSuccess; }
+EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, const void* f, int b, size_t s, unsigned fl) { *n = 1; return cudaSuccess; }
+EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a, const void* p) {
+  memset(a, 0, sizeof *a); a->type = on_device(p) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered; a->device = 0;
+  a->devicePointer = on_device(p) ? (void*)p : NULL; a->hostPointer = on_device(p) ? NULL : (void*)p; return cudaSuccess; }

@@ -132,6 +132,38 @@ def place(net: torch.nn.Module) -> torch.nn.Module:
     return net
 
 
+def training_step(net: torch.nn.Module, spec, optimizer: torch.optim.Optimizer, scaler, batch: int,
+                  seq_len: int | None, amp: bool, kernels=contextlib.nullcontext,
+                  after_backward=lambda: None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step as a training loop writes it (the module's docstring, 2 to 6), on the ``cuda`` device; returns the
+    batch.  ``after_backward()`` runs once ``backward`` has returned, before the optimizer step.  Also
+    real_step.py's."""
+    if seq_len is not None:
+        x = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
+        y = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
+    else:
+        x = torch.randn(batch, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (batch,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16, enabled=amp), kernels():
+        logits = output_logits(net(x))
+        loss = (F.cross_entropy(logits.flatten(0, 1), y.flatten()) if seq_len is not None
+                else F.cross_entropy(logits, y))
+    del logits  # the batch lives through the step, as a loop's `for x, y in loader` keeps it
+    if scaler is not None:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    del loss
+    after_backward()
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return x, y
+
+
 def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str | None = None,
              lora_rank: int = 0) -> dict:
     """One case (see the module's docstring): build, place, two steps, the second measured.
@@ -158,31 +190,14 @@ def run_case(model: str, batch: int, seq_len: int | None, amp: bool, kernel: str
         backward_peak: list[int] = []
 
         def step():
-            if seq_len is not None:
-                x = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
-                y = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
-            else:
-                x = torch.randn(batch, 3, 224, 224, device="cuda")
-                y = torch.randint(0, 1000, (batch,), device="cuda")
+            grads: set = set()
+
+            def after_backward():
+                backward_peak.append(tracker.peak)
+                grads.update(tracker.serial_of(p.grad) for p in net.parameters() if p.grad is not None)
+
+            x, y = training_step(net, spec, optimizer, scaler, batch, seq_len, amp, kernels, after_backward)
             inputs.update({tracker.serial_of(x), tracker.serial_of(y)})
-            with torch.autocast("cuda", dtype=torch.float16, enabled=amp), kernels():
-                logits = output_logits(net(x))
-                loss = (F.cross_entropy(logits.flatten(0, 1), y.flatten()) if seq_len is not None
-                        else F.cross_entropy(logits, y))
-            del logits  # the batch lives through the step, as a loop's `for x, y in loader` keeps it
-            if scaler is not None:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            del loss
-            backward_peak.append(tracker.peak)
-            grads = {tracker.serial_of(p.grad) for p in net.parameters() if p.grad is not None}
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
             return grads
 
         step()

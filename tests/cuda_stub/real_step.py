@@ -1,0 +1,122 @@
+"""One training step on real CUDA tensors, every kernel a no-op, recorded as a memory snapshot (issue 33).
+
+Run only in a subprocess with both stubs preloaded (``tests/cuda_stub/build.py``,
+``stub_env``): ``python real_step.py SNAPSHOT_DIR < cases.json``.  Unlike
+``whole_step.py`` (fake tensors of the ``cuda`` device), the tensors here are
+real ``cuda`` tensors: every operator runs PyTorch's CUDA implementation, which
+allocates its outputs and its own temporaries through PyTorch's compiled caching
+allocator; only the kernels compute nothing (``cuda_stub.c`` returns from every
+launch, ``cublas_stub.c`` from every matrix product).  cuBLAS's workspaces are
+allocated by PyTorch, as on a GPU.  A copy to the host reads zeros, so the
+``GradScaler`` finds no inf and always steps, as it would on a GPU.
+
+The step is whole_step.py's, written as a training loop writes it: the model
+(built on ``meta`` by :mod:`helpers.models`, with peft's LoRA adapters for
+``lora_rank``, then given one uninitialised ``cuda`` tensor per parameter and
+buffer by whole_step.py's ``place``: ``to_empty`` would untie a tied head),
+``AdamW(lr=1e-3, weight_decay=0.01, foreach=True)`` over the trained parameters,
+a ``torch.amp.GradScaler("cuda")`` under float16 AMP; a batch of token ids;
+forward and cross-entropy under ``torch.autocast("cuda", dtype=torch.float16)``;
+backward; the optimizer step; ``zero_grad(set_to_none=True)``.  Two steps; the
+second is measured.  cuDNN is not stubbed: ``scaled_dot_product_attention`` is
+kept off cuDNN's kernel (``torch.backends.cuda.enable_cudnn_sdp(False)``), so
+PyTorch picks flash (float16) or memory-efficient (float32) attention.
+
+History is recorded from before the model is placed
+(``torch.cuda.memory._record_memory_history(stacks="python")``) and dumped with
+``torch.cuda.memory._dump_snapshot`` to ``SNAPSHOT_DIR/<name>.pickle``: the format
+of https://pytorch.org/memory_viz, made by PyTorch itself.
+
+Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
+"seq_len": n, "amp": bool, "lora_rank": n}``.  Output (stdout, last line): a JSON
+list, for each case, ``{"snapshot": path, "max_allocated": bytes,
+"tensors_peak": bytes, "allocated": bytes, "reserved": bytes, "trace_start": n}``:
+``torch.cuda.max_memory_allocated()`` over the measured step (the allocator's
+blocks), the peak over that step of the blocks' requested sizes, each rounded
+up to 512 bytes as the allocator rounds a request (the tensors alone, as the
+simulation counts them), ``memory_allocated()`` and ``memory_reserved()`` when
+the snapshot was taken, and the index of the measured step's first entry in
+the snapshot's ``device_traces[0]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from helpers.models import resolve_model
+from whole_step import place, training_step  # the same placement (a tied head stays tied) and step
+
+
+def round_up(nbytes: int) -> int:
+    """A request's block size below 1 MiB and above it alike: a multiple of 512 bytes (``round_size`` in
+    ``c10/cuda/CUDACachingAllocator.cpp``)."""
+    return max(512, -(-nbytes // 512) * 512)
+
+
+def tensors_peak(trace: list[dict], start: int, live: dict[int, int]) -> int:
+    """The peak of the live blocks' rounded requested sizes over ``trace[start:]``; ``live``: address -> rounded
+    requested size of the blocks allocated when it starts."""
+    live = dict(live)
+    now = peak = sum(live.values())
+    for entry in trace[start:]:
+        if entry["action"] == "alloc":
+            live[entry["addr"]] = round_up(entry["size"])
+            now += live[entry["addr"]]
+            peak = max(peak, now)
+        elif entry["action"] == "free_completed" and entry["addr"] in live:
+            now -= live.pop(entry["addr"])
+    return peak
+
+
+def run_case(case: dict, out: Path) -> dict:
+    """One case: placed, two steps, the second measured; its snapshot written to ``out``."""
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    spec = resolve_model(case["model"])
+    with torch.device("meta"):
+        net = spec.build().train()
+        if case.get("lora_rank"):
+            from helpers.techniques.lora import apply_lora
+            net = apply_lora(net, case["lora_rank"])
+    net = place(net)
+    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01,
+                                  foreach=True)
+    scaler = torch.amp.GradScaler("cuda") if case["amp"] else None
+
+    def step():
+        training_step(net, spec, optimizer, scaler, case["batch"], case["seq_len"], case["amp"])
+
+    step()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory._snapshot()
+    start = len(before["device_traces"][0])
+    live = {b["address"]: round_up(b["requested_size"]) for seg in before["segments"] for b in seg["blocks"]
+            if b["state"] == "active_allocated"}
+    step()
+    path = out / f"{case['name']}.pickle"
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._dump_snapshot(str(path))
+    torch.cuda.memory._record_memory_history(enabled=None)
+    result = {"snapshot": str(path), "max_allocated": torch.cuda.max_memory_allocated(),
+              "tensors_peak": tensors_peak(snapshot["device_traces"][0], start, live),
+              "allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
+              "trace_start": start}
+    del net, optimizer, scaler
+    torch.cuda.empty_cache()
+    return result
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("the stub did not load: torch.cuda.is_available() is False")
+    torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN is not stubbed
+    out = Path(sys.argv[1])
+    cases = json.load(sys.stdin)
+    print(json.dumps([run_case(case, out) for case in cases]))
+
+
+if __name__ == "__main__":
+    main()
