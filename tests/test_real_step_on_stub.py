@@ -10,7 +10,8 @@ with a GPU brings, made here without one.  ``tests/test_whole_step_reference.py`
 tensors through CUDA's dispatch; this runs CUDA's kernels' own host code too (what each allocates for itself).
 
 Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with peft's LoRA adapters (tied
-embeddings, grouped-query attention), batch 2 x 256 tokens, AdamW, the second step:
+embeddings, grouped-query attention), batch 2 x 256 tokens, and for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
+weights and autocast, 2,048 tokens, with and without checkpointing), AdamW, the second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
   ``memory_allocated()``, and its trace holds the step's allocations with their Python frames;
@@ -21,7 +22,10 @@ embeddings, grouped-query attention), batch 2 x 256 tokens, AdamW, the second st
   layers: 30 KiB), which the simulation leaves out (``tests/test_whole_step_reference.py`` says why), and one
   512-byte block at GPT-2's optimizer step;
 * ``max_memory_allocated()`` is above that peak by what the allocator hands out beyond a request (a block it does
-  not split: lesson 06's unsplit rests), under 2%.
+  not split: lesson 06's unsplit rests), under 2%;
+* for the two 8B steps, ``max_memory_allocated()`` less the two workspaces is what an H200 gave for the same step
+  (``make gpu-reference``, recorded in ``lessons/data/gpu_reference.json``) within 0.01%: to the byte with
+  checkpointing, 1 MiB under it without (the GPU's allocator then kept one unsplit rest more).
 """
 
 import json
@@ -36,6 +40,7 @@ import pytest
 from cuda_stub.build import STUB, stub_env
 from helpers import profile_step
 from helpers.gpus import COMPUTE_CAPABILITY, cublas_workspace_bytes
+from helpers.teaching.reference import load_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [
@@ -43,7 +48,13 @@ CASES = [
     {"name": "gpt2_fp32", "model": "gpt2", "batch": 2, "seq_len": 256, "amp": False},
     {"name": "smollm2_lora_amp", "model": "HuggingFaceTB/SmolLM2-135M", "batch": 2, "seq_len": 256, "amp": True,
      "lora_rank": 16},
+] + [  # lesson 09's two steps that make gpu-reference measured on an H200 (benchmarks/gpu_reference.py, RUNS)
+    {"name": name, "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True, "amp_dtype": "bfloat16",
+     "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "recorded": config}
+    for name, checkpoint, config in (("llama8b_lora", False, "LoRA r16"),
+                                     ("llama8b_lora_ckpt", True, "LoRA r16, checkpointing"))
 ]
+WORKSPACES = 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"])  # the stub's card
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +87,26 @@ def test_the_snapshot_is_pytorchs_own(steps, case):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_the_simulated_peak_is_the_real_steps_tensors(steps, case):
     result = steps[case["name"]]
-    extra = {"lora_rank": case["lora_rank"]} if case.get("lora_rank") else {}
+    extra = {key: case[key] for key in ("lora_rank", "amp_dtype", "param_dtype") if case.get(key)}
     simulated = profile_step(case["model"], case["batch"], seq_len=case["seq_len"], amp=case["amp"],
-                             optimizer="adamw", steady_state=True, device="simulated", **extra)
-    workspaces = 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"])
-    expected = simulated.peak_allocated_bytes + workspaces
+                             checkpoint=int(case.get("checkpoint", False)), optimizer="adamw", steady_state=True,
+                             device="simulated", **extra)
+    expected = simulated.peak_allocated_bytes + WORKSPACES
     print(f"{case['name']}: real tensors {result['tensors_peak']:,} B, simulated + workspaces {expected:,} B, "
           f"max_memory_allocated {result['max_allocated']:,} B")
     assert abs(result["tensors_peak"] - expected) <= 0.0001 * expected
     assert result["tensors_peak"] <= result["max_allocated"] < 1.02 * result["tensors_peak"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "recorded" in c], ids=lambda c: c["name"])
+def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
+    """PyTorch's operators and allocator on the stub reach the ``max_memory_allocated`` that ``make gpu-reference``
+    recorded for the same step on an H200 (``lessons/data/gpu_reference.json``; its cuBLAS workspaces were made
+    before the runs, so the stub's two are taken off)."""
+    recorded = load_reference()
+    if recorded is None or recorded.get("dry_run"):
+        pytest.skip("no GPU recording in lessons/data/gpu_reference.json")
+    (run,) = [r for r in recorded["runs"] if r["model"] == case["model"] and r["config"] == case["recorded"]]
+    stub = steps[case["name"]]["max_allocated"] - WORKSPACES
+    print(f"{case['name']}: {recorded['device']} {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
+    assert abs(stub - run["cuda_peak_bytes"]) <= 0.0001 * run["cuda_peak_bytes"]

@@ -78,16 +78,21 @@ def run_case(case: dict, out: Path) -> dict:
     spec = resolve_model(case["model"])
     with torch.device("meta"):
         net = spec.build().train()
+        if case.get("param_dtype"):
+            net = net.to(getattr(torch, case["param_dtype"]))
+        if case.get("checkpoint"):  # each decoder layer, as helpers.techniques.checkpointing.enable does it
+            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if case.get("lora_rank"):
             from helpers.techniques.lora import apply_lora
             net = apply_lora(net, case["lora_rank"])
     net = place(net)
     optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01,
                                   foreach=True)
-    scaler = torch.amp.GradScaler("cuda") if case["amp"] else None
+    amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))
+    scaler = torch.amp.GradScaler("cuda") if case["amp"] and amp_dtype == torch.float16 else None
 
     def step():
-        training_step(net, spec, optimizer, scaler, case["batch"], case["seq_len"], case["amp"])
+        training_step(net, spec, optimizer, scaler, case["batch"], case["seq_len"], case["amp"], amp_dtype=amp_dtype)
 
     step()
     torch.cuda.reset_peak_memory_stats()

@@ -134,7 +134,7 @@ def place(net: torch.nn.Module) -> torch.nn.Module:
 
 def training_step(net: torch.nn.Module, spec, optimizer: torch.optim.Optimizer, scaler, batch: int,
                   seq_len: int | None, amp: bool, kernels=contextlib.nullcontext,
-                  after_backward=lambda: None) -> tuple[torch.Tensor, torch.Tensor]:
+                  after_backward=lambda: None, amp_dtype: torch.dtype = torch.float16) -> tuple[torch.Tensor, torch.Tensor]:
     """One step as a training loop writes it (the module's docstring, 2 to 6), on the ``cuda`` device; returns the
     batch.  ``after_backward()`` runs once ``backward`` has returned, before the optimizer step.  Also
     real_step.py's."""
@@ -144,7 +144,7 @@ def training_step(net: torch.nn.Module, spec, optimizer: torch.optim.Optimizer, 
     else:
         x = torch.randn(batch, 3, 224, 224, device="cuda")
         y = torch.randint(0, 1000, (batch,), device="cuda")
-    with torch.autocast("cuda", dtype=torch.float16, enabled=amp), kernels():
+    with torch.autocast("cuda", dtype=amp_dtype, enabled=amp), kernels():
         logits = output_logits(net(x))
         loss = (F.cross_entropy(logits.flatten(0, 1), y.flatten()) if seq_len is not None
                 else F.cross_entropy(logits, y))
