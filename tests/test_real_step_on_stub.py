@@ -23,11 +23,14 @@ weights and autocast, 2,048 tokens, with and without checkpointing), AdamW, the 
   512-byte block at GPT-2's optimizer step;
 * ``max_memory_allocated()`` is above that peak by what the allocator hands out beyond a request (a block it does
   not split: lesson 06's unsplit rests), under 2%;
+* the snapshot's trace, replayed through the allocator model (``helpers.allocator``, as
+  ``benchmarks/gpu_trace_replay.py`` replays a GPU's), ends with PyTorch's reserved memory;
 * for the two 8B steps, ``max_memory_allocated()`` less the two workspaces is what an H200 gave for the same step
   (``make gpu-reference``, recorded in ``lessons/data/gpu_reference.json``) within 0.01%: to the byte with
   checkpointing, 1 MiB under it without (the GPU's allocator then kept one unsplit rest more).
 """
 
+import importlib.util
 import json
 import os
 import pickle
@@ -39,6 +42,7 @@ import pytest
 
 from cuda_stub.build import STUB, stub_env
 from helpers import profile_step
+from helpers.allocator import replay
 from helpers.gpus import COMPUTE_CAPABILITY, cublas_workspace_bytes
 from helpers.teaching.reference import load_reference
 
@@ -110,3 +114,14 @@ def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
     stub = steps[case["name"]]["max_allocated"] - WORKSPACES
     print(f"{case['name']}: {recorded['device']} {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
     assert abs(stub - run["cuda_peak_bytes"]) <= 0.0001 * run["cuda_peak_bytes"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+def test_the_allocator_model_replays_the_snapshot_to_pytorchs_reserved(steps, case):
+    result = steps[case["name"]]
+    spec = importlib.util.spec_from_file_location("gpu_trace_replay", ROOT / "benchmarks" / "gpu_trace_replay.py")
+    replayer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replayer)
+    log, addresses, reserved = replayer.trace_log(replayer.load_snapshot(Path(result["snapshot"])))
+    assert reserved == result["reserved"] and len(log) > 1000
+    assert replay(log, segment_addresses=addresses).peak_reserved == reserved

@@ -22,8 +22,9 @@ second is measured.  cuDNN is not stubbed: ``scaled_dot_product_attention`` is
 kept off cuDNN's kernel (``torch.backends.cuda.enable_cudnn_sdp(False)``), so
 PyTorch picks flash (float16) or memory-efficient (float32) attention.
 
-History is recorded from before the model is placed
-(``torch.cuda.memory._record_memory_history(stacks="python")``) and dumped with
+History is recorded from an emptied cache (the last case's cuBLAS workspaces
+cleared too), before the model is placed
+(``torch.cuda.memory._record_memory_history(stacks="python")``), and dumped with
 ``torch.cuda.memory._dump_snapshot`` to ``SNAPSHOT_DIR/<name>.pickle``: the format
 of https://pytorch.org/memory_viz, made by PyTorch itself.
 
@@ -73,7 +74,9 @@ def tensors_peak(trace: list[dict], start: int, live: dict[int, int]) -> int:
 
 
 def run_case(case: dict, out: Path) -> dict:
-    """One case: placed, two steps, the second measured; its snapshot written to ``out``."""
+    """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
+    torch._C._cuda_clearCublasWorkspaces()  # the last case's, kept by cuBLAS's handles
+    torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     spec = resolve_model(case["model"])
     with torch.device("meta"):
