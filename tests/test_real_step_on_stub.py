@@ -25,9 +25,12 @@ weights and autocast, 2,048 tokens, with and without checkpointing), AdamW, the 
   not split: lesson 06's unsplit rests), under 2%;
 * the snapshot's trace, replayed through the allocator model (``helpers.allocator``, as
   ``benchmarks/gpu_trace_replay.py`` replays a GPU's), ends with PyTorch's reserved memory;
-* for the two 8B steps, ``max_memory_allocated()`` less the two workspaces is what an H200 gave for the same step
-  (``make gpu-reference``, recorded in ``lessons/data/gpu_reference.json``) within 0.01%: to the byte with
-  checkpointing, 1 MiB under it without (the GPU's allocator then kept one unsplit rest more).
+* for GPT-2 at batch 8 x 1,024 tokens with Adam (float32 and float16 AMP) and the two 8B steps,
+  ``max_memory_allocated()`` less the two workspaces is what an H200 gave for the same step (``make gpu-reference``,
+  recorded in ``lessons/data/gpu_reference.json``) within 0.05%: to the byte for the checkpointed 8B step, 1 MiB
+  under it for the other, 12 KiB and 2.2 MiB over it for GPT-2; what is left is which blocks the allocator did not
+  split.  There the simulation's tensors are the stub's, to the byte in float32, so what a GPU's
+  ``max_memory_allocated()`` shows beyond the simulated peak on these steps is the allocator's unsplit rests.
 """
 
 import importlib.util
@@ -52,7 +55,11 @@ CASES = [
     {"name": "gpt2_fp32", "model": "gpt2", "batch": 2, "seq_len": 256, "amp": False},
     {"name": "smollm2_lora_amp", "model": "HuggingFaceTB/SmolLM2-135M", "batch": 2, "seq_len": 256, "amp": True,
      "lora_rank": 16},
-] + [  # lesson 09's two steps that make gpu-reference measured on an H200 (benchmarks/gpu_reference.py, RUNS)
+] + [  # steps that make gpu-reference measured on an H200 (benchmarks/gpu_reference.py, RUNS): GPT-2 at its context,
+    {"name": name, "model": "gpt2", "batch": 8, "seq_len": 1024, "amp": amp, "optimizer": "adam", "recorded": config}
+    for name, amp, config in (("gpt2_b8_adam", False, "Adam, steady state"),
+                              ("gpt2_b8_amp_adam", True, "AMP, Adam, steady state"))
+] + [  # and lesson 09's two
     {"name": name, "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True, "amp_dtype": "bfloat16",
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "recorded": config}
     for name, checkpoint, config in (("llama8b_lora", False, "LoRA r16"),
@@ -93,7 +100,8 @@ def test_the_simulated_peak_is_the_real_steps_tensors(steps, case):
     result = steps[case["name"]]
     extra = {key: case[key] for key in ("lora_rank", "amp_dtype", "param_dtype") if case.get(key)}
     simulated = profile_step(case["model"], case["batch"], seq_len=case["seq_len"], amp=case["amp"],
-                             checkpoint=int(case.get("checkpoint", False)), optimizer="adamw", steady_state=True,
+                             checkpoint=int(case.get("checkpoint", False)), optimizer=case.get("optimizer", "adamw"),
+                             steady_state=True,
                              device="simulated", **extra)
     expected = simulated.peak_allocated_bytes + WORKSPACES
     print(f"{case['name']}: real tensors {result['tensors_peak']:,} B, simulated + workspaces {expected:,} B, "
@@ -113,7 +121,7 @@ def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
     (run,) = [r for r in recorded["runs"] if r["model"] == case["model"] and r["config"] == case["recorded"]]
     stub = steps[case["name"]]["max_allocated"] - WORKSPACES
     print(f"{case['name']}: {recorded['device']} {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
-    assert abs(stub - run["cuda_peak_bytes"]) <= 0.0001 * run["cuda_peak_bytes"]
+    assert abs(stub - run["cuda_peak_bytes"]) <= 0.0005 * run["cuda_peak_bytes"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])

@@ -89,8 +89,9 @@ def run_case(case: dict, out: Path) -> dict:
             from helpers.techniques.lora import apply_lora
             net = apply_lora(net, case["lora_rank"])
     net = place(net)
-    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01,
-                                  foreach=True)
+    trained = [p for p in net.parameters() if p.requires_grad]
+    optimizer = (torch.optim.Adam(trained, lr=1e-3, foreach=True) if case.get("optimizer") == "adam" else
+                 torch.optim.AdamW(trained, lr=1e-3, weight_decay=0.01, foreach=True))
     amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))
     scaler = torch.amp.GradScaler("cuda") if case["amp"] and amp_dtype == torch.float16 else None
 
