@@ -25,12 +25,14 @@ weights and autocast, 2,048 tokens, with and without checkpointing), AdamW, the 
   not split: lesson 06's unsplit rests), under 2%;
 * the snapshot's trace, replayed through the allocator model (``helpers.allocator``, as
   ``benchmarks/gpu_trace_replay.py`` replays a GPU's), ends with PyTorch's reserved memory;
-* for GPT-2 at batch 8 x 1,024 tokens with Adam (float32 and float16 AMP) and the two 8B steps,
-  ``max_memory_allocated()`` less the two workspaces is what an H200 gave for the same step (``make gpu-reference``,
-  recorded in ``lessons/data/gpu_reference.json``) within 0.05%: to the byte for the checkpointed 8B step, 1 MiB
-  under it for the other, 12 KiB and 2.2 MiB over it for GPT-2; what is left is which blocks the allocator did not
-  split.  There the simulation's tensors are the stub's, to the byte in float32, so what a GPU's
-  ``max_memory_allocated()`` shows beyond the simulated peak on these steps is the allocator's unsplit rests.
+* for GPT-2 at batch 8 x 1,024 tokens with Adam (float32 and float16 AMP), the two 8B steps and lesson 02's dropout
+  MLP, ``max_memory_allocated()`` less the two workspaces is what an H200 gave for the same step (``make
+  gpu-reference``, recorded in ``lessons/data/gpu_reference.json``) within 0.05%: to the byte for the checkpointed 8B
+  step and the dropout MLP, 1 MiB under it for the other 8B step, 12 KiB and 2.2 MiB over it for GPT-2; what is left
+  is which blocks the allocator did not split.  There the simulation's tensors are the stub's, to the byte in float32,
+  so what a GPU's ``max_memory_allocated()`` shows beyond the simulated peak on these steps is the allocator's unsplit
+  rests, except for the dropout MLP: its peak holds a reduction's staging buffer that the simulation leaves out
+  (:data:`REDUCTION`, an expected failure until the CUDA rules model it).
 """
 
 import importlib.util
@@ -64,7 +66,17 @@ CASES = [
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "recorded": config}
     for name, checkpoint, config in (("llama8b_lora", False, "LoRA r16"),
                                      ("llama8b_lora_ckpt", True, "LoRA r16, checkpointing"))
+] + [  # and lesson 02's dropout MLP, whose backward sums a gradient over a batch of 4,096 (see REDUCTION)
+    {"name": "dropout_mlp", "model": "helpers.models:dropout_mlp", "batch": 4096, "amp": False,
+     "input_shape": [1, 28, 28], "num_classes": 10, "optimizer": "sgd-momentum", "recorded": "steady state",
+     "recorded_model": "dropout MLP"},
 ]
+#: What the simulation leaves out, by case: CUDA's reduction kernels (``gpu_reduce_kernel``,
+#: ``aten/src/ATen/native/cuda/Reduce.cuh``) stage a global reduction in a buffer they take from the caching allocator
+#: for the length of the kernel; the dropout MLP's backward sums a (4096, 1024) gradient over the batch for a bias, and
+#: the 32 MiB buffer of that sum sets its peak (the same block is live at the peak of the H200's snapshot,
+#: ``benchmarks/data/h200_2026-11-26/mlp.pickle.gz``).  The simulation's CUDA rules do not model it: 7% of this step.
+REDUCTION = {"dropout_mlp": "CUDA's global-reduction staging buffer (gpu_reduce_kernel), not simulated"}
 WORKSPACES = 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"])  # the stub's card
 
 
@@ -90,19 +102,20 @@ def test_the_snapshot_is_pytorchs_own(steps, case):
         == result["allocated"]
     trace = snapshot["device_traces"][0]
     measured = [e for e in trace[result["trace_start"]:] if e["action"] == "alloc"]
-    assert len(measured) > 500  # the second step, operation by operation
+    assert len(measured) > 50  # the second step, operation by operation
     files = {f["filename"].rsplit("/", 1)[-1] for e in measured for f in e["frames"]}
-    assert {"real_step.py", "adam.py"} <= files  # the loop's own lines and the optimizer's, as on a GPU
+    assert {"real_step.py", "whole_step.py", "linear.py"} <= files  # the loop's lines and the model's, as on a GPU
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=REDUCTION[c["name"]]))
+                                  if c["name"] in REDUCTION else c for c in CASES], ids=lambda c: c["name"])
 def test_the_simulated_peak_is_the_real_steps_tensors(steps, case):
     result = steps[case["name"]]
-    extra = {key: case[key] for key in ("lora_rank", "amp_dtype", "param_dtype") if case.get(key)}
-    simulated = profile_step(case["model"], case["batch"], seq_len=case["seq_len"], amp=case["amp"],
-                             checkpoint=int(case.get("checkpoint", False)), optimizer=case.get("optimizer", "adamw"),
-                             steady_state=True,
-                             device="simulated", **extra)
+    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype") if case.get(key)}
+    if "input_shape" in case:
+        extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
+    simulated = profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),
+                             optimizer=case.get("optimizer", "adamw"), steady_state=True, device="simulated", **extra)
     expected = simulated.peak_allocated_bytes + WORKSPACES
     print(f"{case['name']}: real tensors {result['tensors_peak']:,} B, simulated + workspaces {expected:,} B, "
           f"max_memory_allocated {result['max_allocated']:,} B")
@@ -118,7 +131,8 @@ def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
     recorded = load_reference()
     if recorded is None or recorded.get("dry_run"):
         pytest.skip("no GPU recording in lessons/data/gpu_reference.json")
-    (run,) = [r for r in recorded["runs"] if r["model"] == case["model"] and r["config"] == case["recorded"]]
+    (run,) = [r for r in recorded["runs"]
+              if r["model"] == case.get("recorded_model", case["model"]) and r["config"] == case["recorded"]]
     stub = steps[case["name"]]["max_allocated"] - WORKSPACES
     print(f"{case['name']}: {recorded['device']} {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
     assert abs(stub - run["cuda_peak_bytes"]) <= 0.0005 * run["cuda_peak_bytes"]
@@ -131,5 +145,5 @@ def test_the_allocator_model_replays_the_snapshot_to_pytorchs_reserved(steps, ca
     replayer = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replayer)
     log, addresses, reserved = replayer.trace_log(replayer.load_snapshot(Path(result["snapshot"])))
-    assert reserved == result["reserved"] and len(log) > 1000
+    assert reserved == result["reserved"] and len(log) > 200
     assert replay(log, segment_addresses=addresses).peak_reserved == reserved

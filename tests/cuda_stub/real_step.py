@@ -14,7 +14,8 @@ The step is whole_step.py's, written as a training loop writes it: the model
 (built on ``meta`` by :mod:`helpers.models`, with peft's LoRA adapters for
 ``lora_rank``, then given one uninitialised ``cuda`` tensor per parameter and
 buffer by whole_step.py's ``place``: ``to_empty`` would untie a tied head),
-``AdamW(lr=1e-3, weight_decay=0.01, foreach=True)`` over the trained parameters,
+the case's optimizer (``helpers.techniques.optimizers.make_optimizer``, ``foreach``;
+AdamW by default) over the trained parameters,
 a ``torch.amp.GradScaler("cuda")`` under float16 AMP; a batch of token ids;
 forward and cross-entropy under ``torch.autocast("cuda", dtype=torch.float16)``;
 backward; the optimizer step; ``zero_grad(set_to_none=True)``.  Two steps; the
@@ -49,6 +50,7 @@ from pathlib import Path
 import torch
 
 from helpers.models import resolve_model
+from helpers.techniques.optimizers import make_optimizer
 from whole_step import place, training_step  # the same placement (a tied head stays tied) and step
 
 
@@ -89,14 +91,13 @@ def run_case(case: dict, out: Path) -> dict:
             from helpers.techniques.lora import apply_lora
             net = apply_lora(net, case["lora_rank"])
     net = place(net)
-    trained = [p for p in net.parameters() if p.requires_grad]
-    optimizer = (torch.optim.Adam(trained, lr=1e-3, foreach=True) if case.get("optimizer") == "adam" else
-                 torch.optim.AdamW(trained, lr=1e-3, weight_decay=0.01, foreach=True))
+    optimizer = make_optimizer(case.get("optimizer", "adamw"), [p for p in net.parameters() if p.requires_grad])
     amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))
     scaler = torch.amp.GradScaler("cuda") if case["amp"] and amp_dtype == torch.float16 else None
 
     def step():
-        training_step(net, spec, optimizer, scaler, case["batch"], case["seq_len"], case["amp"], amp_dtype=amp_dtype)
+        training_step(net, spec, optimizer, scaler, case["batch"], case.get("seq_len"), case["amp"], amp_dtype=amp_dtype,
+                      sample_shape=tuple(case.get("input_shape", (3, 224, 224))), classes=case.get("num_classes", 1000))
 
     step()
     torch.cuda.reset_peak_memory_stats()

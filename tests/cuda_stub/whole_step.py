@@ -134,16 +134,17 @@ def place(net: torch.nn.Module) -> torch.nn.Module:
 
 def training_step(net: torch.nn.Module, spec, optimizer: torch.optim.Optimizer, scaler, batch: int,
                   seq_len: int | None, amp: bool, kernels=contextlib.nullcontext,
-                  after_backward=lambda: None, amp_dtype: torch.dtype = torch.float16) -> tuple[torch.Tensor, torch.Tensor]:
+                  after_backward=lambda: None, amp_dtype: torch.dtype = torch.float16,
+                  sample_shape: tuple[int, ...] = (3, 224, 224), classes: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
     """One step as a training loop writes it (the module's docstring, 2 to 6), on the ``cuda`` device; returns the
-    batch.  ``after_backward()`` runs once ``backward`` has returned, before the optimizer step.  Also
+    batch (images of ``sample_shape`` and ``classes`` class ids without a ``seq_len``).  ``after_backward()`` runs once ``backward`` has returned, before the optimizer step.  Also
     real_step.py's."""
     if seq_len is not None:
         x = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
         y = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
     else:
-        x = torch.randn(batch, 3, 224, 224, device="cuda")
-        y = torch.randint(0, 1000, (batch,), device="cuda")
+        x = torch.randn(batch, *sample_shape, device="cuda")
+        y = torch.randint(0, classes, (batch,), device="cuda")
     with torch.autocast("cuda", dtype=amp_dtype, enabled=amp), kernels():
         logits = output_logits(net(x))
         loss = (F.cross_entropy(logits.flatten(0, 1), y.flatten()) if seq_len is not None
