@@ -10,8 +10,9 @@ with a GPU brings, made here without one.  ``tests/test_whole_step_reference.py`
 tensors through CUDA's dispatch; this runs CUDA's kernels' own host code too (what each allocates for itself).
 
 Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with peft's LoRA adapters (tied
-embeddings, grouped-query attention), batch 2 x 256 tokens, and for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
-weights and autocast, 2,048 tokens, with and without checkpointing), AdamW, the second step:
+embeddings, grouped-query attention), batch 2 x 256 tokens, for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
+weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (torchao's NF4 base,
+checkpointing), AdamW, the second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
   ``memory_allocated()``, and its trace holds the step's allocations with their Python frames;
@@ -66,6 +67,9 @@ CASES = [
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "recorded": config}
     for name, checkpoint, config in (("llama8b_lora", False, "LoRA r16"),
                                      ("llama8b_lora_ckpt", True, "LoRA r16, checkpointing"))
+] + [  # lesson 09's QLoRA step (torchao's NF4 base, as the engine quantizes it; not recorded on a GPU)
+    {"name": "llama8b_qlora_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
+     "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "nf4"},
 ] + [  # and lesson 02's dropout MLP, whose backward sums a gradient over a batch of 4,096 (see REDUCTION)
     {"name": "dropout_mlp", "model": "helpers.models:dropout_mlp", "batch": 4096, "amp": False,
      "input_shape": [1, 28, 28], "num_classes": 10, "optimizer": "sgd-momentum", "recorded": "steady state",
@@ -111,7 +115,8 @@ def test_the_snapshot_is_pytorchs_own(steps, case):
                                   if c["name"] in REDUCTION else c for c in CASES], ids=lambda c: c["name"])
 def test_the_simulated_peak_is_the_real_steps_tensors(steps, case):
     result = steps[case["name"]]
-    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype") if case.get(key)}
+    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization")
+             if case.get(key)}
     if "input_shape" in case:
         extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
     simulated = profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),

@@ -30,7 +30,9 @@ cleared too), before the model is placed
 of https://pytorch.org/memory_viz, made by PyTorch itself.
 
 Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
-"seq_len": n, "amp": bool, "lora_rank": n}``.  Output (stdout, last line): a JSON
+"seq_len": n, "amp": bool}`` and optionally ``"amp_dtype"``, ``"param_dtype"``, ``"lora_rank"``,
+``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization": "nf4"``, ``"optimizer"``, and for
+image models ``"input_shape"`` and ``"num_classes"`` (no ``seq_len``).  Output (stdout, last line): a JSON
 list, for each case, ``{"snapshot": path, "max_allocated": bytes,
 "tensors_peak": bytes, "allocated": bytes, "reserved": bytes, "trace_start": n}``:
 ``torch.cuda.max_memory_allocated()`` over the measured step (the allocator's
@@ -75,6 +77,21 @@ def tensors_peak(trace: list[dict], start: int, live: dict[int, int]) -> int:
     return peak
 
 
+def quantize_nf4(net: torch.nn.Module) -> None:
+    """QLoRA's base weights: each linear weight :func:`helpers.techniques.quantization.nf4_linears` picks, arriving in
+    bfloat16 and quantized by torchao's ``to_nf4`` into the engine's ``NF4Linear``, one at a time (the recipe's
+    ``quantize``)."""
+    from helpers.techniques import quantization as q
+
+    to_nf4 = q._nf4().to_nf4
+    for parent, attribute, layer in q.nf4_linears(net):
+        dense = torch.empty(layer.weight.shape, dtype=torch.bfloat16, device="cuda")
+        layer._parameters["weight"] = None  # the placed weight goes: the bfloat16 copy arrives in its place
+        setattr(parent, attribute, q.NF4Linear(to_nf4(dense, q.NF4_BLOCK, q.nf4_scaler_block(dense.numel())),
+                                               layer.bias))
+        del dense
+
+
 def run_case(case: dict, out: Path) -> dict:
     """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
     torch._C._cuda_clearCublasWorkspaces()  # the last case's, kept by cuBLAS's handles
@@ -91,6 +108,8 @@ def run_case(case: dict, out: Path) -> dict:
             from helpers.techniques.lora import apply_lora
             net = apply_lora(net, case["lora_rank"])
     net = place(net)
+    if case.get("quantization") == "nf4":  # each frozen linear weight in torchao's NF4, as the recipe quantizes it
+        quantize_nf4(net)
     optimizer = make_optimizer(case.get("optimizer", "adamw"), [p for p in net.parameters() if p.requires_grad])
     amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))
     scaler = torch.amp.GradScaler("cuda") if case["amp"] and amp_dtype == torch.float16 else None
