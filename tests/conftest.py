@@ -28,6 +28,8 @@ SLOW = {
     "tests/test_allocator_oracle.py": "PyTorch's allocator on the stub driver, 10,000 operations per setting",
     "tests/test_whole_step_reference.py": "whole steps through PyTorch's CUDA dispatch on the stub driver",
     "tests/test_real_step_on_stub.py": "whole steps on real CUDA tensors on the stub driver, snapshots recorded",
+    "tests/test_gpu_reference.py::test_the_harness_measures_on_the_stub_driver_what_the_h200_measured":
+        "the harness's cuda path, GPT-2 at batch 8 x 1,024, on the stub driver",
     "tests/test_published.py::test_the_fast_rows_land_where_their_rows_say": "published figures: 7B models traced",
     "tests/test_fits.py::test_every_widget_judges_as_profile_step_and_the_command_line":
         "16 random widget configurations, each judged by its widget, by profile_step and by the command line",

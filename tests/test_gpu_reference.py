@@ -1,4 +1,5 @@
-"""benchmarks/gpu_reference.py (make gpu-reference) and helpers.teaching.reference, without a GPU: its dry run."""
+"""benchmarks/gpu_reference.py (make gpu-reference) and helpers.teaching.reference, without a GPU: its dry run, and
+its cuda path on the stub driver."""
 
 import importlib.util
 import json
@@ -215,3 +216,39 @@ def test_segment_addresses_decide_which_of_two_equal_free_blocks_is_taken():
         assert alloc.malloc(30 * MiB).address == taken  # best fit, then the lowest address
     alloc = CachingAllocator(segment_addresses=[5 * 2**40])
     assert [alloc.malloc(30 * MiB).segment.address for _ in range(2)] == [5 * 2**40, 0]  # then the model's own
+
+
+#: The harness's cuda path on the stub driver (tests/cuda_stub/, every kernel a no-op): GPT-2 in float32, whose
+#: attention PyTorch runs with its own memory-efficient kernel (float16 would pick cuDNN's, which is not stubbed).
+ON_STUB = """
+import json, sys
+sys.path.insert(0, "benchmarks")
+import gpu_reference as g
+g.warm_up_cublas()
+(run,) = [r for r in g.RUNS if r.model == "gpt2" and r.config == "Adam, steady state"]
+record = g.measure(run, "cuda", 1)
+print(json.dumps(record))
+"""
+
+
+def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stub):
+    """``measure`` with the cuda backend, as ``make gpu-reference`` runs it on a GPU, on real CUDA tensors on the stub
+    (``tests/test_real_step_on_stub.py``): its record has the committed recording's simulated columns, the events of
+    both backends aligned, PyTorch's allocator's peak allocated equal to the allocator model's, and the H200's
+    figures within 0.05% (its reserved to the byte, its allocated 12 KiB under the stub's)."""
+    import subprocess
+
+    from cuda_stub.build import stub_env
+
+    done = subprocess.run([sys.executable, "-c", ON_STUB], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=stub_env(cuda_stub))
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout.splitlines()[-1])
+    recorded = load_reference()
+    (h200,) = [r for r in recorded["runs"] if r["model"] == "gpt2" and r["config"] == "Adam, steady state"]
+    assert record["error"] is None and len(record["events"]) == len(h200["events"])
+    simulated = ("simulated_peak_bytes", "simulated_allocated_bytes", "simulated_reserved_bytes")
+    assert {k: record[k] for k in simulated} == {k: h200[k] for k in simulated}
+    assert record["cuda_peak_bytes"] == record["simulated_allocated_bytes"]  # PyTorch's allocator and the model
+    for key in ("cuda_peak_bytes", "cuda_reserved_bytes"):
+        assert abs(record[key] - h200[key]) <= 0.0005 * h200[key], (key, record[key], h200[key])
