@@ -15,6 +15,8 @@ with an NVIDIA GPU:
 2. records a memory snapshot of one ResNet18 step at batch 128
    (``torch.cuda.memory._record_memory_history``), to open at
    https://pytorch.org/memory_viz: ``gpu_snapshot_resnet18_b128.pickle``;
+   and, in step 1, one of each run's cuda step, gzipped, in ``snapshots/``
+   (:func:`snapshot_name`);
 3. runs the test suite and every lesson under nbval on the GPU, and prints
    which failed (also written to ``gpu_tests.txt``).
 
@@ -38,9 +40,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import gzip
 import importlib.util
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -127,14 +132,31 @@ def warm_up_cublas() -> None:
     torch.cuda.synchronize()
 
 
-def measure(run: Run, device: str, repeats: int) -> dict:
-    """One run: the step on ``device`` ("cuda", or "simulated" in a dry run) and simulated."""
+def snapshot_name(run: Run) -> str:
+    """The file name of ``run``'s memory snapshot: ``resnet18_b128_amp_checkpoint_4.pickle.gz``."""
+    return re.sub(r"[^a-z0-9]+", "_", f"{run.model}_b{run.batch_size}_{run.config}".lower()).strip("_") + ".pickle.gz"
+
+
+def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) -> dict:
+    """One run: the step on ``device`` ("cuda", or "simulated" in a dry run) and simulated. With ``snapshots`` (a
+    folder), the cuda step's memory history is recorded from its emptied cache, where only the cuBLAS workspaces
+    live, and written there gzipped (:func:`snapshot_name`): what ``benchmarks/gpu_trace_replay.py`` replays."""
     model, options = _call(run)
     simulated = profile_step(model, run.batch_size, device="simulated", **options)
     if device == "cuda":
         gc.collect()
         torch.cuda.empty_cache()  # each run's reserved memory is its own
-        real = profile_step(model, run.batch_size, device="cuda", **options)
+        if snapshots is not None:
+            torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+        try:
+            real = profile_step(model, run.batch_size, device="cuda", **options)
+            if snapshots is not None:
+                snapshots.mkdir(parents=True, exist_ok=True)
+                data = pickle.dumps(torch.cuda.memory._snapshot())
+                (snapshots / snapshot_name(run)).write_bytes(gzip.compress(data, mtime=0))
+        finally:
+            if snapshots is not None:
+                torch.cuda.memory._record_memory_history(enabled=None)
         reserved = torch.cuda.max_memory_reserved()
     else:
         real, reserved = simulated, None
@@ -317,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t = time.perf_counter()
         try:
-            record = measure(run, device, repeats)
+            record = measure(run, device, repeats, out / "snapshots" if device == "cuda" else None)
         except (DoesNotFit, ValueError, RuntimeError) as e:
             record = {"model": run.model, "batch_size": run.batch_size, "config": run.config,
                       "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}

@@ -226,22 +226,23 @@ sys.path.insert(0, "benchmarks")
 import gpu_reference as g
 g.warm_up_cublas()
 (run,) = [r for r in g.RUNS if r.model == "gpt2" and r.config == "Adam, steady state"]
-record = g.measure(run, "cuda", 1)
+record = g.measure(run, "cuda", 1, g.Path(sys.argv[1]))
 print(json.dumps(record))
 """
 
 
-def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stub):
+def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stub, tmp_path):
     """``measure`` with the cuda backend, as ``make gpu-reference`` runs it on a GPU, on real CUDA tensors on the stub
     (``tests/test_real_step_on_stub.py``): its record has the committed recording's simulated columns, the events of
     both backends aligned, PyTorch's allocator's peak allocated equal to the allocator model's, and the H200's
-    figures within 0.05% (its reserved to the byte, its allocated 12 KiB under the stub's)."""
+    figures within 0.05% (its reserved to the byte, its allocated 12 KiB under the stub's); the run's snapshot,
+    replayed through the allocator model at the driver's addresses, ends at the reserved memory it recorded."""
     import subprocess
 
     from cuda_stub.build import stub_env
 
-    done = subprocess.run([sys.executable, "-c", ON_STUB], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env=stub_env(cuda_stub))
+    done = subprocess.run([sys.executable, "-c", ON_STUB, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env=stub_env(cuda_stub))
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout.splitlines()[-1])
     recorded = load_reference()
@@ -252,3 +253,9 @@ def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stu
     assert record["cuda_peak_bytes"] == record["simulated_allocated_bytes"]  # PyTorch's allocator and the model
     for key in ("cuda_peak_bytes", "cuda_reserved_bytes"):
         assert abs(record[key] - h200[key]) <= 0.0005 * h200[key], (key, record[key], h200[key])
+    (path,) = tmp_path.glob("*.pickle.gz")
+    assert path.name == "gpt2_b8_adam_steady_state.pickle.gz"
+    replayer = _trace_replay()
+    log, addresses, reserved = replayer.trace_log(replayer.load_snapshot(path))
+    assert reserved == record["cuda_reserved_bytes"] and len(log) > 1000
+    assert replay(log, segment_addresses=addresses).peak_reserved == reserved
