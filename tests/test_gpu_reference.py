@@ -246,13 +246,15 @@ def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stu
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout.splitlines()[-1])
     recorded = load_reference()
+    if recorded is None or recorded.get("dry_run"):
+        pytest.skip("no GPU recording in lessons/data/gpu_reference.json")
     (h200,) = [r for r in recorded["runs"] if r["model"] == "gpt2" and r["config"] == "Adam, steady state"]
     assert record["error"] is None and len(record["events"]) == len(h200["events"])
     simulated = ("simulated_peak_bytes", "simulated_allocated_bytes", "simulated_reserved_bytes")
     assert {k: record[k] for k in simulated} == {k: h200[k] for k in simulated}
     assert record["cuda_peak_bytes"] == record["simulated_allocated_bytes"]  # PyTorch's allocator and the model
-    for key in ("cuda_peak_bytes", "cuda_reserved_bytes"):
-        assert abs(record[key] - h200[key]) <= 0.0005 * h200[key], (key, record[key], h200[key])
+    assert record["cuda_reserved_bytes"] == h200["cuda_reserved_bytes"]
+    assert abs(record["cuda_peak_bytes"] - h200["cuda_peak_bytes"]) <= 0.0005 * h200["cuda_peak_bytes"]
     (path,) = tmp_path.glob("*.pickle.gz")
     assert path.name == "gpt2_b8_adam_steady_state.pickle.gz"
     replayer = _trace_replay()

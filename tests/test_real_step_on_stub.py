@@ -145,6 +145,8 @@ def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
 def test_the_allocator_model_replays_the_snapshot_to_pytorchs_reserved(steps, case):
+    """The replay's peak reserved against PyTorch's reserved at the end of the trace: the same figure here, since no
+    segment is released during a case (no ``empty_cache`` after its recording starts)."""
     result = steps[case["name"]]
     spec = importlib.util.spec_from_file_location("gpu_trace_replay", ROOT / "benchmarks" / "gpu_trace_replay.py")
     replayer = importlib.util.module_from_spec(spec)

@@ -2,7 +2,9 @@
  * (libtorch_cuda.so's imports), preloaded beside cuda_stub.c (tests/cuda_stub/build.py): a handle is a
  * number, a matrix product computes nothing, and cuBLASLt's heuristic offers one algorithm that needs no
  * workspace.  PyTorch allocates cuBLAS's workspaces itself, through its caching allocator, as on a GPU.
- * The types are declared here: cublas_api.h needs CUDA's C++ headers. */
+ * The types are declared here: cublas_api.h needs CUDA's C++ headers.  Only these entry points: a product PyTorch
+ * routes to another (float64 or complex matrices, a float16 dot) reaches the real cuBLAS with a made-up handle
+ * and crashes; the steps of tests/cuda_stub/real_step.py call none. */
 #include <stddef.h>
 typedef int cublasStatus_t; typedef void* cublasHandle_t; typedef void* cublasLtHandle_t; typedef void* cudaStream_t;
 typedef int cublasOperation_t, cudaDataType, cudaDataType_t, cublasComputeType_t, cublasGemmAlgo_t, cublasMath_t,
@@ -42,7 +44,7 @@ EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperatio
     float* C, int ldc, long long sc, int bc) { OK; }
 EXPORT cublasStatus_t cublasSgemv_v2(cublasHandle_t h, cublasOperation_t t, int m, int n, const float* al, const float* A,
     int lda, const float* x, int ix, const float* be, float* y, int iy) { OK; }
-EXPORT cublasStatus_t cublasSdot_v2(cublasHandle_t h, int n, const float* x, int ix, const float* y, int iy, float* r) { *r = 0; OK; }
+EXPORT cublasStatus_t cublasSdot_v2(cublasHandle_t h, int n, const float* x, int ix, const float* y, int iy, float* r) { (void)r; OK; }  /* r: a device address */
 /* cuBLASLt */
 EXPORT size_t cublasLtGetVersion(void) { return 130000; }
 EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = (cublasLtHandle_t)(next_object += 16); OK; }

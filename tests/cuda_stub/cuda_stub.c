@@ -333,8 +333,13 @@ EXPORT int nvmlDeviceGetNvLinkRemotePciInfo_v2(void* d, unsigned link, void* pci
  * attributes and occupancy are answered as one block per SM.  cuBLAS is tests/cuda_stub/cublas_stub.c. */
 static int on_device(const void* p) { return (uintptr_t)p >= 0x100000000000 && (uintptr_t)p < next_address; }
 static cudaError_t copy(void* dst, const void* src, size_t n, enum cudaMemcpyKind kind) {
-  (void)src;
-  if (kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && !on_device(dst))) memset(dst, 0, n);
+  int to_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                (kind == cudaMemcpyDefault && !on_device(dst));
+  int from_host = kind == cudaMemcpyHostToHost || (kind == cudaMemcpyDefault && !on_device(src));
+  if (to_host) {
+    if (from_host) memmove(dst, src, n);
+    else memset(dst, 0, n);
+  }
   return cudaSuccess;
 }
 EXPORT cudaError_t cudaMemcpy(void* d, const void* s, size_t n, enum cudaMemcpyKind k) { return copy(d, s, n, k); }

@@ -16,12 +16,12 @@ The step is whole_step.py's, written as a training loop writes it: the model
 buffer by whole_step.py's ``place``: ``to_empty`` would untie a tied head),
 the case's optimizer (``helpers.techniques.optimizers.make_optimizer``, ``foreach``;
 AdamW by default) over the trained parameters,
-a ``torch.amp.GradScaler("cuda")`` under float16 AMP; a batch of token ids;
-forward and cross-entropy under ``torch.autocast("cuda", dtype=torch.float16)``;
+a ``torch.amp.GradScaler("cuda")`` under float16 AMP; a batch of token ids (or images);
+forward and cross-entropy under ``torch.autocast("cuda")`` in the case's ``amp_dtype`` (float16 by default);
 backward; the optimizer step; ``zero_grad(set_to_none=True)``.  Two steps; the
 second is measured.  cuDNN is not stubbed: ``scaled_dot_product_attention`` is
 kept off cuDNN's kernel (``torch.backends.cuda.enable_cudnn_sdp(False)``), so
-PyTorch picks flash (float16) or memory-efficient (float32) attention.
+PyTorch picks flash (16 bits) or memory-efficient (float32) attention.
 
 History is recorded from an emptied cache (the last case's cuBLAS workspaces
 cleared too), before the model is placed
