@@ -188,7 +188,7 @@ assert 0.85 < grown / predicted < 0.95
 #
 # What the thread shows is narrower. Its reporter ran peft 0.8.2, which made the adapters in the base weight's dtype when that dtype is a floating-point one (its `LoraLayer.update_layer` calls `self.to(weight.device, dtype=weight.dtype)`), bfloat16 here, so that version kept none of these float32 copies: float32 adapters became peft's default in 0.12 (pull request #1706). The reporter did not post the adapter's config, so what made their LoRA as large is not in the thread; dropout is one candidate (a `lora_dropout` above 0 makes each adapted layer keep a dropped copy of its input and a mask). The mechanism is the one LoRA-FA's author states in peft pull request #2468: against full fine-tuning, LoRA reduces only the gradients and optimizer states, and since A is trained, its input must be kept; LoRA-FA freezes A to avoid that. peft issue #1023 (ESM-2 with QLoRA) is another case: there a maintainer measured *less allocated* memory with LoRA than with full fine-tuning but *more reserved*, the caching allocator's share (lesson 06), which the widget's "reserved" view judges by.
 #
-# ## 4. Checkpointing, 8-bit states, offloading
+# ## 4. Fused and 8-bit AdamW, bfloat16, offloading, checkpointing
 #
 # Back to Llama-3.1 8B at 2,048 tokens. Each technique removes or shrinks parts of section 2's bars:
 #
