@@ -84,15 +84,40 @@ REDUCTION = {"dropout_mlp": "CUDA's global-reduction staging buffer (gpu_reduce_
 WORKSPACES = 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"])  # the stub's card
 
 
-@pytest.fixture(scope="module")
-def steps(cuda_stub, tmp_path_factory) -> dict:
-    """Every case's step on the stub (real_step.py), in one subprocess, by name."""
-    out = tmp_path_factory.mktemp("snapshots")
-    env = stub_env(cuda_stub, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, str(STUB / "real_step.py"), str(out)], input=json.dumps(CASES),
+def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
+    """Every case's step on the stub in ``stub`` (real_step.py, one subprocess), its snapshot written to ``out``;
+    real_step.py's result by the case's name."""
+    env = stub_env(stub, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, str(STUB / "real_step.py"), str(out)], input=json.dumps(cases),
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert done.returncode == 0, f"the step on the stub failed ({done.returncode}):\n{done.stderr[-3000:]}"
-    return {case["name"]: result for case, result in zip(CASES, json.loads(done.stdout.splitlines()[-1]))}
+    return {case["name"]: result for case, result in zip(cases, json.loads(done.stdout.splitlines()[-1]))}
+
+
+def simulate(case: dict):
+    """The same step simulated (``profile_step(..., device="simulated")``)."""
+    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization")
+             if case.get(key)}
+    if "input_shape" in case:
+        extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
+    return profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),
+                        optimizer=case.get("optimizer", "adamw"), steady_state=True, device="simulated", **extra)
+
+
+def recorded_run(case: dict) -> dict | None:
+    """The GPU's record of ``case``'s step in ``lessons/data/gpu_reference.json``, or None."""
+    recorded = load_reference()
+    if "recorded" not in case or recorded is None or recorded.get("dry_run"):
+        return None
+    (run,) = [r for r in recorded["runs"]
+              if r["model"] == case.get("recorded_model", case["model"]) and r["config"] == case["recorded"]]
+    return run
+
+
+@pytest.fixture(scope="module")
+def steps(cuda_stub, tmp_path_factory) -> dict:
+    """Every case's step on the stub, by name."""
+    return run_steps(cuda_stub, tmp_path_factory.mktemp("snapshots"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
@@ -115,13 +140,7 @@ def test_the_snapshot_is_pytorchs_own(steps, case):
                                   if c["name"] in REDUCTION else c for c in CASES], ids=lambda c: c["name"])
 def test_the_simulated_peak_is_the_real_steps_tensors(steps, case):
     result = steps[case["name"]]
-    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization")
-             if case.get(key)}
-    if "input_shape" in case:
-        extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
-    simulated = profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),
-                             optimizer=case.get("optimizer", "adamw"), steady_state=True, device="simulated", **extra)
-    expected = simulated.peak_allocated_bytes + WORKSPACES
+    expected = simulate(case).peak_allocated_bytes + WORKSPACES
     print(f"{case['name']}: real tensors {result['tensors_peak']:,} B, simulated + workspaces {expected:,} B, "
           f"max_memory_allocated {result['max_allocated']:,} B")
     assert abs(result["tensors_peak"] - expected) <= 0.0001 * expected
@@ -133,13 +152,11 @@ def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
     """PyTorch's operators and allocator on the stub reach the ``max_memory_allocated`` that ``make gpu-reference``
     recorded for the same step on an H200 (``lessons/data/gpu_reference.json``; its cuBLAS workspaces were made
     before the runs, so the stub's two are taken off)."""
-    recorded = load_reference()
-    if recorded is None or recorded.get("dry_run"):
+    run = recorded_run(case)
+    if run is None:
         pytest.skip("no GPU recording in lessons/data/gpu_reference.json")
-    (run,) = [r for r in recorded["runs"]
-              if r["model"] == case.get("recorded_model", case["model"]) and r["config"] == case["recorded"]]
     stub = steps[case["name"]]["max_allocated"] - WORKSPACES
-    print(f"{case['name']}: {recorded['device']} {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
+    print(f"{case['name']}: the GPU {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
     assert abs(stub - run["cuda_peak_bytes"]) <= 0.0005 * run["cuda_peak_bytes"]
 
 
