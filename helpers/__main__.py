@@ -76,21 +76,30 @@ EXAMPLES = """examples:
   python -m helpers check
       the pre-flight check for a workshop"""
 
+EXPLAIN = """A memory snapshot of a real GPU explained: the peak of live tensors, when it
+was reached and what was live then by category (from the stacks), reserved
+memory, and when the trace replays, the blocks and free space at the peak.
+Give the step's options (--model and as `profile` takes them) to simulate the
+same step beside it: each allocation is then labelled with the simulation's
+category and moment, and what differs is listed."""
+
+EXPLAIN_EXAMPLES = """record a snapshot of one step of your training loop:
+  torch.cuda.memory._record_memory_history(max_entries=200_000)
+  train_step()
+  torch.cuda.memory._dump_snapshot("my_step.pickle")
+examples:
+  python -m helpers explain my_step.pickle
+  python -m helpers explain my_step.pickle --plots figures/
+  python -m helpers explain gpt2_step.pickle --model gpt2 --seq-len 1024 --batch-size 8 --amp"""
+
 #: The batch size when ``--batch-size`` is not given and the inputs are token ids: a sample is a whole sequence, and
 #: batch 1 is the step that must fit before any larger one. Other samples keep StepConfig's default, 128.
 TOKEN_BATCH = 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
-    parser = _Parser(prog="python -m helpers",
-                     description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("profile", help="memory of one training step: the peak, what fills it, which GPUs it fits",
-                       description="The memory of one training step, simulated on fake tensors with CUDA's\n"
-                                   "rules (or measured on a GPU): the peak first, where the step reaches it,\n"
-                                   "what fills it, and which GPUs it fits.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
+    """Add the flags of :data:`helpers.config.CLI_OPTIONS` to ``p``: ``profile``'s step, or (``twin``) the step that
+    ``explain`` simulates beside a snapshot, which has no ``--device`` (it is simulated) and no model by default."""
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
@@ -98,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
     for flag, name, text in config.CLI_OPTIONS:
-        default = None if name == "batch_size" else defaults[name]  # 1 or 128: see _batch_size
+        default = None if name == "batch_size" or (twin and name == "model") else defaults[name]  # see _batch_size
+        if twin and name == "device":
+            continue
         if name == "steady_state":  # the default here: a verdict judges the steady state
             p.add_argument(flag, dest=name, action="store_true", default=True, help=text)
             p.add_argument("--first-step", dest=name, action="store_false",
@@ -118,6 +129,19 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, dest=name, type=_number, default=default, help=text, metavar="P")
         else:
             p.add_argument(flag, dest=name, default=default, help=text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
+    parser = _Parser(prog="python -m helpers",
+                     description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("profile", help="memory of one training step: the peak, what fills it, which GPUs it fits",
+                       description="The memory of one training step, simulated on fake tensors with CUDA's\n"
+                                   "rules (or measured on a GPU): the peak first, where the step reaches it,\n"
+                                   "what fills it, and which GPUs it fits.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _step_options(p)
     p.add_argument("--table", action="store_true",
                    help="after the answer, the step's memory module by module: one line per event")
     p.add_argument("--json", action="store_true", help="print one JSON object instead (the table's events included)")
@@ -127,6 +151,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--alloc-conf", default="", metavar="CONF",
                    help="with --reserved: allocator settings as PYTORCH_CUDA_ALLOC_CONF spells them, e.g. "
                         "expandable_segments:True or max_split_size_mb:128")
+    e = sub.add_parser("explain", help="a real GPU's memory snapshot explained: the peak, what was live and why, "
+                                       "reserved memory, segments", description=EXPLAIN,
+                       epilog=EXPLAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    e.add_argument("snapshot", help="a file written by torch.cuda.memory._dump_snapshot (gzipped or not)")
+    e.add_argument("--cuda-device", type=_at_least(0), default=None, metavar="N",
+                   help="the device whose history to read (default: the only one recorded)")
+    e.add_argument("--json", action="store_true", help="print one JSON object instead")
+    e.add_argument("--plots", metavar="DIR", help="write the figures to DIR: timeline.png, memory_map.png")
+    e.add_argument("--top", type=_at_least(1), default=5, help="how many of the largest live tensors to list")
+    _step_options(e, twin=True)
     sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
 
@@ -153,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         from .check import run_check
 
         return run_check()
+    if args.command == "explain":
+        return _explain(args)
     from .batch import card_verdicts
     from .step import DoesNotFit, profile_step
 
@@ -194,6 +230,44 @@ def main(argv: list[str] | None = None) -> int:
     beyond = _beyond_any_card(card_verdicts(profile) if verdicts is None else verdicts)
     if beyond:
         print(f"{prog}: note: {beyond}", file=sys.stderr)
+    return 0
+
+
+def _explain(args) -> int:
+    """``explain``: the report of :func:`helpers.snapshot.explain_snapshot`, with the simulated twin when ``--model``
+    is given; bad input exits with 2 and one line."""
+    from .snapshot import SnapshotError, explain_snapshot, load_snapshot, pick_trace
+    from .step import profile_step
+
+    prog = "python -m helpers explain"
+    try:
+        snapshot = load_snapshot(args.snapshot)  # a bad file is said before the step is simulated
+        pick_trace(snapshot, args.cuda_device)
+        step = None
+        if args.model is not None:
+            options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS if name != "device"}
+            options["batch_size"], _ = _batch_size(options)
+            step = profile_step(**options, device="simulated")
+        report = explain_snapshot(snapshot, args.cuda_device, step)
+    except SnapshotError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"{prog}: error: {in_flags(str(e))}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_dict()) if args.json else "\n".join(report.lines(args.top)))
+    if args.plots:
+        from pathlib import Path
+
+        from .teaching.plots import plot_memory_map, plot_snapshot
+
+        folder = Path(args.plots)
+        folder.mkdir(parents=True, exist_ok=True)
+        plot_snapshot(report, title=Path(args.snapshot).name).savefig(folder / "timeline.png", dpi=120)
+        trace, categories = report.memory_map()
+        plot_memory_map(trace, categories, report.segments, title=Path(args.snapshot).name).savefig(
+            folder / "memory_map.png", dpi=120)
+        print(f"figures: {folder / 'timeline.png'}, {folder / 'memory_map.png'}", file=sys.stderr)
     return 0
 
 

@@ -29,6 +29,9 @@ CATEGORY_COLORS = {
     "other": OKABE_ITO["grey"],
 }
 
+#: Colours of what a real snapshot holds beside the categories (:data:`helpers.snapshot.SNAPSHOT_CATEGORIES`).
+SNAPSHOT_COLORS = {"cublas_workspaces": OKABE_ITO["black"], "before_recording": OKABE_ITO["vermillion"]}
+
 #: Line colours, in order, for figures that overlay several steps or settings.
 LINE_COLORS = tuple(OKABE_ITO[name] for name in ("blue", "vermillion", "bluish green", "reddish purple", "orange",
                                                  "sky blue", "black"))

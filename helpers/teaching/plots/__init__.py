@@ -4,12 +4,12 @@ In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueErro
 
 * :mod:`.steps`: one step over time, by category and by stage; peaks, bytes per parameter, gradient accumulation,
   inference and leaking loops (lessons 03-05b);
-* :mod:`.allocator`: allocated against reserved, the memory map (lesson 06);
+* :mod:`.allocator`: allocated against reserved, the memory map, a real snapshot explained (lesson 06);
 * :mod:`.sharding`: FSDP's sharded steps (lesson 07);
 * :mod:`.transformer`: a block's parts, memory against sequence length, fine-tuning setups against cards, published
   figures beside the engine's (lessons 08, 09).
 """
-from .allocator import FIRST_STEP, memory_map, plot_memory_map, plot_reserved, plot_reserved_bars
+from .allocator import FIRST_STEP, memory_map, plot_memory_map, plot_reserved, plot_reserved_bars, plot_snapshot
 from .sharding import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
 from .steps import (plot_accumulation, plot_bytes_per_parameter, plot_categories, plot_inference_and_leaks,
                     plot_peak_bars, plot_stages, plot_timeline)

@@ -6,8 +6,9 @@ import bisect
 
 from matplotlib.figure import Figure
 
-from ...palette import CATEGORY_COLORS, GREYS, LINE_COLORS, OKABE_ITO
+from ...palette import CATEGORY_COLORS, GREYS, LINE_COLORS, OKABE_ITO, SNAPSHOT_COLORS
 from ...record import CATEGORIES
+from ...snapshot import SNAPSHOT_CATEGORIES, SnapshotReport
 from ...units import MiB
 
 
@@ -152,7 +153,7 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     if not ranges:
         raise ValueError("the trace has no segment and no allocation to draw")
     rect, y = _stacked_addresses(ranges)
-    colours = {**CATEGORY_COLORS, FIRST_STEP: OKABE_ITO["sky blue"]}
+    colours = {**CATEGORY_COLORS, **SNAPSHOT_COLORS, FIRST_STEP: OKABE_ITO["sky blue"]}
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.add_subplot()
     ax.add_collection(PolyCollection([rect(*r) for r in reserved], facecolors=GREYS["free"],
@@ -172,7 +173,7 @@ def plot_memory_map(trace: list[dict], categories: dict[int, str] | None = None,
     ax.set_ylim(0, y / MiB)
     ax.set_xlabel("allocator event (allocations, frees, segments)")
     ax.set_ylabel("address: segments stacked (MiB)")
-    shown = [n for n in (FIRST_STEP, *CATEGORIES) if n in names] if categories else []
+    shown = [n for n in (FIRST_STEP, *SNAPSHOT_CATEGORIES) if n in names] if categories else []
     ax.legend(handles=[Patch(facecolor=GREYS["free"], edgecolor=GREYS["free edge"], label="reserved, free")] +
               [Patch(color=colours[n], label=n.replace("_", " ")) for n in shown] +
               ([] if categories else [Patch(color=CATEGORY_COLORS["activations"], label="allocated")]),
@@ -218,4 +219,44 @@ def plot_reserved_bars(labels: list[str], tensors: list[int], default, expandabl
     fig.legend(fontsize=8, loc="outside lower center", ncols=4)  # below the axis: no bar hidden
     if title:
         ax.set_title(title)
+    return fig
+
+
+def plot_snapshot(report: SnapshotReport, title: str | None = None) -> Figure:
+    """A real snapshot explained (:func:`helpers.snapshot.explain_snapshot`): the live tensors by category over the
+    trace, stacked, reserved memory as a dashed line and the peak marked; beside it, what was live at the peak as one
+    stacked bar."""
+    import numpy as np
+
+    n = report.entries
+    stacks = {c: np.zeros(n + 1) for c in SNAPSHOT_CATEGORIES}
+    for b in report.blocks:
+        stacks[b.category][0 if b.allocated is None else b.allocated] += b.size
+        if b.freed is not None:
+            stacks[b.category][b.freed] -= b.size
+    shown = [c for c in (*SNAPSHOT_CATEGORIES[len(CATEGORIES):], *CATEGORIES) if stacks[c].any()]  # long-lived below
+    colours = {**CATEGORY_COLORS, **SNAPSHOT_COLORS}
+    fig = Figure(figsize=(9.5, 4.2), layout="constrained")
+    ax, bar = fig.subplots(1, 2, width_ratios=[6, 1], sharey=True)
+    xs = np.arange(n)
+    ax.stackplot(xs, *[np.cumsum(stacks[c])[:n] / MiB for c in shown], colors=[colours[c] for c in shown],
+                 labels=[c.replace("_", " ") for c in shown], step="post")
+    ax.plot(xs, np.asarray(report.reserved) / MiB, color=OKABE_ITO["black"], lw=1.2, ls="--", label="reserved")
+    ax.plot([report.peak], [report.peak_bytes / MiB], "v", color=OKABE_ITO["black"])
+    ax.annotate(f"peak {report.peak_bytes / MiB:,.0f} MiB", (report.peak, report.peak_bytes / MiB),
+                textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    ax.set_xlim(0, max(n - 1, 1))
+    ax.set_ylim(0, 1.12 * max(max(report.reserved), report.peak_bytes) / MiB)
+    ax.set_xlabel("trace entry (allocations, frees, segments)")
+    ax.set_ylabel("MiB")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=len(shown) + 1)
+    bottom = 0.0
+    for c in shown:
+        height = report.by_category[c] / MiB
+        bar.bar(0, height, bottom=bottom, color=colours[c], width=0.6)
+        bottom += height
+    bar.set_xticks([0], ["at the peak"])
+    bar.set_xlim(-0.6, 0.6)
+    if title:
+        fig.suptitle(title)
     return fig

@@ -1,0 +1,148 @@
+"""A real GPU's memory snapshot explained (``helpers.snapshot``, ``python -m helpers explain``; issue 33).
+
+The snapshots here are an H200's (``make gpu-reference``, 2026-11-26): lesson 06's ResNet18 step and the three of
+``benchmarks/data/h200_2026-11-26/``.  ``tests/test_real_step_on_stub.py`` explains snapshots that PyTorch's own
+allocator makes on the stub driver, beside PyTorch's counters and the simulated step.
+"""
+
+import gzip
+import io
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.__main__ import main
+from helpers.snapshot import (SNAPSHOT_CATEGORIES, SnapshotError, category_of, explain_snapshot, load_snapshot,
+                              round_up, where)
+from helpers.teaching.reference import load_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "benchmarks" / "data" / "h200_2026-11-26"
+RESNET = ROOT / "lessons" / "data" / "gpu_snapshot_resnet18_b128.pickle"
+
+
+@pytest.fixture(scope="module")
+def lora():
+    return explain_snapshot(H200 / "llama_lora.pickle.gz")
+
+
+def _end_blocks(report, field):
+    return sum(b[field] for s in report.segments for b in s["blocks"] if b["state"] == "active_allocated")
+
+
+def test_the_trace_ends_where_the_snapshot_does(lora):
+    """Read back from the end: the tensors live after the last entry are the active blocks' requests, reserved memory
+    is the segments', and the replayed blocks are the active blocks, to the byte."""
+    assert lora.tensors[-1] == _end_blocks(lora, "requested_size")
+    assert lora.reserved[-1] == sum(s["total_size"] for s in lora.segments)
+    assert lora.allocated is not None and lora.allocated[-1] == _end_blocks(lora, "size")
+    assert lora.peak_bytes == max(lora.tensors) and lora.tensors[lora.peak] == lora.peak_bytes
+    assert sum(lora.by_category.values()) == lora.peak_bytes
+    assert set(lora.by_category) == set(SNAPSHOT_CATEGORIES)
+
+
+def test_max_memory_allocated_is_what_the_h200_reported(lora):
+    """The replayed ``memory_allocated()`` peaks where the H200's ``max_memory_allocated()`` did, to the byte, once the
+    two cuBLAS workspaces made before the recording (the harness's ``warm_up_cublas``) are taken off."""
+    reference = load_reference()
+    if reference is None or reference.get("dry_run"):
+        pytest.skip("no GPU recording in lessons/data/gpu_reference.json")
+    (run,) = [r for r in reference["runs"] if r["config"] == "LoRA r16"]
+    before = sum(b.size for b in lora.blocks if b.allocated is None)
+    assert before == 2 * 32 * 2**20
+    assert max(lora.allocated) - before == run["cuda_peak_bytes"]
+    assert lora.free_in_segments == lora.reserved[lora.peak] - lora.allocated[lora.peak]
+    assert 0 < lora.largest_free <= lora.free_in_segments
+
+
+def test_the_stacks_name_what_set_the_peak():
+    """With C++ frames recorded (``stacks="all"``), the blocks at the peak say which kernel took them: a cuDNN
+    workspace in a convolution's weight gradient (ResNet18 checkpointed), the staging buffer of a CUDA reduction (the
+    dropout MLP's bias gradient)."""
+    conv = explain_snapshot(H200 / "ckpt4_all.pickle.gz")
+    (block,) = [b for b in conv.live_at_peak if b.allocated == conv.peak]
+    assert "cudnn_convolution_backward_weight" in where(block.frames) and block.size == 207_733_415  # 198.1 MiB, freed at the next entry
+    mlp = explain_snapshot(H200 / "mlp.pickle.gz")
+    assert where(mlp.live_at_peak[0].frames).startswith("[gpu_reduce_kernel < structured_sum_out::impl]")
+    assert mlp.live_at_peak[0].size == 32 * 2**20
+
+
+def test_a_cache_filled_before_the_recording_is_said_not_guessed():
+    """Lesson 06's snapshot began after a step had filled the cache: no replay of blocks, and a note for each thing the
+    snapshot cannot tell."""
+    report = explain_snapshot(RESNET)
+    assert report.allocated is None and report.largest_free is None
+    assert any("segment opened before the recording" in n for n in report.notes)
+    assert report.by_category["before_recording"] > 0 and any("before the recording" in n for n in report.notes)
+    assert report.by_category["activations"] > report.peak_bytes / 2  # ResNet18's forward outputs at batch 128
+
+
+@pytest.mark.parametrize("frames, live, before, expected", [
+    ([{"filename": "/x/torch/optim/adam.py", "name": "_init_group"}], True, False, "optimizer_states"),
+    ([{"filename": "/x/torch/optim/adam.py", "name": "_multi_tensor_adam"}], False, False, "other"),
+    ([{"filename": "/x/torch/nn/modules/module.py", "name": "_apply"}], True, True, "parameters"),
+    ([], True, False, "gradients"),
+    ([], False, False, "other"),
+    ([{"filename": "/x/torch/nn/modules/linear.py", "name": "forward"}], False, False, "activations"),
+    ([{"filename": "/me/train.py", "name": "main"}], True, True, "input"),
+    ([{"filename": "??", "name": "at::cuda::getCurrentCUDABlasHandle()"}], True, False, "cublas_workspaces"),
+])
+def test_each_stack_rule(frames, live, before, expected):
+    assert category_of(frames, live, before) == expected
+
+
+def _pickled(obj) -> bytes:
+    buffer = io.BytesIO()
+    pickle.dump(obj, buffer)
+    return buffer.getvalue()
+
+
+SNAPSHOT = RESNET.read_bytes()
+BAD = {
+    "missing file": (None, "cannot read it"),
+    "not a pickle": (b"# a README\n", "not a memory snapshot"),
+    "truncated pickle": (SNAPSHOT[:5000], "not a memory snapshot (pickle data was truncated)"),
+    "truncated gzip": ((H200 / "mlp.pickle.gz").read_bytes()[:5000], "the file ends early"),
+    "a pickled class": (_pickled(Path("x")), "holds a pathlib"),
+    "a pickled list": (_pickled([1, 2]), "a pickled list"),
+    "a dict of other keys": (_pickled({"state": 1}), "without 'segments' and 'device_traces'"),
+    "no history": (_pickled({"segments": [], "device_traces": [[], []]}), "has no history"),
+    "two devices": (_pickled({"segments": [], "device_traces": [[{"action": "alloc"}]] * 2}), "devices [0, 1]"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_a_bad_file_fails_in_one_line(tmp_path, capsys, name):
+    content, message = BAD[name]
+    path = tmp_path / "snap.pickle"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(SnapshotError, match="^[^\n]*$") as error:
+        explain_snapshot(path)
+    assert message in str(error.value)
+    assert main(["explain", str(path)]) == 2  # the command line: exit status 2, one line, nothing on stdout
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("python -m helpers explain: error: ") and message in err
+
+
+def test_a_gzipped_snapshot_reads_as_the_pickle(tmp_path):
+    assert load_snapshot(gzip.compress(SNAPSHOT)) == load_snapshot(SNAPSHOT) == load_snapshot(RESNET)
+    with pytest.raises(SnapshotError, match="no history for device 1"):
+        explain_snapshot(RESNET, device=1)
+
+
+def test_the_command_prints_the_answer_first_and_draws(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "helpers", "explain", str(H200 / "llama_lora.pickle.gz"), "--plots",
+                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("peak of live tensors: 27,717.8 MiB")
+    assert any(line.startswith("memory_allocated() at the peak") for line in lines)
+    assert {p.name for p in tmp_path.iterdir()} == {"timeline.png", "memory_map.png"}
+
+
+def test_round_up_is_the_allocators():
+    assert [round_up(n) for n in (1, 512, 513, 2**20 + 1)] == [512, 512, 1024, 2**20 + 512]
