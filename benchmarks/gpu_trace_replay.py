@@ -24,9 +24,6 @@ buffer of the dropout MLP) started from a cache an earlier step had filled.
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
-import pickle
 import sys
 from pathlib import Path
 
@@ -34,46 +31,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from helpers.allocator import replay  # noqa: E402
+from helpers.snapshot import SnapshotError, load_snapshot, trace_log  # noqa: E402
 from helpers.units import fmt_bytes  # noqa: E402
 
 DEFAULT = ROOT / "benchmarks" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
 
 
-def load_snapshot(path: Path) -> dict:
-    """The snapshot dictionary of ``path`` (a pickle, or a gzipped one)."""
-    raw = path.read_bytes()
-    return pickle.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-
-
-def trace_log(snapshot: dict) -> tuple[list[tuple[int, str, int]], list[int], int]:
-    """``(log, segment addresses, reserved bytes at the end)`` of device 0's trace.
-
-    The log starts with the live blocks of the segments opened before the
-    recording, then one entry per allocation and per completed free of the trace.
+def replay_inputs(path: Path) -> tuple[list[tuple[int, str, int]], list[int], int]:
+    """``(log, segment addresses, reserved bytes at the end)`` of device 0's trace in the snapshot at ``path``
+    (:func:`helpers.snapshot.trace_log`).
 
     Raises:
-        ValueError: if the trace allocates in a segment opened before the
-            recording, whose state at the start the snapshot does not hold.
+        helpers.snapshot.SnapshotError: for a file that is not a snapshot, or a trace that allocates in, or frees
+            from, a segment opened before the recording (its state at the start is not in the snapshot).
     """
-    trace = snapshot["device_traces"][0]
-    opened = [e["addr"] for e in trace if e["action"] == "segment_alloc"]
-    before = sorted((s for s in snapshot["segments"] if s["address"] not in set(opened)), key=lambda s: s["address"])
-    touched = [s["address"] for s in before for e in trace
-               if e["action"] == "alloc" and s["address"] <= e["addr"] < s["address"] + s["total_size"]]
-    if touched:
-        raise ValueError(f"the trace allocates in a segment opened before the recording ({touched[0]:#x}): "
-                         "record from an emptied cache (torch.cuda.empty_cache() first), so that the start is known")
-    earlier = [{"action": "alloc", "addr": b["address"], "size": b["size"]}  # live throughout: cuBLAS workspaces
-               for s in before for b in s["blocks"] if b["state"] == "active_allocated"]
-    serials, serial_of, log = itertools.count(), {}, []
-    for event in earlier + trace:
-        if event["action"] == "alloc":
-            serial_of[event["addr"]] = next(serials)
-            log.append((serial_of[event["addr"]], "alloc", event["size"]))
-        elif event["action"] == "free_completed" and event["addr"] in serial_of:  # not one freed before
-            log.append((serial_of.pop(event["addr"]), "free", -event["size"]))
-    reserved = sum(s["total_size"] for s in snapshot["segments"])
-    return log, [s["address"] for s in before] + opened, reserved
+    snapshot = load_snapshot(path)
+    log, addresses, _ = trace_log(snapshot["device_traces"][0], snapshot["segments"])
+    return log, addresses, sum(s["total_size"] for s in snapshot["segments"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("snapshot", nargs="?", type=Path, default=DEFAULT)
     args = parser.parse_args(argv)
     try:
-        log, addresses, reserved = trace_log(load_snapshot(args.snapshot))
-    except ValueError as e:
+        log, addresses, reserved = replay_inputs(args.snapshot)
+    except SnapshotError as e:
         parser.exit(1, f"{args.snapshot.name}: {e}\n")
     own = replay(log)
     driver = replay(log, segment_addresses=addresses)

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from cuda_stub import build  # noqa: E402
-from gpu_trace_replay import load_snapshot, trace_log  # noqa: E402
+from gpu_trace_replay import replay_inputs  # noqa: E402
 from helpers.allocator import replay  # noqa: E402
 from test_real_step_on_stub import CASES, WORKSPACES, recorded_run, run_steps, simulate  # noqa: E402
 
@@ -49,7 +49,7 @@ def main() -> None:
             tensors, simulated = result["tensors_peak"] - WORKSPACES, simulate(case).peak_allocated_bytes
             allocated, run = result["max_allocated"] - WORKSPACES, recorded_run(case)
             gpu = f"{run['cuda_peak_bytes']:>15,} {allocated - run['cuda_peak_bytes']:>+11,}" if run else f"{'-':>27}"
-            log, addresses, reserved = trace_log(load_snapshot(Path(result["snapshot"])))
+            log, addresses, reserved = replay_inputs(Path(result["snapshot"]))
             same = replay(log, segment_addresses=addresses).peak_reserved == reserved == result["reserved"]
             print(f"{case['name']:<20} {tensors:>15,} {simulated:>15,} {tensors - simulated:>+11,}   "
                   f"{allocated:>15,} {gpu}   {'exact' if same else 'DIFFERS'}")

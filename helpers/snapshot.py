@@ -39,9 +39,13 @@ from .units import fmt_mib
 #: What a live block can be: the course's categories, cuBLAS's workspaces, and what was allocated before the
 #: recording began (no frames: nothing says what it is).
 SNAPSHOT_CATEGORIES = (*CATEGORIES, "cublas_workspaces", "before_recording")
-#: Functions of a model's placement or loading: what they allocate are parameters (and buffers).
+#: Functions of a model's placement, loading or quantization (torchao's ``to_nf4``; bitsandbytes' ``quantize_4bit``
+#: and ``Params4bit._quantize``): what they allocate are parameters (and buffers).
 PLACEMENT = ("_apply", "to_empty", "_load_from_state_dict", "load_state_dict", "set_module_tensor_to_device",
-             "_load_state_dict_into_meta_model", "from_pretrained")
+             "_load_state_dict_into_meta_model", "from_pretrained", "to_nf4", "quantize_4bit", "_quantize")
+#: An allocation's size found this often or less, as often in the trace as in the simulated step, anchors
+#: the alignment (:func:`_match`).
+RARE = 4
 #: How far (in allocations) from where the alignment expects it an allocation of the same size may be and still be
 #: the same tensor, made in another order.
 REORDER_WINDOW = 64
@@ -114,7 +118,7 @@ def category_of(frames: list[dict], live_at_optimizer: bool, before_forward: boo
        ``cublas_workspaces``;
     2. in ``torch/optim/``: ``optimizer_states`` in ``_init_group`` (where optimizers make their states lazily), else
        ``other`` (the optimizer's temporaries); in ``zero_grad`` or ``torch/amp/``: ``other``;
-    3. in a model's placement or loading (:data:`PLACEMENT`): ``parameters``;
+    3. in a model's placement, loading or quantization (:data:`PLACEMENT`): ``parameters``;
     4. no Python frame (the autograd engine's thread: the backward pass): ``gradients`` when still live as the
        optimizer starts (``live_at_optimizer``), else ``other`` (gradients of activations, temporaries); in
        ``torch/autograd/`` on the caller's thread: ``other``;
@@ -297,25 +301,89 @@ class Twin:
                                    for i in self.missing]}
 
 
-def _match(a: list, b: list, window: int = REORDER_WINDOW, confirm: int = 4) -> dict[int, int]:
-    """Pairs ``{i: j}`` with ``a[i] == b[j]``, in order: walking both lists, equal heads pair; else the nearest skip
-    of at most ``window`` entries on one side after which ``confirm`` entries agree (one side allocated something the
-    other did not); with none, both heads stay unpaired (sizes that differ)."""
-    pairs, i, j = {}, 0, 0
+def _walk(a: list, b: list, window: int = REORDER_WINDOW, confirm: int = 4) -> dict[int, int]:
+    """Pairs ``{i: j}`` with ``a[i] == b[j]``, in order.  Walking both lists: equal heads pair; else the nearest skip
+    of at most ``window`` entries on one side after which ``confirm`` entries agree (that side allocated what the other
+    did not); else both heads stay unpaired (sizes that differ, or the same tensors in another order, which
+    :func:`align` pairs after).  When fewer than one head in ten has paired over the last ``window`` or so (a long
+    stretch on one side only, such as a quantization the other side does not trace), one side skips to where the
+    other's next ``confirm`` entries occur, the shorter skip of the two."""
+    def runs(seq: list) -> dict[tuple, list[int]]:
+        at: dict[tuple, list[int]] = defaultdict(list)
+        for k in range(len(seq) - confirm + 1):
+            at[tuple(seq[k:k + confirm])].append(k)
+        return at
+
+    def ahead(table: dict, key: list, start: int) -> int | None:
+        found = table.get(tuple(key), [])
+        k = bisect.bisect_left(found, start)
+        return found[k] - start if k < len(found) else None
 
     def agrees(i: int, j: int) -> bool:
         n = min(confirm, len(a) - i, len(b) - j)
         return n > 0 and a[i:i + n] == b[j:j + n]
 
+    in_a, in_b = runs(a), runs(b)
+    pairs, i, j, rate = {}, 0, 0, 1.0  # rate: how often heads pair, recently
     while i < len(a) and j < len(b):
+        rate += ((a[i] == b[j]) - rate) / window
         if a[i] == b[j]:
             pairs[i] = j
             i, j = i + 1, j + 1
             continue
         skip = next(((k, 0) if agrees(i + k, j) else (0, k) for k in range(1, window + 1)
                      if agrees(i + k, j) or agrees(i, j + k)), (1, 1))
+        if skip == (1, 1) and rate < 0.1:
+            far = [(k, 0) for k in [ahead(in_a, b[j:j + confirm], i)] if k] + \
+                  [(0, k) for k in [ahead(in_b, a[i:i + confirm], j)] if k]
+            skip, rate = min(far, key=sum, default=skip), 1.0
         i, j = i + skip[0], j + skip[1]
     return pairs
+
+
+def _match(a: list, b: list) -> dict[int, int]:
+    """Pairs ``{i: j}`` with ``a[i] == b[j]``, in order, much as patience diff finds them (B. Cohen's, in Bazaar and
+    ``git diff --patience``): an entry found as often in each list, and at most :data:`RARE` times (once a step:
+    the logits, a layer's own shapes), pairs its k-th occurrences; the longest run of those pairs whose positions rise
+    on both sides fixes the rest; between two of them the search starts again, and a part without such entries is
+    walked by :func:`_walk`."""
+    pairs: dict[int, int] = {}
+    todo = [(0, len(a), 0, len(b))]
+    while todo:
+        a0, a1, b0, b1 = todo.pop()
+        seen_a: dict = defaultdict(list)
+        seen_b: dict = defaultdict(list)
+        for i in range(a0, a1):
+            seen_a[a[i]].append(i)
+        for j in range(b0, b1):
+            seen_b[b[j]].append(j)
+        unique = sorted(pair for key, where_a in seen_a.items() if len(where_a) == len(seen_b.get(key, ())) <= RARE
+                        for pair in zip(where_a, seen_b[key]))
+        anchors = _rising(unique)
+        if not anchors:
+            pairs.update((a0 + i, b0 + j) for i, j in _walk(a[a0:a1], b[b0:b1]).items())
+            continue
+        pairs.update(anchors)
+        for (i0, j0), (i1, j1) in zip([(a0 - 1, b0 - 1), *anchors], [*anchors, (a1, b1)]):
+            if i1 > i0 + 1 and j1 > j0 + 1:
+                todo.append((i0 + 1, i1, j0 + 1, j1))
+    return pairs
+
+
+def _rising(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest run of ``points`` (sorted by their first number) whose second numbers rise (patience sorting)."""
+    tops: list[int] = []  # the second number ending the best run of each length
+    ends: list[int] = []  # the index of that point
+    before = [-1] * len(points)
+    for k, (_, j) in enumerate(points):
+        n = bisect.bisect_left(tops, j)
+        before[k] = ends[n - 1] if n else -1
+        tops[n:n + 1], ends[n:n + 1] = [j], [k]
+    run, k = [], ends[-1] if ends else -1
+    while k >= 0:
+        run.append(points[k])
+        k = before[k]
+    return run[::-1]
 
 
 def align(report: SnapshotReport, profile: StepProfile) -> Twin:

@@ -197,7 +197,7 @@ def _trace_replay():
 def test_a_real_gpus_trace_replayed_at_the_drivers_addresses_gives_its_reserved_memory(capsys):
     """The Llama-3.1 8B LoRA step recorded on an H200 (torch 2.11.0): its 9,997 allocations through the model."""
     replayer = _trace_replay()
-    log, addresses, reserved = replayer.trace_log(replayer.load_snapshot(replayer.DEFAULT))
+    log, addresses, reserved = replayer.replay_inputs(replayer.DEFAULT)
     assert len(addresses) == 510 and reserved == 28_506 * MiB
     at_the_drivers = replay(log, segment_addresses=addresses)
     assert at_the_drivers.peak_reserved == reserved and at_the_drivers.allocator.num_device_alloc == 510
@@ -258,6 +258,6 @@ def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stu
     (path,) = tmp_path.glob("*.pickle.gz")
     assert path.name == "gpt2_b8_adam_steady_state.pickle.gz"
     replayer = _trace_replay()
-    log, addresses, reserved = replayer.trace_log(replayer.load_snapshot(path))
+    log, addresses, reserved = replayer.replay_inputs(path)
     assert reserved == record["cuda_reserved_bytes"] and len(log) > 1000
     assert replay(log, segment_addresses=addresses).peak_reserved == reserved
