@@ -16,7 +16,9 @@ with an NVIDIA GPU:
    (``torch.cuda.memory._record_memory_history``), to open at
    https://pytorch.org/memory_viz: ``gpu_snapshot_resnet18_b128.pickle``;
    and, in step 1, one of each run's cuda step, gzipped, in ``snapshots/``
-   (:func:`snapshot_name`);
+   (:func:`snapshot_name`), explained beside the run's simulated step as
+   ``python -m helpers explain`` does it: the record's ``explained``
+   (:func:`_explained`);
 3. runs the test suite and every lesson under nbval on the GPU, and prints
    which failed (also written to ``gpu_tests.txt``).
 
@@ -61,6 +63,7 @@ import torch  # noqa: E402
 
 from helpers import profile_step, time_step  # noqa: E402
 from helpers.allocator import replay  # noqa: E402
+from helpers.snapshot import explain_snapshot  # noqa: E402
 from helpers.step import DoesNotFit  # noqa: E402
 
 
@@ -143,6 +146,7 @@ def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) 
     live, and written there gzipped (:func:`snapshot_name`): what ``benchmarks/gpu_trace_replay.py`` replays."""
     model, options = _call(run)
     simulated = profile_step(model, run.batch_size, device="simulated", **options)
+    explained = None
     if device == "cuda":
         gc.collect()
         torch.cuda.empty_cache()  # each run's reserved memory is its own
@@ -152,8 +156,9 @@ def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) 
             real = profile_step(model, run.batch_size, device="cuda", **options)
             if snapshots is not None:
                 snapshots.mkdir(parents=True, exist_ok=True)
-                data = pickle.dumps(torch.cuda.memory._snapshot())
-                (snapshots / snapshot_name(run)).write_bytes(gzip.compress(data, mtime=0))
+                taken = torch.cuda.memory._snapshot()
+                (snapshots / snapshot_name(run)).write_bytes(gzip.compress(pickle.dumps(taken), mtime=0))
+                explained = _explained(explain_snapshot(taken, step=simulated))
         finally:
             if snapshots is not None:
                 torch.cuda.memory._record_memory_history(enabled=None)
@@ -169,8 +174,20 @@ def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) 
         **_simulated_figures(simulated),
         "step_seconds": seconds,
         "events": _events(real.events, simulated.events),
+        "explained": explained,
         "error": None,
     }
+
+
+def _explained(report) -> dict:
+    """What ``python -m helpers explain SNAPSHOT --model ...`` finds in a run's snapshot beside its simulated twin
+    (:func:`helpers.snapshot.explain_snapshot`): the peak of tensors and the categories at it on both sides, the
+    allocations aligned, and the five largest groups of what the GPU allocated and the simulation did not."""
+    twin = report.twin.to_dict()
+    return {key: twin[key] for key in ("aligned", "peak_tensor_bytes", "categories_at_peak_bytes",
+                                       "peak_reserved_bytes")} | {
+        "allocations": twin["aligned"] + sum(g["count"] for g in twin["gpu_only"]), "gpu_only": twin["gpu_only"][:5],
+        "peak_allocated_bytes": max(report.allocated) if report.allocated else None}
 
 
 def _simulated_figures(simulated) -> dict:

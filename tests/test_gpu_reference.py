@@ -255,6 +255,14 @@ def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stu
     assert record["cuda_peak_bytes"] == record["simulated_allocated_bytes"]  # PyTorch's allocator and the model
     assert record["cuda_reserved_bytes"] == h200["cuda_reserved_bytes"]
     assert abs(record["cuda_peak_bytes"] - h200["cuda_peak_bytes"]) <= 0.0005 * h200["cuda_peak_bytes"]
+    explained = record["explained"]  # the run's snapshot beside its simulated twin, as `helpers explain` reads it
+    categories = explained["categories_at_peak_bytes"]
+    assert categories["gpu"]["before_recording"] == 2 * 32 * MiB  # the workspaces of warm_up_cublas
+    assert explained["peak_allocated_bytes"] - 2 * 32 * MiB == record["cuda_peak_bytes"]
+    assert explained["aligned"] > 0.7 * explained["allocations"]
+    assert sum(categories["gpu"].values()) == explained["peak_tensor_bytes"]["gpu"]
+    assert {c: n for c, n in categories["gpu"].items() if n and c in categories["simulated"]} == \
+        {c: n for c, n in categories["simulated"].items() if n}
     (path,) = tmp_path.glob("*.pickle.gz")
     assert path.name == "gpt2_b8_adam_steady_state.pickle.gz"
     replayer = _trace_replay()

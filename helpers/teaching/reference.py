@@ -6,7 +6,9 @@
 ``cuda_peak_bytes``, ``simulated_peak_bytes`` (the engine's: the step's tensors), ``simulated_allocated_bytes`` and
 ``simulated_reserved_bytes`` (the simulated log replayed through :mod:`helpers.allocator`: peak allocated, unsplit rests
 of blocks included as ``max_memory_allocated`` counts them, and peak reserved), ``cuda_reserved_bytes``,
-``step_seconds``, ``events`` (``[module, phase, cuda_delta, simulated_delta]``) and ``error``; and ``simulated_torch``
+``step_seconds``, ``events`` (``[module, phase, cuda_delta, simulated_delta]``), ``explained`` (the run's memory
+snapshot beside its simulated step, as ``python -m helpers explain`` reads it; None in a dry run or a recording made
+before it existed) and ``error``; and ``simulated_torch``
 where the simulated figures were made again on another machine (``gpu_reference.py --resimulate``).  A difference is
 what the simulation leaves out on that GPU.  Sizes in bytes.
 """
