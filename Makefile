@@ -92,6 +92,7 @@ benchmark: setup
 	$(BIN)/python benchmarks/allocator_replay.py
 	$(BIN)/python benchmarks/whole_step_reference.py
 	$(BIN)/python benchmarks/real_step_on_stub.py
+	$(BIN)/python benchmarks/explain_snapshot.py
 	$(BIN)/python benchmarks/lesson_times.py
 	$(BIN)/python benchmarks/finetune_step.py
 	$(BIN)/python benchmarks/finetune_widget.py
