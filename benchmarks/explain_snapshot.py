@@ -6,7 +6,7 @@ process and prints its wall and CPU seconds, its peak resident memory (``ru_maxr
 length:
 
 * lesson 06's ResNet18 step (an H200, ``lessons/data/gpu_snapshot_resnet18_b128.pickle``);
-* the Llama-3.1 8B LoRA step an H200 recorded (``benchmarks/data/h200_2026-11-26/llama_lora.pickle.gz``), alone and
+* the Llama-3.1 8B LoRA step an H200 recorded (``lessons/data/h200_2026-11-26/llama_lora.pickle.gz``), alone and
   beside the same step simulated (``--model ...``: the simulation's seconds included);
 * where the stub driver builds (``tests/cuda_stub/``), lesson 09's 8B QLoRA step run on real CUDA tensors there, whose
   snapshot holds about 210,000 trace entries (torchao quantizes each weight op by op), beside its simulation.
@@ -29,7 +29,7 @@ from cuda_stub import build  # noqa: E402
 LORA = ["--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--amp", "--amp-dtype", "bfloat16",
         "--param-dtype", "bfloat16", "--lora-rank", "16", "--optimizer", "adamw"]
 QLORA = [*LORA, "--checkpoint", "1", "--quantization", "nf4"]
-H200 = ROOT / "benchmarks" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
+H200 = ROOT / "lessons" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
 TARGETS = {"ResNet18": 2.0}  # seconds; every other line: 30 s
 RSS = 3 * 2**30
 

@@ -1,7 +1,7 @@
 """A real GPU's allocator trace replayed through the allocator model, with the model's addresses and the driver's.
 
 ``python benchmarks/gpu_trace_replay.py [SNAPSHOT]`` (default: the Llama-3.1 8B
-LoRA step recorded on an H200, ``benchmarks/data/h200_2026-11-26/``) reads a
+LoRA step recorded on an H200, ``lessons/data/h200_2026-11-26/``) reads a
 memory snapshot (``torch.cuda.memory._dump_snapshot``, gzipped or not) whose
 history was recorded from an emptied cache, turns its trace into an allocation
 log (one allocation per ``alloc`` event, one free per ``free_completed``),
@@ -34,7 +34,7 @@ from helpers.allocator import replay  # noqa: E402
 from helpers.snapshot import SnapshotError, load_snapshot, trace_log  # noqa: E402
 from helpers.units import fmt_bytes  # noqa: E402
 
-DEFAULT = ROOT / "benchmarks" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
+DEFAULT = ROOT / "lessons" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
 
 
 def replay_inputs(path: Path) -> tuple[list[tuple[int, str, int]], list[int], int]:

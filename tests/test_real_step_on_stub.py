@@ -80,7 +80,7 @@ CASES = [
 #: ``aten/src/ATen/native/cuda/Reduce.cuh``) stage a global reduction in a buffer they take from the caching allocator
 #: for the length of the kernel; the dropout MLP's backward sums a (4096, 1024) gradient over the batch for a bias, and
 #: the 32 MiB buffer of that sum sets its peak (the same block is live at the peak of the H200's snapshot,
-#: ``benchmarks/data/h200_2026-11-26/mlp.pickle.gz``).  The simulation's CUDA rules do not model it: 7% of this step.
+#: ``lessons/data/h200_2026-11-26/mlp.pickle.gz``).  The simulation's CUDA rules do not model it: 7% of this step.
 REDUCTION = {"dropout_mlp": "CUDA's global-reduction staging buffer (gpu_reduce_kernel), not simulated"}
 WORKSPACES = 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"])  # the stub's card
 

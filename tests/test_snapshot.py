@@ -1,7 +1,7 @@
 """A real GPU's memory snapshot explained (``helpers.snapshot``, ``python -m helpers explain``; issue 33).
 
 The snapshots here are an H200's (``make gpu-reference``, 2026-11-26): lesson 06's ResNet18 step and the three of
-``benchmarks/data/h200_2026-11-26/``.  ``tests/test_real_step_on_stub.py`` explains snapshots that PyTorch's own
+``lessons/data/h200_2026-11-26/``.  ``tests/test_real_step_on_stub.py`` explains snapshots that PyTorch's own
 allocator makes on the stub driver, beside PyTorch's counters and the simulated step.
 """
 
@@ -20,7 +20,7 @@ from helpers.snapshot import (SNAPSHOT_CATEGORIES, SnapshotError, category_of, e
 from helpers.teaching.reference import load_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-H200 = ROOT / "benchmarks" / "data" / "h200_2026-11-26"
+H200 = ROOT / "lessons" / "data" / "h200_2026-11-26"
 RESNET = ROOT / "lessons" / "data" / "gpu_snapshot_resnet18_b128.pickle"
 
 
