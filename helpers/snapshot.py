@@ -386,6 +386,38 @@ def _rising(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return run[::-1]
 
 
+def _log_lifetimes(log: list, theirs: list[int]) -> tuple[list[int | None], list[int]]:
+    """The log index of each simulated allocation's free (None: kept), and of the allocation itself."""
+    freed_at = {}
+    for k, a in enumerate(log):
+        if a.kind == "free":
+            freed_at[a.serial] = k
+    return [freed_at.get(log[i].serial) for i in theirs], theirs
+
+
+def _by_lifetime(pairs: dict[int, int], keys: list, freed: list, made: list, freed_sim: list, made_sim: list,
+                 near: int = 8) -> None:
+    """Within each cluster of pairs of one key whose GPU allocations lie at most ``near`` apart (an operation that
+    makes two tensors of one size), pair again by lifetime: the longest-lived on one side with the longest-lived on
+    the other (the two sides may make them in different orders)."""
+    def life(end, start):
+        return float("inf") if end is None else end - start
+
+    groups: list[list[int]] = []
+    filling: dict = {}  # key -> its group being filled
+    for i in sorted(pairs):
+        group = filling.get(keys[i])
+        if group is not None and i - group[-1] <= near:
+            group.append(i)
+        else:
+            filling[keys[i]] = group = [i]
+            groups.append(group)
+    for group in (g for g in groups if len(g) > 1):
+        sims = sorted((pairs[i] for i in group), key=lambda j: -life(freed_sim[j], made_sim[j]))
+        for i, j in zip(sorted(group, key=lambda i: -life(freed[i], made[i])), sims):
+            pairs[i] = j
+
+
 def align(report: SnapshotReport, profile: StepProfile) -> Twin:
     """Align the trace's allocations with the simulated step's, label each pair with the simulation's category and
     moment, and recount the report's categories.
@@ -422,6 +454,8 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
         if abs(near - expected) <= REORDER_WINDOW:
             pairs[i] = near
             waiting[key].remove(near)
+    _by_lifetime(pairs, keys_gpu, [b.freed for b in ours], [b.allocated for b in ours],
+                 *_log_lifetimes(log, theirs))
     moment = "placement, or a steady state's first step"
     for i, b in enumerate(ours):
         if i in pairs:
