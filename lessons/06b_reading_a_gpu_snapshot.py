@@ -1,0 +1,249 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06b · A real GPU's memory snapshot, explained
+#
+# **Questions**
+# - What does PyTorch record when you ask it for a memory snapshot, and how do you record one of your own training step?
+# - What filled a real GPU's memory at the peak of a step, and why was each tensor there?
+# - Where does a simulated step agree with what a GPU did, and where not?
+#
+# **Objectives**
+# - Record a snapshot of one training step, and name what it holds: the allocator's segments and blocks, and a trace of every allocation and free with its stack.
+# - Read a snapshot with `explain_snapshot`: the peak, what was live at it by category, reserved memory, the free space in the segments.
+# - Put a snapshot beside the same step simulated, and name each difference: cuBLAS workspaces, kernels' own buffers, tensors the stacks cannot name.
+# - Explain a snapshot of your own with the widget or `python -m helpers explain`.
+#
+# **Time:** about 45 minutes alone: 18 of reading, 8 of code, 2 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
+#
+# Lesson 06 (segments, blocks, reserved memory) comes first. The step of sections 1 to 4 is lesson 09's: a LoRA fine-tuning step of Llama-3.1 8B. Here it is simply a training step of a large model; lesson 09 explains LoRA.
+
+# %% [markdown]
+# ## Setup
+
+# %%
+# %matplotlib inline
+import collections
+
+import torch
+
+from helpers import MiB, fmt_bytes, profile_step
+from helpers.snapshot import explain_snapshot, load_snapshot, where
+from helpers.teaching.plots import plot_memory_map, plot_snapshot
+from helpers.teaching.reference import load_reference
+from helpers.teaching.widgets import SHIPPED, SnapshotExplorer
+
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
+print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+
+# %% [markdown]
+# ## 1. What a snapshot holds
+#
+# PyTorch's caching allocator can keep a history: call `torch.cuda.memory._record_memory_history()` before a step, and `torch.cuda.memory._dump_snapshot("step.pickle")` after it. The file is a pickled dictionary, the one `torch.cuda.memory._snapshot()` returns, and https://pytorch.org/memory_viz draws it in a browser. Here is one that `make gpu-reference` recorded on an H200 (lesson 00): one training step of Llama-3.1 8B with LoRA adapters, batch 1 × 2,048 tokens, recorded from an emptied cache.
+
+# %%
+path = SHIPPED["Llama-3.1 8B, LoRA r16 (H200)"]
+snapshot = load_snapshot(path)
+trace = snapshot["device_traces"][0]
+print(sorted(snapshot))
+print(f"{len(snapshot['segments'])} segments at the end; {len(trace):,} trace entries:",
+      dict(collections.Counter(e["action"] for e in trace)))
+first = next(e for e in trace if e["action"] == "alloc" and e["size"] > MiB)
+print({key: first[key] for key in ("action", "addr", "size", "stream")}, f"{len(first['frames'])} frames")
+
+# %% [markdown]
+# Two parts. `segments` is the allocator's state when the snapshot was taken: each segment it holds from the driver, cut into blocks, each block allocated or free (lesson 06's picture, at one moment). `device_traces` is the history: one entry per allocation (`alloc`), per free (`free_requested`, then `free_completed` once no stream still uses the block) and per segment the driver handed over (`segment_alloc`), each with an address, a size, a stream, a time and the Python frames of the call that caused it.
+#
+# Two facts decide how to read it. An `alloc`'s size is what the tensor *asked* for; the block behind it is at least that, rounded up as lesson 06 showed, so the trace alone gives the tensors' memory, not `memory_allocated()`. And the frames are the stack at the moment of the allocation: which line of which function asked. A block allocated before the recording began has no entry and no stack.
+#
+# ## 2. The snapshot explained
+#
+# `explain_snapshot` reads such a file and answers the course's question: the peak of live tensors, where it was reached, what was live then by category, reserved memory, and, from the trace replayed through lesson 06's allocator model, the blocks and the free space at the peak.
+
+# %%
+report = explain_snapshot(path)
+print("\n".join(report.lines()))
+assert round(report.peak_bytes / 2**30, 1) == 27.1 and report.live_at_peak[0].size == 1002 * MiB
+assert round(report.by_category["parameters"] / 2**30) == 15 and report.by_category["optimizer_states"] == 52 * MiB
+
+# %% [markdown]
+# Every category comes from a stack, by rules a line each (`helpers.snapshot.category_of`): what a model's `_apply` (its `.to("cuda")`) allocated is a parameter, what an optimizer's `_init_group` allocated an optimizer state, what a `forward` allocated an activation, and what the backward pass's thread allocated (it runs no Python, so it has no Python frames) a gradient if it lives on into `optimizer.step()`. Here the recording ran inside this course's own step, under its tracker, so every Python stack ends in that tracker (`counting.py`) and says little more; in your own loop the stacks end in your code. Section 4 names each tensor another way.
+#
+# The peak is 27.1 GiB, reached as a 1,002 MiB tensor is made at the end of the forward pass: the logits' float32 copies for the loss (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported?
+
+# %%
+reference = load_reference()
+(run,) = [r for r in reference["runs"] if r["config"] == "LoRA r16"]
+before = report.by_category["before_recording"]
+assert before == 2 * 32 * MiB  # two cuBLAS workspaces, made before the recording (section 4)
+assert max(report.allocated) - before == run["cuda_peak_bytes"]
+print(f"max_memory_allocated() on the H200: {run['cuda_peak_bytes']:,} bytes; from the snapshot, less the "
+      f"{fmt_bytes(before)} made before it: {max(report.allocated) - before:,} bytes")
+
+# %% [markdown]
+# To the byte: the trace, replayed through the model of `CUDACachingAllocator.cpp`, gives the number the GPU's allocator counted. Now the step over time: each category stacked, reserved memory dashed, and at the right what was live at the peak.
+
+# %%
+plot_snapshot(report, title="Llama-3.1 8B, LoRA r16, batch 1 x 2,048 tokens, on an H200 (recorded)")
+
+# %% [markdown]
+# Read it left to right. The parameters (blue) arrive first, 15 GiB of bfloat16 weights, and stay. A first step follows: the forward pass stacks activations (green) until the loss, the backward pass frees them layer by layer. Then the measured step does the same once more, on top of the optimizer's states (52 MiB, too thin to see at this scale: only the adapters train). Reserved memory climbs in steps during the first forward pass and then stays flat: the second step finds every block it needs in the cache, as lesson 06 predicted.
+#
+# ## 3. Segments and free space at the peak
+#
+# The same trace, drawn as lesson 06 drew the allocator model's: each segment a band of addresses, each block a bar in its category's colour, free but reserved memory light grey.
+
+# %%
+plot_memory_map(*report.memory_map(), segments=report.segments,
+                title="Llama-3.1 8B LoRA on an H200: segments and blocks over the recording")
+
+# %% [markdown]
+# The first step's activations (green, lower left) fill segment after segment, and its backward pass leaves them free (grey). The optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay, as lesson 06's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06's fragmentation, on a real GPU.
+
+# %%
+assert (report.segments_at_peak, report.largest_free // MiB) == (509, 502)
+assert report.free_in_segments == report.reserved[report.peak] - report.allocated[report.peak]
+print(f"at the peak: {fmt_bytes(report.free_in_segments)} free in {report.segments_at_peak} segments, "
+      f"the largest free block {fmt_bytes(report.largest_free)}")
+
+# %% [markdown]
+# ## 4. Beside the same step, simulated
+#
+# This course can name every tensor of a step it simulates: its category and the module that made it. Give `explain_snapshot` the same step simulated, and it aligns the two lists of allocations (same order, same sizes once rounded to 512 bytes), labels each allocation of the GPU's with its simulated twin's category and moment, and lists what differs.
+
+# %%
+simulated = profile_step("meta-llama/Llama-3.1-8B", 1, seq_len=2048, lora_rank=16, param_dtype="bfloat16", amp=True,
+                         amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
+twin = explain_snapshot(path, step=simulated).twin
+print("\n".join(twin.lines()))
+
+# %% [markdown]
+# The categories at the peak now come from the simulation, and they agree with it: the parameters to the byte, the activations, optimizer states and temporaries to a fraction of a MiB (one 256 KiB tensor the alignment paired with a same-sized neighbour). The GPU's peak is the simulated one plus the 64 MiB made before the recording, two cuBLAS workspaces, one per thread that multiplies matrices (lesson 06), which the harness makes before each run; and 32 KiB more: 1 KiB per attention layer, the two 8-byte random-number scalars that CUDA's flash attention keeps for its backward pass (a 512-byte block each), which the simulation leaves out.
+
+# %%
+gpu, sim = twin.categories_gpu, simulated.categories
+assert gpu["parameters"] == sim["parameters"]
+assert all(abs(gpu[c] - sim[c]) < MiB for c in ("optimizer_states", "activations", "other"))
+assert twin.peak_gpu - simulated.peak_allocated_bytes - gpu["before_recording"] == 32 * 1024
+extra = [b for b in twin.extra if "backward" in b.moment and b.size > 60 * MiB]
+print(f"only on the GPU, in the backward pass: {len(extra)} blocks of {extra[0].size / MiB:.2f} MiB, each after "
+      f"the simulated {extra[0].moment}")
+assert len(extra) == 32 and {b.size for b in extra} == {67_371_264} and all(b.freed is not None for b in extra)
+
+# %% [markdown]
+# What the GPU allocated and the simulation did not is where to look next. In the backward pass of each of the 32 decoder layers, just after the backward of the value projection's adapter, the H200 made one block of 64.25 MiB and freed it again: memory that some kernel of that step took for itself and the simulated step does not. This snapshot's Python stacks cannot say which kernel. C++ stacks can (`_record_memory_history(stacks="all")`), as in this snapshot of lesson 02's dropout MLP, also recorded on the H200:
+
+# %%
+mlp = explain_snapshot(SHIPPED["dropout MLP, C++ stacks (H200)"])
+largest = mlp.live_at_peak[0]
+print(f"{fmt_bytes(largest.size)} at the peak, allocated at {where(largest.frames)}")
+assert largest.size == 32 * MiB and "gpu_reduce_kernel" in where(largest.frames)
+(mlp_run,) = [r for r in reference["runs"] if r["config"] == "steady state"]
+under = mlp_run["cuda_peak_bytes"] - mlp_run["simulated_peak_bytes"]
+print(f"the H200's max_memory_allocated() is {under / MiB:.1f} MiB above the simulated peak")
+assert round(under / MiB, 1) == 15.8
+
+# %% [markdown]
+# The innermost C++ frames name the kernel: `gpu_reduce_kernel`, called by `sum` in the backward pass (a bias's gradient, summed over the batch of 4,096). CUDA's reductions stage their partial sums in a buffer they take from the caching allocator for the length of the kernel, and at this step's peak it is 32 MiB. The simulation does not model it, so this step's simulated peak is 15.8 MiB under the GPU's: the kind of difference a snapshot finds and a formula never will.
+#
+# ## 5. Your own snapshot
+#
+# On a GPU, record one step of your loop: after a first step (so that the optimizer's states exist), empty the cache, record, run the step, dump. The next cell does it for a small model; without a GPU it says so. Its output is not checked (it depends on the GPU).
+
+# %% tags=["nbval-ignore-output"] nbval_reason="runs only on a GPU, whose figures depend on the card"
+if torch.cuda.is_available():
+    net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)).cuda()
+    optimizer = torch.optim.AdamW(net.parameters())
+
+    def train_step():
+        x, y = torch.randn(512, 1024, device="cuda"), torch.randint(0, 10, (512,), device="cuda")
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    train_step()
+    torch.cuda.empty_cache()
+    torch.cuda.memory._record_memory_history(max_entries=200_000)
+    train_step()
+    torch.cuda.memory._dump_snapshot("my_step.pickle")
+    torch.cuda.memory._record_memory_history(enabled=None)
+    print("\n".join(explain_snapshot("my_step.pickle").lines()))
+else:
+    print("no GPU here: the snapshots above were recorded on an H200; the widget below explains them or your file")
+
+# %% [markdown]
+# The widget explains a snapshot: pick one of the four recorded on the H200, or upload your own file (`my_step.pickle`, gzipped or not). A file that is not a snapshot is refused in one line.
+
+# %%
+explorer = SnapshotExplorer()
+assert explorer.report.peak_bytes == report.peak_bytes
+explorer
+
+# %% [markdown]
+# From a terminal, the same report: `python -m helpers explain my_step.pickle`, with `--plots figures/` for the two figures, `--json` for a program, and the step's options (`--model ... --batch-size ...`, as `python -m helpers profile` takes them) to put it beside its simulated twin.
+#
+# ## Exercises
+#
+# **Exercise 1: the block that set a peak.** The widget's third snapshot is lesson 04's ResNet18 at batch 128 with four checkpoint segments, recorded with C++ stacks. Which allocation set its peak: how large, made by which kernel, and how long did it live?
+
+# %%
+# Your code here: explain_snapshot(SHIPPED["ResNet18, checkpointed, C++ stacks (H200)"]), then its live_at_peak
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# checkpointed = explain_snapshot(SHIPPED["ResNet18, checkpointed, C++ stacks (H200)"])
+# (peak_block,) = [b for b in checkpointed.live_at_peak if b.allocated == checkpointed.peak]
+# print(f"{fmt_bytes(peak_block.size)}, {where(peak_block.frames)}, freed at entry {peak_block.freed}")
+# assert round(peak_block.size / MiB, 1) == 198.1 and "cudnn_convolution_backward_weight" in where(peak_block.frames)
+# assert peak_block.freed == peak_block.allocated + 1
+# ```
+#
+# A 198.1 MiB block allocated inside `raw_cudnn_convolution_backward_weight_out`, the weight gradient of a convolution in the backward pass, and freed at the very next entry of the trace: a cuDNN workspace, live only while its kernel runs, yet it set the step's peak. No tensor of the model asked for it, which is why lesson 06 found convolutional networks reserving more on the GPU than the simulation says.
+# </details>
+#
+# **Exercise 2: one more tensor at the peak.** At the peak of the LoRA step (section 3), could a 500 MiB tensor be allocated without a new segment? A 600 MiB one? How much memory did the cache hold free at that moment?
+
+# %%
+# Your code here: report.largest_free, report.free_in_segments
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# ```python
+# fits = {mib: mib * MiB <= report.largest_free for mib in (500, 600)}
+# print(fits, f"free in the cache: {fmt_bytes(report.free_in_segments)}")
+# assert fits == {500: True, 600: False} and report.free_in_segments > 600 * MiB
+# ```
+#
+# A request above 10 MiB is rounded up to a multiple of 2 MiB (lesson 06), so 500 MiB stays 500 MiB and fits in the 502 MiB block. 600 MiB fits in no free block, although 785 MiB are free in the cache: the allocator would open a new segment, and on a full card that is an out-of-memory error with memory "reserved but unallocated".
+# </details>
+#
+# ## Key points
+#
+# - A memory snapshot (`_record_memory_history()`, then `_dump_snapshot()`) holds the allocator's segments and blocks at one moment and a trace of every allocation and free since recording began, each with its stack. Record from an emptied cache, after a first step.
+# - The trace's sizes are requests: they give the tensors' memory exactly. Replayed through a model of the caching allocator they give `memory_allocated()`, to the byte here, and the free space and largest free block at the peak.
+# - Stacks say where an allocation was made. The backward pass runs on a thread without Python frames, and a block made before the recording has no stack: a snapshot alone cannot name everything.
+# - Beside the same step simulated, every allocation gets a category and a module, and what is left over is what the GPU did that the simulation does not: cuBLAS workspaces, cuDNN's workspaces, reduction buffers, an attention kernel's own buffers. C++ stacks (`stacks="all"`) name the kernel.
+#
+# ## References
+#
+# Cited in this lesson by name:
+#
+# - PyTorch documentation, *Understanding CUDA memory usage* (`torch.cuda.memory._record_memory_history`, `_dump_snapshot`, `_snapshot`, https://pytorch.org/memory_viz): https://pytorch.org/docs/stable/torch_cuda_memory.html
+# - PyTorch source, version 2.14.1: `c10/cuda/CUDACachingAllocator.cpp` (the trace's entries, their sizes, when `memory_allocated()` falls), `aten/src/ATen/native/cuda/Reduce.cuh` (`gpu_reduce_kernel`'s staging buffer): https://github.com/pytorch/pytorch
+# - PyTorch tutorial, *Mosaic: Memory Profiling for PyTorch* (categories of a snapshot from its stacks), and facebookresearch/mosaic: https://github.com/facebookresearch/mosaic
+# - This course's recording on an NVIDIA H200, 2026-11-26: `lessons/data/gpu_reference.json` and the snapshots in `lessons/data/` (their README says how each was made).
