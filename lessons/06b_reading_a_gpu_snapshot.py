@@ -99,7 +99,7 @@ print(f"max_memory_allocated() on the H200: {run['cuda_peak_bytes']:,} bytes; fr
 plot_snapshot(report, title="Llama-3.1 8B, LoRA r16, batch 1 x 2,048 tokens, on an H200 (recorded)")
 
 # %% [markdown]
-# Read it left to right. The parameters (blue) arrive first, 15 GiB of bfloat16 weights, and stay. A first step follows: the forward pass stacks activations (green) until the loss, the backward pass frees them layer by layer. Then the measured step does the same once more, on top of the optimizer's states (52 MiB, too thin to see at this scale: only the adapters train). Reserved memory climbs in steps during the first forward pass and then stays flat: the second step finds every block it needs in the cache, as lesson 06 predicted.
+# Look at it from left to right. The parameters (blue) arrive first, 15 GiB of bfloat16 weights, and stay. A first step follows: the forward pass stacks activations (green) until the loss, the backward pass frees them layer by layer. Then the measured step does the same once more, on top of the optimizer's states (52 MiB, too thin to see at this scale: only the adapters train). Reserved memory climbs in steps during the first forward pass and then stays flat: the second step finds every block it needs in the cache, as lesson 06 predicted.
 #
 # ## 3. Segments and free space at the peak
 #
@@ -110,7 +110,7 @@ plot_memory_map(*report.memory_map(), segments=report.segments,
                 title="Llama-3.1 8B LoRA on an H200: segments and blocks over the recording")
 
 # %% [markdown]
-# The first step's activations (green, lower left) fill segment after segment, and its backward pass leaves them free (grey). The optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay, as lesson 06's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06's fragmentation, on a real GPU.
+# Look at the lower left: the first step's activations (green) fill segment after segment, and its backward pass leaves them free (grey). The optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay, as lesson 06's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06's fragmentation, on a real GPU.
 
 # %%
 assert (report.segments_at_peak, report.largest_free // MiB) == (509, 502)

@@ -491,23 +491,32 @@ def _drag_slider(page, root, fraction: float) -> None:
     page.mouse.up()
 
 
-@pytest.mark.parametrize("path, index, cls", WIDGETS, ids=[f"{p.stem.split('_')[0]}-{c}" for p, _, c in WIDGETS])
+def _ran(browser, name: str, cells: int):
+    """Wait for the ``cells`` cells of the drive notebook ``name`` to have run; the widget cell's output area."""
+    browser.wait(f"the {cells} cells of {name} to run", """(cells) => {
+        const w = window.jupyterapp.shell.currentWidget;
+        const prompts = [...w.node.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+        return prompts.length === cells && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))
+            && w.sessionContext.session.kernel.status === 'idle';
+    }""", cells, timeout=RUN_CELLS)
+    stderr = browser.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output"
+                                  "[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+    assert not any("Traceback" in t or "Error" in t for t in stderr), f"a cell of {name} raised: {stderr}"
+    return browser.cell(cells - 1).locator(".jp-OutputArea-output").last
+
+
+#: The widgets of a training step (all but the snapshot widget, driven by its own test below).
+STEPS = [(p, i, c) for p, i, c in WIDGETS if c != "SnapshotExplorer"]
+
+
+@pytest.mark.parametrize("path, index, cls", STEPS, ids=[f"{p.stem.split('_')[0]}-{c}" for p, _, c in STEPS])
 def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, index, cls):
     page = browser.page
     name = _drive_name(path, index)
     cells = len(trimmed(nbformat.read(path, as_version=4), index).cells)
     browser.activate(name)  # set running by the fixture
     try:
-        browser.wait(f"the {cells} cells of {name} to run", """(cells) => {
-            const w = window.jupyterapp.shell.currentWidget;
-            const prompts = [...w.node.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
-            return prompts.length === cells && prompts.every(p => /\\[\\d+\\]/.test(p.textContent))
-                && w.sessionContext.session.kernel.status === 'idle';
-        }""", cells, timeout=RUN_CELLS)
-        stderr = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output"
-                              "[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
-        assert not any("Traceback" in t or "Error" in t for t in stderr), f"a cell of {name} raised: {stderr}"
-        root = browser.cell(cells - 1).locator(".jp-OutputArea-output").last
+        root = _ran(browser, name, cells)
         root.locator(".widget-vbox").first.wait_for(timeout=WIDGET_UPDATE * 1000)
         handle = root.element_handle()
         before = browser.wait(f"{cls}'s first figures", f"(root) => ({_FIGURES})(root)", handle).json_value()
@@ -588,6 +597,64 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
         unit = {"WillItFit": "GiB", "SequenceExplorer": "GiB", "FineTuneFit": "GiB"}.get(cls, "MiB")  # the lesson's unit
         assert after["verdict"] == verdict.sentence(after["gpu"], unit=unit), (after["verdict"], verdict)
     assert errors == [], f"{cls} in {path.name}"
+
+
+#: The snapshot widget's view as shown: the snapshot's name and peak, or the refusal (None while it reads).
+_SNAPSHOT = """(root) => {
+    if (root.querySelector('.gm-busy')) return null;
+    const view = root.querySelector('.gm-snapshot');
+    if (view) {
+        const images = [...root.querySelectorAll('img')].filter(i => i.naturalWidth > 300 && i.offsetWidth > 0);
+        return {name: view.dataset.name, peak: Number(view.dataset.peak), images: images.length};
+    }
+    const refused = root.querySelector('.gm-refused');
+    return refused ? {refused: refused.textContent.trim()} : null;
+}"""
+
+
+def _until(test: str) -> str:
+    """A function of the widget's root that returns its view (:data:`_SNAPSHOT`) once ``test`` (of ``v``) holds."""
+    return "(root) => { const v = (" + _SNAPSHOT + ")(root); return v && (" + test + ") ? v : null; }"
+
+
+@pytest.mark.parametrize("path, index", [(p, i) for p, i, c in WIDGETS if c == "SnapshotExplorer"],
+                         ids=lambda v: getattr(v, "stem", str(v)).split("_")[0])
+def test_the_snapshot_widget_explains_a_chosen_snapshot_and_an_uploaded_file(browser, running, path, index, tmp_path):
+    """Lesson 06b's widget: another shipped snapshot chosen from its menu, a file that is no snapshot uploaded (one
+    line refuses it), then a real one uploaded; each view's peak is ``explain_snapshot``'s, with its two figures."""
+    from helpers.snapshot import explain_snapshot
+    from helpers.teaching.widgets import SHIPPED
+
+    page = browser.page
+    name = _drive_name(path, index)
+    browser.activate(name)
+    seen, bad = [], tmp_path / "notes.pickle"
+    bad.write_bytes(b"not a snapshot\n")
+    upload = SHIPPED["dropout MLP, C++ stacks (H200)"]
+    try:
+        root = _ran(browser, name, len(trimmed(nbformat.read(path, as_version=4), index).cells))
+        root.locator(".gm-snapshot").wait_for(timeout=WIDGET_UPDATE * 1000)
+        handle = root.element_handle()
+        root.scroll_into_view_if_needed()
+        seen.append(browser.wait("the first snapshot's figures", _until("v.images === 2"), handle).json_value())
+        root.locator(".widget-dropdown select").select_option(label="ResNet18, batch 128 (H200)")
+        for step, expect in (("menu", "ResNet18, batch 128 (H200)"), ("bad", None), ("upload", upload.name)):
+            if step != "menu":  # the upload button opens the browser's file chooser, as a learner's click does
+                with page.expect_file_chooser() as chooser:
+                    root.locator(".widget-upload").click()
+                chooser.value.set_files(str(bad if step == "bad" else upload))
+            test = "v.refused" if expect is None else f"v.name === {json.dumps(expect)} && v.images === 2"
+            seen.append(browser.wait(f"the snapshot widget after the {step}", _until(test), handle).json_value())
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"widget_{path.stem}.png"))
+        browser.close()
+        errors = browser.errors()
+    first, chosen, refused, uploaded = seen
+    assert first["peak"] == explain_snapshot(SHIPPED[first["name"]]).peak_bytes
+    assert chosen["peak"] == explain_snapshot(SHIPPED[chosen["name"]]).peak_bytes
+    assert refused["refused"].startswith("notes.pickle: not a memory snapshot") and "\n" not in refused["refused"]
+    assert uploaded["peak"] == explain_snapshot(upload).peak_bytes
+    assert errors == [], f"SnapshotExplorer in {path.name}"
 
 
 # -- 3. a learner's copy saved, and the course's JupyterLab settings ---------------------------------------------

@@ -48,7 +48,7 @@ class SnapshotExplorer(StepWidget):
         self.choice = widgets.Dropdown(options=list(self.shipped), description="snapshot", style=self._STYLE,
                                        layout=widgets.Layout(width="480px"))
         self.upload = widgets.FileUpload(accept=".pickle,.gz,.pkl", multiple=False,
-                                         description="explain my own file")
+                                         description="your own file")
         self.view, self.message, self.report, self.result = widgets.HTML(), "", None, None
         self.timeline, self.memory_map = widgets.Image(format="png"), widgets.Image(format="png")
         widgets.VBox.__init__(self, children=[widgets.HBox([self.choice, self.upload]), self.view, self.timeline,
