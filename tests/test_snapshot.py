@@ -146,3 +146,23 @@ def test_the_command_prints_the_answer_first_and_draws(tmp_path):
 
 def test_round_up_is_the_allocators():
     assert [round_up(n) for n in (1, 512, 513, 2**20 + 1)] == [512, 512, 1024, 2**20 + 512]
+
+
+def test_pairing_finds_the_same_tensors_across_additions_and_reorders():
+    """``helpers.alignment.pair`` on two made-up sequences: one side allocates three more (a workspace, two small
+    buffers), two tensors are made in the other order, and one size differs; every other entry pairs with its own."""
+    from helpers.alignment import pair
+
+    a = [10, 20, 30, 99, 40, 50, 1, 1, 60, 70, 80, 90, 55, 100]
+    b = [10, 20, 30, 40, 50, 60, 80, 70, 90, 66, 100]
+    lives = [(i, i + 1) for i in range(len(a))], [(j, j + 1) for j in range(len(b))]
+    assert pair(a, b, *lives) == {0: 0, 1: 1, 2: 2, 4: 3, 5: 4, 8: 5, 9: 7, 10: 6, 11: 8, 13: 10}
+
+
+def test_equal_tensors_made_together_pair_by_lifetime():
+    """Two tensors of one size made by one operation, in the other order on each side: the long-lived one (kept for
+    backward) pairs with the long-lived one."""
+    from helpers.alignment import pair
+
+    a, b = [5, 7, 7, 9], [5, 7, 7, 9]
+    assert pair(a, b, [(0, 1), (1, 90), (2, 3), (3, 4)], [(0, 1), (1, 2), (2, 80), (3, 4)]) == {0: 0, 1: 2, 2: 1, 3: 3}
