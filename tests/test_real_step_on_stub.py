@@ -12,7 +12,8 @@ tensors through CUDA's dispatch; this runs CUDA's kernels' own host code too (wh
 Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with peft's LoRA adapters (tied
 embeddings, grouped-query attention), batch 2 x 256 tokens, for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
 weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (torchao's NF4 base,
-checkpointing), AdamW, the second step:
+checkpointing), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
+second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
   ``memory_allocated()``, and its trace holds the step's allocations with their Python frames;
@@ -24,6 +25,8 @@ checkpointing), AdamW, the second step:
   512-byte block at GPT-2's optimizer step;
 * ``max_memory_allocated()`` is above that peak by what the allocator hands out beyond a request (a block it does
   not split: lesson 06's unsplit rests), under 2%;
+* ``python -m helpers explain`` reads PyTorch's own counters from the snapshot, to the byte, and beside the same
+  step simulated finds its categories at the peak (:data:`BEYOND` names what differs);
 * the snapshot's trace, replayed through the allocator model (``helpers.allocator``, as
   ``benchmarks/gpu_trace_replay.py`` replays a GPU's), ends with PyTorch's reserved memory;
 * for GPT-2 at batch 8 x 1,024 tokens with Adam (float32 and float16 AMP), the two 8B steps and lesson 02's dropout
@@ -71,6 +74,9 @@ CASES = [
 ] + [  # lesson 09's QLoRA step (torchao's NF4 base, as the engine quantizes it; not recorded on a GPU)
     {"name": "llama8b_qlora_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
      "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "nf4"},
+] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
+    {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
+     "num_classes": 1000, "cudnn": False},
 ] + [  # and lesson 02's dropout MLP, whose backward sums a gradient over a batch of 4,096 (see REDUCTION)
     {"name": "dropout_mlp", "model": "helpers.models:dropout_mlp", "batch": 4096, "amp": False,
      "input_shape": [1, 28, 28], "num_classes": 10, "optimizer": "sgd-momentum", "recorded": "steady state",
@@ -81,7 +87,10 @@ CASES = [
 #: for the length of the kernel; the dropout MLP's backward sums a (4096, 1024) gradient over the batch for a bias, and
 #: the 32 MiB buffer of that sum sets its peak (the same block is live at the peak of the H200's snapshot,
 #: ``lessons/data/h200_2026-11-26/mlp.pickle.gz``).  The simulation's CUDA rules do not model it: 7% of this step.
-REDUCTION = {"dropout_mlp": "CUDA's global-reduction staging buffer (gpu_reduce_kernel), not simulated"}
+#: And with cuDNN off, a convolution runs PyTorch's own CUDA code, which unfolds its input into column buffers
+#: (im2col) that the simulation of cuDNN's convolutions does not have.
+REDUCTION = {"dropout_mlp": "CUDA's global-reduction staging buffer (gpu_reduce_kernel), not simulated",
+             "resnet18_native_conv": "the column buffers of PyTorch's own convolutions (cuDNN off), not simulated"}
 WORKSPACES = 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"])  # the stub's card
 
 
@@ -199,7 +208,7 @@ def test_explain_beside_the_simulation_finds_its_categories(steps, case):
     """Aligned with the same step simulated, the snapshot's tensors at the peak of the measured step fall in the
     simulation's categories to the byte, but for cuBLAS's two workspaces and what :data:`BEYOND` names.  (Not for
     the QLoRA step, whose quantization by torchao runs op by op on the GPU, about 37,000 allocations the simulation
-    writes from a pattern, nor the dropout MLP, whose peak is set by the reduction buffer of :data:`REDUCTION`.)"""
+    writes from a pattern, nor the steps of :data:`REDUCTION`, whose peaks hold buffers the simulation leaves out.)"""
     simulated = simulate(case)
     twin = explain_snapshot(steps[case["name"]]["snapshot"], step=simulated).twin
     assert twin.categories_gpu["cublas_workspaces"] == WORKSPACES

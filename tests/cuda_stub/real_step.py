@@ -32,7 +32,8 @@ of https://pytorch.org/memory_viz, made by PyTorch itself.
 Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
 "seq_len": n, "amp": bool}`` and optionally ``"amp_dtype"``, ``"param_dtype"``, ``"lora_rank"``,
 ``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization": "nf4"``, ``"optimizer"``, and for
-image models ``"input_shape"`` and ``"num_classes"`` (no ``seq_len``).  Output (stdout, last line): a JSON
+image models ``"input_shape"`` and ``"num_classes"`` (no ``seq_len``) and ``"cudnn": false`` (PyTorch's own CUDA
+convolutions, ``torch.backends.cudnn.enabled = False``: cuDNN has no stub).  Output (stdout, last line): a JSON
 list, for each case, ``{"snapshot": path, "max_allocated": bytes,
 "tensors_peak": bytes, "allocated": bytes, "reserved": bytes, "trace_start": n}``:
 ``torch.cuda.max_memory_allocated()`` over the measured step (the allocator's
@@ -94,6 +95,7 @@ def quantize_nf4(net: torch.nn.Module) -> None:
 
 def run_case(case: dict, out: Path) -> dict:
     """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
+    torch.backends.cudnn.enabled = case.get("cudnn", True)  # False: PyTorch's own convolutions (cuDNN is no stub)
     torch._C._cuda_clearCublasWorkspaces()  # the last case's, kept by cuBLAS's handles
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
