@@ -83,7 +83,8 @@ Give the step's options (--model and as `profile` takes them) to simulate the
 same step beside it: each allocation is then labelled with the simulation's
 category and moment, and what differs is listed."""
 
-EXPLAIN_EXAMPLES = """record a snapshot of one step of your training loop:
+EXPLAIN_EXAMPLES = """record a snapshot of one step of your training loop (after a first step):
+  torch.cuda.empty_cache()
   torch.cuda.memory._record_memory_history(max_entries=200_000)
   train_step()
   torch.cuda.memory._dump_snapshot("my_step.pickle")
@@ -241,6 +242,14 @@ def _explain(args) -> int:
 
     prog = "python -m helpers explain"
     try:
+        if args.plots:
+            from pathlib import Path
+
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"{prog}: error: --plots {args.plots}: cannot make that folder ({e.strerror or e})", file=sys.stderr)
+        return 2
+    try:
         snapshot = load_snapshot(args.snapshot)  # a bad file is said before the step is simulated
         pick_trace(snapshot, args.cuda_device)
         step = None
@@ -262,7 +271,6 @@ def _explain(args) -> int:
         from .teaching.plots import plot_memory_map, plot_snapshot
 
         folder = Path(args.plots)
-        folder.mkdir(parents=True, exist_ok=True)
         plot_snapshot(report, title=Path(args.snapshot).name).savefig(folder / "timeline.png", dpi=120)
         trace, categories = report.memory_map()
         plot_memory_map(trace, categories, report.segments, title=Path(args.snapshot).name).savefig(

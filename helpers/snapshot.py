@@ -51,7 +51,8 @@ class SnapshotError(ValueError):
 
 
 class _Unpickler(pickle.Unpickler):
-    """A snapshot holds only dictionaries, lists, tuples, strings and numbers: refuse any class (no pickle runs code)."""
+    """A snapshot holds only dictionaries, lists, tuples, strings and numbers: refuse any class (so no pickle runs
+    code)."""
 
     def find_class(self, module: str, name: str):
         raise pickle.UnpicklingError(f"it holds a {module}.{name} object, which no memory snapshot does")
@@ -84,7 +85,34 @@ def load_snapshot(source: str | Path | bytes | dict) -> dict:
         what = f"dict with keys {sorted(map(str, raw))[:4]}" if isinstance(raw, dict) else type(raw).__name__
         raise SnapshotError(f"{name}: not a memory snapshot: a pickled {what}, without 'segments' and "
                             f"'device_traces' (torch.cuda.memory._snapshot()'s keys)")
+    problem = _malformed(raw)
+    if problem:
+        raise SnapshotError(f"{name}: not a memory snapshot that PyTorch wrote: {problem}")
     return raw
+
+
+def _malformed(snapshot: dict) -> str | None:
+    """What in ``snapshot`` is not shaped as ``torch.cuda.memory._snapshot()`` shapes it, or None."""
+    def fields(items, kind: str, needed: dict) -> str | None:
+        if not isinstance(items, list):
+            return f"a list of {kind.replace('entry', 'entrie')}s is a {type(items).__name__}"
+        for item in items:
+            wrong = [k for k, t in needed.items() if not isinstance(item, dict) or not isinstance(item.get(k), t)]
+            if wrong:
+                return f"a {kind} without {', '.join(map(repr, wrong))}: {str(item)[:80]}"
+            frames = item.get("frames", [])
+            if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
+                return f"a {kind} whose frames are not dictionaries: {str(frames)[:80]}"
+        return None
+
+    traces, segments = snapshot["device_traces"], snapshot["segments"]
+    if not isinstance(traces, list):
+        return f"its device_traces are a {type(traces).__name__}, not a list per device"
+    problem = fields(segments, "segment", {"address": int, "total_size": int, "blocks": list})
+    problems = [problem] + ([] if problem else [fields(s["blocks"], "block", {"address": int, "size": int,
+                                                                               "state": str}) for s in segments])
+    problems += [fields(trace, "trace entry", {"action": str, "addr": int, "size": int}) for trace in traces]
+    return next((p for p in problems if p), None)
 
 
 def pick_trace(snapshot: dict, device: int | None = None) -> tuple[int, list[dict]]:
@@ -114,8 +142,9 @@ def category_of(frames: list[dict], live_at_optimizer: bool, before_forward: boo
     2. in ``torch/optim/``: ``optimizer_states`` in ``_init_group`` (where optimizers make their states lazily), else
        ``other`` (the optimizer's temporaries); in ``zero_grad`` or ``torch/amp/``: ``other``;
     3. in a model's placement, loading or quantization (:data:`PLACEMENT`): ``parameters``;
-    4. no Python frame (the autograd engine's thread: the backward pass): ``gradients`` when still live as the
-       optimizer starts (``live_at_optimizer``), else ``other`` (gradients of activations, temporaries); in
+    4. no Python frame (the autograd engine's thread: the backward pass): ``gradients`` when still live at the
+       optimizer's next allocation, or at the trace's end (``live_at_optimizer``), else ``other`` (gradients of
+       activations, temporaries); in
        ``torch/autograd/`` on the caller's thread: ``other``;
     5. in ``torch/utils/checkpoint.py`` (a recomputed forward), a ``forward`` or ``torch/nn/functional.py``:
        ``activations`` (outputs kept for backward, and the forward's temporaries);
@@ -151,7 +180,7 @@ def where(frames: list[dict]) -> str:
         return cpp + ("(no Python frames: the backward pass's thread)" if not native else "")
 
     def one(f: dict) -> str:
-        return f"{f['filename'].rsplit('/', 1)[-1]}:{f['line']} {f['name']}"
+        return f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', '?')} {f.get('name', '?')}"
 
     own = next((f for f in python if "site-packages" not in f["filename"] and "/torch/" not in f["filename"]), None)
     return cpp + one(python[0]) + ("" if own is None or own is python[0] else f" <- {one(own)}")
@@ -192,8 +221,8 @@ def _blocks(trace: list[dict], segments: list[dict]) -> list[Block]:
             block = live.pop(e["addr"], None) or Block(e["addr"], e["size"], None, None)
             block.freed = i
             done.append(block)
-    done += [Block(b["address"], b["requested_size"], None, None, b.get("frames") or []) for s in segments
-             for b in s["blocks"] if b["state"] == "active_allocated" and b["address"] not in live]
+    done += [Block(b["address"], b.get("requested_size", b["size"]), None, None, b.get("frames") or [])
+             for s in segments for b in s["blocks"] if b["state"] == "active_allocated" and b["address"] not in live]
     blocks = done + list(live.values())
     steps = [b.allocated for b in blocks if b.allocated is not None and b.frames and
              any("/torch/optim/" in f.get("filename", "") for f in b.frames)]
@@ -307,12 +336,12 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
     moment, and recount the report's categories.
 
     The rules.  Each side is a sequence of allocations, each a size (the trace's requests rounded by
-    :func:`round_up`; the log's bytes) and whether it is kept to the end, paired by
-    :func:`helpers.alignment.pair`.  A pair takes the simulation's category, except before the simulated step itself (placement, a steady
-    state's first step), where the simulation's "other" keeps the stack's category: the simulation labels only the
-    storages its measured step uses.  The rest is reported, not guessed: a size that differs is one line on each
-    side.  One exception: an allocation left over, kept to the end, of a cuBLAS workspace's size (:data:`helpers.gpus.CUBLAS_WORKSPACE_HOPPER`,
-    ``CUBLAS_WORKSPACE_DEFAULT``) is labelled ``cublas_workspaces``.
+    :func:`round_up`; the log's bytes) and whether it is kept to the end, paired by :func:`helpers.alignment.pair`.
+    A pair takes the simulation's category, except before the simulated step itself (placement, a steady state's first
+    step), where the simulation's "other" keeps the stack's category: the simulation labels only the storages its
+    measured step uses.  The rest is reported, not guessed: a size that differs is one line on each side.  One
+    exception: an allocation left over, kept to the end, of a cuBLAS workspace's size
+    (:data:`helpers.gpus.CUBLAS_WORKSPACE_HOPPER`, ``CUBLAS_WORKSPACE_DEFAULT``) is labelled ``cublas_workspaces``.
     """
     log, events = profile.allocation_log, profile.events
     ours = sorted((b for b in report.blocks if b.allocated is not None), key=lambda b: b.allocated)
@@ -407,7 +436,8 @@ class SnapshotReport:
         out.append("what was live at the peak:")
         out += [f"  {c.replace('_', ' '):<17} {fmt_mib(n):>14}" for c, n in self.by_category.items() if n]
         out.append(f"the {min(top, len(self.live_at_peak))} largest tensors live at the peak:")
-        out += [f"  {fmt_mib(b.size):>14}  {b.category.replace('_', ' '):<17} {b.place}" for b in self.live_at_peak[:top]]
+        out += [f"  {fmt_mib(b.size):>14}  {b.category.replace('_', ' '):<17} {b.place}"
+                for b in self.live_at_peak[:top]]
         out.append(f"reserved at the peak: {fmt_mib(self.reserved[self.peak])}; highest: {fmt_mib(max(self.reserved))};"
                    f" at the end: {fmt_mib(self.reserved[-1])}")
         if self.allocated is not None:
@@ -427,8 +457,8 @@ class SnapshotReport:
                 "peak_allocated_bytes": None if self.allocated is None else max(self.allocated),
                 "largest_free_block_bytes": self.largest_free, "free_in_segments_bytes": self.free_in_segments,
                 "segments_at_peak": self.segments_at_peak,
-                "live_at_peak": [{"bytes": b.size, "category": b.category, "where": b.place, "allocated_at": b.allocated}
-                                 for b in self.live_at_peak],
+                "live_at_peak": [{"bytes": b.size, "category": b.category, "where": b.place,
+                                  "allocated_at": b.allocated} for b in self.live_at_peak],
                 "twin": self.twin.to_dict() if self.twin else None, "notes": self.notes,
                 "tensors": self.tensors, "reserved": self.reserved, "allocated": self.allocated}
 
@@ -482,7 +512,8 @@ def trace_log(trace: list[dict], segments: list[dict]) -> tuple[list[tuple[int, 
 
     Raises:
         SnapshotError: if the trace allocates in a segment opened before the recording or frees a block allocated
-            before it (then the state at its start is not in the snapshot).
+            before it (then the state at its start is not in the snapshot), or if a free waits for another stream
+            (``free_requested`` not followed by its ``free_completed``: the replay frees a block once).
     """
     opened = [e["addr"] for e in trace if e["action"] in ("segment_alloc", "segment_map")]
     before = sorted((s for s in segments if s["address"] not in set(opened)), key=lambda s: s["address"])
@@ -490,15 +521,22 @@ def trace_log(trace: list[dict], segments: list[dict]) -> tuple[list[tuple[int, 
     log = [(i, "alloc", size) for i, size in enumerate(b["size"] for s in before for b in s["blocks"]
                                                        if b["state"] == "active_allocated")]
     serial_of, lengths = {}, []
-    for e in trace:
+    for i, e in enumerate(trace):
+        after = trace[i + 1] if i + 1 < len(trace) else {}
+        if e["action"] == "free_requested" and (after.get("action"), after.get("addr")) != ("free_completed",
+                                                                                           e["addr"]):
+            raise SnapshotError(f"a free waited for another stream (record_stream) at entry {i:,}, so "
+                                f"memory_allocated() fell before the block was free")
         if e["action"] == "alloc":
             if any(lo <= e["addr"] < hi for lo, hi in ranges):
-                raise SnapshotError(f"the trace allocates in a segment opened before the recording ({e['addr']:#x})")
+                raise SnapshotError(f"the trace allocates in a segment opened before the recording ({e['addr']:#x}); "
+                                    f"call torch.cuda.empty_cache() before recording to see them")
             serial_of[e["addr"]] = len(log)
             log.append((len(log), "alloc", e["size"]))
         elif e["action"] == "free_completed":
             if e["addr"] not in serial_of:
-                raise SnapshotError(f"the trace frees a block allocated before the recording ({e['addr']:#x})")
+                raise SnapshotError(f"the trace frees a block allocated before the recording ({e['addr']:#x}); "
+                                    f"call torch.cuda.empty_cache() before recording to see them")
             log.append((serial_of.pop(e["addr"]), "free", -e["size"]))
         lengths.append(len(log))
     return log, [s["address"] for s in before] + opened, lengths
@@ -509,21 +547,23 @@ def _replay_blocks(report: SnapshotReport, settings: dict) -> None:
     does (reserved and allocated); else add a note saying why not."""
     why = "blocks and free space not replayed: "
     if settings.get("expandable_segments") or settings.get("max_split_size", -1) not in (-1, None):
-        report.notes.append(why + f"the allocator model replays the default settings only, and this snapshot's are "
-                                  f"{settings.get('PYTORCH_CUDA_ALLOC_CONF', '?')!r}")
+        report.notes.append(why + "the allocator model replays the default settings only, and this snapshot was "
+                                  "recorded with " + (settings.get("PYTORCH_CUDA_ALLOC_CONF") or
+                                                      "expandable segments or max_split_size_mb"))
         return
     try:
         log, addresses, lengths = trace_log(report.trace, report.segments)
     except SnapshotError as e:
-        report.notes.append(why + f"{e}; call torch.cuda.empty_cache() before recording to see them")
+        report.notes.append(why + str(e))
         return
-    run = replay(log, segment_addresses=addresses)
+    emptied = [lengths[i] for i, e in enumerate(report.trace) if e["action"] in ("segment_free", "segment_unmap")]
+    run = replay(log, segment_addresses=addresses, empty_cache_at=emptied)
     ended = sum(b["size"] for s in report.segments for b in s["blocks"] if b["state"] == "active_allocated")
     if run.error is not None or not log or (run.reserved[-1], run.allocated[-1]) != (report.reserved[-1], ended):
         report.notes.append(why + "the allocator model does not end where this snapshot does (another PyTorch's "
-                                  "allocator, or frees deferred by another stream)")
+                                  "allocator, or segments released otherwise than by empty_cache())")
         return
     report.allocated = [run.allocated[k - 1] if k else 0 for k in lengths]
-    at_peak = replay(log[:lengths[report.peak]], segment_addresses=addresses).allocator
+    at_peak = replay(log[:lengths[report.peak]], segment_addresses=addresses, empty_cache_at=emptied).allocator
     report.largest_free, report.segments_at_peak = at_peak.largest_free(), len(at_peak.segments)
     report.free_in_segments = at_peak.reserved - at_peak.allocated

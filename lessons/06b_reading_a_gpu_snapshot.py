@@ -81,7 +81,7 @@ assert round(report.by_category["parameters"] / 2**30) == 15 and report.by_categ
 # %% [markdown]
 # Every category comes from a stack, by rules a line each (`helpers.snapshot.category_of`): what a model's `_apply` (its `.to("cuda")`) allocated is a parameter, what an optimizer's `_init_group` allocated an optimizer state, what a `forward` allocated an activation, and what the backward pass's thread allocated (it runs no Python, so it has no Python frames) a gradient if it lives on into `optimizer.step()`. Here the recording ran inside this course's own step, under its tracker, so every Python stack ends in that tracker (`counting.py`) and says little more; in your own loop the stacks end in your code. Section 4 names each tensor another way.
 #
-# The peak is 27.1 GiB, reached as a 1,002 MiB tensor is made at the end of the forward pass: the logits' float32 copies for the loss (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported?
+# The peak is 27.1 GiB, reached as the backward pass begins: a 1,002 MiB tensor, the gradient of the logits (section 4 names it), is made while the logits' float32 copy for the loss, another 1,002 MiB, is still live (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported? The course's record of that run keeps the step's own peak: `max_memory_allocated()` less what was allocated before the step began.
 
 # %%
 reference = load_reference()
@@ -89,8 +89,8 @@ reference = load_reference()
 before = report.by_category["before_recording"]
 assert before == 2 * 32 * MiB  # two cuBLAS workspaces, made before the recording (section 4)
 assert max(report.allocated) - before == run["cuda_peak_bytes"]
-print(f"max_memory_allocated() on the H200: {run['cuda_peak_bytes']:,} bytes; from the snapshot, less the "
-      f"{fmt_bytes(before)} made before it: {max(report.allocated) - before:,} bytes")
+print(f"the step's peak on the H200: {run['cuda_peak_bytes']:,} bytes; from the snapshot's replay, less the "
+      f"{fmt_bytes(before)} allocated before it: {max(report.allocated) - before:,} bytes")
 
 # %% [markdown]
 # To the byte: the trace, replayed through the model of `CUDACachingAllocator.cpp`, gives the number the GPU's allocator counted. Now the step over time: each category stacked, reserved memory dashed, and at the right what was live at the peak.
@@ -99,7 +99,7 @@ print(f"max_memory_allocated() on the H200: {run['cuda_peak_bytes']:,} bytes; fr
 plot_snapshot(report, title="Llama-3.1 8B, LoRA r16, batch 1 x 2,048 tokens, on an H200 (recorded)")
 
 # %% [markdown]
-# Look at it from left to right. The parameters (blue) arrive first, 15 GiB of bfloat16 weights, and stay. A first step follows: the forward pass stacks activations (green) until the loss, the backward pass frees them layer by layer. Then the measured step does the same once more, on top of the optimizer's states (52 MiB, too thin to see at this scale: only the adapters train). Reserved memory climbs in steps during the first forward pass and then stays flat: the second step finds every block it needs in the cache, as lesson 06 predicted.
+# Look at it from left to right. The parameters (blue) arrive first, 15 GiB of bfloat16 weights, and stay. A first step follows: the forward pass stacks activations (green) until the loss, the backward pass frees them layer by layer. Then the measured step does the same once more, on top of the optimizer's states (52 MiB, too thin to see at this scale: only the adapters train). Reserved memory climbs in steps during the first forward pass and then hardly moves: the second step finds nearly every block it needs in the cache, as lesson 06 predicted (section 4 counts what it adds).
 #
 # ## 3. Segments and free space at the peak
 #
@@ -110,7 +110,7 @@ plot_memory_map(*report.memory_map(), segments=report.segments,
                 title="Llama-3.1 8B LoRA on an H200: segments and blocks over the recording")
 
 # %% [markdown]
-# Look at the lower left: the first step's activations (green) fill segment after segment, and its backward pass leaves them free (grey). The optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay, as lesson 06's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06's fragmentation, on a real GPU.
+# Look at the lower left: the first step's activations (green) fill segment after segment, and its backward pass leaves them free (grey). Some of the optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay there, as lesson 06's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06's fragmentation, on a real GPU.
 
 # %%
 assert (report.segments_at_peak, report.largest_free // MiB) == (509, 502)
@@ -126,7 +126,8 @@ print(f"at the peak: {fmt_bytes(report.free_in_segments)} free in {report.segmen
 # %%
 simulated = profile_step("meta-llama/Llama-3.1-8B", 1, seq_len=2048, lora_rank=16, param_dtype="bfloat16", amp=True,
                          amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
-twin = explain_snapshot(path, step=simulated).twin
+beside = explain_snapshot(path, step=simulated)
+twin = beside.twin
 print("\n".join(twin.lines()))
 
 # %% [markdown]
@@ -134,6 +135,12 @@ print("\n".join(twin.lines()))
 
 # %%
 gpu, sim = twin.categories_gpu, simulated.categories
+(peak_block,) = [b for b in beside.live_at_peak if b.allocated == beside.peak]
+assert peak_block.moment == "backward of Linear 'base_model.model.lm_head'" and peak_block.size == 1002 * MiB
+added = beside.reserved[-1] - beside.reserved[twin.measured]
+opened = sum(e["action"] == "segment_alloc" for e in trace[twin.measured:])
+print(f"the measured step added {opened} segments to the cache, {fmt_bytes(added)}")
+assert added < 0.002 * beside.reserved[-1]
 assert gpu["parameters"] == sim["parameters"]
 assert all(abs(gpu[c] - sim[c]) < MiB for c in ("optimizer_states", "activations", "other"))
 assert twin.peak_gpu - simulated.peak_allocated_bytes - gpu["before_recording"] == 32 * 1024
@@ -156,7 +163,7 @@ print(f"the H200's max_memory_allocated() is {under / MiB:.1f} MiB above the sim
 assert round(under / MiB, 1) == 15.8
 
 # %% [markdown]
-# The innermost C++ frames name the kernel: `gpu_reduce_kernel`, called by `sum` in the backward pass (a bias's gradient, summed over the batch of 4,096). CUDA's reductions stage their partial sums in a buffer they take from the caching allocator for the length of the kernel, and at this step's peak it is 32 MiB. The simulation does not model it, so this step's simulated peak is 15.8 MiB under the GPU's: the kind of difference a snapshot finds and a formula never will.
+# The innermost C++ frames name the kernel: `gpu_reduce_kernel`, called by `sum` in the backward pass (a bias's gradient, summed over the batch of 4,096). CUDA's reductions stage their partial sums in a buffer they take from the caching allocator for the length of the kernel, and at this step's peak it is 32 MiB. The simulation does not model it: it is part of why the course's record of this step (another run on the same H200) is 15.8 MiB above the simulated peak. The kind of difference a snapshot finds and a formula never will.
 #
 # ## 5. Your own snapshot
 #
@@ -229,7 +236,7 @@ explorer
 # assert fits == {500: True, 600: False} and report.free_in_segments > 600 * MiB
 # ```
 #
-# A request above 10 MiB is rounded up to a multiple of 2 MiB (lesson 06), so 500 MiB stays 500 MiB and fits in the 502 MiB block. 600 MiB fits in no free block, although 785 MiB are free in the cache: the allocator would open a new segment, and on a full card that is an out-of-memory error with memory "reserved but unallocated".
+# A request is rounded up to a multiple of 512 bytes (lesson 06), so 500 MiB stays 500 MiB and fits in the 502 MiB block. 600 MiB fits in no free block, although 785 MiB are free in the cache: the allocator asks the driver for a new segment. On a full card it would first give back its wholly free segments and try again, and fail only if that were not enough: the free memory between live blocks cannot be given back.
 # </details>
 #
 # ## Key points

@@ -110,7 +110,13 @@ BAD = {
     "a pickled list": (_pickled([1, 2]), "a pickled list"),
     "a dict of other keys": (_pickled({"state": 1}), "without 'segments' and 'device_traces'"),
     "no history": (_pickled({"segments": [], "device_traces": [[], []]}), "has no history"),
-    "two devices": (_pickled({"segments": [], "device_traces": [[{"action": "alloc"}]] * 2}), "devices [0, 1]"),
+    "two devices": (_pickled({"segments": [], "device_traces": [[{"action": "alloc", "addr": 0, "size": 8}]] * 2}),
+                    "devices [0, 1]"),
+    "an entry without a size": (_pickled({"segments": [], "device_traces": [[{"action": "alloc", "addr": 0}]]}),
+                                "a trace entry without 'size'"),
+    "traces by device number": (_pickled({"segments": [], "device_traces": {0: []}}), "not a list per device"),
+    "segments without blocks": (_pickled({"segments": [{"address": 0, "total_size": 2}], "device_traces": [[]]}),
+                                "a segment without 'blocks'"),
 }
 
 
@@ -166,3 +172,27 @@ def test_equal_tensors_made_together_pair_by_lifetime():
 
     a, b = [5, 7, 7, 9], [5, 7, 7, 9]
     assert pair(a, b, [(0, 1), (1, 90), (2, 3), (3, 4)], [(0, 1), (1, 2), (2, 80), (3, 4)]) == {0: 0, 1: 2, 2: 1, 3: 3}
+
+
+def test_a_free_that_waits_for_another_stream_is_said_not_replayed(tmp_path, capsys):
+    """``free_requested`` then, later, ``free_completed`` (a block another stream still used, ``record_stream``):
+    ``memory_allocated()`` fell at the request, the block was free only at completion.  The tensors are read as
+    PyTorch counts them; the blocks are not replayed, and a note says why.  And ``--plots`` draws a trace even then."""
+    mib = 2**20
+    trace = [{"action": "segment_alloc", "addr": 0, "size": 20 * mib}, {"action": "alloc", "addr": 0, "size": 4 * mib},
+             {"action": "free_requested", "addr": 0, "size": 4 * mib},
+             {"action": "alloc", "addr": 4 * mib, "size": 4 * mib},
+             {"action": "free_completed", "addr": 0, "size": 4 * mib}]
+    snapshot = {"segments": [{"address": 0, "total_size": 20 * mib, "blocks": [
+        {"address": 0, "size": 4 * mib, "state": "inactive"},
+        {"address": 4 * mib, "size": 4 * mib, "requested_size": 4 * mib, "state": "active_allocated"},
+        {"address": 8 * mib, "size": 12 * mib, "state": "inactive"}]}], "device_traces": [trace]}
+    report = explain_snapshot(snapshot)
+    assert report.tensors == [0, 4 * mib, 0, 4 * mib, 4 * mib] and report.peak_bytes == 4 * mib
+    assert report.allocated is None and any("another stream" in n for n in report.notes)
+    path = tmp_path / "deferred.pickle"
+    path.write_bytes(_pickled(snapshot))
+    assert main(["explain", str(path), "--plots", str(tmp_path / "figures")]) == 0
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == {"timeline.png", "memory_map.png"}
+    assert main(["explain", str(path), "--plots", str(path)]) == 2  # a file, not a folder: one line
+    assert capsys.readouterr().err.endswith("cannot make that folder (File exists)\n")

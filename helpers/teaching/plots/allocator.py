@@ -239,14 +239,15 @@ def plot_snapshot(report: SnapshotReport, title: str | None = None) -> Figure:
     fig = Figure(figsize=(9.5, 4.2), layout="constrained")
     ax, bar = fig.subplots(1, 2, width_ratios=[6, 1], sharey=True)
     xs = np.arange(n)
-    ax.stackplot(xs, *[np.cumsum(stacks[c])[:n] / MiB for c in shown], colors=[colours[c] for c in shown],
-                 labels=[c.replace("_", " ") for c in shown], step="post")
+    if shown:  # a trace of segments alone, or of frees alone, has no tensor to stack
+        ax.stackplot(xs, *[np.cumsum(stacks[c])[:n] / MiB for c in shown], colors=[colours[c] for c in shown],
+                     labels=[c.replace("_", " ") for c in shown], step="post")
     ax.plot(xs, np.asarray(report.reserved) / MiB, color=OKABE_ITO["black"], lw=1.2, ls="--", label="reserved")
     ax.plot([report.peak], [report.peak_bytes / MiB], "v", color=OKABE_ITO["black"])
     ax.annotate(f"peak {report.peak_bytes / MiB:,.0f} MiB", (report.peak, report.peak_bytes / MiB),
                 textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
     ax.set_xlim(0, max(n - 1, 1))
-    ax.set_ylim(0, 1.12 * max(max(report.reserved), report.peak_bytes) / MiB)
+    ax.set_ylim(0, 1.12 * max(max(report.reserved), report.peak_bytes, MiB) / MiB)
     ax.set_xlabel("trace entry (allocations, frees, segments)")
     ax.set_ylabel("MiB")
     fig.legend(fontsize=8, loc="outside lower center", ncols=len(shown) + 1)

@@ -77,9 +77,12 @@ class SnapshotExplorer(StepWidget):
                            f'data-reserved="{max(report.reserved)}" data-entries="{report.entries}">'
                            f'<b>{html.escape(name)}</b><pre style="font-size:85%;line-height:1.3">'
                            f'{html.escape(chr(10).join(report.lines()))}</pre></div>')
-        self.timeline.value = _png(plot_snapshot(report, title=name))
-        trace, categories = report.memory_map()
-        self.memory_map.value = _png(plot_memory_map(trace, categories, report.segments, title=name))
+        try:
+            self.timeline.value = _png(plot_snapshot(report, title=name))
+            trace, categories = report.memory_map()
+            self.memory_map.value = _png(plot_memory_map(trace, categories, report.segments, title=name))
+        except ValueError:  # nothing to draw (a trace without segments or tensors): the report alone
+            self.timeline.value = self.memory_map.value = b""
 
     def summary(self) -> str:
         """The report on display, as text (or why there is none)."""
