@@ -258,11 +258,8 @@ def _explain(args) -> int:
             options["batch_size"], _ = _batch_size(options)
             step = profile_step(**options, device="simulated")
         report = explain_snapshot(snapshot, args.cuda_device, step)
-    except SnapshotError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"{prog}: error: {in_flags(str(e))}", file=sys.stderr)
+    except ValueError as e:  # a SnapshotError is said as it is; the step's options in the flags' words
+        print(f"{prog}: error: {e if isinstance(e, SnapshotError) else in_flags(str(e))}", file=sys.stderr)
         return 2
     print(json.dumps(report.to_dict()) if args.json else "\n".join(report.lines(args.top)))
     if args.plots:
