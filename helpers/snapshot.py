@@ -35,7 +35,7 @@ from .alignment import pair
 from .allocator import replay
 from .gpus import CUBLAS_WORKSPACE_DEFAULT, CUBLAS_WORKSPACE_HOPPER
 from .record import CATEGORIES, StepProfile
-from .units import fmt_mib
+from .units import MiB, fmt_mib
 
 #: What a live block can be: the course's categories, cuBLAS's workspaces, and what was allocated before the
 #: recording began (no frames: nothing says what it is).
@@ -244,6 +244,11 @@ def _live(blocks: list[Block], after: int) -> list[Block]:
     return [b for b in blocks if (b.allocated is None or b.allocated <= after) and (b.freed is None or b.freed > after)]
 
 
+def _size(nbytes: int) -> str:
+    """Bytes for the report: MiB with one decimal, or bytes below a tenth of a MiB (flash's 512-byte scalars)."""
+    return fmt_mib(nbytes) if abs(nbytes) >= MiB // 10 or nbytes == 0 else f"{nbytes:,} B"
+
+
 def round_up(nbytes: int) -> int:
     """A request as the allocator, and the simulation, count it: a multiple of 512 bytes, at least 512 (``round_size``
     in ``c10/cuda/CUDACachingAllocator.cpp``)."""
@@ -302,7 +307,7 @@ class Twin:
                f"  peak of tensors from trace entry {self.measured:,} (the simulated step's part), rounded to 512 B: "
                f"GPU {fmt_mib(self.peak_gpu)}, simulated {fmt_mib(self.profile.peak_allocated_bytes)}, difference "
                f"{fmt_mib(self.peak_gpu - self.profile.peak_allocated_bytes)}"]
-        out += [f"    {c.replace('_', ' '):<17} GPU {fmt_mib(n):>14}, simulated {fmt_mib(sim.get(c, 0)):>14}"
+        out += [f"    {c.replace('_', ' '):<17} GPU {_size(n):>14}, simulated {_size(sim.get(c, 0)):>14}"
                 for c, n in self.categories_gpu.items() if n or sim.get(c, 0)]
         out += [f"  peak reserved: GPU {fmt_mib(self.reserved_gpu)}, simulated {fmt_mib(self.reserved_simulated)}, "
                 f"difference {fmt_mib(self.reserved_gpu - self.reserved_simulated)}",
@@ -430,11 +435,10 @@ class SnapshotReport:
                f"{self.peak:,} of {self.entries:,}"]
         block = next((b for b in self.live_at_peak if b.allocated == self.peak), None)
         if block is not None:
-            size = fmt_mib(block.size) if block.size >= 2**20 else f"{block.size:,} B"
-            out.append(f"  reached by an allocation of {size} ({block.category.replace('_', ' ')}) "
+            out.append(f"  reached by an allocation of {_size(block.size)} ({block.category.replace('_', ' ')}) "
                        f"at {where(block.frames)}" + (f"; {block.place}" if block.twin is not None else ""))
         out.append("what was live at the peak:")
-        out += [f"  {c.replace('_', ' '):<17} {fmt_mib(n):>14}" for c, n in self.by_category.items() if n]
+        out += [f"  {c.replace('_', ' '):<17} {_size(n):>14}" for c, n in self.by_category.items() if n]
         out.append(f"the {min(top, len(self.live_at_peak))} largest tensors live at the peak:")
         out += [f"  {fmt_mib(b.size):>14}  {b.category.replace('_', ' '):<17} {b.place}"
                 for b in self.live_at_peak[:top]]
