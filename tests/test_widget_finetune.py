@@ -115,3 +115,18 @@ def test_it_refuses_what_its_menus_cannot_show():
             _widget(**bad)
     with pytest.raises(ValueError, match="models must be shipped configs"):
         FineTuneFit("gpt2", models=("gpt2",))
+
+
+def test_a_searchs_answer_does_not_become_the_next_questions_setting():
+    """The longest sequence shows in the sequence box while it is asked; another question finds the learner's own
+    sequence there again, and judges at it (issue 32: a search's answer leaked into later verdicts)."""
+    w = _widget(seq=512, batch_size=4, capacity="V100 16 GB", question="longest sequence")
+    assert w.seq.value == w.largest != 512 and w.seq.disabled
+    w.method.value = "full fine-tuning"  # a new search, still from the learner's 512 tokens once the question changes
+    assert w.seq.value == w.largest and w.lora_rank.disabled
+    w.question.value = "does it fit?"
+    assert w.seq.value == 512 and not w.seq.disabled and w.answer == ""
+    step = profile_step(SMOL, 4, seq_len=512, **STEP)
+    assert w.result.peak_bytes == step.peak_allocated_bytes
+    w.method.value = "LoRA"
+    assert not w.lora_rank.disabled

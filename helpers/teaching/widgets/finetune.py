@@ -16,9 +16,10 @@ from .base import StepWidget, WatchedCurve
 
 #: The fine-tuning widget's models: the shipped 7-8B Hugging Face configs (:data:`helpers.models.hf.SHIPPED`).
 FINETUNE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3")
-#: Its methods: label -> what they set (LoRA's rank comes from the rank menu).
+#: Its methods: label -> what they set (LoRA's rank comes from the rank menu; the label names the library that
+#: quantizes).
 FINETUNE_METHODS = {"full fine-tuning": {}, "LoRA": {"lora": True},
-                    "QLoRA (NF4 base)": {"lora": True, "quantization": "nf4"}}
+                    "QLoRA (torchao's NF4 base)": {"lora": True, "quantization": "nf4"}}
 #: Its optimizers: label -> :class:`helpers.config.StepConfig` options.
 FINETUNE_OPTIMIZERS = {"AdamW": {"optimizer": "adamw"}, "8-bit AdamW": {"optimizer": "adamw8bit"},
                        "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True}}
@@ -39,7 +40,9 @@ class FineTuneFit(StepWidget):
 
     One steady-state step of a shipped Hugging Face causal LM config under bfloat16 autocast, simulated. "largest
     batch" (at the sequence shown) and "longest sequence" (at the batch shown, in steps of :data:`SEQ_STEP` tokens) are
-    found by :func:`helpers.batch.largest_fit` and put into their control. Sizes in GiB.
+    found by :func:`helpers.batch.largest_fit` and shown in their control, disabled; once another question is asked,
+    that control shows the learner's own value again, so that an answer never becomes the next question's setting.
+    The LoRA rank is disabled under full fine-tuning. Sizes in GiB.
 
     Args:
         model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of :data:`helpers.models.hf.SHIPPED`).
@@ -107,6 +110,7 @@ class FineTuneFit(StepWidget):
         self.question = widgets.Dropdown(options=QUESTIONS, value=question, description="question", style=style)
         self.reserved = widgets.Checkbox(reserved, description="reserved (simulated allocator)", indent=False)
         self.answer, self.largest = "", None
+        self._own: dict[str, int] = {}  # a search's control -> the learner's value while it shows the search's answer
         self.config()  # StepConfig checks the initial step
         controls = [self.model, self.method, self.lora_rank, self.optimizer, self.weights, self.checkpointing,
                     self.seq, self.question, self.reserved]
@@ -158,11 +162,21 @@ class FineTuneFit(StepWidget):
                                   gpu if gpu in GPU_CARDS else None, start=self.seq.value // SEQ_STEP)
         return steps * SEQ_STEP, {n * SEQ_STEP: e for n, e in seen.items()}
 
+    def _searched(self) -> dict[str, widgets.BoundedIntText]:
+        return {"largest batch": self.batch_box, "longest sequence": self.seq}
+
     def _recompute(self) -> None:
         question = self.question.value
-        self.batch_box.disabled = question == "largest batch"
-        self.seq.disabled = question == "longest sequence"
+        self.lora_rank.disabled = not FINETUNE_METHODS[self.method.value].get("lora")
         self.seq.max = self._max_seq[self.model.value]
+        for asked, control in self._searched().items():
+            control.disabled = asked == question
+            if asked != question and asked in self._own:  # the answer of an earlier question: the learner's again
+                self._quiet = True
+                try:
+                    control.value = min(self._own.pop(asked), control.max)
+                finally:
+                    self._quiet = False
         self.answer, self.largest = "", None
         gpu = self.capacity.value
         if question == QUESTIONS[0]:
@@ -194,12 +208,11 @@ class FineTuneFit(StepWidget):
             self.answer = (f"no batch fits {gpu} at {self.seq.value:,} tokens: not even batch 1"
                            if question == "largest batch" else
                            f"no sequence fits {gpu} at batch {self.batch_box.value}: not even {SEQ_STEP} tokens")
+        control = self._searched()[question]
+        self._own.setdefault(question, control.value)
         self._quiet = True
-        try:  # the controls show the step on display
-            if question == "largest batch":
-                self.batch_box.value = shown
-            else:
-                self.seq.value = shown
+        try:  # the control shows the step on display
+            control.value = shown
         finally:
             self._quiet = False
         self.result = seen[shown]
