@@ -79,7 +79,7 @@ assert round(report.peak_bytes / 2**30, 1) == 27.1 and report.live_at_peak[0].si
 assert round(report.by_category["parameters"] / 2**30) == 15 and report.by_category["optimizer_states"] == 52 * MiB
 
 # %% [markdown]
-# Every category comes from a stack, by rules a line each (`helpers.snapshot.category_of`): what a model's `_apply` (its `.to("cuda")`) allocated is a parameter, what an optimizer's `_init_group` allocated an optimizer state, what a `forward` allocated an activation, and what the backward pass's thread allocated (it runs no Python, so it has no Python frames) a gradient if it lives on into `optimizer.step()`. Here the recording ran inside this course's own step, under its tracker, so every Python stack ends in that tracker (`counting.py`) and says little more; in your own loop the stacks end in your code. Section 4 names each tensor another way.
+# Every category comes from a stack, by rules a line each (`helpers.snapshot.category_of`): what a model's `_apply` (its `.to("cuda")`) allocated is a parameter, what an optimizer's `_init_group` allocated an optimizer state, what a `forward` allocated an activation, and what the backward pass's thread allocated (it runs no Python, so it has no Python frames) a gradient if it lives on into `optimizer.step()`. Here the recording ran inside this course's own step, under its tracker, so the innermost Python frames of every stack are that tracker's (`counting.py`) and the report's one-line places say little; the rules read the whole stack, which still passes through the model's `forward` and the optimizer. In your own loop the stacks end in your code. Section 4 names each tensor another way.
 #
 # The peak is 27.1 GiB, reached as the backward pass begins: a 1,002 MiB tensor, the gradient of the logits (section 4 names it), is made while the logits' float32 copy for the loss, another 1,002 MiB, is still live (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported? The course's record of that run keeps the step's own peak: `max_memory_allocated()` less what was allocated before the step began.
 
@@ -137,6 +137,8 @@ print("\n".join(twin.lines()))
 gpu, sim = twin.categories_gpu, simulated.categories
 (peak_block,) = [b for b in beside.live_at_peak if b.allocated == beside.peak]
 assert peak_block.moment == "backward of Linear 'base_model.model.lm_head'" and peak_block.size == 1002 * MiB
+print(f"the allocation that reached the peak: {fmt_bytes(peak_block.size)}, in the simulated step just before the "
+      f"{peak_block.moment}")
 added = beside.reserved[-1] - beside.reserved[twin.measured]
 opened = sum(e["action"] == "segment_alloc" for e in trace[twin.measured:])
 print(f"the measured step added {opened} segments to the cache, {fmt_bytes(added)}")
