@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .alignment import pair
-from .allocator import replay
+from .allocator import replay, round_size
 from .gpus import CUBLAS_WORKSPACE_DEFAULT, CUBLAS_WORKSPACE_HOPPER
 from .record import CATEGORIES, StepProfile
 from .units import MiB, fmt_mib
@@ -249,12 +249,6 @@ def _size(nbytes: int) -> str:
     return fmt_mib(nbytes) if abs(nbytes) >= MiB // 10 or nbytes == 0 else f"{nbytes:,} B"
 
 
-def round_up(nbytes: int) -> int:
-    """A request as the allocator, and the simulation, count it: a multiple of 512 bytes, at least 512 (``round_size``
-    in ``c10/cuda/CUDACachingAllocator.cpp``)."""
-    return max(512, -(-nbytes // 512) * 512)
-
-
 def by_category(blocks, size=lambda b: b.size) -> dict[str, int]:
     """Bytes of ``blocks`` per category of :data:`SNAPSHOT_CATEGORIES` (each block's ``size(block)``)."""
     out = dict.fromkeys(SNAPSHOT_CATEGORIES, 0)
@@ -275,7 +269,8 @@ class Twin:
         measured: the trace entry of the first allocation aligned with the simulated step itself (after its
             placement and, in a steady state, its first step): the part of the trace compared.
         peak_at, peak_gpu, categories_gpu: in ``trace[measured:]``, the entry after which the live tensors, each
-            rounded by :func:`round_up` as the simulation rounds them, are highest; that sum; its bytes per category.
+            rounded by :func:`helpers.allocator.round_size` as the simulation rounds them, are highest; that sum; its
+            bytes per category.
         reserved_gpu, reserved_simulated: the trace's highest reserved memory, and the simulated step's replayed
             through the allocator model.
     """
@@ -341,7 +336,8 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
     moment, and recount the report's categories.
 
     The rules.  Each side is a sequence of allocations, each a size (the trace's requests rounded by
-    :func:`round_up`; the log's bytes) and whether it is kept to the end, paired by :func:`helpers.alignment.pair`.
+    :func:`helpers.allocator.round_size`; the log's bytes) and whether it is kept to the end, paired by
+    :func:`helpers.alignment.pair`.
     A pair takes the simulation's category, except before the simulated step itself (placement, a steady state's first
     step), where the simulation's "other" keeps the stack's category: the simulation labels only the storages its
     measured step uses.  The rest is reported, not guessed: a size that differs is one line on each side.  One
@@ -352,7 +348,7 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
     ours = sorted((b for b in report.blocks if b.allocated is not None), key=lambda b: b.allocated)
     theirs = [i for i, a in enumerate(log) if a.kind == "alloc"]
     kept = {a.serial for a in log if a.kind == "alloc"} - {a.serial for a in log if a.kind == "free"}
-    keys_gpu = [(round_up(b.size), b.freed is None) for b in ours]
+    keys_gpu = [(round_size(b.size), b.freed is None) for b in ours]
     keys_sim = [(log[i].nbytes, log[i].serial in kept) for i in theirs]
     pairs = pair(keys_gpu, keys_sim, [(b.allocated, b.freed) for b in ours], _log_lifetimes(log, theirs))
     moment = "placement, or a steady state's first step"
@@ -369,14 +365,15 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
                 b.category = "cublas_workspaces"
     report.by_category = by_category(report.live_at_peak)
     measured = min((b.allocated for b in ours if b.twin is not None and b.twin >= events[0].log_position), default=0)
-    rounded = [round_up(e["size"]) * {"alloc": 1, "free_requested": -1}.get(e["action"], 0) for e in report.trace]
-    level, peak, at = sum(round_up(b.size) for b in _live(report.blocks, measured - 1)), -1, measured
+    sign = {"alloc": 1, "free_requested": -1}
+    rounded = [round_size(e["size"]) * sign.get(e["action"], 0) for e in report.trace]
+    level, peak, at = sum(round_size(b.size) for b in _live(report.blocks, measured - 1)), -1, measured
     for i in range(measured, len(rounded)):
         level += rounded[i]
         peak, at = (level, i) if level > peak else (peak, at)
     missing = sorted(theirs[j] for j in set(range(len(theirs))) - set(pairs.values()))
     return Twin(profile, len(pairs), [b for i, b in enumerate(ours) if i not in pairs], missing, measured, at, peak,
-                by_category(_live(report.blocks, at), lambda b: round_up(b.size)), max(report.reserved),
+                by_category(_live(report.blocks, at), lambda b: round_size(b.size)), max(report.reserved),
                 replay(log).peak_reserved)
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from helpers.__main__ import main
 from helpers.snapshot import (SNAPSHOT_CATEGORIES, SnapshotError, category_of, explain_snapshot, load_snapshot,
-                              round_up, where)
+                              where)
 from helpers.teaching.reference import load_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,9 +149,6 @@ def test_the_command_prints_the_answer_first_and_draws(tmp_path):
     assert any(line.startswith("memory_allocated() at the peak") for line in lines)
     assert {p.name for p in tmp_path.iterdir()} == {"timeline.png", "memory_map.png"}
 
-
-def test_round_up_is_the_allocators():
-    assert [round_up(n) for n in (1, 512, 513, 2**20 + 1)] == [512, 512, 1024, 2**20 + 512]
 
 
 def test_pairing_finds_the_same_tensors_across_additions_and_reorders():
