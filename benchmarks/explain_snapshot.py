@@ -28,7 +28,7 @@ from cuda_stub import build  # noqa: E402
 
 LORA = ["--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--amp", "--amp-dtype", "bfloat16",
         "--param-dtype", "bfloat16", "--lora-rank", "16", "--optimizer", "adamw"]
-QLORA = [*LORA, "--checkpoint", "1", "--quantization", "nf4"]
+QLORA = [*LORA, "--checkpoint", "1", "--quantization", "torchao-nf4"]
 H200 = ROOT / "lessons" / "data" / "h200_2026-11-26" / "llama_lora.pickle.gz"
 TARGETS = {"ResNet18": 2.0}  # seconds; every other line: 30 s
 RSS = 3 * 2**30

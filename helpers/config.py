@@ -19,8 +19,11 @@ TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
                    "adamw8bit": "8-bit AdamW"}
-#: How LoRA's frozen base weights are stored: as they are, or "nf4" (:mod:`helpers.techniques.quantization`).
-QUANTIZATIONS = ("none", "nf4")
+#: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
+#: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), or in torchao's NF4 (``NF4Tensor``).
+QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4")
+#: The quantizations made by bitsandbytes, which ``double_quant`` applies to.
+BNB_QUANTIZATIONS = ("nf4", "fp4")
 #: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``).
 PARAM_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
@@ -102,7 +105,7 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
-          "full_trace")
+          "full_trace", "double_quant")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES))
 
@@ -179,8 +182,11 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.vocab_size is not None and c.seq_len is None, "vocab_size applies to token inputs: give seq_len too"),
     (lambda c: not c.lora_rank and (c.lora_targets is not None or c.lora_dropout),
      "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
-    (lambda c: c.quantization == "nf4" and not c.lora_rank,
-     "quantization='nf4' (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+    (lambda c: c.quantization != "none" and not c.lora_rank,
+     "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+    (lambda c: c.double_quant and c.quantization not in BNB_QUANTIZATIONS,
+     "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
+     "(torchao-nf4 always quantizes its scales)"),
 )
 
 
@@ -213,8 +219,9 @@ class StepConfig:
         attention: the simulated attention kernel, one of :data:`ATTENTION`.
         lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets`` (None: peft's default), base weights frozen
             (0: off); ``lora_dropout`` in [0, 1).
-        quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA (:mod:`helpers.techniques.quantization`).
-            Needs ``lora_rank``.
+        quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA with bitsandbytes, ``"torchao-nf4"`` with
+            torchao (:mod:`helpers.techniques.quantization`). Needs ``lora_rank``. ``double_quant``: bitsandbytes'
+            ``bnb_4bit_use_double_quant`` (the scales in 8 bits; Hugging Face's default is off).
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
             follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
@@ -254,6 +261,7 @@ class StepConfig:
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float = 0.0
     quantization: str = "none"
+    double_quant: bool = False
     param_dtype: str = "float32"
     optimizer_offload: bool = False
     steady_state: bool = False
@@ -356,8 +364,11 @@ CLI_OPTIONS = (
     ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
     ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
                                                    "(default 1)"),
-    ("--quantization", "quantization", "none (default) or nf4: QLoRA, the frozen base weights in 4 bits "
-                                       "(needs a LoRA rank)"),
+    ("--quantization", "quantization", "none (default), nf4 or fp4 (bitsandbytes' Linear4bit), or torchao-nf4 "
+                                       "(torchao's NF4Tensor): QLoRA, the frozen base weights in 4 bits (needs a "
+                                       "LoRA rank)"),
+    ("--double-quant", "double_quant", "with --quantization nf4 or fp4: bitsandbytes' double quantization, the "
+                                       "scales in 8 bits (bnb_4bit_use_double_quant)"),
     ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
     ("--optimizer-offload", "optimizer_offload", "optimizer states in host memory, stepped on the CPU"),
     ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),

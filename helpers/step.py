@@ -468,12 +468,14 @@ class StepRunner:
 
 def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
     """The meter's serials of every storage of ``t``: its own, or its inner tensors' for a tensor subclass
-    (an ``NF4Tensor`` keeps its codes, scales and code book in five; its constants count as parameters)."""
+    (an ``NF4Tensor`` keeps its codes, scales and code book in five; its constants count as parameters), and those of
+    the ``quant_state`` a bitsandbytes 4-bit weight carries (:func:`helpers.techniques.quantization.state_tensors`)."""
     if is_traceable_wrapper_subclass(t):
         return [s for name in t.__tensor_flatten__()[0] if isinstance(getattr(t, name), torch.Tensor)
                 for s in _serials(meter, getattr(t, name))]
     serial = meter.serial_of(t)
-    return [] if serial is None else [serial]
+    own = [] if serial is None else [serial]
+    return own + [s for part in quantization.state_tensors(t) for s in _serials(meter, part)]
 
 
 def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer,
@@ -502,5 +504,5 @@ def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTr
         {"parameters": parameters, "gradients": roles.gradients, "optimizer_states": roles.optimizer_states,
          "input": roles.inputs, "activations": activations},
         config=config, model=runner.name, input_shape=runner.task.sample_shape,
-        parameter_count=sum(p.numel() for p in model.parameters()), params_without_grad=roles.params_without_grad,
+        parameter_count=sum(map(quantization.weights, model.parameters())), params_without_grad=roles.params_without_grad,
         reset_at=reset_at)

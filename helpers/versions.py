@@ -16,6 +16,7 @@ PINS = {
     "peft": "0.21.2",
     "accelerate": "1.15.0",
     "torchao": "0.18.0",
+    "bitsandbytes": "0.50.2",
     "scikit-learn": "1.9.1",
     "matplotlib": "3.11.2",
     "ipywidgets": "8.1.9",
@@ -28,3 +29,4 @@ TORCHVISION = PINS["torchvision"]
 TRANSFORMERS = PINS["transformers"]
 PEFT = PINS["peft"]
 TORCHAO = PINS["torchao"]
+BITSANDBYTES = PINS["bitsandbytes"]

@@ -114,7 +114,7 @@ print(f"Llama-3.1 8B: {P8:,} parameters; LoRA of rank 16 on q_proj and v_proj tr
 methods = {
     "full fine-tuning (float32 weights)": profile_step(L8, 1, seq_len=2048, **STEP),
     "LoRA r16 (bfloat16 base)": profile_step(L8, 1, seq_len=2048, lora_rank=16, param_dtype="bfloat16", **STEP),
-    "QLoRA r16 (NF4 base)": profile_step(L8, 1, seq_len=2048, lora_rank=16, quantization="nf4",
+    "QLoRA r16 (NF4 base)": profile_step(L8, 1, seq_len=2048, lora_rank=16, quantization="torchao-nf4",
                                          param_dtype="bfloat16", **STEP),
 }
 full, lora16, qlora16 = methods.values()
@@ -209,7 +209,7 @@ techniques = {
         L8, 1, param_dtype="bfloat16", optimizer_offload=True, checkpoint=1, **at2k),
     "LoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, param_dtype="bfloat16", checkpoint=1,
                                                         **at2k),
-    "QLoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, quantization="nf4",
+    "QLoRA r16, checkpointing": profile_step(L8, 1, lora_rank=16, quantization="torchao-nf4",
                                                          param_dtype="bfloat16", checkpoint=1, **at2k),
 }
 plot_finetune_peaks(techniques, CARDS, title="Llama-3.1 8B, batch 1 x 2,048 tokens: what each technique changes")
@@ -244,7 +244,7 @@ assert verdicts(ckpt_lora) == ["yes"] * 3
 # With flash attention nearly every tensor a step keeps grows linearly with the tokens of the batch (batch × sequence), or not at all (the rotary position tables, which grow with the sequence alone, are small): the peak is a straight line in the token count, once it is in backward (lesson 01's M0 + b·m, with tokens for samples). Two traces give the line; the line gives the longest sequence each card holds (in steps of 256 tokens); a trace at each answer confirms it. QLoRA with checkpointing, batch 1:
 
 # %%
-QLORA_CKPT = dict(lora_rank=16, quantization="nf4", param_dtype="bfloat16", checkpoint=1, **STEP)
+QLORA_CKPT = dict(lora_rank=16, quantization="torchao-nf4", param_dtype="bfloat16", checkpoint=1, **STEP)
 qlora_2k = techniques["QLoRA r16, checkpointing"]
 qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
 line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])

@@ -132,9 +132,13 @@ FULL_SIZE = {
     "Llama-3.1 8B, LoRA r16, checkpointing, steady state": (
         "meta-llama/Llama-3.1-8B", dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
                                         param_dtype="bfloat16", lora_rank=16, checkpoint=1, steady_state=True)),
-    "Llama-3.1 8B, QLoRA (NF4), checkpointing, steady state": (
+    "Llama-3.1 8B, QLoRA (torchao's NF4), checkpointing, steady state": (
         "meta-llama/Llama-3.1-8B", dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
-                                        quantization="nf4", lora_rank=16, checkpoint=1, steady_state=True)),
+                                        quantization="torchao-nf4", lora_rank=16, checkpoint=1, steady_state=True)),
+    "Llama-3.1 8B, QLoRA (bitsandbytes' NF4, double quantization), checkpointing, steady state": (
+        "meta-llama/Llama-3.1-8B", dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
+                                        quantization="nf4", double_quant=True, lora_rank=16, checkpoint=1,
+                                        steady_state=True)),
     "Qwen2.5 7B, bf16 autocast, checkpointing": (
         "Qwen/Qwen2.5-7B", dict(batch_size=1, seq_len=128, amp=True, amp_dtype="bfloat16", param_dtype="bfloat16",
                                 checkpoint=1)),

@@ -56,7 +56,7 @@ def _adapters(rank: int, shapes, dtype_bytes: int = 4) -> int:
 @pytest.fixture(scope="module")
 def steps():
     """One step each of SmolLM2-135M at 32 tokens: LoRA r=8 on q and v in bf16, and the same in QLoRA."""
-    return {"lora": profile_step(SMOL, **BF16), "qlora": profile_step(SMOL, quantization="nf4", **BF16)}
+    return {"lora": profile_step(SMOL, **BF16), "qlora": profile_step(SMOL, quantization="torchao-nf4", **BF16)}
 
 
 def test_nf4_bytes_formula_against_the_paper():
@@ -178,8 +178,11 @@ def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"quantization": "nf4"}, "quantization='nf4' (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
-    ({"quantization": "int4", "lora_rank": 8}, "unknown quantization 'int4'; use one of none, nf4"),
+    ({"quantization": "nf4"}, "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+    ({"quantization": "int4", "lora_rank": 8}, "unknown quantization 'int4'; use one of none, nf4, fp4, torchao-nf4"),
+    ({"quantization": "torchao-nf4", "lora_rank": 8, "double_quant": True},
+     "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
+     "(torchao-nf4 always quantizes its scales)"),
     ({"param_dtype": "float16"}, "unknown param_dtype 'float16'; use one of float32, bfloat16"),
     ({"optimizer": "adamw8bit", "fused": True},
      "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
@@ -192,13 +195,13 @@ def test_bad_options_are_refused_in_one_line(options, message):
 
 
 def test_the_new_options_are_in_the_json_and_in_the_widget_curve_key():
-    config = StepConfig(model=SMOL, seq_len=32, batch_size=4, lora_rank=8, quantization="nf4",
+    config = StepConfig(model=SMOL, seq_len=32, batch_size=4, lora_rank=8, quantization="torchao-nf4",
                         param_dtype="bfloat16", optimizer="adamw8bit", optimizer_offload=True)
     d = config.to_dict()
     assert (d["quantization"], d["param_dtype"], d["optimizer"], d["optimizer_offload"]) == (
-        "nf4", "bfloat16", "adamw8bit", True)
+        "torchao-nf4", "bfloat16", "adamw8bit", True)
     key = config.curve_key()
-    assert key.batch_size == 1 and key.quantization == "nf4" and key.optimizer_offload
+    assert key.batch_size == 1 and key.quantization == "torchao-nf4" and key.optimizer_offload
     assert key != config.replace(quantization="none").curve_key()  # each option its own curve
 
 
@@ -270,7 +273,7 @@ def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
     run each time."""
     from helpers.step import forget_kept
 
-    step = dict(batch_size=1, seq_len=32, device="simulated", quantization="nf4", lora_rank=4, **options)
+    step = dict(batch_size=1, seq_len=32, device="simulated", quantization="torchao-nf4", lora_rank=4, **options)
     remembered = profile_step(TINY, **step)
     for kept in (quantization._DEQUANTIZED, quantization._QUANTIZED):  # a pattern was kept, and used
         assert any(kept.values())

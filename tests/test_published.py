@@ -52,7 +52,7 @@ def test_the_rows_name_the_published_setups():
     """A few facts of the sources, as the rows must state them."""
     qlora = P.ROWS["torchtune-qlora"].config()
     assert (qlora.model, qlora.batch_size, qlora.seq_len, qlora.lora_rank, qlora.quantization) == (
-        "meta-llama/Llama-2-7b-hf", 2, 512, 8, "nf4")
+        "meta-llama/Llama-2-7b-hf", 2, 512, 8, "torchao-nf4")
     assert P.ROWS["torchtune-qlora"].published == 9_290_000_000 == P.ROWS["torchtune-lora"].published - 6_280_000_000
     guanaco = P.ROWS["qlora-guanaco-65b"]
     assert guanaco.published == 48 * 2**30 and guanaco.measured == "card" and guanaco.config().lora_rank == 64

@@ -73,7 +73,7 @@ CASES = [
                                      ("llama8b_lora_ckpt", True, "LoRA r16, checkpointing"))
 ] + [  # lesson 09's QLoRA step (torchao's NF4 base, as the engine quantizes it; not recorded on a GPU)
     {"name": "llama8b_qlora_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
-     "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "nf4"},
+     "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "torchao-nf4"},
 ] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
     {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
      "num_classes": 1000, "cudnn": False},

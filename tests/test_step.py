@@ -416,7 +416,7 @@ def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatc
                      device="simulated")
         profile_step("gpt2", 2, seq_len=32, offload=True, device="simulated")
         profile_step("mlp", 4, optimizer="adamw", step_in_backward=True, steady_state=True, device="simulated")
-        profile_step(tiny, 1, seq_len=32, quantization="nf4", lora_rank=4, amp=True, amp_dtype="bfloat16",
+        profile_step(tiny, 1, seq_len=32, quantization="torchao-nf4", lora_rank=4, amp=True, amp_dtype="bfloat16",
                      checkpoint=1, steady_state=True, device="simulated")
         sharded_step("mlp", 2, batch_size=4)
         assert freed == []

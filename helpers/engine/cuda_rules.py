@@ -305,6 +305,38 @@ def cublas_operand_copy(matrix: torch.Tensor) -> int:
     return round_up(matrix.numel() * matrix.element_size())
 
 
+#: bitsandbytes' fused 4-bit matrix product takes at most this many rows on every card (``_GEMM_4BIT_CUSTOM_FLOOR_M``);
+#: above :data:`BNB_FUSED_MAX_ROWS` never (``_gemm_4bit_custom_max_m``), both in ``bitsandbytes/backends/cuda/ops.py``.
+BNB_FUSED_ROWS, BNB_FUSED_MAX_ROWS = 4, 1536
+
+
+def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bit=None, absmax_code=None,
+                  absmax_offset=None) -> torch.Tensor:
+    """What ``torch.ops.bitsandbytes.gemm_4bit`` allocates on a CUDA GPU (bitsandbytes 0.50.2,
+    ``backends/cuda/ops.py``), where its fake kernel allocates only the result.
+
+    ``A``: the input (..., K) in the compute dtype; ``B``: the packed 4-bit weight of ``shapeB`` ``[N, K]``. Up to
+    :data:`BNB_FUSED_ROWS` rows of ``A``, the fused kernel: a contiguous ``A`` and the (..., N) result. Otherwise
+    ``_dequant_linear_fallback``: with double quantization the float32 scales (``absmax_8bit``'s length) dequantized
+    and then shifted by ``absmax_offset`` (both kept to the end), the weight dequantized in ``A``'s dtype (``N * K``
+    elements), then ``F.linear``. Between 5 and :data:`BNB_FUSED_MAX_ROWS` rows bitsandbytes picks by the card's
+    architecture and shape (``_gemm_4bit_use_custom_cuda``); the simulation, which has no card, takes the fallback
+    there too: an upper bound by one weight in 16 bits.
+    """
+    if A.numel() // A.shape[-1] <= BNB_FUSED_ROWS and A.shape[-1] % blocksize == 0:
+        A = A.contiguous()
+        return torch.empty((*A.shape[:-1], shapeB[0]), dtype=A.dtype, device=A.device)
+    if absmax_8bit is not None:
+        scales = torch.empty_like(absmax_8bit, dtype=torch.float32)
+        absmax = scales + absmax_offset
+    weight = torch.empty(shapeB, dtype=A.dtype, device=A.device)
+    return torch.nn.functional.linear(A, weight, bias)
+
+
+#: bitsandbytes' operators whose CUDA kernel allocates more than its fake kernel, and what it allocates.
+BNB_CUDA = {"bitsandbytes::gemm_4bit": bnb_gemm_4bit}
+
+
 class SimulatedTracker(StorageTracker):
     """The :class:`helpers.engine.counting.StorageTracker` of the simulated GPU.
 
@@ -327,6 +359,9 @@ class SimulatedTracker(StorageTracker):
                 out = func.decompose(*args, **(kwargs or {}))
             if out is not NotImplemented:
                 return out
+        if not self.paused and func.namespace == "bitsandbytes" and (cuda := BNB_CUDA.get(func.name())):
+            with self:
+                return cuda(*args, **(kwargs or {}))
         out = super().__torch_dispatch__(func, types, args, kwargs)
         if func in _CUBLAS_OPERANDS and not self.paused:  # after the result, as cuBLAS's caller allocates them
             copies = [self.transient(n, args[i].dtype, args[i].shape) for i in _CUBLAS_OPERANDS[func]
@@ -370,9 +405,20 @@ def cuda_rules(attention: str = "auto"):
             library.impl("dropout", _dropout, "CompositeImplicitAutograd")
             library.impl("scaled_dot_product_attention", _attention(attention), "CompositeImplicitAutograd")
             library.impl("rms_norm", _rms_norm, "CompositeImplicitAutograd")
+        torch.is_autocast_enabled = _is_autocast_enabled
         yield
     finally:
+        torch.is_autocast_enabled = _IS_AUTOCAST_ENABLED
         library._destroy()
+
+
+_IS_AUTOCAST_ENABLED = torch.is_autocast_enabled
+
+
+def _is_autocast_enabled(device_type: str | None = None) -> bool:
+    """``torch.is_autocast_enabled``, where a question without a device, which asks about CUDA (as peft's 4-bit LoRA
+    layers ask, ``tuners/lora/bnb.py``), is answered by the CPU's autocast, which stands for CUDA's here."""
+    return _IS_AUTOCAST_ENABLED("cpu" if device_type is None else device_type)
 
 
 def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_dim: int,

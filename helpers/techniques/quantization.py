@@ -1,17 +1,28 @@
-"""QLoRA's frozen weights in 4-bit NormalFloat (Dettmers et al., 2023), as torchao stores them (lesson 09).
+"""QLoRA's frozen weights in 4 bits (Dettmers et al., 2023), as bitsandbytes stores them, or torchao (lesson 09).
 
-With ``StepConfig.quantization="nf4"`` every frozen linear weight (:func:`nf4_linears`) is torchao's ``NF4Tensor``,
-computed in bfloat16 (:class:`NF4Linear`): :func:`hold_back` keeps those weights off the device while the model is
-placed, and :func:`quantize` brings each in bfloat16, quantizes it and frees the copy, one at a time, as bitsandbytes
-does while ``from_pretrained`` loads. torchao's ``to_nf4`` and ``linear_nf4`` run on fake tensors; bitsandbytes' CUDA
-kernels cannot. The two layouts agree within a few bytes per 16384 weights (:func:`nf4_bytes`).
+``StepConfig.quantization`` names the format and the library: ``"nf4"`` and ``"fp4"`` are bitsandbytes' ``Linear4bit``
+(what Hugging Face's ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=...)`` builds, and what QLoRA users
+run), with ``double_quant`` (``bnb_4bit_use_double_quant``) and a bfloat16 compute dtype; ``"torchao-nf4"`` is
+torchao's ``NF4Tensor`` (:class:`NF4Linear`), always double-quantized. Every frozen linear weight (:func:`nf4_linears`)
+waits off the device while the model is placed (:func:`hold_back`); :func:`quantize` then brings each in bfloat16,
+quantizes it and frees the copy, one at a time, as ``Params4bit`` does while ``from_pretrained`` loads.
+
+Simulated, the tensors are CPU fake tensors, and bitsandbytes' operators run as their registered fake kernels
+(``bitsandbytes/_ops.py``), which allocate what its CUDA kernels allocate (``backends/cuda/ops.py``), in the same
+order, except the fused ``gemm_4bit``: :data:`helpers.engine.cuda_rules.BNB_CUDA` writes its CUDA allocations. The
+only CPU branch bitsandbytes would take on such tensors, repacking weights for AVX-512 inference, is turned off.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
+
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..engine.meter import remembered
 from ..errors import Refused
@@ -40,6 +51,50 @@ def _nf4():
     from torchao.quantization.quantize_.workflows.nf4 import nf4_tensor
 
     return nf4_tensor
+
+
+#: bitsandbytes' CPU backend logs a warning on AVX-512 machines when imported (by this module, peft or transformers)
+#: about an optional package of CPU kernels, which the simulation does not use: its errors only.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+
+
+def _bitsandbytes():
+    """bitsandbytes, imported when first needed."""
+    import bitsandbytes
+
+    return bitsandbytes
+
+
+def bnb_bytes(numel: int, double_quant: bool, blocksize: int = NF4_BLOCK) -> dict[str, int]:
+    """The bytes of one weight of ``numel`` elements in bitsandbytes' 4-bit formats, NF4 or FP4 alike (before 512-byte
+    rounding): ``quantize_4bit`` (``bitsandbytes/functional.py``, ``backends/cuda/ops.py``) packs two codes a byte
+    (``numel / 2``) and keeps one float32 scale (absmax) per ``blocksize`` weights, and a 16-value float32 code book.
+    With ``double_quant`` (``bnb_4bit_use_double_quant``) the scales are shifted by their float32 mean and quantized
+    to 8 bits in blocks of 256 (``quantize_blockwise``), with a float32 scale per block and the 256-value dynamic
+    code book. Returns ``{"codes", "scales", "code_book"}``, and with ``double_quant`` also ``"scale_scales",
+    "offset", "scale_code_book"``, -> bytes."""
+    blocks = -(-numel // blocksize)
+    if not double_quant:
+        return {"codes": (numel + 1) // 2, "scales": 4 * blocks, "code_book": 64}
+    return {"codes": (numel + 1) // 2, "scales": blocks, "code_book": 64, "scale_scales": 4 * -(-blocks // 256),
+            "offset": 4, "scale_code_book": 1024}
+
+
+def state_tensors(weight: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors of the ``QuantState`` a bitsandbytes 4-bit ``weight`` carries (none for another tensor): its scales,
+    code book and offset, and with double quantization those of its scales' own state (``state2``)."""
+    found, state = [], getattr(weight, "quant_state", None)
+    while state is not None:
+        found += [t for t in (state.absmax, state.code, state.offset) if isinstance(t, torch.Tensor)]
+        state = state.state2
+    return found
+
+
+def weights(parameter: torch.Tensor) -> int:
+    """The weights a parameter stands for: its elements, or for a bitsandbytes 4-bit weight (two codes a byte) those
+    of the shape it was quantized from (as ``transformers``' ``num_parameters`` counts them)."""
+    state = getattr(parameter, "quant_state", None)
+    return parameter.numel() if state is None else math.prod(state.shape)
 
 
 def nf4_scaler_block(numel: int) -> int:
@@ -121,48 +176,116 @@ class NF4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, weight=NF4"
 
 
+def _bnb_linear(weight: torch.Tensor, bias: nn.Parameter | None, config, device: torch.device) -> nn.Module:
+    """bitsandbytes' ``Linear4bit`` for a frozen ``weight`` (out, in), as ``from_pretrained`` makes it with
+    ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=config.quantization,
+    bnb_4bit_use_double_quant=config.double_quant, bnb_4bit_compute_dtype=torch.bfloat16)``: the weight arrives on
+    the device in bfloat16, ``quantize_4bit`` makes its 4-bit codes and their ``QuantState``, as
+    ``Params4bit._quantize`` does, and the copy is freed. The codes are a plain frozen ``Parameter`` carrying the
+    state (``Params4bit`` cannot wrap a fake tensor); ``Linear4bit.forward`` reads it from there."""
+    bnb = _bitsandbytes()
+    with _disable_current_modes():  # the module is made on meta, outside the step's fake tensors
+        layer = bnb.nn.Linear4bit(weight.shape[1], weight.shape[0], bias=False, compute_dtype=torch.bfloat16,
+                                  compress_statistics=config.double_quant, quant_type=config.quantization,
+                                  device="meta")
+    layer.support_avx512bf16_for_cpu = False  # a CPU-only repacking for inference; CUDA has none
+    if weight.is_meta:
+        dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
+    else:
+        dense = weight.detach().to(device=device, dtype=torch.bfloat16)
+    codes, state = bnb.functional.quantize_4bit(dense, blocksize=NF4_BLOCK, compress_statistics=config.double_quant,
+                                                quant_type=config.quantization, quant_storage=torch.uint8)
+    del dense
+    layer.weight = nn.Parameter(codes, requires_grad=False)
+    layer.weight.quant_state = layer.quant_state = state
+    layer.bias = bias
+    return layer
+
+
+def _peft_bnb(parent: nn.Module) -> None:
+    """Make ``parent``, peft's LoRA wrapper of a layer now in bitsandbytes' 4 bits, the wrapper peft picks for such a
+    layer (``dispatch_bnb_4bit``: ``peft.tuners.lora.bnb.Linear4bit``, the same adapters): its forward clones the
+    base layer's result and, under autocast, feeds the adapters the input as it comes, uncast."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
+
+    if type(parent) is LoraLinear:
+        parent.__class__ = LoraLinear4bit
+
+
 def hold_back(runner) -> None:
-    """The recipe's step before placing (``config.quantization == "nf4"``): the :func:`nf4_linears` weights wait in
-    ``runner.held_back``.
+    """The recipe's step before placing (``config.quantization`` not ``"none"``): the :func:`nf4_linears` weights wait
+    in ``runner.held_back``.
 
     Raises:
-        Refused (a ValueError): if a weight's size is not a multiple of 64, naming the layer.
+        Refused (a ValueError): if a weight's size is not a multiple of 64 (the blocks of both libraries), naming the
+            layer.
     """
-    if runner.config.quantization != "nf4":
+    if runner.config.quantization == "none":
         return
     model = runner.model
     layers = nf4_linears(model)
     names = {id(m): n for n, m in model.named_modules()}
     for _, _, layer in layers:
         if layer.weight.numel() % NF4_BLOCK:
-            raise Refused(f"quantization='nf4': {names[id(layer)]} has {layer.weight.numel()} weights, not a "
-                          f"multiple of {NF4_BLOCK} (torchao's NF4 blocks)")
+            raise Refused(f"quantization={runner.config.quantization!r}: {names[id(layer)]} has "
+                          f"{layer.weight.numel()} weights, not a multiple of {NF4_BLOCK} (the 4-bit blocks)")
     runner.held_back = [(parent, attribute, layer, layer.weight) for parent, attribute, layer in layers]
     for _, _, layer in layers:
         layer._parameters["weight"] = None  # placed by quantize(), one at a time, in 4 bits
 
 
+@contextlib.contextmanager
+def _dynamic_map(device: torch.device, simulated: bool):
+    """bitsandbytes' 8-bit code book of double quantization (``name2qmap["dynamic"]``), made afresh as in a new
+    process: computed on the host and copied to the device (1 KiB) the first time it is needed. Simulated, its values
+    cannot be computed on fake tensors; the copy is made empty, where it would be."""
+    functional = _bitsandbytes().functional
+    functional.name2qmap.clear()
+    make = functional.create_dynamic_map
+    if simulated:
+        functional.create_dynamic_map = lambda *args, **kwargs: torch.empty(256, dtype=torch.float32, device=device)
+    try:
+        yield
+    finally:
+        functional.create_dynamic_map = make
+
+
 def quantize(runner) -> None:
-    """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized (``to_nf4``) into an
-    :class:`NF4Linear` and its copy freed; then the meter's peak starts afresh (loading is not the step). Simulated, a
-    weight of a shape seen before is written from the first one's allocations (as in :func:`dequantized`)."""
+    """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized into bitsandbytes'
+    ``Linear4bit`` (:func:`_bnb_linear`) or torchao's :class:`NF4Linear` (``to_nf4``), and its copy freed; then the
+    meter's peak starts afresh (loading is not the step)."""
     if not runner.held_back:
         return
-    nf4, device = _nf4(), runner.meter.device
-    chunk = nf4.CHUNK_SIZE
-    for parent, attribute, layer, weight in runner.held_back:
-        if weight.is_meta:  # simulated: one chunk, for speed (the chunks bound a transient before the step)
-            dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
-            nf4.CHUNK_SIZE = max(chunk, weight.numel())
-        else:
-            dense = weight.detach().to(device=device, dtype=torch.bfloat16)
-        try:
-            key = (dense.shape, dense.stride(), dense.device, nf4.CHUNK_SIZE)  # no autograd: the same in any mode
-            scaler = nf4_scaler_block(dense.numel())
-            quantized = remembered(_QUANTIZED, key, lambda: nf4.to_nf4(dense, NF4_BLOCK, scaler))
-        finally:
-            nf4.CHUNK_SIZE = chunk
-        setattr(parent, attribute, NF4Linear(quantized, layer.bias))
-        del dense
+    config, device = runner.config, runner.meter.device
+    with _dynamic_map(device, simulated=runner.held_back[0][3].is_meta):
+        for parent, attribute, layer, weight in runner.held_back:
+            if config.quantization == "torchao-nf4":
+                quantized = _torchao_linear(weight, layer.bias, device)
+            else:
+                quantized = _bnb_linear(weight, layer.bias, config, device)
+                _peft_bnb(parent)
+            setattr(parent, attribute, quantized)
     runner.held_back = []
     runner.meter.reset_peak()
+
+
+def _torchao_linear(weight: torch.Tensor, bias: nn.Parameter | None, device: torch.device) -> "NF4Linear":
+    """torchao's :class:`NF4Linear` for a frozen ``weight``: it arrives in bfloat16 and ``to_nf4`` quantizes it.
+    Simulated, a weight of a shape seen before is written from the first one's allocations (as in
+    :func:`dequantized`), in one chunk (the chunks bound a transient before the step)."""
+    nf4 = _nf4()
+    chunk = nf4.CHUNK_SIZE
+    if weight.is_meta:
+        dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
+        nf4.CHUNK_SIZE = max(chunk, weight.numel())
+    else:
+        dense = weight.detach().to(device=device, dtype=torch.bfloat16)
+    try:
+        key = (dense.shape, dense.stride(), dense.device, nf4.CHUNK_SIZE)  # no autograd: the same in any mode
+        scaler = nf4_scaler_block(dense.numel())
+        quantized = remembered(_QUANTIZED, key, lambda: nf4.to_nf4(dense, NF4_BLOCK, scaler))
+    finally:
+        nf4.CHUNK_SIZE = chunk
+    del dense
+    return NF4Linear(quantized, bias)

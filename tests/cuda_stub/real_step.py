@@ -31,7 +31,7 @@ of https://pytorch.org/memory_viz, made by PyTorch itself.
 
 Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
 "seq_len": n, "amp": bool}`` and optionally ``"amp_dtype"``, ``"param_dtype"``, ``"lora_rank"``,
-``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization": "nf4"``, ``"optimizer"``, and for
+``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization": "torchao-nf4"``, ``"optimizer"``, and for
 image models ``"input_shape"`` and ``"num_classes"`` (no ``seq_len``) and ``"cudnn": false`` (PyTorch's own CUDA
 convolutions, ``torch.backends.cudnn.enabled = False``: cuDNN has no stub).  Output (stdout, last line): a JSON
 list, for each case, ``{"snapshot": path, "max_allocated": bytes,
@@ -110,7 +110,7 @@ def run_case(case: dict, out: Path) -> dict:
             from helpers.techniques.lora import apply_lora
             net = apply_lora(net, case["lora_rank"])
     net = place(net)
-    if case.get("quantization") == "nf4":  # each frozen linear weight in torchao's NF4, as the recipe quantizes it
+    if case.get("quantization") == "torchao-nf4":  # each frozen linear weight in torchao's NF4, as the recipe quantizes it
         quantize_nf4(net)
     optimizer = make_optimizer(case.get("optimizer", "adamw"), [p for p in net.parameters() if p.requires_grad])
     amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))

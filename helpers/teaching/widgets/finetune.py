@@ -19,7 +19,7 @@ FINETUNE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mist
 #: Its methods: label -> what they set (LoRA's rank comes from the rank menu; the label names the library that
 #: quantizes).
 FINETUNE_METHODS = {"full fine-tuning": {}, "LoRA": {"lora": True},
-                    "QLoRA (torchao's NF4 base)": {"lora": True, "quantization": "nf4"}}
+                    "QLoRA (torchao's NF4 base)": {"lora": True, "quantization": "torchao-nf4"}}
 #: Its optimizers: label -> :class:`helpers.config.StepConfig` options.
 FINETUNE_OPTIMIZERS = {"AdamW": {"optimizer": "adamw"}, "8-bit AdamW": {"optimizer": "adamw8bit"},
                        "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True}}

@@ -1,0 +1,114 @@
+"""QLoRA as its users run it: bitsandbytes' ``Linear4bit`` (NF4 and FP4, with and without double quantization) under
+the simulation, checked against the byte formulas of bitsandbytes 0.50.2 (``functional.quantize_4bit``,
+``backends/cuda/ops.py``) and against its CUDA kernels' allocations (``bnb_gemm_4bit``).
+
+The model is the small shipped SmolLM2-135M (30 layers, hidden 576, 3 key/value heads of 64, MLP 1536, a tied
+49152 x 576 embedding) at 32 tokens, simulated, as in ``tests/test_finetune_engine.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
+
+from helpers.allocator.rules import round_up
+from helpers.engine.cuda_rules import BNB_FUSED_ROWS, bnb_gemm_4bit
+from helpers.engine.meter import Meter
+from helpers.config import StepConfig
+from helpers.step import StepRunner, profile_step
+from helpers.techniques import quantization
+from test_finetune_engine import BF16, LAYERS, LINEARS, SMOL, H, KV, VOCAB, _adapters, _bytes
+
+FORMATS = [("nf4", False), ("nf4", True), ("fp4", False), ("fp4", True)]
+
+
+def _bnb_storage_bytes(numel: int, double_quant: bool) -> int:
+    """One weight in bitsandbytes' 4 bits, by hand: the packed codes (2 per byte), the 16-value float32 code book,
+    and either a float32 scale per 64 weights, or (double quantization) a uint8 scale per 64 weights, a float32 scale
+    per 256 of those, their float32 mean and the 256-value float32 dynamic code book; each storage rounded to 512."""
+    blocks = numel // 64
+    if not double_quant:
+        return round_up(numel // 2) + round_up(4 * blocks) + round_up(64)
+    return (round_up(numel // 2) + round_up(blocks) + round_up(64) + round_up(4 * -(-blocks // 256)) + round_up(4)
+            + round_up(1024))
+
+
+@pytest.fixture(scope="module")
+def steps():
+    """One QLoRA step of SmolLM2-135M at 32 tokens in each of bitsandbytes' formats, and one in torchao's NF4."""
+    made = {f: profile_step(SMOL, quantization=f[0], double_quant=f[1], **BF16) for f in FORMATS}
+    made["torchao"] = profile_step(SMOL, quantization="torchao-nf4", **BF16)
+    return made
+
+
+@pytest.mark.parametrize("quant_type, double_quant", FORMATS)
+def test_a_layer_holds_what_the_formula_says(quant_type, double_quant):
+    """The tensors ``quantize_4bit`` makes for one (out, in) weight, element for element, against ``bnb_bytes``."""
+    config = type("C", (), {"quantization": quant_type, "double_quant": double_quant})
+    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
+        layer = quantization._bnb_linear(torch.empty(1536, 576, device="meta"), None, config, meter.device)
+        parts = [layer.weight, *quantization.state_tensors(layer.weight)]
+        held = sorted(t.numel() * t.element_size() for t in parts)
+    assert held == sorted(quantization.bnb_bytes(1536 * 576, double_quant).values())
+    assert quantization.weights(layer.weight) == 1536 * 576 and layer.weight.dtype == torch.uint8
+    assert layer.weight.quant_state.quant_type == quant_type and layer.compute_dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("quant_type, double_quant", FORMATS)
+def test_qlora_stores_the_frozen_linear_weights_in_bitsandbytes_4_bits(steps, quant_type, double_quant):
+    qlora = steps[(quant_type, double_quant)]
+    quantized = LAYERS * sum(_bnb_storage_bytes(o * i, double_quant) for o, i in LINEARS)
+    rest = round_up(VOCAB * H * 2) + LAYERS * 2 * round_up(H * 2) + round_up(H * 2) + 2 * 512
+    adapters = _adapters(8, [(H, H), (KV, H)])
+    assert _bytes(qlora, "parameters") == quantized + rest + adapters
+    # double quantization's 256-value code book, made once by the first layer and kept in bitsandbytes' module cache
+    code_books = [s for s in qlora.storages.values() if s.category == "other" and s.shape == (256,)]
+    assert len(code_books) == double_quant
+    assert qlora.parameter_count == steps["torchao"].parameter_count  # the same weights, counted as transformers does
+
+
+def test_the_adapters_are_peft_s_4_bit_wrappers_and_train_alone(steps):
+    """peft wraps a 4-bit base layer in ``lora.bnb.Linear4bit``; only the adapters get gradients and states."""
+    adapters = _adapters(8, [(H, H), (KV, H)])
+    for fmt in FORMATS:
+        assert _bytes(steps[fmt], "gradients") == adapters
+        assert _bytes(steps[fmt], "optimizer_states") == 2 * adapters
+        assert steps[fmt].params_without_grad == []
+    runner = StepRunner(StepConfig(model=SMOL, quantization="nf4", **BF16))
+    with runner.meter:
+        model = runner.place()
+        wrappers = [m for m in model.modules() if isinstance(m, LoraLinear4bit)]
+        assert len(wrappers) == LAYERS * 2
+        assert all(type(w.base_layer).__name__ == "Linear4bit" for w in wrappers)
+
+
+@pytest.mark.parametrize("double_quant", [False, True])
+@pytest.mark.parametrize("rows", [BNB_FUSED_ROWS, 2048])
+def test_the_4_bit_product_allocates_what_the_cuda_kernel_does(rows, double_quant):
+    """``gemm_4bit`` on CUDA: the fused kernel (up to 4 rows) allocates its result only; past that the fallback also
+    holds one bfloat16 copy of the weight (and with double quantization the float32 scales twice) until it returns."""
+    config = type("C", (), {"quantization": "nf4", "double_quant": double_quant})
+    n, k = 1536, 576
+    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
+        layer = quantization._bnb_linear(torch.empty(n, k, device="meta"), None, config, meter.device)
+        x = torch.empty(rows, k, dtype=torch.bfloat16, device=meter.device)
+        state = layer.weight.quant_state
+        meter.reset_peak()
+        before = meter.allocated()
+        if double_quant:
+            out = bnb_gemm_4bit(x, layer.weight, state.shape, state.state2.absmax, 64, "nf4", None, state.absmax,
+                                state.state2.code, state.offset)
+        else:
+            out = bnb_gemm_4bit(x, layer.weight, state.shape, state.absmax, 64, "nf4")
+        transient = meter.peak() - before
+    result = round_up(rows * n * 2)
+    scales = 2 * round_up(4 * (n * k // 64)) if double_quant else 0
+    assert tuple(out.shape) == (rows, n)
+    assert transient == (result if rows <= BNB_FUSED_ROWS else result + round_up(n * k * 2) + scales)
+
+
+def test_bitsandbytes_holds_less_than_torchao_at_a_dequantization(steps):
+    """torchao's eager dequantization holds about 14 bytes per weight; bitsandbytes' kernel 2: at 32 tokens the
+    step's peak is a dequantization, and bitsandbytes' is lower."""
+    assert steps[("nf4", True)].peak_allocated_bytes < steps["torchao"].peak_allocated_bytes
