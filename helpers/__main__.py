@@ -291,6 +291,10 @@ def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
              "what fills it at the peak:"]
     width = max(len(name) for name in profile.categories)
     lines += [f"  {name:<{width}} {fmt_mib(nbytes):>14}" for name, nbytes in profile.categories.items()]
+    if profile.paged_bytes:
+        lines.append(f"paged optimizer states, outside the peak: {fmt_mib(profile.paged_bytes)} of CUDA unified memory "
+                     f"(not counted by memory_allocated; on the GPU while there is room, paged to host memory under "
+                     f"pressure)")
     if verdicts:
         lines += _fits_lines(verdicts)
     else:

@@ -106,6 +106,8 @@ class Estimate:
         error: the out-of-memory message when a real GPU could not run it.
         reserved_bytes: the allocator model's peak reserved on the chosen GPU (:func:`reserved_estimate`), or None.
         allocator_error: why the allocator model ran out of memory, if it did.
+        paged_bytes: a paged optimizer's states in unified memory, outside ``peak_bytes``
+            (:attr:`helpers.record.StepProfile.paged_bytes`).
         cublas_handles, convolutions: the step's, as :func:`cublas_handles` and :func:`has_convolutions` count them.
     """
 
@@ -120,13 +122,14 @@ class Estimate:
     allocator_error: str | None = None
     cublas_handles: int = 2
     convolutions: bool = False
+    paged_bytes: int = 0
 
     @classmethod
     def of(cls, profile: StepProfile) -> "Estimate":
         """The estimate a direct trace gives: its peak, categories and where, and the libraries it calls."""
         return cls(profile.batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
                    True, profile.backend, cublas_handles=cublas_handles(profile),
-                   convolutions=has_convolutions(profile))
+                   convolutions=has_convolutions(profile), paged_bytes=profile.paged_bytes)
 
     @property
     def by_reserved(self) -> bool:
@@ -277,7 +280,7 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
     categories = {k: between(lo.categories[k], hi.categories[k]) for k in lo.categories}
     return Estimate(b, between(lo.peak_allocated_bytes, hi.peak_allocated_bytes), categories,
                     hi.peak.label, False, lo.backend, cublas_handles=cublas_handles(lo),
-                    convolutions=has_convolutions(lo))
+                    convolutions=has_convolutions(lo), paged_bytes=lo.paged_bytes)
 
 
 def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str | None = None,

@@ -13,18 +13,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "paged-adamw")
 #: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
 TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
-                   "adamw8bit": "8-bit AdamW"}
+                   "adamw8bit": "8-bit AdamW", "paged-adamw": "paged AdamW"}
 #: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
 #: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), or in torchao's NF4 (``NF4Tensor``).
 QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4")
 #: The quantizations made by bitsandbytes, which ``double_quant`` applies to.
 BNB_QUANTIZATIONS = ("nf4", "fp4")
-#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``).
+#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``), and LoRA's adapters.
 PARAM_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
 DEVICES = ("auto", "cuda", "simulated")
@@ -105,9 +105,9 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
-          "full_trace", "double_quant")
+          "full_trace", "double_quant", "prepare_kbit")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
-            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES))
+            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES))
 
 
 def _check_values(config: "StepConfig") -> None:
@@ -165,6 +165,9 @@ def _check_model(config: "StepConfig") -> None:
 _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.fused and c.optimizer == "adamw8bit",
      "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
+    (lambda c: c.optimizer == "paged-adamw" and (c.fused or c.optimizer_offload or c.step_in_backward),
+     "optimizer='paged-adamw' (bitsandbytes' PagedAdamW) pages its own states and steps after backward: not with "
+     "fused, optimizer_offload or step_in_backward"),
     (lambda c: c.optimizer_offload and c.step_in_backward,
      "optimizer_offload steps on the host after backward: it cannot step inside backward (step_in_backward)"),
     (lambda c: c.optimizer_offload and not c.set_to_none,
@@ -182,8 +185,12 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.vocab_size is not None and c.seq_len is None, "vocab_size applies to token inputs: give seq_len too"),
     (lambda c: not c.lora_rank and (c.lora_targets is not None or c.lora_dropout),
      "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
+    (lambda c: not c.lora_rank and c.lora_dtype != "float32", "lora_dtype applies to LoRA: give lora_rank too"),
     (lambda c: c.quantization != "none" and not c.lora_rank,
      "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+    (lambda c: c.prepare_kbit and c.quantization not in BNB_QUANTIZATIONS,
+     "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4' or "
+     "quantization='fp4'"),
     (lambda c: c.double_quant and c.quantization not in BNB_QUANTIZATIONS,
      "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
      "(torchao-nf4 always quantizes its scales)"),
@@ -218,10 +225,14 @@ class StepConfig:
         accumulation_steps: forward and backward passes per optimizer step; ``set_to_none``: of ``zero_grad``.
         attention: the simulated attention kernel, one of :data:`ATTENTION`.
         lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets`` (None: peft's default), base weights frozen
-            (0: off); ``lora_dropout`` in [0, 1).
+            (0: off); ``lora_dropout`` in [0, 1); ``lora_dtype``: the adapters' dtype, ``"float32"`` (peft's default,
+            ``autocast_adapter_dtype=True``) or ``"bfloat16"`` (``autocast_adapter_dtype=False`` on a
+            bfloat16 base; the QLoRA paper's ``qlora.py --bf16``).
         quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA with bitsandbytes, ``"torchao-nf4"`` with
             torchao (:mod:`helpers.techniques.quantization`). Needs ``lora_rank``. ``double_quant``: bitsandbytes'
-            ``bnb_4bit_use_double_quant`` (the scales in 8 bits; Hugging Face's default is off).
+            ``bnb_4bit_use_double_quant`` (the scales in 8 bits; Hugging Face's default is off). ``prepare_kbit``:
+            peft's ``prepare_model_for_kbit_training`` before LoRA, as Hugging Face's QLoRA recipes run it: every
+            parameter that is not 4-bit in float32, and checkpointing as ``checkpoint`` and ``reentrant`` say.
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
             follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
@@ -260,8 +271,10 @@ class StepConfig:
     lora_rank: int = 0
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float = 0.0
+    lora_dtype: str = "float32"
     quantization: str = "none"
     double_quant: bool = False
+    prepare_kbit: bool = False
     param_dtype: str = "float32"
     optimizer_offload: bool = False
     steady_state: bool = False
@@ -359,7 +372,8 @@ CLI_OPTIONS = (
     ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
     ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist: what every "
                                        "step of training needs, and what a verdict judges (the default; lesson 01)"),
-    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw or adamw8bit (8-bit states)"),
+    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw, adamw8bit (8-bit states) or "
+                                   "paged-adamw (bitsandbytes' PagedAdamW, 32-bit states in unified memory)"),
     ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
     ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
     ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
@@ -367,6 +381,8 @@ CLI_OPTIONS = (
     ("--quantization", "quantization", "none (default), nf4 or fp4 (bitsandbytes' Linear4bit), or torchao-nf4 "
                                        "(torchao's NF4Tensor): QLoRA, the frozen base weights in 4 bits (needs a "
                                        "LoRA rank)"),
+    ("--prepare-kbit", "prepare_kbit", "with --quantization nf4 or fp4: peft's prepare_model_for_kbit_training "
+                                       "before LoRA (every parameter that is not 4-bit in float32)"),
     ("--double-quant", "double_quant", "with --quantization nf4 or fp4: bitsandbytes' double quantization, the "
                                        "scales in 8 bits (bnb_4bit_use_double_quant)"),
     ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
@@ -376,6 +392,8 @@ CLI_OPTIONS = (
                                  "frozen (default 0: off, full fine-tuning)"),
     ("--lora-targets", "lora_targets", "with --lora-rank: the linear layers to adapt, by last name, "
                                        "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
+    ("--lora-dtype", "lora_dtype", "with --lora-rank: the adapters' dtype, float32 (default, peft's) or bfloat16 "
+                                   "(peft's autocast_adapter_dtype=False on a bfloat16 base)"),
     ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
                                        "(default 0)"),
     ("--full-trace", "full_trace", "trace every block of a model of repeated blocks, instead of writing its "

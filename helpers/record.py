@@ -115,6 +115,8 @@ class StepProfile:
         allocation_log: every :class:`Allocation` of the traced step, in order.
         depth_note: for a model of repeated blocks, how its log was made: written exactly from traces of fewer blocks
             (:mod:`helpers.depth`), or traced in full and why; None for other models.
+        paged_bytes: optimizer states in CUDA unified memory (a paged optimizer's), outside every figure above: the
+            driver keeps them on the GPU while there is room and pages them to host memory under pressure.
     """
 
     backend: str
@@ -134,6 +136,7 @@ class StepProfile:
     peak_serials: tuple[int, ...] = ()
     allocation_log: list[Allocation] = field(default_factory=list)
     depth_note: str | None = None
+    paged_bytes: int = 0
 
     batch_size = _from_config("batch_size", "Samples per batch (``config.batch_size``).")
     amp = _from_config("amp", "Autocast was on (``config.amp``), in ``config.amp_dtype``.")
@@ -225,6 +228,7 @@ class StepProfile:
             "peak_event": self.peak_event,
             "reserved_bytes": self.reserved_bytes,
             "categories": self.categories,
+            "paged_bytes": self.paged_bytes,
             "params_without_grad": self.params_without_grad,
             "config": self.config.to_dict(),
             "events": [
@@ -299,6 +303,9 @@ class StepProfile:
         if self.reserved_bytes is not None:
             lines.append(f"reserved by the caching allocator after the step: {fmt_bytes(self.reserved_bytes)}")
         lines.append(f"peak allocated: {fmt_bytes(self.peak_allocated_bytes)} ({self.backend})")
+        if self.paged_bytes:
+            lines.append(f"paged optimizer states: {fmt_bytes(self.paged_bytes)} of unified memory, not counted by "
+                         f"memory_allocated")
         return "\n".join(lines)
 
     def allocation_event(self, storage: Storage) -> Event:
@@ -368,7 +375,7 @@ def frees_in_allocation_order(log: list, cuts) -> list:
 
 def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *, config: StepConfig, model: str,
                 input_shape: tuple[int, ...], parameter_count: int, params_without_grad: list[str],
-                reset_at: int | None = None) -> StepProfile:
+                reset_at: int | None = None, paged_bytes: int = 0) -> StepProfile:
     """The :class:`StepProfile` of a traced step, read from its meter while the step's tensors are alive; its log is
     :func:`frees_in_allocation_order`.
 
@@ -377,7 +384,8 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
         events: the traced step's :class:`helpers.engine.trace.Event` list.
         roles: the serials of each category but ``other``, in :data:`CATEGORIES` order (:func:`label_storages`); the
             rest is ``other`` (on cuda, also what the real counters hold beyond the tracker's storages).
-        config, model, input_shape, parameter_count, params_without_grad: as :class:`StepProfile` has them.
+        config, model, input_shape, parameter_count, params_without_grad, paged_bytes: as :class:`StepProfile` has
+            them.
         reset_at: the log position of the last reset of the peak (a steady state's), if any.
     """
     storages = meter.storages()
@@ -396,7 +404,7 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
         parameter_count=parameter_count, events=events,
         event_categories=[categories(e.live, e.allocated_bytes) for e in events], peak_allocated_bytes=peak,
         peak_event=next(e.index for e in events if e.peak_bytes == peak), categories=categories(at_peak, peak),
-        reserved_bytes=meter.reserved(), params_without_grad=params_without_grad,
+        reserved_bytes=meter.reserved(), params_without_grad=params_without_grad, paged_bytes=paged_bytes,
         peak_allocation=meter.peak_allocation(), peak_serials=tuple(at_peak),
         storages={serial: Storage(serial, labels[serial], dtype, shape, nbytes)
                   for serial, (nbytes, dtype, shape) in storages.items()},

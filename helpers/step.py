@@ -160,11 +160,15 @@ def _written(config: StepConfig, spec: models.ModelSpec) -> StepProfile:
     probed = [_probe(config, spec, n) for n in depth.DEPTHS]
     if any(p.profile.params_without_grad for p in probed):
         raise depth.NotRepeated("some trainable parameters get no gradient")
-    (_, low), (_, high) = [(p.depth, p.profile.parameter_count) for p in probed]
     log, storages, markers = depth.extrapolate(*probed, spec.blocks)
     last = probed[-1]
+
+    def at_depth(field: str) -> int:  # a count that grows by the same amount with each block
+        low, high = (getattr(p.profile, field) for p in probed)
+        return high + (high - low) * (spec.blocks - last.depth)
+
     return profile_of_log(log, storages, markers, last.profile, config=config, model=spec.name,
-                          parameter_count=high + (high - low) * (spec.blocks - last.depth),
+                          parameter_count=at_depth("parameter_count"), paged_bytes=at_depth("paged_bytes"),
                           depth_note=f"written exactly from its steps with {depth.DEPTHS[0]} and "
                                      f"{depth.DEPTHS[1]} blocks (helpers.depth)")
 
@@ -238,6 +242,7 @@ def place_on_device(runner: "StepRunner") -> None:
 RECIPE: tuple[tuple[str, Callable[["StepRunner"], None]], ...] = (
     ("build", models.build),                                    # config.model
     ("parameter dtype", precision.set_parameter_dtype),         # param_dtype
+    ("k-bit preparation", quantization.prepare_kbit),           # prepare_kbit (peft's, QLoRA with bitsandbytes)
     ("activation checkpointing", checkpointing.enable),         # checkpoint, reentrant
     ("LoRA adapters", lora.add_adapters),                       # lora_rank, lora_targets, lora_dropout
     ("hold back weights to quantize", quantization.hold_back),  # quantization (QLoRA)
@@ -505,4 +510,4 @@ def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTr
          "input": roles.inputs, "activations": activations},
         config=config, model=runner.name, input_shape=runner.task.sample_shape,
         parameter_count=sum(map(quantization.weights, model.parameters())), params_without_grad=roles.params_without_grad,
-        reset_at=reset_at)
+        reset_at=reset_at, paged_bytes=optimizers.paged_bytes(runner.optimizer))

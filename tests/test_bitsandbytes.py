@@ -18,6 +18,7 @@ from helpers.engine.meter import Meter
 from helpers.config import StepConfig
 from helpers.step import StepRunner, profile_step
 from helpers.techniques import quantization
+from helpers.techniques.optimizers import PAGED_MIN_NUMEL
 from test_finetune_engine import BF16, LAYERS, LINEARS, SMOL, H, KV, VOCAB, _adapters, _bytes
 
 FORMATS = [("nf4", False), ("nf4", True), ("fp4", False), ("fp4", True)]
@@ -112,3 +113,49 @@ def test_bitsandbytes_holds_less_than_torchao_at_a_dequantization(steps):
     """torchao's eager dequantization holds about 14 bytes per weight; bitsandbytes' kernel 2: at 32 tokens the
     step's peak is a dequantization, and bitsandbytes' is lower."""
     assert steps[("nf4", True)].peak_allocated_bytes < steps["torchao"].peak_allocated_bytes
+
+
+def test_k_bit_preparation_makes_every_parameter_that_is_not_4_bit_float32(steps):
+    """peft's ``prepare_model_for_kbit_training`` (``prepare_kbit=True``): every 16-bit parameter that is not 4-bit,
+    the embedding (tied to the LM head) and the norms, becomes float32; the 4-bit weights and adapters are as before."""
+    kbit = profile_step(SMOL, quantization="nf4", double_quant=True, prepare_kbit=True, **BF16)
+    quantized = LAYERS * sum(_bnb_storage_bytes(o * i, True) for o, i in LINEARS)
+    rest = round_up(VOCAB * H * 4) + LAYERS * 2 * round_up(H * 4) + round_up(H * 4) + 2 * 512
+    assert _bytes(kbit, "parameters") == quantized + rest + _adapters(8, [(H, H), (KV, H)])
+    assert kbit.peak_allocated_bytes > steps[("nf4", True)].peak_allocated_bytes
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"quantization": "torchao-nf4", "prepare_kbit": True},
+     "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4' or "
+     "quantization='fp4'"),
+    ({"quantization": "none", "double_quant": True}, "double_quant (bitsandbytes' double quantization) applies to "
+     "quantization='nf4' or quantization='fp4' (torchao-nf4 always quantizes its scales)"),
+])
+def test_bitsandbytes_options_without_bitsandbytes_are_refused(options, message):
+    with pytest.raises(ValueError) as error:
+        StepConfig(model=SMOL, seq_len=32, lora_rank=8, **options)
+    assert str(error.value) == message
+
+
+def test_a_paged_adamw_keeps_large_states_in_unified_memory_and_small_ones_on_the_device():
+    """bitsandbytes' ``PagedAdamW`` (32-bit): two float32 states per trainable parameter, paged (outside the allocated
+    figures, :attr:`StepProfile.paged_bytes`) from 100,000 elements on, on the device below; rank 256 on q and v of
+    SmolLM2 puts q's A and B and v's A (256 x 576 and 576 x 256) above it, v's B (192 x 256) below."""
+    options = dict(BF16, lora_rank=256, optimizer="paged-adamw")
+    paged = profile_step(SMOL, quantization="nf4", **options)
+    big, small = 3 * 256 * 576, KV * 256
+    assert big // 3 >= PAGED_MIN_NUMEL > small
+    assert paged.paged_bytes == LAYERS * 2 * 4 * big
+    assert _bytes(paged, "optimizer_states") == LAYERS * 2 * round_up(4 * small)
+    adamw = profile_step(SMOL, quantization="nf4", **dict(options, optimizer="adamw"))
+    assert adamw.paged_bytes == 0 and _bytes(adamw, "optimizer_states") == LAYERS * 2 * (
+        3 * round_up(4 * big // 3) + round_up(4 * small))
+    assert "paged optimizer states" in paged.summary()
+
+
+def test_a_paged_optimizer_with_another_way_of_stepping_is_refused():
+    with pytest.raises(ValueError) as error:
+        StepConfig(model=SMOL, seq_len=32, lora_rank=8, optimizer="paged-adamw", fused=True)
+    assert str(error.value) == ("optimizer='paged-adamw' (bitsandbytes' PagedAdamW) pages its own states and steps "
+                                "after backward: not with fused, optimizer_offload or step_in_backward")

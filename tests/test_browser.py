@@ -454,8 +454,7 @@ def _direct(cls: str, controls: dict, figures: dict):
     batch = figures["batch"]
     if cls == "FineTuneFit":
         method, options = FINETUNE_METHODS[controls["method"]], dict(FINETUNE_OPTIMIZERS[controls["optimizer"]])
-        if method.get("quantization"):
-            options["quantization"] = method["quantization"]
+        options.update({k: v for k, v in method.items() if k in ("quantization", "double_quant")})
         if controls["weights"] != "float32":
             options["param_dtype"] = controls["weights"]
         return profile_step(controls["model"], batch, seq_len=int(controls["sequence"]), amp=True,
@@ -530,7 +529,7 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
             expect = "the attention menu on math"
         elif cls == "FineTuneFit":  # lesson 09: from LoRA to QLoRA, a new trace of an 8B model
             root.locator(".widget-dropdown", has_text="method").locator("select").select_option(
-                label="QLoRA (torchao's NF4 base)")
+                label="QLoRA (bitsandbytes' NF4 base)")
             expect = "the method menu on QLoRA"
         elif reserved:  # lesson 06: each batch size is traced and replayed; type one
             box = root.locator(".widget-text input").first
@@ -571,7 +570,7 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
     if cls == "SequenceExplorer":
         assert controls["attention"] == "math" and after["batch"] == before["batch"]
     elif cls == "FineTuneFit":
-        assert controls["method"] == "QLoRA (torchao's NF4 base)" and after["batch"] == before["batch"]
+        assert controls["method"] == "QLoRA (bitsandbytes' NF4 base)" and after["batch"] == before["batch"]
     elif reserved:
         assert after["batch"] == before["batch"] + 72
     else:

@@ -19,7 +19,7 @@ from helpers.transformer import transformer_step
 #: Every field of a profile that a lesson, a widget or the command line reads.
 FIELDS = ("backend", "model", "input_shape", "parameter_count", "events", "event_categories",
           "peak_allocated_bytes", "peak_event", "categories", "reserved_bytes", "params_without_grad",
-          "peak_allocation", "storages", "peak_serials")
+          "peak_allocation", "storages", "peak_serials", "paged_bytes")
 
 
 def _tiny(model_type: str = "llama", layers: int = 10, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
@@ -142,6 +142,14 @@ FULL_SIZE = {
     "Qwen2.5 7B, bf16 autocast, checkpointing": (
         "Qwen/Qwen2.5-7B", dict(batch_size=1, seq_len=128, amp=True, amp_dtype="bfloat16", param_dtype="bfloat16",
                                 checkpoint=1)),
+    "SmolLM2 135M (tied), QLoRA (bitsandbytes' FP4), k-bit preparation, checkpointing": (
+        "HuggingFaceTB/SmolLM2-135M", dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
+                                           param_dtype="bfloat16", quantization="fp4", prepare_kbit=True,
+                                           lora_rank=8, checkpoint=1, steady_state=True)),
+    "SmolLM2 135M (tied), QLoRA r256, paged AdamW, bfloat16 adapters": (
+        "HuggingFaceTB/SmolLM2-135M", dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
+                                           param_dtype="bfloat16", quantization="nf4", lora_rank=256,
+                                           lora_dtype="bfloat16", optimizer="paged-adamw", steady_state=True)),
     "SmolLM2 135M (tied), float32, steady state": (
         "HuggingFaceTB/SmolLM2-135M", dict(batch_size=2, seq_len=64, steady_state=True)),
 }

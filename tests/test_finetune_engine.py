@@ -84,6 +84,15 @@ def test_qlora_stores_every_frozen_linear_weight_in_nf4_and_the_rest_as_it_was(s
     assert len(codes) == LAYERS * 7  # the LM head (tied to the embedding) is not quantized
 
 
+def test_bfloat16_adapters_halve_the_adapters_their_gradients_and_states(steps):
+    """``lora_dtype="bfloat16"`` (the QLoRA paper's ``qlora.py --bf16``): the adapters, their gradients and AdamW's
+    states (``torch.zeros_like(p)``) in 2 bytes instead of peft's float32."""
+    half = profile_step(SMOL, quantization="torchao-nf4", lora_dtype="bfloat16", **BF16)
+    full, half_adapters = _adapters(8, [(H, H), (KV, H)]), _adapters(8, [(H, H), (KV, H)], dtype_bytes=2)
+    assert _bytes(half, "parameters") == _bytes(steps["qlora"], "parameters") - full + half_adapters
+    assert _bytes(half, "gradients") == half_adapters and _bytes(half, "optimizer_states") == 2 * half_adapters
+
+
 def test_qlora_trains_the_adapters_only(steps):
     adapters = _adapters(8, [(H, H), (KV, H)])
     for profile in steps.values():
@@ -184,6 +193,8 @@ def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
      "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
      "(torchao-nf4 always quantizes its scales)"),
     ({"param_dtype": "float16"}, "unknown param_dtype 'float16'; use one of float32, bfloat16"),
+    ({"lora_dtype": "bfloat16"}, "lora_dtype applies to LoRA: give lora_rank too"),
+    ({"lora_dtype": "float16", "lora_rank": 8}, "unknown lora_dtype 'float16'; use one of float32, bfloat16"),
     ({"optimizer": "adamw8bit", "fused": True},
      "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
     ({"optimizer_offload": "yes"}, "optimizer_offload must be True or False, got 'yes'"),

@@ -62,7 +62,7 @@ def test_to_dict_is_json_with_the_documented_keys_and_the_config(resnet18_b128):
     data = json.loads(json.dumps(resnet18_b128.to_dict()))
     for key in ("backend", "model", "batch_size", "input_shape", "amp", "checkpoint", "optimizer", "steady_state",
                 "reentrant", "offload", "parameter_count", "peak_allocated_bytes", "peak_event", "reserved_bytes",
-                "categories", "params_without_grad", "events", "config"):
+                "categories", "paged_bytes", "params_without_grad", "events", "config"):
         assert key in data, key
     assert data["config"]["model"] == "resnet18" and data["config"]["batch_size"] == 128
     assert data["events"][0]["type"] == "parameters and buffers" and data["events"][0]["module"] is None

@@ -14,6 +14,7 @@ from helpers.batch import Estimate, card_verdicts
 from helpers.gpus import GPU_CARDS, judge
 from helpers.batch import largest_fit
 from helpers.teaching.widgets import CARD_48GB, SEQ_STEP, FineTuneFit
+from helpers.units import fmt_bytes
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
 STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
@@ -130,3 +131,13 @@ def test_a_searchs_answer_does_not_become_the_next_questions_setting():
     assert w.result.peak_bytes == step.peak_allocated_bytes
     w.method.value = "LoRA"
     assert not w.lora_rank.disabled
+
+
+def test_a_paged_optimizers_states_are_named_beside_the_verdict():
+    """Full fine-tuning with bitsandbytes' paged AdamW: its 32-bit states are outside the judged peak, and the
+    verdict says how much unified memory they take."""
+    w = _widget(method="full fine-tuning", optimizer="paged AdamW (bitsandbytes)")
+    step = profile_step(SMOL, 1, seq_len=256, **(STEP | dict(optimizer="paged-adamw")))
+    assert step.paged_bytes > 0 and w.result.peak_bytes == step.peak_allocated_bytes
+    paged = f"{fmt_bytes(step.paged_bytes, 'GiB', grouped=True)} of paged optimizer states in unified memory"
+    assert paged in w.message and w.message.startswith("fits in V100 16 GB")

@@ -77,7 +77,9 @@ def verdict(r: Estimate, gpu: str, capacity: int, measured_here: bool, unit: str
                           f"{_size(v.overhead, unit)} assumed overhead + cuBLAS workspaces = {sums}{tight}")
         return False, (f"does not fit in {gpu}: model states alone at optimizer.step() + {_size(v.overhead, unit)} "
                        f"assumed overhead + cuBLAS workspaces = {sums}")
-    return v.fits, v.sentence(gpu, r.allocator_error or "", unit=unit)
+    paged = (f"besides, {_size(r.paged_bytes, unit)} of paged optimizer states in unified memory, paged out under "
+             f"pressure" if r.paged_bytes else "")
+    return v.fits, v.sentence(gpu, "; ".join(filter(None, [r.allocator_error, paged])), unit=unit)
 
 
 def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, unit: str = "MiB") -> tuple[str, str]:

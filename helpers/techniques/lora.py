@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from ..errors import Refused, first_line
@@ -11,12 +12,18 @@ def add_adapters(runner) -> None:
     """The recipe's LoRA step: ``config.lora_rank`` > 0 puts :func:`apply_lora`'s ``peft`` model in ``runner.model``.
 
     After checkpointing is enabled, so that ``peft`` makes the input embeddings' output require grad (the reentrant
-    variant then reaches the adapters). Adapters are float32 (``autocast_adapter_dtype=True``). Raises as
+    variant then reaches the adapters). Adapters are float32 (``autocast_adapter_dtype=True``), or
+    ``config.lora_dtype``, cast as the QLoRA paper's ``qlora.py`` casts them (``module.to(torch.bfloat16)``). Raises as
     :func:`apply_lora`.
     """
     config = runner.config
     if config.lora_rank:
         runner.model = apply_lora(runner.model, config.lora_rank, config.lora_targets, config.lora_dropout)
+        if config.lora_dtype != "float32":
+            dtype = getattr(torch, config.lora_dtype)
+            for name, module in runner.model.named_modules():
+                if name.rsplit(".", 1)[-1] in ("lora_A", "lora_B"):
+                    module.to(dtype)
 
 
 def linear_names(model: nn.Module) -> list[str]:

@@ -11,12 +11,12 @@ from ..config import OPTIMIZERS
 #: Bytes of optimizer state per float32 parameter, kept from the first step on (``torch/optim/sgd.py``: one
 #: ``momentum_buffer``; ``adam.py``, ``adamw.py``: ``exp_avg`` and ``exp_avg_sq``). Adam's ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
-STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2}
+STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2, "paged-adamw": 8}
 
 #: Bytes per float32 parameter that the ``foreach`` implementation allocates for the length of ``optimizer.step()``:
 #: Adam's square root of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
 #: ``_multi_tensor_adam``). The fused implementations allocate none.
-STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0}
+STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0, "paged-adamw": 0}
 
 #: torchao's 8-bit AdamW (``torchao/optim/adam.py``; ``subclass_8bit.py``, ``OptimState8bit``): each moment of a
 #: parameter of ``numel >= 4096`` weights, a multiple of the block, is one uint8 code per weight plus one float32 scale
@@ -48,7 +48,62 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
         from torchao.optim import AdamW8bit
 
         return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
+    if name == "paged-adamw":
+        params = list(params)
+        if any(p.is_cuda for p in params):  # a real GPU: bitsandbytes' own
+            from bitsandbytes.optim import PagedAdamW32bit
+
+            return PagedAdamW32bit(params, lr=1e-3, weight_decay=0.01)
+        return PagedAdamW(params, lr=1e-3, weight_decay=0.01)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+
+
+#: bitsandbytes' paged optimizers keep the states of a parameter of at least this many elements in CUDA unified memory,
+#: those of a smaller one on the device (``Optimizer8bit.get_state_buffer``, ``bitsandbytes/optim/optimizer.py``).
+PAGED_MIN_NUMEL = 100_000
+
+
+class PagedAdamW(torch.optim.Optimizer):
+    """bitsandbytes' ``PagedAdamW`` with 32-bit states (``PagedAdamW32bit``; Hugging Face's ``optim="paged_adamw_32bit"``,
+    the QLoRA paper's ``qlora.py``), as its CUDA code path allocates (``Optimizer2State.init_state``,
+    ``get_state_buffer``): at its first step each trainable parameter gets two float32 states of its shape, on the
+    device (through PyTorch's allocator: counted) below :data:`PAGED_MIN_NUMEL` elements, else in unified memory that
+    the driver allocates (``cudaMallocManaged``) and PyTorch's allocator never sees: :attr:`paged_bytes` counts those.
+    Each update is one in-place kernel per parameter: no temporaries. (bitsandbytes' own class keeps every state on
+    the device for the simulation's tensors, which are CPU tensors: its CPU branch.)
+
+    Attributes:
+        paged_bytes: bytes of states in unified memory, not counted by ``torch.cuda.memory_allocated``.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 1e-2):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+        self.paged_bytes = 0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    if p.numel() < PAGED_MIN_NUMEL:
+                        state["state1"] = torch.zeros_like(p, dtype=torch.float32)
+                        state["state2"] = torch.zeros_like(p, dtype=torch.float32)
+                    else:
+                        self.paged_bytes += 2 * 4 * p.numel()
+                state["step"] += 1
+
+
+def paged_bytes(optimizer) -> int:
+    """Bytes of ``optimizer``'s states in CUDA unified memory: :attr:`PagedAdamW.paged_bytes`, or on a GPU the states
+    bitsandbytes marks ``is_paged``; 0 for any other optimizer."""
+    if isinstance(optimizer, PagedAdamW):
+        return optimizer.paged_bytes
+    states = getattr(optimizer, "state", {}).values()
+    return sum(t.nbytes for state in states for t in state.values() if getattr(t, "is_paged", False))
 
 
 def add_optimizer(runner) -> None:

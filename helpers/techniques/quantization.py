@@ -213,6 +213,22 @@ def _peft_bnb(parent: nn.Module) -> None:
         parent.__class__ = LoraLinear4bit
 
 
+def prepare_kbit(runner) -> None:
+    """The recipe's step before LoRA (``config.prepare_kbit``): peft's ``prepare_model_for_kbit_training`` on the model
+    built on meta, marked as loaded in 4 bits as ``from_pretrained`` marks it: it freezes every parameter, casts every
+    16-bit one that is not 4-bit to float32 (here the weights still to be quantized too: they arrive in bfloat16 all
+    the same, :func:`quantize`), makes the input embeddings' output require grad for reentrant checkpointing, and
+    enables checkpointing with ``config.reentrant`` when ``config.checkpoint`` asks for it."""
+    config = runner.config
+    if not config.prepare_kbit:
+        return
+    from peft import prepare_model_for_kbit_training
+
+    runner.model.is_loaded_in_4bit = True
+    prepare_model_for_kbit_training(runner.model, use_gradient_checkpointing=bool(config.checkpoint),
+                                    gradient_checkpointing_kwargs={"use_reentrant": config.reentrant})
+
+
 def hold_back(runner) -> None:
     """The recipe's step before placing (``config.quantization`` not ``"none"``): the :func:`nf4_linears` weights wait
     in ``runner.held_back``.

@@ -19,10 +19,11 @@ FINETUNE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mist
 #: Its methods: label -> what they set (LoRA's rank comes from the rank menu; the label names the library that
 #: quantizes).
 FINETUNE_METHODS = {"full fine-tuning": {}, "LoRA": {"lora": True},
-                    "QLoRA (torchao's NF4 base)": {"lora": True, "quantization": "torchao-nf4"}}
+                    "QLoRA (bitsandbytes' NF4 base)": {"lora": True, "quantization": "nf4", "double_quant": True}}
 #: Its optimizers: label -> :class:`helpers.config.StepConfig` options.
 FINETUNE_OPTIMIZERS = {"AdamW": {"optimizer": "adamw"}, "8-bit AdamW": {"optimizer": "adamw8bit"},
-                       "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True}}
+                       "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True},
+                       "paged AdamW (bitsandbytes)": {"optimizer": "paged-adamw"}}
 #: The questions it answers.
 QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
 #: LoRA ranks in its menu.
@@ -123,8 +124,7 @@ class FineTuneFit(StepWidget):
         """The step the controls show (batch size aside), at ``seq`` tokens if given."""
         method = FINETUNE_METHODS[self.method.value]
         options = dict(FINETUNE_OPTIMIZERS[self.optimizer.value])
-        if method.get("quantization"):
-            options["quantization"] = method["quantization"]
+        options.update({k: v for k, v in method.items() if k in ("quantization", "double_quant")})
         if self.weights.value != "float32":
             options["param_dtype"] = self.weights.value
         return StepConfig(model=self.model.value, batch_size=1, seq_len=seq or self.seq.value, amp=True,
