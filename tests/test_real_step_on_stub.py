@@ -74,6 +74,10 @@ CASES = [
 ] + [  # lesson 09's QLoRA step (torchao's NF4 base, as the engine quantizes it; not recorded on a GPU)
     {"name": "llama8b_qlora_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
      "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "torchao-nf4"},
+    # and with bitsandbytes' NF4, double quantization (lesson 09's since 0.5.0): its CUDA code runs, kernels no-ops
+    {"name": "llama8b_qlora_bnb_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
+     "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "nf4",
+     "double_quant": True},
 ] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
     {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
      "num_classes": 1000, "cudnn": False},
@@ -106,8 +110,8 @@ def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
 
 def simulate(case: dict):
     """The same step simulated (``profile_step(..., device="simulated")``)."""
-    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization")
-             if case.get(key)}
+    extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization",
+                                        "double_quant") if case.get(key)}
     if "input_shape" in case:
         extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
     return profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),

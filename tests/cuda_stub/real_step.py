@@ -31,7 +31,8 @@ of https://pytorch.org/memory_viz, made by PyTorch itself.
 
 Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
 "seq_len": n, "amp": bool}`` and optionally ``"amp_dtype"``, ``"param_dtype"``, ``"lora_rank"``,
-``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization": "torchao-nf4"``, ``"optimizer"``, and for
+``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization"`` (``"torchao-nf4"``, or bitsandbytes'
+``"nf4"`` or ``"fp4"`` with ``"double_quant"``), ``"optimizer"``, and for
 image models ``"input_shape"`` and ``"num_classes"`` (no ``seq_len``) and ``"cudnn": false`` (PyTorch's own CUDA
 convolutions, ``torch.backends.cudnn.enabled = False``: cuDNN has no stub).  Output (stdout, last line): a JSON
 list, for each case, ``{"snapshot": path, "max_allocated": bytes,
@@ -93,6 +94,24 @@ def quantize_nf4(net: torch.nn.Module) -> None:
         del dense
 
 
+def quantize_bnb(net: torch.nn.Module, case: dict) -> None:
+    """QLoRA's base weights as bitsandbytes' ``Linear4bit`` (``case["quantization"]``, ``case["double_quant"]``), made
+    by the recipe's own function, one at a time, the adapters' wrappers made peft's 4-bit ones (the recipe's
+    ``quantize``); bitsandbytes' CUDA code runs, its kernels no-ops."""
+    from types import SimpleNamespace
+
+    from helpers.techniques import quantization as q
+
+    config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False))
+    with q._dynamic_map(torch.device("cuda"), simulated=False):
+        for parent, attribute, layer in q.nf4_linears(net):
+            shape = layer.weight.shape
+            layer._parameters["weight"] = None  # the placed weight goes: the bfloat16 copy arrives in its place
+            quantized = q._bnb_linear(torch.empty(shape, device="meta"), layer.bias, config, torch.device("cuda"))
+            q._peft_bnb(parent)
+            setattr(parent, attribute, quantized)
+
+
 def run_case(case: dict, out: Path) -> dict:
     """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
     torch.backends.cudnn.enabled = case.get("cudnn", True)  # False: PyTorch's own convolutions (cuDNN is no stub)
@@ -112,6 +131,8 @@ def run_case(case: dict, out: Path) -> dict:
     net = place(net)
     if case.get("quantization") == "torchao-nf4":  # each frozen linear weight in torchao's NF4, as the recipe quantizes it
         quantize_nf4(net)
+    elif case.get("quantization"):  # in bitsandbytes' 4 bits
+        quantize_bnb(net, case)
     optimizer = make_optimizer(case.get("optimizer", "adamw"), [p for p in net.parameters() if p.requires_grad])
     amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))
     scaler = torch.amp.GradScaler("cuda") if case["amp"] and amp_dtype == torch.float16 else None
