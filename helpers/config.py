@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "paged-adamw")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "paged-adamw", "paged-adamw8bit")
 #: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
 TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
-                   "adamw8bit": "8-bit AdamW", "paged-adamw": "paged AdamW"}
+                   "adamw8bit": "8-bit AdamW", "paged-adamw": "paged AdamW", "paged-adamw8bit": "paged 8-bit AdamW"}
 #: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
 #: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), or in torchao's NF4 (``NF4Tensor``).
 QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4")
@@ -165,9 +165,9 @@ def _check_model(config: "StepConfig") -> None:
 _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.fused and c.optimizer == "adamw8bit",
      "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
-    (lambda c: c.optimizer == "paged-adamw" and (c.fused or c.optimizer_offload or c.step_in_backward),
-     "optimizer='paged-adamw' (bitsandbytes' PagedAdamW) pages its own states and steps after backward: not with "
-     "fused, optimizer_offload or step_in_backward"),
+    (lambda c: c.optimizer.startswith("paged-") and (c.fused or c.optimizer_offload or c.step_in_backward),
+     "a paged optimizer (bitsandbytes' PagedAdamW, PagedAdamW8bit) pages its own states and steps after backward: "
+     "not with fused, optimizer_offload or step_in_backward"),
     (lambda c: c.optimizer_offload and c.step_in_backward,
      "optimizer_offload steps on the host after backward: it cannot step inside backward (step_in_backward)"),
     (lambda c: c.optimizer_offload and not c.set_to_none,
@@ -373,7 +373,8 @@ CLI_OPTIONS = (
     ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist: what every "
                                        "step of training needs, and what a verdict judges (the default; lesson 01)"),
     ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw, adamw8bit (8-bit states) or "
-                                   "paged-adamw (bitsandbytes' PagedAdamW, 32-bit states in unified memory)"),
+                                   "paged-adamw or paged-adamw8bit (bitsandbytes' PagedAdamW, 32-bit or 8-bit "
+                                   "states in unified memory)"),
     ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
     ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
     ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "

@@ -403,7 +403,7 @@ if recorded is not None:
 #     print(f"{name:<26} {gib(1000 * per_token)} per 1,000 tokens")
 # passes = qlora16.categories["parameters"] / (10 * c.vocab_size)
 # print(f"Llama's logits pass its QLoRA parameters ({gib(qlora16.categories['parameters'])}) at {passes:,.0f} tokens")
-# assert round(passes) == 4467
+# assert round(passes) == 4468
 # ```
 #
 # 1.2 GiB per 1,000 tokens for Llama-3.1 8B, 1.4 for Qwen2.5 7B, 0.3 for Mistral 7B v0.3, whose vocabulary is a quarter of Llama's. From about 4,500 tokens on, Llama's logits at the peak weigh more than its whole QLoRA model: at long sequences a fine-tune's memory is decided by its vocabulary as much as by its parameter count.

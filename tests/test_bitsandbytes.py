@@ -157,5 +157,16 @@ def test_a_paged_adamw_keeps_large_states_in_unified_memory_and_small_ones_on_th
 def test_a_paged_optimizer_with_another_way_of_stepping_is_refused():
     with pytest.raises(ValueError) as error:
         StepConfig(model=SMOL, seq_len=32, lora_rank=8, optimizer="paged-adamw", fused=True)
-    assert str(error.value) == ("optimizer='paged-adamw' (bitsandbytes' PagedAdamW) pages its own states and steps "
-                                "after backward: not with fused, optimizer_offload or step_in_backward")
+    assert str(error.value) == ("a paged optimizer (bitsandbytes' PagedAdamW, PagedAdamW8bit) pages its own states "
+                                "and steps after backward: not with fused, optimizer_offload or step_in_backward")
+
+
+def test_a_paged_8_bit_adamw_keeps_codes_and_scales():
+    """``PagedAdamW8bit``: from 4,096 elements, two uint8 states (paged from 100,000 elements on) with a float32
+    scale per 256 values each (on the device), and the two 256-value code books once; smaller parameters keep
+    32-bit states. Rank 256 on q and v of SmolLM2: q's A and B and v's A paged, v's B (49,152) on the device."""
+    paged = profile_step(SMOL, quantization="nf4", **dict(BF16, lora_rank=256, optimizer="paged-adamw8bit"))
+    big, small = 256 * 576, KV * 256
+    assert paged.paged_bytes == LAYERS * 3 * 2 * big
+    scales = 3 * round_up(4 * -(-big // 256)) + round_up(4 * -(-small // 256))
+    assert _bytes(paged, "optimizer_states") == LAYERS * 2 * (round_up(small) + scales) + 2 * round_up(1024)

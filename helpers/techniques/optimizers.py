@@ -11,12 +11,14 @@ from ..config import OPTIMIZERS
 #: Bytes of optimizer state per float32 parameter, kept from the first step on (``torch/optim/sgd.py``: one
 #: ``momentum_buffer``; ``adam.py``, ``adamw.py``: ``exp_avg`` and ``exp_avg_sq``). Adam's ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
-STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2, "paged-adamw": 8}
+STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2, "paged-adamw": 8,
+               "paged-adamw8bit": 2}
 
 #: Bytes per float32 parameter that the ``foreach`` implementation allocates for the length of ``optimizer.step()``:
 #: Adam's square root of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
 #: ``_multi_tensor_adam``). The fused implementations allocate none.
-STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0, "paged-adamw": 0}
+STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0, "paged-adamw": 0,
+                        "paged-adamw8bit": 0}
 
 #: torchao's 8-bit AdamW (``torchao/optim/adam.py``; ``subclass_8bit.py``, ``OptimState8bit``): each moment of a
 #: parameter of ``numel >= 4096`` weights, a multiple of the block, is one uint8 code per weight plus one float32 scale
@@ -48,37 +50,50 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
         from torchao.optim import AdamW8bit
 
         return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
-    if name == "paged-adamw":
-        params = list(params)
+    if name in ("paged-adamw", "paged-adamw8bit"):
+        params, bits = list(params), 8 if name.endswith("8bit") else 32
         if any(p.is_cuda for p in params):  # a real GPU: bitsandbytes' own
-            from bitsandbytes.optim import PagedAdamW32bit
+            from bitsandbytes.optim import PagedAdamW8bit, PagedAdamW32bit
 
-            return PagedAdamW32bit(params, lr=1e-3, weight_decay=0.01)
-        return PagedAdamW(params, lr=1e-3, weight_decay=0.01)
+            return (PagedAdamW8bit if bits == 8 else PagedAdamW32bit)(params, lr=1e-3, weight_decay=0.01)
+        return PagedAdamW(params, lr=1e-3, weight_decay=0.01, bits=bits)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
 #: bitsandbytes' paged optimizers keep the states of a parameter of at least this many elements in CUDA unified memory,
 #: those of a smaller one on the device (``Optimizer8bit.get_state_buffer``, ``bitsandbytes/optim/optimizer.py``).
 PAGED_MIN_NUMEL = 100_000
+#: Its 8-bit optimizers keep 32-bit states for a parameter of fewer elements (``min_8bit_size``), and one float32
+#: scale per block of this many values of each 8-bit state (``Optimizer2State.init_state``).
+BNB_MIN_8BIT_SIZE, BNB_8BIT_BLOCK = 4096, 256
 
 
 class PagedAdamW(torch.optim.Optimizer):
-    """bitsandbytes' ``PagedAdamW`` with 32-bit states (``PagedAdamW32bit``; Hugging Face's ``optim="paged_adamw_32bit"``,
-    the QLoRA paper's ``qlora.py``), as its CUDA code path allocates (``Optimizer2State.init_state``,
-    ``get_state_buffer``): at its first step each trainable parameter gets two float32 states of its shape, on the
-    device (through PyTorch's allocator: counted) below :data:`PAGED_MIN_NUMEL` elements, else in unified memory that
-    the driver allocates (``cudaMallocManaged``) and PyTorch's allocator never sees: :attr:`paged_bytes` counts those.
-    Each update is one in-place kernel per parameter: no temporaries. (bitsandbytes' own class keeps every state on
-    the device for the simulation's tensors, which are CPU tensors: its CPU branch.)
+    """bitsandbytes' ``PagedAdamW32bit`` or ``PagedAdamW8bit`` (``bits``; Hugging Face's ``optim="paged_adamw_32bit"``,
+    the QLoRA paper's, or ``"paged_adamw_8bit"``), as its CUDA code path allocates (``Optimizer2State.init_state``,
+    ``get_state_buffer``, ``bitsandbytes/optim/optimizer.py``). At its first step each trainable parameter gets two
+    states of its shape: float32, or with 8 bits (from :data:`BNB_MIN_8BIT_SIZE` elements) uint8 codes with a float32
+    scale per :data:`BNB_8BIT_BLOCK` values, and the first such parameter brings the two 256-value float32 code books
+    to the device. A state of fewer than :data:`PAGED_MIN_NUMEL` elements is on the device (through PyTorch's
+    allocator: counted), a larger one in unified memory that the driver allocates (``cudaMallocManaged``) and
+    PyTorch's allocator never sees: :attr:`paged_bytes` counts those. Each update is one in-place kernel per
+    parameter: no temporaries. (bitsandbytes' own class keeps every state on the device for the simulation's
+    tensors, which are CPU tensors: its CPU branch.)
 
     Attributes:
         paged_bytes: bytes of states in unified memory, not counted by ``torch.cuda.memory_allocated``.
     """
 
-    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 1e-2):
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 1e-2, bits: int = 32):
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
-        self.paged_bytes = 0
+        self.bits, self.paged_bytes, self.code_books = bits, 0, None
+
+    def _buffer(self, p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+        """``get_state_buffer``: a state on the device, or None for one paged (counted in :attr:`paged_bytes`)."""
+        if p.numel() < PAGED_MIN_NUMEL:
+            return torch.zeros_like(p, dtype=dtype)
+        self.paged_bytes += p.numel() * dtype.itemsize
+        return None
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -89,11 +104,15 @@ class PagedAdamW(torch.optim.Optimizer):
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
-                    if p.numel() < PAGED_MIN_NUMEL:
-                        state["state1"] = torch.zeros_like(p, dtype=torch.float32)
-                        state["state2"] = torch.zeros_like(p, dtype=torch.float32)
-                    else:
-                        self.paged_bytes += 2 * 4 * p.numel()
+                    eight = self.bits == 8 and p.numel() >= BNB_MIN_8BIT_SIZE
+                    if eight and self.code_books is None:  # signed and unsigned dynamic maps, copied from the host
+                        self.code_books = [torch.empty(256, dtype=torch.float32, device=p.device) for _ in range(2)]
+                    dtype = torch.uint8 if eight else torch.float32
+                    state["state1"], state["state2"] = self._buffer(p, dtype), self._buffer(p, dtype)
+                    if eight:
+                        state["qmap1"], state["qmap2"] = self.code_books
+                        blocks = -(-p.numel() // BNB_8BIT_BLOCK)
+                        state["absmax1"], state["absmax2"] = (torch.zeros(blocks, device=p.device) for _ in range(2))
                 state["step"] += 1
 
 

@@ -23,7 +23,8 @@ FINETUNE_METHODS = {"full fine-tuning": {}, "LoRA": {"lora": True},
 #: Its optimizers: label -> :class:`helpers.config.StepConfig` options.
 FINETUNE_OPTIMIZERS = {"AdamW": {"optimizer": "adamw"}, "8-bit AdamW": {"optimizer": "adamw8bit"},
                        "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True},
-                       "paged AdamW (bitsandbytes)": {"optimizer": "paged-adamw"}}
+                       "paged AdamW (bitsandbytes)": {"optimizer": "paged-adamw"},
+                       "paged 8-bit AdamW (bitsandbytes)": {"optimizer": "paged-adamw8bit"}}
 #: The questions it answers.
 QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
 #: LoRA ranks in its menu.
