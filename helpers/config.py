@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "paged-adamw", "paged-adamw8bit")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "bnb-adamw8bit", "paged-adamw", "paged-adamw8bit")
 #: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
 TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 #: A readable name for each, for tables and menus.
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
-                   "adamw8bit": "8-bit AdamW", "paged-adamw": "paged AdamW", "paged-adamw8bit": "paged 8-bit AdamW"}
+                   "adamw8bit": "8-bit AdamW", "bnb-adamw8bit": "bitsandbytes' 8-bit AdamW", "paged-adamw": "paged AdamW",
+                   "paged-adamw8bit": "paged 8-bit AdamW"}
 #: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
 #: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), or in torchao's NF4 (``NF4Tensor``).
 QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4")
@@ -105,7 +106,7 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
-          "full_trace", "double_quant", "prepare_kbit")
+          "full_trace", "double_quant", "prepare_kbit", "dora")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES))
 
@@ -163,8 +164,9 @@ def _check_model(config: "StepConfig") -> None:
 
 #: Options that do not go together: (when, the message), checked in this order.
 _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
-    (lambda c: c.fused and c.optimizer == "adamw8bit",
-     "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
+    (lambda c: c.fused and c.optimizer in ("adamw8bit", "bnb-adamw8bit"),
+     "fused applies to torch.optim's optimizers: the 8-bit AdamWs (torchao's, bitsandbytes') have no fused "
+     "implementation"),
     (lambda c: c.optimizer.startswith("paged-") and (c.fused or c.optimizer_offload or c.step_in_backward),
      "a paged optimizer (bitsandbytes' PagedAdamW, PagedAdamW8bit) pages its own states and steps after backward: "
      "not with fused, optimizer_offload or step_in_backward"),
@@ -186,6 +188,13 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: not c.lora_rank and (c.lora_targets is not None or c.lora_dropout),
      "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
     (lambda c: not c.lora_rank and c.lora_dtype != "float32", "lora_dtype applies to LoRA: give lora_rank too"),
+    (lambda c: not c.lora_rank and c.dora, "dora (peft's use_dora) applies to LoRA: give lora_rank too"),
+    (lambda c: c.dora and c.quantization in BNB_QUANTIZATIONS,
+     "dora= with bitsandbytes' 4-bit weights is not simulated: peft dequantizes them through bitsandbytes' "
+     "Params4bit, which cannot hold the simulation's fake tensors"),
+    (lambda c: c.dora and c.quantization == "torchao-nf4",
+     "dora= with quantization='torchao-nf4' fails in peft itself: its DoRA calls weight.dequantize(), which torchao's "
+     "NF4Tensor does not take without arguments"),
     (lambda c: c.quantization != "none" and not c.lora_rank,
      "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
     (lambda c: c.prepare_kbit and c.quantization not in BNB_QUANTIZATIONS,
@@ -227,7 +236,8 @@ class StepConfig:
         lora_rank: ``peft`` LoRA adapters of this rank on ``lora_targets`` (None: peft's default), base weights frozen
             (0: off); ``lora_dropout`` in [0, 1); ``lora_dtype``: the adapters' dtype, ``"float32"`` (peft's default,
             ``autocast_adapter_dtype=True``) or ``"bfloat16"`` (``autocast_adapter_dtype=False`` on a
-            bfloat16 base; the QLoRA paper's ``qlora.py --bf16``).
+            bfloat16 base; the QLoRA paper's ``qlora.py --bf16``); ``dora``: peft's DoRA (``use_dora=True``, Liu et
+            al., 2024), a magnitude vector per adapted layer and the base weight's norm at every forward.
         quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA with bitsandbytes, ``"torchao-nf4"`` with
             torchao (:mod:`helpers.techniques.quantization`). Needs ``lora_rank``. ``double_quant``: bitsandbytes'
             ``bnb_4bit_use_double_quant`` (the scales in 8 bits; Hugging Face's default is off). ``prepare_kbit``:
@@ -272,6 +282,7 @@ class StepConfig:
     lora_targets: tuple[str, ...] | None = None
     lora_dropout: float = 0.0
     lora_dtype: str = "float32"
+    dora: bool = False
     quantization: str = "none"
     double_quant: bool = False
     prepare_kbit: bool = False
@@ -372,9 +383,9 @@ CLI_OPTIONS = (
     ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
     ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist: what every "
                                        "step of training needs, and what a verdict judges (the default; lesson 01)"),
-    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw, adamw8bit (8-bit states) or "
-                                   "paged-adamw or paged-adamw8bit (bitsandbytes' PagedAdamW, 32-bit or 8-bit "
-                                   "states in unified memory)"),
+    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw, adamw8bit (torchao's 8-bit states), "
+                                   "bnb-adamw8bit (bitsandbytes'), or paged-adamw or paged-adamw8bit (bitsandbytes' "
+                                   "PagedAdamW, 32-bit or 8-bit states in unified memory)"),
     ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
     ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
     ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
@@ -395,6 +406,7 @@ CLI_OPTIONS = (
                                        "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
     ("--lora-dtype", "lora_dtype", "with --lora-rank: the adapters' dtype, float32 (default, peft's) or bfloat16 "
                                    "(peft's autocast_adapter_dtype=False on a bfloat16 base)"),
+    ("--dora", "dora", "with --lora-rank: peft's DoRA (use_dora=True), weight-decomposed LoRA"),
     ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
                                        "(default 0)"),
     ("--full-trace", "full_trace", "trace every block of a model of repeated blocks, instead of writing its "

@@ -125,7 +125,22 @@ def test_k_bit_preparation_makes_every_parameter_that_is_not_4_bit_float32(steps
     assert kbit.peak_allocated_bytes > steps[("nf4", True)].peak_allocated_bytes
 
 
+def test_dora_adds_a_magnitude_per_adapted_layer_and_its_norms_activations():
+    """peft's DoRA (``dora=True``) on SmolLM2's q and v: one magnitude vector of ``out`` per adapted layer (float32,
+    with its gradient and AdamW's two states), and more kept for backward (the base weight's norm, the scaled output)."""
+    lora = profile_step(SMOL, **dict(BF16, seq_len=256, steady_state=True))
+    dora = profile_step(SMOL, dora=True, **dict(BF16, seq_len=256, steady_state=True))
+    magnitudes = LAYERS * (round_up(4 * H) + round_up(4 * KV))
+    assert _bytes(dora, "parameters") == _bytes(lora, "parameters") + magnitudes
+    assert _bytes(dora, "optimizer_states") == _bytes(lora, "optimizer_states") + 2 * magnitudes
+    assert dora.categories["activations"] > lora.categories["activations"]
+
+
 @pytest.mark.parametrize("options, message", [
+    ({"quantization": "nf4", "dora": True}, "dora= with bitsandbytes' 4-bit weights is not simulated: peft "
+     "dequantizes them through bitsandbytes' Params4bit, which cannot hold the simulation's fake tensors"),
+    ({"quantization": "torchao-nf4", "dora": True}, "dora= with quantization='torchao-nf4' fails in peft itself: its "
+     "DoRA calls weight.dequantize(), which torchao's NF4Tensor does not take without arguments"),
     ({"quantization": "torchao-nf4", "prepare_kbit": True},
      "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4' or "
      "quantization='fp4'"),
@@ -170,3 +185,11 @@ def test_a_paged_8_bit_adamw_keeps_codes_and_scales():
     assert paged.paged_bytes == LAYERS * 3 * 2 * big
     scales = 3 * round_up(4 * -(-big // 256)) + round_up(4 * -(-small // 256))
     assert _bytes(paged, "optimizer_states") == LAYERS * 2 * (round_up(small) + scales) + 2 * round_up(1024)
+
+
+def test_bitsandbytes_8_bit_adamw_pages_nothing():
+    """``AdamW8bit`` (Hugging Face's ``optim="adamw_bnb_8bit"``): the paged 8-bit AdamW's states, all on the device."""
+    paged = profile_step(SMOL, quantization="nf4", **dict(BF16, lora_rank=256, optimizer="paged-adamw8bit"))
+    bnb = profile_step(SMOL, quantization="nf4", **dict(BF16, lora_rank=256, optimizer="bnb-adamw8bit"))
+    assert bnb.paged_bytes == 0 and paged.paged_bytes == LAYERS * 3 * 2 * 256 * 576
+    assert _bytes(bnb, "optimizer_states") == _bytes(paged, "optimizer_states") + LAYERS * 3 * 2 * round_up(256 * 576)

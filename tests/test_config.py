@@ -16,7 +16,8 @@ from helpers.config import CLI_OPTIONS, IMAGE_SIZE, StepConfig, check_int, is_hf
     (dict(image_size=0), "image_size must be an integer >= 1"),
     (dict(checkpoint=-1), "checkpoint must be an integer >= 0"),
     (dict(optimizer="lion"),
-     "unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw, adamw8bit, paged-adamw, paged-adamw8bit"),
+     "unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw, adamw8bit, bnb-adamw8bit, paged-adamw, "
+     "paged-adamw8bit"),
     (dict(device="tpu"), "unknown device 'tpu'"),
     (dict(amp_dtype="float8"), "unknown amp_dtype 'float8'"),
     (dict(attention="ring"), "unknown attention 'ring'"),

@@ -154,6 +154,9 @@ FULL_SIZE = {
         "HuggingFaceTB/SmolLM2-135M", dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
                                            param_dtype="bfloat16", quantization="nf4", lora_rank=256,
                                            optimizer="paged-adamw8bit", steady_state=True)),
+    "SmolLM2 135M (tied), DoRA r8, bf16 autocast, steady state": (
+        "HuggingFaceTB/SmolLM2-135M", dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
+                                           param_dtype="bfloat16", lora_rank=8, dora=True, steady_state=True)),
     "SmolLM2 135M (tied), float32, steady state": (
         "HuggingFaceTB/SmolLM2-135M", dict(batch_size=2, seq_len=64, steady_state=True)),
 }

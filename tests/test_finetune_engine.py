@@ -196,7 +196,8 @@ def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
     ({"lora_dtype": "bfloat16"}, "lora_dtype applies to LoRA: give lora_rank too"),
     ({"lora_dtype": "float16", "lora_rank": 8}, "unknown lora_dtype 'float16'; use one of float32, bfloat16"),
     ({"optimizer": "adamw8bit", "fused": True},
-     "fused applies to torch.optim's optimizers: adamw8bit (torchao's AdamW8bit) has no fused implementation"),
+     "fused applies to torch.optim's optimizers: the 8-bit AdamWs (torchao's, bitsandbytes') have no fused "
+     "implementation"),
     ({"optimizer_offload": "yes"}, "optimizer_offload must be True or False, got 'yes'"),
 ])
 def test_bad_options_are_refused_in_one_line(options, message):

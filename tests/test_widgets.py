@@ -61,7 +61,8 @@ def test_widget_refuses_bad_initial_values():
 
 @pytest.mark.parametrize("options, message", [
     (dict(optimizer="lion"),
-     r"^unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw, adamw8bit, paged-adamw, paged-adamw8bit$"),
+     r"^unknown optimizer 'lion'; use one of sgd, sgd-momentum, adam, adamw, adamw8bit, bnb-adamw8bit, paged-adamw, "
+     r"paged-adamw8bit$"),
     (dict(amp="yes"), r"^amp must be True or False, got 'yes'$"),
     (dict(checkpoint=-2), r"^checkpoint must be an integer >= 0, got -2$"),
     (dict(checkpoint=3), r"^checkpoint must be 0, 2, 4 or 8, got 3$"),  # the menu's own choices

@@ -18,7 +18,7 @@ def add_adapters(runner) -> None:
     """
     config = runner.config
     if config.lora_rank:
-        runner.model = apply_lora(runner.model, config.lora_rank, config.lora_targets, config.lora_dropout)
+        runner.model = apply_lora(runner.model, config.lora_rank, config.lora_targets, config.lora_dropout, config.dora)
         if config.lora_dtype != "float32":
             dtype = getattr(torch, config.lora_dtype)
             for name, module in runner.model.named_modules():
@@ -36,15 +36,17 @@ def linear_names(model: nn.Module) -> list[str]:
 
 
 def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None,
-               dropout: float = 0.0) -> nn.Module:
-    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout))``: a PeftModel.
+               dropout: float = 0.0, dora: bool = False) -> nn.Module:
+    """``peft.get_peft_model(model, LoraConfig(r=rank, target_modules=targets, lora_dropout=dropout,
+    use_dora=dora))``: a PeftModel.
 
     Every base weight is frozen; each targeted ``nn.Linear(in, out)`` gains ``lora_A`` (rank x in) and ``lora_B``
     (out x rank): ``rank * (in + out)`` parameters (Hu et al., 2021; peft's ``LoraLayer``).
 
     Args:
         model: a ``transformers`` model (any ``nn.Module`` with ``targets``).
-        rank: LoRA's rank r, >= 1; ``dropout``: on each adapter's input, in [0, 1).
+        rank: LoRA's rank r, >= 1; ``dropout``: on each adapter's input, in [0, 1); ``dora``: DoRA (Liu et al., 2024,
+            "DoRA: Weight-Decomposed Low-Rank Adaptation"), which adds a magnitude vector of ``out`` per layer.
         targets: last names of the ``nn.Linear`` modules to adapt; None: peft's default for the architecture.
 
     Raises:
@@ -69,6 +71,7 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
         raise Refused(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
                       f"its linear layers are {', '.join(have)}")
     try:
-        return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout))
+        return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout,
+                                                use_dora=dora))
     except Exception as e:
         raise Refused(f"peft cannot add LoRA adapters to {label}: {first_line(e)}") from None

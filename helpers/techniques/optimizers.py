@@ -11,14 +11,14 @@ from ..config import OPTIMIZERS
 #: Bytes of optimizer state per float32 parameter, kept from the first step on (``torch/optim/sgd.py``: one
 #: ``momentum_buffer``; ``adam.py``, ``adamw.py``: ``exp_avg`` and ``exp_avg_sq``). Adam's ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
-STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2, "paged-adamw": 8,
-               "paged-adamw8bit": 2}
+STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2, "bnb-adamw8bit": 2,
+               "paged-adamw": 8, "paged-adamw8bit": 2}
 
 #: Bytes per float32 parameter that the ``foreach`` implementation allocates for the length of ``optimizer.step()``:
 #: Adam's square root of ``exp_avg_sq`` for every parameter at once (``torch._foreach_sqrt`` in
 #: ``_multi_tensor_adam``). The fused implementations allocate none.
-STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0, "paged-adamw": 0,
-                        "paged-adamw8bit": 0}
+STEP_TEMPORARY_BYTES = {"sgd": 0, "sgd-momentum": 0, "adam": 4, "adamw": 4, "adamw8bit": 0, "bnb-adamw8bit": 0,
+                        "paged-adamw": 0, "paged-adamw8bit": 0}
 
 #: torchao's 8-bit AdamW (``torchao/optim/adam.py``; ``subclass_8bit.py``, ``OptimState8bit``): each moment of a
 #: parameter of ``numel >= 4096`` weights, a multiple of the block, is one uint8 code per weight plus one float32 scale
@@ -50,13 +50,15 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
         from torchao.optim import AdamW8bit
 
         return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
-    if name in ("paged-adamw", "paged-adamw8bit"):
-        params, bits = list(params), 8 if name.endswith("8bit") else 32
+    if name in ("bnb-adamw8bit", "paged-adamw", "paged-adamw8bit"):
+        params, bits, paged = list(params), 8 if name.endswith("8bit") else 32, name.startswith("paged")
         if any(p.is_cuda for p in params):  # a real GPU: bitsandbytes' own
-            from bitsandbytes.optim import PagedAdamW8bit, PagedAdamW32bit
+            from bitsandbytes import optim
 
-            return (PagedAdamW8bit if bits == 8 else PagedAdamW32bit)(params, lr=1e-3, weight_decay=0.01)
-        return PagedAdamW(params, lr=1e-3, weight_decay=0.01, bits=bits)
+            made = {"bnb-adamw8bit": optim.AdamW8bit, "paged-adamw": optim.PagedAdamW32bit,
+                    "paged-adamw8bit": optim.PagedAdamW8bit}[name]
+            return made(params, lr=1e-3, weight_decay=0.01)
+        return BitsAndBytesAdamW(params, lr=1e-3, weight_decay=0.01, bits=bits, paged=paged)
     raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
 
 
@@ -68,14 +70,15 @@ PAGED_MIN_NUMEL = 100_000
 BNB_MIN_8BIT_SIZE, BNB_8BIT_BLOCK = 4096, 256
 
 
-class PagedAdamW(torch.optim.Optimizer):
-    """bitsandbytes' ``PagedAdamW32bit`` or ``PagedAdamW8bit`` (``bits``; Hugging Face's ``optim="paged_adamw_32bit"``,
-    the QLoRA paper's, or ``"paged_adamw_8bit"``), as its CUDA code path allocates (``Optimizer2State.init_state``,
+class BitsAndBytesAdamW(torch.optim.Optimizer):
+    """bitsandbytes' ``PagedAdamW32bit``, ``PagedAdamW8bit`` or ``AdamW8bit`` (``bits``, ``paged``; Hugging Face's
+    ``optim="paged_adamw_32bit"``, the QLoRA paper's, ``"paged_adamw_8bit"`` or ``"adamw_bnb_8bit"``), as its CUDA code
+    path allocates (``Optimizer2State.init_state``,
     ``get_state_buffer``, ``bitsandbytes/optim/optimizer.py``). At its first step each trainable parameter gets two
     states of its shape: float32, or with 8 bits (from :data:`BNB_MIN_8BIT_SIZE` elements) uint8 codes with a float32
     scale per :data:`BNB_8BIT_BLOCK` values, and the first such parameter brings the two 256-value float32 code books
     to the device. A state of fewer than :data:`PAGED_MIN_NUMEL` elements is on the device (through PyTorch's
-    allocator: counted), a larger one in unified memory that the driver allocates (``cudaMallocManaged``) and
+    allocator: counted), a larger one of a paged optimizer in unified memory that the driver allocates (``cudaMallocManaged``) and
     PyTorch's allocator never sees: :attr:`paged_bytes` counts those. Each update is one in-place kernel per
     parameter: no temporaries. (bitsandbytes' own class keeps every state on the device for the simulation's
     tensors, which are CPU tensors: its CPU branch.)
@@ -84,13 +87,13 @@ class PagedAdamW(torch.optim.Optimizer):
         paged_bytes: bytes of states in unified memory, not counted by ``torch.cuda.memory_allocated``.
     """
 
-    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 1e-2, bits: int = 32):
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 1e-2, bits: int = 32, paged: bool = True):
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
-        self.bits, self.paged_bytes, self.code_books = bits, 0, None
+        self.bits, self.paged, self.paged_bytes, self.code_books = bits, paged, 0, None
 
     def _buffer(self, p: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         """``get_state_buffer``: a state on the device, or None for one paged (counted in :attr:`paged_bytes`)."""
-        if p.numel() < PAGED_MIN_NUMEL:
+        if not self.paged or p.numel() < PAGED_MIN_NUMEL:
             return torch.zeros_like(p, dtype=dtype)
         self.paged_bytes += p.numel() * dtype.itemsize
         return None
@@ -117,9 +120,9 @@ class PagedAdamW(torch.optim.Optimizer):
 
 
 def paged_bytes(optimizer) -> int:
-    """Bytes of ``optimizer``'s states in CUDA unified memory: :attr:`PagedAdamW.paged_bytes`, or on a GPU the states
+    """Bytes of ``optimizer``'s states in CUDA unified memory: :attr:`BitsAndBytesAdamW.paged_bytes`, or on a GPU the states
     bitsandbytes marks ``is_paged``; 0 for any other optimizer."""
-    if isinstance(optimizer, PagedAdamW):
+    if isinstance(optimizer, BitsAndBytesAdamW):
         return optimizer.paged_bytes
     states = getattr(optimizer, "state", {}).values()
     return sum(t.nbytes for state in states for t in state.values() if getattr(t, "is_paged", False))
