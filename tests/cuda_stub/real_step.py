@@ -116,6 +116,8 @@ def run_case(case: dict, out: Path) -> dict:
     """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
     torch.backends.cudnn.enabled = case.get("cudnn", True)  # False: PyTorch's own convolutions (cuDNN is no stub)
     torch._C._cuda_clearCublasWorkspaces()  # the last case's, kept by cuBLAS's handles
+    if "bitsandbytes" in sys.modules:  # and bitsandbytes' module cache of its code book, which kept a segment open
+        sys.modules["bitsandbytes"].functional.name2qmap.clear()
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     spec = resolve_model(case["model"])
