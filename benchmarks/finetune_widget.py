@@ -28,7 +28,7 @@ CHANGES = [
     ("sequence 2,048 -> 4,096", "seq", 4096),
     ("checkpointing off", "checkpointing", False),
     ("checkpointing on", "checkpointing", True),
-    ("method LoRA -> QLoRA (torchao's NF4 base)", "method", "QLoRA (torchao's NF4 base)"),
+    ("method LoRA -> QLoRA (bitsandbytes' NF4 base)", "method", "QLoRA (bitsandbytes' NF4 base)"),
 ]
 
 
@@ -61,7 +61,7 @@ def main() -> None:
         cpu, wall = timed(lambda: setattr(getattr(widget, control), "value", value))
         assert widget.result is not None, (label, widget.message)
         print(f"{label}: {cpu:.2f} s CPU, {wall:.2f} s wall{over(cpu, MAX_CHANGE_SECONDS)}")
-    for method in ("LoRA", "QLoRA (torchao's NF4 base)"):
+    for method in ("LoRA", "QLoRA (bitsandbytes' NF4 base)"):
         for question in ("longest sequence", "largest batch"):
             widget.question.value = "does it fit?"
             widget.method.value, widget.lora_rank.value, widget.seq.value, widget.batch_box.value = method, 16, 2048, 1

@@ -11,8 +11,8 @@ tensors through CUDA's dispatch; this runs CUDA's kernels' own host code too (wh
 
 Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with peft's LoRA adapters (tied
 embeddings, grouped-query attention), batch 2 x 256 tokens, for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
-weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (torchao's NF4 base,
-checkpointing), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
+weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (checkpointing; with
+torchao's NF4 base, and with bitsandbytes', whose CUDA code runs too), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
 second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
@@ -71,7 +71,7 @@ CASES = [
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "recorded": config}
     for name, checkpoint, config in (("llama8b_lora", False, "LoRA r16"),
                                      ("llama8b_lora_ckpt", True, "LoRA r16, checkpointing"))
-] + [  # lesson 09's QLoRA step (torchao's NF4 base, as the engine quantizes it; not recorded on a GPU)
+] + [  # the QLoRA step in torchao's NF4 (as the engine quantizes it; not recorded on a GPU)
     {"name": "llama8b_qlora_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
      "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "torchao-nf4"},
     # and with bitsandbytes' NF4, double quantization (lesson 09's since 0.5.0): its CUDA code runs, kernels no-ops
