@@ -192,13 +192,17 @@ def model_state_estimate(parameters: int, optimizer: str, batch_size: int = 1, f
     (``STEP_TEMPORARY_BYTES``).  No activations, no 512-byte rounding; ``batch_size`` is only recorded.
 
     Raises:
-        ValueError: for a count below 1 or an optimizer not of :data:`helpers.config.OPTIMIZERS`.
+        ValueError: for a count below 1, an optimizer not of :data:`helpers.config.OPTIMIZERS`, or a paged one (its
+            states of 100,000 elements or more are outside device memory: ``profile_step`` tells them apart).
     """
     from .techniques.optimizers import STATE_BYTES, STEP_TEMPORARY_BYTES
 
     check_int("parameters", parameters, 1)
     if optimizer not in STATE_BYTES:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(STATE_BYTES)}")
+    if optimizer.startswith("paged-"):
+        raise ValueError(f"{optimizer!r} keeps its large states in unified memory, outside the device's count: "
+                         f"profile the step (profile_step) to tell them apart")
     categories = {"parameters": 4 * parameters, "gradients": 4 * parameters,
                   "optimizer_states": STATE_BYTES[optimizer] * parameters,
                   "other": 0 if fused else STEP_TEMPORARY_BYTES[optimizer] * parameters}

@@ -170,6 +170,9 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.optimizer.startswith("paged-") and (c.fused or c.optimizer_offload or c.step_in_backward),
      "a paged optimizer (bitsandbytes' PagedAdamW, PagedAdamW8bit) pages its own states and steps after backward: "
      "not with fused, optimizer_offload or step_in_backward"),
+    (lambda c: c.optimizer == "bnb-adamw8bit" and (c.optimizer_offload or c.step_in_backward),
+     "optimizer='bnb-adamw8bit' (bitsandbytes' AdamW8bit) steps on the GPU after backward: not with "
+     "optimizer_offload or step_in_backward"),
     (lambda c: c.optimizer_offload and c.step_in_backward,
      "optimizer_offload steps on the host after backward: it cannot step inside backward (step_in_backward)"),
     (lambda c: c.optimizer_offload and not c.set_to_none,

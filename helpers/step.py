@@ -309,6 +309,8 @@ class StepRunner:
         model: the model (placed, after :meth:`place`).
         segments: the :class:`helpers.techniques.Checkpointed` segments, or None.
         held_back: weights kept off the device until after placing (QLoRA's), as ``(parent, attribute, layer, weight)``.
+        caches: device tensors a library keeps in a module-level cache (bitsandbytes' code book), alive with the
+            runner as they would be with the process.
         optimizer, scaler: after :meth:`place`; ``scaler`` only under float16 AMP.
 
     Raises:
@@ -326,6 +328,7 @@ class StepRunner:
         self.model: nn.Module | None = None
         self.segments: nn.Module | None = None
         self.held_back: list = []
+        self.caches: list = []
         self.optimizer = self.scaler = None
         try:
             self.model = self.meter.build(lambda: self._prepare(RECIPE[:_PLACE]))

@@ -13,6 +13,7 @@ import torch
 from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
 
 from helpers.allocator.rules import round_up
+from helpers.batch import model_state_estimate
 from helpers.engine.cuda_rules import BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
 from helpers.config import StepConfig
@@ -193,3 +194,25 @@ def test_bitsandbytes_8_bit_adamw_pages_nothing():
     bnb = profile_step(SMOL, quantization="nf4", **dict(BF16, lora_rank=256, optimizer="bnb-adamw8bit"))
     assert bnb.paged_bytes == 0 and paged.paged_bytes == LAYERS * 3 * 2 * 256 * 576
     assert _bytes(bnb, "optimizer_states") == _bytes(paged, "optimizer_states") + LAYERS * 3 * 2 * round_up(256 * 576)
+
+
+def test_what_the_new_options_cannot_do_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="^optimizer='bnb-adamw8bit' .* not with optimizer_offload or step_in_backward$"):
+        StepConfig(model=SMOL, seq_len=32, lora_rank=8, optimizer="bnb-adamw8bit", optimizer_offload=True)
+    with pytest.raises(ValueError, match="^prepare_kbit .* applies to a Hugging Face transformers model, not ResNet$"):
+        profile_step("resnet18", 2, image_size=32, lora_rank=4, lora_targets=("fc",), quantization="nf4",
+                     prepare_kbit=True, device="simulated")
+    with pytest.raises(ValueError, match="^'paged-adamw' keeps its large states in unified memory"):
+        model_state_estimate(10**9, "paged-adamw")
+
+
+def test_a_simulated_step_leaves_bitsandbytes_module_cache_as_it_was():
+    """The code book a simulated double quantization makes is a fake tensor: it must not stay in bitsandbytes'
+    module cache, where a later real quantization would meet it."""
+    from bitsandbytes import functional
+
+    before = dict(functional.name2qmap)
+    profile_step(SMOL, quantization="nf4", double_quant=True, **BF16)
+    assert functional.name2qmap == before
+    codes, state = functional.quantize_4bit(torch.randn(64, 64), compress_statistics=True, quant_type="nf4")
+    assert codes.shape == (2048, 1) and state.nested

@@ -78,6 +78,10 @@ CASES = [
     {"name": "llama8b_qlora_bnb_ckpt", "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 2048, "amp": True,
      "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": True, "quantization": "nf4",
      "double_quant": True},
+    # and at 4 tokens, where bitsandbytes' fused 4-bit kernel runs instead of its dequantize-then-matmul fallback
+    {"name": "smollm2_qlora_bnb_4_tokens", "model": "HuggingFaceTB/SmolLM2-135M", "batch": 1, "seq_len": 4,
+     "amp": True, "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "quantization": "nf4",
+     "double_quant": True},
 ] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
     {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
      "num_classes": 1000, "cudnn": False},

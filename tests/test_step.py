@@ -418,6 +418,9 @@ def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatc
         profile_step("mlp", 4, optimizer="adamw", step_in_backward=True, steady_state=True, device="simulated")
         profile_step(tiny, 1, seq_len=32, quantization="torchao-nf4", lora_rank=4, amp=True, amp_dtype="bfloat16",
                      checkpoint=1, steady_state=True, device="simulated")
+        profile_step(tiny, 1, seq_len=32, quantization="nf4", double_quant=True, lora_rank=4, amp=True,
+                     amp_dtype="bfloat16", optimizer="paged-adamw8bit", checkpoint=1, steady_state=True,
+                     device="simulated")
         sharded_step("mlp", 2, batch_size=4)
         assert freed == []
         profile_step(Cyclic(), 4, input_shape=(64,), device="simulated")

@@ -22,7 +22,7 @@ def add_adapters(runner) -> None:
         if config.lora_dtype != "float32":
             dtype = getattr(torch, config.lora_dtype)
             for name, module in runner.model.named_modules():
-                if name.rsplit(".", 1)[-1] in ("lora_A", "lora_B"):
+                if name.rsplit(".", 1)[-1] in ("lora_A", "lora_B", "lora_magnitude_vector"):
                     module.to(dtype)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from ..config import OPTIMIZERS
 
-#: Bytes of optimizer state per float32 parameter, kept from the first step on (``torch/optim/sgd.py``: one
+#: Bytes of optimizer state per float32 parameter, kept from the first step on (a paged optimizer's: wherever they are) (``torch/optim/sgd.py``: one
 #: ``momentum_buffer``; ``adam.py``, ``adamw.py``: ``exp_avg`` and ``exp_avg_sq``). Adam's ``step`` counters are left
 #: out: on a GPU they are host memory unless the optimizer is fused or capturable.
 STATE_BYTES = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8, "adamw8bit": 2, "bnb-adamw8bit": 2,
@@ -52,7 +52,8 @@ def make_optimizer(name: str, params, fused: bool = False) -> torch.optim.Optimi
         return AdamW8bit(params, lr=1e-3, weight_decay=0.01, block_size=ADAMW8BIT_BLOCK)
     if name in ("bnb-adamw8bit", "paged-adamw", "paged-adamw8bit"):
         params, bits, paged = list(params), 8 if name.endswith("8bit") else 32, name.startswith("paged")
-        if any(p.is_cuda for p in params):  # a real GPU: bitsandbytes' own
+        tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+        if any(t.is_cuda for t in tensors):  # a real GPU: bitsandbytes' own
             from bitsandbytes import optim
 
             made = {"bnb-adamw8bit": optim.AdamW8bit, "paged-adamw": optim.PagedAdamW32bit,

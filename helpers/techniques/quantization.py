@@ -222,6 +222,9 @@ def prepare_kbit(runner) -> None:
     config = runner.config
     if not config.prepare_kbit:
         return
+    if not hasattr(runner.model, "get_input_embeddings"):
+        raise Refused("prepare_kbit (peft's prepare_model_for_kbit_training) applies to a Hugging Face transformers "
+                      f"model, not {type(runner.model).__name__}")
     from peft import prepare_model_for_kbit_training
 
     runner.model.is_loaded_in_4bit = True
@@ -234,8 +237,8 @@ def hold_back(runner) -> None:
     in ``runner.held_back``.
 
     Raises:
-        Refused (a ValueError): if a weight's size is not a multiple of 64 (the blocks of both libraries), naming the
-            layer.
+        Refused (a ValueError): with torchao's NF4, if a weight's size is not a multiple of its blocks of 64, naming
+            the layer (bitsandbytes pads its last block).
     """
     if runner.config.quantization == "none":
         return
@@ -243,9 +246,9 @@ def hold_back(runner) -> None:
     layers = nf4_linears(model)
     names = {id(m): n for n, m in model.named_modules()}
     for _, _, layer in layers:
-        if layer.weight.numel() % NF4_BLOCK:
-            raise Refused(f"quantization={runner.config.quantization!r}: {names[id(layer)]} has "
-                          f"{layer.weight.numel()} weights, not a multiple of {NF4_BLOCK} (the 4-bit blocks)")
+        if runner.config.quantization == "torchao-nf4" and layer.weight.numel() % NF4_BLOCK:
+            raise Refused(f"quantization='torchao-nf4': {names[id(layer)]} has {layer.weight.numel()} weights, not a "
+                          f"multiple of {NF4_BLOCK} (torchao's NF4 blocks)")
     runner.held_back = [(parent, attribute, layer, layer.weight) for parent, attribute, layer in layers]
     for _, _, layer in layers:
         layer._parameters["weight"] = None  # placed by quantize(), one at a time, in 4 bits
@@ -255,16 +258,22 @@ def hold_back(runner) -> None:
 def _dynamic_map(device: torch.device, simulated: bool):
     """bitsandbytes' 8-bit code book of double quantization (``name2qmap["dynamic"]``), made afresh as in a new
     process: computed on the host and copied to the device (1 KiB) the first time it is needed. Simulated, its values
-    cannot be computed on fake tensors; the copy is made empty, where it would be."""
+    cannot be computed on fake tensors; the copy is made empty, where it would be. Yields a list that holds, after the
+    block, the code book made in it (a process keeps it in the module cache: the caller keeps it alive); the module
+    cache is then as it was before (no fake tensor is left in it)."""
     functional = _bitsandbytes().functional
+    saved, made = dict(functional.name2qmap), []
     functional.name2qmap.clear()
     make = functional.create_dynamic_map
     if simulated:
         functional.create_dynamic_map = lambda *args, **kwargs: torch.empty(256, dtype=torch.float32, device=device)
     try:
-        yield
+        yield made
     finally:
         functional.create_dynamic_map = make
+        made.extend(functional.name2qmap.values())
+        functional.name2qmap.clear()
+        functional.name2qmap.update(saved)
 
 
 def quantize(runner) -> None:
@@ -274,7 +283,7 @@ def quantize(runner) -> None:
     if not runner.held_back:
         return
     config, device = runner.config, runner.meter.device
-    with _dynamic_map(device, simulated=runner.held_back[0][3].is_meta):
+    with _dynamic_map(device, simulated=runner.held_back[0][3].is_meta) as runner.caches:
         for parent, attribute, layer, weight in runner.held_back:
             if config.quantization == "torchao-nf4":
                 quantized = _torchao_linear(weight, layer.bias, device)

@@ -94,30 +94,30 @@ def quantize_nf4(net: torch.nn.Module) -> None:
         del dense
 
 
-def quantize_bnb(net: torch.nn.Module, case: dict) -> None:
+def quantize_bnb(net: torch.nn.Module, case: dict) -> list:
     """QLoRA's base weights as bitsandbytes' ``Linear4bit`` (``case["quantization"]``, ``case["double_quant"]``), made
     by the recipe's own function, one at a time, the adapters' wrappers made peft's 4-bit ones (the recipe's
-    ``quantize``); bitsandbytes' CUDA code runs, its kernels no-ops."""
+    ``quantize``); bitsandbytes' CUDA code runs, its kernels no-ops. Returns what bitsandbytes' module cache made
+    (its code book, which the caller keeps alive, as the process would)."""
     from types import SimpleNamespace
 
     from helpers.techniques import quantization as q
 
     config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False))
-    with q._dynamic_map(torch.device("cuda"), simulated=False):
+    with q._dynamic_map(torch.device("cuda"), simulated=False) as cached:
         for parent, attribute, layer in q.nf4_linears(net):
             shape = layer.weight.shape
             layer._parameters["weight"] = None  # the placed weight goes: the bfloat16 copy arrives in its place
             quantized = q._bnb_linear(torch.empty(shape, device="meta"), layer.bias, config, torch.device("cuda"))
             q._peft_bnb(parent)
             setattr(parent, attribute, quantized)
+    return cached
 
 
 def run_case(case: dict, out: Path) -> dict:
     """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
     torch.backends.cudnn.enabled = case.get("cudnn", True)  # False: PyTorch's own convolutions (cuDNN is no stub)
     torch._C._cuda_clearCublasWorkspaces()  # the last case's, kept by cuBLAS's handles
-    if "bitsandbytes" in sys.modules:  # and bitsandbytes' module cache of its code book, which kept a segment open
-        sys.modules["bitsandbytes"].functional.name2qmap.clear()
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     spec = resolve_model(case["model"])
@@ -134,7 +134,7 @@ def run_case(case: dict, out: Path) -> dict:
     if case.get("quantization") == "torchao-nf4":  # each frozen linear weight in torchao's NF4, as the recipe quantizes it
         quantize_nf4(net)
     elif case.get("quantization"):  # in bitsandbytes' 4 bits
-        quantize_bnb(net, case)
+        cached = quantize_bnb(net, case)  # noqa: F841 (kept alive for the case)
     optimizer = make_optimizer(case.get("optimizer", "adamw"), [p for p in net.parameters() if p.requires_grad])
     amp_dtype = getattr(torch, case.get("amp_dtype", "float16"))
     scaler = torch.amp.GradScaler("cuda") if case["amp"] and amp_dtype == torch.float16 else None
