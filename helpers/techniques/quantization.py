@@ -189,10 +189,7 @@ def _bnb_linear(weight: torch.Tensor, bias: nn.Parameter | None, config, device:
                                   compress_statistics=config.double_quant, quant_type=config.quantization,
                                   device="meta")
     layer.support_avx512bf16_for_cpu = False  # a CPU-only repacking for inference; CUDA has none
-    if weight.is_meta:
-        dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
-    else:
-        dense = weight.detach().to(device=device, dtype=torch.bfloat16)
+    dense = _arriving(weight, device)
     codes, state = bnb.functional.quantize_4bit(dense, blocksize=NF4_BLOCK, compress_statistics=config.double_quant,
                                                 quant_type=config.quantization, quant_storage=torch.uint8)
     del dense
@@ -200,6 +197,13 @@ def _bnb_linear(weight: torch.Tensor, bias: nn.Parameter | None, config, device:
     layer.weight.quant_state = layer.quant_state = state
     layer.bias = bias
     return layer
+
+
+def _arriving(weight: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``weight`` as it arrives on ``device`` to be quantized: in bfloat16 (uninitialised for a weight on meta)."""
+    if weight.is_meta:
+        return torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
+    return weight.detach().to(device=device, dtype=torch.bfloat16)
 
 
 def _peft_bnb(parent: nn.Module) -> None:
@@ -283,9 +287,11 @@ def quantize(runner) -> None:
     if not runner.held_back:
         return
     config, device = runner.config, runner.meter.device
-    with _dynamic_map(device, simulated=runner.held_back[0][3].is_meta) as runner.caches:
+    torchao = config.quantization == "torchao-nf4"
+    cache = contextlib.nullcontext([]) if torchao else _dynamic_map(device, runner.meter.backend == "simulated")
+    with cache as runner.caches:
         for parent, attribute, layer, weight in runner.held_back:
-            if config.quantization == "torchao-nf4":
+            if torchao:
                 quantized = _torchao_linear(weight, layer.bias, device)
             else:
                 quantized = _bnb_linear(weight, layer.bias, config, device)
@@ -301,11 +307,9 @@ def _torchao_linear(weight: torch.Tensor, bias: nn.Parameter | None, device: tor
     :func:`dequantized`), in one chunk (the chunks bound a transient before the step)."""
     nf4 = _nf4()
     chunk = nf4.CHUNK_SIZE
+    dense = _arriving(weight, device)
     if weight.is_meta:
-        dense = torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
         nf4.CHUNK_SIZE = max(chunk, weight.numel())
-    else:
-        dense = weight.detach().to(device=device, dtype=torch.bfloat16)
     try:
         key = (dense.shape, dense.stride(), dense.device, nf4.CHUNK_SIZE)  # no autograd: the same in any mode
         scaler = nf4_scaler_block(dense.numel())
