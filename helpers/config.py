@@ -35,8 +35,9 @@ AMP_DTYPES = ("float16", "bfloat16")
 #: what a recent GPU picks (flash for 16-bit inputs, memory-efficient for float32); "math" keeps the full scores.
 ATTENTION = ("auto", "flash", "efficient", "math")
 #: Losses: cross-entropy against one class per sample, next-token cross-entropy over a ``(batch, seq, vocab)`` output,
-#: or "auto" (next-token for token inputs, else classification).
-LOSSES = ("auto", "classification", "next_token")
+#: the same with the output projection and its float32 upcast in chunks (torchtune's ``CEWithChunkedOutputLoss``), or
+#: "auto" (next-token for token inputs, else classification).
+LOSSES = ("auto", "classification", "next_token", "chunked")
 
 #: The options that describe a model's data (inputs and loss): they belong to the model they are given with.
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
@@ -224,7 +225,10 @@ class StepConfig:
         input_shape: shape of one float sample, e.g. ``(3, 224, 224)`` or ``(784,)``.
         seq_len: token inputs: ``seq_len`` int64 token ids per sample; ``vocab_size``: ids below it (default: model's).
         inputs: a function ``(batch_size, device) -> tensor(s)`` making the input.
-        loss: ``"auto"``, ``"classification"``, ``"next_token"``, or ``(output) -> scalar``.
+        loss: ``"auto"``, ``"classification"``, ``"next_token"``, ``"chunked"`` (next-token, as torchtune's
+            ``CEWithChunkedOutputLoss``: a Hugging Face causal LM's head in 8 chunks of the sequence, each upcast to
+            float32 on its own), or ``(output) -> scalar``. The model's output (the logits) is freed before backward,
+            as Hugging Face's ``Trainer`` and torchtune's recipes free it.
         num_classes: a classifier's classes (default 1000 for torchvision names, else the logits' size).
     Techniques:
         amp: forward and loss under autocast, in ``amp_dtype``: ``"float16"`` (with a GradScaler) or ``"bfloat16"``.
@@ -379,6 +383,9 @@ CLI_OPTIONS = (
     ("--vocab-size", "vocab_size", "with --seq-len: token ids below this (default: the model's vocabulary)"),
     ("--num-classes", "num_classes", "classes of a classification model (default: 1000 for torchvision, "
                                      "else the size of the output)"),
+    ("--loss", "loss", "auto (default: next_token for token inputs, else classification), classification, "
+                       "next_token, or chunked: next-token with the LM head and its float32 upcast in 8 chunks "
+                       "(torchtune's CEWithChunkedOutputLoss; a Hugging Face causal LM)"),
     ("--amp", "amp", "automatic mixed precision (autocast)"),
     ("--amp-dtype", "amp_dtype", "float16 (default, with a GradScaler) or bfloat16"),
     ("--checkpoint", "checkpoint", "activation checkpointing with this many segments (default 0: off)"),

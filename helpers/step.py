@@ -388,7 +388,7 @@ class StepRunner:
             ValueError: if the model cannot run on the batch, or its output does not fit the loss.
         """
         with self._explained(batch), self.autocast(), self.offload():
-            loss, batch.targets = self.task.loss_of(self.module(*batch.inputs), batch.targets)
+            loss, batch.targets = self.task.forward(self.module, batch.inputs, batch.targets)
         return loss
 
     def backward(self, loss: torch.Tensor) -> None:

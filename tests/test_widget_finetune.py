@@ -141,3 +141,22 @@ def test_a_paged_optimizers_states_are_named_beside_the_verdict():
     assert step.paged_bytes > 0 and w.result.peak_bytes == step.peak_allocated_bytes
     paged = f"{fmt_bytes(step.paged_bytes, 'GiB', grouped=True)} of paged optimizer states in unified memory"
     assert paged in w.message and w.message.startswith("fits in V100 16 GB")
+
+
+def test_the_adapters_dtype_dora_the_kbit_preparation_and_the_loss_reach_the_step():
+    """Hugging Face's recipe and torchtune's loss, each a control (issue 32): the widget's step is profile_step's
+    with the same options, and each control is disabled where its option does not apply."""
+    w = _widget(method="QLoRA (bitsandbytes' NF4 base)", adapters="bfloat16", prepare_kbit=True,
+                loss="chunked (torchtune)")
+    step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, quantization="nf4", double_quant=True,
+                        lora_dtype="bfloat16", prepare_kbit=True, loss="chunked", **STEP)
+    assert w.result.peak_bytes == step.peak_allocated_bytes and not w.prepare_kbit.disabled
+    w.method.value = "LoRA"
+    assert w.prepare_kbit.disabled and not w.adapters.disabled and w.config().prepare_kbit is False
+    w.dora.value = True
+    step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, lora_dtype="bfloat16", dora=True, loss="chunked", **STEP)
+    assert w.result.peak_bytes == step.peak_allocated_bytes
+    w.method.value = "full fine-tuning"
+    assert w.adapters.disabled and w.dora.disabled and w.config().lora_rank == 0 and not w.config().dora
+    with pytest.raises(ValueError, match="unknown loss"):
+        _widget(loss="chunked")

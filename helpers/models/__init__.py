@@ -394,6 +394,36 @@ class Batch:
         return [t for t in (*self.inputs, self.targets) if isinstance(t, torch.Tensor)]
 
 
+#: The chunks of torchtune's ``CEWithChunkedOutputLoss`` (its ``num_output_chunks`` default).
+OUTPUT_CHUNKS = 8
+
+
+def chunked_output_loss(model: nn.Module, inputs: tuple, targets: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy as torchtune 0.6.1 computes it with ``CEWithChunkedOutputLoss``, for a Hugging Face
+    causal LM ``model`` (with ``get_decoder`` and ``get_output_embeddings``; peft's wrapper passes them on).
+
+    The decoder's last hidden state ``(batch, seq, hidden)`` is cut into :data:`OUTPUT_CHUNKS` chunks along the
+    sequence, the LM head applied to each (``TransformerDecoder.chunked_output``, ``torchtune/modules/transformer.py``),
+    and each chunk of logits upcast to float32 and scored on its own (``compute_cross_entropy``, sum), the sum divided
+    by the number of targets (``torchtune/modules/loss/ce_chunked_output_loss.py``): one chunk's float32 copy at a
+    time instead of the whole logits'. ``targets``: ``(batch, seq)`` token ids. Returns the mean loss, a scalar.
+
+    Raises:
+        ValueError: if ``model`` is not such a causal LM.
+    """
+    decoder, head = (getattr(model, name, None) for name in ("get_decoder", "get_output_embeddings"))
+    if not (callable(decoder) and callable(head)):
+        raise ValueError(f"loss='chunked' (torchtune's chunked output) needs a Hugging Face causal LM, not "
+                         f"{type(model).__name__}")
+    hidden = decoder()(*inputs)[0]  # the last hidden state, after the final norm
+    logits = [head()(chunk) for chunk in hidden.chunk(OUTPUT_CHUNKS, dim=1)]
+    del hidden
+    total = 0.0
+    for chunk, target in zip(logits, targets.chunk(OUTPUT_CHUNKS, dim=1)):
+        total = total + F.cross_entropy(chunk.flatten(0, 1).float(), target.flatten(), reduction="sum")
+    return total / targets.numel()
+
+
 @dataclass(frozen=True)
 class Task:
     """What a step feeds the model and how it scores the output (:func:`resolve_task`).
@@ -402,7 +432,8 @@ class Task:
         inputs: ``"features"`` (float samples), ``"tokens"`` (int64 ids) or ``"custom"``.
         sample_shape: one sample's shape (``()`` for custom inputs).
         vocab_size: token inputs are drawn below it.
-        loss: ``"classification"``, ``"next_token"``, or a function of the output.
+        loss: ``"classification"``, ``"next_token"``, ``"chunked"`` (:func:`chunked_output_loss`), or a function
+            of the output.
         num_classes: a classifier's classes, if known before the forward pass.
         dtype: the float samples' dtype (``StepConfig.param_dtype``).
         make: custom inputs: ``StepConfig.inputs``, a function ``(batch_size, device)``.
@@ -425,13 +456,21 @@ class Task:
         shape = (batch_size, *self.sample_shape)
         if self.inputs == "tokens":
             x = torch.randint(0, self.vocab_size, shape, device=device)
-            if self.loss == "next_token":
+            if self.loss in ("next_token", "chunked"):
                 return Batch((x,), torch.randint(0, self.vocab_size, shape, device=device))
         else:
             x = torch.randn(shape, device=device, dtype=self.dtype)
         if self.loss == "classification" and self.num_classes:
             return Batch((x,), torch.randint(0, self.num_classes, (batch_size,), device=device))
         return Batch((x,))
+
+    def forward(self, model: nn.Module, inputs: tuple, targets: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The forward pass of ``model`` on ``inputs`` and its loss (:meth:`loss_of`, or
+        :func:`chunked_output_loss`); the output is freed on return."""
+        if self.loss == "chunked":
+            return chunked_output_loss(model, inputs, targets), targets
+        return self.loss_of(model(*inputs), targets)
 
     def loss_of(self, output, targets: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The loss (a scalar) of the model's ``output``, and the targets (drawn here if ``targets`` is None).
@@ -493,7 +532,9 @@ def resolve_task(config: StepConfig, spec: ModelSpec) -> Task:
     loss = config.loss
     if loss == "auto":
         loss = "next_token" if kind == "tokens" else "classification"
-    if loss == "next_token" and config.num_classes is not None:
+    if loss == "chunked" and kind != "tokens":
+        raise ValueError("loss='chunked' is a next-token loss: it needs token inputs (seq_len=)")
+    if loss in ("next_token", "chunked") and config.num_classes is not None:
         raise ValueError("num_classes applies to a classification loss; next-token loss has the vocabulary "
                          "as its classes")
     return Task(kind, shape, vocab, loss, config.num_classes or spec.num_classes, getattr(torch, config.param_dtype),

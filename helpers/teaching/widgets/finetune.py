@@ -25,6 +25,8 @@ FINETUNE_OPTIMIZERS = {"AdamW": {"optimizer": "adamw"}, "8-bit AdamW": {"optimiz
                        "AdamW, states in host memory": {"optimizer": "adamw", "optimizer_offload": True},
                        "paged AdamW (bitsandbytes)": {"optimizer": "paged-adamw"},
                        "paged 8-bit AdamW (bitsandbytes)": {"optimizer": "paged-adamw8bit"}}
+#: Its losses: label -> ``StepConfig.loss``.
+FINETUNE_LOSSES = {"whole logits": "next_token", "chunked (torchtune)": "chunked"}
 #: The questions it answers.
 QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
 #: LoRA ranks in its menu.
@@ -44,21 +46,26 @@ class FineTuneFit(StepWidget):
     batch" (at the sequence shown) and "longest sequence" (at the batch shown, in steps of :data:`SEQ_STEP` tokens) are
     found by :func:`helpers.batch.largest_fit` and shown in their control, disabled; once another question is asked,
     that control shows the learner's own value again, so that an answer never becomes the next question's setting.
-    The LoRA rank is disabled under full fine-tuning. Sizes in GiB.
+    The LoRA rank, the adapters' dtype and DoRA are disabled under full fine-tuning, the k-bit preparation but under
+    QLoRA. Sizes in GiB.
 
     Args:
         model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of :data:`helpers.models.hf.SHIPPED`).
         method, optimizer: keys of :data:`FINETUNE_METHODS` and :data:`FINETUNE_OPTIMIZERS`.
         lora_rank: one of :data:`LORA_RANKS` (not for full fine-tuning).
         weights: ``"float32"`` or ``"bfloat16"``: unquantized weights' ``param_dtype``.
+        adapters: the LoRA adapters' dtype (``lora_dtype``), ``"float32"`` (peft's default) or ``"bfloat16"``;
+            ``dora``: peft's DoRA; both for LoRA and QLoRA.
+        prepare_kbit: peft's ``prepare_model_for_kbit_training`` (QLoRA only).
+        loss: a key of :data:`FINETUNE_LOSSES`.
         checkpointing: Hugging Face's gradient checkpointing.
         seq, batch_size: tokens per sequence, sequences per batch.
         capacity: a card of :data:`helpers.gpus.GPU_CARDS` or :data:`CARD_48GB`.
         question: one of :data:`QUESTIONS`; ``reserved``: judge by the allocator model's reserved peak.
 
     Attributes:
-        model, method, lora_rank, optimizer, weights, checkpointing, seq, batch_box, capacity, question, reserved:
-            the controls; view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
+        model, method, lora_rank, adapters, dora, prepare_kbit, optimizer, weights, loss, checkpointing, seq,
+            batch_box, capacity, question, reserved: the controls; view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
         answer, largest: the search's answer in words and its number (0: not even the smallest fits); "" and None
             for "does it fit?".
 
@@ -67,14 +74,16 @@ class FineTuneFit(StepWidget):
     """
 
     UNIT = "GiB"
-    _PLACEHOLDER = ("menus for a 7-8B model, the method (full fine-tuning, LoRA, QLoRA), optimizer, weights, "
-                    "checkpointing, sequence, batch and GPU, and whether the training step fits, or the largest "
+    _PLACEHOLDER = ("menus for a 7-8B model, the method (full fine-tuning, LoRA, QLoRA) and its adapters, optimizer, "
+                    "weights, loss, checkpointing, sequence, batch and GPU, and whether the training step fits, or the largest "
                     "batch or longest sequence that does.")
     _TRACE_ENDS = False  # each configuration is traced at the batch size asked for
     MAX_BATCH = 512
 
     def __init__(self, model: str = FINETUNE_MODELS[0], method: str = "LoRA", lora_rank: int = 16,
                  optimizer: str = "AdamW", weights: str = "bfloat16", checkpointing: bool = True,
+                 adapters: str = "float32", dora: bool = False, prepare_kbit: bool = False,
+                 loss: str = "whole logits",
                  seq: int = 2048, batch_size: int = 1, capacity: str = "RTX 4090 24 GB",
                  question: str = QUESTIONS[0], reserved: bool = False,
                  models: tuple[str, ...] = FINETUNE_MODELS):
@@ -83,10 +92,12 @@ class FineTuneFit(StepWidget):
         for name, value, choices in (("model", model, models), ("method", method, FINETUNE_METHODS),
                                      ("lora_rank", lora_rank, LORA_RANKS), ("optimizer", optimizer, FINETUNE_OPTIMIZERS),
                                      ("weights", weights, ("float32", "bfloat16")), ("question", question, QUESTIONS),
+                                     ("adapters", adapters, ("float32", "bfloat16")), ("loss", loss, FINETUNE_LOSSES),
                                      ("capacity", capacity, (*GPU_CARDS, *CARD_48GB))):
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(map(str, choices))}")
-        for name, value in (("checkpointing", checkpointing), ("reserved", reserved)):
+        for name, value in (("checkpointing", checkpointing), ("reserved", reserved), ("dora", dora),
+                            ("prepare_kbit", prepare_kbit)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be True or False, got {value!r}")
         self._max_seq = {m: hf.load_config(m).max_position_embeddings for m in models}
@@ -105,6 +116,11 @@ class FineTuneFit(StepWidget):
         self.weights = widgets.Dropdown(options=["float32", "bfloat16"], value=weights, description="weights",
                                         style=style)
         self.checkpointing = widgets.Checkbox(checkpointing, description="gradient checkpointing", indent=False)
+        self.adapters = widgets.Dropdown(options=["float32", "bfloat16"], value=adapters, description="adapters",
+                                         style=style)
+        self.dora = widgets.Checkbox(dora, description="DoRA", indent=False)
+        self.prepare_kbit = widgets.Checkbox(prepare_kbit, description="k-bit preparation (peft)", indent=False)
+        self.loss = widgets.Dropdown(options=list(FINETUNE_LOSSES), value=loss, description="loss", style=style)
         self.seq = widgets.BoundedIntText(seq, min=1, max=self._max_seq[model], description="sequence",
                                           style=style, layout=widgets.Layout(width="220px"))
         self.batch_box.description, self.batch_box.style = "batch size", style
@@ -114,10 +130,11 @@ class FineTuneFit(StepWidget):
         self.answer, self.largest = "", None
         self._own: dict[str, int] = {}  # a search's control -> the learner's value while it shows the search's answer
         self.config()  # StepConfig checks the initial step
-        controls = [self.model, self.method, self.lora_rank, self.optimizer, self.weights, self.checkpointing,
-                    self.seq, self.question, self.reserved]
+        controls = [self.model, self.method, self.lora_rank, self.adapters, self.dora, self.prepare_kbit,
+                    self.optimizer, self.weights, self.loss, self.checkpointing, self.seq, self.question, self.reserved]
         self._finish([widgets.HBox([self.model, self.method, self.lora_rank]),
-                      widgets.HBox([self.optimizer, self.weights, self.checkpointing]),
+                      widgets.HBox([self.adapters, self.dora, self.prepare_kbit]),
+                      widgets.HBox([self.optimizer, self.weights, self.loss, self.checkpointing]),
                       widgets.HBox([self.seq, self.batch_box, self.capacity]),
                       widgets.HBox([self.question, self.reserved])], controls, batch_row=False)
 
@@ -128,8 +145,13 @@ class FineTuneFit(StepWidget):
         options.update({k: v for k, v in method.items() if k in ("quantization", "double_quant")})
         if self.weights.value != "float32":
             options["param_dtype"] = self.weights.value
+        if method.get("lora"):
+            options.update(lora_dtype=self.adapters.value, dora=self.dora.value)
+        if method.get("quantization"):
+            options["prepare_kbit"] = self.prepare_kbit.value
         return StepConfig(model=self.model.value, batch_size=1, seq_len=seq or self.seq.value, amp=True,
                           amp_dtype="bfloat16", checkpoint=1 if self.checkpointing.value else 0,
+                          loss=FINETUNE_LOSSES[self.loss.value],
                           lora_rank=self.lora_rank.value if method.get("lora") else 0, steady_state=True,
                           device=self.backend, **options).curve_key()
 
@@ -168,7 +190,9 @@ class FineTuneFit(StepWidget):
 
     def _recompute(self) -> None:
         question = self.question.value
-        self.lora_rank.disabled = not FINETUNE_METHODS[self.method.value].get("lora")
+        method = FINETUNE_METHODS[self.method.value]
+        self.lora_rank.disabled = self.adapters.disabled = self.dora.disabled = not method.get("lora")
+        self.prepare_kbit.disabled = not method.get("quantization")
         self.seq.max = self._max_seq[self.model.value]
         for asked, control in self._searched().items():
             control.disabled = asked == question
