@@ -72,6 +72,8 @@ CHEAP = {
     "qwen2 (biases), bf16 autocast, LoRA, checkpointing, steady state": (
         _tiny("qwen2", kv_heads=4), dict(seq_len=24, amp=True, amp_dtype="bfloat16", lora_rank=8, checkpoint=1,
                                          steady_state=True, param_dtype="bfloat16")),
+    "llama, bf16 autocast, LoRA, torchtune's chunked loss": (
+        _tiny(), dict(seq_len=32, batch_size=2, amp=True, amp_dtype="bfloat16", lora_rank=4, loss="chunked")),
     "llama, tied embeddings, SGD, set_to_none=False": (
         _tiny(tied=True), dict(seq_len=16, batch_size=2, optimizer="sgd", set_to_none=False)),
     "llama, eager attention (a published setup's builder), LoRA": (
