@@ -107,7 +107,7 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
-          "full_trace", "double_quant", "prepare_kbit", "dora")
+          "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES))
 
@@ -204,6 +204,9 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.prepare_kbit and c.quantization not in BNB_QUANTIZATIONS,
      "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4' or "
      "quantization='fp4'"),
+    (lambda c: c.bf16_embeddings and not c.prepare_kbit,
+     "bf16_embeddings casts back what prepare_kbit (peft's prepare_model_for_kbit_training) made float32: give "
+     "prepare_kbit too"),
     (lambda c: c.double_quant and c.quantization not in BNB_QUANTIZATIONS,
      "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
      "(torchao-nf4 always quantizes its scales)"),
@@ -250,6 +253,8 @@ class StepConfig:
             ``bnb_4bit_use_double_quant`` (the scales in 8 bits; Hugging Face's default is off). ``prepare_kbit``:
             peft's ``prepare_model_for_kbit_training`` before LoRA, as Hugging Face's QLoRA recipes run it: every
             parameter that is not 4-bit in float32, and checkpointing as ``checkpoint`` and ``reentrant`` say.
+            ``bf16_embeddings``: after it, the embeddings and the LM head cast back to bfloat16, norms kept float32
+            (TRL's ``peft_module_casting_to_bf16``, which ``SFTTrainer`` runs with ``bf16=True``; ``qlora.py``).
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
             follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
@@ -293,6 +298,7 @@ class StepConfig:
     quantization: str = "none"
     double_quant: bool = False
     prepare_kbit: bool = False
+    bf16_embeddings: bool = False
     param_dtype: str = "float32"
     optimizer_offload: bool = False
     steady_state: bool = False
@@ -405,6 +411,9 @@ CLI_OPTIONS = (
                                        "LoRA rank)"),
     ("--prepare-kbit", "prepare_kbit", "with --quantization nf4 or fp4: peft's prepare_model_for_kbit_training "
                                        "before LoRA (every parameter that is not 4-bit in float32)"),
+    ("--bf16-embeddings", "bf16_embeddings", "with --prepare-kbit: the embeddings and LM head cast back to "
+                                             "bfloat16 after it, as TRL's SFTTrainer and qlora.py do "
+                                             "(peft_module_casting_to_bf16)"),
     ("--double-quant", "double_quant", "with --quantization nf4 or fp4: bitsandbytes' double quantization, the "
                                        "scales in 8 bits (bnb_4bit_use_double_quant)"),
     ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),

@@ -242,7 +242,7 @@ def place_on_device(runner: "StepRunner") -> None:
 RECIPE: tuple[tuple[str, Callable[["StepRunner"], None]], ...] = (
     ("build", models.build),                                    # config.model
     ("parameter dtype", precision.set_parameter_dtype),         # param_dtype
-    ("k-bit preparation", quantization.prepare_kbit),           # prepare_kbit (peft's, QLoRA with bitsandbytes)
+    ("k-bit preparation", quantization.prepare_kbit),           # prepare_kbit (peft's, QLoRA with bitsandbytes), bf16_embeddings
     ("activation checkpointing", checkpointing.enable),         # checkpoint, reentrant
     ("LoRA adapters", lora.add_adapters),                       # lora_rank, lora_targets, lora_dropout
     ("hold back weights to quantize", quantization.hold_back),  # quantization (QLoRA)

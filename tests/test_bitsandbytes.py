@@ -126,6 +126,16 @@ def test_k_bit_preparation_makes_every_parameter_that_is_not_4_bit_float32(steps
     assert kbit.peak_allocated_bytes > steps[("nf4", True)].peak_allocated_bytes
 
 
+def test_trl_casts_the_embeddings_back_to_bfloat16_after_the_k_bit_preparation():
+    """``bf16_embeddings=True`` (TRL's ``peft_module_casting_to_bf16``): the embedding (tied to the LM head) is
+    bfloat16 again, the norms stay float32; nothing else changes."""
+    kbit = profile_step(SMOL, quantization="nf4", double_quant=True, prepare_kbit=True, **BF16)
+    cast = profile_step(SMOL, quantization="nf4", double_quant=True, prepare_kbit=True, bf16_embeddings=True, **BF16)
+    assert _bytes(kbit, "parameters") - _bytes(cast, "parameters") == round_up(VOCAB * H * 4) - round_up(VOCAB * H * 2)
+    with pytest.raises(ValueError, match="^bf16_embeddings casts back what prepare_kbit .* give prepare_kbit too$"):
+        StepConfig(model=SMOL, seq_len=32, lora_rank=8, quantization="nf4", bf16_embeddings=True)
+
+
 def test_dora_adds_a_magnitude_per_adapted_layer_and_its_norms_activations():
     """peft's DoRA (``dora=True``) on SmolLM2's q and v: one magnitude vector of ``out`` per adapted layer (float32,
     with its gradient and AdamW's two states), and more kept for backward (the base weight's norm, the scaled output)."""

@@ -234,6 +234,21 @@ def prepare_kbit(runner) -> None:
     runner.model.is_loaded_in_4bit = True
     prepare_model_for_kbit_training(runner.model, use_gradient_checkpointing=bool(config.checkpoint),
                                     gradient_checkpointing_kwargs={"use_reentrant": config.reentrant})
+    if config.bf16_embeddings:
+        cast_embeddings_to_bf16(runner.model)
+
+
+def cast_embeddings_to_bf16(model: nn.Module) -> None:
+    """TRL's ``peft_module_casting_to_bf16`` (``trl/trainer/utils.py``, v0.13; ``SFTTrainer`` runs it after
+    ``prepare_model_for_kbit_training`` when ``bf16=True``, and the QLoRA paper's ``qlora.py`` does the same): every
+    module with "norm" in its name to float32; the embeddings and the LM head ("lm_head", "embed_tokens", "wte",
+    "wpe" in the name), if float32, back to bfloat16."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.LayerNorm) or "norm" in name:
+            module.to(torch.float32)
+        elif any(x in name for x in ("lm_head", "embed_tokens", "wte", "wpe")) and hasattr(module, "weight"):
+            if module.weight.dtype == torch.float32:
+                module.to(torch.bfloat16)
 
 
 def hold_back(runner) -> None:
