@@ -332,7 +332,7 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
             GPU), a function returning one, or a Hugging Face config (:func:`hf_spec`: a shipped or Hub name, a
             ``config.json`` path, a dict or a ``PretrainedConfig``), or a builder whose ``model_spec()`` returns its
             :class:`ModelSpec`, blocks known (``helpers.transformer.TransformerBuilder``,
-            ``helpers.teaching.setups.EagerCausalLM``).
+            ``helpers.teaching.setups.CausalLM``).
         num_classes: classes for a torchvision name (default 1000).
         name: the label (default: the model's name).
 

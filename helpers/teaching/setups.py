@@ -39,19 +39,20 @@ class BertLM:
 
 
 @dataclass(frozen=True)
-class EagerCausalLM:
-    """A Hugging Face causal LM with ``attn_implementation="eager"`` (BLOOM, or Llama as run before SDPA).
+class CausalLM:
+    """A Hugging Face causal LM with transformers' default attention (``"sdpa"``), from a config that is not shipped.
 
     ``config``: a name of :data:`helpers.models.hf.SHIPPED`, or sorted ``(key, value)`` pairs of ``config.json``.
     """
 
     config: str | tuple[tuple[str, Any], ...]
+    attention = "sdpa"
 
     def _builder(self):
         from ..models import hf
 
         return hf.CausalLMBuilder(hf.load_config(self.config if isinstance(self.config, str) else dict(self.config)),
-                                  "eager")
+                                  self.attention)
 
     def model_spec(self):
         """Its :class:`helpers.models.ModelSpec`, layers known: a step of it is written from shallow traces."""
@@ -61,6 +62,13 @@ class EagerCausalLM:
 
     def __call__(self) -> torch.nn.Module:
         return self._builder()()
+
+
+@dataclass(frozen=True)
+class EagerCausalLM(CausalLM):
+    """:class:`CausalLM` with ``attn_implementation="eager"`` (BLOOM, or Llama as run before SDPA)."""
+
+    attention = "eager"
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,18 @@ def shifted_loss(output) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(shifted.flatten(0, 1), targets.flatten())
 
 
+def accelerate_float32_loss(output) -> torch.Tensor:
+    """The next-token loss of a ``Trainer`` run in bfloat16 with transformers 4.46-4.48 and accelerate 1.x:
+    :func:`shifted_float32_loss` (``ForCausalLMLoss`` upcasts the logits and shifts them into a contiguous copy),
+    then a float32 copy of the output's logits, made by accelerate's ``convert_outputs_to_fp32`` around the model's
+    forward and dropped with the output by ``Trainer.compute_loss``. ``output``: an output with ``.logits``, or the
+    logits ``(batch, seq, vocabulary)``; returns the mean cross-entropy."""
+    logits = getattr(output, "logits", output)
+    loss = shifted_float32_loss(logits)
+    logits.float()  # accelerate's copy of the output, freed when the Trainer drops the output
+    return loss
+
+
 class HeldLogitsSum:
     """The benchmark's loss, ``outputs.logits.sum()``, the outputs kept alive until the next forward, as its script kept them."""
 
@@ -111,5 +131,5 @@ def vit_output_sum(output: torch.Tensor) -> torch.Tensor:
 
 #: What a row may name: ``{"python": name}`` is the object itself; ``{"python": name, "args": [...]}``
 #: calls it with the arguments (lists become tuples, objects sorted ``(key, value)`` pairs).
-OBJECTS = {f.__name__: f for f in (BertLM, EagerCausalLM, TokenIds, HeldLogitsSum, shifted_float32_loss,
-                                    shifted_loss, vit_output_sum)}
+OBJECTS = {f.__name__: f for f in (BertLM, CausalLM, EagerCausalLM, TokenIds, HeldLogitsSum, accelerate_float32_loss,
+                                    shifted_float32_loss, shifted_loss, vit_output_sum)}
