@@ -41,6 +41,7 @@ SLOW = {
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
+    "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",
     "tests/test_step.py::test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector":
         "five steps with Python's cycle collector run at every 100th allocation",
     # make gpu-reference without a GPU: every run of the harness traced (and timed) on the simulated backend; the
