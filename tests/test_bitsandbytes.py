@@ -20,7 +20,7 @@ from helpers.config import StepConfig
 from helpers.step import StepRunner, profile_step
 from helpers.techniques import quantization
 from helpers.techniques.optimizers import PAGED_MIN_NUMEL
-from test_finetune_engine import BF16, LAYERS, LINEARS, SMOL, H, KV, VOCAB, _adapters, _bytes
+from test_finetune_engine import BF16, LAYERS, LINEARS, MLP, SMOL, H, KV, VOCAB, _adapters, _bytes
 
 FORMATS = [("nf4", False), ("nf4", True), ("fp4", False), ("fp4", True)]
 
@@ -334,3 +334,13 @@ def test_what_int8_cannot_do_is_refused_in_one_line(options, message):
     with pytest.raises(ValueError) as error:
         StepConfig(**{**dict(model=SMOL, seq_len=32, lora_rank=8, quantization="int8"), **options})
     assert str(error.value) == message
+
+
+def test_int8_keeps_each_layer_input_for_backward(int8_step):
+    """``MatMul8bitLt`` keeps its input on its context (``ctx.tensors``), though its backward needs only the weight;
+    ``gemm_4bit`` keeps none. Of SmolLM2's inputs to its int8 layers, only o_proj's (32 x 576) and down_proj's
+    (32 x 1536), in bfloat16, are kept by nothing else: those are the activations int8 adds to NF4's, per layer."""
+    nf4 = profile_step(SMOL, quantization="nf4", **BF16)
+    kept = LAYERS * (round_up(32 * H * 2) + round_up(32 * MLP * 2))
+    assert int8_step.categories["activations"] == nf4.categories["activations"] + kept
+    assert int8_step.categories["other"] == nf4.categories["other"]
