@@ -21,10 +21,13 @@ OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "A
                    "adamw8bit": "8-bit AdamW", "bnb-adamw8bit": "bitsandbytes' 8-bit AdamW", "paged-adamw": "paged AdamW",
                    "paged-adamw8bit": "paged 8-bit AdamW"}
 #: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
-#: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), or in torchao's NF4 (``NF4Tensor``).
-QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4")
-#: The quantizations made by bitsandbytes, which ``double_quant`` applies to.
-BNB_QUANTIZATIONS = ("nf4", "fp4")
+#: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), in torchao's NF4 (``NF4Tensor``), or in
+#: bitsandbytes' LLM.int8() (``Linear8bitLt``, ``load_in_8bit=True``).
+QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4", "int8")
+#: bitsandbytes' 4-bit quantizations, which ``double_quant`` applies to.
+BNB_4BIT = ("nf4", "fp4")
+#: The quantizations made by bitsandbytes, which ``prepare_kbit`` applies to.
+BNB_QUANTIZATIONS = (*BNB_4BIT, "int8")
 #: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``), and LoRA's adapters.
 PARAM_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
@@ -193,21 +196,27 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
      "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
     (lambda c: not c.lora_rank and c.lora_dtype != "float32", "lora_dtype applies to LoRA: give lora_rank too"),
     (lambda c: not c.lora_rank and c.dora, "dora (peft's use_dora) applies to LoRA: give lora_rank too"),
-    (lambda c: c.dora and c.quantization in BNB_QUANTIZATIONS,
+    (lambda c: c.dora and c.quantization in BNB_4BIT,
      "dora= with bitsandbytes' 4-bit weights is not simulated: peft dequantizes them through bitsandbytes' "
      "Params4bit, which cannot hold the simulation's fake tensors"),
+    (lambda c: c.dora and c.quantization == "int8",
+     "dora= with bitsandbytes' int8 weights is not simulated: peft dequantizes them through bitsandbytes' "
+     "Int8Params, which cannot hold the simulation's fake tensors"),
     (lambda c: c.dora and c.quantization == "torchao-nf4",
      "dora= with quantization='torchao-nf4' fails in peft itself: its DoRA calls weight.dequantize(), which torchao's "
      "NF4Tensor does not take without arguments"),
     (lambda c: c.quantization != "none" and not c.lora_rank,
      "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
     (lambda c: c.prepare_kbit and c.quantization not in BNB_QUANTIZATIONS,
-     "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4' or "
-     "quantization='fp4'"),
+     "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4', "
+     "quantization='fp4' or quantization='int8'"),
     (lambda c: c.bf16_embeddings and not c.prepare_kbit,
      "bf16_embeddings casts back what prepare_kbit (peft's prepare_model_for_kbit_training) made float32: give "
      "prepare_kbit too"),
-    (lambda c: c.double_quant and c.quantization not in BNB_QUANTIZATIONS,
+    (lambda c: c.double_quant and c.quantization == "int8",
+     "double_quant (bitsandbytes' bnb_4bit_use_double_quant) applies to its 4-bit quantization='nf4' or "
+     "quantization='fp4', not to int8 (one float32 scale per row)"),
+    (lambda c: c.double_quant and c.quantization not in BNB_4BIT,
      "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
      "(torchao-nf4 always quantizes its scales)"),
 )
@@ -249,10 +258,12 @@ class StepConfig:
             bfloat16 base; the QLoRA paper's ``qlora.py --bf16``); ``dora``: peft's DoRA (``use_dora=True``, Liu et
             al., 2024), a magnitude vector per adapted layer and the base weight's norm at every forward.
         quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA with bitsandbytes, ``"torchao-nf4"`` with
-            torchao (:mod:`helpers.techniques.quantization`). Needs ``lora_rank``. ``double_quant``: bitsandbytes'
-            ``bnb_4bit_use_double_quant`` (the scales in 8 bits; Hugging Face's default is off). ``prepare_kbit``:
-            peft's ``prepare_model_for_kbit_training`` before LoRA, as Hugging Face's QLoRA recipes run it: every
-            parameter that is not 4-bit in float32, and checkpointing as ``checkpoint`` and ``reentrant`` say.
+            torchao, ``"int8"`` LoRA on bitsandbytes' LLM.int8() base (``load_in_8bit=True``: one byte per weight
+            and a float32 scale per row; no outlier column assumed) (:mod:`helpers.techniques.quantization`). Needs
+            ``lora_rank``. ``double_quant``: bitsandbytes' ``bnb_4bit_use_double_quant`` (4-bit only: the scales in 8
+            bits; Hugging Face's default is off). ``prepare_kbit``: peft's ``prepare_model_for_kbit_training`` before
+            LoRA, as Hugging Face's QLoRA recipes run it (bitsandbytes' formats): every parameter that is not quantized
+            in float32, and checkpointing as ``checkpoint`` and ``reentrant`` say.
             ``bf16_embeddings``: after it, the embeddings and the LM head cast back to bfloat16, norms kept float32
             (TRL's ``peft_module_casting_to_bf16``, which ``SFTTrainer`` runs with ``bf16=True``; ``qlora.py``).
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
@@ -407,10 +418,12 @@ CLI_OPTIONS = (
     ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
                                                    "(default 1)"),
     ("--quantization", "quantization", "none (default), nf4 or fp4 (bitsandbytes' Linear4bit), or torchao-nf4 "
-                                       "(torchao's NF4Tensor): QLoRA, the frozen base weights in 4 bits (needs a "
+                                       "(torchao's NF4Tensor): QLoRA, the frozen base weights in 4 bits; or int8 "
+                                       "(bitsandbytes' LLM.int8() Linear8bitLt, load_in_8bit): in 8 bits (needs a "
                                        "LoRA rank)"),
-    ("--prepare-kbit", "prepare_kbit", "with --quantization nf4 or fp4: peft's prepare_model_for_kbit_training "
-                                       "before LoRA (every parameter that is not 4-bit in float32)"),
+    ("--prepare-kbit", "prepare_kbit", "with --quantization nf4, fp4 or int8: peft's "
+                                       "prepare_model_for_kbit_training before LoRA (every parameter that is not "
+                                       "quantized in float32)"),
     ("--bf16-embeddings", "bf16_embeddings", "with --prepare-kbit: the embeddings and LM head cast back to "
                                              "bfloat16 after it, as TRL's SFTTrainer and qlora.py do "
                                              "(peft_module_casting_to_bf16)"),

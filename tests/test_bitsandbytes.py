@@ -20,7 +20,7 @@ from helpers.config import StepConfig
 from helpers.step import StepRunner, profile_step
 from helpers.techniques import quantization
 from helpers.techniques.optimizers import PAGED_MIN_NUMEL
-from test_finetune_engine import BF16, LAYERS, LINEARS, SMOL, H, KV, VOCAB, _adapters, _bytes
+from test_finetune_engine import BF16, LAYERS, LINEARS, MLP, SMOL, H, KV, VOCAB, _adapters, _bytes
 
 FORMATS = [("nf4", False), ("nf4", True), ("fp4", False), ("fp4", True)]
 
@@ -153,8 +153,8 @@ def test_dora_adds_a_magnitude_per_adapted_layer_and_its_norms_activations():
     ({"quantization": "torchao-nf4", "dora": True}, "dora= with quantization='torchao-nf4' fails in peft itself: its "
      "DoRA calls weight.dequantize(), which torchao's NF4Tensor does not take without arguments"),
     ({"quantization": "torchao-nf4", "prepare_kbit": True},
-     "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4' or "
-     "quantization='fp4'"),
+     "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4', "
+     "quantization='fp4' or quantization='int8'"),
     ({"quantization": "none", "double_quant": True}, "double_quant (bitsandbytes' double quantization) applies to "
      "quantization='nf4' or quantization='fp4' (torchao-nf4 always quantizes its scales)"),
 ])
@@ -226,3 +226,131 @@ def test_a_simulated_step_leaves_bitsandbytes_module_cache_as_it_was():
     assert functional.name2qmap == before
     codes, state = functional.quantize_4bit(torch.randn(64, 64), compress_statistics=True, quant_type="nf4")
     assert codes.shape == (2048, 1) and state.nested
+
+
+# LLM.int8(): bitsandbytes' Linear8bitLt (load_in_8bit=True) as LoRA's frozen base, on bitsandbytes' CUDA path.
+
+def _int8_storage_bytes(n_out: int, n_in: int) -> int:
+    """One (out, in) weight in LLM.int8(), by hand: an int8 code per weight and a float32 scale per row, each storage
+    rounded to 512."""
+    return round_up(n_out * n_in) + round_up(4 * n_out)
+
+
+@pytest.fixture(scope="module")
+def int8_step():
+    return profile_step(SMOL, quantization="int8", **BF16)
+
+
+def test_an_int8_layer_holds_what_the_formula_says():
+    """``Int8Params._quantize``: the weight arrives in float16, ``int8_vectorwise_quant`` makes the float32 row scales
+    and then the int8 codes, and the float16 copy is freed; the layer is ``Linear8bitLt(has_fp16_weights=False,
+    threshold=6.0)`` with its codes and scales on the weight, as after ``.cuda()``."""
+    import bitsandbytes  # noqa: F401  (imported before the meter, as peft imports it before a step)
+
+    n, k = 1536, 576
+    weight = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+    with Meter(device="simulated") as meter:
+        start = meter.log_length()
+        layer = quantization._int8_linear(weight, None, meter.device)
+        log = [(e.kind, e.delta) for e in meter.allocation_log()[start:]]
+        held = sorted(t.numel() * t.element_size() for t in [layer.weight, *quantization.state_tensors(layer.weight)])
+    assert held == sorted(quantization.int8_bytes(n, k).values())
+    assert log == [("alloc", round_up(2 * n * k)), ("alloc", round_up(4 * n)), ("alloc", round_up(n * k)),
+                   ("free", -round_up(2 * n * k))]
+    assert layer.weight.dtype == torch.int8 and layer.weight.SCB.dtype == torch.float32
+    assert type(layer).__name__ == "Linear8bitLt" and layer.state.threshold == 6.0
+    assert not layer.state.has_fp16_weights and layer.state.CB is None  # moved there by the first forward
+    assert quantization.weights(layer.weight) == n * k
+
+
+@pytest.mark.parametrize("rows", [32, 2048])
+def test_the_int8_product_allocates_what_bitsandbytes_cuda_path_does(rows):
+    """``MatMul8bitLt`` (``autograd/_functions.py``) on CUDA, with a bfloat16 input of M rows and K features and an
+    (N, K) weight, no outlier column. Forward: the input in float16 (2MK); ``int8_vectorwise_quant``: float32 row
+    scales (4M), int8 codes (MK), the outlier search ``A.abs()`` in float16 (2MK, freed) and its bool mask (MK), the
+    0-dim ``any()`` (512); the input's float16 copy freed; ``int8_mixed_scaled_mm``: an empty ``subA``, the int32
+    product (4MN), dequantized into float16 (2MN) and cast to bfloat16 (2MN, the output); the codes and scales freed
+    on return. It keeps the input (``ctx.tensors``). Backward (the input's gradient only): ``CB`` in bfloat16 (2NK),
+    times ``SCB / 127`` in float32 (4N, freed), then ``grad_output @ W`` (2MK)."""
+    import bitsandbytes.autograd._functions as functions
+
+    n, k = 1536, 576
+    r = round_up
+    with Meter(device="simulated") as meter:
+        layer = quantization._int8_linear(torch.empty(n, k, device="meta"), None, meter.device)
+        x = torch.empty(rows, k, dtype=torch.bfloat16, device=meter.device, requires_grad=True)
+        meter.reset_peak()
+        before = meter.allocated()
+        out = layer(x)
+        forward, held = meter.peak() - before, meter.allocated() - before
+        grad = torch.empty_like(out)
+        meter.reset_peak()
+        before = meter.allocated()
+        out.backward(grad)
+        backward = meter.peak() - before
+    assert type(out.grad_fn).__name__ == "MatMul8bitLtBackward"  # the CUDA path, not MatMul8bitFp's
+    assert functions.MatMul8bitFp.__name__ == "MatMul8bitFp"  # itself again after the forward
+    assert out.grad_fn.tensors[2] is not None and out.grad_fn.tensors[2].shape == (rows, k)
+    quantizing = r(2 * rows * k) + r(4 * rows) + r(rows * k) + r(2 * rows * k) + r(rows * k)
+    multiplying = r(rows * k) + r(4 * rows) + r(4 * rows * n) + r(2 * rows * n) + r(2 * rows * n)
+    assert forward == max(quantizing, multiplying) and held == r(2 * rows * n)
+    assert backward == r(2 * n * k) + max(r(4 * n), r(2 * rows * k))
+    assert x.grad.shape == (rows, k) and layer.state.CB is not None and layer.weight.CB is None
+
+
+def test_int8_lora_stores_the_frozen_linear_weights_in_one_byte_each(int8_step):
+    """SmolLM2 with ``quantization="int8"``: every frozen linear weight in int8 with a float32 scale per row; the
+    adapters alone train, in peft's ``lora.bnb.Linear8bitLt`` wrappers; weights counted as transformers counts them."""
+    quantized = LAYERS * sum(_int8_storage_bytes(o, i) for o, i in LINEARS)
+    rest = round_up(VOCAB * H * 2) + LAYERS * 2 * round_up(H * 2) + round_up(H * 2) + 2 * 512
+    adapters = _adapters(8, [(H, H), (KV, H)])
+    assert _bytes(int8_step, "parameters") == quantized + rest + adapters
+    assert _bytes(int8_step, "gradients") == adapters and _bytes(int8_step, "optimizer_states") == 2 * adapters
+    assert int8_step.params_without_grad == []
+    assert int8_step.parameter_count == profile_step(SMOL, quantization="nf4", **BF16).parameter_count
+    runner = StepRunner(StepConfig(model=SMOL, quantization="int8", **BF16))
+    with runner.meter:
+        model = runner.place()
+        from peft.tuners.lora.bnb import Linear8bitLt as LoraLinear8bitLt
+
+        wrappers = [m for m in model.modules() if isinstance(m, LoraLinear8bitLt)]
+        assert len(wrappers) == LAYERS * 2
+        assert all(type(w.base_layer).__name__ == "Linear8bitLt" for w in wrappers)
+
+
+def test_an_int8_step_is_the_same_written_from_shallow_traces_or_traced_in_full(int8_step):
+    """The step's peak and every category, traced block by block (``full_trace``) or written from 6 and 7 blocks."""
+    full = profile_step(SMOL, quantization="int8", full_trace=True, **BF16)
+    assert full.peak_allocated_bytes == int8_step.peak_allocated_bytes
+    assert full.categories == int8_step.categories
+
+
+def test_k_bit_preparation_applies_to_int8():
+    """``prepare_kbit`` with int8 (peft reads ``is_loaded_in_8bit``): the embedding and norms in float32."""
+    kbit = profile_step(SMOL, quantization="int8", prepare_kbit=True, **BF16)
+    quantized = LAYERS * sum(_int8_storage_bytes(o, i) for o, i in LINEARS)
+    rest = round_up(VOCAB * H * 4) + LAYERS * 2 * round_up(H * 4) + round_up(H * 4) + 2 * 512
+    assert _bytes(kbit, "parameters") == quantized + rest + _adapters(8, [(H, H), (KV, H)])
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"double_quant": True}, "double_quant (bitsandbytes' bnb_4bit_use_double_quant) applies to its 4-bit "
+     "quantization='nf4' or quantization='fp4', not to int8 (one float32 scale per row)"),
+    ({"dora": True}, "dora= with bitsandbytes' int8 weights is not simulated: peft dequantizes them through "
+     "bitsandbytes' Int8Params, which cannot hold the simulation's fake tensors"),
+    ({"lora_rank": 0}, "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+])
+def test_what_int8_cannot_do_is_refused_in_one_line(options, message):
+    with pytest.raises(ValueError) as error:
+        StepConfig(**{**dict(model=SMOL, seq_len=32, lora_rank=8, quantization="int8"), **options})
+    assert str(error.value) == message
+
+
+def test_int8_keeps_each_layer_input_for_backward(int8_step):
+    """``MatMul8bitLt`` keeps its input on its context (``ctx.tensors``), though its backward needs only the weight;
+    ``gemm_4bit`` keeps none. Of SmolLM2's inputs to its int8 layers, only o_proj's (32 x 576) and down_proj's
+    (32 x 1536), in bfloat16, are kept by nothing else: those are the activations int8 adds to NF4's, per layer."""
+    nf4 = profile_step(SMOL, quantization="nf4", **BF16)
+    kept = LAYERS * (round_up(32 * H * 2) + round_up(32 * MLP * 2))
+    assert int8_step.categories["activations"] == nf4.categories["activations"] + kept
+    assert int8_step.categories["other"] == nf4.categories["other"]

@@ -333,8 +333,77 @@ def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax
     return torch.nn.functional.linear(A, weight, bias)
 
 
-#: bitsandbytes' operators whose CUDA kernel allocates more than its fake kernel, and what it allocates.
-BNB_CUDA = {"bitsandbytes::gemm_4bit": bnb_gemm_4bit}
+def bnb_int8_vectorwise_quant(A, threshold=0.0):
+    """What ``torch.ops.bitsandbytes.int8_vectorwise_quant`` allocates on a CUDA GPU (bitsandbytes 0.50.2,
+    ``backends/cuda/ops.py``): LLM.int8()'s row-wise quantization of a float16 ``A`` (..., K) into int8 codes with a
+    float32 absmax per row. In that order: the float32 row scales, the int8 codes of ``A``'s shape; with a
+    ``threshold`` (``Linear8bitLt``'s 6.0), the outlier search ``A.abs() >= threshold`` (``A.abs()`` in float16, freed
+    once compared; the bool mask of ``A``'s shape, held to the end), the 0-dim result of ``outliers.any()`` and the
+    outlier columns. The fake kernel asks for a data-dependent size instead, which the simulation's fake tensors have
+    no shape environment for.
+
+    Fake tensors have no values: the simulation assumes no column of ``A`` holds an outlier (``outliers.any()``
+    false), so the outlier columns are empty (int64, 0 bytes) and the product's outlier part adds nothing
+    (:func:`bnb_int8_mixed_scaled_mm`): a lower bound. Each outlier column would add its ``A`` column in 16 bits and its
+    weight column dequantized (``backends/default/ops.py``, ``int8_mixed_scaled_mm``)."""
+    if A.dtype != torch.float16:
+        raise ValueError(f"A must be float16, got {A.dtype}")
+    row_stats = torch.empty(A.numel() // A.shape[-1], dtype=torch.float32, device=A.device)
+    out_row = torch.empty(A.shape, dtype=torch.int8, device=A.device)
+    outlier_cols = None
+    if threshold > 0.0:
+        outliers = A.abs() >= threshold
+        outliers.any()  # `if outliers.any():` reads a 0-dim bool tensor; assumed false
+        outlier_cols = torch.empty(0, dtype=torch.int64, device=A.device)
+        del outliers
+    return out_row, row_stats, outlier_cols
+
+
+def bnb_int8_linear_matmul(A, B) -> torch.Tensor:
+    """What ``torch.ops.bitsandbytes.int8_linear_matmul`` allocates on a CUDA GPU (``backends/cuda/ops.py``):
+    ``A @ B.T`` of int8 ``A`` (..., K) and ``B`` (N, K) into an int32 (..., N) result, by cuBLASLt (its workspace is
+    not the caching allocator's). When K is not a multiple of 4, cuBLASLt cannot: the fallback holds ``A`` and ``B``
+    in float32 and their float32 product, then an int32 copy of it, copied into the result."""
+    out = torch.empty((*A.shape[:-1], B.shape[0]), dtype=torch.int32, device=A.device)
+    if A.shape[-1] % 4:
+        out.copy_(torch.matmul(A.float(), B.float().t()).to(torch.int32))
+    return out
+
+
+def bnb_int8_mm_dequant(A, row_stats, col_stats, dtype=None, bias=None) -> torch.Tensor:
+    """What ``torch.ops.bitsandbytes.int8_mm_dequant`` allocates on a CUDA GPU (``backends/cuda/ops.py``): the int32
+    product ``A`` dequantized by its kernel into float16 (the only output it writes), a bias not in float16 added in
+    place, then cast to ``dtype`` (a second copy, the float16 one freed on return, when ``dtype`` is not float16)."""
+    out = torch.empty_like(A, dtype=torch.float16)
+    if bias is not None and bias.dtype != torch.float16:
+        out.add_(bias)
+    return out.to(dtype or torch.float16)
+
+
+def bnb_int8_scaled_mm(A, B, row_stats, col_stats, bias=None, dtype=None) -> torch.Tensor:
+    """``torch.ops.bitsandbytes.int8_scaled_mm`` on a CUDA GPU: its only kernel, ``backends/default/ops.py``'s, runs
+    :func:`bnb_int8_linear_matmul`, then :func:`bnb_int8_mm_dequant` into ``dtype``, and frees the int32 product on
+    return; the fake kernel allocates the result only."""
+    out_i32 = bnb_int8_linear_matmul(A, B)
+    return bnb_int8_mm_dequant(out_i32, row_stats, col_stats, dtype=dtype or torch.float16, bias=bias)
+
+
+def bnb_int8_mixed_scaled_mm(A, CA, CB, SCA, SCB, outlier_cols=None, bias=None):
+    """``torch.ops.bitsandbytes.int8_mixed_scaled_mm`` on a CUDA GPU (its only kernel, ``backends/default/ops.py``),
+    with no outlier columns (the simulation's assumption, :func:`bnb_int8_vectorwise_quant`): an empty ``subA`` in
+    ``A``'s dtype, and :func:`bnb_int8_scaled_mm` of the int8 codes into ``A``'s dtype."""
+    if outlier_cols is not None and outlier_cols.numel():
+        raise NotImplementedError("the simulation assumes no outlier columns (bnb_int8_vectorwise_quant)")
+    subA = torch.empty(0, dtype=A.dtype, device=A.device)
+    return bnb_int8_scaled_mm(CA, CB, SCA, SCB, bias=bias, dtype=A.dtype), subA
+
+
+#: bitsandbytes' operators whose CUDA kernel allocates more than its fake kernel (or whose fake kernel asks for a
+#: data-dependent size), and what it allocates.
+BNB_CUDA = {"bitsandbytes::gemm_4bit": bnb_gemm_4bit, "bitsandbytes::int8_vectorwise_quant": bnb_int8_vectorwise_quant,
+            "bitsandbytes::int8_linear_matmul": bnb_int8_linear_matmul,
+            "bitsandbytes::int8_mm_dequant": bnb_int8_mm_dequant, "bitsandbytes::int8_scaled_mm": bnb_int8_scaled_mm,
+            "bitsandbytes::int8_mixed_scaled_mm": bnb_int8_mixed_scaled_mm}
 
 
 class SimulatedTracker(StorageTracker):

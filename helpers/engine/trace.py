@@ -169,9 +169,19 @@ class StepTracer:
                 self.recomputed.append((first, self.meter.storages_so_far()))
                 self.record(name, type(mod).__name__, "recompute", _shape(output))
             else:
+                self._kept_on_ctx(output)
                 self.record(name, type(mod).__name__, "fwd", _shape(output))
 
         return hook
+
+    def _kept_on_ctx(self, output) -> None:
+        """Tensors a custom autograd function keeps for backward on its context rather than through
+        ``save_for_backward``, which the saved-tensor hooks never see, are saved too: bitsandbytes' ``MatMul8bitLt``
+        keeps its input in ``ctx.tensors`` (``bitsandbytes/autograd/_functions.py``)."""
+        for out in _tensors(output):
+            for t in getattr(out.grad_fn, "tensors", None) or ():
+                if isinstance(t, torch.Tensor) and (serial := self.meter.serial_of(t)) is not None:
+                    self.saved.add(serial)
 
     def _pack(self, t: torch.Tensor):
         serial = self.meter.serial_of(t)

@@ -1,16 +1,20 @@
-"""QLoRA's frozen weights in 4 bits (Dettmers et al., 2023), as bitsandbytes stores them, or torchao (lesson 09).
+"""QLoRA's frozen weights in 4 bits (Dettmers et al., 2023), as bitsandbytes stores them, or torchao, and in
+bitsandbytes' LLM.int8() (Dettmers et al., 2022) (lesson 09).
 
 ``StepConfig.quantization`` names the format and the library: ``"nf4"`` and ``"fp4"`` are bitsandbytes' ``Linear4bit``
 (what Hugging Face's ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=...)`` builds, and what QLoRA users
-run), with ``double_quant`` (``bnb_4bit_use_double_quant``) and a bfloat16 compute dtype; ``"torchao-nf4"`` is
-torchao's ``NF4Tensor`` (:class:`NF4Linear`), always double-quantized. Every frozen linear weight (:func:`nf4_linears`)
+run), with ``double_quant`` (``bnb_4bit_use_double_quant``) and a bfloat16 compute dtype; ``"int8"`` is bitsandbytes'
+``Linear8bitLt`` (``BitsAndBytesConfig(load_in_8bit=True)``, :func:`_int8_linear`); ``"torchao-nf4"`` is torchao's
+``NF4Tensor`` (:class:`NF4Linear`), always double-quantized. Every frozen linear weight (:func:`nf4_linears`)
 waits off the device while the model is placed (:func:`hold_back`); :func:`quantize` then brings each in bfloat16,
-quantizes it and frees the copy, one at a time, as ``Params4bit`` does while ``from_pretrained`` loads.
+quantizes it and frees the copy, one at a time, as ``Params4bit`` (``Int8Params``) does while ``from_pretrained``
+loads.
 
 Simulated, the tensors are CPU fake tensors, and bitsandbytes' operators run as their registered fake kernels
 (``bitsandbytes/_ops.py``), which allocate what its CUDA kernels allocate (``backends/cuda/ops.py``), in the same
-order, except the fused ``gemm_4bit``: :data:`helpers.engine.cuda_rules.BNB_CUDA` writes its CUDA allocations. The
-only CPU branch bitsandbytes would take on such tensors, repacking weights for AVX-512 inference, is turned off.
+order, except the fused ``gemm_4bit`` and the int8 operators: :data:`helpers.engine.cuda_rules.BNB_CUDA` writes their
+CUDA allocations. The CPU branches bitsandbytes would take on such tensors are turned off: repacking 4-bit weights for
+AVX-512 inference, and training an int8 layer through ``MatMul8bitFp`` (:func:`_cuda_path`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ def _nf4():
 #: bitsandbytes' CPU backend logs a warning on AVX-512 machines when imported (by this module, peft or transformers)
 #: about an optional package of CPU kernels, which the simulation does not use: its errors only.
 logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+#: ``MatMul8bitLt`` logs a warning at every product of an input not in float16 (a bfloat16 one, under bfloat16 AMP)
+#: that it is cast to float16 to be quantized, which :func:`_int8_linear` says once: its errors only.
+logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
 
 
 def _bitsandbytes():
@@ -80,19 +87,36 @@ def bnb_bytes(numel: int, double_quant: bool, blocksize: int = NF4_BLOCK) -> dic
             "offset": 4, "scale_code_book": 1024}
 
 
+#: LLM.int8()'s outlier threshold, Hugging Face's ``BitsAndBytesConfig(load_in_8bit=True)`` default
+#: (``llm_int8_threshold``): input columns with a value of at least this size are multiplied in 16 bits.
+INT8_THRESHOLD = 6.0
+
+
+def int8_bytes(out_features: int, in_features: int) -> dict[str, int]:
+    """The bytes of one (``out_features``, ``in_features``) weight in bitsandbytes' LLM.int8() (before 512-byte
+    rounding): ``Int8Params._quantize`` (``bitsandbytes/nn/modules.py``) runs ``int8_vectorwise_quant``
+    (``backends/cuda/ops.py``), which keeps one int8 code per weight (``CB``) and one float32 absmax per output row
+    (``SCB``). Returns ``{"codes", "row_scales"}`` -> bytes."""
+    return {"codes": out_features * in_features, "row_scales": 4 * out_features}
+
+
 def state_tensors(weight: torch.Tensor) -> list[torch.Tensor]:
-    """The tensors of the ``QuantState`` a bitsandbytes 4-bit ``weight`` carries (none for another tensor): its scales,
-    code book and offset, and with double quantization those of its scales' own state (``state2``)."""
+    """The tensors a bitsandbytes ``weight`` carries beside its codes (none for another tensor): for a 4-bit weight
+    those of its ``QuantState``, its scales, code book and offset, and with double quantization those of its scales'
+    own state (``state2``); for an int8 weight its float32 row scales (``SCB``, until the layer's first forward moves
+    them into its ``MatmulLtState``)."""
     found, state = [], getattr(weight, "quant_state", None)
     while state is not None:
         found += [t for t in (state.absmax, state.code, state.offset) if isinstance(t, torch.Tensor)]
         state = state.state2
-    return found
+    scales = getattr(weight, "SCB", None)
+    return found + [scales] if isinstance(scales, torch.Tensor) else found
 
 
 def weights(parameter: torch.Tensor) -> int:
-    """The weights a parameter stands for: its elements, or for a bitsandbytes 4-bit weight (two codes a byte) those
-    of the shape it was quantized from (as ``transformers``' ``num_parameters`` counts them)."""
+    """The weights a parameter stands for: its elements (an int8 weight: one code each), or for a bitsandbytes 4-bit
+    weight (two codes a byte) those of the shape it was quantized from (as ``transformers``' ``num_parameters`` counts
+    them)."""
     state = getattr(parameter, "quant_state", None)
     return parameter.numel() if state is None else math.prod(state.shape)
 
@@ -199,30 +223,81 @@ def _bnb_linear(weight: torch.Tensor, bias: nn.Parameter | None, config, device:
     return layer
 
 
-def _arriving(weight: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``weight`` as it arrives on ``device`` to be quantized: in bfloat16 (uninitialised for a weight on meta)."""
+def _int8_linear(weight: torch.Tensor, bias: nn.Parameter | None, device: torch.device) -> nn.Module:
+    """bitsandbytes' ``Linear8bitLt`` for a frozen ``weight`` (out, in), as ``from_pretrained`` makes it with
+    ``BitsAndBytesConfig(load_in_8bit=True)`` (``Linear8bitLt(has_fp16_weights=False, threshold=6.0)``,
+    ``transformers/integrations/bitsandbytes.py``): ``Int8Params._quantize`` brings the weight to the device in
+    float16, ``int8_vectorwise_quant`` makes its int8 codes ``CB`` and float32 row scales ``SCB``
+    (:func:`int8_bytes`), and the copy is freed. The codes are a plain frozen ``Parameter`` carrying ``CB`` and ``SCB``
+    (``Int8Params`` cannot wrap a fake tensor), as an ``Int8Params`` carries them after ``.cuda()``; the layer's first
+    forward moves them into its ``MatmulLtState`` (``Linear8bitLt.init_8bit_state``).
+
+    Its product (``MatMul8bitLt``, ``bitsandbytes/autograd/_functions.py``, on bitsandbytes' CUDA path,
+    :func:`_cuda_path`) casts the input to float16 and quantizes it row-wise to int8, multiplies the int8 codes into
+    the input's dtype (:data:`helpers.engine.cuda_rules.BNB_CUDA`), and keeps the input for backward (``ctx.tensors``,
+    not ``save_for_backward``), though its backward does not read it; its backward dequantizes ``CB`` into the input's
+    dtype (``N * K`` elements, with ``SCB / 127`` in float32) for ``grad_output @ W``. The simulation assumes no
+    outlier column (:func:`helpers.engine.cuda_rules.bnb_int8_vectorwise_quant`)."""
+    bnb = _bitsandbytes()
+    with _disable_current_modes():  # the module is made on meta, outside the step's fake tensors
+        layer = bnb.nn.Linear8bitLt(weight.shape[1], weight.shape[0], bias=False, has_fp16_weights=False,
+                                    threshold=INT8_THRESHOLD, device="meta")
+    dense = _arriving(weight, device, torch.float16)
+    codes, scales, _ = bnb.functional.int8_vectorwise_quant(dense)
+    del dense
+    layer.weight = nn.Parameter(codes, requires_grad=False)
+    layer.weight.CB, layer.weight.SCB = codes, scales
+    layer.bias = bias
+    layer.register_forward_pre_hook(_cuda_path)
+    layer.register_forward_hook(_cuda_path_left, always_call=True)
+    return layer
+
+
+#: bitsandbytes' ``MatMul8bitFp`` while an int8 layer's forward runs (:func:`_cuda_path`).
+_CPU_PATH: dict = {}
+
+
+def _cuda_path(layer: nn.Module, args) -> None:
+    """An int8 layer's forward pre-hook: bitsandbytes' ``matmul`` (``autograd/_functions.py``) trains a CPU or XPU
+    input through ``MatMul8bitFp`` (the weight dequantized, then ``F.linear``) and a CUDA one through
+    ``MatMul8bitLt``; until the forward ends (:func:`_cuda_path_left`) the name ``MatMul8bitFp`` is ``MatMul8bitLt``,
+    so the simulation's CPU fake tensors take the CUDA path (a CUDA tensor takes it anyway)."""
+    functions = _bitsandbytes().autograd._functions
+    _CPU_PATH.setdefault("MatMul8bitFp", functions.MatMul8bitFp)
+    functions.MatMul8bitFp = functions.MatMul8bitLt
+
+
+def _cuda_path_left(layer: nn.Module, args, output) -> None:
+    """An int8 layer's forward hook, called even when the forward raises: ``MatMul8bitFp`` is itself again."""
+    _bitsandbytes().autograd._functions.MatMul8bitFp = _CPU_PATH["MatMul8bitFp"]
+
+
+def _arriving(weight: torch.Tensor, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """``weight`` as it arrives on ``device`` to be quantized: in ``dtype`` (uninitialised for a weight on meta)."""
     if weight.is_meta:
-        return torch.empty(weight.shape, dtype=torch.bfloat16, device=device)
-    return weight.detach().to(device=device, dtype=torch.bfloat16)
+        return torch.empty(weight.shape, dtype=dtype, device=device)
+    return weight.detach().to(device=device, dtype=dtype)
 
 
-def _peft_bnb(parent: nn.Module) -> None:
-    """Make ``parent``, peft's LoRA wrapper of a layer now in bitsandbytes' 4 bits, the wrapper peft picks for such a
-    layer (``dispatch_bnb_4bit``: ``peft.tuners.lora.bnb.Linear4bit``, the same adapters): its forward clones the
-    base layer's result and, under autocast, feeds the adapters the input as it comes, uncast."""
+def _peft_bnb(parent: nn.Module, int8: bool = False) -> None:
+    """Make ``parent``, peft's LoRA wrapper of a layer now in bitsandbytes' 4 bits (``int8``: 8 bits), the wrapper
+    peft picks for such a layer (``dispatch_bnb_4bit``: ``peft.tuners.lora.bnb.Linear4bit``; ``dispatch_bnb_8bit``:
+    ``peft.tuners.lora.bnb.Linear8bitLt``; the same adapters): its forward, under autocast, feeds the adapters the
+    input as it comes, uncast (the 4-bit one also clones the base layer's result)."""
     from peft.tuners.lora import Linear as LoraLinear
-    from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
+    from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit, Linear8bitLt as LoraLinear8bitLt
 
     if type(parent) is LoraLinear:
-        parent.__class__ = LoraLinear4bit
+        parent.__class__ = LoraLinear8bitLt if int8 else LoraLinear4bit
 
 
 def prepare_kbit(runner) -> None:
     """The recipe's step before LoRA (``config.prepare_kbit``): peft's ``prepare_model_for_kbit_training`` on the model
-    built on meta, marked as loaded in 4 bits as ``from_pretrained`` marks it: it freezes every parameter, casts every
-    16-bit one that is not 4-bit to float32 (here the weights still to be quantized too: they arrive in bfloat16 all
-    the same, :func:`quantize`), makes the input embeddings' output require grad for reentrant checkpointing, and
-    enables checkpointing with ``config.reentrant`` when ``config.checkpoint`` asks for it."""
+    built on meta, marked as loaded in 4 bits (``is_loaded_in_4bit``; ``is_loaded_in_8bit`` for ``"int8"``) as
+    ``from_pretrained`` marks it: it freezes every parameter, casts every 16-bit one that is not 4-bit to float32 (here
+    the weights still to be quantized too: they arrive in bfloat16, or float16 for int8, all the same,
+    :func:`quantize`; an ``Int8Params`` holds int8, which it leaves), makes the input embeddings' output require grad
+    for reentrant checkpointing, and enables checkpointing with ``config.reentrant`` when ``config.checkpoint`` asks for it."""
     config = runner.config
     if not config.prepare_kbit:
         return
@@ -231,7 +306,10 @@ def prepare_kbit(runner) -> None:
                       f"model, not {type(runner.model).__name__}")
     from peft import prepare_model_for_kbit_training
 
-    runner.model.is_loaded_in_4bit = True
+    if config.quantization == "int8":
+        runner.model.is_loaded_in_8bit = True
+    else:
+        runner.model.is_loaded_in_4bit = True
     prepare_model_for_kbit_training(runner.model, use_gradient_checkpointing=bool(config.checkpoint),
                                     gradient_checkpointing_kwargs={"use_reentrant": config.reentrant})
     if config.bf16_embeddings:
@@ -270,7 +348,7 @@ def hold_back(runner) -> None:
                           f"multiple of {NF4_BLOCK} (torchao's NF4 blocks)")
     runner.held_back = [(parent, attribute, layer, layer.weight) for parent, attribute, layer in layers]
     for _, _, layer in layers:
-        layer._parameters["weight"] = None  # placed by quantize(), one at a time, in 4 bits
+        layer._parameters["weight"] = None  # placed by quantize(), one at a time, quantized
 
 
 @contextlib.contextmanager
@@ -296,18 +374,23 @@ def _dynamic_map(device: torch.device, simulated: bool):
 
 
 def quantize(runner) -> None:
-    """The recipe's step after placing: each held-back weight arrives in bfloat16, is quantized into bitsandbytes'
-    ``Linear4bit`` (:func:`_bnb_linear`) or torchao's :class:`NF4Linear` (``to_nf4``), and its copy freed; then the
-    meter's peak starts afresh (loading is not the step)."""
+    """The recipe's step after placing: each held-back weight arrives in bfloat16 (float16 for int8), is quantized
+    into bitsandbytes' ``Linear4bit`` (:func:`_bnb_linear`) or ``Linear8bitLt`` (:func:`_int8_linear`), or torchao's
+    :class:`NF4Linear` (``to_nf4``), and its copy freed; then the meter's peak starts afresh (loading is not the
+    step)."""
     if not runner.held_back:
         return
     config, device = runner.config, runner.meter.device
-    torchao = config.quantization == "torchao-nf4"
-    cache = contextlib.nullcontext([]) if torchao else _dynamic_map(device, runner.meter.backend == "simulated")
+    torchao, int8 = config.quantization == "torchao-nf4", config.quantization == "int8"
+    cache = (contextlib.nullcontext([]) if torchao or int8
+             else _dynamic_map(device, runner.meter.backend == "simulated"))
     with cache as runner.caches:
         for parent, attribute, layer, weight in runner.held_back:
             if torchao:
                 quantized = _torchao_linear(weight, layer.bias, device)
+            elif int8:
+                quantized = _int8_linear(weight, layer.bias, device)
+                _peft_bnb(parent, int8=True)
             else:
                 quantized = _bnb_linear(weight, layer.bias, config, device)
                 _peft_bnb(parent)
