@@ -115,7 +115,7 @@ def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
 def simulate(case: dict):
     """The same step simulated (``profile_step(..., device="simulated")``)."""
     extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization",
-                                        "double_quant") if case.get(key)}
+                                        "double_quant", "compute_dtype") if case.get(key)}
     if "input_shape" in case:
         extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
     return profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),

@@ -103,7 +103,8 @@ def quantize_bnb(net: torch.nn.Module, case: dict) -> list:
 
     from helpers.techniques import quantization as q
 
-    config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False))
+    config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False),
+                             compute_dtype=case.get("compute_dtype", "bfloat16"))
     with q._dynamic_map(torch.device("cuda"), simulated=False) as cached:
         for parent, attribute, layer in q.nf4_linears(net):
             shape = layer.weight.shape
