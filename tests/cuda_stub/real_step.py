@@ -47,6 +47,7 @@ the snapshot's ``device_traces[0]``.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -160,6 +161,10 @@ def run_case(case: dict, out: Path) -> dict:
               "allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
               "trace_start": start}
     del net, optimizer, scaler
+    # bitsandbytes' Linear4bit and its weight refer to each other (Params4bit(..., module=self) in Linear4bit.__init__,
+    # bitsandbytes/nn/modules.py, 0.50.2; quantize_bnb makes them so too): only the cycle collector frees the 4-bit
+    # weights, which would otherwise stay live into the next case's step (as RealBackend.release collects).
+    gc.collect()
     torch.cuda.empty_cache()
     return result
 
