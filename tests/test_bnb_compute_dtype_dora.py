@@ -139,3 +139,20 @@ def test_dora_on_4_bit_weights_adds_its_magnitudes_and_a_dequantization_per_forw
     assert dora.peak_allocated_bytes > lora.peak_allocated_bytes
     assert dora.find(q, "fwd").peak_bytes - dora.find(q, "pre").allocated_bytes > \
         lora.find(q, "fwd").peak_bytes - lora.find(q, "pre").allocated_bytes + round_up(2 * H * H)
+
+
+def test_a_checkpoint_s_recompute_runs_the_4_bit_product_under_autocast_again():
+    """``torch.utils.checkpoint`` recomputes a layer in backward under the forward's autocast (``recompute_fn``), so
+    in float32 the fallback there also casts the input and the dequantized weight to bfloat16 for ``F.linear``, and
+    returns bfloat16 (``bnb_gemm_4bit``): the same transient as in the forward. (Found against the stub: Llama-3.1-8B,
+    8 tokens, checkpointing, was 11.3 MiB over the simulation, which computed the recompute in float32.)"""
+    step = profile_step(SMOL, quantization="nf4", compute_dtype="float32", checkpoint=1, **dict(BF16, seq_len=8))
+    up = "base_model.model.model.layers.3.mlp.up_proj"
+    m, n, k = 8, MLP, H
+    forward, recompute = step.find(up, "fwd"), step.find(up, "recompute")
+    held = [step.peak_during(e) - step.events[e.index - 1].allocated_bytes for e in (forward, recompute)]
+    # x in float32, the weight dequantized in float32, autocast's bfloat16 copies of both, the bfloat16 result
+    assert held[0] == round_up(4 * m * k) + round_up(4 * n * k) + round_up(2 * m * k) + round_up(2 * n * k) \
+        + round_up(2 * m * n)
+    assert held[1] == held[0]
+    assert recompute.shape == forward.shape == (1, m, n)

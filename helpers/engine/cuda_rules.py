@@ -325,7 +325,9 @@ def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax
     (``N * K`` elements: 2 bytes each in 16 bits, 4 in float32), then ``F.linear``, which autocast reaches (the op
     has no autocast kernel: its fallthrough leaves autocast on inside the CUDA kernel): under autocast in another
     dtype, ``A`` and the dequantized weight are cast to autocast's dtype for the product (one more copy of the weight,
-    2 bytes each), and the result comes back in autocast's dtype, not ``A``'s. Between 5 and
+    2 bytes each), and the result comes back in autocast's dtype, not ``A``'s. Autocast is the one on when the op is
+    called (:func:`_gemm_4bit_autocast`): the step's forward, and a checkpoint's recompute in backward, which
+    ``torch.utils.checkpoint`` runs under the forward's autocast again. Between 5 and
     :data:`BNB_FUSED_MAX_ROWS` rows of 16-bit ``A`` bitsandbytes picks by the card's architecture and shape
     (``_gemm_4bit_use_custom_cuda``); the simulation, which has no card, takes the fallback there too: an upper bound
     by one dequantized weight.
@@ -339,8 +341,27 @@ def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax
         scales = torch.empty_like(absmax_8bit, dtype=torch.float32)
         absmax = scales + absmax_offset
     weight = torch.empty(shapeB, dtype=A.dtype, device=A.device)
-    with _autocast_again():  # SimulatedTracker excludes autocast here; CUDA's kernel runs under it
+    with _autocast_again(_GEMM_4BIT_AUTOCAST.get()):  # excluded in SimulatedTracker; CUDA's kernel runs under it
         return torch.nn.functional.linear(A, weight, bias)
+
+
+#: Autocast's dtype where ``bitsandbytes::gemm_4bit`` was called under autocast (None elsewhere), for
+#: :func:`bnb_gemm_4bit`, below autocast, which cannot ask (``torch.is_autocast_enabled`` is False there).
+_GEMM_4BIT_AUTOCAST: contextvars.ContextVar = contextvars.ContextVar("gemm_4bit_autocast", default=None)
+
+
+def _gemm_4bit_autocast(*args, **kwargs):
+    """``bitsandbytes::gemm_4bit``'s ``AutocastCPU`` kernel, reached only while autocast is on: it notes autocast's
+    dtype for :func:`bnb_gemm_4bit` and runs the op below autocast, its inputs as they are, as CUDA's fallthrough does
+    (bitsandbytes registers no autocast kernel). Not :data:`_AUTOCAST_DTYPE`: that is set in the step's forward only,
+    and a checkpoint's recompute in backward runs under the autocast it restores (``recompute_fn``,
+    ``torch/utils/checkpoint.py``)."""
+    token = _GEMM_4BIT_AUTOCAST.set(torch.get_autocast_dtype("cpu"))
+    try:
+        with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+            return torch.ops.bitsandbytes.gemm_4bit.default(*args, **kwargs)
+    finally:
+        _GEMM_4BIT_AUTOCAST.reset(token)
 
 
 #: bitsandbytes' operators whose CUDA kernel allocates more than its fake kernel, and what it allocates.
@@ -389,9 +410,11 @@ class SimulatedTracker(StorageTracker):
             raise error
 
 
-def _autocast_again():
-    """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again."""
-    dtype = _AUTOCAST_DTYPE.get()
+def _autocast_again(dtype=...):
+    """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again, in ``dtype`` (by default
+    :func:`simulated_autocast`'s; None: none)."""
+    if dtype is ...:
+        dtype = _AUTOCAST_DTYPE.get()
     if dtype is None:
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
@@ -406,6 +429,7 @@ def cuda_rules(attention: str = "auto"):
     """While active, CPU operations save what CUDA's would (the module's docstring); ``attention``: the kernel
     (:func:`attention_kernel`). ``torch.library`` kernels, removed on exit."""
     library = torch.library.Library("aten", "IMPL")
+    bnb = torch.library.Library("bitsandbytes", "IMPL")  # taken before bitsandbytes defines the op, if it is not yet
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
@@ -415,11 +439,13 @@ def cuda_rules(attention: str = "auto"):
             library.impl("dropout", _dropout, "CompositeImplicitAutograd")
             library.impl("scaled_dot_product_attention", _attention(attention), "CompositeImplicitAutograd")
             library.impl("rms_norm", _rms_norm, "CompositeImplicitAutograd")
+            bnb.impl("gemm_4bit", _gemm_4bit_autocast, "AutocastCPU")
         torch.is_autocast_enabled = _is_autocast_enabled
         yield
     finally:
         torch.is_autocast_enabled = _IS_AUTOCAST_ENABLED
         library._destroy()
+        bnb._destroy()
 
 
 _IS_AUTOCAST_ENABLED = torch.is_autocast_enabled
