@@ -28,6 +28,8 @@ QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4", "int8")
 BNB_4BIT = ("nf4", "fp4")
 #: The quantizations made by bitsandbytes, which ``prepare_kbit`` applies to.
 BNB_QUANTIZATIONS = (*BNB_4BIT, "int8")
+#: The dtypes bitsandbytes' 4-bit layers can compute in (``bnb_4bit_compute_dtype``; ``Linear4bit``'s ``compute_dtype``).
+COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
 #: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``), and LoRA's adapters.
 PARAM_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
@@ -112,7 +114,8 @@ _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
           "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
-            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES))
+            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES),
+            ("compute_dtype", COMPUTE_DTYPES))
 
 
 def _check_values(config: "StepConfig") -> None:
@@ -196,9 +199,6 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
      "lora_targets and lora_dropout apply to LoRA: give lora_rank too"),
     (lambda c: not c.lora_rank and c.lora_dtype != "float32", "lora_dtype applies to LoRA: give lora_rank too"),
     (lambda c: not c.lora_rank and c.dora, "dora (peft's use_dora) applies to LoRA: give lora_rank too"),
-    (lambda c: c.dora and c.quantization in BNB_4BIT,
-     "dora= with bitsandbytes' 4-bit weights is not simulated: peft dequantizes them through bitsandbytes' "
-     "Params4bit, which cannot hold the simulation's fake tensors"),
     (lambda c: c.dora and c.quantization == "int8",
      "dora= with bitsandbytes' int8 weights is not simulated: peft dequantizes them through bitsandbytes' "
      "Int8Params, which cannot hold the simulation's fake tensors"),
@@ -213,6 +213,8 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.bf16_embeddings and not c.prepare_kbit,
      "bf16_embeddings casts back what prepare_kbit (peft's prepare_model_for_kbit_training) made float32: give "
      "prepare_kbit too"),
+    (lambda c: c.compute_dtype != "bfloat16" and c.quantization not in BNB_4BIT,
+     "compute_dtype (bitsandbytes' bnb_4bit_compute_dtype) applies to quantization='nf4' or quantization='fp4'"),
     (lambda c: c.double_quant and c.quantization == "int8",
      "double_quant (bitsandbytes' bnb_4bit_use_double_quant) applies to its 4-bit quantization='nf4' or "
      "quantization='fp4', not to int8 (one float32 scale per row)"),
@@ -266,6 +268,9 @@ class StepConfig:
             in float32, and checkpointing as ``checkpoint`` and ``reentrant`` say.
             ``bf16_embeddings``: after it, the embeddings and the LM head cast back to bfloat16, norms kept float32
             (TRL's ``peft_module_casting_to_bf16``, which ``SFTTrainer`` runs with ``bf16=True``; ``qlora.py``).
+            ``compute_dtype``: the dtype bitsandbytes' 4-bit layers dequantize into and multiply in
+            (``bnb_4bit_compute_dtype``), one of :data:`COMPUTE_DTYPES`: ``"bfloat16"`` (the default here, the
+            QLoRA recipes'), ``"float16"``, or ``"float32"`` (``BitsAndBytesConfig``'s own default).
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
             follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
@@ -308,6 +313,7 @@ class StepConfig:
     dora: bool = False
     quantization: str = "none"
     double_quant: bool = False
+    compute_dtype: str = "bfloat16"
     prepare_kbit: bool = False
     bf16_embeddings: bool = False
     param_dtype: str = "float32"
@@ -429,6 +435,10 @@ CLI_OPTIONS = (
                                              "(peft_module_casting_to_bf16)"),
     ("--double-quant", "double_quant", "with --quantization nf4 or fp4: bitsandbytes' double quantization, the "
                                        "scales in 8 bits (bnb_4bit_use_double_quant)"),
+    ("--compute-dtype", "compute_dtype", "with --quantization nf4 or fp4: the dtype bitsandbytes' 4-bit layers "
+                                         "dequantize into and multiply in (bnb_4bit_compute_dtype): bfloat16 "
+                                         "(default, the QLoRA recipes'), float16 or float32 (BitsAndBytesConfig's "
+                                         "default)"),
     ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
     ("--optimizer-offload", "optimizer_offload", "optimizer states in host memory, stepped on the CPU"),
     ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),

@@ -47,7 +47,7 @@ def steps():
 @pytest.mark.parametrize("quant_type, double_quant", FORMATS)
 def test_a_layer_holds_what_the_formula_says(quant_type, double_quant):
     """The tensors ``quantize_4bit`` makes for one (out, in) weight, element for element, against ``bnb_bytes``."""
-    config = type("C", (), {"quantization": quant_type, "double_quant": double_quant})
+    config = type("C", (), {"quantization": quant_type, "double_quant": double_quant, "compute_dtype": "bfloat16"})
     with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
         layer = quantization._bnb_linear(torch.empty(1536, 576, device="meta"), None, config, meter.device)
         parts = [layer.weight, *quantization.state_tensors(layer.weight)]
@@ -90,7 +90,7 @@ def test_the_adapters_are_peft_s_4_bit_wrappers_and_train_alone(steps):
 def test_the_4_bit_product_allocates_what_the_cuda_kernel_does(rows, double_quant):
     """``gemm_4bit`` on CUDA: the fused kernel (up to 4 rows) allocates its result only; past that the fallback also
     holds one bfloat16 copy of the weight (and with double quantization the float32 scales twice) until it returns."""
-    config = type("C", (), {"quantization": "nf4", "double_quant": double_quant})
+    config = type("C", (), {"quantization": "nf4", "double_quant": double_quant, "compute_dtype": "bfloat16"})
     n, k = 1536, 576
     with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
         layer = quantization._bnb_linear(torch.empty(n, k, device="meta"), None, config, meter.device)
@@ -148,8 +148,6 @@ def test_dora_adds_a_magnitude_per_adapted_layer_and_its_norms_activations():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"quantization": "nf4", "dora": True}, "dora= with bitsandbytes' 4-bit weights is not simulated: peft "
-     "dequantizes them through bitsandbytes' Params4bit, which cannot hold the simulation's fake tensors"),
     ({"quantization": "torchao-nf4", "dora": True}, "dora= with quantization='torchao-nf4' fails in peft itself: its "
      "DoRA calls weight.dequantize(), which torchao's NF4Tensor does not take without arguments"),
     ({"quantization": "torchao-nf4", "prepare_kbit": True},

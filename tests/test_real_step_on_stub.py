@@ -12,7 +12,7 @@ tensors through CUDA's dispatch; this runs CUDA's kernels' own host code too (wh
 Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with peft's LoRA adapters (tied
 embeddings, grouped-query attention), batch 2 x 256 tokens, for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
 weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (checkpointing; with
-torchao's NF4 base, and with bitsandbytes', whose CUDA code runs too), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
+torchao's NF4 base, and with bitsandbytes', whose CUDA code runs too; and bitsandbytes' at 8 tokens computing in float32, with and without checkpointing), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
 second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
@@ -82,6 +82,12 @@ CASES = [
     {"name": "smollm2_qlora_bnb_4_tokens", "model": "HuggingFaceTB/SmolLM2-135M", "batch": 1, "seq_len": 4,
      "amp": True, "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "quantization": "nf4",
      "double_quant": True},
+] + [  # and computing in float32 (bnb_4bit_compute_dtype) at 8 tokens: the fallback, its F.linear under bfloat16 autocast,
+    # in the forward and in a checkpoint's recompute
+    {"name": name, "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 8, "amp": True, "amp_dtype": "bfloat16",
+     "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "nf4", "double_quant": True,
+     "compute_dtype": "float32"}
+    for name, checkpoint in (("llama8b_qlora_bnb_fp32_8_tokens", False), ("llama8b_qlora_bnb_fp32_8_tokens_ckpt", True))
 ] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
     {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
      "num_classes": 1000, "cudnn": False},
@@ -115,7 +121,7 @@ def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
 def simulate(case: dict):
     """The same step simulated (``profile_step(..., device="simulated")``)."""
     extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization",
-                                        "double_quant") if case.get(key)}
+                                        "double_quant", "compute_dtype") if case.get(key)}
     if "input_shape" in case:
         extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
     return profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),

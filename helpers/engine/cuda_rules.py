@@ -307,7 +307,9 @@ def cublas_operand_copy(matrix: torch.Tensor) -> int:
 
 #: bitsandbytes' fused 4-bit matrix product takes at most this many rows on every card (``_GEMM_4BIT_CUSTOM_FLOOR_M``);
 #: above :data:`BNB_FUSED_MAX_ROWS` never (``_gemm_4bit_custom_max_m``), both in ``bitsandbytes/backends/cuda/ops.py``.
-BNB_FUSED_ROWS, BNB_FUSED_MAX_ROWS = 4, 1536
+#: In float32 (no MMA kernel) it takes fewer than :data:`BNB_FUSED_FP32_ROWS` rows on every card, and never more
+#: (``_gemm_4bit_use_custom_cuda``: ``if dtype == torch.float32 ...: return M < 8``).
+BNB_FUSED_ROWS, BNB_FUSED_MAX_ROWS, BNB_FUSED_FP32_ROWS = 4, 1536, 8
 
 
 def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax_8bit=None, absmax_code=None,
@@ -315,22 +317,51 @@ def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax
     """What ``torch.ops.bitsandbytes.gemm_4bit`` allocates on a CUDA GPU (bitsandbytes 0.50.2,
     ``backends/cuda/ops.py``), where its fake kernel allocates only the result.
 
-    ``A``: the input (..., K) in the compute dtype; ``B``: the packed 4-bit weight of ``shapeB`` ``[N, K]``. Up to
-    :data:`BNB_FUSED_ROWS` rows of ``A``, the fused kernel: a contiguous ``A`` and the (..., N) result. Otherwise
-    ``_dequant_linear_fallback``: with double quantization the float32 scales (``absmax_8bit``'s length) dequantized
-    and then shifted by ``absmax_offset`` (both kept to the end), the weight dequantized in ``A``'s dtype (``N * K``
-    elements), then ``F.linear``. Between 5 and :data:`BNB_FUSED_MAX_ROWS` rows bitsandbytes picks by the card's
-    architecture and shape (``_gemm_4bit_use_custom_cuda``); the simulation, which has no card, takes the fallback
-    there too: an upper bound by one weight in 16 bits.
+    ``A``: the input (..., K) in the compute dtype (``Linear4bit``'s ``compute_dtype``); ``B``: the packed 4-bit
+    weight of ``shapeB`` ``[N, K]``. Up to :data:`BNB_FUSED_ROWS` rows of ``A`` (in float32 up to 7,
+    :data:`BNB_FUSED_FP32_ROWS`), the fused kernel: a contiguous ``A`` and the (..., N) result in ``A``'s dtype.
+    Otherwise ``_dequant_linear_fallback``: with double quantization the float32 scales (``absmax_8bit``'s length)
+    dequantized and then shifted by ``absmax_offset`` (both kept to the end), the weight dequantized in ``A``'s dtype
+    (``N * K`` elements: 2 bytes each in 16 bits, 4 in float32), then ``F.linear``, which autocast reaches (the op
+    has no autocast kernel: its fallthrough leaves autocast on inside the CUDA kernel): under autocast in another
+    dtype, ``A`` and the dequantized weight are cast to autocast's dtype for the product (one more copy of the weight,
+    2 bytes each), and the result comes back in autocast's dtype, not ``A``'s. Autocast is the one on when the op is
+    called (:func:`_gemm_4bit_autocast`): the step's forward, and a checkpoint's recompute in backward, which
+    ``torch.utils.checkpoint`` runs under the forward's autocast again. Between 5 and
+    :data:`BNB_FUSED_MAX_ROWS` rows of 16-bit ``A`` bitsandbytes picks by the card's architecture and shape
+    (``_gemm_4bit_use_custom_cuda``); the simulation, which has no card, takes the fallback there too: an upper bound
+    by one dequantized weight.
     """
-    if A.numel() // A.shape[-1] <= BNB_FUSED_ROWS and A.shape[-1] % blocksize == 0:
+    rows = A.numel() // A.shape[-1]
+    fused = rows < BNB_FUSED_FP32_ROWS if A.dtype == torch.float32 else rows <= BNB_FUSED_ROWS
+    if fused and A.shape[-1] % blocksize == 0:
         A = A.contiguous()
         return torch.empty((*A.shape[:-1], shapeB[0]), dtype=A.dtype, device=A.device)
     if absmax_8bit is not None:
         scales = torch.empty_like(absmax_8bit, dtype=torch.float32)
         absmax = scales + absmax_offset
     weight = torch.empty(shapeB, dtype=A.dtype, device=A.device)
-    return torch.nn.functional.linear(A, weight, bias)
+    with _autocast_again(_GEMM_4BIT_AUTOCAST.get()):  # excluded in SimulatedTracker; CUDA's kernel runs under it
+        return torch.nn.functional.linear(A, weight, bias)
+
+
+#: Autocast's dtype where ``bitsandbytes::gemm_4bit`` was called under autocast (None elsewhere), for
+#: :func:`bnb_gemm_4bit`, below autocast, which cannot ask (``torch.is_autocast_enabled`` is False there).
+_GEMM_4BIT_AUTOCAST: contextvars.ContextVar = contextvars.ContextVar("gemm_4bit_autocast", default=None)
+
+
+def _gemm_4bit_autocast(*args, **kwargs):
+    """``bitsandbytes::gemm_4bit``'s ``AutocastCPU`` kernel, reached only while autocast is on: it notes autocast's
+    dtype for :func:`bnb_gemm_4bit` and runs the op below autocast, its inputs as they are, as CUDA's fallthrough does
+    (bitsandbytes registers no autocast kernel). Not :data:`_AUTOCAST_DTYPE`: that is set in the step's forward only,
+    and a checkpoint's recompute in backward runs under the autocast it restores (``recompute_fn``,
+    ``torch/utils/checkpoint.py``)."""
+    token = _GEMM_4BIT_AUTOCAST.set(torch.get_autocast_dtype("cpu"))
+    try:
+        with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+            return torch.ops.bitsandbytes.gemm_4bit.default(*args, **kwargs)
+    finally:
+        _GEMM_4BIT_AUTOCAST.reset(token)
 
 
 def bnb_int8_vectorwise_quant(A, threshold=0.0):
@@ -448,9 +479,11 @@ class SimulatedTracker(StorageTracker):
             raise error
 
 
-def _autocast_again():
-    """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again."""
-    dtype = _AUTOCAST_DTYPE.get()
+def _autocast_again(dtype=...):
+    """Inside ``__torch_dispatch__``, where PyTorch has excluded autocast: include it again, in ``dtype`` (by default
+    :func:`simulated_autocast`'s; None: none)."""
+    if dtype is ...:
+        dtype = _AUTOCAST_DTYPE.get()
     if dtype is None:
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
@@ -465,6 +498,7 @@ def cuda_rules(attention: str = "auto"):
     """While active, CPU operations save what CUDA's would (the module's docstring); ``attention``: the kernel
     (:func:`attention_kernel`). ``torch.library`` kernels, removed on exit."""
     library = torch.library.Library("aten", "IMPL")
+    bnb = torch.library.Library("bitsandbytes", "IMPL")  # taken before bitsandbytes defines the op, if it is not yet
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
@@ -474,11 +508,13 @@ def cuda_rules(attention: str = "auto"):
             library.impl("dropout", _dropout, "CompositeImplicitAutograd")
             library.impl("scaled_dot_product_attention", _attention(attention), "CompositeImplicitAutograd")
             library.impl("rms_norm", _rms_norm, "CompositeImplicitAutograd")
+            bnb.impl("gemm_4bit", _gemm_4bit_autocast, "AutocastCPU")
         torch.is_autocast_enabled = _is_autocast_enabled
         yield
     finally:
         torch.is_autocast_enabled = _IS_AUTOCAST_ENABLED
         library._destroy()
+        bnb._destroy()
 
 
 _IS_AUTOCAST_ENABLED = torch.is_autocast_enabled

@@ -3,7 +3,8 @@ bitsandbytes' LLM.int8() (Dettmers et al., 2022) (lesson 09).
 
 ``StepConfig.quantization`` names the format and the library: ``"nf4"`` and ``"fp4"`` are bitsandbytes' ``Linear4bit``
 (what Hugging Face's ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=...)`` builds, and what QLoRA users
-run), with ``double_quant`` (``bnb_4bit_use_double_quant``) and a bfloat16 compute dtype; ``"int8"`` is bitsandbytes'
+run), with ``double_quant`` (``bnb_4bit_use_double_quant``) and ``compute_dtype`` (``bnb_4bit_compute_dtype``,
+bfloat16 by default); ``"int8"`` is bitsandbytes'
 ``Linear8bitLt`` (``BitsAndBytesConfig(load_in_8bit=True)``, :func:`_int8_linear`); ``"torchao-nf4"`` is torchao's
 ``NF4Tensor`` (:class:`NF4Linear`), always double-quantized. Every frozen linear weight (:func:`nf4_linears`)
 waits off the device while the model is placed (:func:`hold_back`); :func:`quantize` then brings each in bfloat16,
@@ -25,6 +26,7 @@ import math
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.nn import functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -203,13 +205,16 @@ class NF4Linear(nn.Module):
 def _bnb_linear(weight: torch.Tensor, bias: nn.Parameter | None, config, device: torch.device) -> nn.Module:
     """bitsandbytes' ``Linear4bit`` for a frozen ``weight`` (out, in), as ``from_pretrained`` makes it with
     ``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=config.quantization,
-    bnb_4bit_use_double_quant=config.double_quant, bnb_4bit_compute_dtype=torch.bfloat16)``: the weight arrives on
+    bnb_4bit_use_double_quant=config.double_quant, bnb_4bit_compute_dtype=config.compute_dtype)``: the weight arrives on
     the device in bfloat16, ``quantize_4bit`` makes its 4-bit codes and their ``QuantState``, as
-    ``Params4bit._quantize`` does, and the copy is freed. The codes are a plain frozen ``Parameter`` carrying the
-    state (``Params4bit`` cannot wrap a fake tensor); ``Linear4bit.forward`` reads it from there."""
+    ``Params4bit._quantize`` does, and the copy is freed. On a GPU the codes become bitsandbytes' ``Params4bit``
+    (``bnb_quantized``, as ``Params4bit.from_prequantized`` makes it); simulated, ``Params4bit`` cannot wrap a fake
+    tensor, and the codes are a frozen fake ``Parameter`` of the class :class:`Params4bit`, carrying the state.
+    ``Linear4bit.forward`` reads it from there."""
     bnb = _bitsandbytes()
     with _disable_current_modes():  # the module is made on meta, outside the step's fake tensors
-        layer = bnb.nn.Linear4bit(weight.shape[1], weight.shape[0], bias=False, compute_dtype=torch.bfloat16,
+        layer = bnb.nn.Linear4bit(weight.shape[1], weight.shape[0], bias=False,
+                                  compute_dtype=getattr(torch, config.compute_dtype),
                                   compress_statistics=config.double_quant, quant_type=config.quantization,
                                   device="meta")
     layer.support_avx512bf16_for_cpu = False  # a CPU-only repacking for inference; CUDA has none
@@ -217,7 +222,13 @@ def _bnb_linear(weight: torch.Tensor, bias: nn.Parameter | None, config, device:
     codes, state = bnb.functional.quantize_4bit(dense, blocksize=NF4_BLOCK, compress_statistics=config.double_quant,
                                                 quant_type=config.quantization, quant_storage=torch.uint8)
     del dense
-    layer.weight = nn.Parameter(codes, requires_grad=False)
+    if isinstance(codes, FakeTensor):
+        layer.weight = nn.Parameter(codes, requires_grad=False)
+        layer.weight.__class__ = Params4bit
+    else:
+        layer.weight = bnb.nn.Params4bit(codes, requires_grad=False, quant_state=state, blocksize=NF4_BLOCK,
+                                         compress_statistics=config.double_quant, quant_type=config.quantization,
+                                         quant_storage=torch.uint8, module=layer, bnb_quantized=True)
     layer.weight.quant_state = layer.quant_state = state
     layer.bias = bias
     return layer
@@ -270,6 +281,18 @@ def _cuda_path(layer: nn.Module, args) -> None:
 def _cuda_path_left(layer: nn.Module, args, output) -> None:
     """An int8 layer's forward hook, called even when the forward raises: ``MatMul8bitFp`` is itself again."""
     _bitsandbytes().autograd._functions.MatMul8bitFp = _CPU_PATH["MatMul8bitFp"]
+
+
+class Params4bit(FakeTensor):
+    """A simulated bitsandbytes 4-bit weight: the fake tensor of its packed codes (a frozen ``Parameter``, carrying
+    its ``quant_state``), of a class named as bitsandbytes' ``Params4bit``, which cannot wrap a fake tensor.
+
+    peft tells a 4-bit weight by its class's name: ``dequantize_module_weight`` and ``dequantize_bnb_weight``
+    (``peft/utils/integrations.py``) dequantize a weight whose ``__class__.__name__`` is ``"Params4bit"`` with
+    ``bnb.functional.dequantize_4bit(weight.data, weight.quant_state)`` and return any other as it is; DoRA calls them
+    at every forward (``DoraLinearLayer.forward``, ``peft/tuners/lora/dora.py``) for the weight's norm. With this
+    name the simulated weight takes that branch, whose allocations are the operators' fake kernels (``_ops.py``),
+    which allocate what their CUDA kernels do. Anything else sees a fake tensor."""
 
 
 def _arriving(weight: torch.Tensor, device: torch.device, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:

@@ -47,6 +47,7 @@ the snapshot's ``device_traces[0]``.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -103,7 +104,8 @@ def quantize_bnb(net: torch.nn.Module, case: dict) -> list:
 
     from helpers.techniques import quantization as q
 
-    config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False))
+    config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False),
+                             compute_dtype=case.get("compute_dtype", "bfloat16"))
     with q._dynamic_map(torch.device("cuda"), simulated=False) as cached:
         for parent, attribute, layer in q.nf4_linears(net):
             shape = layer.weight.shape
@@ -159,6 +161,10 @@ def run_case(case: dict, out: Path) -> dict:
               "allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved(),
               "trace_start": start}
     del net, optimizer, scaler
+    # bitsandbytes' Linear4bit and its weight refer to each other (Params4bit(..., module=self) in Linear4bit.__init__,
+    # bitsandbytes/nn/modules.py, 0.50.2; quantize_bnb makes them so too): only the cycle collector frees the 4-bit
+    # weights, which would otherwise stay live into the next case's step (as RealBackend.release collects).
+    gc.collect()
     torch.cuda.empty_cache()
     return result
 
