@@ -64,7 +64,7 @@ from helpers.batch import cublas_handles, has_convolutions
 from helpers.config import OPTIMIZER_NAMES
 from helpers.gpus import GPU_CARDS, judge
 from helpers.models import LANGUAGE_PRESETS
-from helpers.teaching.widgets import FINETUNE_METHODS, FINETUNE_OPTIMIZERS, PRECISIONS, SEGMENTS
+from helpers.teaching.widgets import FINETUNE_LOSSES, FINETUNE_METHODS, FINETUNE_OPTIMIZERS, PRECISIONS, SEGMENTS
 from helpers.transformer import transformer_step
 from lesson_runner import sections
 
@@ -457,8 +457,13 @@ def _direct(cls: str, controls: dict, figures: dict):
         options.update({k: v for k, v in method.items() if k in ("quantization", "double_quant")})
         if controls["weights"] != "float32":
             options["param_dtype"] = controls["weights"]
+        if method.get("lora"):
+            options.update(lora_dtype=controls["adapters"], dora=controls["DoRA"])
+        if method.get("quantization"):
+            options["prepare_kbit"] = controls["k-bit preparation (peft)"]
         return profile_step(controls["model"], batch, seq_len=int(controls["sequence"]), amp=True,
                             amp_dtype="bfloat16", checkpoint=1 if controls["gradient checkpointing"] else 0,
+                            loss=FINETUNE_LOSSES[controls["loss"]],
                             lora_rank=int(controls["LoRA rank"]) if method.get("lora") else 0, steady_state=True,
                             device="simulated", **options), None
     if cls == "SequenceExplorer":

@@ -13,6 +13,6 @@ Each is an ``ipywidgets.VBox``: display it as the last expression of a cell, or 
 
 from .explorers import (IMAGE_SIZES, PARAMETER_COUNT, PRECISIONS, SEGMENTS, SEQ_LENS, MemoryExplorer,
                         SequenceExplorer, WillItFit)
-from .finetune import (CARD_48GB, FINETUNE_METHODS, FINETUNE_MODELS, FINETUNE_OPTIMIZERS, LORA_RANKS, QUESTIONS,
-                       SEQ_STEP, FineTuneFit)
+from .finetune import (CARD_48GB, FINETUNE_LOSSES, FINETUNE_METHODS, FINETUNE_MODELS, FINETUNE_OPTIMIZERS, LORA_RANKS,
+                       QUESTIONS, SEQ_STEP, FineTuneFit)
 from .snapshot import SHIPPED, SnapshotExplorer
