@@ -12,7 +12,12 @@ tensors through CUDA's dispatch; this runs CUDA's kernels' own host code too (wh
 Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with peft's LoRA adapters (tied
 embeddings, grouped-query attention), batch 2 x 256 tokens, for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
 weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (checkpointing; with
-torchao's NF4 base, and with bitsandbytes', whose CUDA code runs too; and bitsandbytes' at 8 tokens computing in float32, with and without checkpointing), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
+torchao's NF4 base, and with bitsandbytes', whose CUDA code runs too; and bitsandbytes' at 8 tokens computing in
+float32, with and without checkpointing), the same QLoRA steps with bitsandbytes'
+LLM.int8() base (``quantization="int8"``: its ``Linear8bitLt`` and ``Int8Params`` quantized by ``.to("cuda")``, its
+``MatMul8bitLt`` on the CUDA path, its CUDA library's kernels no-ops; a copy to the host reads zeros, so no input
+column is an outlier, as the simulation assumes) for SmolLM2-135M at 4 and 256 tokens and the 8B at 2,048 and 4
+tokens (checkpointing), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
 second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
@@ -88,6 +93,17 @@ CASES = [
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "nf4", "double_quant": True,
      "compute_dtype": "float32"}
     for name, checkpoint in (("llama8b_qlora_bnb_fp32_8_tokens", False), ("llama8b_qlora_bnb_fp32_8_tokens_ckpt", True))
+] + [  # and with bitsandbytes' LLM.int8() (quantization="int8": real Linear8bitLt and Int8Params, its CUDA code
+    # run), the loss kept to the end of the step as the simulation's loop keeps it: MatMul8bitLt's ctx.tensors (each
+    # int8 layer's input) live as long as the autograd graph, which the loss holds through the optimizer step (the
+    # peak at 4 tokens; with the loss dropped after backward, as the other cases do, SmolLM2's is 761 KiB lower)
+    {"name": name, "model": model, "batch": 1, "seq_len": seq_len, "amp": True, "amp_dtype": "bfloat16",
+     "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "int8", "keep_loss": True}
+    for name, model, seq_len, checkpoint in (
+        ("smollm2_qlora_int8_4_tokens", "HuggingFaceTB/SmolLM2-135M", 4, False),
+        ("smollm2_qlora_int8_256_tokens", "HuggingFaceTB/SmolLM2-135M", 256, False),
+        ("llama8b_qlora_int8_ckpt", "meta-llama/Llama-3.1-8B", 2048, True),
+        ("llama8b_qlora_int8_ckpt_4_tokens", "meta-llama/Llama-3.1-8B", 4, True))
 ] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
     {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
      "num_classes": 1000, "cudnn": False},

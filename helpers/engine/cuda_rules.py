@@ -370,8 +370,10 @@ def bnb_int8_vectorwise_quant(A, threshold=0.0):
     float32 absmax per row. In that order: the float32 row scales, the int8 codes of ``A``'s shape; with a
     ``threshold`` (``Linear8bitLt``'s 6.0), the outlier search ``A.abs() >= threshold`` (``A.abs()`` in float16, freed
     once compared; the bool mask of ``A``'s shape, held to the end), the 0-dim result of ``outliers.any()`` and the
-    outlier columns. The fake kernel asks for a data-dependent size instead, which the simulation's fake tensors have
-    no shape environment for.
+    outlier columns, and for more than one row the 0-dim int8 value of ``out_row[:, outlier_cols] = 0`` (an empty
+    index, still a 512-byte block a moment: PyTorch's indexing puts a scalar value on the device), as bitsandbytes'
+    CUDA code allocates on the stub driver (``tests/test_real_step_on_stub.py``). The fake kernel asks for a
+    data-dependent size instead, which the simulation's fake tensors have no shape environment for.
 
     Fake tensors have no values: the simulation assumes no column of ``A`` holds an outlier (``outliers.any()``
     false), so the outlier columns are empty (int64, 0 bytes) and the product's outlier part adds nothing
@@ -379,14 +381,19 @@ def bnb_int8_vectorwise_quant(A, threshold=0.0):
     weight column dequantized (``backends/default/ops.py``, ``int8_mixed_scaled_mm``)."""
     if A.dtype != torch.float16:
         raise ValueError(f"A must be float16, got {A.dtype}")
-    row_stats = torch.empty(A.numel() // A.shape[-1], dtype=torch.float32, device=A.device)
+    rows = A.numel() // A.shape[-1]
+    row_stats = torch.empty(rows, dtype=torch.float32, device=A.device)
     out_row = torch.empty(A.shape, dtype=torch.int8, device=A.device)
     outlier_cols = None
     if threshold > 0.0:
-        outliers = A.abs() >= threshold
+        outliers = A.abs() >= threshold  # held to the return
         outliers.any()  # `if outliers.any():` reads a 0-dim bool tensor; assumed false
         outlier_cols = torch.empty(0, dtype=torch.int64, device=A.device)
-        del outliers
+    if rows > 1 and outlier_cols is not None:
+        # `out_row[:, outlier_cols] = 0`: indexing makes the value 0 a 0-dim int8 tensor on the device (1 byte, a
+        # 512-byte block), freed once written
+        zero = torch.empty((), dtype=torch.int8, device=A.device)
+        del zero
     return out_row, row_stats, outlier_cols
 
 

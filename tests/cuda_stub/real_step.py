@@ -31,8 +31,9 @@ of https://pytorch.org/memory_viz, made by PyTorch itself.
 
 Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
 "seq_len": n, "amp": bool}`` and optionally ``"amp_dtype"``, ``"param_dtype"``, ``"lora_rank"``,
-``"checkpoint"`` (Hugging Face's, each decoder layer), ``"quantization"`` (``"torchao-nf4"``, or bitsandbytes'
-``"nf4"`` or ``"fp4"`` with ``"double_quant"``), ``"optimizer"``, and for
+``"checkpoint"`` (Hugging Face's, each decoder layer), ``"keep_loss"`` (the loss alive to the end of the step, as
+the simulation's loop keeps it: ``whole_step.training_step``), ``"quantization"`` (``"torchao-nf4"``, or bitsandbytes'
+``"nf4"`` or ``"fp4"`` with ``"double_quant"``, or its LLM.int8() ``"int8"``), ``"optimizer"``, and for
 image models ``"input_shape"`` and ``"num_classes"`` (no ``seq_len``) and ``"cudnn": false`` (PyTorch's own CUDA
 convolutions, ``torch.backends.cudnn.enabled = False``: cuDNN has no stub).  Output (stdout, last line): a JSON
 list, for each case, ``{"snapshot": path, "max_allocated": bytes,
@@ -116,6 +117,32 @@ def quantize_bnb(net: torch.nn.Module, case: dict) -> list:
     return cached
 
 
+def quantize_int8(net: torch.nn.Module) -> None:
+    """LLM.int8()'s base weights (``case["quantization"] == "int8"``), as ``from_pretrained`` makes them with
+    ``BitsAndBytesConfig(load_in_8bit=True)``: each linear weight :func:`helpers.techniques.quantization.nf4_linears`
+    picks becomes bitsandbytes' own ``Linear8bitLt(has_fp16_weights=False, threshold=6.0)``, its weight a real
+    ``Int8Params`` made from a float16 weight on the host and moved to the device, where ``Int8Params._quantize``
+    quantizes it (``int8_vectorwise_quant``: the int8 codes and float32 row scales) and the float16 copy is freed
+    (``transformers/integrations/bitsandbytes.py``: ``Int8Params(value.to("cpu"), requires_grad=False).to(device)``),
+    one at a time; the adapters' wrappers made peft's 8-bit ones. Not the simulation's stand-in
+    (``quantization._int8_linear``, a plain ``Parameter`` carrying ``CB`` and ``SCB``): bitsandbytes' classes and
+    its CUDA code, its kernels no-ops."""
+    import bitsandbytes as bnb
+
+    from helpers.techniques import quantization as q
+
+    for parent, attribute, layer in q.nf4_linears(net):
+        out_features, in_features = layer.weight.shape
+        layer._parameters["weight"] = None  # the placed weight goes: the float16 copy arrives in its place
+        int8 = bnb.nn.Linear8bitLt(in_features, out_features, bias=False, has_fp16_weights=False,
+                                   threshold=q.INT8_THRESHOLD, device="meta")
+        host = torch.empty(out_features, in_features, dtype=torch.float16)  # as loaded, on the host
+        int8.weight = bnb.nn.Int8Params(host, requires_grad=False, has_fp16_weights=False).to("cuda")
+        int8.bias = layer.bias
+        q._peft_bnb(parent, int8=True)
+        setattr(parent, attribute, int8)
+
+
 def run_case(case: dict, out: Path) -> dict:
     """One case, from an empty cache: placed, two steps, the second measured; its snapshot written to ``out``."""
     torch.backends.cudnn.enabled = case.get("cudnn", True)  # False: PyTorch's own convolutions (cuDNN is no stub)
@@ -135,6 +162,8 @@ def run_case(case: dict, out: Path) -> dict:
     net = place(net)
     if case.get("quantization") == "torchao-nf4":  # each frozen linear weight in torchao's NF4, as the recipe quantizes it
         quantize_nf4(net)
+    elif case.get("quantization") == "int8":  # in bitsandbytes' LLM.int8()
+        quantize_int8(net)
     elif case.get("quantization"):  # in bitsandbytes' 4 bits
         cached = quantize_bnb(net, case)  # noqa: F841 (kept alive for the case)
     optimizer = make_optimizer(case.get("optimizer", "adamw"), [p for p in net.parameters() if p.requires_grad])
@@ -143,7 +172,8 @@ def run_case(case: dict, out: Path) -> dict:
 
     def step():
         training_step(net, spec, optimizer, scaler, case["batch"], case.get("seq_len"), case["amp"], amp_dtype=amp_dtype,
-                      sample_shape=tuple(case.get("input_shape", (3, 224, 224))), classes=case.get("num_classes", 1000))
+                      sample_shape=tuple(case.get("input_shape", (3, 224, 224))), classes=case.get("num_classes", 1000),
+                      keep_loss=case.get("keep_loss", False))
 
     step()
     torch.cuda.reset_peak_memory_stats()

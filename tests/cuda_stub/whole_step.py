@@ -135,10 +135,14 @@ def place(net: torch.nn.Module) -> torch.nn.Module:
 def training_step(net: torch.nn.Module, spec, optimizer: torch.optim.Optimizer, scaler, batch: int,
                   seq_len: int | None, amp: bool, kernels=contextlib.nullcontext,
                   after_backward=lambda: None, amp_dtype: torch.dtype = torch.float16,
-                  sample_shape: tuple[int, ...] = (3, 224, 224), classes: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+                  sample_shape: tuple[int, ...] = (3, 224, 224), classes: int = 1000,
+                  keep_loss: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """One step as a training loop writes it (the module's docstring, 2 to 6), on the ``cuda`` device; returns the
     batch (images of ``sample_shape`` and ``classes`` class ids without a ``seq_len``).  ``after_backward()`` runs once ``backward`` has returned, before the optimizer step.  Also
-    real_step.py's."""
+    real_step.py's.  The loss is dropped once backward has run, unless ``keep_loss``: then it lives to the end of the
+    step, as in a loop that writes ``loss = ...; loss.backward(); optimizer.step()`` (and in the simulation's,
+    :meth:`helpers.step.StepRunner.run`), and with it the autograd graph, whose nodes keep what a custom function put
+    on its context (bitsandbytes' ``MatMul8bitLt`` keeps its input in ``ctx.tensors``)."""
     if seq_len is not None:
         x = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
         y = torch.randint(0, spec.vocab_size, (batch, seq_len), device="cuda")
@@ -154,6 +158,7 @@ def training_step(net: torch.nn.Module, spec, optimizer: torch.optim.Optimizer, 
         scaler.scale(loss).backward()
     else:
         loss.backward()
+    kept = loss if keep_loss else None  # noqa: F841 (alive to the end of the step)
     del loss
     after_backward()
     if scaler is not None:
