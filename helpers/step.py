@@ -242,9 +242,10 @@ def place_on_device(runner: "StepRunner") -> None:
 RECIPE: tuple[tuple[str, Callable[["StepRunner"], None]], ...] = (
     ("build", models.build),                                    # config.model
     ("parameter dtype", precision.set_parameter_dtype),         # param_dtype
-    ("k-bit preparation", quantization.prepare_kbit),           # prepare_kbit (peft's, QLoRA with bitsandbytes), bf16_embeddings
+    ("k-bit preparation", quantization.prepare_kbit),           # prepare_kbit (peft's, QLoRA with bitsandbytes)
     ("activation checkpointing", checkpointing.enable),         # checkpoint, reentrant
     ("LoRA adapters", lora.add_adapters),                       # lora_rank, lora_targets, lora_dropout
+    ("embeddings back to bfloat16", quantization.cast_embeddings_to_bf16),  # bf16_embeddings (TRL's cast)
     ("hold back weights to quantize", quantization.hold_back),  # quantization (QLoRA)
     ("place on the device", place_on_device),                   # counted from here on
     ("quantize", quantization.quantize),                        # quantization: one weight at a time
@@ -332,6 +333,8 @@ class StepRunner:
         self.optimizer = self.scaler = None
         try:
             self.model = self.meter.build(lambda: self._prepare(RECIPE[:_PLACE]))
+            if self.task.loss == "chunked":
+                models.check_chunked(self.model)
         except Refused as e:  # already one line that names the problem
             raise ValueError(str(e)) from None
         except Exception as e:  # the learner's constructor: report it in one line, not from inside torch

@@ -136,6 +136,21 @@ def test_trl_casts_the_embeddings_back_to_bfloat16_after_the_k_bit_preparation()
         StepConfig(model=SMOL, seq_len=32, lora_rank=8, quantization="nf4", bf16_embeddings=True)
 
 
+def test_trls_cast_comes_after_lora_and_reaches_the_heads_adapters():
+    """TRL casts after ``get_peft_model``: an adapted LM head's LoRA weights have "lm_head" in their names, are
+    float32 like every adapter, and become bfloat16 with the head; the other adapters stay float32."""
+    tiny = {"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+    runner = StepRunner(StepConfig(model=tiny, seq_len=16, lora_rank=4, lora_targets=("q_proj", "lm_head"),
+                                   quantization="nf4", prepare_kbit=True, bf16_embeddings=True, param_dtype="bfloat16",
+                                   device="simulated"))
+    dtypes = {name: p.dtype for name, p in runner.model.named_parameters()}
+    assert dtypes["base_model.model.lm_head.lora_A.default.weight"] == torch.bfloat16
+    assert dtypes["base_model.model.lm_head.base_layer.weight"] == torch.bfloat16
+    assert dtypes["base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight"] == torch.float32
+    assert dtypes["base_model.model.model.norm.weight"] == torch.float32
+
+
 def test_dora_adds_a_magnitude_per_adapted_layer_and_its_norms_activations():
     """peft's DoRA (``dora=True``) on SmolLM2's q and v: one magnitude vector of ``out`` per adapted layer (float32,
     with its gradient and AdamW's two states), and more kept for backward (the base weight's norm, the scaled output)."""

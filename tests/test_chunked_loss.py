@@ -54,9 +54,22 @@ def test_chunks_are_upcast_one_at_a_time(profiles):
     assert chunked.peak_allocated_bytes < profiles["next_token"].peak_allocated_bytes - TOKENS * VOCAB * 2
 
 
+def test_the_model_runs_whole_and_only_its_head_in_chunks(profiles):
+    chunked = profiles["chunked"]
+    assert chunked.find("", "fwd").phase == "fwd"  # the model's own forward ran: the end of the forward pass
+    heads = [e for e in chunked.events if e.module == "base_model.model.lm_head" and e.phase == "fwd"]
+    assert len(heads) == 1 and heads[0].shape == (2, 256 // OUTPUT_CHUNKS, VOCAB)  # one call, a list of chunks
+
+
 def test_a_chunked_loss_needs_token_inputs_and_is_on_the_command_line(capsys):
     with pytest.raises(ValueError, match="loss='chunked' is a next-token loss"):
         profile_step("mlp", loss="chunked", device="simulated")
+    with pytest.raises(ValueError, match=r"^loss='chunked' .* \(llama, mistral, qwen2, gpt2, bloom\), not GPT$"):
+        profile_step("gpt2", seq_len=16, loss="chunked", device="simulated")
+    bert = {"model_type": "bert", "vocab_size": 96, "hidden_size": 32, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 64, "is_decoder": True}
+    with pytest.raises(ValueError, match=r"not a 'bert' model$"):
+        profile_step(bert, seq_len=16, loss="chunked", device="simulated")
     with pytest.raises(ValueError, match="unknown loss 'chunks'"):
         StepConfig(loss="chunks")
     assert main(["profile", "--model", SMOL, "--batch-size", "1", "--seq-len", "16", "--loss", "chunked",

@@ -188,7 +188,7 @@ def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
 
 @pytest.mark.parametrize("options, message", [
     ({"quantization": "nf4"}, "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
-    ({"quantization": "int4", "lora_rank": 8}, "unknown quantization 'int4'; use one of none, nf4, fp4, torchao-nf4"),
+    ({"quantization": "int4", "lora_rank": 8}, "unknown quantization 'int4'; use one of none, nf4, fp4, torchao-nf4, int8"),
     ({"quantization": "torchao-nf4", "lora_rank": 8, "double_quant": True},
      "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
      "(torchao-nf4 always quantizes its scales)"),

@@ -5,6 +5,7 @@ rebuilds ``lessons/NN_topic.ipynb`` from it and stores the outputs of a fresh ru
 which strict nbval then checks.  These tests fail when the two drift apart.
 """
 
+import ast
 import pathlib
 
 import jupytext
@@ -38,3 +39,4 @@ def test_source_and_notebook_agree(path):
         assert a == b, f"cell {i} differs between {path.stem}.py and {path.name}: run make refresh-notebooks"
     assert len(built) == len(stored), f"{path.stem}.py has {len(built)} cells, {path.name} {len(stored)}"
     assert source.metadata["kernelspec"]["name"] == "python3"
+    ast.parse(path.with_suffix(".py").read_text(encoding="utf-8"))  # every markdown line commented: runnable Python

@@ -207,4 +207,4 @@ def test_the_mistral_rows_gap_states_its_figures():
     assert round(states / 1e9, 3) == 4.290 and abs(states + b4.workspaces - after_training) < 0.2e6
     assert "4.307 GB, is the engine's parameters and AdamW states, 4.290 GB, and the A100's two cuBLAS workspaces, " \
            "within 0.2 MB" in b4.row.gap
-    assert profile.peak.phase == "loss"
+    assert profile.peak.phase == "loss" and profile_step(b8.row.config()).peak.phase == "loss"  # both peaks

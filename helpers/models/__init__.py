@@ -396,28 +396,44 @@ class Batch:
 
 #: The chunks of torchtune's ``CEWithChunkedOutputLoss`` (its ``num_output_chunks`` default).
 OUTPUT_CHUNKS = 8
+#: The Hugging Face model types whose forward applies the LM head to the decoder's last hidden state and returns its
+#: output as the logits, with nothing between (no transform, scale or soft-capping): their head can run in chunks.
+CHUNKED_MODEL_TYPES = ("llama", "mistral", "qwen2", "gpt2", "bloom")
+
+
+def check_chunked(model: nn.Module) -> None:
+    """That ``model`` can compute :func:`chunked_output_loss`: a Hugging Face causal LM of
+    :data:`CHUNKED_MODEL_TYPES` with an LM head (peft's wrapper passes both on).
+
+    Raises:
+        Refused (a ValueError): in one line, otherwise.
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    head = getattr(model, "get_output_embeddings", None)
+    if model_type not in CHUNKED_MODEL_TYPES or not callable(head) or head() is None:
+        what = f"a {model_type!r} model" if model_type else type(model).__name__
+        raise Refused(f"loss='chunked' (torchtune's chunked output) needs a Hugging Face causal LM whose LM head reads "
+                      f"the decoder's output as it is ({', '.join(CHUNKED_MODEL_TYPES)}), not {what}")
 
 
 def chunked_output_loss(model: nn.Module, inputs: tuple, targets: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy as torchtune 0.6.1 computes it with ``CEWithChunkedOutputLoss``, for a Hugging Face
-    causal LM ``model`` (with ``get_decoder`` and ``get_output_embeddings``; peft's wrapper passes them on).
+    """Next-token cross-entropy as torchtune 0.6.1 computes it with ``CEWithChunkedOutputLoss``, for a causal LM that
+    :func:`check_chunked` accepts.
 
-    The decoder's last hidden state ``(batch, seq, hidden)`` is cut into :data:`OUTPUT_CHUNKS` chunks along the
-    sequence, the LM head applied to each (``TransformerDecoder.chunked_output``, ``torchtune/modules/transformer.py``),
-    and each chunk of logits upcast to float32 and scored on its own (``compute_cross_entropy``, sum), the sum divided
-    by the number of targets (``torchtune/modules/loss/ce_chunked_output_loss.py``): one chunk's float32 copy at a
-    time instead of the whole logits'. ``targets``: ``(batch, seq)`` token ids. Returns the mean loss, a scalar.
-
-    Raises:
-        ValueError: if ``model`` is not such a causal LM.
+    The model runs as usual, but its LM head runs on :data:`OUTPUT_CHUNKS` chunks of the last hidden state
+    ``(batch, seq, hidden)`` along the sequence and returns their logits as a list
+    (``TransformerDecoder.chunked_output``, ``torchtune/modules/transformer.py``); each chunk is upcast to float32 and
+    scored on its own (``compute_cross_entropy``, a sum), and the sum divided by the number of targets
+    (``torchtune/modules/loss/ce_chunked_output_loss.py``): one chunk's float32 copy at a time instead of the whole
+    logits'. ``targets``: ``(batch, seq)`` token ids. Returns the mean loss, a scalar.
     """
-    decoder, head = (getattr(model, name, None) for name in ("get_decoder", "get_output_embeddings"))
-    if not (callable(decoder) and callable(head)):
-        raise ValueError(f"loss='chunked' (torchtune's chunked output) needs a Hugging Face causal LM, not "
-                         f"{type(model).__name__}")
-    hidden = decoder()(*inputs)[0]  # the last hidden state, after the final norm
-    logits = [head()(chunk) for chunk in hidden.chunk(OUTPUT_CHUNKS, dim=1)]
-    del hidden
+    head = model.get_output_embeddings()
+    forward = type(head).forward
+    head.forward = lambda x: [forward(head, chunk) for chunk in x.chunk(OUTPUT_CHUNKS, dim=1)]
+    try:
+        logits = model(*inputs).logits
+    finally:
+        del head.forward  # the class's forward again
     total = 0.0
     for chunk, target in zip(logits, targets.chunk(OUTPUT_CHUNKS, dim=1)):
         total = total + F.cross_entropy(chunk.flatten(0, 1).float(), target.flatten(), reduction="sum")

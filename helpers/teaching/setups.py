@@ -102,7 +102,7 @@ def shifted_loss(output) -> torch.Tensor:
 
 
 def accelerate_float32_loss(output) -> torch.Tensor:
-    """The next-token loss of a ``Trainer`` run in bfloat16 with transformers 4.46-4.48 and accelerate 1.x:
+    """The next-token loss of a ``Trainer`` run in bfloat16 with transformers 4.48 and accelerate 1.x:
     :func:`shifted_float32_loss` (``ForCausalLMLoss`` upcasts the logits and shifts them into a contiguous copy),
     then a float32 copy of the output's logits, made by accelerate's ``convert_outputs_to_fp32`` around the model's
     forward and dropped with the output by ``Trainer.compute_loss``. ``output``: an output with ``.logits``, or the

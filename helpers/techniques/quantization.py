@@ -21,6 +21,7 @@ AVX-512 inference, and training an int8 layer through ``MatMul8bitFp`` (:func:`_
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 
@@ -134,6 +135,7 @@ def nf4_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
     but the output embeddings and tied weights (``get_keys_to_not_convert``, ``transformers/quantizers/base.py``)."""
     get_output = getattr(model, "get_output_embeddings", None)
     head = get_output() if callable(get_output) else None
+    head = getattr(head, "base_layer", head)  # peft's wrapper of an adapted head: the head is its base layer
     counts: dict[int, int] = {}
     for module in model.modules():
         for p in module._parameters.values():
@@ -259,28 +261,32 @@ def _int8_linear(weight: torch.Tensor, bias: nn.Parameter | None, device: torch.
     layer.weight = nn.Parameter(codes, requires_grad=False)
     layer.weight.CB, layer.weight.SCB = codes, scales
     layer.bias = bias
-    layer.register_forward_pre_hook(_cuda_path)
-    layer.register_forward_hook(_cuda_path_left, always_call=True)
+    layer.__class__ = _cuda_path()
     return layer
 
 
-#: bitsandbytes' ``MatMul8bitFp`` while an int8 layer's forward runs (:func:`_cuda_path`).
-_CPU_PATH: dict = {}
+@functools.cache
+def _cuda_path():
+    """bitsandbytes' ``Linear8bitLt`` on its CUDA path, the class of every simulated int8 layer: its ``matmul``
+    (``autograd/_functions.py``) trains a CPU or XPU input through ``MatMul8bitFp`` (the weight dequantized, then
+    ``F.linear``) and a CUDA one through ``MatMul8bitLt``; while its forward runs, the name ``MatMul8bitFp`` is
+    ``MatMul8bitLt``, so the simulation's CPU fake tensors take the CUDA path (a CUDA tensor takes it anyway), and
+    whatever ends the forward (a return, an exception, an interrupt) restores it."""
+    bnb = _bitsandbytes()
 
+    class Linear8bitLt(bnb.nn.Linear8bitLt):
+        __doc__ = _cuda_path.__doc__
 
-def _cuda_path(layer: nn.Module, args) -> None:
-    """An int8 layer's forward pre-hook: bitsandbytes' ``matmul`` (``autograd/_functions.py``) trains a CPU or XPU
-    input through ``MatMul8bitFp`` (the weight dequantized, then ``F.linear``) and a CUDA one through
-    ``MatMul8bitLt``; until the forward ends (:func:`_cuda_path_left`) the name ``MatMul8bitFp`` is ``MatMul8bitLt``,
-    so the simulation's CPU fake tensors take the CUDA path (a CUDA tensor takes it anyway)."""
-    functions = _bitsandbytes().autograd._functions
-    _CPU_PATH.setdefault("MatMul8bitFp", functions.MatMul8bitFp)
-    functions.MatMul8bitFp = functions.MatMul8bitLt
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            functions = bnb.autograd._functions
+            cpu_path = functions.MatMul8bitFp
+            functions.MatMul8bitFp = functions.MatMul8bitLt
+            try:
+                return super().forward(x)
+            finally:
+                functions.MatMul8bitFp = cpu_path
 
-
-def _cuda_path_left(layer: nn.Module, args, output) -> None:
-    """An int8 layer's forward hook, called even when the forward raises: ``MatMul8bitFp`` is itself again."""
-    _bitsandbytes().autograd._functions.MatMul8bitFp = _CPU_PATH["MatMul8bitFp"]
+    return Linear8bitLt
 
 
 class Params4bit(FakeTensor):
@@ -335,16 +341,18 @@ def prepare_kbit(runner) -> None:
         runner.model.is_loaded_in_4bit = True
     prepare_model_for_kbit_training(runner.model, use_gradient_checkpointing=bool(config.checkpoint),
                                     gradient_checkpointing_kwargs={"use_reentrant": config.reentrant})
-    if config.bf16_embeddings:
-        cast_embeddings_to_bf16(runner.model)
 
 
-def cast_embeddings_to_bf16(model: nn.Module) -> None:
-    """TRL's ``peft_module_casting_to_bf16`` (``trl/trainer/utils.py``, v0.13; ``SFTTrainer`` runs it after
-    ``prepare_model_for_kbit_training`` when ``bf16=True``, and the QLoRA paper's ``qlora.py`` does the same): every
-    module with "norm" in its name to float32; the embeddings and the LM head ("lm_head", "embed_tokens", "wte",
-    "wpe" in the name), if float32, back to bfloat16."""
-    for name, module in model.named_modules():
+def cast_embeddings_to_bf16(runner) -> None:
+    """The recipe's step after LoRA (``config.bf16_embeddings``): TRL's ``peft_module_casting_to_bf16``
+    (``trl/trainer/utils.py``, v0.13), which ``SFTTrainer`` runs after ``prepare_model_for_kbit_training`` and
+    ``get_peft_model`` when ``bf16=True`` and the model is loaded in 4 bits (the QLoRA paper's ``qlora.py`` does the
+    same at any bits): every module with "norm" in its name to float32; every module with "lm_head", "embed_tokens",
+    "wte" or "wpe" in its name whose weight is float32 (the embeddings, the LM head, and LoRA's adapters of the head
+    if it is adapted) to bfloat16."""
+    if not runner.config.bf16_embeddings:
+        return
+    for name, module in runner.model.named_modules():
         if isinstance(module, nn.LayerNorm) or "norm" in name:
             module.to(torch.float32)
         elif any(x in name for x in ("lm_head", "embed_tokens", "wte", "wpe")) and hasattr(module, "weight"):
