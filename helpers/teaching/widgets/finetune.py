@@ -118,8 +118,9 @@ class FineTuneFit(StepWidget):
         self.checkpointing = widgets.Checkbox(checkpointing, description="gradient checkpointing", indent=False)
         self.adapters = widgets.Dropdown(options=["float32", "bfloat16"], value=adapters, description="adapters",
                                          style=style)
-        self.dora = widgets.Checkbox(dora, description="DoRA", indent=False)
-        self.prepare_kbit = widgets.Checkbox(prepare_kbit, description="k-bit preparation (peft)", indent=False)
+        narrow = dict(indent=False, layout=widgets.Layout(width="auto", margin="0 16px 0 8px"))
+        self.dora = widgets.Checkbox(dora, description="DoRA", **narrow)
+        self.prepare_kbit = widgets.Checkbox(prepare_kbit, description="k-bit preparation (peft)", **narrow)
         self.loss = widgets.Dropdown(options=list(FINETUNE_LOSSES), value=loss, description="loss", style=style)
         self.seq = widgets.BoundedIntText(seq, min=1, max=self._max_seq[model], description="sequence",
                                           style=style, layout=widgets.Layout(width="220px"))
@@ -133,8 +134,8 @@ class FineTuneFit(StepWidget):
         controls = [self.model, self.method, self.lora_rank, self.adapters, self.dora, self.prepare_kbit,
                     self.optimizer, self.weights, self.loss, self.checkpointing, self.seq, self.question, self.reserved]
         self._finish([widgets.HBox([self.model, self.method, self.lora_rank]),
-                      widgets.HBox([self.adapters, self.dora, self.prepare_kbit]),
-                      widgets.HBox([self.optimizer, self.weights, self.loss, self.checkpointing]),
+                      widgets.HBox([self.adapters, self.dora, self.prepare_kbit, self.checkpointing]),
+                      widgets.HBox([self.optimizer, self.weights, self.loss]),
                       widgets.HBox([self.seq, self.batch_box, self.capacity]),
                       widgets.HBox([self.question, self.reserved])], controls, batch_row=False)
 
