@@ -109,8 +109,10 @@ class FineTuneFit(StepWidget):
         style = self._STYLE
         self.model = widgets.Dropdown(options=list(models), value=model, description="model", style=style,
                                       layout=widgets.Layout(width="400px"))
-        self.method = widgets.Dropdown(options=list(FINETUNE_METHODS), value=method, description="method", style=style)
-        self.lora_rank = widgets.Dropdown(options=LORA_RANKS, value=lora_rank, description="LoRA rank", style=style)
+        self.method = widgets.Dropdown(options=list(FINETUNE_METHODS), value=method, description="method", style=style,
+                                       layout=widgets.Layout(width="360px"))  # the whole of the QLoRA label
+        self.lora_rank = widgets.Dropdown(options=LORA_RANKS, value=lora_rank, description="LoRA rank", style=style,
+                                          layout=widgets.Layout(width="200px"))
         self.optimizer = widgets.Dropdown(options=list(FINETUNE_OPTIMIZERS), value=optimizer,
                                           description="optimizer", style=style, layout=widgets.Layout(width="400px"))
         self.weights = widgets.Dropdown(options=["float32", "bfloat16"], value=weights, description="weights",
