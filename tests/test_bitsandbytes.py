@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
+from peft.tuners.lora.bnb import Linear8bitLt as LoraLinear8bitLt
 
 from helpers.allocator.rules import round_up
 from helpers.batch import model_state_estimate
@@ -77,12 +78,15 @@ def test_the_adapters_are_peft_s_4_bit_wrappers_and_train_alone(steps):
         assert _bytes(steps[fmt], "gradients") == adapters
         assert _bytes(steps[fmt], "optimizer_states") == 2 * adapters
         assert steps[fmt].params_without_grad == []
-    runner = StepRunner(StepConfig(model=SMOL, quantization="nf4", **BF16))
+    _assert_peft_wraps("nf4", LoraLinear4bit, "Linear4bit")
+
+
+def _assert_peft_wraps(quantization: str, wrapper: type, base: str) -> None:
+    """Every adapted layer (q and v of each of SmolLM2's layers) is peft's ``wrapper`` around bitsandbytes' ``base``."""
+    runner = StepRunner(StepConfig(model=SMOL, quantization=quantization, **BF16))
     with runner.meter:
-        model = runner.place()
-        wrappers = [m for m in model.modules() if isinstance(m, LoraLinear4bit)]
-        assert len(wrappers) == LAYERS * 2
-        assert all(type(w.base_layer).__name__ == "Linear4bit" for w in wrappers)
+        wrappers = [m for m in runner.place().modules() if isinstance(m, wrapper)]
+    assert len(wrappers) == LAYERS * 2 and all(type(w.base_layer).__name__ == base for w in wrappers)
 
 
 @pytest.mark.parametrize("double_quant", [False, True])
@@ -321,14 +325,7 @@ def test_int8_lora_stores_the_frozen_linear_weights_in_one_byte_each(int8_step):
     assert _bytes(int8_step, "gradients") == adapters and _bytes(int8_step, "optimizer_states") == 2 * adapters
     assert int8_step.params_without_grad == []
     assert int8_step.parameter_count == profile_step(SMOL, quantization="nf4", **BF16).parameter_count
-    runner = StepRunner(StepConfig(model=SMOL, quantization="int8", **BF16))
-    with runner.meter:
-        model = runner.place()
-        from peft.tuners.lora.bnb import Linear8bitLt as LoraLinear8bitLt
-
-        wrappers = [m for m in model.modules() if isinstance(m, LoraLinear8bitLt)]
-        assert len(wrappers) == LAYERS * 2
-        assert all(type(w.base_layer).__name__ == "Linear8bitLt" for w in wrappers)
+    _assert_peft_wraps("int8", LoraLinear8bitLt, "Linear8bitLt")
 
 
 def test_an_int8_step_is_the_same_written_from_shallow_traces_or_traced_in_full(int8_step):

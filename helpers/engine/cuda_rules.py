@@ -330,9 +330,8 @@ def bnb_gemm_4bit(A, B, shapeB, absmax, blocksize, quant_type, bias=None, absmax
     ``torch.utils.checkpoint`` runs under the forward's autocast again. Between 5 and
     :data:`BNB_FUSED_MAX_ROWS` rows of 16-bit ``A`` bitsandbytes picks by the card's architecture and shape
     (``_gemm_4bit_use_custom_cuda``); the simulation, which has no card, takes the fallback there too: an upper bound
-    by one dequantized weight. On the stub driver's H100 (sm90, 132 SMs), 8 rows fuse Llama-3.1 8B's gate and up
-    projections (224 column blocks of 64) and not the others: with checkpointing, its step peaks 4,029,440 B under
-    the simulation's (the peak moves from up_proj's recompute to its backward).
+    by one dequantized weight (on the stub driver's H100, 8 rows fuse Llama-3.1 8B's gate and up projections: its
+    checkpointed step peaks 4,029,440 B under the simulation's).
     """
     rows = A.numel() // A.shape[-1]
     fused = rows < BNB_FUSED_FP32_ROWS if A.dtype == torch.float32 else rows <= BNB_FUSED_ROWS
@@ -368,19 +367,14 @@ def _gemm_4bit_autocast(*args, **kwargs):
 
 def bnb_int8_vectorwise_quant(A, threshold=0.0):
     """What ``torch.ops.bitsandbytes.int8_vectorwise_quant`` allocates on a CUDA GPU (bitsandbytes 0.50.2,
-    ``backends/cuda/ops.py``): LLM.int8()'s row-wise quantization of a float16 ``A`` (..., K) into int8 codes with a
-    float32 absmax per row. In that order: the float32 row scales, the int8 codes of ``A``'s shape; with a
-    ``threshold`` (``Linear8bitLt``'s 6.0), the outlier search ``A.abs() >= threshold`` (``A.abs()`` in float16, freed
-    once compared; the bool mask of ``A``'s shape, held to the end), the 0-dim result of ``outliers.any()`` and the
-    outlier columns, and for more than one row the 0-dim int8 value of ``out_row[:, outlier_cols] = 0`` (an empty
-    index, still a 512-byte block a moment: PyTorch's indexing puts a scalar value on the device), as bitsandbytes'
-    CUDA code allocates on the stub driver (``tests/test_real_step_on_stub.py``). The fake kernel asks for a
-    data-dependent size instead, which the simulation's fake tensors have no shape environment for.
-
-    Fake tensors have no values: the simulation assumes no column of ``A`` holds an outlier (``outliers.any()``
-    false), so the outlier columns are empty (int64, 0 bytes) and the product's outlier part adds nothing
-    (:func:`bnb_int8_mixed_scaled_mm`): a lower bound. Each outlier column would add its ``A`` column in 16 bits and its
-    weight column dequantized (``backends/default/ops.py``, ``int8_mixed_scaled_mm``)."""
+    ``backends/cuda/ops.py``; its fake kernel asks for a data-dependent size): LLM.int8()'s row-wise quantization of a
+    float16 ``A`` (..., K), in that order: float32 row scales, int8 codes of ``A``'s shape; with a ``threshold`` (6.0),
+    ``A.abs()`` in float16 (freed once compared), the bool outlier mask (held to the end), the 0-dim
+    ``outliers.any()``, the outlier columns, and for more than one row the 0-dim int8 zero that
+    ``out_row[:, outlier_cols] = 0`` puts on the device (a 512-byte block a moment), as on the stub driver.
+    No column is assumed to hold an outlier (fake tensors have no values): the outlier columns are empty and the
+    product's outlier part adds nothing, a lower bound; each outlier column would add its ``A`` column in 16 bits and
+    its weight column dequantized (``backends/default/ops.py``, ``int8_mixed_scaled_mm``)."""
     if A.dtype != torch.float16:
         raise ValueError(f"A must be float16, got {A.dtype}")
     rows = A.numel() // A.shape[-1]
@@ -392,8 +386,7 @@ def bnb_int8_vectorwise_quant(A, threshold=0.0):
         outliers.any()  # `if outliers.any():` reads a 0-dim bool tensor; assumed false
         outlier_cols = torch.empty(0, dtype=torch.int64, device=A.device)
     if rows > 1 and outlier_cols is not None:
-        # `out_row[:, outlier_cols] = 0`: indexing makes the value 0 a 0-dim int8 tensor on the device (1 byte, a
-        # 512-byte block), freed once written
+        # `out_row[:, outlier_cols] = 0`: the value 0 on the device, freed once written
         zero = torch.empty((), dtype=torch.int8, device=A.device)
         del zero
     return out_row, row_stats, outlier_cols
