@@ -140,9 +140,15 @@ def warm_up_cublas() -> None:
     thread, the backward pass's on autograd's thread for the GPU.  Made here,
     outside every run, no run's peak counts them, whatever ran before it: the
     simulated peak leaves them out too, and a verdict adds them (lesson 06).
+    The H200's torch 2.11.0 also kept a 1 MiB block that the first ``Linear``
+    with a bias of the process allocated (the snapshots of 2026-11-27: made in
+    the first run's ``nn.Linear.forward``, still live in every later one; the
+    product with a bias goes to cuBLASLt, ``addmm``), so a biased product is
+    made here too.
     """
     x = torch.ones(8, 8, device="cuda", requires_grad=True)
     (x @ x).sum().backward()  # mm forward here, its gradients' mm on autograd's thread
+    torch.nn.functional.linear(x.detach(), x.detach(), torch.ones(8, device="cuda"))  # addmm with a bias
     torch.cuda.synchronize()
 
 
@@ -332,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="the simulated backend in place of cuda")
     parser.add_argument("--out", type=Path, help="where to write (default lessons/data; a dry run: a temporary folder)")
     parser.add_argument("--fresh", action="store_true", help="record every run again")
-    parser.add_argument("--only", default="", help="record only the runs whose model contains this text")
+    parser.add_argument("--only", default="", help="record only the runs whose model and configuration contain this text")
     parser.add_argument("--repeats", type=int, default=None, help="timed steps per run (default 3; dry run 1)")
     parser.add_argument("--skip-tests", action="store_true", help="leave out step 3")
     parser.add_argument("--resimulate", action="store_true",
@@ -366,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_up_cublas()
     started = time.perf_counter()
     for run in RUNS:
-        if args.only not in run.model or run.key in done:
+        if args.only not in f"{run.model} {run.config}" or run.key in done:
             continue
         t = time.perf_counter()
         try:

@@ -13,12 +13,15 @@ prints the GPU's reserved memory at the end of the trace beside both.
 The allocator picks the smallest free block that fits and, among equals, the
 lowest address (``get_free_block``), so where the driver puts a segment decides
 ties, and the tie-breaks decide which blocks get split and which segments must
-be opened later.  Segments that existed before the recording must hold only
-blocks that stay live throughout (the cuBLAS workspaces): they are allocated
-first, at their addresses.  Of the three snapshots in that folder, only the
-Llama step's was recorded so; the two ResNet18 ones (kept for their C++
-stacks: the cuDNN workspace at the peak of a checkpointed step, the reduction
-buffer of the dropout MLP) started from a cache an earlier step had filled.
+be opened later.  The blocks live at the start of the trace, in segments that
+existed before the recording, are allocated first, at their addresses
+(:func:`helpers.snapshot.trace_log` checks that this rebuilds those segments).
+Every run's snapshot in ``lessons/data/snapshots/`` (``make gpu-reference``, an
+H200, 2026-11-27) replays so to the GPU's reserved memory, to the byte; of the
+three in ``h200_2026-11-26/``, only the Llama step's does: the two ResNet18 ones
+(kept for their C++ stacks: the cuDNN workspace at the peak of a checkpointed
+step, the reduction buffer of the dropout MLP) started from a cache an earlier
+step had filled, whose free space the snapshot cannot tell.
 """
 
 from __future__ import annotations

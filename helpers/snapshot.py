@@ -508,20 +508,35 @@ def explain_snapshot(source: str | Path | bytes | dict, device: int | None = Non
 
 def trace_log(trace: list[dict], segments: list[dict]) -> tuple[list[tuple[int, str, int]], list[int], list[int]]:
     """``(log, segment addresses, lengths)``: the trace as an allocation log for :func:`helpers.allocator.replay` (one
-    allocation per ``alloc``, one free per ``free_completed``) after the live blocks of segments opened before the
-    recording; the addresses at which the driver put each segment; the log's length after each trace entry.
+    allocation per ``alloc``, one free per ``free_completed``) after the blocks live at its start; the addresses at
+    which the driver put each segment (those opened before the recording first); the log's length after each entry.
+
+    A segment opened before the recording (``torch.cuda.empty_cache()`` keeps a segment that holds a live block: the
+    cuBLAS workspaces, or a step's parameters) holds, at the start, the blocks live at the end that the trace did not
+    allocate and the blocks the trace frees without having allocated them, each at its address; the rest of it is free.
+    The log allocates those blocks first, in address order, which must put each where it is, in a segment of its
+    size, as the allocator model checks (:func:`helpers.allocator.replay`); the trace may then allocate in their
+    free space, as the GPU's allocator did.
 
     Raises:
-        SnapshotError: if the trace allocates in a segment opened before the recording or frees a block allocated
-            before it (then the state at its start is not in the snapshot), or if a free waits for another stream
+        SnapshotError: if allocating the blocks live at the start anew does not rebuild the segments opened before the
+            recording (then the state at its start is not in the snapshot), or if a free waits for another stream
             (``free_requested`` not followed by its ``free_completed``: the replay frees a block once).
     """
     opened = [e["addr"] for e in trace if e["action"] in ("segment_alloc", "segment_map")]
     before = sorted((s for s in segments if s["address"] not in set(opened)), key=lambda s: s["address"])
-    ranges = [(s["address"], s["address"] + s["total_size"]) for s in before]
-    log = [(i, "alloc", size) for i, size in enumerate(b["size"] for s in before for b in s["blocks"]
-                                                       if b["state"] == "active_allocated")]
-    serial_of, lengths = {}, []
+    allocated_here, freed_first = set(), {}
+    for e in trace:
+        if e["action"] == "alloc":
+            allocated_here.add(e["addr"])
+        elif e["action"] == "free_completed" and e["addr"] not in allocated_here:
+            freed_first.setdefault(e["addr"], e["size"])
+    at_start = sorted({**{b["address"]: b["size"] for s in before for b in s["blocks"]
+                          if b["state"] == "active_allocated" and b["address"] not in allocated_here},
+                       **freed_first}.items())
+    _check_start(at_start, before)
+    log = [(i, "alloc", size) for i, (_, size) in enumerate(at_start)]
+    serial_of, lengths = {address: i for i, (address, _) in enumerate(at_start)}, []
     for i, e in enumerate(trace):
         after = trace[i + 1] if i + 1 < len(trace) else {}
         if e["action"] == "free_requested" and (after.get("action"), after.get("addr")) != ("free_completed",
@@ -529,18 +544,28 @@ def trace_log(trace: list[dict], segments: list[dict]) -> tuple[list[tuple[int, 
             raise SnapshotError(f"a free waited for another stream (record_stream) at entry {i:,}, so "
                                 f"memory_allocated() fell before the block was free")
         if e["action"] == "alloc":
-            if any(lo <= e["addr"] < hi for lo, hi in ranges):
-                raise SnapshotError(f"the trace allocates in a segment opened before the recording ({e['addr']:#x}); "
-                                    f"call torch.cuda.empty_cache() before recording to see them")
             serial_of[e["addr"]] = len(log)
             log.append((len(log), "alloc", e["size"]))
         elif e["action"] == "free_completed":
-            if e["addr"] not in serial_of:
-                raise SnapshotError(f"the trace frees a block allocated before the recording ({e['addr']:#x}); "
-                                    f"call torch.cuda.empty_cache() before recording to see them")
             log.append((serial_of.pop(e["addr"]), "free", -e["size"]))
         lengths.append(len(log))
     return log, [s["address"] for s in before] + opened, lengths
+
+
+def _check_start(blocks: list[tuple[int, int]], before: list[dict]) -> None:
+    """Raise :class:`SnapshotError` unless allocating ``blocks`` (``(address, size)``, in address order) into an empty
+    allocator model, whose segments open at the addresses of ``before`` (the segments opened before the recording),
+    puts every block at its address and opens exactly those segments, each of its size."""
+    if not before:
+        return
+    start = replay([(i, "alloc", size) for i, (_, size) in enumerate(blocks)],
+                   segment_addresses=[s["address"] for s in before]).allocator
+    placed = sorted((b.address, b.size) for seg in start.segments for b in seg.blocks if b.allocated)
+    if placed != blocks or sorted((seg.address, seg.size) for seg in start.segments) != \
+            [(s["address"], s["total_size"]) for s in before]:
+        raise SnapshotError("the segments opened before the recording cannot be rebuilt from the blocks live in them "
+                            "(the state at its start is not in the snapshot); call torch.cuda.empty_cache() "
+                            "before recording")
 
 
 def _replay_blocks(report: SnapshotReport, settings: dict) -> None:

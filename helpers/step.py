@@ -189,7 +189,8 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
     """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
 
     :func:`profile_step`'s step, run once to warm up, then ``repeats`` times without tracer or tracker, each between
-    two ``torch.cuda.synchronize()`` on a GPU.  Simulated, it times the fake-tensor step (the simulation's speed).
+    two ``torch.cuda.synchronize()`` on a GPU.  Simulated, it times the fake-tensor step with its storage tracker, which
+    applies the CUDA rules (the simulation's speed).
 
     Raises:
         ValueError: as :func:`profile_step` does.
@@ -198,6 +199,7 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
     check_int("repeats", repeats, 1)
     config = step_config(model, batch_size, image_size, "time_step", **options)
     meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False)
+    meter.count_storages = meter.backend == "simulated"  # the simulated GPU's CUDA rules (bitsandbytes' too) run there
     runner, times = StepRunner(config, meter), []
     with meter:
         runner.place()

@@ -169,7 +169,7 @@ for card in ("V100 16 GB", "H100 80 GB"):
 assert 2 * cublas_workspace_bytes(COMPUTE_CAPABILITY["H100 80 GB"]) == 64 * MiB
 
 # %% [markdown]
-# `make gpu-reference`, run on a machine with an NVIDIA GPU, records thirty training steps there with both backends: `max_memory_allocated` on the GPU, and the simulation of the same step. The *simulated* column is the allocator model's peak allocated (lesson 06: the tensors plus section 2's unsplit blocks, as the GPU counts them); *tensors* is the engine's peak alone, the figure every lesson uses. The last line names every run whose two peaks differ by more than 2%:
+# `make gpu-reference`, run on a machine with an NVIDIA GPU, records a list of training steps there with both backends: `max_memory_allocated` on the GPU, and the simulation of the same step. The *simulated* column is the allocator model's peak allocated (lesson 06: the tensors plus section 2's unsplit blocks, as the GPU counts them); *tensors* is the engine's peak alone, the figure every lesson uses. The last line names every run whose two peaks differ by more than 2%:
 
 # %%
 from helpers.teaching.reference import load_reference, reference_report, relative_difference
@@ -177,14 +177,14 @@ from helpers.teaching.reference import load_reference, reference_report, relativ
 print(reference_report())
 
 # %% [markdown]
-# The simulation never claims more than the GPU used, beyond a few MiB, and for the language models it is the GPU's figure: GPT-2 and Llama-3.1 8B with LoRA land within 0.1%, a MiB or two of 10 to 27 GiB. Where the GPU is higher, a library took scratch memory inside one kernel, the rows of the table above marked *not seen*. The convolutional networks show it most: cuDNN takes a workspace for a convolution and frees it when the kernel ends, and when that happens at the step's peak the peak grows by it. In the checkpointed ResNet18 (5% under) the peak falls inside the backward pass of a convolution, whose weight gradient needed a workspace there: a memory snapshot of that step on the same GPU shows the workspace's block as the allocation that set the peak. Lesson 02's dropout MLP has no convolution; its gap is the staging buffer of a reduction in the backward pass. So a simulated peak is a floor for the real one, to within a few MiB: on a card with little room left, keep a margin for the workspaces of convolutions (a verdict says so, lesson 06).
+# The simulation never claims more than the GPU used, beyond a few MiB, and for the language models it is the GPU's figure: GPT-2, and Llama-3.1 8B with LoRA and with QLoRA on bitsandbytes' 4-bit weights, land within 0.1%, a MiB or two of 8 to 27 GiB. Where the GPU is higher, a library took scratch memory inside one kernel, the rows of the table above marked *not seen*. The convolutional networks show it most: cuDNN takes a workspace for a convolution and frees it when the kernel ends, and when that happens at the step's peak the peak grows by it. In the checkpointed ResNet18 (5% under) the peak falls inside the backward pass of a convolution, whose weight gradient needed a workspace there: a memory snapshot of that step on the same GPU shows the workspace's block as the allocation that set the peak. Lesson 02's dropout MLP has no convolution; its gap is the staging buffer of a reduction in the backward pass. So a simulated peak is a floor for the real one, to within a few MiB: on a card with little room left, keep a margin for the workspaces of convolutions (a verdict says so, lesson 06).
 
 # %%
 recorded = load_reference()
 if recorded is not None:  # the figures above, as the text states them
     runs = [r for r in recorded["runs"] if not r.get("error")]
     differences = {(r["model"], r["config"]): relative_difference(r) for r in runs}
-    assert all(r["simulated_allocated_bytes"] - r["cuda_peak_bytes"] < 3 * MiB for r in runs)  # over by a few MiB at most
+    assert all(r["simulated_allocated_bytes"] - r["cuda_peak_bytes"] < 5 * MiB for r in runs)  # over by a few MiB at most
     assert all(d > -0.07 for d in differences.values())
     assert all(abs(d) < 0.001 for (model, _), d in differences.items() if model in ("gpt2", "meta-llama/Llama-3.1-8B"))
     assert all(d < -0.03 for (model, config), d in differences.items() if model == "resnet18" and config == "checkpoint 4")

@@ -353,7 +353,7 @@ else:
     print("no GPU here: the real allocator cannot be recorded (section 5 shows the simulated one)")
 
 # %% [markdown]
-# This course's recording on a GPU (`make gpu-reference`, lesson 00): each step's peaks on the GPU, allocated and reserved, beside the simulated ones. A simulated reserved figure is a claim about a GPU: this is where it is checked, on ResNet18 at batch 128 and then over all thirty recorded steps.
+# This course's recording on a GPU (`make gpu-reference`, lesson 00): each step's peaks on the GPU, allocated and reserved, beside the simulated ones. A simulated reserved figure is a claim about a GPU: this is where it is checked, on ResNet18 at batch 128 and then over every recorded step.
 
 # %%
 print(reference_report(model="resnet18", batch_size=128, reserved=True))

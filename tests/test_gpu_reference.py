@@ -143,21 +143,27 @@ def test_without_a_recording_the_lessons_say_how_to_make_one(tmp_path):
         load_reference(tmp_path / "bad.json")
 
 
-def test_the_fine_tuning_runs_dry(tmp_path):
-    """Lesson 09's two LoRA steps of Llama-3.1 8B through the harness (slow group: two 8B steps, twice)."""
-    assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", harness.L8, "--skip-tests"]) == 0
+def test_the_fine_tuning_runs_dry(tmp_path, monkeypatch):
+    """Three of lesson 09's steps of Llama-3.1 8B through the harness: LoRA, and with checkpointing QLoRA on
+    bitsandbytes' NF4 and LoRA on its LLM.int8() (slow group: three 8B steps, twice); ``--only`` matches a run's model
+    and configuration."""
+    configs = ("LoRA r16", "QLoRA r16, checkpointing", "LoRA r16 on LLM.int8(), checkpointing")
+    monkeypatch.setattr(harness, "RUNS", [run for run in harness.RUNS if run.model == harness.L8 and run.config in configs]
+                        + [run for run in FAST_RUNS if run.model == "gpt2"])
+    assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "LoRA r16", "--skip-tests"]) == 0
     runs = json.loads((tmp_path / "gpu_reference.json").read_text())["runs"]
-    assert [(r["model"], r["config"]) for r in runs] == [(harness.L8, "LoRA r16"), (harness.L8, "LoRA r16, checkpointing")]
-    plain, checkpointed = (r["simulated_peak_bytes"] for r in runs)
-    assert checkpointed < plain and all(r["error"] is None and r["events"] for r in runs)
+    assert [(r["model"], r["config"]) for r in runs] == [(harness.L8, c) for c in configs]  # not GPT-2's
+    assert all(r["error"] is None and r["events"] for r in runs), [r["error"] for r in runs]
+    plain, qlora, int8 = (r["simulated_peak_bytes"] for r in runs)
+    assert qlora < int8 < plain
 
 
 def _recorded_runs(keep):
     data = load_reference()
     if data is None or data.get("dry_run"):
         pytest.skip("no GPU recording committed in lessons/data")
-    return [(run, next(r for r in data["runs"] if (r["model"], r["batch_size"], r["config"]) == run.key))
-            for run in harness.RUNS if keep(run)]
+    recorded = {(r["model"], r["batch_size"], r["config"]): r for r in data["runs"] if not r.get("error")}
+    return [(run, recorded[run.key]) for run in harness.RUNS if keep(run) and run.key in recorded]
 
 
 @pytest.mark.parametrize("which", ["fast", "all"])
@@ -203,6 +209,22 @@ def test_a_real_gpus_trace_replayed_at_the_drivers_addresses_gives_its_reserved_
     assert at_the_drivers.peak_reserved == reserved and at_the_drivers.allocator.num_device_alloc == 510
     assert replay(log).peak_reserved == 29_508 * MiB  # ascending addresses break ties otherwise
     assert replayer.main([]) == 0 and "the driver's addresses:               28506.0 MiB" in capsys.readouterr().out
+
+
+def test_every_recorded_steps_trace_replayed_at_the_drivers_addresses_gives_its_reserved_memory():
+    """The snapshot of each run's cuda step (lessons/data/snapshots/, recorded on an H200 on 2026-11-27): its trace,
+    after the blocks live at its start, replayed through the allocator model at the driver's addresses ends at the
+    memory the GPU had reserved, to the byte, for every one, cuDNN's workspaces and all."""
+    replayer = _trace_replay()
+    files = sorted((ROOT / "lessons" / "data" / "snapshots").glob("*.pickle.gz"))
+    recorded = load_reference()
+    if recorded is None or recorded.get("dry_run"):
+        pytest.skip("no GPU recording committed in lessons/data")
+    names = {harness.snapshot_name(run) for run in harness.RUNS}
+    assert {f.name for f in files} <= names and len(files) == len(recorded["runs"])
+    for path in files:
+        log, addresses, reserved = replayer.replay_inputs(path)
+        assert replay(log, segment_addresses=addresses).reserved[-1] == reserved, path.name
 
 
 def test_segment_addresses_decide_which_of_two_equal_free_blocks_is_taken():

@@ -8,7 +8,8 @@
 of blocks included as ``max_memory_allocated`` counts them, and peak reserved), ``cuda_reserved_bytes``,
 ``step_seconds``, ``events`` (``[module, phase, cuda_delta, simulated_delta]``), ``explained`` (the run's memory
 snapshot beside its simulated step, as ``python -m helpers explain`` reads it; None in a dry run or a recording made
-before it existed) and ``error``; and ``simulated_torch``
+before it existed), ``error`` and, for a run kept from an earlier recording on the same device and torch, ``recorded``
+(its date); and ``simulated_torch``
 where the simulated figures were made again on another machine (``gpu_reference.py --resimulate``).  A difference is
 what the simulation leaves out on that GPU.  Sizes in bytes.
 """
@@ -83,7 +84,9 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
     simulated = (f"simulated with torch {data['simulated_torch']}" if data.get("simulated_torch")
                  else "simulated on the same machine")
     width = max([36] + [len(_label(run)) for run in runs])
-    lines = [f"Recorded on {where} (torch {data['torch']}, CUDA {data.get('cuda')}) on {data['date']}; {simulated}.",
+    earlier = "".join(f" ({_label(r)}: {r['recorded']})" for r in runs if r.get("recorded"))
+    head = f"Recorded on {where} (torch {data['torch']}, CUDA {data.get('cuda')}) on {data['date']}{earlier}; {simulated}."
+    lines = [*(textwrap.wrap(head, 116, subsequent_indent="  ") if earlier else [head]),
              f"{'':<{width}} {'peak allocated':^49}" + (f"  {'peak reserved':^25}" if reserved else ""),
              f"{'run':<{width}} {'GPU':>12} {'simulated':>12} {'difference':>22}  {'tensors':>11}"
              + (f"  {'GPU':>12} {'simulated':>12}" if reserved else "")]
