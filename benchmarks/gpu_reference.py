@@ -47,7 +47,6 @@ import importlib.util
 import json
 import os
 import pickle
-import re
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,7 @@ import torch  # noqa: E402
 from helpers import profile_step, time_step  # noqa: E402
 from helpers.allocator import replay  # noqa: E402
 from helpers.snapshot import explain_snapshot  # noqa: E402
+from helpers.teaching import reference  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,8 @@ def warm_up_cublas() -> None:
 
 
 def snapshot_name(run: Run) -> str:
-    """The file name of ``run``'s memory snapshot: ``resnet18_b128_amp_checkpoint_4.pickle.gz``."""
-    return re.sub(r"[^a-z0-9]+", "_", f"{run.model}_b{run.batch_size}_{run.config}".lower()).strip("_") + ".pickle.gz"
+    """The file name of ``run``'s memory snapshot (:func:`helpers.teaching.reference.snapshot_name`)."""
+    return reference.snapshot_name(run.model, run.batch_size, run.config)
 
 
 def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) -> dict:

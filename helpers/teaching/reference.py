@@ -17,6 +17,7 @@ what the simulation leaves out on that GPU.  Sizes in bytes.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from ..units import MiB, fmt_bytes
 
 #: Where ``make gpu-reference`` writes its figures (in the repository, beside the lessons).
 REFERENCE_FILE = Path(__file__).resolve().parents[2] / "lessons" / "data" / "gpu_reference.json"
+
+#: Where ``make gpu-reference`` writes the memory snapshot of each run's cuda step (:func:`snapshot_name`).
+SNAPSHOTS = REFERENCE_FILE.parent / "snapshots"
 
 #: A run whose simulated peak is further than this from the GPU's is flagged.
 TOLERANCE = 0.02
@@ -45,6 +49,19 @@ def load_reference(path: str | Path = REFERENCE_FILE) -> dict | None:
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise ValueError(f"{path} is not a GPU reference file (no 'runs' list)")
     return data
+
+
+def snapshot_name(model: str, batch_size: int, config: str) -> str:
+    """The file name of a recorded run's memory snapshot in :data:`SNAPSHOTS`, gzipped:
+    ``snapshot_name("resnet18", 128, "AMP + checkpoint 4") == "resnet18_b128_amp_checkpoint_4.pickle.gz"``."""
+    return re.sub(r"[^a-z0-9]+", "_", f"{model}_b{batch_size}_{config}".lower()).strip("_") + ".pickle.gz"
+
+
+def recorded_snapshot(model: str, batch_size: int, config: str, folder: str | Path = SNAPSHOTS) -> Path | None:
+    """The memory snapshot ``make gpu-reference`` recorded of one run's cuda step (``torch.cuda.memory._snapshot()``
+    from an emptied cache, gzipped: :func:`helpers.snapshot.load_snapshot` reads it), or None if there is none."""
+    path = Path(folder) / snapshot_name(model, batch_size, config)
+    return path if path.exists() else None
 
 
 def simulated_allocated(run: dict) -> int | None:
