@@ -50,7 +50,9 @@ SLOW = {
     "tests/test_gpu_reference.py::test_the_dry_run_writes_the_allocation_log_and_lists_the_tests": "the harness, dry",
     "tests/test_gpu_reference.py::test_a_second_run_resumes_and_records_nothing_again": "the harness, dry",
     "tests/test_gpu_reference.py::test_the_lessons_report_the_recorded_figures": "the harness's dry recording",
-    "tests/test_gpu_reference.py::test_the_fine_tuning_runs_dry": "two 8B LoRA steps through the harness",
+    "tests/test_gpu_reference.py::test_the_fine_tuning_runs_dry": "three 8B steps through the harness",
+    "tests/test_gpu_reference.py::test_a_model_built_once_on_the_gpu_gives_the_same_record":
+        "a SmolLM2 step measured twice on the stub driver",
     "tests/test_gpu_reference.py::test_the_committed_recording_was_simulated_by_todays_engine[all]":
         "the committed recording against the dry run and the two 8B steps",
 }

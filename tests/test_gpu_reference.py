@@ -253,6 +253,44 @@ print(json.dumps(record))
 """
 
 
+#: One run measured twice on the stub driver: its model built once on the GPU (the harness's default for a Hugging Face
+#: config), and built on the CPU for each step.
+BUILT_ONCE = """
+import contextlib, json, sys, torch
+sys.path.insert(0, "benchmarks")
+import gpu_reference as g
+torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN is not stubbed
+g.warm_up_cublas()
+run = g.Run("HuggingFaceTB/SmolLM2-135M", 2, "LoRA r16", {"seq_len": 256, "lora_rank": 16, "param_dtype": "bfloat16",
+            "amp": True, "amp_dtype": "bfloat16", "optimizer": "adamw", "steady_state": True})
+before = torch.cuda.memory_allocated()  # the cuBLAS workspaces
+with g.built_once_on_the_gpu(run.model):
+    built_there = torch.cuda.max_memory_allocated() > before + 500 * 2**20 and torch.cuda.memory_allocated() == before
+records = [g.measure(run, "cuda", 1, g.Path(sys.argv[1]) / "once")]
+g.built_once_on_the_gpu = lambda model: contextlib.nullcontext()
+records.append(g.measure(run, "cuda", 1, g.Path(sys.argv[1]) / "each"))
+print(json.dumps([built_there, records]))
+"""
+
+
+def test_a_model_built_once_on_the_gpu_gives_the_same_record(cuda_stub, tmp_path):
+    """``built_once_on_the_gpu`` (random initialisation on the GPU, about 170 s less per Llama-3.1 8B run) changes
+    nothing a run records: its model is built there, kept in host memory and gone from the GPU, and the two records have
+    the same peaks, reserved memory, events and snapshot allocations."""
+    import subprocess
+
+    from cuda_stub.build import stub_env
+
+    done = subprocess.run([sys.executable, "-c", BUILT_ONCE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env=stub_env(cuda_stub))
+    assert done.returncode == 0, done.stderr[-3000:]
+    built_there, (once, each) = json.loads(done.stdout.splitlines()[-1])
+    assert built_there and once["error"] is None
+    same = ("cuda_peak_bytes", "cuda_reserved_bytes", "events", "simulated_peak_bytes")
+    assert {k: once[k] for k in same} == {k: each[k] for k in same}
+    assert once["explained"]["allocations"] == each["explained"]["allocations"] > 1000
+
+
 def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stub, tmp_path):
     """``measure`` with the cuda backend, as ``make gpu-reference`` runs it on a GPU, on real CUDA tensors on the stub
     (``tests/test_real_step_on_stub.py``): its record has the committed recording's simulated columns, the events of
