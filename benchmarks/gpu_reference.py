@@ -162,8 +162,9 @@ def snapshot_name(run: Run) -> str:
 @contextlib.contextmanager
 def built_once_on_the_gpu(model):
     """While a run's cuda steps are made: a Hugging Face model (``model`` a config's name) is built once, on the GPU,
-    where random initialisation takes a second (on the CPU it is serial: about 90 s for Llama-3.1 8B's 8 billion
-    weights, twice a run), and kept in host memory; each build of the steps (``profile_step``, ``time_step``) is then a
+    where random initialisation is fast (on the CPU it is serial: 92 s for Llama-3.1 8B's 8 billion weights on this
+    project's 2-core machine, and most of the three minutes each 8B run took on an H200, building twice), and kept in
+    host memory; each build of the steps (``profile_step``, ``time_step``) is then a
     copy of it, made on the CPU, which they place on the GPU as they place a CPU build, counted.  Entered before the
     memory history starts, so that no snapshot holds the build.  Any other model, or a build that fails there (too
     large for the GPU), builds as usual."""
@@ -211,9 +212,7 @@ def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) 
             try:
                 real = profile_step(model, run.batch_size, device="cuda", **options)
                 if snapshots is not None:
-                    snapshots.mkdir(parents=True, exist_ok=True)
                     taken = torch.cuda.memory._snapshot()
-                    (snapshots / snapshot_name(run)).write_bytes(gzip.compress(pickle.dumps(taken), mtime=0))
                     try:  # the GPU's figures are kept whatever the explanation meets
                         explained = _explained(explain_snapshot(taken, step=simulated))
                     except Exception as e:  # noqa: BLE001
@@ -223,6 +222,9 @@ def measure(run: Run, device: str, repeats: int, snapshots: Path | None = None) 
                     torch.cuda.memory._record_memory_history(enabled=None)
             reserved = torch.cuda.max_memory_reserved()
             seconds = time_step(model, run.batch_size, device=device, repeats=repeats, **options)
+        if snapshots is not None:  # written once the run is whole: a snapshot beside a record of the same run
+            snapshots.mkdir(parents=True, exist_ok=True)
+            (snapshots / snapshot_name(run)).write_bytes(gzip.compress(pickle.dumps(taken), mtime=0))
     else:
         real, reserved = simulated, None
         seconds = time_step(model, run.batch_size, device=device, repeats=repeats, **options)

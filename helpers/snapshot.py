@@ -531,10 +531,10 @@ def trace_log(trace: list[dict], segments: list[dict]) -> tuple[list[tuple[int, 
             allocated_here.add(e["addr"])
         elif e["action"] == "free_completed" and e["addr"] not in allocated_here:
             freed_first.setdefault(e["addr"], e["size"])
-    at_start = sorted({**{b["address"]: b["size"] for s in before for b in s["blocks"]
-                          if b["state"] == "active_allocated" and b["address"] not in allocated_here},
-                       **freed_first}.items())
-    _check_start(at_start, before)
+    live = {b["address"]: b["size"] for s in before for b in s["blocks"]
+            if b["state"] == "active_allocated" and b["address"] not in allocated_here}
+    at_start = sorted({**live, **freed_first}.items())  # a freed one's size is its request: the model rounds it
+    _check_start(at_start, set(live), before)
     log = [(i, "alloc", size) for i, (_, size) in enumerate(at_start)]
     serial_of, lengths = {address: i for i, (address, _) in enumerate(at_start)}, []
     for i, e in enumerate(trace):
@@ -552,16 +552,19 @@ def trace_log(trace: list[dict], segments: list[dict]) -> tuple[list[tuple[int, 
     return log, [s["address"] for s in before] + opened, lengths
 
 
-def _check_start(blocks: list[tuple[int, int]], before: list[dict]) -> None:
-    """Raise :class:`SnapshotError` unless allocating ``blocks`` (``(address, size)``, in address order) into an empty
+def _check_start(blocks: list[tuple[int, int]], sized: set[int], before: list[dict]) -> None:
+    """Raise :class:`SnapshotError` unless allocating ``blocks`` (``(address, bytes)``, in address order) into an empty
     allocator model, whose segments open at the addresses of ``before`` (the segments opened before the recording),
-    puts every block at its address and opens exactly those segments, each of its size."""
-    if not before:
+    puts every block at its address, those at the addresses in ``sized`` with their bytes as the block's size (a block
+    the snapshot shows; the others are requests the trace freed), and opens exactly those segments, each of its size."""
+    if not blocks and not before:
         return
     start = replay([(i, "alloc", size) for i, (_, size) in enumerate(blocks)],
                    segment_addresses=[s["address"] for s in before]).allocator
     placed = sorted((b.address, b.size) for seg in start.segments for b in seg.blocks if b.allocated)
-    if placed != blocks or sorted((seg.address, seg.size) for seg in start.segments) != \
+    if [a for a, _ in placed] != [a for a, _ in blocks] or \
+            any(size != dict(blocks)[a] for a, size in placed if a in sized) or \
+            sorted((seg.address, seg.size) for seg in start.segments) != \
             [(s["address"], s["total_size"]) for s in before]:
         raise SnapshotError("the segments opened before the recording cannot be rebuilt from the blocks live in them "
                             "(the state at its start is not in the snapshot); call torch.cuda.empty_cache() "

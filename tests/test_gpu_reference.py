@@ -163,6 +163,7 @@ def _recorded_runs(keep):
     if data is None or data.get("dry_run"):
         pytest.skip("no GPU recording committed in lessons/data")
     recorded = {(r["model"], r["batch_size"], r["config"]): r for r in data["runs"] if not r.get("error")}
+    assert set(recorded) <= {run.key for run in harness.RUNS}  # no recorded run left out of the checks
     return [(run, recorded[run.key]) for run in harness.RUNS if keep(run) and run.key in recorded]
 
 
@@ -263,20 +264,25 @@ torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN is not stubbed
 g.warm_up_cublas()
 run = g.Run("HuggingFaceTB/SmolLM2-135M", 2, "LoRA r16", {"seq_len": 256, "lora_rank": 16, "param_dtype": "bfloat16",
             "amp": True, "amp_dtype": "bfloat16", "optimizer": "adamw", "steady_state": True})
+from helpers.models import hf
+model, options = g._call(run)
+g.profile_step(model, run.batch_size, device="simulated", **options)  # measure's simulated step, cached from here on
+builds, build = [], hf.CausalLMBuilder._build
+hf.CausalLMBuilder._build = lambda builder: builds.append(1) or build(builder)  # counts the real builds
 before = torch.cuda.memory_allocated()  # the cuBLAS workspaces
 with g.built_once_on_the_gpu(run.model):
     built_there = torch.cuda.max_memory_allocated() > before + 500 * 2**20 and torch.cuda.memory_allocated() == before
-records = [g.measure(run, "cuda", 1, g.Path(sys.argv[1]) / "once")]
+records, counts = [g.measure(run, "cuda", 1, g.Path(sys.argv[1]) / "once")], [len(builds)]
 g.built_once_on_the_gpu = lambda model: contextlib.nullcontext()
 records.append(g.measure(run, "cuda", 1, g.Path(sys.argv[1]) / "each"))
-print(json.dumps([built_there, records]))
+print(json.dumps([built_there, records, [counts[0] - 1, len(builds) - counts[0]]]))  # less the first with's
 """
 
 
 def test_a_model_built_once_on_the_gpu_gives_the_same_record(cuda_stub, tmp_path):
-    """``built_once_on_the_gpu`` (random initialisation on the GPU, about 170 s less per Llama-3.1 8B run) changes
-    nothing a run records: its model is built there, kept in host memory and gone from the GPU, and the two records have
-    the same peaks, reserved memory, events and snapshot allocations."""
+    """``built_once_on_the_gpu`` (random initialisation on the GPU, where it is fast) changes nothing a run records: its
+    model is built there once, kept in host memory and gone from the GPU, both steps of the run get copies of it, and
+    the two records have the same peaks, reserved memory, events and snapshot allocations."""
     import subprocess
 
     from cuda_stub.build import stub_env
@@ -284,8 +290,9 @@ def test_a_model_built_once_on_the_gpu_gives_the_same_record(cuda_stub, tmp_path
     done = subprocess.run([sys.executable, "-c", BUILT_ONCE, str(tmp_path)], capture_output=True, text=True,
                           timeout=600, cwd=ROOT, env=stub_env(cuda_stub))
     assert done.returncode == 0, done.stderr[-3000:]
-    built_there, (once, each) = json.loads(done.stdout.splitlines()[-1])
+    built_there, (once, each), builds = json.loads(done.stdout.splitlines()[-1])
     assert built_there and once["error"] is None
+    assert builds == [1, 2]  # once on the GPU, copied for both steps; else a build for profile_step and time_step
     same = ("cuda_peak_bytes", "cuda_reserved_bytes", "events", "simulated_peak_bytes")
     assert {k: once[k] for k in same} == {k: each[k] for k in same}
     assert once["explained"]["allocations"] == each["explained"]["allocations"] > 1000

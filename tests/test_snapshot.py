@@ -102,6 +102,14 @@ def test_a_trace_may_allocate_in_a_segment_opened_before_it():
     assert run.reserved[-1] == 2 * MiB and run.allocator.num_device_alloc == 1
     with pytest.raises(SnapshotError, match="cannot be rebuilt"):
         trace_log(trace, [_segment(base, 2 * MiB, [(base + 512, MiB)])])
+    # a 100-byte tensor live at the start and freed during the trace: the trace gives its request, the model its block
+    freed = [{"action": "free_requested", "addr": base + MiB}, {"action": "free_completed", "addr": base + MiB, "size": 100}]
+    log, _, _ = trace_log(freed, [_segment(base, 2 * MiB, [(base, MiB)])])
+    assert log == [(0, "alloc", MiB), (1, "alloc", 100), (1, "free", -100)]
+    # blocks live at the start in a segment that is gone from the snapshot (released during the trace): unknown start
+    gone = [*freed, {"action": "segment_free", "addr": base, "size": 2 * MiB}]
+    with pytest.raises(SnapshotError, match="cannot be rebuilt"):
+        trace_log(gone, [])
 
 
 @pytest.mark.parametrize("frames, live, before, expected", [
