@@ -108,11 +108,20 @@ gpu-reference: setup
 	$(BIN)/python benchmarks/gpu_reference.py
 
 # For a GPU machine that has PyTorch but not the test packages (Python 3.12):
-# their wheels, into .whl/ (see README.md, "Recording real-GPU figures").
+# their wheels, into .whl/ (see README.md, "Recording real-GPU figures"); and,
+# without their dependencies (that machine has them), the pinned transformers,
+# peft and bitsandbytes, whose wheel keeps only the CUDA 13.0 and CPU libraries
+# (GPU_CUDA names another: 3.4 MiB instead of 41; tools/slim_wheel.py).
+GPU_CUDA ?= cuda130
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --implementation cp \
 	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	    -d .whl $$(grep -E '^(nbval|ipykernel|ipywidgets|jupytext|nbconvert)==' requirements.txt)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+	    --platform manylinux2014_x86_64 \
+	    -d .whl $$(grep -E '^(transformers|peft|bitsandbytes)==' requirements.txt)
+	$(PYTHON) tools/slim_wheel.py $$(ls .whl/bitsandbytes-*.whl) $(GPU_CUDA) _cpu
 
 # The course as a static website (Sphinx + myst-nb, tools/build_site.py) from the
 # committed notebooks and their stored outputs, nothing executed, into
