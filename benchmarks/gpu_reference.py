@@ -408,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     results_path = out / RESULTS
     data = _load(results_path, header, args.fresh)
     done = {(r["model"], r["batch_size"], r["config"]) for r in data["runs"] if not r.get("error")}
-    data["runs"] = [r for r in data["runs"] if not r.get("error")]
+    data["runs"] = [r for r in data["runs"]  # a failed run is tried again if selected, else its error is kept
+                    if not (r.get("error") and args.only in f"{r['model']} {r['config']}")]
     print(f"gpu-reference: {header['device']}, torch {header['torch']}, writing {results_path}")
     if device == "cuda":
         warm_up_cublas()

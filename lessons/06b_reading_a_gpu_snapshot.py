@@ -26,7 +26,7 @@
 # - Put a snapshot beside the same step simulated, and name each difference: cuBLAS workspaces, kernels' own buffers, tensors the stacks cannot name.
 # - Explain a snapshot of your own with the widget or `python -m helpers explain`.
 #
-# **Time:** about 45 minutes alone: 18 of reading, 8 of code, 2 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
+# **Time:** about 45 minutes alone: 20 of reading, 8 of code, 2 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
 #
 # Lesson 06 (segments, blocks, reserved memory) comes first. The step of sections 1 to 4 is lesson 09's: a LoRA fine-tuning step of Llama-3.1 8B. Here it is simply a training step of a large model; lesson 09 explains LoRA.
 
@@ -201,7 +201,7 @@ assert explorer.report.peak_bytes == report.peak_bytes
 explorer
 
 # %% [markdown]
-# From a terminal, the same report: `python -m helpers explain my_step.pickle`, with `--plots figures/` for the two figures, `--json` for a program, and the step's options (`--model ... --batch-size ...`, as `python -m helpers profile` takes them) to put it beside its simulated twin.
+# From a terminal, the same report: `python -m helpers explain my_step.pickle`, with `--plots figures/` for the two figures, `--json` for a program, and the step's options (`--model ... --batch-size ...`, as `python -m helpers profile` takes them) to put it beside its simulated twin. Each step of lesson 00's recording left its snapshot in `lessons/data/snapshots/` (`recorded_snapshot(model, batch_size, config)` from `helpers.teaching.reference` finds it; its options are in `gpu_reference.json`): ResNets, vision transformers, GPT-2, and lesson 09's LoRA and QLoRA steps of Llama-3.1 8B.
 #
 # ## Exercises
 #

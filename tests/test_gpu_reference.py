@@ -78,6 +78,22 @@ def test_a_second_run_resumes_and_records_nothing_again(dry_run, capsys):
     assert "resnet18 b32" not in capsys.readouterr().out
 
 
+def test_only_tries_again_the_failed_runs_it_selects(tmp_path, monkeypatch):
+    """A failed run's record stays until a run of the harness selects it (``--only``), which records it again."""
+    mlp = next(run for run in FAST_RUNS if run.model == "dropout MLP")
+    other = harness.Run("dropout MLP", 8, "a configuration that failed", mlp.options)
+    monkeypatch.setattr(harness, "RUNS", [mlp, other])
+    header = {"device": "simulated (dry run)", "torch": torch.__version__, "cuda": torch.version.cuda, "date": "x",
+              "dry_run": True}
+    failed = [{"model": run.model, "batch_size": run.batch_size, "config": run.config, "error": "RuntimeError: x"}
+              for run in (mlp, other)]
+    (tmp_path / "gpu_reference.json").write_text(json.dumps({**header, "runs": failed}))
+    assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "steady state", "--skip-tests"]) == 0
+    runs = {r["config"]: r for r in json.loads((tmp_path / "gpu_reference.json").read_text())["runs"]}
+    assert runs["steady state"]["error"] is None and runs["steady state"]["simulated_peak_bytes"] > 0
+    assert runs["a configuration that failed"]["error"] == "RuntimeError: x"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
 def test_without_a_gpu_it_says_so_and_writes_nothing(tmp_path, capsys):
     assert harness.main(["--out", str(tmp_path)]) == 0
