@@ -388,12 +388,13 @@ if recorded is not None:
             traced.append((r, sum(s["total_size"] for s in snapshot["segments"]),
                            replay(log, segment_addresses=addresses).peak_reserved))
     exact = sum(gpu == model for _, gpu, model in traced)
-    print(f"{exact} of {len(traced)} recorded steps: the GPU's own trace, replayed, ends at the GPU's reserved memory to the byte")
+    print(f"{exact} of {len(traced)} recorded steps: the GPU's own trace, replayed, ends at its reserved memory to the byte")
+    print("ResNet18 at batch 128:")
     for r, gpu, model in traced:
         if (r["model"], r["batch_size"]) == ("resnet18", 128):
             e = r["explained"]
-            print(f"  ResNet18 b128 {r['config']:<19} reserved {fmt_bytes(gpu)}, its trace replayed {fmt_bytes(model)}; "
-                  f"{e['allocations'] - e['aligned']} of its {e['allocations']} allocations have no twin in the simulated step")
+            print(f"  {r['config']:<19} GPU reserved {fmt_bytes(gpu):>11}, its trace replayed {fmt_bytes(model):>11}; "
+                  f"{e['allocations'] - e['aligned']} of {e['allocations']} allocations not simulated")
             assert "backward of Conv2d" in e["gpu_only"][0]["where"]  # the largest group of them
     assert exact == len(traced) > 0
 
