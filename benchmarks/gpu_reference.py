@@ -318,9 +318,12 @@ def snapshot(out: Path, device: str) -> Path:
 
 
 def test_commands(out: Path) -> list[tuple[str, list[str]]]:
-    """The test runs of step 3: the unit tests and, where nbval is installed, the lessons."""
-    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-            "--continue-on-collection-errors"]  # a test file that cannot import must not stop the others
+    """The test runs of step 3: the unit tests and, where nbval is installed, the lessons; the groups ``make test``
+    runs (not the slow ones: the browser, the stub driver), on 8 workers where pytest-xdist is installed, as ``make
+    test`` spreads them (a file to a worker)."""
+    workers = ["-n", "8", "--dist", "loadfile"] if importlib.util.find_spec("xdist") is not None else []
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-m", "not slow",
+            *workers, "--continue-on-collection-errors"]  # a test file that cannot import must not stop the others
     commands = [("unit tests", [*base, "tests", "--junitxml", str(out / "gpu_tests_unit.xml")])]
     if importlib.util.find_spec("nbval") is not None:
         commands.append(("lessons under nbval", [*base, "lessons", "--nbval", "--nbval-current-env",
@@ -349,7 +352,8 @@ def run_tests(out: Path, dry_run: bool) -> list[str]:
         if dry_run:
             summary.append(f"would run ({what}): {' '.join(command)}")
             continue
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "OMP_NUM_THREADS": "1",  # as make test: one thread a worker
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)  # the lessons import helpers
         junit = Path(command[-1])
         failed = failures(junit) if junit.exists() else [f"no report (exit status {done.returncode})"]
