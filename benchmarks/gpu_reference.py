@@ -162,9 +162,8 @@ def snapshot_name(run: Run) -> str:
 @contextlib.contextmanager
 def built_once_on_the_gpu(model):
     """While a run's cuda steps are made: a Hugging Face model (``model`` a config's name) is built once, on the GPU,
-    where random initialisation is fast (on the CPU it is serial: 92 s for Llama-3.1 8B's 8 billion weights on this
-    project's 2-core machine, and most of the three minutes each 8B run took on an H200, building twice), and kept in
-    host memory; each build of the steps (``profile_step``, ``time_step``) is then a
+    where random initialisation is fast (on the CPU: 92 s for Llama-3.1 8B's 8 billion weights on this project's
+    2-core machine, and each 8B run took about three minutes on an H200, building twice), and kept in host memory; each build of the steps (``profile_step``, ``time_step``) is then a
     copy of it, made on the CPU, which they place on the GPU as they place a CPU build, counted.  Entered before the
     memory history starts, so that no snapshot holds the build.  Any other model, or a build that fails there (too
     large for the GPU), builds as usual."""
