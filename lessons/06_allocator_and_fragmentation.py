@@ -396,6 +396,7 @@ if recorded is not None:
             print(f"  {r['config']:<19} GPU reserved {fmt_bytes(gpu):>11}, its trace replayed {fmt_bytes(model):>11}; "
                   f"{e['allocations'] - e['aligned']} of {e['allocations']} allocations not simulated")
             assert "backward of Conv2d" in e["gpu_only"][0]["where"]  # the largest group of them
+            assert e["allocations"] - e["aligned"] >= 100  # "a hundred or more", below
     assert exact == len(traced) > 0
 
 # %% [markdown]
