@@ -15,8 +15,11 @@ traces of fewer blocks (:mod:`helpers.depth`); "full" traces every block
 process, so that its RSS is its own.  Targets (issue 31, 2-core machine):
 8B LoRA or QLoRA steady step <= 1 s, 65B QLoRA <= 3 s, RSS < 3 GiB; the
 simulation allocates nothing, so RSS is Python, torch and the model's meta
-objects.  Run with ``make benchmark`` or ``python benchmarks/finetune_step.py
-[--only NAME --full]``.
+objects.  For the LoRA configurations it then times the same step bare
+(:func:`bare`: ``FakeTensorMode`` alone, nothing counted) at full depth and at
+:data:`helpers.depth.DEPTHS`: the floor of a full trace (target: at most 1.5
+times it) and of a written one (the two shallow steps it must trace).  Run with
+``make benchmark`` or ``python benchmarks/finetune_step.py [--only NAME --full]``.
 """
 
 import argparse
@@ -72,25 +75,78 @@ def measure(name: str, full: bool) -> dict:
             "process_s": done - start, "rss_bytes": rss, "peak_allocated_bytes": profile.peak_allocated_bytes}
 
 
+def bare(name: str, layers: int | None = None) -> float:
+    """CPU seconds of the same step with nothing but PyTorch's ``FakeTensorMode``: the model (``layers`` blocks, by
+    default all) built on ``meta`` by transformers, peft's LoRA on it, each parameter given a fake storage, then one
+    step (two with ``steady_state``: forward under bfloat16 autocast, Hugging Face's own loss, backward, AdamW
+    ``foreach``, ``zero_grad``), no memory counted: the floor the engine's tracing adds to (issue 31's "bare step").
+    Timed the second time in the process, as "again" is.  LoRA only: bitsandbytes' 4-bit layers do not run on fake
+    tensors without the engine's rules."""
+    import copy
+
+    import peft
+    import torch
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from helpers.models.hf import load_config
+
+    options = CONFIGURATIONS[name]
+    config = copy.deepcopy(load_config(options["model"]))
+    config.num_hidden_layers = layers or config.num_hidden_layers
+    seq, steps = STEP["seq_len"], 2 if options.get("steady_state") else 1
+
+    def once() -> float:
+        start = time.process_time()
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+            model = peft.get_peft_model(model, peft.LoraConfig(r=options["lora_rank"],
+                                                               target_modules=list(options["lora_targets"])))
+        with FakeTensorMode():
+            model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype))
+            if options.get("checkpoint"):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], foreach=True)
+            ids = torch.randint(0, config.vocab_size, (STEP["batch_size"], seq))
+            for _ in range(steps):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        return time.process_time() - start
+
+    once()
+    return once()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=list(CONFIGURATIONS), help="run this configuration here and print JSON")
     parser.add_argument("--full", action="store_true", help="with --only: trace every block")
+    parser.add_argument("--bare", type=int, nargs="*", metavar="LAYERS",
+                        help="with --only: time the bare FakeTensorMode step instead (of these depths; none: full)")
     args = parser.parse_args()
+    if args.only and args.bare is not None:
+        print(json.dumps(sum(bare(args.only, n) for n in args.bare) if args.bare else bare(args.only)))
+        return
     if args.only:
         print(json.dumps(measure(args.only, args.full)))
         return
     import torch
 
+    from helpers.depth import DEPTHS
+
     print(f"torch {torch.__version__}; seq {STEP['seq_len']}, batch {STEP['batch_size']}, {STEP['amp_dtype']} "
           f"autocast, {STEP['optimizer']}, simulated; load average {os.getloadavg()[0]:.1f} at the start")
     for name in CONFIGURATIONS:
-        peaks = set()
+        peaks, again = set(), {}
         for how in ("written", "full"):
             result = subprocess.run([sys.executable, __file__, "--only", name, *(["--full"] if how == "full" else [])],
                                     capture_output=True, text=True, check=True)
             r = json.loads(result.stdout.splitlines()[-1])
             peaks.add(r["peak_allocated_bytes"])
+            again[how] = r["again_cpu_s"]
             target = MAX_SECONDS.get(name, DEFAULT_MAX_SECONDS)
             ok = how == "full" or (r["again_cpu_s"] <= target and r["rss_bytes"] < MAX_RSS_BYTES)
             print(f"{name}, {how}: step {r['step_s']:.1f} s wall, {r['step_cpu_s']:.1f} s CPU (its library imports "
@@ -101,6 +157,16 @@ def main() -> None:
                   flush=True)
         if len(peaks) != 1:
             raise SystemExit(f"{name}: the written and the full step differ: {sorted(peaks)}")
+        if "quantization" not in CONFIGURATIONS[name]:
+            floors = {}
+            for what, depths in (("full depth", []), ("the shallow depths", [str(n) for n in DEPTHS])):
+                result = subprocess.run([sys.executable, __file__, "--only", name, "--bare", *depths],
+                                        capture_output=True, text=True, check=True)
+                floors[what] = json.loads(result.stdout.splitlines()[-1])
+            print(f"{name}, bare FakeTensorMode step (again): {floors['full depth']:.1f} s CPU at full depth "
+                  f"(the full trace takes {again['full'] / floors['full depth']:.2f}x it; target 1.5x), "
+                  f"{floors['the shallow depths']:.1f} s CPU for depths {DEPTHS[0]} and {DEPTHS[1]} together "
+                  f"(the floor of the written step, which takes {again['written']:.1f} s)", flush=True)
 
 
 if __name__ == "__main__":
