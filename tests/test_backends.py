@@ -127,3 +127,15 @@ def test_a_tied_head_is_counted_once_in_a_profile():
     assert at_step["parameters"] == at_step["gradients"] == PARAMETER_BYTES
     assert at_step["optimizer_states"] == 2 * PARAMETER_BYTES
     assert profile.model_state_bytes == 4 * PARAMETER_BYTES
+
+
+def test_a_meter_leaves_storage_resize_as_it_found_it():
+    """The tracker patches ``UntypedStorage.resize_`` while it counts; re-entered inside dispatch (a composite split
+    under inference mode, such as ``cross_entropy``), it must still restore the original on exit.  It once left one
+    wrapper behind per split, so that a few hundred generation steps recursed past Python's limit."""
+    original = torch.UntypedStorage.resize_
+    with Meter("simulated") as meter, torch.inference_mode():
+        scores = torch.randn(4, 8, device=meter.device)
+        for _ in range(3):
+            torch.nn.functional.cross_entropy(scores, torch.randint(0, 8, (4,), device=meter.device))
+    assert torch.UntypedStorage.resize_ is original

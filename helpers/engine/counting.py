@@ -86,7 +86,7 @@ class StorageTracker(TorchDispatchMode):
         self.log: list[LogEntry] = []
         self._live: dict[int, int] = {}  # id(storage) -> serial
         self._now: dict[int, int] = {}   # serial -> bytes now (a resized storage differs from sizes)
-        self._resize = None
+        self._resizes: list = []  # UntypedStorage.resize_ as each (re-)entry found it, restored on its exit
 
     def __enter__(self):
         tracker, original = self, torch.UntypedStorage.resize_
@@ -96,11 +96,13 @@ class StorageTracker(TorchDispatchMode):
             tracker._resized(storage)
             return result
 
-        self._resize, torch.UntypedStorage.resize_ = original, resize_
+        self._resizes.append(original)
+        if len(self._resizes) == 1:  # re-entered (a composite split inside dispatch), it is patched already
+            torch.UntypedStorage.resize_ = resize_
         return super().__enter__()
 
     def __exit__(self, *exc):
-        torch.UntypedStorage.resize_ = self._resize
+        torch.UntypedStorage.resize_ = self._resizes.pop()
         return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
