@@ -1,5 +1,5 @@
 """vLLM's start-up account (helpers.serving): the KV page, the traced weights and profile run, vLLM's arithmetic on
-published logs, and the one-line refusals.
+published logs, and the one-line refusals of the library and of ``python -m helpers serve``.
 
 The logs are those of the project's research notes on vLLM's start-up logs (section 2, by number); their figures are
 printed with two decimals in GiB, so each is known to ±0.005 GiB.
@@ -7,9 +7,12 @@ printed with two decimals in GiB, so each is known to ±0.005 GiB.
 
 import dataclasses
 import math
+import subprocess
+import sys
 
 import pytest
 
+from helpers.__main__ import main
 from helpers.models.hf import SHIPPED, load_config, shipped_configs
 from helpers.serving import (NON_TORCH_BYTES, StartupAccount, WouldNotStart, kv_bytes_per_token, vllm_startup)
 from helpers.transformer import kv_cache_bytes_per_token
@@ -216,3 +219,41 @@ def test_bad_input_is_one_line_naming_the_problem(kwargs, message):
     with pytest.raises(ValueError) as error:
         vllm_startup(**kwargs)
     assert message in str(error.value) and "\n" not in str(error.value), str(error.value)
+
+
+def test_the_command_line_prints_the_account_in_vllms_terms(capsys):
+    assert main(["serve", "HuggingFaceTB/SmolLM2-135M", "--max-model-len", "4096", "--kv-cache-dtype", "fp8"]) == 0
+    out = capsys.readouterr().out
+    account = vllm_startup("HuggingFaceTB/SmolLM2-135M", max_model_len=4096, kv_cache_dtype="fp8")
+    assert out.splitlines() == account.lines()
+    for said in ("model weights take", "PyTorch activation peak memory takes", "non_torch_memory takes",
+                 "Available KV cache memory:", f"GPU KV cache size: {account.kv_tokens:,} tokens",
+                 "Maximum concurrency for 4,096 tokens per request:"):
+        assert said in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nope"], "unknown model 'nope'"),
+    (["HuggingFaceTB/SmolLM2-135M", "--gpu-memory-utilization", "1.5"],
+     "--gpu-memory-utilization must be in (0, 1], got 1.5"),
+    (["HuggingFaceTB/SmolLM2-135M", "--max-model-len", "9000"], "--max-model-len 9,000 exceeds"),
+    (["HuggingFaceTB/SmolLM2-135M", "--dtype", "float8"], "argument --dtype: invalid choice"),
+    (["HuggingFaceTB/SmolLM2-135M", "--gpu", "V100 16 GB", "--gpu-memory-utilization", "0.02"],
+     "no memory is left for the KV cache"),
+])
+def test_the_command_lines_bad_input_exits_with_2_and_one_line(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(main(["serve", *args]))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert "_" not in err[0].partition("error: ")[2].split("'")[0].replace("max_position_embeddings", ""), err
+
+
+def test_a_refused_start_prints_the_account_then_one_line():
+    run = subprocess.run([sys.executable, "-m", "helpers", "serve", "Qwen/Qwen2.5-7B", "--gpu", "RTX 4090 24 GB"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert "GPU KV cache size:" in run.stdout
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and "vLLM would not start" in err[0] and "--max-model-len" in err[0], run.stderr
