@@ -257,3 +257,24 @@ def test_a_refused_start_prints_the_account_then_one_line():
     assert "GPU KV cache size:" in run.stdout
     err = run.stderr.strip().splitlines()
     assert len(err) == 1 and "vLLM would not start" in err[0] and "--max-model-len" in err[0], run.stderr
+
+
+@pytest.mark.parametrize("max_model_len, peak_torch, refused", [(20_000, 17.06, False), (29_000, 17.98, True)])
+def test_logs_3_and_4_the_activation_peak_near_the_logged_one_and_the_refusal_at_29000(max_model_len, peak_torch,
+                                                                                        refused):
+    """Logs 3 and 4 (Llama-3.1-8B-Instruct on an RTX 3090, 23.58 GiB, V0 v0.6.4): ``peak_torch_memory`` includes the
+    weights (14.9888 "GB", GiB in fact), so the activation peak is their difference; the profile run is V0's default,
+    max_model_len tokens in 256 sequences.  The traced peak lies within 10% of it; vLLM refused 29,000 tokens
+    (23,648 fit), and so does the account, non-torch memory as logged (0.35 GiB)."""
+    options = {"gpu": round(23.58 * GiB), "max_model_len": max_model_len, "version": "0.6.5",
+               "non_torch_bytes": round(0.35 * GiB)}
+    if refused:
+        with pytest.raises(WouldNotStart) as error:
+            vllm_startup("meta-llama/Llama-3.1-8B", **options)
+        account = error.value.account
+    else:
+        account = vllm_startup("meta-llama/Llama-3.1-8B", **options)
+    assert account.max_num_batched_tokens == max_model_len and account.num_reqs == 256
+    logged = (peak_torch - 14.9888) * GiB
+    assert abs(account.activation_peak_bytes - logged) <= 0.10 * logged
+    assert (account.refusal is not None) == refused
