@@ -253,8 +253,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
       allocates before the run.
 
     Defaults (``version="0.11"``: ``EngineArgs``' V1 defaults, ``_set_default_args_v1`` in
-    ``vllm/engine/arg_utils.py``, for ``vllm serve``): on a card of at least 70 GiB that is not an A100, ``max_num_batched_tokens`` 8192 and
-    ``max_num_seqs`` 1024; on others 2048 and 256.  ``version="0.6.5"`` (V0): ``max_num_seqs`` 256, and with chunked
+    ``vllm/engine/arg_utils.py``, for ``vllm serve``): on a card of at least 70 GiB that is not an A100,
+    ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024; on others 2048 and 256.  ``version="0.6.5"`` (V0): ``max_num_seqs`` 256, and with chunked
     prefill off ``max_num_batched_tokens = max(max_model_len, 2048)`` (``SchedulerConfig.__post_init__``); V0's
     server turned chunked prefill on for long contexts (above about 32K tokens, a rule not read in source), so there
     it must be given.  ``max_model_len``: the config's ``max_position_embeddings``.
@@ -278,8 +278,9 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         WouldNotStart (a ValueError): in one line, when vLLM would refuse to start (:attr:`StartupAccount.refusal`);
             its ``account`` holds the figures.
         ValueError: in one line, for an unknown model, GPU, dtype or version, a utilization outside (0, 1], a
-            ``max_model_len`` beyond the model's positions, a count below 1, or a model whose KV cache
-            :func:`kv_bytes_per_token` refuses.
+            ``max_model_len`` beyond the model's positions (``max_position_embeddings``, which it must have), a count
+            below 1, a V0 default that is not known (above), or a model whose KV cache :func:`kv_bytes_per_token`
+            refuses.
     """
     _check_choice("version", version, VERSIONS)
     _check_choice("dtype", dtype, DTYPES)
@@ -297,7 +298,9 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
     config = _config(model)
     label = config_label(model)
     per_token = kv_bytes_per_token(config, dtype, kv_cache_dtype)
-    positions = config.get_text_config().max_position_embeddings
+    positions = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if positions is None:
+        raise ValueError(f"{label} has no max_position_embeddings: its longest sequence is not known here")
     if max_model_len is None:
         max_model_len = positions
     elif max_model_len > positions:
