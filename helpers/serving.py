@@ -254,10 +254,11 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
 
     Defaults (``version="0.11"``: ``EngineArgs``' V1 defaults, ``_set_default_args_v1`` in
     ``vllm/engine/arg_utils.py``, for ``vllm serve``): on a card of at least 70 GiB that is not an A100,
-    ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024; on others 2048 and 256.  ``version="0.6.5"`` (V0): ``max_num_seqs`` 256, and with chunked
-    prefill off ``max_num_batched_tokens = max(max_model_len, 2048)`` (``SchedulerConfig.__post_init__``); V0's
-    server turned chunked prefill on for long contexts (above about 32K tokens, a rule not read in source), so there
-    it must be given.  ``max_model_len``: the config's ``max_position_embeddings``.
+    ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024; on others 2048 and 256.  ``version="0.6.5"`` (V0):
+    ``max_num_seqs`` 256, and with chunked prefill off ``max_num_batched_tokens = max(max_model_len, 2048)``
+    (``SchedulerConfig.__post_init__``); V0's server turned chunked prefill on for long contexts (above about 32K
+    tokens, a rule not read in source), so there it must be given.  ``max_model_len``: the config's
+    ``max_position_embeddings``.
 
     Args:
         model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`, offline), or
