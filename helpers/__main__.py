@@ -1,10 +1,11 @@
-"""Command line: ``python -m helpers profile ...`` and ``python -m helpers check``.
+"""Command line: ``python -m helpers profile ...``, ``python -m helpers serve MODEL`` and ``python -m helpers check``.
 
 ``profile`` runs one training step (:func:`helpers.step.profile_step`), steady state by default, and prints the answer
 first: ``peak allocated: <X> MiB (<backend>)``, where it is reached, what fills it, and per card of
 :data:`helpers.gpus.GPU_CARDS` the verdict of :func:`helpers.batch.card_verdicts`. Bad input exits with status 2 and
-one line in the flags' names (:func:`in_flags`); a step that does not fit a real GPU exits with 1. ``check`` is
-:mod:`helpers.check` (exit 0 ready, 1 broken).
+one line in the flags' names (:func:`in_flags`); a step that does not fit a real GPU exits with 1. ``serve`` prints
+vLLM's start-up account (:func:`helpers.serving.vllm_startup`); bad input, or a KV cache too small for one sequence,
+exits with 2 and one line. ``check`` is :mod:`helpers.check` (exit 0 ready, 1 broken).
 """
 
 from __future__ import annotations
@@ -163,8 +164,35 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--plots", metavar="DIR", help="write the figures to DIR: timeline.png, memory_map.png")
     e.add_argument("--top", type=_at_least(1), default=5, help="how many of the largest live tensors to list")
     _step_options(e, twin=True)
+    _serve_parser(sub)
     sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
+
+
+def _serve_parser(sub) -> None:
+    """``serve``: vLLM's start-up account (:func:`helpers.serving.vllm_startup`); no torch import here."""
+    from .gpus import GPU_CARDS
+
+    s = sub.add_parser("serve", help="vLLM's start-up memory account: weights, profile run, KV cache, concurrency",
+                       description="vLLM's start-up memory account of one GPU, reproduced: the weights and the\n"
+                                   "profile run traced on the simulated GPU, non-torch memory assumed, and the\n"
+                                   "KV cache, tokens and concurrency by vLLM's rules.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("model", help=f"a Hugging Face config: a shipped one ({', '.join(config.HF_SHIPPED)}), "
+                                 f"or a path/to/config.json")
+    s.add_argument("--gpu", default="H100 80 GB", choices=list(GPU_CARDS), help="the card (default H100 80 GB)")
+    s.add_argument("--gpu-memory-utilization", type=_number, default=0.9, metavar="U",
+                   help="the share of the card vLLM may use, in (0, 1] (default 0.9)")
+    for flag, what in (("--max-model-len", "default: the model's max_position_embeddings"),
+                       ("--max-num-batched-tokens", "default: vLLM's rule for the card"),
+                       ("--max-num-seqs", "default: vLLM's rule for the card")):
+        s.add_argument(flag, type=_at_least(1), default=None, metavar="N", help=what)
+    s.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                   help="the model's dtype (default bfloat16)")
+    s.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+                   help="the KV cache's dtype: auto (the model's, default) or an fp8 format (1 byte)")
+    s.add_argument("--vllm-version", dest="version", default="0.11", choices=("0.11", "0.6.5"),
+                   help="whose rules: 0.11 (V1, v0.9.1 to v0.11; default) or 0.6.5 (V0, v0.6.5 to v0.10)")
 
 
 def _batch_size(options: dict) -> tuple[int, str]:
@@ -191,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_check()
     if args.command == "explain":
         return _explain(args)
+    if args.command == "serve":
+        return _serve(args)
     from .batch import card_verdicts
     from .step import DoesNotFit, profile_step
 
@@ -274,6 +304,27 @@ def _explain(args) -> int:
         plot_memory_map(trace, categories, report.segments, title=Path(args.snapshot).name).savefig(
             folder / "memory_map.png", dpi=120)
         print(f"figures: {folder / 'timeline.png'}, {folder / 'memory_map.png'}", file=sys.stderr)
+    return 0
+
+
+def _serve(args) -> int:
+    """``serve``: the account's lines; bad input, or a cache too small to start, exits with 2 and one line."""
+    from .serving import WouldNotStart, vllm_startup
+
+    prog = "python -m helpers serve"
+    options = {name: getattr(args, name) for name in ("gpu", "gpu_memory_utilization", "max_model_len",
+                                                      "max_num_batched_tokens", "max_num_seqs", "dtype",
+                                                      "kv_cache_dtype", "version")}
+    try:
+        account = vllm_startup(args.model, **options)
+    except ValueError as e:
+        if isinstance(e, WouldNotStart):  # vLLM logs its account, then refuses
+            print("\n".join(e.account.lines()))
+        message = re.sub(r"\b(gpu_memory_utilization|max_model_len|max_num_batched_tokens|max_num_seqs|"
+                         r"kv_cache_dtype)\b", lambda m: "--" + m.group(1).replace("_", "-"), str(e))
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
+    print("\n".join(account.lines()))
     return 0
 
 

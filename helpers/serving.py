@@ -1,0 +1,414 @@
+"""vLLM's start-up memory accounting, reproduced on the simulated GPU (lesson 10).
+
+When vLLM starts it loads the weights, runs one *profile run* (a forward pass of the largest batch it will schedule,
+then the sampler), and gives the KV cache what is left of ``total × gpu_memory_utilization``::
+
+    available KV bytes = total × utilization − (weights + activation peak + non-torch memory)
+    blocks             = ⌊available / (KV bytes per token × block_size)⌋       (one page per layer and block)
+    KV tokens          = blocks × block_size
+
+:func:`vllm_startup` traces the first two terms on the engine (the Hugging Face model of the config, on fake
+tensors), takes the third as a stated assumption (:data:`NON_TORCH_BYTES`), and does vLLM's arithmetic.  The rules
+and their sources (vLLM's files and functions, read at the commits named in the project's research notes on vLLM's
+start-up logs, section 3) are given where each is applied.  All sizes are bytes; 1 GiB = 2**30 bytes, as vLLM logs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .config import StepConfig, check_int
+from .errors import first_line
+from .gpus import GPU_CARDS
+from .models.hf import SHIPPED, config_label, load_config
+from .step import StepRunner
+from .units import GiB
+
+#: The accounting rules this module reproduces, by the version named in its ``version`` argument.
+VERSIONS = {
+    "0.11": "V1 engine, v0.9.1 to v0.11 (gpu_worker.py Worker.determine_available_memory with memory_profiling)",
+    "0.6.5": "V0 engine, v0.6.5 to v0.10 (worker.py Worker.determine_num_available_blocks with memory_profiling)",
+}
+#: The model dtypes (``--dtype``), and the KV cache dtypes (``--kv-cache-dtype``): "auto" is the model's dtype;
+#: the fp8 formats keep one byte per value.
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+#: vLLM's default tokens per KV block (``--block-size``).
+BLOCK_SIZE = 16
+#: The card :func:`vllm_startup` assumes unless told another (:data:`helpers.gpus.GPU_CARDS`).
+DEFAULT_GPU = "H100 80 GB"
+
+#: Non-torch memory, *assumed*: the growth of the GPU's used memory outside PyTorch's allocator between the worker's
+#: start and the end of the profile run (``non_torch_increase`` in ``vllm/utils`` ``memory_profiling``: cuBLAS and
+#: NCCL state, other libraries' workspaces), which no simulation of tensors sees.  0.16 GiB is the figure a released
+#: vLLM (V0, v0.8 or later, whose ``memory_profiling`` measures it as v0.11's does) logged for one small model on one
+#: 80 GB H100 (mellea PR #416; research notes, log 9).  Other logs: 0.03 GiB on an RTX 4060 (vLLM v0.7.3, issue
+#: #13882), 0.30 GiB per L40S under tensor parallelism (v0.7.1, issue #15815), and 1.79 GiB from a pre-release build
+#: of the measurement itself on an H100 (PR #10511): pass the logged figure to reproduce a log.
+NON_TORCH_BYTES = round(0.16 * GiB)
+
+#: Keys of a text config that make some layers attend differently from the others (or not at all); what
+#: :func:`kv_bytes_per_token` refuses, with the reason.
+_NOT_FULL_ATTENTION = (
+    ("kv_lora_rank", "multi-head latent attention (MLA) caches a compressed latent, not keys and values"),
+    ("attention_chunk_size", "chunked local attention on some layers"),
+    ("layers_block_type", "layers that are not all attention (a hybrid model)"),
+    ("attn_layer_period", "layers that are not all attention (a hybrid model)"),
+)
+
+
+class WouldNotStart(ValueError):
+    """vLLM would refuse to start: nothing is left for the KV cache, or it cannot hold one sequence of
+    ``max_model_len`` tokens (:attr:`StartupAccount.refusal`).
+
+    Attributes:
+        account: the :class:`StartupAccount` that says so, every figure filled in.
+    """
+
+    def __init__(self, message: str, account: "StartupAccount"):
+        super().__init__(message)
+        self.account = account
+
+
+def kv_bytes_per_token(model, dtype: str = "bfloat16", kv_cache_dtype: str = "auto") -> int:
+    """KV cache bytes one token takes in vLLM, all layers together: 2 (K and V) × attention layers × KV heads ×
+    head size × bytes per value.
+
+    The page of one layer holds ``block_size`` tokens: ``2 × block_size × num_kv_heads × head_size × dtype bytes``
+    (``AttentionSpec.page_size_bytes``, ``vllm/v1/kv_cache_interface.py``; V0's
+    ``CacheEngine.get_cache_block_size``, ``vllm/worker/cache_engine.py``, multiplies it by the layers).  The head size
+    is the config's ``head_dim`` when it has one, else ``hidden_size // num_attention_heads``; the KV heads are
+    ``num_key_value_heads``, else ``num_attention_heads`` (``ModelConfig.get_head_size``,
+    ``get_total_num_kv_heads``).  No tensor parallelism: one GPU holds every head.
+
+    Args:
+        model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`), or anything
+            :func:`helpers.models.hf.load_config` takes.
+        dtype: the model's dtype, one of :data:`DTYPES`; ``kv_cache_dtype`` ``"auto"`` keeps the KV cache in it.
+        kv_cache_dtype: one of :data:`KV_CACHE_DTYPES` (the fp8 formats: 1 byte).
+
+    Raises:
+        ValueError: in one line, for an unknown model or dtype, or a model whose layers do not all keep full
+            keys and values: sliding-window, chunked-local or latent attention, or a hybrid of attention and other
+            layers.  vLLM v0.11 sizes those by KV cache groups (``get_kv_cache_config_from_groups``,
+            ``vllm/v1/core/kv_cache_utils.py``), a rule not reproduced here.
+    """
+    _check_choice("dtype", dtype, DTYPES)
+    _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+    text = _config(model).get_text_config()
+    layers, kv_heads, head_size = _attention_shape(text, config_label(model))
+    value_bytes = KV_CACHE_DTYPES[kv_cache_dtype] or DTYPES[dtype].itemsize
+    return 2 * layers * kv_heads * head_size * value_bytes
+
+
+@dataclass(frozen=True)
+class StartupAccount:
+    """vLLM's start-up account of one GPU, as :func:`vllm_startup` reproduces it.  Bytes unless named.
+
+    Attributes:
+        model, version, gpu: the model's label, the rules' version (:data:`VERSIONS`), the card's name (or
+            ``"a GPU of N GiB"``).
+        total_bytes: the memory CUDA reports for the card (``torch.cuda.mem_get_info()``'s total).
+        gpu_memory_utilization, dtype, kv_cache_dtype, block_size: as vLLM's options of the same names.
+        max_model_len, max_num_batched_tokens, max_num_seqs: as given, or by the version's default rules.
+        num_reqs: the requests of the profile run, each giving one row of logits: ``min(max_num_batched_tokens,
+            max_num_seqs)``.
+        parameter_count: the model's parameters (tied ones once).
+        weights_bytes: traced: the model placed on the simulated GPU in ``dtype`` (vLLM's "model weights take").
+        activation_peak_bytes: traced: the profile run's peak allocated above what was allocated before it (vLLM's
+            "PyTorch activation peak memory", ``torch_peak_increase``).
+        non_torch_bytes: assumed (:data:`NON_TORCH_BYTES` unless given): vLLM's "non_torch_memory".
+        kv_bytes_per_token: :func:`kv_bytes_per_token`.
+    """
+
+    model: str
+    version: str
+    gpu: str
+    total_bytes: int
+    gpu_memory_utilization: float
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    num_reqs: int
+    parameter_count: int
+    weights_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    kv_bytes_per_token: int
+
+    @property
+    def requested_bytes(self) -> float:
+        """What the instance may use: ``total × gpu_memory_utilization`` (``requested_memory``)."""
+        return self.total_bytes * self.gpu_memory_utilization
+
+    @property
+    def non_kv_cache_bytes(self) -> int:
+        """Weights + activation peak + non-torch memory (``non_kv_cache_memory`` of ``memory_profiling``)."""
+        return self.weights_bytes + self.activation_peak_bytes + self.non_torch_bytes
+
+    @property
+    def available_kv_bytes(self) -> float:
+        """``requested − non-KV`` ("Available KV cache memory"; negative when nothing is left)."""
+        return self.requested_bytes - self.non_kv_cache_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        """One block of ``block_size`` tokens in every layer: the KV page of each layer, all layers together."""
+        return self.kv_bytes_per_token * self.block_size
+
+    @property
+    def num_blocks(self) -> int:
+        """``⌊available / block bytes⌋``, 0 when nothing is available (``get_num_blocks``,
+        ``vllm/v1/core/kv_cache_utils.py``: ``available // page_size // num_layers``; V0:
+        ``available // cache_block_size``, clamped at 0)."""
+        return max(int(self.available_kv_bytes // self.block_bytes), 0)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """What the blocks take: ``num_blocks × block bytes`` (at most :attr:`available_kv_bytes`)."""
+        return self.num_blocks * self.block_bytes
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the KV cache holds: ``num_blocks × block_size`` ("GPU KV cache size: N tokens")."""
+        return self.num_blocks * self.block_size
+
+    @property
+    def max_concurrency(self) -> float:
+        """Requests of ``max_model_len`` tokens the cache holds at once ("Maximum concurrency ... x").
+
+        v0.11: blocks ÷ the blocks one request needs, ``⌈max_model_len / block_size⌉`` (``vllm/v1/core/
+        kv_cache_utils.py`` with ``FullAttentionSpec.max_memory_usage_bytes``); V0: tokens ÷ ``max_model_len``
+        (``vllm/executor/executor_base.py``).  Equal when ``max_model_len`` is a multiple of ``block_size``.
+        """
+        if self.version == "0.6.5":
+            return self.kv_tokens / self.max_model_len
+        return self.num_blocks / math.ceil(self.max_model_len / self.block_size)
+
+    @property
+    def refusal(self) -> str | None:
+        """Why vLLM would not start (one line), or None: no memory left for a block, or less than one sequence of
+        ``max_model_len`` tokens fits (v0.11: ``check_enough_kv_cache_memory``, ``vllm/v1/core/kv_cache_utils.py``;
+        V0: ``raise_if_cache_size_invalid``, ``vllm/worker/worker.py``)."""
+        if self.num_blocks == 0:
+            return (f"no memory is left for the KV cache: weights, activation peak and non-torch memory take "
+                    f"{self.non_kv_cache_bytes / GiB:.2f} GiB of the {self.requested_bytes / GiB:.2f} GiB that "
+                    f"gpu_memory_utilization {self.gpu_memory_utilization:g} allows; raise gpu_memory_utilization")
+        needed = math.ceil(self.max_model_len / self.block_size)
+        if needed > self.num_blocks:
+            return (f"one sequence of max_model_len {self.max_model_len:,} tokens needs "
+                    f"{needed * self.block_bytes / GiB:.2f} GiB of KV cache, more than the "
+                    f"{self.available_kv_bytes / GiB:.2f} GiB available: vLLM would not start; the longest that "
+                    f"fits is {self.kv_tokens:,} tokens: lower max_model_len or raise gpu_memory_utilization")
+        return None
+
+    def lines(self) -> list[str]:
+        """The account in vLLM's own terms, one figure a line, GiB with two decimals as vLLM logs them."""
+        gib = lambda n: f"{n / GiB:.2f} GiB"  # noqa: E731
+        kv = self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+        return [
+            f"vLLM {self.version} start-up, simulated: {self.model} in {self.dtype} on {self.gpu}",
+            f"  the instance may use total_gpu_memory ({gib(self.total_bytes)}) x gpu_memory_utilization "
+            f"({self.gpu_memory_utilization:.2f}) = {gib(self.requested_bytes)}",
+            f"  model weights take {gib(self.weights_bytes)} (traced: {self.parameter_count:,} parameters)",
+            f"  PyTorch activation peak memory takes {gib(self.activation_peak_bytes)} (traced profile run: "
+            f"{self.max_num_batched_tokens:,} tokens, logits of {self.num_reqs:,} requests)",
+            f"  non_torch_memory takes {gib(self.non_torch_bytes)} (assumed, not simulated)",
+            f"  Available KV cache memory: {gib(self.available_kv_bytes)}",
+            f"  GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_blocks:,} blocks of {self.block_size} "
+            f"tokens, {self.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv})",
+            f"  Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x",
+        ]
+
+
+def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization: float = 0.9,
+                 max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
+                 max_num_seqs: int | None = None, dtype: str = "bfloat16", kv_cache_dtype: str = "auto",
+                 block_size: int = BLOCK_SIZE, version: str = "0.11",
+                 non_torch_bytes: int = NON_TORCH_BYTES) -> StartupAccount:
+    """vLLM's start-up account of ``model`` served alone on one GPU: weights, the profile run's activation peak,
+    non-torch memory, and the KV cache the rest holds.
+
+    What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``):
+
+    * the weights: the Hugging Face model of the config placed in ``dtype`` (every parameter and buffer; vLLM loads
+      them all in ``dtype``), as vLLM's "model weights take" counts the allocated bytes across loading;
+    * the profile run, as ``memory_profiling`` measures it (``torch_peak_increase``: the peak allocated above what
+      was allocated before it): a forward pass under ``torch.inference_mode()`` of ``max_num_batched_tokens`` tokens,
+      then the logits of the last token of each of ``num_reqs = min(max_num_batched_tokens, max_num_seqs)``
+      requests, which the sampler takes in float32 (``GPUModelRunner.profile_run`` and ``_dummy_sampler_run``,
+      ``vllm/v1/worker/gpu_model_runner.py``; V0: ``GPUModelRunnerBase.profile_run``, ``vllm/worker/model_runner.py``).
+      vLLM runs one flat batch of ``num_reqs`` requests; Hugging Face's model stands in for it here with one
+      sequence of ``max_num_batched_tokens`` tokens: a layer's tensors grow with the tokens, not with how they are
+      split into requests, attention's too (its flash kernel keeps memory linear in the tokens).  The kernels are
+      Hugging Face's, not vLLM's: its RMSNorm computes in float32 and its MLP keeps gate and up apart, where vLLM
+      fuses them.  The sampler's own temporaries (top-k, top-p) are not simulated, nor the input buffers vLLM
+      allocates before the run.
+
+    Defaults (``version="0.11"``: ``EngineArgs``' V1 defaults, ``_set_default_args_v1`` in
+    ``vllm/engine/arg_utils.py``, for ``vllm serve``): on a card of at least 70 GiB that is not an A100,
+    ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024; on others 2048 and 256.  ``version="0.6.5"`` (V0):
+    ``max_num_seqs`` 256, and with chunked prefill off ``max_num_batched_tokens = max(max_model_len, 2048)``
+    (``SchedulerConfig.__post_init__``); V0's server turned chunked prefill on for long contexts (above about 32K
+    tokens, a rule not read in source), so there it must be given.  ``max_model_len``: the config's
+    ``max_position_embeddings``.
+
+    Args:
+        model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`, offline), or
+            anything :func:`helpers.models.hf.load_config` takes.
+        gpu: a card of :data:`helpers.gpus.GPU_CARDS` (its CUDA-reported total), or the total in bytes (a card
+            whose name is unknown counts as not an A100).
+        gpu_memory_utilization: in (0, 1]; the share of the total the instance may use.
+        max_model_len, max_num_batched_tokens, max_num_seqs, block_size: vLLM's options of the same names, >= 1.
+        dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
+        version: one of :data:`VERSIONS`.
+        non_torch_bytes: non-torch memory (:data:`NON_TORCH_BYTES` assumed), >= 0.
+
+    Returns:
+        A :class:`StartupAccount`; its properties do vLLM's arithmetic (``Worker.determine_available_memory``,
+        ``vllm/v1/worker/gpu_worker.py``; V0: ``Worker.determine_num_available_blocks``, ``vllm/worker/worker.py``).
+
+    Raises:
+        WouldNotStart (a ValueError): in one line, when vLLM would refuse to start (:attr:`StartupAccount.refusal`);
+            its ``account`` holds the figures.
+        ValueError: in one line, for an unknown model, GPU, dtype or version, a utilization outside (0, 1], a
+            ``max_model_len`` beyond the model's positions (``max_position_embeddings``, which it must have), a count
+            below 1, a V0 default that is not known (above), or a model whose KV cache :func:`kv_bytes_per_token`
+            refuses.
+    """
+    _check_choice("version", version, VERSIONS)
+    _check_choice("dtype", dtype, DTYPES)
+    _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+    if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
+            0 < gpu_memory_utilization <= 1):
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+    card, total = _gpu(gpu)
+    for name, value in (("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
+                        ("max_num_seqs", max_num_seqs)):
+        if value is not None:
+            check_int(name, value, 1)
+    check_int("block_size", block_size, 1)
+    check_int("non_torch_bytes", non_torch_bytes, 0)
+    config = _config(model)
+    label = config_label(model)
+    per_token = kv_bytes_per_token(config, dtype, kv_cache_dtype)
+    positions = getattr(config.get_text_config(), "max_position_embeddings", None)
+    if positions is None:
+        raise ValueError(f"{label} has no max_position_embeddings: its longest sequence is not known here")
+    if max_model_len is None:
+        max_model_len = positions
+    elif max_model_len > positions:
+        raise ValueError(f"max_model_len {max_model_len:,} exceeds the {positions:,} positions of {label} "
+                         f"(max_position_embeddings)")
+    large = total >= 70 * GiB and "A100" not in card
+    if max_num_seqs is None:
+        max_num_seqs = 1024 if version == "0.11" and large else 256
+    if max_num_batched_tokens is None:
+        if version == "0.11":
+            max_num_batched_tokens = 8192 if large else 2048
+        elif max_model_len > 32_000:
+            raise ValueError(f"vLLM V0 turned chunked prefill on for long contexts such as max_model_len "
+                             f"{max_model_len:,}, which changes its default max_num_batched_tokens: give "
+                             f"max_num_batched_tokens")
+        else:
+            max_num_batched_tokens = max(max_model_len, 2048)
+    num_reqs = min(max_num_batched_tokens, max_num_seqs)
+    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, max_num_batched_tokens, num_reqs)
+    account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, kv_cache_dtype,
+                             block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs, parameters,
+                             weights, peak, non_torch_bytes, per_token)
+    if account.refusal:
+        raise WouldNotStart(account.refusal, account)
+    return account
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(choices)}")
+
+
+def _gpu(gpu) -> tuple[str, int]:
+    """The card's name and total bytes, from a name of :data:`GPU_CARDS` or a number of bytes."""
+    if isinstance(gpu, str):
+        if gpu not in GPU_CARDS:
+            raise ValueError(f"unknown GPU {gpu!r}; use one of {', '.join(GPU_CARDS)}, or its total in bytes")
+        return gpu, GPU_CARDS[gpu]
+    check_int("gpu (a total in bytes)", gpu, 1)
+    return f"a GPU of {gpu / GiB:.2f} GiB", gpu
+
+
+def _config(model):
+    """The ``PretrainedConfig`` of ``model``; a name that is no Hugging Face config is an unknown model."""
+    try:
+        return load_config(model)
+    except ValueError as e:
+        raise ValueError(f"unknown model {config_label(model)!r}: {first_line(e)}") from None
+
+
+def _attention_shape(text, label: str) -> tuple[int, int, int]:
+    """(attention layers, KV heads, head size) of a text config whose layers all keep full keys and values."""
+    for key, why in _NOT_FULL_ATTENTION:
+        if getattr(text, key, None):
+            raise ValueError(f"{label}: {why}; vLLM sizes its KV cache by groups of layers, not reproduced here")
+    kinds = set(getattr(text, "layer_types", None) or ())
+    windowed = getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True)
+    if windowed or kinds - {"full_attention"}:
+        raise ValueError(f"{label}: sliding-window attention (on some or all layers) keeps a shorter KV cache; "
+                         f"vLLM sizes it by groups of layers, not reproduced here")
+    heads = getattr(text, "num_attention_heads", None)
+    if not heads:
+        raise ValueError(f"{label}: no num_attention_heads: not an attention model")
+    head_size = getattr(text, "head_dim", None) or text.hidden_size // heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    return text.num_hidden_layers, kv_heads, head_size
+
+
+def _key(model, config):
+    """What :func:`_profile_run` is given: a shipped name as it is (so that its runs are kept), else the config."""
+    return model if isinstance(model, str) and model in SHIPPED else config
+
+
+@functools.lru_cache(maxsize=8)
+def _kept_profile_run(name: str, label: str, dtype: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
+    return _traced_profile_run(name, label, dtype, tokens, num_reqs)
+
+
+def forget_kept() -> None:
+    """Forget the profile runs kept for shipped configs: the next account of each traces again."""
+    _kept_profile_run.cache_clear()
+
+
+def _profile_run(model, label: str, dtype: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
+    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced; a shipped
+    config's last few runs are kept (the same figures every time: nothing in them is random)."""
+    if isinstance(model, str):
+        return _kept_profile_run(model, label, dtype, tokens, num_reqs)
+    return _traced_profile_run(model, label, dtype, tokens, num_reqs)
+
+
+def _traced_profile_run(model, label: str, dtype: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
+    runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, device="simulated"))
+    runner.model.to(DTYPES[dtype])  # still on meta: nothing allocated until placed
+    meter = runner.meter
+    with meter:
+        net = runner.place().eval()
+        weights = meter.allocated()
+        ids = torch.randint(0, runner.task.vocab_size, (1, tokens), device=meter.device)  # before the run, as vLLM's
+        meter.reset_peak()
+        before = meter.allocated()
+        try:
+            with torch.inference_mode():
+                logits = net(ids, logits_to_keep=num_reqs).logits  # one row per request, in the model's dtype
+                logits.float()  # the sampler's float32 copy, both alive
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"{label} cannot run vLLM's profile pass of {tokens:,} tokens: {first_line(e)}") from None
+        peak = meter.peak() - before
+    parameters = sum(p.numel() for p in net.parameters())
+    return parameters, weights, peak
