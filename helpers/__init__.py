@@ -20,7 +20,8 @@ lowest first; nothing imports from a layer above its own (``.importlinter`` stat
 * studies built on the runner: :mod:`helpers.batch` (memory against batch size, lesson 01), :mod:`helpers.saved`
   (what autograd saves, lesson 02), :mod:`helpers.loops` (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp`
   (FSDP2 on a fake process group, lesson 07), :mod:`helpers.transformer` (a transformer's activations, lesson 08),
-  :mod:`helpers.serving` (vLLM's start-up account: weights, profile run, KV cache, lesson 10);
+  :mod:`helpers.serving` (vLLM's start-up account: weights, profile run, KV cache, lesson 10),
+  :mod:`helpers.generation` (greedy generation: prefill, decode steps and the KV cache, lesson 10);
 * :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data and a small training loop;
 * :mod:`helpers.check` and ``python -m helpers``: the pre-flight check and the command line.
 

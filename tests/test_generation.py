@@ -1,0 +1,68 @@
+"""helpers.generation: greedy generation traced on the simulated GPU, its KV cache against the config's formula."""
+
+import pytest
+
+from helpers.allocator.rules import round_up
+from helpers.generation import MAX_NEW_TOKENS, generation_memory
+from helpers.models.hf import load_config
+
+SMOL = "HuggingFaceTB/SmolLM2-135M"
+
+
+def _kv_tensor_bytes(model: str, batch_size: int, tokens: int, value_bytes: int = 2) -> int:
+    """One layer's keys (or values) for ``tokens`` tokens, as a storage: batch × KV heads × tokens × head size."""
+    c = load_config(model)
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return round_up(batch_size * c.num_key_value_heads * tokens * head_dim * value_bytes)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_the_kv_cache_is_two_tensors_per_layer_of_every_token(cache):
+    """After the prefill of 64 tokens and 3 decode steps, a dynamic cache holds 66 tokens (the last generated token
+    is not fed yet), a static one the 68 it was made for; each is 2 × layers tensors of batch × KV heads × tokens ×
+    head size in bfloat16."""
+    p = generation_memory(SMOL, 64, new_tokens=4, batch_size=2, cache=cache)
+    layers = load_config(SMOL).num_hidden_layers
+    tokens = 64 + 4 - 1 if cache == "dynamic" else 64 + 4
+    assert p.kv_cache_bytes == 2 * layers * _kv_tensor_bytes(SMOL, 2, tokens)
+    assert [name for name, _, _ in p.timeline] == ["weights", "prefill", "decode 1", "decode 2", "decode 3"]
+
+
+def test_a_dynamic_cache_grows_by_one_token_a_step_and_a_static_one_not_at_all():
+    dynamic = generation_memory(SMOL, 64, new_tokens=4, batch_size=2)
+    static = generation_memory(SMOL, 64, new_tokens=4, batch_size=2, cache="static")
+    c = load_config(SMOL)
+    per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 2
+    grown = [after - before for (_, before, _), (_, after, _) in zip(dynamic.timeline[1:], dynamic.timeline[2:])]
+    # each step's keys and values are new tensors (torch.cat), rounded up to 512 bytes each
+    assert all(abs(g - 2 * per_token) <= 2 * c.num_hidden_layers * 512 for g in grown), (grown, per_token)
+    assert len({after for _, after, _ in static.timeline[1:]}) == 1  # written in place
+    # torch.cat makes a layer's new keys while the old are alive: a decode step's peak is above what it leaves
+    assert dynamic.decode_peak_bytes > dynamic.timeline[-1][1]
+
+
+def test_an_8b_model_weights_and_prefill():
+    """Llama-3.1 8B in bfloat16: 2 bytes a parameter; 2,048 tokens of KV cache is 2,048 × 128 KiB (grouped-query
+    attention: 8 KV heads of 128 over 32 layers); the prefill's peak is above weights and cache."""
+    p = generation_memory("meta-llama/Llama-3.1-8B", 2048)
+    assert abs(p.weights_bytes - 8_030_261_248 * 2) < 2**20  # the published parameter count, plus small buffers
+    assert p.kv_cache_bytes == 2048 * 128 * 1024
+    assert p.prefill_peak_bytes > p.weights_bytes + p.kv_cache_bytes
+    assert p.decode_peak_bytes == 0 and p.peak_allocated_bytes == p.prefill_peak_bytes
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(cache="paged"), "cache must be one of dynamic, static, got 'paged'"),
+    (dict(new_tokens=MAX_NEW_TOKENS + 1), "new_tokens"),
+    (dict(prompt_len=8192), "beyond HuggingFaceTB/SmolLM2-135M's 8,192 positions"),
+])
+def test_bad_input_is_one_line(kwargs, message):
+    options = dict(prompt_len=64, new_tokens=2) | kwargs
+    with pytest.raises(ValueError) as e:
+        generation_memory(SMOL, **options)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_model_that_does_not_generate_is_refused():
+    with pytest.raises(ValueError, match="not a Hugging Face causal language model.s config"):
+        generation_memory("resnet18", 16)
