@@ -240,7 +240,7 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
                  max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
                  max_num_seqs: int | None = None, dtype: str = "bfloat16", kv_cache_dtype: str = "auto",
                  block_size: int = BLOCK_SIZE, version: str = "0.11", quantization: str = "none",
-                 non_torch_bytes: int = NON_TORCH_BYTES) -> StartupAccount:
+                 double_quant: bool = False, non_torch_bytes: int = NON_TORCH_BYTES) -> StartupAccount:
     """vLLM's start-up account of ``model`` served alone on one GPU: weights, the profile run's activation peak,
     non-torch memory, and the KV cache the rest holds.
 
@@ -278,7 +278,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
         version: one of :data:`VERSIONS`.
         quantization: one of :data:`QUANTIZATIONS`: the linear layers' weights as loaded, or in bitsandbytes' NF4 or
-            LLM.int8() formats (the KV cache and activations keep ``dtype``).
+            LLM.int8() formats (the KV cache and activations keep ``dtype``); ``double_quant``: NF4's scales in 8 bits
+            (``bnb_4bit_use_double_quant``, as a checkpoint quantized beforehand may say).
         non_torch_bytes: non-torch memory (:data:`NON_TORCH_BYTES` assumed), >= 0.
 
     Returns:
@@ -297,6 +298,9 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
     _check_choice("quantization", quantization, QUANTIZATIONS)
+    if double_quant not in (False, True) or (double_quant and quantization != "nf4"):
+        raise ValueError(f"double_quant applies to quantization='nf4' (True or False), got {double_quant!r}")
+    weights_format = (quantization, double_quant)
     if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
             0 < gpu_memory_utilization <= 1):
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
@@ -331,8 +335,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         else:
             max_num_batched_tokens = max(max_model_len, 2048)
     num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, quantization, max_num_batched_tokens,
-                                             num_reqs)
+    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, weights_format,
+                                             max_num_batched_tokens, num_reqs)
     account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, quantization,
                              kv_cache_dtype, block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs,
                              parameters, weights, peak, non_torch_bytes, per_token)
@@ -388,9 +392,9 @@ def _key(model, config):
 
 
 @functools.lru_cache(maxsize=8)
-def _kept_profile_run(name: str, label: str, dtype: str, quantization: str, tokens: int,
+def _kept_profile_run(name: str, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                       num_reqs: int) -> tuple[int, int, int]:
-    return _traced_profile_run(name, label, dtype, quantization, tokens, num_reqs)
+    return _traced_profile_run(name, label, dtype, weights_format, tokens, num_reqs)
 
 
 def forget_kept() -> None:
@@ -398,18 +402,20 @@ def forget_kept() -> None:
     _kept_profile_run.cache_clear()
 
 
-def _profile_run(model, label: str, dtype: str, quantization: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
+def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
+                 num_reqs: int) -> tuple[int, int, int]:
     """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced; a shipped
     config's last few runs are kept (the same figures every time: nothing in them is random)."""
     if isinstance(model, str):
-        return _kept_profile_run(model, label, dtype, quantization, tokens, num_reqs)
-    return _traced_profile_run(model, label, dtype, quantization, tokens, num_reqs)
+        return _kept_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
+    return _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
 
 
-def _traced_profile_run(model, label: str, dtype: str, quantization: str, tokens: int,
+def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                         num_reqs: int) -> tuple[int, int, int]:
+    quantization, double_quant = weights_format
     runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
-                                   quantization=quantization, device="simulated"))
+                                   quantization=quantization, double_quant=double_quant, device="simulated"))
     runner.model.to(DTYPES[dtype])  # still on meta: nothing allocated until placed
     meter = runner.meter
     with meter:
