@@ -99,7 +99,8 @@ def test_a_refusal_shows_vllms_line_and_the_account_that_says_so():
     assert answer == heavier.refusal and parts["unused"] == 0 and sum(parts.values()) > GPU_CARDS["V100 16 GB"]
     assert "border-left:3px solid #b00" in view
     w.gpu.value, w.max_model_len.value = "RTX 4090 24 GB", 8192
-    assert w.result.refusal is None and w.message.startswith("6 requests of 8,192 tokens fit at once, maximum concurrency 6.24×")
+    assert w.result.refusal is None
+    assert w.message.startswith("6 requests of 8,192 tokens fit at once, maximum concurrency 6.24×")
 
 
 def test_the_context_menu_never_exceeds_the_models_positions():
