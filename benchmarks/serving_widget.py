@@ -28,10 +28,12 @@ CHANGES = [
     ("max_num_batched_tokens default -> 16,384", "budget", "16,384"),
     ("max_num_batched_tokens 16,384 -> default", "budget", "vLLM's default"),
     ("weights bfloat16 -> float16", "weights", "float16"),
+    ("weights float16 -> NF4 (bitsandbytes)", "weights", "NF4 (bitsandbytes, 4-bit)"),
     ("GPU H100 80 GB -> A100 80 GB", "gpu", "A100 80 GB"),
     ("GPU A100 80 GB -> H100 80 GB", "gpu", "H100 80 GB"),
     ("model -> Qwen/Qwen2.5-7B", "model", "Qwen/Qwen2.5-7B"),
-    ("model -> huggyllama/llama-65b (refused)", "model", "huggyllama/llama-65b"),
+    ("model -> huggyllama/llama-65b", "model", "huggyllama/llama-65b"),
+    ("weights NF4 -> bfloat16 (65B: refused)", "weights", "bfloat16"),
     ("model -> meta-llama/Llama-3.1-8B", "model", "meta-llama/Llama-3.1-8B"),
 ]
 

@@ -44,14 +44,16 @@ def _parts(view: str) -> dict[str, int]:
 def test_its_figures_are_vllm_startups_for_the_options_its_controls_show():
     w = ServingFit(SMOL, max_model_len=8192)
     expected = dict(model=SMOL, gpu="H100 80 GB", gpu_memory_utilization=0.9, max_model_len=8192,
-                    max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16")
+                    max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16", quantization="none")
     for control, value, option in ((None, None, {}),
                                    ("utilization", 0.77, dict(gpu_memory_utilization=0.77)),
                                    ("kv_cache_dtype", "fp8", dict(kv_cache_dtype="fp8")),
                                    ("max_model_len", 4096, dict(max_model_len=4096)),
                                    ("gpu", "A100 40 GB", dict(gpu="A100 40 GB")),
                                    ("budget", "4,096", dict(max_num_batched_tokens=4096)),
-                                   ("weights", "float16", dict(dtype="float16"))):
+                                   ("weights", "float16", dict(dtype="float16")),
+                                   ("weights", "int8 (bitsandbytes LLM.int8())", dict(dtype="bfloat16",
+                                                                                      quantization="int8"))):
         if control:
             getattr(w, control).value = value
         expected.update(option)  # one control at a time, the others as they were
@@ -74,7 +76,8 @@ def test_its_figures_are_vllm_startups_for_the_options_its_controls_show():
 def test_the_default_is_llama_3_1_8b_on_an_h100_at_its_whole_context_as_vllm_serve():
     w = ServingFit()
     assert w.options() == dict(model=LLAMA, gpu="H100 80 GB", gpu_memory_utilization=0.9, max_model_len=131_072,
-                               max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16")
+                               max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16",
+                               quantization="none")
     assert w.result == vllm_startup(LLAMA) and w.result.max_num_batched_tokens == 8192
     assert w.message.startswith("3 requests of 131,072 tokens fit at once, maximum concurrency 3.45× (KV cache: ")
 
@@ -101,6 +104,15 @@ def test_a_refusal_shows_vllms_line_and_the_account_that_says_so():
     w.gpu.value, w.max_model_len.value = "RTX 4090 24 GB", 8192
     assert w.result.refusal is None
     assert w.message.startswith("6 requests of 8,192 tokens fit at once, maximum concurrency 6.24×")
+
+
+def test_a_65b_model_too_large_for_the_card_starts_with_its_weights_in_nf4():
+    w = ServingFit("huggyllama/llama-65b")  # 122 GiB in bfloat16: no card of GPU_CARDS holds it
+    assert w.max_model_len.value == 2048 and w.result.refusal and w.result.weights_bytes > GPU_CARDS["H100 80 GB"]
+    w.weights.value = "NF4 (bitsandbytes, 4-bit)"
+    assert w.options()["quantization"] == "nf4" and w.result == vllm_startup(**w.options())
+    assert w.result.refusal is None and w.result.weights_bytes < GPU_CARDS["H100 80 GB"] / 2
+    assert "bitsandbytes nf4, the embeddings, norms and head in bfloat16" in w.view.value
 
 
 def test_the_context_menu_never_exceeds_the_models_positions():
@@ -153,7 +165,7 @@ def test_a_control_changes_the_view_through_its_trait_and_a_new_trace_says_updat
 
 @pytest.mark.parametrize("options, message", [
     (dict(model="gpt2"), r"^unknown model 'gpt2'; use one of meta-llama/Llama-3.1-8B, "),
-    (dict(weights="float32"), r"^unknown weights 'float32'; use one of bfloat16, float16$"),
+    (dict(weights="float32"), r"^unknown weights 'float32'; use one of bfloat16, float16, NF4 "),
     (dict(kv_cache_dtype="fp8_e5m2"), r"^unknown kv_cache_dtype 'fp8_e5m2'; use one of auto, fp8$"),
     (dict(gpu="T4 16 GB"), r"^unknown gpu 'T4 16 GB'"),
     (dict(max_num_batched_tokens=3000), r"^unknown max_num_batched_tokens 3000; use one of None, 2048, "),

@@ -169,7 +169,7 @@ def refused(message: str, after: str = "") -> str:
 #: What ``.gm-serving`` carries as data: ``data-<name>`` -> the :class:`helpers.serving.StartupAccount` attribute it
 #: holds (exact: bytes and counts as integers, the utilization and concurrency as Python writes the float).
 STARTUP_DATA = {"model": "model", "gpu": "gpu", "total": "total_bytes", "utilization": "gpu_memory_utilization",
-                "dtype": "dtype", "kv-cache-dtype": "kv_cache_dtype", "max-model-len": "max_model_len",
+                "dtype": "dtype", "quantization": "quantization", "kv-cache-dtype": "kv_cache_dtype", "max-model-len": "max_model_len",
                 "batched-tokens": "max_num_batched_tokens", "num-reqs": "num_reqs", "blocks": "num_blocks",
                 "kv-tokens": "kv_tokens", "kv-bytes": "kv_cache_bytes", "concurrency": "max_concurrency"}
 
@@ -239,8 +239,10 @@ def startup_view(a: StartupAccount) -> tuple[str, str]:
                     f'data-bytes="{nbytes}" style="text-align:right">{_gib(nbytes)}</td></tr>')
     table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
     kv = a.dtype if a.kv_cache_dtype == "auto" else a.kv_cache_dtype
+    weights = a.dtype if a.quantization == "none" else (f"bitsandbytes {a.quantization}, the embeddings, norms and "
+                                                        f"head in {a.dtype}")
     note = (f'<div style="{_NOTE_STYLE}">vLLM {a.version}\'s start-up rules, simulated: the weights ('
-            f'{a.parameter_count:,} parameters in {a.dtype}) and the activation peak of the profile run '
+            f'{a.parameter_count:,} parameters in {weights}) and the activation peak of the profile run '
             f'({a.max_num_batched_tokens:,} tokens, logits of {a.num_reqs:,} requests) traced; non-torch memory '
             f'assumed; KV cache {a.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv}, {a.num_blocks:,} blocks '
             f'of {a.block_size} tokens.</div>')

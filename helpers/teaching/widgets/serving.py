@@ -18,9 +18,13 @@ from .base import StepWidget
 
 #: The model the widget starts with.
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B"
-#: The weights menu: label -> :func:`helpers.serving.vllm_startup` options (``--dtype``; a quantized entry would add
-#: its ``quantization`` here, one more line).
-SERVING_WEIGHTS = {"bfloat16": {"dtype": "bfloat16"}, "float16": {"dtype": "float16"}}
+#: The weights menu: label -> :func:`helpers.serving.vllm_startup` options: ``--dtype``, and ``--quantization
+#: bitsandbytes`` of a 16-bit checkpoint, its linear layers in NF4 or LLM.int8() (the rest, the KV cache and the
+#: activations in bfloat16).
+SERVING_WEIGHTS = {"bfloat16": {"dtype": "bfloat16", "quantization": "none"},
+                   "float16": {"dtype": "float16", "quantization": "none"},
+                   "NF4 (bitsandbytes, 4-bit)": {"dtype": "bfloat16", "quantization": "nf4"},
+                   "int8 (bitsandbytes LLM.int8())": {"dtype": "bfloat16", "quantization": "int8"}}
 #: The KV cache menu (``--kv-cache-dtype``): "auto" keeps the weights' dtype, fp8 one byte a value.
 SERVING_KV_DTYPES = ("auto", "fp8")
 #: The context per request (``--max-model-len``), tokens: the menu keeps those within the model's positions.
@@ -57,9 +61,10 @@ def context_options(model: str) -> tuple[int, ...]:
 class ServingFit(StepWidget):
     """Lesson 10's widget: vLLM's start-up account of one model on one GPU, and how many requests fit at once.
 
-    The controls are ``vllm serve``'s options: the model (:func:`serving_models`), its weights' dtype, the KV cache's
-    dtype, the card, ``gpu_memory_utilization``, the context per request (``max_model_len``, within the model's
-    positions: :func:`context_options`) and the batch budget of the profile run (``max_num_batched_tokens``).
+    The controls are ``vllm serve``'s options: the model (:func:`serving_models`), its weights (a dtype, or
+    bitsandbytes' 4- or 8-bit formats: :data:`SERVING_WEIGHTS`), the KV cache's dtype, the card,
+    ``gpu_memory_utilization``, the context per request (``max_model_len``, within the model's positions:
+    :func:`context_options`) and the batch budget of the profile run (``max_num_batched_tokens``).
     The view (:func:`helpers.teaching.views.startup_view`) is a bar of the card in GiB (weights, the profile run's
     activation peak, non-torch memory (assumed), the KV cache, and what is left unused) and one line: how many
     requests of ``max_model_len`` tokens fit at once, or why vLLM would not start.
@@ -116,7 +121,7 @@ class ServingFit(StepWidget):
         menu = lambda options, value, description, width: widgets.Dropdown(  # noqa: E731
             options=options, value=value, description=description, style=style, layout=widgets.Layout(width=width))
         self.model = menu(serving_models(), model, "model", "560px")
-        self.weights = menu(list(SERVING_WEIGHTS), weights, "weights", "300px")
+        self.weights = menu(list(SERVING_WEIGHTS), weights, "weights", "420px")
         self.kv_cache_dtype = menu(SERVING_KV_DTYPES, kv_cache_dtype, "kv_cache_dtype", "260px")
         self.gpu = menu(list(GPU_CARDS), gpu, "GPU", "330px")
         self.utilization = widgets.FloatSlider(gpu_memory_utilization, min=low, max=high, step=0.01,
