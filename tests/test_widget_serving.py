@@ -128,6 +128,7 @@ def test_the_context_menu_never_exceeds_the_models_positions():
     w.model.value = "meta-llama/Llama-2-7b-hf"  # 4,096 positions
     assert [v for _, v in w.max_model_len.options] == [4096] and w.options()["max_model_len"] == 4096
     assert w.result == vllm_startup(**w.options())
+    w.utilization.value = 0.8  # another change while the menu offers 4,096 alone: not the learner's choice
     w.model.value = SMOL  # the learner's 8,192 again
     assert w.max_model_len.value == 8192 and w.result.max_model_len == 8192
     with pytest.raises(ValueError, match=r"^max_model_len for mistralai/Mistral-7B-v0.3 must be one of 4,096, "

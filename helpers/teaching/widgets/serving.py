@@ -140,6 +140,7 @@ class ServingFit(StepWidget):
                                               widgets.HBox([self.weights, self.kv_cache_dtype]),
                                               widgets.HBox([self.gpu, self.utilization]),
                                               widgets.HBox([self.max_model_len, self.budget]), self.view])
+        self.max_model_len.observe(self._chosen, names="value")  # first: the choice is known when the view updates
         for control in (self.model, self.weights, self.kv_cache_dtype, self.gpu, self.utilization,
                         self.max_model_len, self.budget):
             control.observe(self._on_change, names="value")
@@ -155,12 +156,16 @@ class ServingFit(StepWidget):
                     max_model_len=self.max_model_len.value, max_num_batched_tokens=BUDGETS[self.budget.value],
                     kv_cache_dtype=self.kv_cache_dtype.value, **SERVING_WEIGHTS[self.weights.value])
 
+    def _chosen(self, change) -> None:
+        """The learner chose a context (not :meth:`_fit_contexts` for another model): remember it."""
+        if not self._quiet:
+            self._wanted = change["new"]
+
     def _fit_contexts(self) -> None:
         """Offer the model's contexts, showing the learner's last choice if the model has it, else the longest below
         it (else the shortest): a model with fewer positions does not lower the context of the next."""
         contexts = context_options(self.model.value)
         if tuple(value for _, value in self.max_model_len.options) == contexts:
-            self._wanted = self.max_model_len.value  # the learner's own choice
             return
         self._quiet = True
         try:
