@@ -51,9 +51,7 @@ def test_its_figures_are_vllm_startups_for_the_options_its_controls_show():
                                    ("max_model_len", 4096, dict(max_model_len=4096)),
                                    ("gpu", "A100 40 GB", dict(gpu="A100 40 GB")),
                                    ("budget", "4,096", dict(max_num_batched_tokens=4096)),
-                                   ("weights", "float16", dict(dtype="float16")),
-                                   ("weights", "int8 (bitsandbytes LLM.int8())", dict(dtype="bfloat16",
-                                                                                      quantization="int8"))):
+                                   ("weights", "float16", dict(dtype="float16"))):
         if control:
             getattr(w, control).value = value
         expected.update(option)  # one control at a time, the others as they were
@@ -106,7 +104,12 @@ def test_a_refusal_shows_vllms_line_and_the_account_that_says_so():
     assert w.message.startswith("6 requests of 8,192 tokens fit at once, maximum concurrency 6.24×")
 
 
-def test_a_65b_model_too_large_for_the_card_starts_with_its_weights_in_nf4():
+def test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4():
+    """The weights menu's bitsandbytes entries are vllm_startup's quantization; LLaMA 65B, refused in bfloat16 on
+    every card, starts on an H100 in NF4 (slow: 65B's profile run traced twice)."""
+    w = ServingFit(SMOL, weights="int8 (bitsandbytes LLM.int8())")
+    assert w.options()["quantization"] == "int8" and w.result == vllm_startup(**w.options())
+    assert w.result.weights_bytes < vllm_startup(SMOL).weights_bytes and "bitsandbytes int8" in w.view.value
     w = ServingFit("huggyllama/llama-65b")  # 122 GiB in bfloat16: no card of GPU_CARDS holds it
     assert w.max_model_len.value == 2048 and w.result.refusal and w.result.weights_bytes > GPU_CARDS["H100 80 GB"]
     w.weights.value = "NF4 (bitsandbytes, 4-bit)"
