@@ -42,3 +42,8 @@ PART_COLORS = tuple(OKABE_ITO[name] for name in ("blue", "orange", "bluish green
 
 #: Greys of the figures: memory reserved but free and its edge, the backward pass's shading, quiet text.
 GREYS = {"free": "#f4f4f4", "free edge": "#a0a0a0", "backward": "#f0f0f0", "text": "#555555"}
+
+#: Colours of vLLM's start-up account (lesson 10) beside the categories: its weights are ``parameters`` and its
+#: profile run's activation peak ``activations`` (:data:`CATEGORY_COLORS`); its non-torch memory, assumed, is
+#: hatched as every assumed overhead is; what ``gpu_memory_utilization`` leaves unused is the grey of free memory.
+SERVING_COLORS = {"kv_cache": OKABE_ITO["vermillion"], "unused": "#dcdcdc"}
