@@ -85,8 +85,9 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
         new_tokens: tokens generated per sequence, 1 to :data:`MAX_NEW_TOKENS` (the first comes from the prefill).
         batch_size: sequences generated together (prompts of equal length, no padding).
         cache: ``"dynamic"`` (``DynamicCache``: each layer's keys and values grow by ``torch.cat`` at every step, so
-            a layer's old and new cache are both alive for a moment) or ``"static"`` (``StaticCache``: allocated for
-            ``prompt_len + new_tokens`` tokens before the prefill and written in place).
+            a layer's old and new cache are both alive for a moment) or ``"static"`` (``StaticCache``: each layer's
+            keys and values allocated for ``prompt_len + new_tokens`` tokens when the prefill first reaches the layer,
+            ``lazy_initialization`` in ``transformers/cache_utils.py``, then written in place).
         param_dtype: the weights' dtype, ``"bfloat16"`` or ``"float32"`` (:data:`helpers.config.PARAM_DTYPES`).
         quantization: one of :data:`WEIGHTS`: the linear layers' weights as loaded (``"none"``), or loaded into
             bitsandbytes' ``Linear4bit`` (NF4: half a byte a weight and a float32 scale per block of 64) or
