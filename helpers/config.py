@@ -112,7 +112,7 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
-          "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora")
+          "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora", "frozen")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES),
             ("compute_dtype", COMPUTE_DTYPES))
@@ -205,8 +205,10 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.dora and c.quantization == "torchao-nf4",
      "dora= with quantization='torchao-nf4' fails in peft itself: its DoRA calls weight.dequantize(), which torchao's "
      "NF4Tensor does not take without arguments"),
-    (lambda c: c.quantization != "none" and not c.lora_rank,
+    (lambda c: c.quantization != "none" and not c.lora_rank and not c.frozen,
      "quantization= (QLoRA) quantizes the frozen base weights of LoRA: give lora_rank too"),
+    (lambda c: c.frozen and c.lora_rank,
+     "frozen= keeps every parameter frozen (a model served, not trained); LoRA trains adapters: not both"),
     (lambda c: c.prepare_kbit and c.quantization not in BNB_QUANTIZATIONS,
      "prepare_kbit (peft's prepare_model_for_kbit_training) applies to bitsandbytes' quantization='nf4', "
      "quantization='fp4' or quantization='int8'"),
@@ -262,7 +264,7 @@ class StepConfig:
         quantization: one of :data:`QUANTIZATIONS`; ``"nf4"`` is QLoRA with bitsandbytes, ``"torchao-nf4"`` with
             torchao, ``"int8"`` LoRA on bitsandbytes' LLM.int8() base (``load_in_8bit=True``: one byte per weight
             and a float32 scale per row; no outlier column assumed) (:mod:`helpers.techniques.quantization`). Needs
-            ``lora_rank``. ``double_quant``: bitsandbytes' ``bnb_4bit_use_double_quant`` (4-bit only: the scales in 8
+            ``lora_rank``, or ``frozen``. ``double_quant``: bitsandbytes' ``bnb_4bit_use_double_quant`` (4-bit only: the scales in 8
             bits; Hugging Face's default is off). ``prepare_kbit``: peft's ``prepare_model_for_kbit_training`` before
             LoRA, as Hugging Face's QLoRA recipes run it (bitsandbytes' formats): every parameter that is not quantized
             in float32, and checkpointing as ``checkpoint`` and ``reentrant`` say.
@@ -271,6 +273,10 @@ class StepConfig:
             ``compute_dtype``: the dtype bitsandbytes' 4-bit layers dequantize into and multiply in
             (``bnb_4bit_compute_dtype``), one of :data:`COMPUTE_DTYPES`: ``"bfloat16"`` (the default here, the
             QLoRA recipes'), ``"float16"``, or ``"float32"`` (``BitsAndBytesConfig``'s own default).
+        frozen: no parameter requires grad: a model served or generating, not trained (:mod:`helpers.generation`,
+            :mod:`helpers.serving`); ``quantization`` then quantizes its linear layers without LoRA, as
+            ``from_pretrained(quantization_config=...)`` loads a model for inference. No training step: refused by
+            :func:`helpers.step.profile_step`.
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
             follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
@@ -316,6 +322,7 @@ class StepConfig:
     compute_dtype: str = "bfloat16"
     prepare_kbit: bool = False
     bf16_embeddings: bool = False
+    frozen: bool = False
     param_dtype: str = "float32"
     optimizer_offload: bool = False
     steady_state: bool = False

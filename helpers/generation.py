@@ -31,6 +31,11 @@ from .step import StepRunner, step_config
 CACHES = ("dynamic", "static")
 #: The most decode steps traced (each one is a forward pass of the whole model).
 MAX_NEW_TOKENS = 64
+#: The weights :func:`generation_memory` can load: as they are, or in bitsandbytes' formats
+#: (``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")``, ``load_in_8bit=True``).
+WEIGHTS = ("none", "nf4", "int8")
+#: Which prefill logits are computed: the last position's (``generate`` passes ``logits_to_keep=1``), or all.
+LOGITS = ("last", "all")
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class GenerationProfile:
         model: the model's label.
         batch_size, prompt_len, new_tokens: sequences, prompt tokens each, tokens generated each.
         cache: ``"dynamic"`` or ``"static"`` (:data:`CACHES`).
+        quantization, logits: as :func:`generation_memory` was given them.
         weights_bytes: the parameters and buffers once placed.
         kv_cache_bytes: the cache's keys and values after the last decode step.
         prefill_peak_bytes: the peak from the prefill's start to its next token, weights and cache included.
@@ -54,6 +60,8 @@ class GenerationProfile:
     prompt_len: int
     new_tokens: int
     cache: str
+    quantization: str
+    logits: str
     weights_bytes: int
     kv_cache_bytes: int
     prefill_peak_bytes: int
@@ -67,8 +75,8 @@ class GenerationProfile:
 
 
 def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: int = 1, *, cache: str = "dynamic",
-                      param_dtype: str = "bfloat16", device: str = "simulated", attention: str = "auto"
-                      ) -> GenerationProfile:
+                      param_dtype: str = "bfloat16", quantization: str = "none", logits: str = "last",
+                      device: str = "simulated", attention: str = "auto") -> GenerationProfile:
     """Trace greedy generation of ``new_tokens`` tokens after prompts of ``prompt_len`` tokens (the module's steps).
 
     Args:
@@ -80,6 +88,12 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
             a layer's old and new cache are both alive for a moment) or ``"static"`` (``StaticCache``: allocated for
             ``prompt_len + new_tokens`` tokens before the prefill and written in place).
         param_dtype: the weights' dtype, ``"bfloat16"`` or ``"float32"`` (:data:`helpers.config.PARAM_DTYPES`).
+        quantization: one of :data:`WEIGHTS`: the linear layers' weights as loaded (``"none"``), or loaded into
+            bitsandbytes' ``Linear4bit`` (NF4: half a byte a weight and a float32 scale per block of 64) or
+            ``Linear8bitLt`` (LLM.int8(): a byte a weight and a float32 scale per row), computing in bfloat16
+            (:mod:`helpers.techniques.quantization`); the embeddings, norms and the head stay in ``param_dtype``.
+        logits: one of :data:`LOGITS`: ``"last"``, the prefill's logits for the last position only (``generate``);
+            ``"all"``, for every position, as a plain ``model(input_ids)`` computes them.
         device, attention: as for :func:`helpers.step.profile_step`.
 
     Returns:
@@ -92,13 +106,15 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
     check_int("prompt_len", prompt_len, 1)
     check_int("new_tokens", new_tokens, 1, MAX_NEW_TOKENS)
     check_int("batch_size", batch_size, 1)
-    if cache not in CACHES:
-        raise ValueError(f"cache must be one of {', '.join(CACHES)}, got {cache!r}")
+    for name, value, choices in (("cache", cache, CACHES), ("quantization", quantization, WEIGHTS),
+                                 ("logits", logits, LOGITS)):
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     if not is_hf_config(model):
         raise ValueError(f"{model!r} is not a Hugging Face causal language model's config: generation_memory needs "
                          f"one (a shipped name such as 'meta-llama/Llama-3.1-8B', a config or its dict)")
     config = step_config(model, batch_size, 224, "generation_memory", seq_len=prompt_len, param_dtype=param_dtype,
-                         device=device, attention=attention)
+                         frozen=True, quantization=quantization, device=device, attention=attention)
     runner = StepRunner(config)
     hf = getattr(runner.model, "config", None)
     if hf is None or not hasattr(runner.model, "generation_config"):
@@ -120,7 +136,7 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
         moment("weights")
         ids = runner.batch().inputs[0]
         past = _cache(cache, hf, batch_size, prompt_len + new_tokens)
-        outputs = net(input_ids=ids, past_key_values=past, use_cache=True, logits_to_keep=1)
+        outputs = net(input_ids=ids, past_key_values=past, use_cache=True, logits_to_keep=1 if logits == "last" else 0)
         ids = _next(ids, outputs)
         del outputs
         prefill = moment("prefill")
@@ -131,8 +147,8 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
             moment(f"decode {step}")
         kv = _cache_bytes(meter, past)
     decode = max((peak for name, _, peak in timeline[2:]), default=0)
-    return GenerationProfile(runner.name, batch_size, prompt_len, new_tokens, cache, timeline[0][1], kv, prefill,
-                             decode, tuple(timeline))
+    return GenerationProfile(runner.name, batch_size, prompt_len, new_tokens, cache, quantization, logits,
+                             timeline[0][1], kv, prefill, decode, tuple(timeline))
 
 
 def _cache(kind: str, config, batch_size: int, max_len: int):

@@ -26,6 +26,7 @@ from .errors import first_line
 from .gpus import GPU_CARDS
 from .models.hf import SHIPPED, config_label, load_config
 from .step import StepRunner
+from .techniques.quantization import weights as weights_of
 from .units import GiB
 
 #: The accounting rules this module reproduces, by the version named in its ``version`` argument.
@@ -37,6 +38,10 @@ VERSIONS = {
 #: the fp8 formats keep one byte per value.
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+#: The weights' formats (``--quantization``): as loaded in ``dtype``, or quantized by bitsandbytes as vLLM's
+#: ``--quantization bitsandbytes`` loads a 16-bit checkpoint (4-bit NF4; ``"int8"``: LLM.int8()), the embeddings, norms
+#: and head kept in ``dtype`` (:mod:`helpers.techniques.quantization`).
+QUANTIZATIONS = ("none", "nf4", "int8")
 #: vLLM's default tokens per KV block (``--block-size``).
 BLOCK_SIZE = 16
 #: The card :func:`vllm_startup` assumes unless told another (:data:`helpers.gpus.GPU_CARDS`).
@@ -114,6 +119,7 @@ class StartupAccount:
             ``"a GPU of N GiB"``).
         total_bytes: the memory CUDA reports for the card (``torch.cuda.mem_get_info()``'s total).
         gpu_memory_utilization, dtype, kv_cache_dtype, block_size: as vLLM's options of the same names.
+        quantization: the weights' format, one of :data:`QUANTIZATIONS`.
         max_model_len, max_num_batched_tokens, max_num_seqs: as given, or by the version's default rules.
         num_reqs: the requests of the profile run, each giving one row of logits: ``min(max_num_batched_tokens,
             max_num_seqs)``.
@@ -131,6 +137,7 @@ class StartupAccount:
     total_bytes: int
     gpu_memory_utilization: float
     dtype: str
+    quantization: str
     kv_cache_dtype: str
     block_size: int
     max_model_len: int
@@ -214,7 +221,8 @@ class StartupAccount:
         gib = lambda n: f"{n / GiB:.2f} GiB"  # noqa: E731
         kv = self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
         return [
-            f"vLLM {self.version} start-up, simulated: {self.model} in {self.dtype} on {self.gpu}",
+            f"vLLM {self.version} start-up, simulated: {self.model} in {self.dtype}"
+            f"{'' if self.quantization == 'none' else f', weights in bitsandbytes {self.quantization}'} on {self.gpu}",
             f"  the instance may use total_gpu_memory ({gib(self.total_bytes)}) x gpu_memory_utilization "
             f"({self.gpu_memory_utilization:.2f}) = {gib(self.requested_bytes)}",
             f"  model weights take {gib(self.weights_bytes)} (traced: {self.parameter_count:,} parameters)",
@@ -231,8 +239,8 @@ class StartupAccount:
 def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
                  max_num_seqs: int | None = None, dtype: str = "bfloat16", kv_cache_dtype: str = "auto",
-                 block_size: int = BLOCK_SIZE, version: str = "0.11",
-                 non_torch_bytes: int = NON_TORCH_BYTES) -> StartupAccount:
+                 block_size: int = BLOCK_SIZE, version: str = "0.11", quantization: str = "none",
+                 double_quant: bool = False, non_torch_bytes: int = NON_TORCH_BYTES) -> StartupAccount:
     """vLLM's start-up account of ``model`` served alone on one GPU: weights, the profile run's activation peak,
     non-torch memory, and the KV cache the rest holds.
 
@@ -269,6 +277,9 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         max_model_len, max_num_batched_tokens, max_num_seqs, block_size: vLLM's options of the same names, >= 1.
         dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
         version: one of :data:`VERSIONS`.
+        quantization: one of :data:`QUANTIZATIONS`: the linear layers' weights as loaded, or in bitsandbytes' NF4 or
+            LLM.int8() formats (the KV cache and activations keep ``dtype``); ``double_quant``: NF4's scales in 8 bits
+            (``bnb_4bit_use_double_quant``, as a checkpoint quantized beforehand may say).
         non_torch_bytes: non-torch memory (:data:`NON_TORCH_BYTES` assumed), >= 0.
 
     Returns:
@@ -286,6 +297,10 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
     _check_choice("version", version, VERSIONS)
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+    _check_choice("quantization", quantization, QUANTIZATIONS)
+    if double_quant not in (False, True) or (double_quant and quantization != "nf4"):
+        raise ValueError(f"double_quant applies to quantization='nf4' (True or False), got {double_quant!r}")
+    weights_format = (quantization, double_quant)
     if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
             0 < gpu_memory_utilization <= 1):
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
@@ -320,10 +335,11 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         else:
             max_num_batched_tokens = max(max_model_len, 2048)
     num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, max_num_batched_tokens, num_reqs)
-    account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, kv_cache_dtype,
-                             block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs, parameters,
-                             weights, peak, non_torch_bytes, per_token)
+    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, weights_format,
+                                             max_num_batched_tokens, num_reqs)
+    account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, quantization,
+                             kv_cache_dtype, block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs,
+                             parameters, weights, peak, non_torch_bytes, per_token)
     if account.refusal:
         raise WouldNotStart(account.refusal, account)
     return account
@@ -376,8 +392,9 @@ def _key(model, config):
 
 
 @functools.lru_cache(maxsize=8)
-def _kept_profile_run(name: str, label: str, dtype: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
-    return _traced_profile_run(name, label, dtype, tokens, num_reqs)
+def _kept_profile_run(name: str, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
+                      num_reqs: int) -> tuple[int, int, int]:
+    return _traced_profile_run(name, label, dtype, weights_format, tokens, num_reqs)
 
 
 def forget_kept() -> None:
@@ -385,16 +402,20 @@ def forget_kept() -> None:
     _kept_profile_run.cache_clear()
 
 
-def _profile_run(model, label: str, dtype: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
+def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
+                 num_reqs: int) -> tuple[int, int, int]:
     """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced; a shipped
     config's last few runs are kept (the same figures every time: nothing in them is random)."""
     if isinstance(model, str):
-        return _kept_profile_run(model, label, dtype, tokens, num_reqs)
-    return _traced_profile_run(model, label, dtype, tokens, num_reqs)
+        return _kept_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
+    return _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
 
 
-def _traced_profile_run(model, label: str, dtype: str, tokens: int, num_reqs: int) -> tuple[int, int, int]:
-    runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, device="simulated"))
+def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
+                        num_reqs: int) -> tuple[int, int, int]:
+    quantization, double_quant = weights_format
+    runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
+                                   quantization=quantization, double_quant=double_quant, device="simulated"))
     runner.model.to(DTYPES[dtype])  # still on meta: nothing allocated until placed
     meter = runner.meter
     with meter:
@@ -410,5 +431,5 @@ def _traced_profile_run(model, label: str, dtype: str, tokens: int, num_reqs: in
         except (RuntimeError, TypeError, ValueError) as e:
             raise ValueError(f"{label} cannot run vLLM's profile pass of {tokens:,} tokens: {first_line(e)}") from None
         peak = meter.peak() - before
-    parameters = sum(p.numel() for p in net.parameters())
+    parameters = sum(map(weights_of, net.parameters()))  # a 4-bit weight: its weights, not its packed bytes
     return parameters, weights, peak

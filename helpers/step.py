@@ -76,6 +76,9 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
         DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
     """
     config = step_config(model, batch_size, image_size, "profile_step", **options)
+    if config.frozen:
+        raise ValueError("frozen=True is a model served, not trained: profile_step traces a training step (see "
+                         "helpers.generation.generation_memory and helpers.serving.vllm_startup)")
     key = _kept_key(config)
     if key in _KEPT:
         _KEPT.move_to_end(key)

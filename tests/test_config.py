@@ -121,3 +121,17 @@ def test_check_int_is_the_one_integer_check():
         assert str(err.value) == message
     with pytest.raises(ValueError, match="^n must be a whole number above 20, got 20$"):
         check_int("n", 20, 21, what="a whole number above 20")
+
+
+def test_frozen_is_a_served_model_whose_weights_quantize_without_lora():
+    """frozen=True: no parameter trains, so quantization= needs no LoRA; with LoRA it is refused, and profile_step,
+    which traces a training step, refuses it in one line."""
+    from helpers import profile_step
+
+    assert StepConfig(model="HuggingFaceTB/SmolLM2-135M", seq_len=8, frozen=True, quantization="nf4").frozen
+    with pytest.raises(ValueError, match="give lora_rank too"):
+        StepConfig(model="HuggingFaceTB/SmolLM2-135M", seq_len=8, quantization="nf4")
+    with pytest.raises(ValueError, match="frozen= keeps every parameter frozen"):
+        StepConfig(model="HuggingFaceTB/SmolLM2-135M", seq_len=8, frozen=True, lora_rank=4)
+    with pytest.raises(ValueError, match="profile_step traces a training step"):
+        profile_step("HuggingFaceTB/SmolLM2-135M", 1, seq_len=8, frozen=True, device="simulated")

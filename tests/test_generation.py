@@ -66,3 +66,15 @@ def test_bad_input_is_one_line(kwargs, message):
 def test_a_model_that_does_not_generate_is_refused():
     with pytest.raises(ValueError, match="not a Hugging Face causal language model.s config"):
         generation_memory("resnet18", 16)
+
+
+def test_quantized_weights_and_all_logits():
+    """bitsandbytes' NF4 weights take about a third of bfloat16's for an 8B model (the embeddings and head stay
+    16-bit). The prefill's logits for every position (a plain forward) raise its peak over generate's, which asks for
+    the last position's only (logits_to_keep=1); once the next token is chosen, both are dropped."""
+    base = generation_memory("meta-llama/Llama-3.1-8B", 2048)
+    nf4 = generation_memory("meta-llama/Llama-3.1-8B", 2048, quantization="nf4")
+    every = generation_memory("meta-llama/Llama-3.1-8B", 2048, logits="all")
+    assert 0.3 < nf4.weights_bytes / base.weights_bytes < 0.4 and nf4.kv_cache_bytes == base.kv_cache_bytes
+    assert every.weights_bytes == base.weights_bytes and every.prefill_peak_bytes > base.prefill_peak_bytes
+    assert every.timeline[1][1] == base.timeline[1][1]  # the logits are dropped after the next token: the same after

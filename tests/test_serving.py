@@ -122,7 +122,7 @@ def _published(version, per_token, max_model_len, *, total=80.0, util=0.9, weigh
                non_torch=0.0, blocks=None):
     """An account of logged figures (GiB), for vLLM's arithmetic alone; with ``blocks``, the budget that leaves
     exactly that many blocks (for logs that print the blocks, not the memory)."""
-    account = StartupAccount("logged", version, "logged", round(total * GiB), util, "bfloat16", "auto", 16,
+    account = StartupAccount("logged", version, "logged", round(total * GiB), util, "bfloat16", "none", "auto", 16,
                              max_model_len, 8192, 256, 256, 0, round(weights * GiB), round(activation * GiB),
                              round(non_torch * GiB), per_token)
     if blocks is not None:  # the weights take what the blocks leave, half a block to spare
@@ -278,3 +278,19 @@ def test_logs_3_and_4_the_activation_peak_near_the_logged_one_and_the_refusal_at
     logged = (peak_torch - 14.9888) * GiB
     assert abs(account.activation_peak_bytes - logged) <= 0.10 * logged
     assert (account.refusal is not None) == refused
+
+
+def test_4_bit_weights_leave_the_kv_cache_what_they_save():
+    """bitsandbytes' NF4 weights (vLLM's --quantization bitsandbytes): the linear layers' weights take half a byte each
+    and a float32 scale per 64 (the embeddings and head stay in bfloat16); the KV cache per token is unchanged, and
+    the bytes the weights save go to the KV cache, less what the profile run's peak moves."""
+    full = vllm_startup("meta-llama/Llama-3.1-8B", gpu="RTX 4090 24 GB", max_model_len=8192)
+    nf4 = vllm_startup("meta-llama/Llama-3.1-8B", gpu="RTX 4090 24 GB", max_model_len=8192, quantization="nf4")
+    assert nf4.parameter_count == full.parameter_count == 8_030_261_248
+    embeddings = 2 * 128_256 * 4096 * 2  # input embeddings and the untied head, bfloat16
+    linear = full.parameter_count - 2 * 128_256 * 4096 - 65 * 4096  # less both of those and the 65 norms
+    assert nf4.weights_bytes == pytest.approx(embeddings + 65 * 4096 * 2 + linear // 2 + linear // 64 * 4, rel=1e-3)
+    assert nf4.kv_bytes_per_token == full.kv_bytes_per_token
+    saved = full.weights_bytes - nf4.weights_bytes
+    assert nf4.available_kv_bytes - full.available_kv_bytes == pytest.approx(saved, abs=0.5 * GiB)
+    assert nf4.kv_tokens > 2 * full.kv_tokens  # 51,136 tokens become 127,232 on a 24 GB card

@@ -14,9 +14,12 @@ def add_adapters(runner) -> None:
     After checkpointing is enabled, so that ``peft`` makes the input embeddings' output require grad (the reentrant
     variant then reaches the adapters). Adapters are float32 (``autocast_adapter_dtype=True``), or
     ``config.lora_dtype``, cast as the QLoRA paper's ``qlora.py`` casts them (``module.to(torch.bfloat16)``). Raises as
-    :func:`apply_lora`.
+    :func:`apply_lora`. ``config.frozen`` (a model served, not trained) freezes every parameter instead, so that
+    ``config.quantization`` finds the linear layers' weights frozen as under LoRA.
     """
     config = runner.config
+    if config.frozen:
+        runner.model.requires_grad_(False)
     if config.lora_rank:
         runner.model = apply_lora(runner.model, config.lora_rank, config.lora_targets, config.lora_dropout, config.dora)
         if config.lora_dtype != "float32":

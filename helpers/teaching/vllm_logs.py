@@ -1,0 +1,189 @@
+"""vLLM's own start-up logs, as published, beside :func:`helpers.serving.vllm_startup`'s figures (lesson 10).
+
+Each :class:`VllmLog` is one start-up of vLLM found in a public log: where, which version and card, the options it
+ran with (the launch command or the ``non-default args`` line vLLM prints), and the figures it logged, copied as
+printed (GiB with two decimals; "Loading model weights took X GB" was GiB mislabelled before vLLM PR #15807).  The
+engine is given the same card total, utilization, lengths, dtypes and the logged non-torch memory (which no
+simulation of tensors sees), so that what differs is what the engine traces: the weights and the profile run's
+activation peak.  :func:`engine_beside_logs` puts the two side by side.
+
+Only models whose Hugging Face config ships with this package can be traced (nothing is downloaded); an Instruct
+model has its base model's architecture, and Meta-Llama-3-8B the same layers, widths and vocabulary as Llama-3.1-8B
+(3.1 adds rope scaling and positions, which change no tensor's size at these lengths).
+
+What differs, and why (``tests/test_vllm_logs.py`` asserts the bounds): the weights, within 1%: vLLM also keeps buffers
+Hugging Face's modules do not (Llama-3.1's logged 14.99 GiB is the engine's 14.96 plus about a cos/sin table of its
+131,072 positions, 32 MiB in bfloat16). The activation peak: the engine traces Hugging Face's forward pass and the
+requests' float32 logits; vLLM runs its own fused kernels, then its sampler on those logits (top-k, top-p, penalties),
+whose temporaries the engine does not simulate: V0's profile of 20,000 and 29,000 tokens (256 requests) logged 7-8%
+less than the engine traces, v0.19's of 8,192 tokens and 1,024 requests about twice as much. The KV cache and its
+tokens follow from both: within 2% on the fully stated H100 runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..serving import StartupAccount, WouldNotStart, vllm_startup
+from ..units import GiB
+
+_PLANNER = ("https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e059da88662db39a926a3ead964be97359b/"
+            "accuracy/results/v0.19.0/logs/")
+_H100_V019 = dict(version="v0.19.0 (V1)", rules="0.11", gpu="H100 80GB HBM3", total_gib=79.19)
+#: What every v0.19.0 run of llm-d-planner's validation shared (its job template: ``vllm serve <model>
+#: --gpu-memory-utilization=0.95 --no-enable-prefix-caching``; each log's ``non-default args`` line agrees; the logs
+#: print "Chunked prefill is enabled with max_num_batched_tokens=8192").  ``max_num_seqs``: vLLM's default for a card
+#: of 70 GiB or more (1024).
+_PLANNER_OPTIONS = dict(gpu_memory_utilization=0.95, max_num_batched_tokens=8192, max_num_seqs=1024)
+
+
+@dataclass(frozen=True)
+class VllmLog:
+    """One published vLLM start-up.
+
+    Attributes:
+        name: a short label (model, card, what differs).
+        url: where the log is (a commit-pinned file, an issue or a pull request).
+        version: vLLM's version, as the log or its thread states it; ``rules``: the accounting
+            :func:`helpers.serving.vllm_startup` applies (``"0.11"``: V1 from v0.9.1 on, per instance; ``"0.6.5"``:
+            V0, whose arithmetic v0.6.4's global cap shares on a card used by nothing else).
+        gpu, total_gib: the card, and its total memory as the log prints it (GiB, two decimals).
+        command: the launch command, or vLLM's ``non-default args``, as stated.
+        model: the shipped config traced for it.
+        options: :func:`helpers.serving.vllm_startup`'s options for it (besides ``gpu``, ``version`` and
+            ``non_torch_bytes``).
+        logged: the figures it printed: ``weights``, ``activation``, ``non_torch``, ``kv`` (GiB), ``tokens``,
+            ``blocks``, ``concurrency`` (x); a figure it did not print is absent.
+        note: what the log's thread leaves unstated, and what is inferred.
+    """
+
+    name: str
+    url: str
+    version: str
+    rules: str
+    gpu: str
+    total_gib: float
+    command: str
+    model: str
+    options: dict
+    logged: dict
+    note: str = ""
+    refused: bool = False
+
+
+#: The logs, in the lesson's order: one model on one H100 with what one option changes, then older versions on
+#: smaller cards.
+LOGS = (
+    VllmLog("Llama-3.1-8B, 8,192 tokens", _PLANNER + "meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log",
+            command="vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.95 "
+                    "--no-enable-prefix-caching", model="meta-llama/Llama-3.1-8B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=8192),
+            logged=dict(weights=14.99, activation=1.89, non_torch=0.25, kv=58.11, tokens=476_016, concurrency=58.11),
+            **_H100_V019),
+    VllmLog("Llama-3.1-8B, 32,768 tokens", _PLANNER + "meta-llama-llama-3-1-8b--h100-80gb--tp1pp1dp1--32768.log",
+            command="vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 32768 --gpu-memory-utilization 0.95 "
+                    "--no-enable-prefix-caching", model="meta-llama/Llama-3.1-8B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=32768),
+            logged=dict(weights=14.99, activation=1.89, non_torch=0.25, kv=58.11, tokens=476_016, concurrency=14.53),
+            **_H100_V019),
+    VllmLog("Llama-3.1-8B, fp8 KV cache", _PLANNER + "meta-llama---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8.log",
+            command="vllm serve meta-llama/Llama-3.1-8B-Instruct --dtype bfloat16 --max-model-len 8192 "
+                    "--gpu-memory-utilization 0.95 --kv-cache-dtype fp8 --no-enable-prefix-caching",
+            model="meta-llama/Llama-3.1-8B", options=dict(_PLANNER_OPTIONS, max_model_len=8192, kv_cache_dtype="fp8"),
+            logged=dict(weights=14.99, activation=1.89, non_torch=0.25, kv=58.11, tokens=952_032, concurrency=116.21),
+            **_H100_V019),
+    VllmLog("Llama-3.1-8B, float32", _PLANNER + "meta-llama-llama-3--h100-80gb--tp1pp1dp1--8192-dtf32.log",
+            command="vllm serve meta-llama/Llama-3.1-8B-Instruct --dtype float32 --max-model-len 8192 "
+                    "--gpu-memory-utilization 0.95 --no-enable-prefix-caching", model="meta-llama/Llama-3.1-8B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=8192, dtype="float32"),
+            logged=dict(weights=29.98, activation=2.21, non_torch=0.25, kv=42.8, tokens=175_296, concurrency=21.40),
+            **_H100_V019),
+    VllmLog("Qwen2.5-7B, 8,192 tokens", _PLANNER + "qwen-qwen2-5-7b-instruct--h100-80gb--tp1pp1dp1--8192.log",
+            command="vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 8192 --gpu-memory-utilization 0.95 "
+                    "--no-enable-prefix-caching", model="Qwen/Qwen2.5-7B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=8192),
+            logged=dict(weights=14.25, activation=2.21, non_torch=0.24, kv=58.53, tokens=1_096_000,
+                        concurrency=133.79), **_H100_V019),
+    VllmLog("Qwen2.5-7B, fp8 KV cache", _PLANNER + "qwen-qwen2---h100-80gb--tp1pp1dp1--8192-dtbf16-kvfp8.log",
+            command="vllm serve Qwen/Qwen2.5-7B-Instruct --dtype bfloat16 --max-model-len 8192 "
+                    "--gpu-memory-utilization 0.95 --kv-cache-dtype fp8 --no-enable-prefix-caching",
+            model="Qwen/Qwen2.5-7B", options=dict(_PLANNER_OPTIONS, max_model_len=8192, kv_cache_dtype="fp8"),
+            logged=dict(weights=14.25, activation=2.21, non_torch=0.24, kv=58.53, tokens=2_192_000,
+                        concurrency=267.58), **_H100_V019),
+    VllmLog("Meta-Llama-3-8B, V0", "https://github.com/vllm-project/vllm/pull/10511",
+            version="V0, the branch of PR #10511 (December 2024)", rules="0.6.5", gpu="H100 80GB", total_gib=79.22,
+            command="vllm serve meta-llama/Meta-Llama-3-8B", model="meta-llama/Llama-3.1-8B",
+            options=dict(gpu_memory_utilization=0.9, max_model_len=8192, max_num_batched_tokens=8192,
+                         max_num_seqs=256),
+            logged=dict(weights=14.96, activation=1.26, non_torch=1.79, kv=53.29),
+            note="a pull request's build; the card is inferred from its 79.22 GiB; max_num_batched_tokens is V0's "
+                 "rule without chunked prefill, max(max_model_len, 2048); blocks, tokens and concurrency not in the "
+                 "comment"),
+    VllmLog("Llama-3.1-8B, RTX 3090, 20,000 tokens", "https://github.com/vllm-project/vllm/issues/10517",
+            version="v0.6.4 (V0; inferred from the log's format)", rules="0.6.5", gpu="RTX 3090", total_gib=23.58,
+            command="--max-model-len 20000 (the rest of the command is not in the comment)",
+            model="meta-llama/Llama-3.1-8B",
+            options=dict(gpu_memory_utilization=0.9, max_model_len=20_000, max_num_batched_tokens=20_000,
+                         max_num_seqs=256),
+            logged=dict(weights=14.9888, activation=2.07, non_torch=0.35, kv=3.81, blocks=1952, concurrency=1.56),
+            note="options not stated are vLLM's defaults; V0 without chunked prefill profiles max(max_model_len, "
+                 "2048) tokens; the activation is the logged peak_torch_memory (17.06 GiB) less the weights"),
+    VllmLog("Llama-3.1-8B, RTX 3090, 29,000 tokens", "https://github.com/vllm-project/vllm/issues/10517",
+            version="v0.6.4 (V0; inferred from the log's format)", rules="0.6.5", gpu="RTX 3090", total_gib=23.58,
+            command="--max-model-len 29000 (the rest of the command is not in the comment)",
+            model="meta-llama/Llama-3.1-8B",
+            options=dict(gpu_memory_utilization=0.9, max_model_len=29_000, max_num_batched_tokens=29_000,
+                         max_num_seqs=256),
+            logged=dict(weights=14.9888, activation=2.99, non_torch=0.35, kv=2.89, blocks=1478, concurrency=0.82),
+            note="vLLM refused to start: 1,478 blocks hold 23,648 tokens, fewer than one request of 29,000; the "
+                 "activation is the logged peak_torch_memory (17.98 GiB) less the weights", refused=True),
+    VllmLog("Qwen2.5-7B in 4 bits, RTX 4060", "https://github.com/vllm-project/vllm/issues/13882",
+            version="v0.7.3.dev233 (V0; printed)", rules="0.6.5", gpu="RTX 4060 8GB", total_gib=8.00,
+            command="Qwen2.5-7B-Instruct-bnb-4bit, quantization=bitsandbytes, dtype bfloat16, max_seq_len 4096, "
+                    "gpu_memory_utilization 0.70 (vLLM's engine configuration line)",
+            model="Qwen/Qwen2.5-7B",
+            options=dict(gpu_memory_utilization=0.7, max_model_len=4096, max_num_batched_tokens=4096,
+                         max_num_seqs=256, quantization="nf4", double_quant=True),
+            logged=dict(weights=5.2032, activation=1.42, non_torch=0.03, kv=-1.05, blocks=0, concurrency=0.0),
+            note="a checkpoint quantized beforehand: its double quantization is inferred (the logged weights fit "
+                 "NF4 with 8-bit scales, not with float32 ones); max_num_batched_tokens is V0's rule without chunked "
+                 "prefill; vLLM started with 0 GPU blocks and could serve nothing", refused=True),
+)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """A log and the engine's account of the same start-up (``account``; for a start-up vLLM would refuse, the account
+    :class:`helpers.serving.WouldNotStart` carries, and ``refusal`` its line)."""
+
+    log: VllmLog
+    account: StartupAccount
+    refusal: str | None
+
+    def engine(self) -> dict:
+        """The engine's figures under the log's names: GiB (``weights``, ``activation``, ``non_torch``, ``kv``),
+        ``tokens``, ``blocks``, ``concurrency``."""
+        a = self.account
+        return dict(weights=a.weights_bytes / GiB, activation=a.activation_peak_bytes / GiB,
+                    non_torch=a.non_torch_bytes / GiB, kv=a.available_kv_bytes / GiB, tokens=a.kv_tokens,
+                    blocks=a.num_blocks, concurrency=a.max_concurrency)
+
+
+def engine_beside_logs(logs=LOGS) -> list[Beside]:
+    """Each log of ``logs`` with :func:`helpers.serving.vllm_startup`'s account of the same start-up: the card's total
+    as logged (rounded to the byte), the log's options and version rules, and its logged non-torch memory.
+
+    Raises:
+        ValueError: as :func:`helpers.serving.vllm_startup` does for an option it refuses (not for a refusal to
+            start, which is part of the comparison).
+    """
+    rows = []
+    for log in logs:
+        try:
+            account, refusal = vllm_startup(log.model, gpu=round(log.total_gib * GiB), version=log.rules,
+                                            non_torch_bytes=round(log.logged["non_torch"] * GiB),
+                                            **log.options), None
+        except WouldNotStart as e:
+            account, refusal = e.account, str(e)
+        rows.append(Beside(log, account, refusal))
+    return rows
