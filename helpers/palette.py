@@ -43,11 +43,7 @@ PART_COLORS = tuple(OKABE_ITO[name] for name in ("blue", "orange", "bluish green
 #: Greys of the figures: memory reserved but free and its edge, the backward pass's shading, quiet text.
 GREYS = {"free": "#f4f4f4", "free edge": "#a0a0a0", "backward": "#f0f0f0", "text": "#555555"}
 
-#: Colours of serving (lesson 10): the weights and activations as the categories above, the KV cache in its own
-#: colour, vLLM's assumed non-torch memory in the grey of "other", what ``gpu_memory_utilization`` leaves out white.
-SERVING_COLORS = {
-    "weights": CATEGORY_COLORS["parameters"],
-    "activations": CATEGORY_COLORS["activations"],
-    "non-torch": CATEGORY_COLORS["other"],
-    "kv_cache": OKABE_ITO["sky blue"],
-}
+#: Colours of vLLM's start-up account (lesson 10) beside the categories: its weights are ``parameters`` and its
+#: profile run's activation peak ``activations`` (:data:`CATEGORY_COLORS`); its non-torch memory, assumed, is
+#: hatched as every assumed overhead is; what ``gpu_memory_utilization`` leaves unused is the grey of free memory.
+SERVING_COLORS = {"kv_cache": OKABE_ITO["vermillion"], "unused": "#dcdcdc"}

@@ -6,26 +6,31 @@ from matplotlib.colors import to_hex
 
 from helpers import GiB
 from helpers.generation import GenerationProfile
-from helpers.palette import SERVING_COLORS
+from helpers.palette import CATEGORY_COLORS, SERVING_COLORS
 from helpers.serving import StartupAccount
 from helpers.teaching.plots import (plot_activation_peak, plot_concurrency, plot_generation_timeline,
                                     plot_startup_accounts)
 
 
 def _account(total=80 * GiB, weights=15 * GiB, activations=GiB, kv_per_token=128 * 1024, max_model_len=4096):
-    return StartupAccount("m", "0.11", "card", total, 0.9, "bfloat16", "auto", 16, max_model_len, 8192, 1024, 1024,
-                          8 * 10**9, weights, activations, 0, kv_per_token)
+    return StartupAccount(model="m", version="0.11", gpu="card", total_bytes=total, gpu_memory_utilization=0.9,
+                          dtype="bfloat16", quantization="none", kv_cache_dtype="auto", block_size=16,
+                          max_model_len=max_model_len, max_num_batched_tokens=8192, max_num_seqs=1024, num_reqs=1024,
+                          parameter_count=8 * 10**9, weights_bytes=weights, activation_peak_bytes=activations,
+                          non_torch_bytes=0, kv_bytes_per_token=kv_per_token)
 
 
 def test_plot_generation_timeline_stacks_weights_what_stays_and_what_the_moment_held():
     timeline = (("weights", 10 * GiB, 10 * GiB), ("prefill", 12 * GiB, 15 * GiB), ("decode 1", 12 * GiB, 12 * GiB))
-    profile = GenerationProfile("m", 1, 8, 2, "dynamic", 10 * GiB, 2 * GiB, 15 * GiB, 12 * GiB, timeline)
+    profile = GenerationProfile(model="m", batch_size=1, prompt_len=8, new_tokens=2, cache="dynamic",
+                                quantization="none", logits="last", weights_bytes=10 * GiB, kv_cache_bytes=2 * GiB,
+                                prefill_peak_bytes=15 * GiB, decode_peak_bytes=12 * GiB, timeline=timeline)
     ax = plot_generation_timeline(profile, title="t").axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["weights", "prefill", "decode 1"]
     prefill = sorted((r for r in ax.patches if abs(r.get_x() + r.get_width() / 2 - 1) < 1e-9), key=lambda r: r.get_y())
     assert [r.get_height() for r in prefill] == pytest.approx([10, 2, 3])  # weights, KV cache, the moment's own
     assert [to_hex(r.get_facecolor()) for r in prefill] == [
-        to_hex(SERVING_COLORS[k]) for k in ("weights", "kv_cache", "activations")]
+        to_hex(c) for c in (CATEGORY_COLORS["parameters"], SERVING_COLORS["kv_cache"], CATEGORY_COLORS["activations"])]
     with pytest.raises(ValueError, match="unit must be one of"):
         plot_generation_timeline(profile, unit="GB")
 
@@ -38,8 +43,9 @@ def test_plot_startup_accounts_fills_each_card_and_says_what_the_cache_holds():
         y = [t.get_text() for t in ax.get_yticklabels()].index(label)
         bar = [r for r in ax.patches if abs(r.get_y() + r.get_height() / 2 - y) < 1e-9]
         drawn = sum(r.get_width() for r in bar)
-        assert drawn == pytest.approx(max(account.total_bytes, account.non_kv_cache_bytes + account.total_bytes
-                                          - account.requested_bytes) / GiB)
+        assert drawn == pytest.approx(max(account.total_bytes, account.non_kv_cache_bytes) / GiB)  # the card, or more
+        kv = [r for r in bar if to_hex(r.get_facecolor()) == to_hex(SERVING_COLORS["kv_cache"])]
+        assert kv[0].get_width() == pytest.approx(account.kv_cache_bytes / GiB)
     texts = [t.get_text() for t in ax.texts]
     assert f" {fits.kv_tokens:,} tokens" in texts and " would not start" in texts
     with pytest.raises(ValueError, match="at least one"):

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from ...palette import GREYS, LINE_COLORS, SERVING_COLORS
+from ...palette import CATEGORY_COLORS, GREYS, LINE_COLORS, SERVING_COLORS
 from ...units import unit_scale
 
 
@@ -32,10 +32,10 @@ def plot_generation_timeline(profile, unit: str = "GiB", title: str | None = Non
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.add_subplot()
     xs = range(len(names))
-    ax.bar(xs, weights, color=SERVING_COLORS["weights"], label="weights", width=0.7)
+    ax.bar(xs, weights, color=CATEGORY_COLORS["parameters"], label="weights", width=0.7)
     ax.bar(xs, kept, bottom=weights, color=SERVING_COLORS["kv_cache"], label="KV cache (and the token ids)",
            width=0.7)
-    ax.bar(xs, transient, bottom=[w + k for w, k in zip(weights, kept)], color=SERVING_COLORS["activations"],
+    ax.bar(xs, transient, bottom=[w + k for w, k in zip(weights, kept)], color=CATEGORY_COLORS["activations"],
            label="held only during the moment, at its peak (activations, logits)", width=0.7)
     ax.set_xticks(list(xs), names, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel(f"allocated ({unit})")
@@ -49,10 +49,11 @@ def plot_generation_timeline(profile, unit: str = "GiB", title: str | None = Non
 
 def plot_startup_accounts(accounts: dict, unit: str = "GiB", title: str | None = None) -> Figure:
     """vLLM's start-up accounts (:class:`helpers.serving.StartupAccount`), one horizontal bar per label: the card's
-    total, stacked from the weights, the profile run's activation peak, the non-torch memory (assumed: hatched),
-    the KV cache's blocks, the rest of ``total × gpu_memory_utilization`` (less than a block), and what the
-    utilization leaves out (white).  A black tick marks ``total × gpu_memory_utilization``; the bar's end says how
-    many tokens the KV cache holds, or that vLLM would not start.
+    total, stacked from the weights, the profile run's activation peak, the non-torch memory (assumed: hatched), the
+    KV cache's blocks, and what is left unused (what ``gpu_memory_utilization`` keeps back, and less than a block),
+    in the colours of the serving widget's bar (:data:`helpers.palette.SERVING_COLORS`).  A black tick marks
+    ``total × gpu_memory_utilization``; the bar's end says how many tokens the KV cache holds, or that vLLM would not
+    start.
 
     Raises:
         ValueError: for another unit, or no accounts.
@@ -63,28 +64,23 @@ def plot_startup_accounts(accounts: dict, unit: str = "GiB", title: str | None =
     fig = Figure(figsize=(10, 1.6 + 0.7 * len(accounts)), layout="constrained")
     ax = fig.add_subplot()
     labels = list(accounts)[::-1]  # the first account on top
-    parts = (("weights", "weights", SERVING_COLORS["weights"], None),
-             ("activation peak of the profile run", "activations", SERVING_COLORS["activations"], None),
-             ("non-torch memory (assumed)", "non-torch", SERVING_COLORS["non-torch"], "//"),
-             ("KV cache", "kv_cache", SERVING_COLORS["kv_cache"], None),
-             ("left of total x utilization", "rest", GREYS["free"], None),
-             ("outside gpu_memory_utilization", "outside", "white", None))
+    parts = (("weights", CATEGORY_COLORS["parameters"], None),
+             ("activation peak of the profile run", CATEGORY_COLORS["activations"], None),
+             ("non-torch memory (assumed)", GREYS["free"], "///"),
+             ("KV cache", SERVING_COLORS["kv_cache"], None),
+             ("unused", SERVING_COLORS["unused"], None))
     for y, label in enumerate(labels):
         a = accounts[label]
-        sizes = {"weights": a.weights_bytes, "activations": a.activation_peak_bytes,
-                 "non-torch": a.non_torch_bytes, "kv_cache": a.kv_cache_bytes,
-                 "rest": max(a.requested_bytes - a.non_kv_cache_bytes - a.kv_cache_bytes, 0),
-                 "outside": a.total_bytes - a.requested_bytes}
+        used = [a.weights_bytes, a.activation_peak_bytes, a.non_torch_bytes, a.kv_cache_bytes]
+        sizes = [*used, max(a.total_bytes - sum(used), 0)]
         left = 0.0
-        for name, key, colour, hatch in parts:
-            width = sizes[key] / scale
-            ax.barh(y, width, left=left, color=colour, hatch=hatch, edgecolor=GREYS["free edge"], linewidth=0.5,
-                    height=0.6, label=name if y == 0 else None)
-            left += width
+        for (name, colour, hatch), nbytes in zip(parts, sizes):
+            ax.barh(y, nbytes / scale, left=left, color=colour, hatch=hatch, edgecolor=GREYS["free edge"],
+                    linewidth=0.5, height=0.6, label=name if y == 0 else None)
+            left += nbytes / scale
         ax.plot([a.requested_bytes / scale] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
-        end = max(a.total_bytes, a.non_kv_cache_bytes) / scale
-        text = f" {a.kv_tokens:,} tokens" if a.num_blocks and a.refusal is None else " would not start"
-        ax.text(end, y, text, va="center", fontsize=8)
+        text = f" {a.kv_tokens:,} tokens" if a.refusal is None else " would not start"
+        ax.text(left, y, text, va="center", fontsize=8)
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     right = max(max(a.total_bytes, a.non_kv_cache_bytes) for a in accounts.values()) / scale
     ax.set_xlim(0, right * 1.22)
