@@ -12,8 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
-from ...palette import CATEGORY_COLORS, GREYS, LINE_COLORS, SERVING_COLORS
+from ...palette import CATEGORY_COLORS, GREYS, OKABE_ITO, SERVING_COLORS
 from ...units import unit_scale
+
+#: The cards' colours in :func:`plot_concurrency`: none of the serving parts' (weights, activations, KV cache).
+CARD_COLOURS = ("sky blue", "orange", "reddish purple", "black")
 
 
 def plot_generation_timeline(profile, unit: str = "GiB", title: str | None = None) -> Figure:
@@ -92,8 +95,9 @@ def plot_startup_accounts(accounts: dict, unit: str = "GiB", title: str | None =
 
 
 def plot_concurrency(grid: dict[str, dict[int, float | None]], title: str | None = None) -> Figure:
-    """Requests of ``max_model_len`` tokens the KV cache holds at once, grouped by context length, one bar per card,
-    on a log scale, each bar labelled; ``None`` (vLLM would not start) is written where its bar would be.
+    """Requests of ``max_model_len`` tokens the KV cache holds at once, grouped by context length, one bar per card
+    (in :data:`CARD_COLOURS`), on a log scale, each bar labelled; ``None`` (vLLM would not start) is written where its
+    bar would be.
 
     Args:
         grid: ``{card: {max_model_len: max concurrency or None}}``, every card with the same lengths.
@@ -109,8 +113,9 @@ def plot_concurrency(grid: dict[str, dict[int, float | None]], title: str | None
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.add_subplot()
     width = 0.8 / len(grid)
+    colours = [OKABE_ITO[name] for name in CARD_COLOURS]
     for i, (card, row) in enumerate(grid.items()):
-        colour = LINE_COLORS[i % len(LINE_COLORS)]
+        colour = colours[i % len(colours)]
         for j, n in enumerate(lengths):
             x = j - 0.4 + width * (i + 0.5)
             value = row[n]
@@ -119,7 +124,7 @@ def plot_concurrency(grid: dict[str, dict[int, float | None]], title: str | None
                 continue
             ax.bar(x, value, width=width * 0.92, color=colour)
             ax.text(x, value, f"{value:.1f}", ha="center", va="bottom", fontsize=8)
-    handles = [Patch(color=LINE_COLORS[i % len(LINE_COLORS)], label=card)
+    handles = [Patch(color=colours[i % len(colours)], label=card)
                for i, card in enumerate(grid)]  # one legend entry per card, whatever bars were drawn
     ax.legend(handles=handles, fontsize=8, loc="upper right")
     ax.axhline(1, color="black", linewidth=0.8, linestyle="--")
@@ -148,14 +153,14 @@ def plot_activation_peak(peaks: dict[int, int], floor: int | None = None, unit: 
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     xs = sorted(peaks)
-    ax.plot(xs, [peaks[x] / scale for x in xs], "o-", color=LINE_COLORS[0], label="activation peak, traced")
+    ax.plot(xs, [peaks[x] / scale for x in xs], "o-", color=CATEGORY_COLORS["activations"], label="activation peak, traced")
     for i, x in enumerate(xs):
         if i and peaks[x] == peaks[xs[i - 1]]:
             continue  # equal neighbours: their label would overlap the first's
         ax.annotate(f"{peaks[x] / scale:.2f}", (x, peaks[x] / scale), xytext=(-6, 6), textcoords="offset points",
                     ha="right", fontsize=8)
     if floor is not None:
-        ax.axhline(floor / scale, color=LINE_COLORS[1], linestyle="--", linewidth=1,
+        ax.axhline(floor / scale, color="black", linestyle="--", linewidth=1,
                    label="the sampler's logits alone (one row per request)")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.set_xlim(0, xs[-1] * 1.05)
