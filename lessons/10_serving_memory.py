@@ -20,13 +20,15 @@
 # - How many bytes does one token of KV cache take, and why do two models of the same size differ by four times?
 # - What does vLLM do with the card's memory when it starts, and what is the "Maximum concurrency" it logs?
 # - How many requests of 4k, 32k and 128k tokens fit on a 24, 48 or 80 GB card?
-# - Why do `max_num_batched_tokens` and `max_model_len` change the answer?
+# - Why do 4-bit weights, `max_num_batched_tokens` and `max_model_len` change the answer?
+# - How close is a simulation to what vLLM itself logs when it starts?
 #
 # **Objectives**
 # - Trace greedy generation of Llama-3.1 8B with `transformers` and read its timeline: prefill against decode, the KV cache per token and per request.
 # - Compute the KV cache's bytes per token from a config (layers, KV heads, head size, dtype) for six models, and what an fp8 cache changes.
 # - Reproduce vLLM's start-up account of a card (weights, the profile run's activation peak, non-torch memory, the KV cache) and its block count.
 # - Find how many requests fit each card at three context lengths, and which settings free memory for more.
+# - Set the engine's accounts beside ten published vLLM start-up logs, and say where and why they differ.
 #
 # **Time:** about 65 minutes alone: 28 of reading, 14 of code, 5 for the figures, 1 to run all, 18 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes), as vLLM logs it; a card's GB (10⁹ bytes) is named as its maker names it.
 #
@@ -153,7 +155,7 @@ assert kv["meta-llama/Llama-2-7b-hf"] == 4 * kv[L8] and kv["Qwen/Qwen2.5-7B"] * 
 # - the **requested** memory, `total × gpu_memory_utilization` (0.9 by default), where total is what CUDA reports for the card;
 # - the **weights**, measured as the memory allocated while loading them;
 # - the **activation peak** of a *profile run*: one forward pass of the largest batch vLLM will schedule, `max_num_batched_tokens` tokens, then the sampler on one row of logits per request; the peak allocated above what was allocated before it (the weights);
-# - the **non-torch memory**: what the GPU's used memory grew by outside PyTorch's allocator (cuBLAS and NCCL state, other libraries' workspaces). No simulation of tensors sees it: `vllm_startup` **assumes** 0.16 GiB, what a released vLLM logged for a small model on one 80 GB GPU (mellea PR #416; an H100 by its 79.19 GiB total);
+# - the **non-torch memory**: what the GPU's used memory grew by outside PyTorch's allocator (cuBLAS and NCCL state, other libraries' workspaces). No simulation of tensors sees it: `vllm_startup` **assumes** 0.16 GiB, what a released vLLM logged for a small model on one 80 GB GPU (mellea pull request #416; an H100, by its 79.19 GiB total);
 # - the **KV cache**: the rest, `requested − (weights + activation peak + non-torch)`, cut into whole blocks.
 #
 # `vllm_startup` traces the weights and the profile run of the Hugging Face model on the simulated GPU, and does vLLM's arithmetic; `lines()` writes the account in vLLM's terms. Llama-3.1 8B on an H100 with `max_model_len` 32,768 and every other option at its default:
@@ -211,7 +213,7 @@ assert concurrency["RTX 4090 24 GB"][131072] is None and refused.kv_tokens == 51
 assert concurrency["RTX A6000 48 GB"][131072] > 1.7 and concurrency["H100 80 GB"][131072] > 3.4
 
 # %% [markdown]
-# On the 24 GB card, 12 requests of 4k tokens fit, 1.6 of 32k, and 128k does not start: 16 GiB for one request, where 6.24 GiB are left beside the weights; the longest `max_model_len` it takes is 51,136 tokens. The 48 GB card holds one and a bit 128k requests, the H100 three and a half. Lowering `max_model_len` below the model's 131,072 positions frees no memory, but it lets vLLM start on the 24 GB card; and most requests are far shorter than it: with PagedAttention each takes only the blocks its tokens fill, so "Maximum concurrency" is the worst case, every request at full length.
+# On the 24 GB card, 12 requests of 4k tokens fit, 1.6 of 32k, and 128k does not start: 16 GiB for one request, where 6.24 GiB are left beside the weights; the longest `max_model_len` it takes is 51,136 tokens. The 48 GB card holds 1.7 requests of 128k, the H100 3.5. Lowering `max_model_len` below the model's 131,072 positions frees no memory, but it lets vLLM start on the 24 GB card; and most requests are far shorter than it: with PagedAttention each takes only the blocks its tokens fill, so "Maximum concurrency" is the worst case, every request at full length.
 #
 # ## 5. Smaller weights: 8 and 4 bits
 #
@@ -385,7 +387,8 @@ assert 0.9 < min(ratios) < 0.95 and 2.5 < max(ratios) < 2.7
 # ## Further reading
 #
 # - W. Kwon et al., *Efficient Memory Management for Large Language Model Serving with PagedAttention*, SOSP 2023, arXiv:2309.06180.
-# - vLLM's documentation: *Conserving Memory* and *Optimization and Tuning* (`gpu_memory_utilization`, `max_model_len`, `max_num_batched_tokens`, `max_num_seqs`), and *Quantized KV Cache* (`kv_cache_dtype="fp8"`).
+# - vLLM's documentation: *Conserving Memory* and *Optimization and Tuning* (`gpu_memory_utilization`, `max_model_len`, `max_num_batched_tokens`, `max_num_seqs`), *Quantized KV Cache* (`kv_cache_dtype="fp8"`) and *BitsAndBytes*.
+# - T. Dettmers et al., *LLM.int8(): 8-bit Matrix Multiplication for Transformers at Scale*, 2022, arXiv:2208.07339; T. Dettmers et al., *QLoRA*, 2023, arXiv:2305.14314 (NF4).
 # - vLLM's source, v0.11: `vllm/v1/worker/gpu_worker.py` (`Worker.determine_available_memory`), `vllm/v1/worker/gpu_model_runner.py` (`profile_run`), `vllm/v1/core/kv_cache_utils.py` (blocks, concurrency, `check_enough_kv_cache_memory`), `vllm/v1/kv_cache_interface.py` (`page_size_bytes`), `vllm/utils` (`memory_profiling`), `vllm/engine/arg_utils.py` (the defaults).
-# - Hugging Face `transformers`: *Caching* and *KV cache strategies* (`DynamicCache`, `StaticCache`, `generate(cache_implementation=...)`); `GenerationMixin._sample` and `logits_to_keep` in `generation/utils.py`.
+# - Hugging Face `transformers` documentation: *Caching* and *Cache strategies* (*KV cache strategies* before v5: `DynamicCache`, `StaticCache`, `generate(cache_implementation=...)`); its source: `GenerationMixin._sample` and `logits_to_keep` in `generation/utils.py`, the caches in `cache_utils.py`.
 # - J. Ainslie et al., *GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints*, 2023.
