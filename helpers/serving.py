@@ -204,6 +204,10 @@ class StartupAccount:
         """Why vLLM would not start (one line), or None: no memory left for a block, or less than one sequence of
         ``max_model_len`` tokens fits (v0.11: ``check_enough_kv_cache_memory``, ``vllm/v1/core/kv_cache_utils.py``;
         V0: ``raise_if_cache_size_invalid``, ``vllm/worker/worker.py``)."""
+        if self.num_blocks == 0 and self.non_kv_cache_bytes >= self.total_bytes:
+            return (f"weights, activation peak and non-torch memory take {self.non_kv_cache_bytes / GiB:.2f} GiB, more "
+                    f"than the whole card's {self.total_bytes / GiB:.2f} GiB: smaller weights (quantization) or more "
+                    f"GPUs (tensor parallelism) are needed")
         if self.num_blocks == 0:
             return (f"no memory is left for the KV cache: weights, activation peak and non-torch memory take "
                     f"{self.non_kv_cache_bytes / GiB:.2f} GiB of the {self.requested_bytes / GiB:.2f} GiB that "

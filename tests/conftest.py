@@ -39,6 +39,8 @@ SLOW = {
         "the fine-tuning widget's search, every step of it traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
+        "the serving widget: LLaMA 65B's profile run traced in bfloat16 and in NF4",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",

@@ -28,7 +28,11 @@ its own here), serve every check:
    judged by ``helpers.gpus.judge``.  A change that traces must first show the
    "updating..." state, which must then go.  Screenshots
    ``test-artifacts/widget_<lesson>.png`` (and ``..._updating.png`` while it
-   works, when caught).
+   works, when caught).  Lesson 10's ``ServingFit`` answers with vLLM's
+   start-up account instead of a step: its batch-budget menu (a new profile
+   run, "updating...") and then its context menu (arithmetic, at once) change,
+   and the account it shows must be ``helpers.serving.vllm_startup``'s for the
+   options its controls show.
 
 Each wait is bounded and says which one ran out.  It needs the ``playwright``
 package and a Chromium (``/usr/bin/chromium``, or the path in ``$CHROMIUM``).
@@ -64,7 +68,10 @@ from helpers.batch import cublas_handles, has_convolutions
 from helpers.config import OPTIMIZER_NAMES
 from helpers.gpus import GPU_CARDS, judge
 from helpers.models import LANGUAGE_PRESETS
-from helpers.teaching.widgets import FINETUNE_LOSSES, FINETUNE_METHODS, FINETUNE_OPTIMIZERS, PRECISIONS, SEGMENTS
+from helpers.serving import WouldNotStart, vllm_startup
+from helpers.teaching.views import STARTUP_DATA, startup_answer
+from helpers.teaching.widgets import (BUDGETS, FINETUNE_LOSSES, FINETUNE_METHODS, FINETUNE_OPTIMIZERS, PRECISIONS,
+                                      SEGMENTS, SERVING_WEIGHTS)
 from helpers.transformer import transformer_step
 from lesson_runner import sections
 
@@ -509,8 +516,8 @@ def _ran(browser, name: str, cells: int):
     return browser.cell(cells - 1).locator(".jp-OutputArea-output").last
 
 
-#: The widgets of a training step (all but the snapshot widget, driven by its own test below).
-STEPS = [(p, i, c) for p, i, c in WIDGETS if c != "SnapshotExplorer"]
+#: The widgets of a training step (all but the snapshot and serving widgets, driven by their own tests below).
+STEPS = [(p, i, c) for p, i, c in WIDGETS if c not in ("SnapshotExplorer", "ServingFit")]
 
 
 @pytest.mark.parametrize("path, index, cls", STEPS, ids=[f"{p.stem.split('_')[0]}-{c}" for p, _, c in STEPS])
@@ -659,6 +666,80 @@ def test_the_snapshot_widget_explains_a_chosen_snapshot_and_an_uploaded_file(bro
     assert refused["refused"].startswith("notes.pickle: not a memory snapshot") and "\n" not in refused["refused"]
     assert uploaded["peak"] == explain_snapshot(upload).peak_bytes
     assert errors == [], f"SnapshotExplorer in {path.name}"
+
+
+#: The serving widget's account as shown (None while it says "updating"): ``.gm-serving``'s data, and its answer.
+_SERVING = """(root) => {
+    if (root.querySelector('.gm-busy')) return null;
+    const view = root.querySelector('.gm-serving');
+    if (!view) return null;
+    const answer = view.querySelector('.gm-answer');
+    return {data: {...view.dataset}, answer: answer.textContent.trim(), starts: answer.dataset.starts === 'true'};
+}"""
+
+
+def _serving_until(test: str) -> str:
+    """A function of the widget's root that returns its account (:data:`_SERVING`) once ``test`` (of ``v``) holds."""
+    return "(root) => { const v = (" + _SERVING + ")(root); return v && (" + test + ") ? v : null; }"
+
+
+def _direct_startup(controls: dict):
+    """vLLM's start-up account for the options the serving widget's controls show, computed directly."""
+    options = dict(model=controls["model"], gpu=controls["GPU"],
+                   gpu_memory_utilization=float(controls["gpu_memory_utilization"]),
+                   max_model_len=int(controls["max_model_len"].replace(",", "")),
+                   max_num_batched_tokens=BUDGETS[controls["max_num_batched_tokens"]],
+                   kv_cache_dtype=controls["kv_cache_dtype"], **SERVING_WEIGHTS[controls["weights"]])
+    try:
+        return vllm_startup(**options)
+    except WouldNotStart as e:
+        return e.account
+
+
+@pytest.mark.parametrize("path, index", [(p, i) for p, i, c in WIDGETS if c == "ServingFit"],
+                         ids=lambda v: getattr(v, "stem", str(v)).split("_")[0])
+def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, index):
+    """Lesson 10's widget: the batch-budget menu on 16,384 tokens (a new profile run: "updating..." must show), then
+    the context menu on 8,192 tokens (vLLM's arithmetic on the kept run), or 4,096 where the lesson shows those
+    already; each account shown is ``vllm_startup``'s for the options its controls show, its answer
+    :func:`helpers.teaching.views.startup_answer`'s."""
+    page = browser.page
+    name = _drive_name(path, index)
+    browser.activate(name)
+    seen = []
+    try:
+        root = _ran(browser, name, len(trimmed(nbformat.read(path, as_version=4), index).cells))
+        root.locator(".gm-serving").wait_for(timeout=WIDGET_UPDATE * 1000)
+        handle = root.element_handle()
+        root.scroll_into_view_if_needed()
+        browser.wait("the serving widget's first account", _serving_until("true"), handle)
+        for menu, wanted, attribute in (("max_num_batched_tokens", ("16,384", "4,096"), "batchedTokens"),
+                                        ("max_model_len", ("8,192", "4,096"), "maxModelLen")):
+            select = root.locator(".widget-dropdown", has_text=menu).locator("select")
+            label = next(label for label in wanted if label != page.evaluate(_CONTROLS, handle)[menu])  # a change
+            page.evaluate(_WATCH, handle)
+            select.select_option(label=label)
+            if menu == "max_num_batched_tokens":
+                try:
+                    page.wait_for_function("(root) => root.__busy.seen", arg=handle, timeout=10_000, polling=50)
+                    page.screenshot(path=str(ARTIFACTS / f"widget_{path.stem}_updating.png"))
+                except Exception:  # a fast trace may come and go before a screenshot: the observer still saw it
+                    pass
+            shown = browser.wait(f"the serving widget's account for the {menu} menu on {label}", _serving_until(
+                f"v.data.{attribute} === {json.dumps(label.replace(',', ''))}"), handle).json_value()
+            seen.append((menu, shown, page.evaluate(_CONTROLS, handle), page.evaluate("(root) => root.__busy.seen",
+                                                                                     handle)))
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"widget_{path.stem}.png"))
+        browser.close()
+        errors = browser.errors()
+    for menu, shown, controls, busy_seen in seen:
+        account = _direct_startup(controls)
+        camel = lambda name: re.sub(r"-(\w)", lambda m: m.group(1).upper(), name)  # noqa: E731 (dataset's keys)
+        assert shown["data"] == {camel(name): str(getattr(account, attr)) for name, attr in STARTUP_DATA.items()}, menu
+        assert shown["answer"] == startup_answer(account) and shown["starts"] == (account.refusal is None), menu
+        assert busy_seen == (menu == "max_num_batched_tokens"), f"{menu}: 'updating...' seen {busy_seen}"
+    assert errors == [], f"ServingFit in {path.name}"
 
 
 # -- 3. a learner's copy saved, and the course's JupyterLab settings ---------------------------------------------

@@ -294,3 +294,9 @@ def test_4_bit_weights_leave_the_kv_cache_what_they_save():
     saved = full.weights_bytes - nf4.weights_bytes
     assert nf4.available_kv_bytes - full.available_kv_bytes == pytest.approx(saved, abs=0.5 * GiB)
     assert nf4.kv_tokens > 2 * full.kv_tokens  # 51,136 tokens become 127,232 on a 24 GB card
+
+
+def test_weights_larger_than_the_card_are_not_told_to_raise_the_utilization():
+    with pytest.raises(WouldNotStart, match="more than the whole card's 79.19 GiB: smaller weights") as e:
+        vllm_startup("huggyllama/llama-65b", max_model_len=2048)
+    assert e.value.account.weights_bytes > e.value.account.total_bytes

@@ -5,17 +5,23 @@ The view carries its figures as data for programs (the browser test reads them):
 ``data-gpu``, ``data-capacity``; ``.gm-verdict`` ``data-fits`` and ``data-tight``; ``.gm-bytes`` ``data-category`` and
 ``data-bytes``; ``.gm-unseen`` ``data-line`` (and ``data-bytes`` unless not modelled); ``.gm-peak`` and
 ``.gm-reserved`` ``data-bytes``. While ``.gm-busy`` is shown, the figures in it are the previous ones.
+
+vLLM's start-up account (lesson 10) has its own view, :func:`startup_view`: ``.gm-serving`` carries the account's
+options and figures (:data:`STARTUP_DATA`), ``.gm-answer`` ``data-starts``, and ``.gm-part`` ``data-part`` and
+``data-bytes``.
 """
 
 from __future__ import annotations
 
 import html
+import math
 
 from ..batch import Estimate
 from ..gpus import CACHE_ALLOWANCE_BYTES, CUBLAS_LINE, CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS
-from ..palette import CATEGORY_COLORS, OKABE_ITO
+from ..palette import CATEGORY_COLORS, OKABE_ITO, SERVING_COLORS
 from ..record import CATEGORIES
-from ..units import fmt_bytes
+from ..serving import StartupAccount
+from ..units import GiB, fmt_bytes
 
 #: The assumed overhead is not a measured category: hatched, not filled.
 _HATCH = "repeating-linear-gradient(45deg,#bbbbbb 0 3px,#f4f4f4 3px 7px)"
@@ -35,13 +41,13 @@ def _size(nbytes: float, unit: str) -> str:
     return fmt_bytes(nbytes, unit, grouped=True)
 
 
-def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB") -> str:
-    """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes."""
+def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB", paint=_paint) -> str:
+    """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes, coloured by ``paint(name)``."""
     left, out = 0.0, []
     for name, nbytes in parts:
         width = 100 * nbytes / scale
         out.append(f'<div title="{name}: {_size(nbytes, unit)}" style="position:absolute;top:0;bottom:0;'
-                   f'left:{left:.3f}%;width:{width:.3f}%;background:{_paint(name)}"></div>')
+                   f'left:{left:.3f}%;width:{width:.3f}%;background:{paint(name)}"></div>')
         left += width
     return "".join(out)
 
@@ -158,3 +164,86 @@ def working(note: str, previous: str = "") -> str:
 def refused(message: str, after: str = "") -> str:
     """The view of a configuration that cannot run: ``message`` (plain text), then ``after`` (HTML)."""
     return f'<div class="gm-refused" style="color:#a00">{html.escape(message)}{after}</div>'
+
+
+#: What ``.gm-serving`` carries as data: ``data-<name>`` -> the :class:`helpers.serving.StartupAccount` attribute it
+#: holds (exact: bytes and counts as integers, the utilization and concurrency as Python writes the float).
+STARTUP_DATA = {"model": "model", "gpu": "gpu", "total": "total_bytes", "utilization": "gpu_memory_utilization",
+                "dtype": "dtype", "quantization": "quantization", "kv-cache-dtype": "kv_cache_dtype", "max-model-len": "max_model_len",
+                "batched-tokens": "max_num_batched_tokens", "num-reqs": "num_reqs", "blocks": "num_blocks",
+                "kv-tokens": "kv_tokens", "kv-bytes": "kv_cache_bytes", "concurrency": "max_concurrency"}
+
+#: The parts of the card in :func:`startup_view`'s bar, in order, and their colours (:mod:`helpers.palette`).
+STARTUP_PARTS = {"weights": CATEGORY_COLORS["parameters"], "activation peak": CATEGORY_COLORS["activations"],
+                 "non-torch memory (assumed)": _HATCH, "KV cache": SERVING_COLORS["kv_cache"],
+                 "unused": SERVING_COLORS["unused"]}
+
+
+def _gib(nbytes: float) -> str:
+    """GiB with two decimals, as vLLM logs its account: ``'14.99 GiB'``."""
+    return f"{nbytes / GiB:,.2f} GiB"
+
+
+def startup_answer(a: StartupAccount) -> str:
+    """How many requests of ``max_model_len`` tokens the account's KV cache holds at once, in one line; or vLLM's
+    refusal (:attr:`helpers.serving.StartupAccount.refusal`).
+
+    "3 requests of 131,072 tokens fit at once, maximum concurrency 3.45× (KV cache: 452,528 tokens, 55.24 GiB)": the
+    whole requests are :attr:`~helpers.serving.StartupAccount.max_concurrency` rounded down, the concurrency is written
+    as vLLM logs it ("Maximum concurrency for 131,072 tokens per request: 3.45x"), the KV cache is its blocks.
+    """
+    if a.refusal:
+        return a.refusal
+    whole = math.floor(a.max_concurrency)
+    return (f"{whole:,} request{'' if whole == 1 else 's'} of {a.max_model_len:,} tokens fit at once, maximum "
+            f"concurrency {a.max_concurrency:.2f}× (KV cache: {a.kv_tokens:,} tokens, {_gib(a.kv_cache_bytes)})")
+
+
+def startup_parts(a: StartupAccount) -> list[tuple[str, int]]:
+    """The card split as vLLM's account splits it, bytes: weights, the profile run's activation peak, non-torch memory
+    (assumed), the KV cache's blocks, and the rest of the card (what ``gpu_memory_utilization`` keeps back, and less
+    than a block that the cache could not use; 0 when the rest exceeds the card)."""
+    used = [a.weights_bytes, a.activation_peak_bytes, a.non_torch_bytes, a.kv_cache_bytes]
+    return list(zip(STARTUP_PARTS, [*used, max(a.total_bytes - sum(used), 0)]))
+
+
+def startup_view(a: StartupAccount) -> tuple[str, str]:
+    """The serving widget's view of vLLM's start-up account: ``(answer, html)``.
+
+    The answer (:func:`startup_answer`), green, or vLLM's refusal, red; a bar of the card (:func:`startup_parts`),
+    with a dashed line where ``total × gpu_memory_utilization`` ends and, when the account exceeds the card, a red line
+    at the card's end; the parts in GiB; and what was traced and what assumed.
+    """
+    answer = startup_answer(a)
+    starts = a.refusal is None
+    data = " ".join(f'data-{name}="{html.escape(str(getattr(a, attr)))}"' for name, attr in STARTUP_DATA.items())
+    head = (f'<div class="gm-answer" data-starts="{str(starts).lower()}" style="font-weight:bold;'
+            f'color:{"#1a7f37" if starts else "#b00"}">{html.escape(answer)}</div>')
+    parts = startup_parts(a)
+    used = sum(nbytes for name, nbytes in parts if name != "unused")
+    scale = a.total_bytes if used <= a.total_bytes else used * 1.05
+    limit = (f'<div title="total × gpu_memory_utilization: {_gib(a.requested_bytes)}" style="position:absolute;'
+             f'top:-4px;bottom:-4px;left:{100 * a.requested_bytes / scale:.3f}%;border-left:2px dashed #000000"></div>')
+    if used > a.total_bytes:
+        limit += (f'<div title="{html.escape(a.gpu)}: {_gib(a.total_bytes)}" style="position:absolute;top:-4px;'
+                  f'bottom:-4px;left:{100 * a.total_bytes / scale:.3f}%;border-left:3px solid #b00"></div>')
+    bar = (f'<div style="{_NOTE_STYLE}">{html.escape(a.gpu)}: {_gib(a.total_bytes)}; the dashed line: '
+           f'gpu_memory_utilization {a.gpu_memory_utilization:.2f} of it, {_gib(a.requested_bytes)}'
+           f'{", and the red line the end of the card" if used > a.total_bytes else ""}:</div>'
+           f'<div class="gm-bar" style="{_BAR_STYLE}">{_bar(parts, scale, "GiB", STARTUP_PARTS.get)}{limit}</div>')
+    rows = []
+    for name, nbytes in parts:
+        swatch = (f'<span style="display:inline-block;width:10px;height:10px;margin-right:4px;'
+                  f'background:{STARTUP_PARTS[name]}"></span>')
+        rows.append(f'<tr><td style="padding-right:16px">{swatch}{name}</td><td class="gm-part" data-part="{name}" '
+                    f'data-bytes="{nbytes}" style="text-align:right">{_gib(nbytes)}</td></tr>')
+    table = f'<table style="border-collapse:collapse">{"".join(rows)}</table>'
+    kv = a.dtype if a.kv_cache_dtype == "auto" else a.kv_cache_dtype
+    weights = a.dtype if a.quantization == "none" else (f"bitsandbytes {a.quantization}, the embeddings, norms and "
+                                                        f"head in {a.dtype}")
+    note = (f'<div style="{_NOTE_STYLE}">vLLM {a.version}\'s start-up rules, simulated: the weights ('
+            f'{a.parameter_count:,} parameters in {weights}) and the activation peak of the profile run '
+            f'({a.max_num_batched_tokens:,} tokens, logits of {a.num_reqs:,} requests) traced; non-torch memory '
+            f'assumed; KV cache {a.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv}, {a.num_blocks:,} blocks '
+            f'of {a.block_size} tokens.</div>')
+    return answer, f'<div class="gm-serving" {data}>{head}{bar}{table}{note}</div>'
