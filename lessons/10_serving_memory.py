@@ -30,7 +30,7 @@
 # - Find how many requests fit each card at three context lengths, and which settings free memory for more.
 # - Set the engine's accounts beside ten published vLLM start-up logs, and say where and why they differ.
 #
-# **Time:** about 65 minutes alone: 28 of reading, 14 of code, 5 for the figures, 1 to run all, 18 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes), as vLLM logs it; a card's GB (10⁹ bytes) is named as its maker names it.
+# **Time:** about 70 minutes alone: 30 of reading, 15 of code, 5 for the figures, 1 to run all, 18 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes), as vLLM logs it; a card's GB (10⁹ bytes) is named as its maker names it.
 #
 # Lesson 08 (section 6: the KV cache's formula, 128 KiB per token for Llama-3 8B) comes first; lesson 09 builds Llama-3.1 8B from its config the same way.
 
@@ -49,7 +49,7 @@ from helpers.models import hf
 from helpers.serving import WouldNotStart, kv_bytes_per_token, vllm_startup
 from helpers.teaching.plots import (plot_activation_peak, plot_concurrency, plot_generation_timeline,
                                     plot_startup_accounts)
-from helpers.teaching.widgets import CARD_48GB
+from helpers.teaching.widgets import CARD_48GB, ServingFit
 
 _ = torch.manual_seed(0)
 L8 = "meta-llama/Llama-3.1-8B"
@@ -309,6 +309,18 @@ assert 0.9 < min(ratios) < 0.95 and 2.5 < max(ratios) < 2.7
 
 # %% [markdown]
 # The weights agree within 1% in every row, and so does every verdict: the two start-ups that left no room for one request (the RTX 3090 at 29,000 tokens, which vLLM refused; the RTX 4060, which had no block at all) leave none in the engine either. Where every option is printed, the KV cache's tokens are within 2.5%, the engine's a little more, since its profile run is smaller. The activation peak is where the two differ, from 7% over vLLM's (V0 on the RTX 3090) to 2.6 times under it (the 4-bit Qwen on the RTX 4060): vLLM runs its own fused kernels, and its sampler (top-k, top-p, penalties) on the float32 logits of up to 1,024 requests, whose temporaries the engine does not simulate. Beside 15 GiB of weights and 58 GiB of cache, a gigabyte of profile run moves the cache by less than 2%. To plan a card: trust the weights and the cache's arithmetic, allow a GiB or two for the profile run, and take the non-torch memory from a log of your own machine.
+#
+# ## 8. The widget: how many requests fit?
+#
+# All of the above in one place. The controls are `vllm serve`'s options: the model (the shipped configs whose layers all keep full keys and values), its weights (bfloat16, float16, bitsandbytes' NF4 or LLM.int8()), the KV cache's dtype, the card, `gpu_memory_utilization`, `max_model_len` and `max_num_batched_tokens`. The view is the card as this lesson's bars draw it, and one line: how many requests of `max_model_len` tokens fit at once, or why vLLM would not start. A new model, weights, card or batch budget traces a new profile run (a second or two; the view says "updating"); the other controls redo vLLM's arithmetic at once. It opens on section 4's last case, Llama-3.1 8B at 131,072 tokens on an H100:
+
+# %%
+fit = ServingFit()
+assert fit.result == start(max_model_len=131072) and math.floor(fit.result.max_concurrency) == 3
+fit
+
+# %% [markdown]
+# Choose the RTX 4090 24 GB: vLLM would not start. Then try NF4 weights, an fp8 KV cache, or a shorter `max_model_len`, and see which gets it started (exercise 2 asks the same); then Llama-2 7B, whose every token takes four times the cache.
 #
 # ## Exercises
 #
