@@ -164,7 +164,8 @@ assert kv["meta-llama/Llama-2-7b-hf"] == 4 * kv[L8] and kv["Qwen/Qwen2.5-7B"] * 
 h100 = start(max_model_len=32768)
 print("\n".join(h100.lines()))
 assert h100.weights_bytes == gen.weights_bytes and h100.non_torch_bytes == round(0.16 * GiB)
-assert h100.available_kv_bytes == h100.total_bytes * 0.9 - h100.weights_bytes - h100.activation_peak_bytes - h100.non_torch_bytes
+assert h100.available_kv_bytes == (h100.total_bytes * 0.9 - h100.weights_bytes - h100.activation_peak_bytes
+                                   - h100.non_torch_bytes)
 assert h100.num_blocks == int(h100.available_kv_bytes // (16 * per_token)) and h100.kv_tokens == 16 * h100.num_blocks
 assert h100.max_concurrency == h100.num_blocks / (32768 // 16)
 assert (h100.max_num_batched_tokens, h100.max_num_seqs) == (8192, 1024)  # v0.11's defaults on an H100
@@ -197,7 +198,8 @@ assert round(h100.kv_tokens / small.kv_tokens, 1) == 8.8 and round(h100.total_by
 # %%
 LENGTHS = (4096, 32768, 131072)
 grid = {card: {n: start(card=card, max_model_len=n) for n in LENGTHS} for card in CARDS}
-concurrency = {card: {n: None if a.refusal else a.max_concurrency for n, a in row.items()} for card, row in grid.items()}
+concurrency = {card: {n: None if a.refusal else a.max_concurrency for n, a in row.items()}
+               for card, row in grid.items()}
 plot_concurrency(concurrency, title="Llama-3.1 8B in bfloat16 on vLLM v0.11: requests of max_model_len tokens at once")
 
 # %% [markdown]
@@ -238,7 +240,8 @@ for label, row in by_format.items():
 nf4 = by_format["NF4 (4 bits)"]["RTX 4090 24 GB"]
 head_and_embedding = 2 * c8.vocab_size * c8.hidden_size * 2  # bfloat16, untied
 assert round(nf4.kv_tokens / small.kv_tokens, 1) == 2.5 and round(head_and_embedding / GiB, 2) == 1.96
-assert all(abs(row["H100 80 GB"].weights_bytes - row["RTX 4090 24 GB"].weights_bytes) < MiB for row in by_format.values())
+assert all(abs(row["H100 80 GB"].weights_bytes - row["RTX 4090 24 GB"].weights_bytes) < MiB
+           for row in by_format.values())
 assert nf4.activation_peak_bytes > small.activation_peak_bytes  # a layer's weight dequantized for its product
 assert 1.15 < by_format["NF4 (4 bits)"]["H100 80 GB"].max_concurrency / h100.max_concurrency < 1.2
 
@@ -265,7 +268,8 @@ print(f"at 1,024 to 4,096 tokens: the sampler's logits, {gib(logits_floor)}; fro
       f"{slope / 1024:.1f} KiB a token of batch; KV cache at 2,048 / 8,192 / 32,768: "
       + " / ".join(f"{budget[n].kv_tokens:,}" for n in (2048, 8192, 32768)) + " tokens")
 assert all(budget[n].activation_peak_bytes == logits_floor for n in (1024, 2048, 4096))
-assert budget[32768].activation_peak_bytes == 2 * budget[16384].activation_peak_bytes == 4 * budget[8192].activation_peak_bytes
+peak_at = {n: a.activation_peak_bytes for n, a in budget.items()}
+assert peak_at[32768] == 2 * peak_at[16384] == 4 * peak_at[8192]
 assert 0.85 < slope / per_token < 0.95
 lost = budget[8192].kv_tokens - budget[32768].kv_tokens
 assert abs(lost - 24576 * slope / per_token) < 16

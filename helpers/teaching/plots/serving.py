@@ -153,7 +153,8 @@ def plot_activation_peak(peaks: dict[int, int], floor: int | None = None, unit: 
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     xs = sorted(peaks)
-    ax.plot(xs, [peaks[x] / scale for x in xs], "o-", color=CATEGORY_COLORS["activations"], label="activation peak, traced")
+    ax.plot(xs, [peaks[x] / scale for x in xs], "o-", color=CATEGORY_COLORS["activations"],
+            label="activation peak, traced")
     for i, x in enumerate(xs):
         if i and peaks[x] == peaks[xs[i - 1]]:
             continue  # equal neighbours: their label would overlap the first's
