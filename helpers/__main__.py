@@ -191,8 +191,9 @@ def _serve_parser(sub) -> None:
                    help="the model's dtype (default bfloat16)")
     s.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
                    help="the KV cache's dtype: auto (the model's, default) or an fp8 format (1 byte)")
-    s.add_argument("--quantization", default="none", choices=("none", "nf4", "int8"),
-                   help="the weights: as loaded (none, default), or by bitsandbytes in 4-bit NF4 or LLM.int8()")
+    s.add_argument("--quantization", default="none", choices=("none", "nf4", "int8", "fp8", "int4"),
+                   help="the weights: as loaded (none, default), by bitsandbytes in 4-bit NF4 or LLM.int8() (traced), "
+                        "or fp8 or 4-bit GPTQ/AWQ (by formula)")
     s.add_argument("--vllm-version", dest="version", default="0.11", choices=("0.11", "0.6.5"),
                    help="whose rules: 0.11 (V1, v0.9.1 to v0.11; default) or 0.6.5 (V0, v0.6.5 to v0.10)")
 

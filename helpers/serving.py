@@ -26,7 +26,8 @@ from .errors import first_line
 from .gpus import GPU_CARDS
 from .models.hf import SHIPPED, config_label, load_config
 from .step import StepRunner
-from .techniques.quantization import weights as weights_of
+from .allocator.rules import round_up
+from .techniques.quantization import nf4_linears, weights as weights_of
 from .units import GiB
 
 #: The accounting rules this module reproduces, by the version named in its ``version`` argument.
@@ -38,10 +39,20 @@ VERSIONS = {
 #: the fp8 formats keep one byte per value.
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-#: The weights' formats (``--quantization``): as loaded in ``dtype``, or quantized by bitsandbytes as vLLM's
-#: ``--quantization bitsandbytes`` loads a 16-bit checkpoint (4-bit NF4; ``"int8"``: LLM.int8()), the embeddings, norms
-#: and head kept in ``dtype`` (:mod:`helpers.techniques.quantization`).
-QUANTIZATIONS = ("none", "nf4", "int8")
+#: The weights' formats (``--quantization``): as loaded in ``dtype``; quantized by bitsandbytes as vLLM's
+#: ``--quantization bitsandbytes`` loads a 16-bit checkpoint (4-bit NF4; ``"int8"``: LLM.int8()), traced
+#: (:mod:`helpers.techniques.quantization`); or, by formula (:func:`formula_weight_bytes`), fp8 (``--quantization fp8``
+#: or an FP8 checkpoint) and 4-bit GPTQ/AWQ checkpoints as vLLM's Marlin kernels keep them.  The embeddings, norms and
+#: head stay in ``dtype``.
+QUANTIZATIONS = ("none", "nf4", "int8", "fp8", "int4")
+#: The formats whose weights are a byte formula (:func:`formula_weight_bytes`): no library runs their kernels on fake
+#: tensors here, so the profile run is traced with the weights in ``dtype``.
+FORMULA_QUANTIZATIONS = ("fp8", "int4")
+#: How :meth:`StartupAccount.lines` names each quantized format.
+_WEIGHTS_LABELS = {"nf4": "bitsandbytes' NF4", "int8": "bitsandbytes' LLM.int8()", "fp8": "fp8",
+                   "int4": "4-bit GPTQ/AWQ"}
+#: Weights per 16-bit scale of ``"int4"`` (GPTQ's and AWQ's usual ``group_size``).
+INT4_GROUP = 128
 #: vLLM's default tokens per KV block (``--block-size``).
 BLOCK_SIZE = 16
 #: The card :func:`vllm_startup` assumes unless told another (:data:`helpers.gpus.GPU_CARDS`).
@@ -226,10 +237,13 @@ class StartupAccount:
         kv = self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
         return [
             f"vLLM {self.version} start-up, simulated: {self.model} in {self.dtype}"
-            f"{'' if self.quantization == 'none' else f', weights in bitsandbytes {self.quantization}'} on {self.gpu}",
+            f"{'' if self.quantization == 'none' else f', weights in {_WEIGHTS_LABELS[self.quantization]}'} on "
+            f"{self.gpu}",
             f"  the instance may use total_gpu_memory ({gib(self.total_bytes)}) x gpu_memory_utilization "
             f"({self.gpu_memory_utilization:.2f}) = {gib(self.requested_bytes)}",
-            f"  model weights take {gib(self.weights_bytes)} (traced: {self.parameter_count:,} parameters)",
+            f"  model weights take {gib(self.weights_bytes)} ("
+            f"{'by formula' if self.quantization in FORMULA_QUANTIZATIONS else 'traced'}: "
+            f"{self.parameter_count:,} parameters)",
             f"  PyTorch activation peak memory takes {gib(self.activation_peak_bytes)} (traced profile run: "
             f"{self.max_num_batched_tokens:,} tokens, logits of {self.num_reqs:,} requests)",
             f"  non_torch_memory takes {gib(self.non_torch_bytes)} (assumed, not simulated)",
@@ -281,9 +295,11 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         max_model_len, max_num_batched_tokens, max_num_seqs, block_size: vLLM's options of the same names, >= 1.
         dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
         version: one of :data:`VERSIONS`.
-        quantization: one of :data:`QUANTIZATIONS`: the linear layers' weights as loaded, or in bitsandbytes' NF4 or
-            LLM.int8() formats (the KV cache and activations keep ``dtype``); ``double_quant``: NF4's scales in 8 bits
-            (``bnb_4bit_use_double_quant``, as a checkpoint quantized beforehand may say).
+        quantization: one of :data:`QUANTIZATIONS`: the linear layers' weights as loaded, in bitsandbytes' NF4 or
+            LLM.int8() formats (traced), or in fp8 or 4-bit GPTQ/AWQ (by :func:`formula_weight_bytes`; the profile run
+            then traced with the weights in ``dtype``); the KV cache and activations keep ``dtype``.
+            ``double_quant``: NF4's scales in 8 bits (``bnb_4bit_use_double_quant``, as a checkpoint quantized
+            beforehand may say).
         non_torch_bytes: non-torch memory (:data:`NON_TORCH_BYTES` assumed), >= 0.
 
     Returns:
@@ -415,11 +431,50 @@ def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool]
     return _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
 
 
+def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes: int) -> int:
+    """Bytes of ``model``'s weights in a format no library runs on fake tensors here, each tensor rounded up to 512
+    bytes as the caching allocator rounds it (:func:`helpers.allocator.rules.round_up`).  The linear layers QLoRA would
+    quantize (:func:`helpers.techniques.quantization.nf4_linears`: every ``nn.Linear`` but the LM head) take:
+
+    * ``"fp8"``: one byte a weight and one float32 scale (vLLM's ``Fp8LinearMethod`` with a per-tensor scale; an
+      FP8-dynamic checkpoint's scale per output channel is a few KiB more);
+    * ``"int4"``: half a byte a weight (eight to an int32) and a 16-bit scale per :data:`INT4_GROUP` weights of an input
+      row: a symmetric GPTQ or AWQ checkpoint as vLLM's Marlin kernels keep it after loading (``gptq_marlin``,
+      ``awq_marlin``: no zero points or activation order kept; their few KiB of workspace left out);
+
+    their biases, and every other parameter and buffer (embeddings, norms, the head), ``dtype_bytes`` an element.
+
+    Args:
+        model: the model, built (on ``meta`` is enough), its linear layers' weights frozen.
+        quantization: one of :data:`FORMULA_QUANTIZATIONS`.
+        dtype_bytes: bytes an element of what is not quantized.
+
+    Raises:
+        ValueError: for another ``quantization``.
+    """
+    if quantization not in FORMULA_QUANTIZATIONS:
+        raise ValueError(f"no weight formula for quantization {quantization!r}; they are for "
+                         f"{', '.join(FORMULA_QUANTIZATIONS)}")
+    packed = {id(layer.weight) for _, _, layer in nf4_linears(model)}
+    total = 0
+    for t in [*model.parameters(), *model.buffers()]:
+        n = t.numel()
+        if id(t) not in packed:
+            total += round_up(n * dtype_bytes)
+        elif quantization == "fp8":
+            total += round_up(n) + round_up(4)
+        else:
+            total += round_up(n // 2) + round_up(n // INT4_GROUP * 2)
+    return total
+
+
 def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                         num_reqs: int) -> tuple[int, int, int]:
     quantization, double_quant = weights_format
+    formula = quantization in FORMULA_QUANTIZATIONS
     runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
-                                   quantization=quantization, double_quant=double_quant, device="simulated"))
+                                   quantization="none" if formula else quantization, double_quant=double_quant,
+                                   device="simulated"))
     runner.model.to(DTYPES[dtype])  # still on meta: nothing allocated until placed
     meter = runner.meter
     with meter:
@@ -436,4 +491,6 @@ def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str
             raise ValueError(f"{label} cannot run vLLM's profile pass of {tokens:,} tokens: {first_line(e)}") from None
         peak = meter.peak() - before
     parameters = sum(map(weights_of, net.parameters()))  # a 4-bit weight: its weights, not its packed bytes
+    if formula:
+        weights = formula_weight_bytes(net, quantization, DTYPES[dtype].itemsize)
     return parameters, weights, peak

@@ -300,3 +300,16 @@ def test_weights_larger_than_the_card_are_not_told_to_raise_the_utilization():
     with pytest.raises(WouldNotStart, match="more than the whole card's 79.19 GiB: smaller weights") as e:
         vllm_startup("huggyllama/llama-65b", max_model_len=2048)
     assert e.value.account.weights_bytes > e.value.account.total_bytes
+
+
+def test_fp8_and_int4_weights_by_formula():
+    """fp8: a byte a weight of every linear layer but the head, and a scale each; 4-bit GPTQ/AWQ as Marlin keeps it:
+    half a byte and a 16-bit scale per 128; embeddings, norms and head in the model's dtype.  Llama-3.1 8B: 32 layers
+    of 7 linear weights, 6,979,321,856 weights in all."""
+    fp8 = vllm_startup("meta-llama/Llama-3.1-8B", max_model_len=8192, quantization="fp8")
+    int4 = vllm_startup("meta-llama/Llama-3.1-8B", max_model_len=8192, quantization="int4", dtype="float16")
+    linear = 6_979_321_856
+    rest = 8_030_261_248 - linear  # embeddings, head, norms
+    assert fp8.weights_bytes == pytest.approx(linear + 2 * rest, abs=32 * 7 * 1024 + 2 * 2**20)
+    assert int4.weights_bytes == pytest.approx(linear // 2 + linear // 128 * 2 + 2 * rest, abs=32 * 7 * 1024 + 2**21)
+    assert fp8.activation_peak_bytes == vllm_startup("meta-llama/Llama-3.1-8B", max_model_len=8192).activation_peak_bytes

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from helpers.serving import kv_bytes_per_token
+from helpers.serving import FORMULA_QUANTIZATIONS, kv_bytes_per_token
 from helpers.teaching.vllm_logs import LOGS, engine_beside_logs
 from helpers.units import GiB
 
@@ -41,7 +41,9 @@ def test_each_log_adds_up_as_vllm_computes(log):
 def test_the_engine_beside_the_logs(rows):
     for name, row in rows.items():
         engine, logged = row.engine(), row.log.logged
-        assert engine["weights"] == pytest.approx(logged["weights"], rel=0.01), name
+        # by formula (fp8, 4-bit GPTQ), vLLM's kernels may keep a little more (Marlin's workspace): 1.5%
+        formula = row.log.options.get("quantization") in FORMULA_QUANTIZATIONS
+        assert engine["weights"] == pytest.approx(logged["weights"], rel=0.015 if formula else 0.01), name
         assert (row.refusal is not None) == row.log.refused, name
     for name in FULLY_STATED:
         engine, logged = rows[name].engine(), rows[name].log.logged

@@ -11,7 +11,8 @@ Only models whose Hugging Face config ships with this package can be traced (not
 model has its base model's architecture, and Meta-Llama-3-8B the same layers, widths and vocabulary as Llama-3.1-8B
 (3.1 adds rope scaling and positions, which change no tensor's size at these lengths).
 
-What differs, and why (``tests/test_vllm_logs.py`` asserts the bounds): the weights, within 1%: vLLM also keeps buffers
+What differs, and why (``tests/test_vllm_logs.py`` asserts the bounds): the weights, within 1% (1.5% for fp8 and 4-bit
+GPTQ, counted by :func:`helpers.serving.formula_weight_bytes`, whose kernels may keep a workspace): vLLM also keeps buffers
 Hugging Face's modules do not (Llama-3.1's logged 14.99 GiB is the engine's 14.96 plus about a cos/sin table of its
 131,072 positions, 32 MiB in bfloat16). The activation peak: the engine traces Hugging Face's forward pass and the
 requests' float32 logits; vLLM runs its own fused kernels, then its sampler on those logits (top-k, top-p, penalties),
@@ -110,6 +111,29 @@ LOGS = (
             model="Qwen/Qwen2.5-7B", options=dict(_PLANNER_OPTIONS, max_model_len=8192, kv_cache_dtype="fp8"),
             logged=dict(weights=14.25, activation=2.21, non_torch=0.24, kv=58.53, tokens=2_192_000,
                         concurrency=267.58), **_H100_V019),
+    VllmLog("Llama-3.1-8B, fp8 weights", _PLANNER + "meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8.log",
+            command="vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 8192 --quantization fp8 "
+                    "--gpu-memory-utilization 0.95 --no-enable-prefix-caching", model="meta-llama/Llama-3.1-8B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=8192, quantization="fp8"),
+            logged=dict(weights=8.49, activation=1.89, non_torch=0.25, kv=64.61, tokens=529_248, concurrency=64.61),
+            note="vLLM quantizes the 16-bit checkpoint to fp8 as it loads; the engine counts its bytes by formula",
+            **_H100_V019),
+    VllmLog("Llama-3.1-8B, 4-bit GPTQ weights", _PLANNER + "w4a16-redhatai-lla--h100-80gb--tp1pp1dp1--8192-dtf16.log",
+            command="vllm serve RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16 --dtype float16 "
+                    "--max-model-len 8192 --gpu-memory-utilization 0.95 --no-enable-prefix-caching",
+            model="meta-llama/Llama-3.1-8B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=8192, dtype="float16", quantization="int4"),
+            logged=dict(weights=5.38, activation=1.89, non_torch=0.25, kv=67.71, tokens=554_704, concurrency=67.71),
+            note="vLLM runs it with its gptq_marlin kernels (the engine line); the checkpoint's group size is taken "
+                 "as 128, GPTQ's usual, and the engine counts its bytes by formula", **_H100_V019),
+    VllmLog("Qwen2.5-7B, fp8 weights", _PLANNER + "fp8dyn-redhatai-qwen2-5---h100-80gb--tp1pp1dp1--8192.log",
+            command="vllm serve RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic --max-model-len 8192 "
+                    "--gpu-memory-utilization 0.95 --no-enable-prefix-caching", model="Qwen/Qwen2.5-7B",
+            options=dict(_PLANNER_OPTIONS, max_model_len=8192, quantization="fp8"),
+            logged=dict(weights=8.14, activation=2.21, non_torch=0.24, kv=64.64, tokens=1_210_304,
+                        concurrency=147.74),
+            note="an FP8-dynamic checkpoint (a scale per output channel); the engine counts its bytes by formula",
+            **_H100_V019),
     VllmLog("Meta-Llama-3-8B, V0", "https://github.com/vllm-project/vllm/pull/10511",
             version="V0, the branch of PR #10511 (December 2024)", rules="0.6.5", gpu="H100 80GB", total_gib=79.22,
             command="vllm serve meta-llama/Meta-Llama-3-8B", model="meta-llama/Llama-3.1-8B",

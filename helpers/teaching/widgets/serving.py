@@ -20,11 +20,13 @@ from .base import StepWidget
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B"
 #: The weights menu: label -> :func:`helpers.serving.vllm_startup` options: ``--dtype``, and ``--quantization
 #: bitsandbytes`` of a 16-bit checkpoint, its linear layers in NF4 or LLM.int8() (the rest, the KV cache and the
-#: activations in bfloat16).
+#: activations in bfloat16); fp8 and 4-bit GPTQ/AWQ checkpoints by their bytes (GPTQ's run in float16).
 SERVING_WEIGHTS = {"bfloat16": {"dtype": "bfloat16", "quantization": "none"},
                    "float16": {"dtype": "float16", "quantization": "none"},
                    "NF4 (bitsandbytes, 4-bit)": {"dtype": "bfloat16", "quantization": "nf4"},
-                   "int8 (bitsandbytes LLM.int8())": {"dtype": "bfloat16", "quantization": "int8"}}
+                   "int8 (bitsandbytes LLM.int8())": {"dtype": "bfloat16", "quantization": "int8"},
+                   "fp8 (by formula)": {"dtype": "bfloat16", "quantization": "fp8"},
+                   "int4 GPTQ/AWQ (by formula)": {"dtype": "float16", "quantization": "int4"}}
 #: The KV cache menu (``--kv-cache-dtype``): "auto" keeps the weights' dtype, fp8 one byte a value.
 SERVING_KV_DTYPES = ("auto", "fp8")
 #: The context per request (``--max-model-len``), tokens: the menu keeps those within the model's positions.
