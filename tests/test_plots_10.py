@@ -74,3 +74,28 @@ def test_plot_activation_peak_draws_the_points_and_the_floor():
         plot_activation_peak({2048: GiB})
     with pytest.raises(ValueError, match="unit must be one of"):
         plot_activation_peak(peaks, unit="GB")
+
+
+def test_plot_engine_beside_logs_marks_each_ratio_and_skips_a_cache_vllm_did_not_log():
+    from types import SimpleNamespace
+
+    from helpers.teaching.plots import plot_engine_beside_logs
+    from helpers.teaching.plots.serving import kv_ratio
+
+    def row(name, logged, engine, refused=False):
+        log = SimpleNamespace(name=name, gpu="card", logged=logged, refused=refused)
+        return SimpleNamespace(log=log, engine=lambda: engine, refusal="no" if refused else None)
+
+    rows = [row("a", dict(weights=10, activation=2, kv=50, tokens=1000), dict(weights=10, activation=1, kv=51,
+                                                                              tokens=1020)),
+            row("b", dict(weights=5, activation=1, kv=-1, blocks=0), dict(weights=5, activation=0.5, kv=-0.5,
+                                                                          blocks=0), refused=True)]
+    assert kv_ratio(rows[0].log.logged, rows[0].engine()) == pytest.approx(1.02)
+    assert kv_ratio(rows[1].log.logged, rows[1].engine()) is None
+    ax = plot_engine_beside_logs(rows, title="t").axes[0]
+    xs = sorted(x for line in ax.get_lines()[:-1] for x in line.get_xdata())  # the last line: the one at 1
+    assert xs == pytest.approx([0.5, 0.5, 1, 1, 1.02])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["b · card · no request fits (engine: none either)",
+                                                           "a · card"]
+    with pytest.raises(ValueError, match="at least one row"):
+        plot_engine_beside_logs([])

@@ -3,14 +3,15 @@
 * :func:`plot_generation_timeline`: what a generation holds at each moment (weights, KV cache, the moment's peak);
 * :func:`plot_startup_accounts`: vLLM's start-up account of a card, one stacked bar per setup;
 * :func:`plot_concurrency`: requests of ``max_model_len`` tokens that fit, per card and context length;
-* :func:`plot_activation_peak`: the profile run's activation peak against ``max_num_batched_tokens``.
+* :func:`plot_activation_peak`: the profile run's activation peak against ``max_num_batched_tokens``;
+* :func:`plot_engine_beside_logs`: published vLLM start-ups beside the engine's accounts.
 """
 
 from __future__ import annotations
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from ...palette import CATEGORY_COLORS, GREYS, OKABE_ITO, SERVING_COLORS
 from ...units import unit_scale
@@ -173,3 +174,59 @@ def plot_activation_peak(peaks: dict[int, int], floor: int | None = None, unit: 
     if title:
         ax.set_title(title)
     return fig
+
+
+def plot_engine_beside_logs(rows, title: str | None = None) -> Figure:
+    """Published vLLM start-ups beside the engine (:func:`helpers.teaching.vllm_logs.engine_beside_logs`): one row
+    per log, the engine's figure over vLLM's for the weights, the profile run's activation peak and the KV cache (its
+    tokens, or its blocks, where the log printed them, else its GiB; nothing where vLLM logged no cache at all), on a
+    log scale around 1; a row's label says when one request did not fit, in vLLM's log and in the engine's account.
+
+    Raises:
+        ValueError: for no rows.
+    """
+    rows = list(rows)
+    if not rows:
+        raise ValueError("give at least one row")
+    fig = Figure(figsize=(11, 1.4 + 0.42 * len(rows)), layout="constrained")
+    ax = fig.add_subplot()
+    marks = (("weights", CATEGORY_COLORS["parameters"], "o"),
+             ("activation peak of the profile run", CATEGORY_COLORS["activations"], "s"),
+             ("KV cache", SERVING_COLORS["kv_cache"], "D"))
+    labels, drawn = [], set()
+    for y, row in enumerate(rows[::-1]):  # the first row on top
+        logged, engine = row.log.logged, row.engine()
+        ratios = [engine["weights"] / logged["weights"], engine["activation"] / logged["activation"],
+                  kv_ratio(logged, engine)]
+        for (name, colour, marker), ratio in zip(marks, ratios):
+            if ratio is not None:
+                ax.plot([ratio], [y], marker, color=colour, markersize=7, label=None if name in drawn else name)
+                drawn.add(name)
+        verdict = "" if not row.log.refused else (" · no request fits (engine: none either)" if row.refusal
+                                                  else " · no request fits (engine: it does)")
+        labels.append(f"{row.log.name} · {row.log.gpu}{verdict}")
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks([0.3, 0.5, 0.8, 1, 1.25], ["0.3", "0.5", "0.8", "1", "1.25"])
+    ax.set_xlim(0.3, 1.4)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_xlabel("the engine's figure / vLLM's logged figure (log scale; 1: the same)")
+    handles, names = ax.get_legend_handles_labels()
+    order = [names.index(name) for name, _, _ in marks if name in names]
+    ax.legend([handles[i] for i in order], [names[i] for i in order], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1), frameon=False)
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def kv_ratio(logged: dict, engine: dict) -> float | None:
+    """The engine's KV cache over vLLM's logged one: tokens where the log printed them, else blocks, else GiB; None
+    where vLLM logged no cache (no block, or a negative budget)."""
+    for key in ("tokens", "blocks", "kv"):
+        if logged.get(key, 0) > 0:
+            return engine[key] / logged[key]
+    return None
