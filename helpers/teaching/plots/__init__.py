@@ -7,9 +7,13 @@ In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueErro
 * :mod:`.allocator`: allocated against reserved, the memory map, a real snapshot explained (lesson 06);
 * :mod:`.sharding`: FSDP's sharded steps (lesson 07);
 * :mod:`.transformer`: a block's parts, memory against sequence length, fine-tuning setups against cards, published
-  figures beside the engine's (lessons 08, 09).
+  figures beside the engine's (lessons 08, 09);
+* :mod:`.serving`: generation over time, vLLM's start-up account, requests that fit, the profile run, published
+  start-ups beside the engine (lesson 10).
 """
 from .allocator import FIRST_STEP, memory_map, plot_memory_map, plot_reserved, plot_reserved_bars, plot_snapshot
+from .serving import (plot_activation_peak, plot_concurrency, plot_engine_beside_logs, plot_generation_timeline,
+                      plot_startup_accounts)
 from .sharding import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
 from .steps import (plot_accumulation, plot_bytes_per_parameter, plot_categories, plot_inference_and_leaks,
                     plot_peak_bars, plot_stages, plot_timeline)
