@@ -379,7 +379,7 @@ fit
 # Neither alone. The fp8 cache doubles the tokens to 102,288, and the 4-bit weights free 9.3 GiB for 127,232 tokens, 3,840 short of one request; together they hold 254,480 tokens, 1.9 requests of 128k. On a small card the weights and the cache's dtype are the two levers; `max_model_len` decides only whether one request must fit.
 # </details>
 #
-# **Exercise 3: a smaller batch budget.** On the H100, lower `max_num_batched_tokens` from 8,192 to 2,048: how many tokens of KV cache does it free? Then lower `max_num_seqs` to 256 too, the default of smaller cards. Explain the difference with section 5's figure.
+# **Exercise 3: a smaller batch budget.** On the H100, lower `max_num_batched_tokens` from 8,192 to 2,048: how many tokens of KV cache does it free? Then lower `max_num_seqs` to 256 too, the default of smaller cards. Explain the difference with section 6's figure.
 
 # %%
 # Your code here: start(max_model_len=32768, max_num_batched_tokens=2048, max_num_seqs=...)
