@@ -325,7 +325,7 @@ assert by_name["Llama-3.1-8B, fp8 KV cache"]["tokens"] == 2 * by_name["Llama-3.1
 #
 # ## 8. The widget: how many requests fit?
 #
-# All of the above in one place. The controls are `vllm serve`'s options: the model (the shipped configs whose layers all keep full keys and values), its weights (bfloat16, float16, bitsandbytes' NF4 or LLM.int8()), the KV cache's dtype, the card, `gpu_memory_utilization`, `max_model_len` and `max_num_batched_tokens`. The view is the card as this lesson's bars draw it, and one line: how many requests of `max_model_len` tokens fit at once, or why vLLM would not start. A new model, weights, card or batch budget traces a new profile run (a second or two; the view says "updating"); the other controls redo vLLM's arithmetic at once. It opens on section 4's last case, Llama-3.1 8B at 131,072 tokens on an H100:
+# All of the above in one place. The controls are `vllm serve`'s options: the model (the shipped configs whose layers all keep full keys and values), its weights (bfloat16, float16, bitsandbytes' NF4 or LLM.int8() traced, fp8 or 4-bit GPTQ/AWQ by their bytes), the KV cache's dtype, the card, `gpu_memory_utilization`, `max_model_len` and `max_num_batched_tokens`. The view is the card as this lesson's bars draw it, and one line: how many requests of `max_model_len` tokens fit at once, or why vLLM would not start. A new model, weights, card or batch budget traces a new profile run (a second or two; the view says "updating"); the other controls redo vLLM's arithmetic at once. It opens on section 4's last case, Llama-3.1 8B at 131,072 tokens on an H100:
 
 # %%
 fit = ServingFit()
