@@ -278,13 +278,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
       fuses them.  The sampler's own temporaries (top-k, top-p) are not simulated, nor the input buffers vLLM
       allocates before the run.
 
-    Defaults (``version="0.11"``: ``EngineArgs``' V1 defaults, ``_set_default_args_v1`` in
-    ``vllm/engine/arg_utils.py``, for ``vllm serve``): on a card of at least 70 GiB that is not an A100,
-    ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024; on others 2048 and 256.  ``version="0.6.5"`` (V0):
-    ``max_num_seqs`` 256, and with chunked prefill off ``max_num_batched_tokens = max(max_model_len, 2048)``
-    (``SchedulerConfig.__post_init__``); V0's server turned chunked prefill on for long contexts (above about 32K
-    tokens, a rule not read in source), so there it must be given.  ``max_model_len``: the config's
-    ``max_position_embeddings``.
+    Defaults: ``max_model_len``, the config's ``max_position_embeddings``; ``max_num_batched_tokens`` and
+    ``max_num_seqs``, the version's rules for the card (:func:`_scheduler_defaults`).
 
     Args:
         model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`, offline), or
@@ -314,16 +309,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
             below 1, a V0 default that is not known (above), or a model whose KV cache :func:`kv_bytes_per_token`
             refuses.
     """
-    _check_choice("version", version, VERSIONS)
-    _check_choice("dtype", dtype, DTYPES)
-    _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
-    _check_choice("quantization", quantization, QUANTIZATIONS)
-    if double_quant not in (False, True) or (double_quant and quantization != "nf4"):
-        raise ValueError(f"double_quant applies to quantization='nf4' (True or False), got {double_quant!r}")
+    _check_formats(version, dtype, kv_cache_dtype, quantization, double_quant, gpu_memory_utilization)
     weights_format = (quantization, double_quant)
-    if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
-            0 < gpu_memory_utilization <= 1):
-        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
     card, total = _gpu(gpu)
     for name, value in (("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
                         ("max_num_seqs", max_num_seqs)):
@@ -334,14 +321,56 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
     config = _config(model)
     label = config_label(model)
     per_token = kv_bytes_per_token(config, dtype, kv_cache_dtype)
+    max_model_len = _max_model_len(config, label, max_model_len)
+    max_num_batched_tokens, max_num_seqs = _scheduler_defaults(version, card, total, max_model_len,
+                                                               max_num_batched_tokens, max_num_seqs)
+    num_reqs = min(max_num_batched_tokens, max_num_seqs)
+    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, weights_format,
+                                             max_num_batched_tokens, num_reqs)
+    account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, quantization,
+                             kv_cache_dtype, block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs,
+                             parameters, weights, peak, non_torch_bytes, per_token)
+    if account.refusal:
+        raise WouldNotStart(account.refusal, account)
+    return account
+
+
+def _check_formats(version: str, dtype: str, kv_cache_dtype: str, quantization: str, double_quant: bool,
+                   gpu_memory_utilization: float) -> None:
+    """:func:`vllm_startup`'s choices, each refused in one line when out of its set or range."""
+    _check_choice("version", version, VERSIONS)
+    _check_choice("dtype", dtype, DTYPES)
+    _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
+    _check_choice("quantization", quantization, QUANTIZATIONS)
+    if double_quant not in (False, True) or (double_quant and quantization != "nf4"):
+        raise ValueError(f"double_quant applies to quantization='nf4' (True or False), got {double_quant!r}")
+    if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
+            0 < gpu_memory_utilization <= 1):
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+
+
+def _max_model_len(config, label: str, max_model_len: int | None) -> int:
+    """``max_model_len``, or the config's ``max_position_embeddings`` when None; beyond them, refused in one line."""
     positions = getattr(config.get_text_config(), "max_position_embeddings", None)
     if positions is None:
         raise ValueError(f"{label} has no max_position_embeddings: its longest sequence is not known here")
     if max_model_len is None:
-        max_model_len = positions
-    elif max_model_len > positions:
+        return positions
+    if max_model_len > positions:
         raise ValueError(f"max_model_len {max_model_len:,} exceeds the {positions:,} positions of {label} "
                          f"(max_position_embeddings)")
+    return max_model_len
+
+
+def _scheduler_defaults(version: str, card: str, total: int, max_model_len: int, max_num_batched_tokens: int | None,
+                        max_num_seqs: int | None) -> tuple[int, int]:
+    """``(max_num_batched_tokens, max_num_seqs)``, each as given or by the version's default rule for the card.
+
+    ``version="0.11"`` (``EngineArgs``' V1 defaults, ``_set_default_args_v1`` in ``vllm/engine/arg_utils.py``, for
+    ``vllm serve``): on a card of at least 70 GiB that is not an A100, 8192 tokens and 1024 sequences; on others 2048
+    and 256.  ``version="0.6.5"`` (V0): 256 sequences, and with chunked prefill off ``max(max_model_len, 2048)`` tokens
+    (``SchedulerConfig.__post_init__``); V0's server turned chunked prefill on for long contexts (above about 32K
+    tokens, a rule not read in source), so there the tokens must be given (ValueError otherwise)."""
     large = total >= 70 * GiB and "A100" not in card
     if max_num_seqs is None:
         max_num_seqs = 1024 if version == "0.11" and large else 256
@@ -354,15 +383,7 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
                              f"max_num_batched_tokens")
         else:
             max_num_batched_tokens = max(max_model_len, 2048)
-    num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, weights_format,
-                                             max_num_batched_tokens, num_reqs)
-    account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, quantization,
-                             kv_cache_dtype, block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs,
-                             parameters, weights, peak, non_torch_bytes, per_token)
-    if account.refusal:
-        raise WouldNotStart(account.refusal, account)
-    return account
+    return max_num_batched_tokens, max_num_seqs
 
 
 def _check_choice(name: str, value, choices) -> None:

@@ -72,6 +72,18 @@ class VllmLog:
     refused: bool = False
 
 
+def _rtx3090(tokens: int, logged: dict, note: str, refused: bool = False) -> VllmLog:
+    """One of issue #10517's start-ups of Llama-3.1-8B-Instruct on an RTX 3090 (vLLM v0.6.4), at ``tokens`` of
+    ``--max-model-len``: the figures of that run (``logged``), beside those all of its runs printed."""
+    return VllmLog(f"Llama-3.1-8B, RTX 3090, {tokens:,} tokens", "https://github.com/vllm-project/vllm/issues/10517",
+                   version="v0.6.4 (V0; inferred from the log's format)", rules="0.6.5", gpu="RTX 3090",
+                   total_gib=23.58, command=f"--max-model-len {tokens} (the rest of the command is not in the comment)",
+                   model="meta-llama/Llama-3.1-8B",
+                   options=dict(gpu_memory_utilization=0.9, max_model_len=tokens, max_num_batched_tokens=tokens,
+                                max_num_seqs=256),
+                   logged=dict(weights=14.9888, non_torch=0.35, **logged), note=note, refused=refused)
+
+
 #: The logs, in the lesson's order: one model on one H100 with what one option changes, then older versions on
 #: smaller cards.
 LOGS = (
@@ -143,24 +155,12 @@ LOGS = (
             note="a pull request's build; the card is inferred from its 79.22 GiB; max_num_batched_tokens is V0's "
                  "rule without chunked prefill, max(max_model_len, 2048); blocks, tokens and concurrency not in the "
                  "comment"),
-    VllmLog("Llama-3.1-8B, RTX 3090, 20,000 tokens", "https://github.com/vllm-project/vllm/issues/10517",
-            version="v0.6.4 (V0; inferred from the log's format)", rules="0.6.5", gpu="RTX 3090", total_gib=23.58,
-            command="--max-model-len 20000 (the rest of the command is not in the comment)",
-            model="meta-llama/Llama-3.1-8B",
-            options=dict(gpu_memory_utilization=0.9, max_model_len=20_000, max_num_batched_tokens=20_000,
-                         max_num_seqs=256),
-            logged=dict(weights=14.9888, activation=2.07, non_torch=0.35, kv=3.81, blocks=1952, concurrency=1.56),
-            note="options not stated are vLLM's defaults; V0 without chunked prefill profiles max(max_model_len, "
-                 "2048) tokens; the activation is the logged peak_torch_memory (17.06 GiB) less the weights"),
-    VllmLog("Llama-3.1-8B, RTX 3090, 29,000 tokens", "https://github.com/vllm-project/vllm/issues/10517",
-            version="v0.6.4 (V0; inferred from the log's format)", rules="0.6.5", gpu="RTX 3090", total_gib=23.58,
-            command="--max-model-len 29000 (the rest of the command is not in the comment)",
-            model="meta-llama/Llama-3.1-8B",
-            options=dict(gpu_memory_utilization=0.9, max_model_len=29_000, max_num_batched_tokens=29_000,
-                         max_num_seqs=256),
-            logged=dict(weights=14.9888, activation=2.99, non_torch=0.35, kv=2.89, blocks=1478, concurrency=0.82),
-            note="vLLM refused to start: 1,478 blocks hold 23,648 tokens, fewer than one request of 29,000; the "
-                 "activation is the logged peak_torch_memory (17.98 GiB) less the weights", refused=True),
+    _rtx3090(20_000, dict(activation=2.07, kv=3.81, blocks=1952, concurrency=1.56),
+             "options not stated are vLLM's defaults; V0 without chunked prefill profiles max(max_model_len, 2048) "
+             "tokens; the activation is the logged peak_torch_memory (17.06 GiB) less the weights"),
+    _rtx3090(29_000, dict(activation=2.99, kv=2.89, blocks=1478, concurrency=0.82),
+             "vLLM refused to start: 1,478 blocks hold 23,648 tokens, fewer than one request of 29,000; the "
+             "activation is the logged peak_torch_memory (17.98 GiB) less the weights", refused=True),
     VllmLog("Qwen2.5-7B in 4 bits, RTX 4060", "https://github.com/vllm-project/vllm/issues/13882",
             version="v0.7.3.dev233 (V0; printed)", rules="0.6.5", gpu="RTX 4060 8GB", total_gib=8.00,
             command="Qwen2.5-7B-Instruct-bnb-4bit, quantization=bitsandbytes, dtype bfloat16, max_seq_len 4096, "
