@@ -307,9 +307,12 @@ class StepRunner:
             (default :meth:`~helpers.engine.meter.Meter.place`; :mod:`helpers.fsdp` shards).
         spec: the :class:`helpers.models.ModelSpec` to build instead of
             ``config.model``'s (:mod:`helpers.depth` passes a copy with fewer blocks).
+        sizes: the batch's sizes instead of ``config``'s: ``(batch,)``, or ``(batch, seq)`` for token inputs, as
+            ``SymInt`` (:mod:`helpers.symbolic` traces the step once for every batch and sequence length).
 
     Attributes:
         config, meter: as given.
+        batch_size: samples per batch fed (``config.batch_size``, or ``sizes[0]``).
         spec: the model's :class:`helpers.models.ModelSpec`; ``name`` is its label.
         task: the :class:`helpers.models.Task` (inputs and loss).
         model: the model (placed, after :meth:`place`).
@@ -324,11 +327,17 @@ class StepRunner:
     """
 
     def __init__(self, config: StepConfig, meter: Meter | None = None, *,
-                 place: Callable[[nn.Module], nn.Module] | None = None, spec: models.ModelSpec | None = None):
+                 place: Callable[[nn.Module], nn.Module] | None = None, spec: models.ModelSpec | None = None,
+                 sizes: tuple | None = None):
         self.config = config
         self.spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
         self.name = self.spec.name
         self.task = resolve_task(config, self.spec)
+        self.batch_size = config.batch_size
+        if sizes is not None:  # symbolic sizes (helpers.symbolic): the batch, and the sequence of token inputs
+            self.batch_size = sizes[0]
+            if len(sizes) > 1:
+                self.task = dataclasses.replace(self.task, sample_shape=tuple(sizes[1:]))
         self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention)
         self.place_model = place if place is not None else self.meter.place
         self.model: nn.Module | None = None
@@ -377,7 +386,7 @@ class StepRunner:
     # -- the parts of a step -----------------------------------------------------------
     def batch(self) -> Batch:
         """The model's inputs on the device, and the targets when they can be drawn before the forward pass."""
-        return self.task.batch(self.config.batch_size, self.meter.device)
+        return self.task.batch(self.batch_size, self.meter.device)
 
     def output(self, batch: Batch) -> Any:
         """The forward pass alone: :attr:`module`'s output on ``batch``, under autocast and offload."""
@@ -495,11 +504,13 @@ def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
 
 
 def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer,
-             first_tracer: Callable[..., StepTracer] | None = None) -> StepProfile:
+             first_tracer: Callable[..., StepTracer] | None = None, record: Callable = record_step) -> StepProfile:
     """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
 
     ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for the untraced
     first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first are not the profile's).
+    ``record``: reads the traced step as :func:`helpers.record.record_step` does, with its arguments
+    (:mod:`helpers.symbolic` keeps a symbolic record instead).
     """
     meter, config = runner.meter, runner.config
     model = runner.place()
@@ -515,7 +526,7 @@ def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTr
     activations = set(tracer.saved)
     for first, last in tracer.recomputed:
         activations.update(range(first, last))
-    return record_step(
+    return record(
         meter, tracer.events,
         {"parameters": parameters, "gradients": roles.gradients, "optimizer_states": roles.optimizer_states,
          "input": roles.inputs, "activations": activations},

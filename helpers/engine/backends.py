@@ -54,9 +54,10 @@ def collector_paused():
             gc.enable()
 
 
-def get_backend(device: str = "auto", attention: str = "auto") -> "Backend":
-    """The :class:`Backend` for ``device``; ``attention``: the simulated kernel. Raises as :func:`resolve_backend`."""
-    return CudaBackend() if resolve_backend(device) == "cuda" else SimulatedBackend(attention)
+def get_backend(device: str = "auto", attention: str = "auto", fake_mode: FakeTensorMode | None = None) -> "Backend":
+    """The :class:`Backend` for ``device``; ``attention``: the simulated kernel; ``fake_mode``: the simulation's
+    ``FakeTensorMode`` (default: a new one). Raises as :func:`resolve_backend`."""
+    return CudaBackend() if resolve_backend(device) == "cuda" else SimulatedBackend(attention, fake_mode)
 
 
 class Backend:
@@ -207,8 +208,9 @@ class SimulatedBackend(Backend):
     name = "simulated"
     device = torch.device("cpu")
 
-    def __init__(self, attention: str = "auto"):
+    def __init__(self, attention: str = "auto", fake_mode: FakeTensorMode | None = None):
         self.attention = attention
+        self._given = fake_mode  # a FakeTensorMode with a ShapeEnv: symbolic sizes (helpers.symbolic)
         self._fake: FakeTensorMode | None = None
         self._rules = self._paused = None
         self._log_level = logging.NOTSET
@@ -222,7 +224,7 @@ class SimulatedBackend(Backend):
         _FAKE_LOG.setLevel(logging.CRITICAL)
         self._rules = cuda_rules(self.attention)
         self._rules.__enter__()
-        self._fake = FakeTensorMode()
+        self._fake = self._given if self._given is not None else FakeTensorMode()
         self._fake.__enter__()
         self._paused = collector_paused()  # last in, first out: paused only once the rest is in place
         self._paused.__enter__()

@@ -45,6 +45,8 @@ class Meter:
         count_storages: run the storage tracker (default); False for timing (on a GPU the real counters still count;
             simulated, nothing is counted).
         tracker: the :class:`helpers.engine.counting.StorageTracker` (default: the backend's).
+        fake_mode: simulated only: the ``FakeTensorMode`` to run under (default: a new plain one); one with a
+            ``ShapeEnv`` lets tensors have symbolic sizes (:mod:`helpers.symbolic`).
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
@@ -56,8 +58,9 @@ class Meter:
     """
 
     def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto",
-                 count_storages: bool = True, tracker: StorageTracker | None = None):
-        self._backend = get_backend(device, attention)
+                 count_storages: bool = True, tracker: StorageTracker | None = None,
+                 fake_mode: FakeTensorMode | None = None):
+        self._backend = get_backend(device, attention, fake_mode)
         self.backend = self._backend.name
         self.device = self._backend.device
         if capacity is not None:

@@ -1,0 +1,366 @@
+"""Trace once, answer every batch and sequence length: a training step as a symbolic allocation log.
+
+The order of a step's allocation log does not depend on the batch size B or the sequence length S, and its sizes are
+polynomials in them.  So the step is traced once with B (and, for token inputs, S) as symbolic sizes: a
+``FakeTensorMode`` with a ``ShapeEnv(duck_shape=False)`` (``torch/fx/experimental/symbolic_shapes.py``), each size a
+symbol made with ``ShapeEnv.create_symbol`` and bounded to ``[2, 2**31 - 1]`` with ``constrain_symbol_range``, fed to
+the one step runner as its batch's sizes (:class:`helpers.step.StepRunner`'s ``sizes``).  Every storage's
+``untyped_storage().nbytes()`` is then an expression such as ``16*B*S**2``; :class:`SymbolicTracker` logs each change
+as ``(serial, kind, expression)`` and compares no sizes (a comparison of symbolic sizes records a guard).
+
+:meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it with
+:func:`helpers.record.profile_of_log`, as a written step is read: the peak, its event and allocation, the categories,
+the events and every storage are what a concrete trace gives (``tests/test_symbolic.py`` checks it field by field).
+
+Where the log holds (:meth:`SymbolicStep.outside`): each symbol in its range, and every guard that the trace recorded
+true at the point.  Python or C++ code that branches on a size records a guard (``ShapeEnv.guards``), so a point where
+the guards hold takes the traced branches.  Code that branches without a guard (``applySlice`` in
+``ATen/TensorIndexing.h`` keeps identity slices of an unbounded size; a size of 1 is specialized) is kept out by the
+bounds: B = 1 (or S = 1) is its own program, traced as its own regime with that size fixed.  Canonical expressions
+(``sympy.expand``) make equal sizes equal, as :mod:`helpers.depth` needs to write a deep model from shallow logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import weakref
+from dataclasses import dataclass
+
+import sympy
+import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from . import depth, models
+from .allocator.rules import K_MIN_BLOCK, round_up
+from .config import StepConfig
+from .engine.backends import collector_paused, resolve_backend
+from .engine.counting import LogEntry, StorageTracker
+from .engine.meter import Meter
+from .errors import first_line
+from .record import Allocation, Storage, StepProfile, frees_in_allocation_order, label_storages, profile_of_log
+from .step import StepRunner, _profile, _serials
+
+#: The range of every symbolic size: bounded (unbounded, ``applySlice`` keeps identity slices), and above 1 (a
+#: size of 1 is its own program).
+LOW, HIGH = 2, 2**31 - 1
+
+
+class NotSymbolic(ValueError):
+    """This step cannot be traced with symbolic sizes, or its log does not hold at this point (the message says why)."""
+
+
+class RoundUp(sympy.Function):
+    """``round_up(n)``: ``n`` bytes rounded up to a multiple of 512 (:func:`helpers.allocator.rules.round_up`), kept
+    unevaluated while ``n`` is symbolic."""
+
+    is_integer = True
+
+    @classmethod
+    def eval(cls, n):
+        if n.is_Integer:
+            return sympy.Integer(round_up(int(n)))
+        return None
+
+
+def canonical(value):
+    """``value`` (an int, a ``SymInt`` or a sympy expression) as an int if it is one, else its expression expanded
+    (``sympy.expand``): equal sizes written alike (``8*s*(b - 1) + 8*s`` and ``8*b*s``)."""
+    if isinstance(value, torch.SymInt):
+        value = value.node.expr
+    if isinstance(value, int):
+        return value
+    value = sympy.expand(value)
+    return int(value) if value.is_Integer else value
+
+
+def storage_bytes(nbytes):
+    """A storage's ``nbytes`` rounded up to 512 (:func:`helpers.allocator.rules.round_up`), comparing nothing: an
+    int; an expression whose every coefficient is a multiple of 512 (a multiple of 512 at every integer point) as it
+    is; else :class:`RoundUp` of it."""
+    nbytes = canonical(nbytes)
+    if isinstance(nbytes, int):
+        return round_up(nbytes)
+    coefficients = nbytes.as_coefficients_dict().values()
+    if all(c.is_Integer and int(c) % K_MIN_BLOCK == 0 for c in coefficients):
+        return nbytes
+    return RoundUp(nbytes)
+
+
+class SymbolicTracker(depth.ProbeTracker):
+    """The simulated GPU's tracker (:class:`helpers.depth.ProbeTracker`, which also notes markers and parents) for
+    symbolic sizes: each storage's bytes an expression (:func:`storage_bytes`), each change logged and nothing
+    compared: ``allocated`` and ``peak`` stay 0 (the peak is the replay's, :func:`helpers.record.profile_of_log`).
+
+    Raises:
+        NotSymbolic: for a storage resized in place (FSDP's), whose change in bytes would be a comparison.
+    """
+
+    def track(self, t: torch.Tensor) -> int | None:
+        if is_traceable_wrapper_subclass(t):
+            return StorageTracker.track(self, t)  # its inner tensors, each through this method
+        st = t.untyped_storage()
+        serial = self._live.get(id(st))
+        if serial is not None:
+            return serial
+        serial = len(self.sizes)
+        nbytes = storage_bytes(st.nbytes())
+        self.sizes[serial], self.dtypes[serial] = nbytes, t.dtype
+        self.shapes[serial] = tuple(map(canonical, t.shape))
+        self._live[id(st)] = serial
+        self._change(serial, "alloc", nbytes)
+        weakref.finalize(st, self._free, id(st))
+        return serial
+
+    def transient(self, nbytes, dtype: torch.dtype, shape) -> int:
+        serial = len(self.sizes)
+        nbytes = canonical(nbytes)
+        self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, dtype, tuple(map(canonical, shape))
+        self._change(serial, "alloc", nbytes)
+        return serial
+
+    def _change(self, serial: int, kind: str, delta) -> None:
+        self._now[serial] = delta if kind == "alloc" else 0  # only allocations and frees: resizes raise
+        self.log.append(LogEntry(serial, kind, delta))
+
+    def _resized(self, storage) -> None:
+        if self._live.get(id(storage)) is not None and not self.paused:
+            raise NotSymbolic("a storage is resized in place (FSDP): its change in bytes needs a comparison")
+
+    def live_serials(self) -> tuple[int, ...]:
+        return tuple(s for s in self._live.values() if self._now[s] != 0)
+
+
+@dataclass
+class SymbolicRecord:
+    """What :func:`record` keeps of a step traced with symbolic sizes, with the attributes :mod:`helpers.depth` reads
+    of a profile: ``allocation_log`` and ``storages`` (bytes and shapes as expressions), and the fields of
+    :class:`helpers.record.StepProfile` that do not depend on the sizes."""
+
+    model: str
+    config: StepConfig
+    input_shape: tuple
+    parameter_count: int
+    params_without_grad: list
+    paged_bytes: int
+    allocation_log: list
+    storages: dict
+
+
+def record(meter: Meter, events, roles: dict, *, config: StepConfig, model: str, input_shape: tuple,
+           parameter_count: int, params_without_grad: list, reset_at: int | None = None,
+           paged_bytes: int = 0) -> SymbolicRecord:
+    """:func:`helpers.record.record_step` for a symbolic trace (its arguments, the same categories and the same order
+    of frees), summing and comparing nothing; the events are kept as the tracker's markers."""
+    storages = meter.storages()
+    labels = label_storages({s: n for s, (n, _, _) in storages.items()}, roles)
+    cuts = [e.log_position for e in events] + ([] if reset_at is None else [reset_at])
+    log = frees_in_allocation_order(meter.allocation_log(), cuts)
+    return SymbolicRecord(
+        model, config, tuple(map(canonical, input_shape)), parameter_count, list(params_without_grad), paged_bytes,
+        [Allocation(serial, kind, delta, labels[serial], 0) for serial, kind, delta in log],
+        {s: Storage(s, labels[s], dtype, shape, n) for s, (n, dtype, shape) in storages.items()})
+
+
+def key(config: StepConfig) -> StepConfig:
+    """``config`` without its batch size and sequence length: the configurations one symbolic log answers."""
+    return config.replace(batch_size=1, seq_len=None if config.seq_len is None else 1)
+
+
+def dimensions(config: StepConfig, spec: models.ModelSpec) -> dict[str, int]:
+    """The sizes a symbolic trace makes symbols of, at ``config``'s point: ``{"B": batch}``, and ``"S"``, the
+    sequence length, for token inputs.
+
+    Raises:
+        NotSymbolic: for inputs made by a function (``inputs=``), whose sizes are the learner's.
+    """
+    task = models.resolve_task(config, spec)
+    if task.inputs == "custom":
+        raise NotSymbolic("its inputs are made by a function (inputs=), not by a batch size")
+    sizes = {"B": config.batch_size}
+    if task.inputs == "tokens":
+        sizes["S"] = task.sample_shape[0]
+    return sizes
+
+
+def applies(config: StepConfig) -> str | None:
+    """Why ``config``'s step cannot be traced with symbolic sizes, or None if it can: a real GPU measures, a
+    simulated ``capacity`` stops the step where the bytes run out (a comparison), ``full_trace`` asks for a trace."""
+    if resolve_backend(config.device) != "simulated":
+        return "a real GPU measures each step"
+    if config.capacity is not None:
+        return "a simulated capacity (capacity=) stops the step where it runs out, a comparison of sizes"
+    if config.full_trace:
+        return "a full trace was asked for (full_trace=True)"
+    return None
+
+
+@dataclass
+class SymbolicStep:
+    """One step traced with symbolic sizes (:func:`trace`), evaluated at any point where its log holds.
+
+    Attributes:
+        config, spec: the step traced (at the point of its hints) and its model.
+        fixed: the sizes fixed at 1 in this regime (``("B",)`` for batch 1), the others symbols.
+        symbols: name (``"B"``, ``"S"``) -> the ``ShapeEnv``'s sympy symbol.
+        log, storages, markers: :func:`helpers.record.profile_of_log`'s input, bytes and shapes as expressions.
+        like: a profile holding the fields that do not depend on the sizes.
+        guards: the guards the trace recorded (sympy relations): the log holds where all are true.
+        how: how the log was made (the profile's ``depth_note`` says it).
+    """
+
+    config: StepConfig
+    spec: models.ModelSpec
+    fixed: tuple[str, ...]
+    symbols: dict
+    log: tuple
+    storages: tuple
+    markers: tuple
+    like: StepProfile
+    guards: tuple
+    how: str
+
+    def _named(self, expr):
+        """``expr`` with its symbols named B and S."""
+        return expr.xreplace({sym: sympy.Symbol(name) for name, sym in self.symbols.items()})
+
+    def guards_named(self) -> list[str]:
+        """The guards, their symbols named B and S (``["B < 16"]``)."""
+        return [str(self._named(g)) for g in self.guards]
+
+    def outside(self, config: StepConfig) -> str | None:
+        """Why the log does not hold at ``config``'s point, or None where it does: another configuration, another
+        regime (a size of 1), a size out of range, or a guard false there."""
+        if key(config) != key(self.config):
+            return "another configuration than the one traced"
+        sizes = dimensions(config, self.spec)
+        fixed = tuple(name for name, v in sizes.items() if v == 1)
+        if fixed != self.fixed:
+            return f"{' and '.join(fixed or self.fixed)} = 1 is its own program (another regime)"
+        point = {self.symbols[n]: v for n, v in sizes.items() if n in self.symbols}
+        if any(not LOW <= v <= HIGH for v in point.values()):
+            return f"a size outside [{LOW}, {HIGH}]"
+        for guard in self.guards:
+            if not bool(guard.xreplace(point)):
+                return f"the guard {self._named(guard)} that the symbolic trace recorded is false there"
+        return None
+
+    def evaluate(self, config: StepConfig) -> StepProfile:
+        """The :class:`helpers.record.StepProfile` of ``config`` (this step at another batch and sequence length),
+        read from the log evaluated there: what a concrete trace gives.
+
+        Raises:
+            NotSymbolic: where the log does not hold (:meth:`outside`).
+        """
+        why = self.outside(config)
+        if why is not None:
+            raise NotSymbolic(why)
+        sizes = dimensions(config, self.spec)
+        point = {self.symbols[n]: v for n, v in sizes.items() if n in self.symbols}
+        memo: dict = {}
+
+        def value(x):
+            if type(x) is int:
+                return x
+            got = memo.get(x)
+            if got is None:
+                got = memo[x] = int(x.xreplace(point))
+            return got
+
+        log = [(serial, kind, value(delta)) for serial, kind, delta in self.log]
+        storages = [(category, dtype, tuple(map(value, shape)), value(nbytes))
+                    for category, dtype, shape, nbytes in self.storages]
+        markers = [(pos, kind, payload if payload is None or payload[4] is None
+                    else (*payload[:4], tuple(map(value, payload[4])))) for pos, kind, payload in self.markers]
+        at = ", ".join(f"{'batch' if n == 'B' else 'sequence'} {v}" for n, v in sizes.items())
+        like = dataclasses.replace(self.like, config=config, input_shape=tuple(map(value, self.like.input_shape)))
+        return profile_of_log(log, storages, markers, like,
+                              depth_note=f"{self.how}; evaluated at {at} (helpers.symbolic)")
+
+
+def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicStep:
+    """``config``'s step traced once with its batch size (and sequence length) as symbols, in the regime of its point
+    (a size of 1 fixed); a model of alike blocks written from two shallow symbolic traces (:mod:`helpers.depth`).
+
+    Raises:
+        NotSymbolic: where it cannot be (:func:`applies`, :func:`dimensions`), or the trace fails (a resize in place,
+            an operation that needs concrete sizes); the message says why.
+    """
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    why = applies(config)
+    if why is not None:
+        raise NotSymbolic(why)
+    spec = spec if spec is not None else models.resolve_model(config.model, config.num_classes, config.name)
+    sizes = dimensions(config, spec)
+    env, symbols, values = ShapeEnv(duck_shape=False), {}, []
+    for name, hint in sizes.items():
+        if hint == 1:
+            values.append(1)
+            continue
+        symbols[name] = env.create_symbol(hint, ConstantSource(name), dynamic_dim=DimDynamic.DYNAMIC)
+        env.constrain_symbol_range(symbols[name], LOW, HIGH)
+        values.append(env.create_symintnode(symbols[name], hint=hint))
+    try:
+        with collector_paused():
+            triple, like, how = _traced(config, spec, env, tuple(values))
+    except NotSymbolic:
+        raise
+    except Exception as e:  # an operation that needs concrete sizes: say which, in one line
+        raise NotSymbolic(f"the symbolic trace failed: {type(e).__name__}: {first_line(e)}") from None
+    fixed = tuple(name for name, v in sizes.items() if v == 1)
+    guards = tuple(dict.fromkeys(sympy.expand(g.expr) for g in env.guards))
+    return SymbolicStep(config, spec, fixed, symbols, *triple, like, guards, how)
+
+
+def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple) -> tuple[tuple, StepProfile, str]:
+    """``(log, storages, markers)`` of the symbolic step, a profile holding its other fields, and how it was made."""
+    can, note = depth.applies(config, spec)
+    if can:
+        try:
+            probed = [_probe(config, spec, n, env, sizes) for n in depth.DEPTHS]
+            if any(p.profile.params_without_grad for p in probed):
+                raise depth.NotRepeated("some trainable parameters get no gradient")
+            triple = depth.extrapolate(*probed, spec.blocks)
+            low, high = (p.profile for p in probed)
+            grow = spec.blocks - probed[-1].depth
+            like = _like(high, spec.name, parameter_count=high.parameter_count + (
+                high.parameter_count - low.parameter_count) * grow,
+                paged_bytes=high.paged_bytes + (high.paged_bytes - low.paged_bytes) * grow)
+            return triple, like, (f"written exactly from its steps with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} "
+                                  f"blocks (helpers.depth), traced once with symbolic sizes")
+        except depth.NotRepeated as e:
+            note = f"every one of its {spec.blocks} blocks traced: {e}"
+    probed = _probe(config, spec, None, env, sizes)
+    how = "traced once with symbolic sizes" + (f" ({note})" if note else "")
+    return depth.concrete(probed), _like(probed.profile, spec.name), how
+
+
+def _like(rec: SymbolicRecord, model: str, **fields) -> StepProfile:
+    """A profile holding what ``rec`` knows that does not depend on the sizes (the rest is the replay's)."""
+    values = dict(backend="simulated", model=model, config=rec.config, input_shape=rec.input_shape,
+                  parameter_count=rec.parameter_count, events=[], event_categories=[], peak_allocated_bytes=0,
+                  peak_event=0, categories={}, reserved_bytes=None, params_without_grad=list(rec.params_without_grad),
+                  paged_bytes=rec.paged_bytes)
+    values.update(fields)
+    return StepProfile(**values)
+
+
+def _probe(config: StepConfig, spec: models.ModelSpec, n: int | None, env, sizes: tuple) -> depth.Probed:
+    """``config``'s step (with ``n`` blocks, or as it is for None) traced with symbolic ``sizes`` and probed."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if n is not None:
+        config, spec = depth.shallow(config, spec, n)
+    tracker = SymbolicTracker()
+    meter = Meter(config.device, attention=config.attention, tracker=tracker, fake_mode=FakeTensorMode(shape_env=env))
+    runner = StepRunner(config, meter, spec=spec, sizes=sizes)
+    with meter:
+        rec = _profile(runner, depth.ProbeTracer, functools.partial(depth.ProbeTracer, kind="first"), record=record)
+        tracker.markers[:] = [(pos, kind, e if e is None or e.shape is None else
+                               dataclasses.replace(e, shape=tuple(map(canonical, e.shape))))
+                              for pos, kind, e in tracker.markers]
+        if n is None:
+            return depth.Probed(0, rec, tracker.markers, {}, {}, "")
+        return depth.probed(n, rec, tracker, runner.model, runner.optimizer, functools.partial(_serials, meter))
