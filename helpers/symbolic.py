@@ -22,6 +22,7 @@ bounds: B = 1 (or S = 1) is its own program, traced as its own regime with that 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import weakref
@@ -347,8 +348,35 @@ def _like(rec: SymbolicRecord, model: str, **fields) -> StepProfile:
     return StepProfile(**values)
 
 
+@contextlib.contextmanager
+def _no_cpu_kernel_choice():
+    """oneDNN (mkldnn) and NNPACK off, then as they were: a CPU convolution then runs PyTorch's own kernel at every
+    batch size.
+
+    A fake convolution asks which CPU kernel would run (``torch._C._select_conv_backend``) only to give its output that
+    kernel's memory format (``conv`` in ``torch/_subclasses/fake_impls.py``).  With oneDNN on, the choice reads the batch
+    (``ConvParams::use_mkldnn``, ``aten/src/ATen/native/Convolution.cpp``: ``input.size(0) >= 16``, "for 1x1 filters,
+    MKLDNN is faster than THNN when multi-threaded, but THNN is faster when single-threaded"; ``use_nnpack`` has the same
+    rule): a guard ``B < 16`` on every symbolic trace of a CNN.  Both kernels give a contiguous input a contiguous
+    output (``_determine_backend_memory_format``: oneDNN goes channels-last only for a channels-last input or weight), so
+    no allocation depends on the choice, and a GPU runs cuDNN anyway; ``tests/test_symbolic.py`` checks CNN steps on
+    both sides of 16 against concrete traces, which make the choice.
+    """
+    mkldnn = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    (nnpack,) = torch.backends.nnpack.set_flags(False)
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = mkldnn
+        torch.backends.nnpack.set_flags(nnpack)
+
+
 def _probe(config: StepConfig, spec: models.ModelSpec, n: int | None, env, sizes: tuple) -> depth.Probed:
-    """``config``'s step (with ``n`` blocks, or as it is for None) traced with symbolic ``sizes`` and probed."""
+    """``config``'s step (with ``n`` blocks, or as it is for None) traced with symbolic ``sizes`` and probed.
+
+    The CPU's convolution kernels are chosen without the sizes (:func:`_no_cpu_kernel_choice`).
+    """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     if n is not None:
@@ -356,7 +384,7 @@ def _probe(config: StepConfig, spec: models.ModelSpec, n: int | None, env, sizes
     tracker = SymbolicTracker()
     meter = Meter(config.device, attention=config.attention, tracker=tracker, fake_mode=FakeTensorMode(shape_env=env))
     runner = StepRunner(config, meter, spec=spec, sizes=sizes)
-    with meter:
+    with _no_cpu_kernel_choice(), meter:
         rec = _profile(runner, depth.ProbeTracer, functools.partial(depth.ProbeTracer, kind="first"), record=record)
         tracker.markers[:] = [(pos, kind, e if e is None or e.shape is None else
                                dataclasses.replace(e, shape=tuple(map(canonical, e.shape))))
