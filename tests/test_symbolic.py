@@ -1,0 +1,152 @@
+"""A step traced once with symbolic batch and sequence (:mod:`helpers.symbolic`), evaluated at points drawn at random
+inside the region where its log holds, equals the concrete step there: every field of the profile, the allocation log
+entry for entry, and the allocator's replay (reserved memory) byte for byte (issue 50).
+
+Batch 1 is its own regime (the batch fixed, the sequence a symbol).  The cheap configurations run in ``make test``;
+the full-size ones (GPT-2, MobileNetV2, the Llama preset, Llama-3.1 8B LoRA and QLoRA, Qwen2.5 7B, SmolLM2) and the
+property test over random small configurations in the slow group (``tests/conftest.py``).
+"""
+
+import random
+
+import pytest
+import sympy
+
+from helpers import depth, symbolic
+from helpers.config import StepConfig
+from helpers.step import profile_step
+from test_depth import _tiny, assert_same
+
+
+def _config(model, batch_size: int, seq_len: int | None, **options) -> StepConfig:
+    return StepConfig(model=model, batch_size=batch_size, device="simulated",
+                      **({} if seq_len is None else {"seq_len": seq_len}), **options)
+
+
+def _points(rng: random.Random, tokens: bool, n: int, batch: tuple = (2, 40), seq: tuple = (2, 96)) -> list:
+    """``n`` points drawn inside the region ``[2, ...]``: (batch, sequence or None)."""
+    return [(rng.randint(*batch), rng.randint(*seq) if tokens else None) for _ in range(n)]
+
+
+def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | None = None,
+                             **options) -> symbolic.SymbolicStep:
+    """Trace once at the first point (or take ``step``); at every point, the evaluated profile equals
+    ``profile_step``'s."""
+    first = _config(model, *points[0], **options)
+    step = step if step is not None else symbolic.trace(first)
+    for batch_size, seq_len in points:
+        config = first.replace(batch_size=batch_size, **({} if seq_len is None else {"seq_len": seq_len}))
+        assert step.outside(config) is None, (config, step.outside(config))
+        evaluated = step.evaluate(config)
+        assert evaluated.depth_note.endswith("(helpers.symbolic)"), evaluated.depth_note
+        assert_same(evaluated, profile_step(config))
+    return step
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    """ResNet18's step traced once with a symbolic batch (at batch 8)."""
+    return symbolic.trace(_config("resnet18", 8, None))
+
+
+def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
+    """No guard (the oneDNN rule ``B >= 16`` is kept out of the trace): points on both sides of 16 are exact."""
+    rng = random.Random(50)
+    points = [(8, None), (rng.randint(2, 15), None), (rng.randint(16, 200), None)]
+    step = assert_evaluated_exactly("resnet18", points, step=resnet18)
+    assert step.guards == () and step.fixed == () and set(step.symbols) == {"B"}
+    bytes_ = [s[3] for s in step.storages]
+    assert any(isinstance(n, sympy.Expr) and step.symbols["B"] in n.free_symbols for n in bytes_)
+
+
+def test_batch_1_is_its_own_regime(resnet18):
+    step = resnet18
+    one = _config("resnet18", 1, None)
+    assert step.outside(one) == "B = 1 is its own program (another regime)"
+    with pytest.raises(symbolic.NotSymbolic, match="own program"):
+        step.evaluate(one)
+    fixed = symbolic.trace(one)
+    assert fixed.fixed == ("B",) and fixed.symbols == {}
+    assert_same(fixed.evaluate(one), profile_step(one))
+
+
+@pytest.fixture
+def low_minimum(monkeypatch):
+    """Write models of 8 blocks or more from shallow traces (a tiny model is cheap to trace)."""
+    monkeypatch.setattr(depth, "MIN_BLOCKS", 8)
+
+
+def test_a_written_lora_step_with_checkpointing_in_steady_state(low_minimum):
+    """The depth extrapolation run once on the symbolic shallow logs; batch 1 in its own regime, S a symbol."""
+    rng = random.Random(51)
+    options = dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=4, checkpoint=1,
+                   steady_state=True)
+    step = assert_evaluated_exactly(_tiny(), [(2, 32), *_points(rng, True, 1, (2, 6))], **options)
+    assert step.how.startswith("written exactly from its steps with 6 and 7 blocks"), step.how
+    assert step.guards == ()
+
+
+def test_a_guard_bounds_the_region():
+    """GPT-2's learned positions stop at 1,024: the trace records ``S <= 1024``, and a longer sequence is outside."""
+    step = symbolic.trace(_config("gpt2", 2, 64))
+    assert step.guards_named() == ["S <= 1024"]
+    longer = _config("gpt2", 2, 1025)
+    assert "the guard S <= 1024" in step.outside(longer)
+    assert step.outside(_config("gpt2", 2, 1024)) is None
+    assert step.outside(_config("gpt2", 2, 64, amp=True)) == "another configuration than the one traced"
+
+
+def test_what_cannot_be_traced_symbolically_says_why():
+    with pytest.raises(symbolic.NotSymbolic, match="capacity"):
+        symbolic.trace(_config("resnet18", 8, None, capacity=8 * 2**30))
+    with pytest.raises(symbolic.NotSymbolic, match="full_trace"):
+        symbolic.trace(_config("resnet18", 8, None, full_trace=True))
+
+
+SLOW_CONFIGS = {
+    "MobileNetV2, fp16 autocast": ("mobilenet_v2", False, dict(amp=True)),
+    "GPT-2, float32": ("gpt2", True, {}),
+    "Llama preset, bf16 autocast, accumulation": (
+        "llama3-8b", True, dict(amp=True, amp_dtype="bfloat16", accumulation_steps=2)),
+    "Llama-3.1 8B, LoRA r16, checkpointing, steady state": (
+        "meta-llama/Llama-3.1-8B", True, dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=16,
+                                              checkpoint=1, steady_state=True)),
+    "Llama-3.1 8B, QLoRA (bitsandbytes' NF4), checkpointing, steady state": (
+        "meta-llama/Llama-3.1-8B", True, dict(amp=True, amp_dtype="bfloat16", quantization="nf4", lora_rank=16,
+                                              checkpoint=1, steady_state=True)),
+    "Qwen2.5 7B, bf16 autocast, checkpointing": (
+        "Qwen/Qwen2.5-7B", True, dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", checkpoint=1)),
+    "SmolLM2 135M (tied), fp16 autocast, steady state": (
+        "HuggingFaceTB/SmolLM2-135M", True, dict(amp=True, steady_state=True)),
+    "tiny Llama, torchtune's chunked loss": (_tiny(), True, dict(amp=True, amp_dtype="bfloat16", loss="chunked")),
+    "tiny Llama, saved tensors offloaded": (_tiny(), True, dict(offload=True)),
+    "tiny Llama written, bf16 autocast, LoRA, checkpointing, steady state": (
+        _tiny(layers=24), True, dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=4,
+                                     checkpoint=1, steady_state=True)),
+}
+
+
+@pytest.mark.parametrize("name", SLOW_CONFIGS)
+def test_a_full_size_step_evaluated_equals_its_concrete_trace(name):
+    model, tokens, options = SLOW_CONFIGS[name]
+    rng = random.Random(name)
+    points = _points(rng, tokens, 2, (2, 4), (16, 512))
+    assert_evaluated_exactly(model, points, **options)
+    if tokens:
+        assert_evaluated_exactly(model, [(1, rng.randint(16, 512))], **options)
+
+
+def test_random_small_configurations_are_evaluated_exactly(low_minimum):
+    """A seeded draw of depth, width, heads, options and points; each traced once and evaluated at three points."""
+    rng = random.Random(50)
+    for _ in range(3):
+        heads = rng.choice([2, 4])
+        options = dict(optimizer=rng.choice(["adamw", "adam", "sgd"]), lora_rank=rng.choice([0, 4]),
+                       checkpoint=rng.choice([0, 1]), steady_state=rng.choice([False, True]),
+                       accumulation_steps=rng.choice([1, 2]))
+        if rng.random() < 0.6:
+            options.update(amp=True, amp_dtype=rng.choice(["float16", "bfloat16"]))
+        model = _tiny(rng.choice(["llama", "qwen2", "mistral"]), layers=rng.randint(6, 10),
+                      hidden=heads * rng.choice([8, 16]), heads=heads, kv_heads=rng.choice([1, heads]),
+                      tied=rng.random() < 0.3)
+        assert_evaluated_exactly(model, _points(rng, True, 3, (2, 5), (2, 80)), **options)
