@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 import weakref
 from dataclasses import dataclass
 
@@ -220,6 +221,9 @@ class SymbolicStep:
     like: StepProfile
     guards: tuple
     how: str
+    _expressions: list | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _function: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _checked: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
 
     def _named(self, expr):
         """``expr`` with its symbols named B and S."""
@@ -228,6 +232,32 @@ class SymbolicStep:
     def guards_named(self) -> list[str]:
         """The guards, their symbols named B and S (``["B < 16"]``)."""
         return [str(self._named(g)) for g in self.guards]
+
+    def _values(self, point: tuple) -> dict:
+        """expression -> its int value at ``point`` (the symbols' values, in :attr:`symbols`' order), for every
+        expression of the log, the storages, the events and the input shape: one compiled function
+        (:func:`_compiled`), checked against sympy's own substitution at its first point; else each substituted."""
+        if self._expressions is None:
+            found = [d for _, _, d in self.log] + list(self.like.input_shape)
+            found += [x for _, _, shape, n in self.storages for x in (*shape, n)]
+            found += [x for _, _, p in self.markers if p is not None and p[4] is not None for x in p[4]]
+            self._expressions = list(dict.fromkeys(x for x in found if type(x) is not int))
+            self._function = _compiled(self._expressions, list(self.symbols.values()))
+        by_name = dict(zip(self.symbols.values(), point))
+        exact = None
+        if self._function is not None:
+            try:
+                got = [int(v) for v in self._function(*point)]
+            except (NameError, TypeError, ValueError):
+                got = None
+            if got is not None and not self._checked:
+                exact = [int(e.xreplace(by_name)) for e in self._expressions]
+                self._checked = got == exact
+            if got is not None and self._checked:
+                return dict(zip(self._expressions, got))
+            self._function = None
+        exact = exact or [int(e.xreplace(by_name)) for e in self._expressions]
+        return dict(zip(self._expressions, exact))
 
     def outside(self, config: StepConfig) -> str | None:
         """Why the log does not hold at ``config``'s point, or None where it does: another configuration, another
@@ -257,16 +287,10 @@ class SymbolicStep:
         if why is not None:
             raise NotSymbolic(why)
         sizes = dimensions(config, self.spec)
-        point = {self.symbols[n]: v for n, v in sizes.items() if n in self.symbols}
-        memo: dict = {}
+        values = self._values(tuple(sizes[n] for n in self.symbols))
 
         def value(x):
-            if type(x) is int:
-                return x
-            got = memo.get(x)
-            if got is None:
-                got = memo[x] = int(x.xreplace(point))
-            return got
+            return x if type(x) is int else values[x]
 
         log = [(serial, kind, value(delta)) for serial, kind, delta in self.log]
         storages = [(category, dtype, tuple(map(value, shape)), value(nbytes))
@@ -277,6 +301,19 @@ class SymbolicStep:
         like = dataclasses.replace(self.like, config=config, input_shape=tuple(map(value, self.like.input_shape)))
         return profile_of_log(log, storages, markers, like,
                               depth_note=f"{self.how}; evaluated at {at} (helpers.symbolic)")
+
+
+def _compiled(expressions: list, symbols: list):
+    """One Python function of the symbols' values giving every expression's value (``sympy.lambdify``), or None where
+    an expression has a coefficient that is not an integer (Python's ``/`` would make it a float)."""
+    if any(not r.is_Integer for e in expressions for r in e.atoms(sympy.Rational)):
+        return None
+    names = {"RoundUp": round_up, "FloorDiv": operator.floordiv, "PythonMod": operator.mod, "Mod": operator.mod,
+             "CeilDiv": lambda a, b: -(-a // b), "Max": max, "Min": min}
+    try:
+        return sympy.lambdify(symbols, expressions, modules=[names, "math"])
+    except (TypeError, NameError, SyntaxError):
+        return None
 
 
 def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicStep:
@@ -392,3 +429,16 @@ def _probe(config: StepConfig, spec: models.ModelSpec, n: int | None, env, sizes
         if n is None:
             return depth.Probed(0, rec, tracker.markers, {}, {}, "")
         return depth.probed(n, rec, tracker, runner.model, runner.optimizer, functools.partial(_serials, meter))
+
+
+#: The fields of a profile that :func:`differs` compares (all but ``depth_note``, which says how it was made; the
+#: allocator's replay is a function of ``allocation_log``).
+COMPARED = ("backend", "model", "config", "input_shape", "parameter_count", "events", "event_categories",
+            "peak_allocated_bytes", "peak_event", "categories", "reserved_bytes", "params_without_grad",
+            "peak_allocation", "storages", "peak_serials", "paged_bytes", "allocation_log")
+
+
+def differs(evaluated: StepProfile, concrete: StepProfile) -> str | None:
+    """The first field of :data:`COMPARED` in which two profiles of one step differ, or None where they are equal:
+    an evaluated profile is kept only once it equals a concrete one."""
+    return next((name for name in COMPARED if getattr(evaluated, name) != getattr(concrete, name)), None)
