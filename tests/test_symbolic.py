@@ -150,3 +150,28 @@ def test_random_small_configurations_are_evaluated_exactly(low_minimum):
                       hidden=heads * rng.choice([8, 16]), heads=heads, kv_heads=rng.choice([1, heads]),
                       tied=rng.random() < 0.3)
         assert_evaluated_exactly(model, _points(rng, True, 3, (2, 5), (2, 80)), **options)
+
+
+def test_answers_are_concrete_first_then_evaluated_once_checked():
+    """:func:`helpers.evaluated.answer`: the first question traced, the second evaluated from a symbolic log checked
+    against the first answer, batch 1 (another regime) checked against its own concrete answer."""
+    from helpers import evaluated, models
+
+    evaluated.forget_kept()
+    spec, asked = models.resolve_model("resnet18"), []
+
+    def ask(batch_size: int):
+        config = _config("resnet18", batch_size, None)
+        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or profile_step(config))
+
+    first = ask(8)
+    assert asked == [8] and first.depth_note is None
+    second = ask(20)
+    assert asked == [8] and second.depth_note.endswith("(helpers.symbolic)")
+    assert_same(second, profile_step(_config("resnet18", 20, None)))
+    assert ask(3).peak_allocated_bytes == profile_step(_config("resnet18", 3, None)).peak_allocated_bytes
+    assert asked == [8]
+    one = ask(1)
+    assert asked == [8, 1] and one.depth_note is None
+    assert ask(1).depth_note.endswith("(helpers.symbolic)") and asked == [8, 1]
+    evaluated.forget_kept()
