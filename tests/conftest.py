@@ -42,6 +42,8 @@ SLOW = {
     "tests/test_symbolic.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
         "7-8B steps traced with symbolic sizes and concretely at random points",
     "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
+    "tests/test_symbolic.py::test_a_written_lora_step_with_checkpointing_in_steady_state":
+        "two shallow steps traced symbolically, written, and compared with two written concretely",
     "tests/test_symbolic.py::test_random_small_configurations_are_evaluated_exactly":
         "random small configurations, each traced symbolically once and concretely three times",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
