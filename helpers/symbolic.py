@@ -205,6 +205,8 @@ class SymbolicStep:
         config, spec: the step traced (at the point of its hints) and its model.
         fixed: the sizes fixed at 1 in this regime (``("B",)`` for batch 1), the others symbols.
         symbols: name (``"B"``, ``"S"``) -> the ``ShapeEnv``'s sympy symbol.
+        ranges: name -> ``(low, high)``, each symbol's range after the trace (``ShapeEnv.var_to_range``: the bounds
+            given, narrowed by what the guards imply).
         log, storages, markers: :func:`helpers.record.profile_of_log`'s input, bytes and shapes as expressions.
         like: a profile holding the fields that do not depend on the sizes.
         guards: the guards the trace recorded (sympy relations): the log holds where all are true.
@@ -215,6 +217,7 @@ class SymbolicStep:
     spec: models.ModelSpec
     fixed: tuple[str, ...]
     symbols: dict
+    ranges: dict
     log: tuple
     storages: tuple
     markers: tuple
@@ -268,9 +271,10 @@ class SymbolicStep:
         fixed = tuple(name for name, v in sizes.items() if v == 1)
         if fixed != self.fixed:
             return f"{' and '.join(fixed or self.fixed)} = 1 is its own program (another regime)"
+        for name, (low, high) in self.ranges.items():
+            if not low <= sizes[name] <= high:
+                return f"{name} = {sizes[name]} is outside the range [{low}, {high}] where the log holds"
         point = {self.symbols[n]: v for n, v in sizes.items() if n in self.symbols}
-        if any(not LOW <= v <= HIGH for v in point.values()):
-            return f"a size outside [{LOW}, {HIGH}]"
         for guard in self.guards:
             if not bool(guard.xreplace(point)):
                 return f"the guard {self._named(guard)} that the symbolic trace recorded is false there"
@@ -349,7 +353,9 @@ def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicS
         raise NotSymbolic(f"the symbolic trace failed: {type(e).__name__}: {first_line(e)}") from None
     fixed = tuple(name for name, v in sizes.items() if v == 1)
     guards = tuple(dict.fromkeys(sympy.expand(g.expr) for g in env.guards))
-    return SymbolicStep(config, spec, fixed, symbols, *triple, like, guards, how)
+    ranges = {name: (int(env.var_to_range[sym].lower), int(env.var_to_range[sym].upper))
+              for name, sym in symbols.items()}
+    return SymbolicStep(config, spec, fixed, symbols, ranges, *triple, like, guards, how)
 
 
 def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple) -> tuple[tuple, StepProfile, str]:

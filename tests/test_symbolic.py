@@ -55,6 +55,7 @@ def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
     points = [(8, None), (rng.randint(2, 15), None), (rng.randint(16, 200), None)]
     step = assert_evaluated_exactly("resnet18", points, step=resnet18)
     assert step.guards == () and step.fixed == () and set(step.symbols) == {"B"}
+    assert step.ranges == {"B": (symbolic.LOW, symbolic.HIGH)} == {"B": (2, 2**31 - 1)}
     bytes_ = [s[3] for s in step.storages]
     assert any(isinstance(n, sympy.Expr) and step.symbols["B"] in n.free_symbols for n in bytes_)
 
