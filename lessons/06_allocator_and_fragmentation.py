@@ -370,7 +370,7 @@ else:
     language = reserved["gpt2"] + reserved["Llama-3.1-8B"]
     print(f"{len(runs)} steps recorded on an {recorded['device']} (torch {recorded['torch']}), "
           f"simulated with torch {recorded['simulated_torch']}")
-    print(f"peak allocated: the GPU's {min(allocated):+.1%} to {max(allocated):+.1%} of the simulated; "
+    print(f"the GPU against the simulation, peak allocated: {min(allocated):+.1%} to {max(allocated):+.1%}; "
           f"peak reserved: GPT-2 and Llama-3.1 8B {min(language):+.1%} to {max(language):+.1%}, "
           f"ResNet18 {min(reserved['resnet18']):+.0%} to {max(reserved['resnet18']):+.0%}, "
           f"the dropout MLP {reserved['dropout MLP'][0]:+.0%}")
@@ -431,7 +431,7 @@ if runs:
     assert per_layer == 67_371_264 and layers["bytes"] == 32 * per_layer
 
 # %% [markdown]
-# The Llama step's attention backward takes a 64.25 MiB block in each of its 32 layers (lesson 06b names the kernel), and the vision transformers' attention backward makes tens of allocations that no simulated tensor matches. Yet GPT-2's and Llama's peak reserved is the simulated figure to within a few percent, and Llama's is below it: those blocks found room in blocks the cache already held, so reserved memory did not grow for them. A kernel's own memory raises reserved memory only when it finds no free block large enough, as a convolution's workspace often does; and on a fuller card it is memory the margin must cover.
+# The Llama step's attention backward takes a 64.25 MiB block in each of its 32 layers (lesson 06b names the kernel), and the vision transformers' attention backward makes allocations that no simulated tensor matches, hundreds of MiB of them. Yet GPT-2's and Llama's peak reserved is the simulated figure to within a few percent, and Llama's is below it: those blocks found room in blocks the cache already held, so reserved memory did not grow for them. A kernel's own memory raises reserved memory only when it finds no free block large enough, as a convolution's workspace often does; and on a fuller card it is memory the margin must cover.
 
 # %% [markdown]
 # ## 7. Does it fit, with reserved memory?
