@@ -26,7 +26,7 @@
 # - Produce an out-of-memory error with free memory left, in numbers, and measure what the allocator's settings change.
 # - Draw the segments and blocks of a step, simulated here, and from `torch.cuda.memory._snapshot()` on a GPU with the same function.
 #
-# **Time:** about 90 minutes alone: 39 of reading, 21 of code, 3 for the figures, 1 to run all, 25 for the three exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
+# **Time:** about 95 minutes alone: 40 of reading, 24 of code, 4 for the figures, 1 to run all, 25 for the three exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 6 shows the real one beside it).
 #
 # Lessons 01 (allocated versus reserved, the out-of-memory message) and 03 (one step, event by event) come first.
 

@@ -26,7 +26,7 @@
 # - Put a snapshot beside the same step simulated, and name each difference: cuBLAS workspaces, kernels' own buffers, tensors the stacks cannot name.
 # - Explain a snapshot of your own with the widget or `python -m helpers explain`.
 #
-# **Time:** about 45 minutes alone: 20 of reading, 8 of code, 2 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
+# **Time:** about 60 minutes alone: 27 of reading, 12 of code, 3 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
 #
 # Lesson 06 (segments, blocks, reserved memory) comes first. The step of sections 1 to 4 is lesson 09's: a LoRA fine-tuning step of Llama-3.1 8B. Here it is simply a training step of a large model; lesson 09 explains LoRA.
 
@@ -41,7 +41,7 @@ import torch
 
 from helpers import MiB, fmt_bytes, profile_step
 from helpers.snapshot import explain_snapshot, load_snapshot, where
-from helpers.teaching.plots import plot_gpu_only, plot_memory_map, plot_snapshot
+from helpers.teaching.plots import gpu_only_bytes, plot_gpu_only, plot_memory_map, plot_snapshot
 from helpers.teaching.reference import load_reference
 from helpers.teaching.widgets import SHIPPED, SnapshotExplorer
 
@@ -198,19 +198,23 @@ assert len(workspaces) == 32 and freed_next and all(b == [16 * MiB, 4 * MiB, 4 *
 heads, kv_heads, head_dim, tokens = 32, 8, 128, 2048  # Llama-3.1 8B's attention, one sequence of 2,048 tokens
 flash_buffers = {"float32 query-gradient accumulator": tokens * heads * head_dim * 4, "float32 row sums": heads * tokens * 4,
                  "key and value gradients at 32 heads": 2 * tokens * heads * head_dim * 2}
-print(" + ".join(f"{name} {size(n)}" for name, n in flash_buffers.items()), f"= {size(sum(flash_buffers.values()))}")
-assert sum(flash_buffers.values()) == 67_371_264 == step[workspaces[0]]["size"]
+block = step[workspaces[0]]["size"]
+print(" + ".join(f"{name} {size(n)}" for name, n in flash_buffers.items()),
+      f"= {sum(flash_buffers.values()):,} bytes; the GPU's block: {block:,} bytes")
+assert block - sum(flash_buffers.values()) == 256
 
 # %% [markdown]
-# The same bytes in one block: cuDNN's workspace most likely holds the same three things. The snapshot's Python stacks cannot prove it (C++ stacks, `_record_memory_history(stacks="all")`, would name the function that asked), so take it as the likeliest reading, not a fact. Over the whole recording, what the GPU held and the simulated step did not:
+# The same bytes in one block, 256 bytes more (room to align its parts, most likely): cuDNN's workspace most likely holds the same three things. The snapshot's Python stacks cannot prove it (C++ stacks, `_record_memory_history(stacks="all")`, would name the function that asked), so take it as the likeliest reading, not a fact. Over the whole recording, what the GPU held and the simulated step did not:
 
 # %%
 plot_gpu_only(beside, title="Llama-3.1 8B LoRA on an H200: what the GPU held beyond the simulated step")
 
 # %% [markdown]
-# Look at the orange spikes: one per decoder layer as each step's backward pass goes down the model, 32 in the first step and 32 in the measured one, each a 64.25 MiB block held for one call. Below them, the vermillion band is the 64 MiB of cuBLAS workspaces made before the recording. The 8-byte tensors and the 256-byte forward workspaces are there too, far too small to see. Nothing else: the rest of the GPU's trace has a simulated twin.
+# Look at the orange spikes: one per decoder layer as each step's backward pass goes down the model, 32 in the first step and 32 in the measured one, each a 64.25 MiB block held for one call. Below them, the vermillion band is the 64 MiB of cuBLAS workspaces made before the recording. The 8-byte tensors and the 256-byte forward workspaces are there too, far too small to see. Nothing else: every other allocation of the GPU's trace has a simulated twin, or a simulated tensor of its size that the alignment left unpaired too (`gpu_only_bytes` counts neither).
 
 # %%
+before, during = gpu_only_bytes(beside)
+assert 67_371_264 <= max(during) < 67_371_264 + 1024 and max(before) == 64 * MiB  # a workspace, and a few bytes
 extra = [b for b in twin.extra if b.size == 67_371_264]
 tiny = [b for b in twin.extra if b.size == 8 and b.allocated >= twin.measured]
 print(f"only on the GPU: {len(extra)} blocks of {extra[0].size / MiB:.2f} MiB (two steps), "

@@ -50,12 +50,18 @@ def test_the_shipped_recording_draws_31_rows():
 
 def test_gpu_only_bytes_follow_the_blocks_without_a_twin():
     """A block made before the recording (allocated None), live from the start and freed at entry 3; one made at
-    entry 1 with a twin (not counted); one GPU-only block made at 2 and freed at 4."""
+    entry 1 with a twin (not counted); a GPU-only block made at 2 and freed at 4; and one made at 3 that the
+    alignment left unpaired beside an unpaired simulated allocation of its size (not counted either)."""
     before = Block(0, 64 * MiB, None, 3)
     twinned = Block(1 << 30, 8 * MiB, 1, None, twin=5)
     extra = Block(1 << 31, 32 * MiB, 2, 4)
-    report = SimpleNamespace(entries=6, blocks=[before, twinned, extra], twin=SimpleNamespace(extra=[extra], measured=2))
+    unpaired = Block(1 << 32, 1000, 3, None)
+    log = [SimpleNamespace(nbytes=512), SimpleNamespace(nbytes=1024)]
+    twin = SimpleNamespace(extra=[extra, unpaired], missing=[1], measured=2, profile=SimpleNamespace(allocation_log=log))
+    report = SimpleNamespace(entries=6, blocks=[before, twinned, extra, unpaired], twin=twin)
     assert gpu_only_bytes(report) == ([64 * MiB] * 3 + [0] * 3, [0, 0, 32 * MiB, 32 * MiB, 0, 0])
+    twin.missing = [0]  # a simulated allocation of another size: the 1,000 bytes count
+    assert gpu_only_bytes(report)[1] == [0, 0, 32 * MiB, 32 * MiB + 1000, 1000, 1000]
     assert plot_gpu_only(report).axes
     with pytest.raises(ValueError, match="no simulated twin"):
         gpu_only_bytes(SimpleNamespace(entries=1, blocks=[], twin=None))

@@ -3,8 +3,11 @@ snapshot holds that its simulated twin does not (lessons 06 and 06b)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from matplotlib.figure import Figure
 
+from ...allocator import round_size
 from ...palette import GREYS, OKABE_ITO, SNAPSHOT_COLORS
 from ...snapshot import SnapshotReport
 from ...units import MiB
@@ -69,17 +72,29 @@ def plot_recorded_runs(runs: list[dict], title: str | None = None) -> Figure:
 
 def gpu_only_bytes(report: SnapshotReport) -> tuple[list[int], list[int]]:
     """Per trace entry of a snapshot explained beside its simulated step (``explain_snapshot(..., step=...)``),
-    the bytes live then that the simulated step has no twin for: those allocated before the recording began (in the
+    the bytes live then that the simulated step has no tensor for: those allocated before the recording began (in the
     course's recordings, cuBLAS workspaces), and those allocated during it (kernels' own buffers). Two lists of
     ``report.entries`` values each, in bytes (requested sizes, as the trace gives them).
+
+    An allocation the alignment left unpaired (``report.twin.extra``) is not counted when a simulated allocation of
+    the same size, rounded to 512 bytes, was left unpaired too (``report.twin.missing``, taken in order): the two are
+    most likely one tensor that the alignment did not match, not memory only the GPU took.
 
     Raises:
         ValueError: if the report has no simulated twin.
     """
     if report.twin is None:
         raise ValueError("this report has no simulated twin: explain_snapshot(path, step=profile) makes one")
+    unpaired = Counter(round_size(report.twin.profile.allocation_log[i].nbytes) for i in report.twin.missing)
+    made = []
+    for b in report.twin.extra:
+        if b.allocated is None:
+            continue
+        if unpaired[round_size(b.size)]:
+            unpaired[round_size(b.size)] -= 1
+        else:
+            made.append(b)
     before, during = [0] * (report.entries + 1), [0] * (report.entries + 1)
-    made = [b for b in report.twin.extra if b.allocated is not None]
     for b in [b for b in report.blocks if b.allocated is None] + made:
         series = before if b.allocated is None else during
         series[0 if b.allocated is None else b.allocated] += b.size
@@ -105,8 +120,10 @@ def plot_gpu_only(report: SnapshotReport, title: str | None = None) -> Figure:
     xs = np.arange(len(before))
     fig = Figure(figsize=(9.5, 3.4), layout="constrained")
     ax = fig.add_subplot()
-    ax.stackplot(xs, before, during, step="post", colors=[SNAPSHOT_COLORS["before_recording"], OKABE_ITO["orange"]],
-                 labels=["allocated before the recording", "allocated on the GPU only, during it"])
+    ax.fill_between(xs, before, step="post", color=SNAPSHOT_COLORS["before_recording"],
+                    label="allocated before the recording")
+    ax.plot(xs, before + during, drawstyle="steps-post", color=OKABE_ITO["orange"], lw=1.0,
+            label="and the GPU-only allocations of the recording")  # a line: a block held for one entry still shows
     ax.axvline(report.twin.measured, color=OKABE_ITO["black"], lw=0.8, ls=":")
     ax.annotate("measured step", (report.twin.measured, 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlim(0, max(len(xs) - 1, 1))
