@@ -87,9 +87,10 @@ allocs, frees = (sum(e["action"] == action for e in trace) for action in ("alloc
 print(f"without a Python frame: {frameless['alloc']} of {allocs:,} allocations, "
       f"{frameless['free_requested']:,} of {frees:,} frees")
 assert frameless["alloc"] == 0 and 0 < frameless["free_requested"] < frees
+assert report.by_category["gradients"] == 0  # rule 4 needs an allocation without a Python frame
 
 # %% [markdown]
-# None of the allocations, and about two frees in three. PyTorch records the Python stack of the thread at the moment of each event. Every tensor of this step is made inside the tracker's `__torch_dispatch__`, Python code, on whichever thread runs the operation; a tensor is freed wherever its last reference goes, often in autograd's C++ code between two operations, when no Python frame is on that thread's stack. So here only frees are frameless, and rule 4 finds no gradient: section 4 names them another way.
+# None of the allocations, and about two frees in three. PyTorch records the Python stack of the thread at the moment of each event. Every allocation here happens while Python runs: the model's placement and the optimizer are Python, and every operation of the step runs inside the tracker's `__torch_dispatch__`, on whichever thread runs it; a tensor is freed wherever its last reference goes, often in autograd's C++ code between two operations, when no Python frame is on that thread's stack. So here only frees are frameless, and rule 4 finds no gradient: section 4 names them another way.
 #
 # The peak is 27.1 GiB, reached as the backward pass begins: a 1,002 MiB tensor, the gradient of the logits (section 4 names it), is made while another 1,002 MiB tensor is still live, the float32 log-softmax that cross-entropy keeps for its backward pass (`log_softmax` saves its output, `derivatives.yaml`). The float32 copy of the logits it was computed from, as large, was freed when the loss returned (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported? The course's record of that run keeps the step's own peak: `max_memory_allocated()` less what was allocated before the step began.
 
