@@ -105,7 +105,7 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
-               "param_dtype": config.PARAM_DTYPES, "lora_dtype": config.PARAM_DTYPES, "loss": config.LOSSES,
+               "param_dtype": config.PARAM_DTYPES, "lora_dtype": config.LORA_DTYPES, "loss": config.LOSSES,
                "compute_dtype": config.COMPUTE_DTYPES}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .formats import BNB_4BIT, BNB_FORMATS, FOR_TRAINING
+
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "bnb-adamw8bit", "paged-adamw", "paged-adamw8bit")
 #: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
@@ -20,18 +22,21 @@ TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
                    "adamw8bit": "8-bit AdamW", "bnb-adamw8bit": "bitsandbytes' 8-bit AdamW", "paged-adamw": "paged AdamW",
                    "paged-adamw8bit": "paged 8-bit AdamW"}
-#: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
-#: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), in torchao's NF4 (``NF4Tensor``), or in
-#: bitsandbytes' LLM.int8() (``Linear8bitLt``, ``load_in_8bit=True``).
-QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4", "int8")
+#: How the frozen linear weights are stored (:mod:`helpers.techniques.quantization`), one of the weight formats of
+#: :data:`helpers.formats.WEIGHT_FORMATS` that run on the engine: as they are, in bitsandbytes' 4-bit NormalFloat or FP4
+#: (``Linear4bit``, what QLoRA users run), in torchao's NF4 (``NF4Tensor``), or in bitsandbytes' LLM.int8()
+#: (``Linear8bitLt``, ``load_in_8bit=True``).
+QUANTIZATIONS = FOR_TRAINING
 #: bitsandbytes' 4-bit quantizations, which ``double_quant`` applies to.
-BNB_4BIT = ("nf4", "fp4")
+BNB_4BIT = BNB_4BIT
 #: The quantizations made by bitsandbytes, which ``prepare_kbit`` applies to.
-BNB_QUANTIZATIONS = (*BNB_4BIT, "int8")
+BNB_QUANTIZATIONS = BNB_FORMATS
 #: The dtypes bitsandbytes' 4-bit layers can compute in (``bnb_4bit_compute_dtype``; ``Linear4bit``'s ``compute_dtype``).
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
-#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``), and LoRA's adapters.
-PARAM_DTYPES = ("float32", "bfloat16")
+#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``; vLLM's ``--dtype``).
+PARAM_DTYPES = ("float32", "bfloat16", "float16")
+#: The dtypes of LoRA's adapters: peft's float32, or bfloat16 (the QLoRA paper's ``qlora.py --bf16``).
+LORA_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
 DEVICES = ("auto", "cuda", "simulated")
 #: The 16-bit types autocast can use (float16 with a GradScaler).
@@ -114,7 +119,7 @@ _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
           "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora", "frozen")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
-            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES),
+            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", LORA_DTYPES),
             ("compute_dtype", COMPUTE_DTYPES))
 
 
@@ -188,6 +193,9 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.reentrant and not c.checkpoint, "reentrant applies to checkpointing: give checkpoint segments too"),
     (lambda c: c.step_in_backward and c.amp and c.amp_dtype == "float16",
      "step_in_backward cannot unscale float16 gradients (GradScaler): use amp_dtype='bfloat16', or no AMP"),
+    (lambda c: c.param_dtype == "float16" and c.amp and c.amp_dtype == "float16" and not c.lora_rank and not c.frozen,
+     "float16 parameters have float16 gradients, which float16 AMP's GradScaler cannot unscale "
+     "(torch/amp/grad_scaler.py): use amp_dtype='bfloat16', or no AMP"),
     (lambda c: c.step_in_backward and c.accumulation_steps > 1,
      "step_in_backward steps at every backward: it cannot accumulate gradients"),
     (lambda c: c.inputs is not None and (c.input_shape is not None or c.seq_len is not None),
@@ -278,7 +286,8 @@ class StepConfig:
             ``from_pretrained(quantization_config=...)`` loads a model for inference. No training step: refused by
             :func:`helpers.step.profile_step`.
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
-            follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
+            follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32. Trained in
+            float16, not with float16 AMP (its GradScaler refuses float16 gradients).
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
             :class:`helpers.engine.backends.HostStates`). Paged optimizers are not simulated.
     Measurement:
@@ -446,7 +455,7 @@ CLI_OPTIONS = (
                                          "dequantize into and multiply in (bnb_4bit_compute_dtype): bfloat16 "
                                          "(default, the QLoRA recipes'), float16 or float32 (BitsAndBytesConfig's "
                                          "default)"),
-    ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
+    ("--param-dtype", "param_dtype", "float32 (default), bfloat16 or float16: the dtype the parameters are stored in"),
     ("--optimizer-offload", "optimizer_offload", "optimizer states in host memory, stepped on the CPU"),
     ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),
     ("--lora-rank", "lora_rank", "LoRA adapters of this rank (peft) on a Hugging Face model, its base weights "
