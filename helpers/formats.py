@@ -61,8 +61,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {f.name: f for f in (
     WeightFormat("nf4", "bitsandbytes' NF4", "bitsandbytes", 4, 0.5 + 4 / NF4_BLOCK, _BNB_4BIT_SOURCE),
     WeightFormat("fp4", "bitsandbytes' FP4", "bitsandbytes", 4, 0.5 + 4 / NF4_BLOCK, _BNB_4BIT_SOURCE),
     WeightFormat("torchao-nf4", "torchao's NF4", "torchao", 4, 0.5 + 1 / NF4_BLOCK + 2 / (NF4_BLOCK * NF4_SCALER_BLOCK),
-                 "torchao NF4Tensor.from_tensor (quantization/quantize_/workflows/nf4/nf4_tensor.py): two codes a byte, "
-                 "an int8 scale per 64 weights and a bfloat16 scale per 256 of those "
+                 "torchao NF4Tensor.from_tensor (quantization/quantize_/workflows/nf4/nf4_tensor.py): two codes a "
+                 "byte, an int8 scale per 64 weights and a bfloat16 scale per 256 of those "
                  "(helpers.techniques.torchao_nf4.nf4_bytes)"),
     WeightFormat("int8", "bitsandbytes' LLM.int8()", "bitsandbytes", 8, 1.0,
                  "bitsandbytes 0.50 int8_vectorwise_quant (backends/cuda/ops.py): an int8 code per weight, and a "

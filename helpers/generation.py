@@ -87,7 +87,7 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
             keys and values allocated for ``prompt_len + new_tokens`` tokens when the prefill first reaches the layer,
             ``lazy_initialization`` in ``transformers/cache_utils.py``, then written in place).
         param_dtype: the weights' dtype, one of :data:`helpers.config.PARAM_DTYPES`.
-        quantization: one of :data:`helpers.formats.FOR_GENERATION`: the linear layers' weights as loaded (``"none"``), or loaded into
+        quantization: one of :data:`FOR_GENERATION`: the linear layers' weights as loaded (``"none"``), or loaded into
             bitsandbytes' ``Linear4bit`` (NF4: half a byte a weight and a float32 scale per block of 64) or
             ``Linear8bitLt`` (LLM.int8(): a byte a weight and a float32 scale per row), computing in bfloat16
             (:mod:`helpers.techniques.quantization`); the embeddings, norms and the head stay in ``param_dtype``.

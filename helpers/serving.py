@@ -251,10 +251,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
 
     What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``):
 
-    * the weights: the Hugging Face model of the config placed in ``dtype`` (``StepConfig.param_dtype``: every
-      parameter and buffer, as vLLM loads them, but the modules a model class keeps in float32,
-      ``_keep_in_fp32_modules``, as ``from_pretrained`` does; none of the shipped configs has any), as vLLM's "model
-      weights take" counts the allocated bytes across loading;
+    * the weights: the Hugging Face model of the config placed in ``dtype`` (every parameter and buffer:
+      :func:`_traced_profile_run`), as vLLM's "model weights take" counts the allocated bytes across loading;
     * the profile run, as ``memory_profiling`` measures it (``torch_peak_increase``: the peak allocated above what
       was allocated before it): a forward pass under ``torch.inference_mode()`` of ``max_num_batched_tokens`` tokens,
       then the logits of the last token of each of ``num_reqs = min(max_num_batched_tokens, max_num_seqs)``
@@ -279,8 +277,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
         max_model_len, max_num_batched_tokens, max_num_seqs, block_size: vLLM's options of the same names, >= 1.
         dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
         version: one of :data:`VERSIONS`.
-        quantization: one of :data:`helpers.formats.FOR_SERVING`: the linear layers' weights as loaded, in
-            bitsandbytes' NF4 or LLM.int8() formats (traced), or in fp8 or 4-bit GPTQ/AWQ (by :func:`formula_weight_bytes`; the profile run
+        quantization: one of :data:`FOR_SERVING`: the linear layers' weights as loaded, in bitsandbytes' NF4 or
+            LLM.int8() formats (traced), or in fp8 or 4-bit GPTQ/AWQ (by :func:`formula_weight_bytes`; the profile run
             then traced with the weights in ``dtype``); the KV cache and activations keep ``dtype``.
             ``double_quant``: NF4's scales in 8 bits (``bnb_4bit_use_double_quant``, as a checkpoint quantized
             beforehand may say).
@@ -480,6 +478,10 @@ def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes:
 
 def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                         num_reqs: int) -> tuple[int, int, int]:
+    """:func:`_profile_run` traced: the model made by the step recipe in ``dtype`` (``StepConfig.param_dtype``, as
+    ``from_pretrained`` loads it: every parameter and buffer in ``dtype`` but a model class's
+    ``_keep_in_fp32_modules``, which none of the shipped configs has; vLLM's own model classes load all in ``dtype``),
+    its linear layers quantized as ``weights_format`` says, placed, then the profile pass."""
     quantization, double_quant = weights_format
     formula = quantization in BY_FORMULA
     runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,

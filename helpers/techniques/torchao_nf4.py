@@ -1,5 +1,6 @@
 """torchao's NF4 (``NF4Tensor``, what torchtune's QLoRA recipes use): its bytes, its linear layer and its
-quantization of a frozen weight (lesson 09), for the recipe's ``quantize`` step (:mod:`helpers.techniques.quantization`).
+quantization of a frozen weight (lesson 09), for the recipe's ``quantize`` step
+(:mod:`helpers.techniques.quantization`).
 
 Simulated, torchao's eager operations run on fake tensors; a quantization or dequantization of a layout seen before is
 written from the first one's allocations (:func:`helpers.engine.meter.remembered`: the same bytes, in the same order).
