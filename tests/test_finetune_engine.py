@@ -294,7 +294,7 @@ def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
         assert any(kept.values())
     assert all(p.wrapper is not None and len(p.kept) == 5 for p in torchao_nf4.QUANTIZED.values())  # NF4Tensor's
     forget_kept()
-    monkeypatch.setattr(quantization, "remembered", lambda patterns, key, call: call())
+    monkeypatch.setattr(torchao_nf4, "remembered", lambda patterns, key, call: call())
     _same_step(remembered, profile_step(TINY, **step))
 
 
