@@ -53,7 +53,8 @@ _HOME = {
     "CATEGORY_COLORS": "palette", "OKABE_ITO": "palette",
     "CATEGORIES": "record", "StepProfile": "record",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
-    "DoesNotFit": "step", "StepRunner": "step", "profile_step": "step", "time_step": "step",
+    "StepRunner": "step",
+    "DoesNotFit": "profile", "forget_kept": "profile", "profile_step": "profile", "time_step": "profile",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
 }
 

@@ -1,6 +1,6 @@
 """Command line: ``python -m helpers profile ...``, ``python -m helpers serve MODEL`` and ``python -m helpers check``.
 
-``profile`` runs one training step (:func:`helpers.step.profile_step`), steady state by default, and prints the answer
+``profile`` runs one training step (:func:`helpers.profile.profile_step`), steady state by default, and prints the answer
 first: ``peak allocated: <X> MiB (<backend>)``, where it is reached, what fills it, and per card of
 :data:`helpers.gpus.GPU_CARDS` the verdict of :func:`helpers.batch.card_verdicts`. Bad input exits with status 2 and
 one line in the flags' names (:func:`in_flags`); a step that does not fit a real GPU exits with 1. ``serve`` prints
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     from .batch import card_verdicts
-    from .step import DoesNotFit, profile_step
+    from .profile import DoesNotFit, profile_step
 
     prog = "python -m helpers profile"
     options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
@@ -272,7 +272,7 @@ def _explain(args) -> int:
     """``explain``: the report of :func:`helpers.snapshot.explain_snapshot`, with the simulated twin when ``--model``
     is given; bad input exits with 2 and one line."""
     from .snapshot import SnapshotError, explain_snapshot, load_snapshot, pick_trace
-    from .step import profile_step
+    from .profile import profile_step
 
     prog = "python -m helpers explain"
     try:

@@ -1,6 +1,6 @@
 """Every option of a profiled training step, defined and checked in one place (:class:`StepConfig`).
 
-What :func:`helpers.step.profile_step` runs, what ``python -m helpers profile`` builds from its flags
+What :func:`helpers.profile.profile_step` runs, what ``python -m helpers profile`` builds from its flags
 (:data:`CLI_OPTIONS`), what a profile echoes (:meth:`StepConfig.to_dict`), and what widgets cache traces by.
 """
 
@@ -276,7 +276,7 @@ class StepConfig:
         frozen: no parameter requires grad: a model served or generating, not trained (:mod:`helpers.generation`,
             :mod:`helpers.serving`); ``quantization`` then quantizes its linear layers without LoRA, as
             ``from_pretrained(quantization_config=...)`` loads a model for inference. No training step: refused by
-            :func:`helpers.step.profile_step`.
+            :func:`helpers.profile.profile_step`.
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
             follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,

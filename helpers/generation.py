@@ -95,7 +95,7 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
             (:mod:`helpers.techniques.quantization`); the embeddings, norms and the head stay in ``param_dtype``.
         logits: one of :data:`LOGITS`: ``"last"``, the prefill's logits for the last position only (``generate``);
             ``"all"``, for every position, as a plain ``model(input_ids)`` computes them.
-        device, attention: as for :func:`helpers.step.profile_step`.
+        device, attention: as for :func:`helpers.profile.profile_step`.
 
     Returns:
         The :class:`GenerationProfile`.

@@ -1,6 +1,6 @@
 """The record of one traced training step, and the questions it answers (lesson 03).
 
-A :class:`StepProfile` is what :func:`helpers.step.profile_step` returns: the events, the peak, memory by category,
+A :class:`StepProfile` is what :func:`helpers.profile.profile_step` returns: the events, the peak, memory by category,
 every storage, and the allocation log; plots and widgets only read it.
 
 Each storage gets the first category that applies, in this order (after Rajbhandari et al., "ZeRO", SC20, section 3):
