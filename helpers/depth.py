@@ -17,7 +17,7 @@ sweep is the *repeated block's events*.  The *template* (:class:`Template`) keep
 blocks' stretches and one middle block's, with every free or resize written not as a serial but as a place: "the
 storage made at offset 12 of the middle block one before this one", or "at offset 3 of the stretch outside".  Written
 with L blocks (:func:`write_log`), each sweep's middle block is repeated L - 2 times and every free finds its storage
-again: the *written log*, read as a traced step's is (:func:`helpers.record.profile_of_log`).
+again: the *written log*, read as a traced step's is (:func:`helpers.written.profile_of_log`).
 
 In practice :data:`EDGE` blocks at each end count as edge blocks (a block may free what the block two before it made),
 so the same step is traced with 6 and 7 blocks (:data:`DEPTHS`) by the profile layer (:mod:`helpers.profile`), each
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from .config import StepConfig
 from .engine.backends import resolve_backend
 from .models import ModelSpec
-from .shallow import OUTSIDE, NotRepeated, ShallowStep, block_labels, log_items, traced_log
+from .shallow import OUTSIDE, NotRepeated, ShallowStep
 
 __all__ = ["DEPTHS", "EDGE", "MIN_BLOCKS", "NotRepeated", "WrittenStep", "applies", "shallow", "write_step"]
 
@@ -67,6 +67,7 @@ def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
     model not built of repeated blocks, or a real GPU's step).  It is for the simulated step of a model of at least
     :data:`MIN_BLOCKS` alike blocks (``spec.blocks``), unless ``full_trace`` is asked for, a ``capacity`` may stop the
     step, or checkpointing by segments (not per block) puts blocks in different segments."""
+    per_layer = _hf(spec)  # checkpointed per layer
     if spec.blocks is None or resolve_backend(config.device) != "simulated":
         return False, None
     full = f"every one of its {spec.blocks} blocks traced: "
@@ -78,7 +79,7 @@ def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
         return False, full + f"below {MIN_BLOCKS} blocks, two shallow traces cost as much"
     if config.capacity is not None:
         return False, full + "a simulated capacity (capacity=) stops the step where it runs out"
-    if config.checkpoint and not _hf(spec) and config.checkpoint != spec.blocks + 2:
+    if config.checkpoint and not per_layer and config.checkpoint != spec.blocks + 2:
         return False, full + (f"checkpointing by {config.checkpoint} segments puts blocks in different segments "
                               f"(checkpoint={spec.blocks + 2} makes each block one)")
     return True, None
@@ -102,7 +103,7 @@ def shallow(config: StepConfig, spec: ModelSpec, depth: int) -> tuple[StepConfig
 class WrittenStep:
     """The written log of a step of many blocks (:func:`write_step`): ``log`` entries ``(serial, kind, bytes)``,
     ``storages`` ``(category, dtype, shape, bytes)`` by serial, ``markers`` ``(log position, kind, payload)`` (the
-    form :func:`helpers.record.profile_of_log` reads), and the counts that grow by the same amount with each block:
+    form :func:`helpers.written.profile_of_log` reads), and the counts that grow by the same amount with each block:
     ``parameter_count`` (weights) and ``paged_bytes`` (a paged optimizer's states)."""
 
     log: tuple
@@ -127,7 +128,7 @@ def write_step(shallow: ShallowStep, deeper: ShallowStep, depth: int) -> Written
         raise NotRepeated(f"the lists of blocks differ: {shallow.blocks} and {deeper.blocks}")
     template = merge_templates(template_of(deeper), template_of(shallow))
     for s in (shallow, deeper):
-        got, want = write_log(template, s.depth), traced_log(s)
+        got, want = write_log(template, s.depth), (s.log, s.storages, s.markers)
         for name, g, w in zip(("log entry", "storage", "event"), got, want):
             if g != w:
                 k = next((k for k, (x, y) in enumerate(zip(g, w)) if x != y), min(len(g), len(w)))
@@ -286,9 +287,7 @@ def template_of(step: ShallowStep) -> Template:
     Raises:
         NotRepeated: if its log is not made of sweeps over the blocks, or two middle blocks differ.
     """
-    log, storages, markers = traced_log(step)
-    items = log_items(log, markers)
-    real = block_labels(step, items, markers)
+    storages, markers, items, real = step.storages, step.markers, step.items, step.labels
     depth = template_depth(step.depth)
     labs = [template_block(b, step.depth) for b in real]
     shape = stretches(labs, depth)

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from .config import check_int, is_hf_config
-from .step import StepRunner, step_config
+from .profile import step_config
+from .step import StepRunner
 
 #: The caches :func:`generation_memory` can use: ``transformers``' classes of the same names.
 CACHES = ("dynamic", "static")

@@ -11,7 +11,8 @@ import contextlib
 import torch
 
 from .config import check_int
-from .step import StepRunner, step_config
+from .profile import step_config
+from .step import StepRunner
 
 #: Grad modes of :func:`forward_peak`.
 GRAD_MODES = ("enabled", "no_grad", "inference_mode")

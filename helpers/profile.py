@@ -34,10 +34,11 @@ from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .errors import first_line
 from .models import ModelSpec, resolve_model
-from .record import StepProfile, profile_of_log, record_step
+from .record import StepProfile, record_step
 from .shallow import ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step
-from .step import StepRunner, step_config, storage_serials
+from .step import StepRunner, storage_serials
 from .techniques import optimizers, quantization
+from .written import profile_of_log
 
 
 class DoesNotFit(RuntimeError):
@@ -88,6 +89,22 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
         profile = obtain(config)
         keep(key, profile)
     return profile
+
+
+def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
+    """The :class:`helpers.config.StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`helpers.config.StepConfig` ``model`` as it is).
+
+    Raises:
+        ValueError: for an option :class:`helpers.config.StepConfig` does not have (naming ``caller``), or a bad value.
+    """
+    if isinstance(model, StepConfig):
+        return model
+    known = {f.name for f in dataclasses.fields(StepConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
+                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
+    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
 
 
 # -- the one decision -------------------------------------------------------------------------------

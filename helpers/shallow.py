@@ -79,16 +79,19 @@ class ShallowStepTracer(StepTracer):
 
 @dataclass
 class ShallowStep:
-    """One shallow step of ``depth`` blocks, read: its ``profile``; ``markers`` and ``parents`` as
-    :class:`ShallowStepTracker` noted them; ``owners``, serial -> block (or :data:`OUTSIDE`) of the parameters, buffers
-    and optimizer states; ``blocks``, the dotted name of the model's list of blocks (``"model.layers"``)."""
+    """One shallow step of ``depth`` blocks, read block by block: its ``profile``; ``blocks``, the dotted name of the
+    model's list of blocks (``"model.layers"``); its ``log``, ``storages`` and ``markers`` in the form
+    :func:`helpers.depth.write_log` writes (:func:`traced_log`); ``items``, the log's entries and markers in one
+    sequence (:func:`log_items`), and ``labels``, the block of each item (:func:`block_labels`)."""
 
     depth: int
     profile: StepProfile
-    markers: list
-    parents: dict[int, int]
-    owners: dict[int, int]
     blocks: str
+    log: tuple
+    storages: tuple
+    markers: tuple
+    items: list
+    labels: list
 
 
 def read_shallow_step(depth: int, profile: StepProfile, tracker: ShallowStepTracker, model: torch.nn.Module,
@@ -104,7 +107,10 @@ def read_shallow_step(depth: int, profile: StepProfile, tracker: ShallowStepTrac
     owners = {serial: block_of(name, blocks) for name, serials in owned.items() for serial in serials}
     for name, serials in states:
         owners.update(dict.fromkeys(serials, block_of(name, blocks)))
-    return ShallowStep(depth, profile, tracker.markers, tracker.parents, owners, blocks)
+    log, storages, markers = traced_log(profile, tracker.markers)
+    items = log_items(log, markers)
+    labels = block_labels(items, markers, blocks, owners, tracker.parents)
+    return ShallowStep(depth, profile, blocks, log, storages, markers, items, labels)
 
 
 def block_list(model: torch.nn.Module, depth: int) -> str:
@@ -131,14 +137,14 @@ def block_of(name: str, blocks: str) -> int:
 
 
 # -- the log as one sequence of entries and markers, each labelled with its block ---------------------------------
-def traced_log(step: ShallowStep) -> tuple[tuple, tuple, tuple]:
-    """``(log, storages, markers)`` of a shallow step, in the form :func:`helpers.depth.write_log` writes:
-    log entries ``(serial, kind, bytes)``; ``(category, dtype, shape, bytes)`` by serial; markers
-    ``(position, kind, payload)``, an event's payload ``(phase, module, module_type, note, shape)``."""
-    log = tuple((a.serial, a.kind, a.nbytes) for a in step.profile.allocation_log)
-    storages = tuple((s.category, s.dtype, s.shape, s.nbytes) for _, s in sorted(step.profile.storages.items()))
+def traced_log(profile: StepProfile, markers: list) -> tuple[tuple, tuple, tuple]:
+    """``(log, storages, markers)`` of a shallow step's ``profile`` and its tracker's ``markers``, in the form
+    :func:`helpers.depth.write_log` writes: log entries ``(serial, kind, bytes)``; ``(category, dtype, shape, bytes)``
+    by serial; markers ``(position, kind, payload)``, an event's payload ``(phase, module, module_type, note, shape)``."""
+    log = tuple((a.serial, a.kind, a.nbytes) for a in profile.allocation_log)
+    storages = tuple((s.category, s.dtype, s.shape, s.nbytes) for _, s in sorted(profile.storages.items()))
     markers = tuple((pos, kind, None if kind == "reset" else
-                     (e.phase, e.module, e.module_type, e.note, e.shape)) for pos, kind, e in step.markers)
+                     (e.phase, e.module, e.module_type, e.note, e.shape)) for pos, kind, e in markers)
     return log, storages, markers
 
 
@@ -160,8 +166,11 @@ def log_items(log, markers) -> list[tuple]:
 _UNMARKED = ("model", "optimizer.step", "zero_grad")
 
 
-def block_labels(step: ShallowStep, items: list[tuple], markers: tuple) -> list[int]:
-    """The block of each of :func:`log_items`, or :data:`OUTSIDE`.
+def block_labels(items: list[tuple], markers: tuple, blocks: str, owners: dict[int, int],
+                 parents: dict[int, int]) -> list[int]:
+    """The block of each of :func:`log_items`, or :data:`OUTSIDE`, in a step whose list of blocks is ``blocks``;
+    ``owners``, serial -> block of the parameters, buffers and optimizer states; ``parents``, as
+    :class:`ShallowStepTracker` noted them.
 
     An event's block is its module's.  A log entry followed by a module event (or by the input, loss and backward step
     events) is in that event's block, but a free (or resize) there of a block's storage is in that block (the weight
@@ -177,20 +186,20 @@ def block_labels(step: ShallowStep, items: list[tuple], markers: tuple) -> list[
             kind, payload = markers[items[k][1]][1:]
             if kind != "reset":
                 ahead = None if payload[1] is None and payload[0] in _UNMARKED else (
-                    OUTSIDE if payload[1] is None else block_of(payload[1], step.blocks))
+                    OUTSIDE if payload[1] is None else block_of(payload[1], blocks))
         nxt[k] = ahead
     out: list[int | None] = []
     born: dict[int, int | None] = {}
     for k, item in enumerate(items):
         if item[0] == "m":
             payload = markers[item[1]][2]
-            out.append(OUTSIDE if payload is None or payload[1] is None else block_of(payload[1], step.blocks))
+            out.append(OUTSIDE if payload is None or payload[1] is None else block_of(payload[1], blocks))
         elif item[0] != "a" and nxt[k] == OUTSIDE and born.get(item[1], OUTSIDE) not in (None, OUTSIDE):
             out.append(born[item[1]])  # a block's storage freed outside the blocks (autocast's casts, on leaving)
         elif nxt[k] is not None:
             out.append(nxt[k])
         elif item[0] == "a":
-            out.append(step.owners.get(item[1], born.get(step.parents.get(item[1]))))
+            out.append(owners.get(item[1], born.get(parents.get(item[1]))))
         else:
             out.append(born.get(item[1]))
         if item[0] == "a":

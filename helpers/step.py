@@ -29,22 +29,6 @@ from .techniques import checkpointing, lora, optimizers, precision, quantization
 from .techniques.optimizers import StepInBackward
 
 
-def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
-    """The :class:`StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`StepConfig` ``model`` as it is).
-
-    Raises:
-        ValueError: for an option :class:`StepConfig` does not have (naming ``caller``), or a bad value.
-    """
-    if isinstance(model, StepConfig):
-        return model
-    known = {f.name for f in dataclasses.fields(StepConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
-                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
-    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
-
-
 def place_on_device(runner: "StepRunner") -> None:
     """The recipe's placing step: the model's parameters and buffers on the device, counted
     (:meth:`helpers.engine.meter.Meter.place`, or the ``place`` the runner was given)."""
