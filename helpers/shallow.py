@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from .engine.cuda_rules import SimulatedTracker
+from .engine.simulated import SimulatedTracker
 from .engine.trace import Event, StepTracer
 from .record import StepProfile
 
