@@ -8,8 +8,10 @@ is obtained:
   :data:`helpers.depth.MIN_BLOCKS` alike blocks, traced with 6 and 7 blocks, then its log written at full depth;
 * **traced** in full: every other step, and a step whose shallow traces do not repeat block by block.
 
-The profile's ``depth_note`` says which way was taken and, where it was not written, why.  The step itself is
-run by :class:`helpers.step.StepRunner` (the recipe and the loop), which talks to the engine through its meter.
+The profile's ``depth_note`` says which way was taken and, where it was not written, why.  Each way is one branch of
+:func:`obtain`, tried in order, each with the reason it does not apply; another way (a step evaluated from a symbolic
+log, say) is one more branch there, before the full trace.  The step itself is run by
+:class:`helpers.step.StepRunner` (the recipe and the loop), which talks to the engine through its meter.
 :func:`time_step` runs the same step untraced and times it.
 """
 
