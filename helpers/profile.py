@@ -86,11 +86,8 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
         raise ValueError("frozen=True is a model served, not trained: profile_step traces a training step (see "
                          "helpers.generation.generation_memory and helpers.serving.vllm_startup)")
     key = _kept_key(config)
-    profile = recall(key)
-    if profile is None:
-        profile = obtain(config)
-        keep(key, profile)
-    return profile
+    kept = recall(key)
+    return kept if kept is not None else keep(key, obtain(config))
 
 
 def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
@@ -234,14 +231,14 @@ def recall(key: Hashable | None) -> Any:
     return _KEPT[key]
 
 
-def keep(key: Hashable | None, answer: Any) -> None:
+def keep(key: Hashable | None, answer: Any) -> Any:
     """Keep ``answer`` under ``key`` (a None key keeps nothing), dropping the least recently used beyond
-    :data:`KEPT`."""
-    if key is None:
-        return
-    _KEPT[key] = answer
-    while len(_KEPT) > KEPT:
-        _KEPT.popitem(last=False)
+    :data:`KEPT`; return ``answer``."""
+    if key is not None:
+        _KEPT[key] = answer
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
+    return answer
 
 
 def forget_kept() -> None:
