@@ -1,6 +1,6 @@
 """Command line: ``python -m helpers profile ...``, ``python -m helpers serve MODEL`` and ``python -m helpers check``.
 
-``profile`` runs one training step (:func:`helpers.step.profile_step`), steady state by default, and prints the answer
+``profile`` runs one training step (:func:`helpers.profile.profile_step`), steady state by default, and prints the answer
 first: ``peak allocated: <X> MiB (<backend>)``, where it is reached, what fills it, and per card of
 :data:`helpers.gpus.GPU_CARDS` the verdict of :func:`helpers.batch.card_verdicts`. Bad input exits with status 2 and
 one line in the flags' names (:func:`in_flags`); a step that does not fit a real GPU exits with 1. ``serve`` prints
@@ -17,6 +17,7 @@ import re
 import sys
 
 from . import config  # no torch import: `check` must run when torch is broken
+from .flags import CLI_OPTIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,7 +101,7 @@ TOKEN_BATCH = 1
 
 
 def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
-    """Add the flags of :data:`helpers.config.CLI_OPTIONS` to ``p``: ``profile``'s step, or (``twin``) the step that
+    """Add the flags of :data:`helpers.flags.CLI_OPTIONS` to ``p``: ``profile``'s step, or (``twin``) the step that
     ``explain`` simulates beside a snapshot, which has no ``--device`` (it is simulated) and no model by default."""
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
@@ -109,7 +110,7 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
                "compute_dtype": config.COMPUTE_DTYPES}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
-    for flag, name, text in config.CLI_OPTIONS:
+    for flag, name, text in CLI_OPTIONS:
         default = None if name == "batch_size" or (twin and name == "model") else defaults[name]  # see _batch_size
         if twin and name == "device":
             continue
@@ -135,7 +136,7 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
+    """The command line; ``profile``'s flags come from :data:`helpers.flags.CLI_OPTIONS`."""
     parser = _Parser(prog="python -m helpers",
                      description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -225,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     from .batch import card_verdicts
-    from .step import DoesNotFit, profile_step
+    from .profile import DoesNotFit, profile_step
 
     prog = "python -m helpers profile"
-    options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
+    options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
     options["batch_size"], batch_note = _batch_size(options)
     try:
         if args.alloc_conf and not args.reserved:
@@ -272,7 +273,7 @@ def _explain(args) -> int:
     """``explain``: the report of :func:`helpers.snapshot.explain_snapshot`, with the simulated twin when ``--model``
     is given; bad input exits with 2 and one line."""
     from .snapshot import SnapshotError, explain_snapshot, load_snapshot, pick_trace
-    from .step import profile_step
+    from .profile import profile_step
 
     prog = "python -m helpers explain"
     try:
@@ -288,7 +289,7 @@ def _explain(args) -> int:
         pick_trace(snapshot, args.cuda_device)
         step = None
         if args.model is not None:
-            options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS if name != "device"}
+            options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS if name != "device"}
             options["batch_size"], _ = _batch_size(options)
             step = profile_step(**options, device="simulated")
         report = explain_snapshot(snapshot, args.cuda_device, step)
@@ -381,7 +382,7 @@ def _options(config_) -> str:
     defaults = config.StepConfig()
     said = {"model", "batch_size", "seq_len", "input_shape", "image_size", "optimizer", "steady_state", "device"}
     flags = []
-    for flag, name, _ in config.CLI_OPTIONS:
+    for flag, name, _ in CLI_OPTIONS:
         value = getattr(config_, name)
         if name in said or value == getattr(defaults, name):
             continue
@@ -434,11 +435,11 @@ def _fits_report(verdicts: dict) -> dict:
 def in_flags(message: str) -> str:
     """A message of :class:`helpers.config.StepConfig` or :mod:`helpers.models` in the command line's words.
 
-    Each option of :data:`helpers.config.CLI_OPTIONS` becomes its flag (``lora_rank`` -> ``--lora-rank``): a name with
+    Each option of :data:`helpers.flags.CLI_OPTIONS` becomes its flag (``lora_rank`` -> ``--lora-rank``): a name with
     an underscore outside quotes, ``name=value``, ``name=``, ``name (--flag)``; a one-word name only before "applies",
     "must" or "segments". An unknown model's message also lists :data:`helpers.config.HF_SHIPPED`.
     """
-    flags = {name: flag for flag, name, _ in config.CLI_OPTIONS}
+    flags = {name: flag for flag, name, _ in CLI_OPTIONS}
     names = "|".join(sorted(flags, key=len, reverse=True))
     for said in (rf"\b({names})=? \((--[a-z-]+)\)", rf"\b({names})=?, (--[a-z-]+)"):  # "seq_len= (--seq-len)"
         message = re.sub(said, lambda m: m.group(2) if m.group(2) == flags[m.group(1)] else m.group(0), message)

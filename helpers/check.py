@@ -94,7 +94,7 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
     if not have_torchvision:
         return
     from .batch import card_verdicts
-    from .step import DoesNotFit, profile_step
+    from .profile import DoesNotFit, profile_step
 
     try:  # a steady-state step, through optimizer.step(): what must fit (helpers.gpus.judge)
         step = profile_step("resnet18", 128, device=runtime.name, steady_state=True)

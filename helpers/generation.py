@@ -26,7 +26,8 @@ import torch
 
 from .config import check_int, is_hf_config
 from .formats import FOR_GENERATION
-from .step import StepRunner, step_config
+from .profile import step_config
+from .step import StepRunner
 
 #: The caches :func:`generation_memory` can use: ``transformers``' classes of the same names.
 CACHES = ("dynamic", "static")
@@ -93,7 +94,7 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
             (:mod:`helpers.techniques.quantization`); the embeddings, norms and the head stay in ``param_dtype``.
         logits: one of :data:`LOGITS`: ``"last"``, the prefill's logits for the last position only (``generate``);
             ``"all"``, for every position, as a plain ``model(input_ids)`` computes them.
-        device, attention: as for :func:`helpers.step.profile_step`.
+        device, attention: as for :func:`helpers.profile.profile_step`.
 
     Returns:
         The :class:`GenerationProfile`.

@@ -15,7 +15,6 @@ start-up logs, section 3) are given where each is applied.  All sizes are bytes;
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
 from .gpus import GPU_CARDS
 from .models.hf import SHIPPED, config_label, load_config
+from .profile import keep, recall
 from .step import StepRunner
 from .allocator.rules import round_up
 from .techniques.quantization import nf4_linears, weights as weights_of
@@ -419,24 +419,17 @@ def _key(model, config):
     return model if isinstance(model, str) and model in SHIPPED else config
 
 
-@functools.lru_cache(maxsize=8)
-def _kept_profile_run(name: str, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
-                      num_reqs: int) -> tuple[int, int, int]:
-    return _traced_profile_run(name, label, dtype, weights_format, tokens, num_reqs)
-
-
-def forget_kept() -> None:
-    """Forget the profile runs kept for shipped configs: the next account of each traces again."""
-    _kept_profile_run.cache_clear()
-
-
 def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                  num_reqs: int) -> tuple[int, int, int]:
     """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced; a shipped
-    config's last few runs are kept (the same figures every time: nothing in them is random)."""
-    if isinstance(model, str):
-        return _kept_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
-    return _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
+    config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures every time, nothing in
+    them is random)."""
+    key = ("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs) if isinstance(model, str) else None
+    run = recall(key)
+    if run is None:
+        run = _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
+        keep(key, run)
+    return run
 
 
 def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes: int) -> int:

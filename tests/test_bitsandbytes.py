@@ -18,7 +18,8 @@ from helpers.batch import model_state_estimate
 from helpers.engine.bnb_rules import BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
 from helpers.config import StepConfig
-from helpers.step import StepRunner, profile_step
+from helpers.profile import profile_step
+from helpers.step import StepRunner
 from helpers.techniques import bnb
 from helpers.techniques.optimizers import PAGED_MIN_NUMEL
 from test_finetune_engine import BF16, LAYERS, LINEARS, MLP, SMOL, H, KV, VOCAB, _adapters, _bytes

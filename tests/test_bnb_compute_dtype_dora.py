@@ -12,7 +12,7 @@ from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
 from helpers.engine.bnb_rules import BNB_FUSED_FP32_ROWS, BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
-from helpers.step import profile_step
+from helpers.profile import profile_step
 from helpers.techniques import bnb
 from test_finetune_engine import BF16, KV, LAYERS, MLP, SMOL, H, _bytes
 

@@ -11,6 +11,7 @@ import torch
 
 from helpers import config, profile_step
 from helpers.__main__ import main
+from helpers.flags import CLI_OPTIONS
 
 
 def test_the_answer_comes_first_and_the_table_only_on_request(capsys):
@@ -110,7 +111,7 @@ def test_bad_input_exits_with_one_line(capsys, args, message):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
-    python_names = [name for _, name, _ in config.CLI_OPTIONS if "_" in name]
+    python_names = [name for _, name, _ in CLI_OPTIONS if "_" in name]
     assert not [name for name in python_names if name in err[0]], err  # the flags' names, as the user typed them
 
 
@@ -167,7 +168,7 @@ def test_a_language_model_runs_batch_1_unless_told(capsys):
 
     def options(*flags):
         args = _parser().parse_args(["profile", *flags])
-        return {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
+        return {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
 
     assert TOKEN_BATCH == 1
     assert _batch_size(options("--model", "gpt2"))[0] == 1  # a preset at its context: token ids too

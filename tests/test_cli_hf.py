@@ -13,6 +13,7 @@ import pytest
 
 from helpers import config, profile_step
 from helpers.__main__ import in_flags, main
+from helpers.flags import CLI_OPTIONS
 from helpers.models import hf
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
@@ -124,7 +125,7 @@ def test_bad_input_is_one_line_and_exit_status_2(case, capsys, tmp_path, monkeyp
 def test_bad_input_is_one_valueerror_line_from_profile_step(case, tmp_path):
     argv = _argv(case, tmp_path)
     options = vars(_parse(argv))
-    options = {name: options[name] for _, name, _ in config.CLI_OPTIONS}
+    options = {name: options[name] for _, name, _ in CLI_OPTIONS}
     try:
         profile_step(**options)
     except ValueError as e:

@@ -14,7 +14,7 @@ import torch
 from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
 from helpers.models import hf
-from helpers.step import profile_step
+from helpers.profile import profile_step
 from helpers.techniques import quantization, torchao_nf4
 from helpers.techniques.lora import apply_lora
 
@@ -286,7 +286,7 @@ def _same_step(a, b) -> None:
 def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
     """QLoRA's quantizations and dequantizations written from the first one's allocations equal torchao's operations
     run each time."""
-    from helpers.step import forget_kept
+    from helpers.profile import forget_kept
 
     step = dict(batch_size=1, seq_len=32, device="simulated", quantization="torchao-nf4", lora_rank=4, **options)
     remembered = profile_step(TINY, **step)
@@ -328,7 +328,7 @@ def test_a_remembered_call_is_written_again_or_run_again():
 def test_a_simulated_8bit_adamw_step_skips_only_arithmetic(monkeypatch):
     """torchao's ``single_param_adam`` skipped (its temporaries are not counted) changes no byte."""
     from helpers.engine import backends
-    from helpers.step import forget_kept
+    from helpers.profile import forget_kept
 
     step = dict(batch_size=1, seq_len=32, device="simulated", optimizer="adamw8bit", steady_state=True,
                 full_trace=True)

@@ -10,7 +10,7 @@ from torch import nn
 from helpers import config, formats
 from helpers.allocator.rules import round_up
 from helpers.serving import formula_weight_bytes
-from helpers.step import profile_step
+from helpers.profile import profile_step
 from helpers.techniques import bnb, torchao_nf4
 
 #: A weight of whole blocks (and whole scale blocks): 4,096 x 4,096, as a Llama-3 8B attention projection.

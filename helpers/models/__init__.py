@@ -5,7 +5,7 @@ One module per job; this one only re-exports them:
 * :mod:`.presets`: the course's own models by name (:data:`PRESETS`) and torchvision's classifiers
   (:func:`build_model`), built with random weights (nothing is downloaded; memory does not depend on values);
 * :mod:`.spec`: :class:`ModelSpec`, how to build a model and what it expects;
-* :mod:`.resolve`: :func:`resolve_model`, what a learner passes to :func:`helpers.step.profile_step` turned into a
+* :mod:`.resolve`: :func:`resolve_model`, what a learner passes to :func:`helpers.profile.profile_step` turned into a
   :class:`ModelSpec` (a name, a module, a builder, a Hugging Face config or a file);
 * :mod:`.task`: :func:`resolve_task`, the step's :class:`Task` (its :class:`Batch` and its loss);
 * :mod:`.copies`: :func:`build`, the first step of :data:`helpers.step.RECIPE`, and the copies of a learner's module

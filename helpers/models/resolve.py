@@ -78,7 +78,7 @@ def unknown_model(name: str) -> str:
 
 
 def resolve_model(model, num_classes: int | None = None, name: str | None = None) -> ModelSpec:
-    """What :func:`helpers.step.profile_step` needs to know about ``model``.
+    """What :func:`helpers.profile.profile_step` needs to know about ``model``.
 
     Args:
         model: a torchvision classifier name, a preset of :data:`PRESETS`, ``"package.module:function"`` or
