@@ -91,7 +91,7 @@ def test_the_reading_list_names_the_files_the_step_runs_and_no_hugging_face_code
     read = dict(re.findall(r"^\d+\. `(helpers/[\w/]+\.py)` \(([\d,]+) lines\)", section, re.M))
     also_run = section[section.index("**Also run"):]
     also = re.findall(r"`(helpers/[\w/]+(?:\.py|/))`", also_run[:also_run.find("\n\n")])
-    total_files, total_lines = re.search(r"read these (\w+) files, ([\d,]+) lines in all", section).groups()
+    total_files, total_lines = re.search(r"read these (\w+) files,\s+([\d,]+) lines in all", section).groups()
     words = ("one two three four five six seven eight nine ten".split())
     assert words.index(total_files) + 1 == len(read) and read and also
     assert _close(_stated(total_lines), sum(_lines(ROOT / f) for f in read))
