@@ -36,6 +36,12 @@ HISTORICAL = {
     ("helpers/teaching/setups.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("docs/instructor_guide.md", "transformers 4.48"): "the version of fms-acceleration's benchmark",
+    ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.11.0"):
+        "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
+    ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 5.17.0"):
+        "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
+    ("lessons/09_fine_tuning_on_one_gpu.py", "peft 0.21.0"):
+        "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("README.md", "transformers 5.17.0"): "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("README.md", "peft 0.21.0"): "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
 }
