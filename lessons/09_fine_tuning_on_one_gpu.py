@@ -39,7 +39,6 @@
 # %%
 # %matplotlib inline
 import textwrap
-import warnings
 
 import torch
 
@@ -52,9 +51,6 @@ from helpers.teaching.published import finetune_comparison
 from helpers.teaching.widgets import CARD_48GB, FineTuneFit
 
 _ = torch.manual_seed(0)
-# peft asks transformers' deprecated `is_gradient_checkpointing` when it wraps a checkpointed model: a
-# FutureWarning of the libraries' own, not of this lesson's code (and its path differs between machines)
-warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 L8 = "meta-llama/Llama-3.1-8B"
 #: The cards of this lesson: GPU_CARDS' 24 and 80 GB cards, and a 48 GB card (CARD_48GB: an RTX A6000's total_memory).
 CARDS = {"RTX 4090 24 GB": GPU_CARDS["RTX 4090 24 GB"], **CARD_48GB, "H100 80 GB": GPU_CARDS["H100 80 GB"]}
