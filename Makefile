@@ -47,7 +47,7 @@ reset-lessons: setup
 # run faster so than on threads that contend for the same cores. Each lesson runs
 # once, under strict nbval, its exercise solutions after it in the same kernel.
 # The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them.
-# Progress a person can read: how many items are done ([ 412/1310]) at each line's
+# Progress a person can read: how many items are done ([412/1310]) at each line's
 # end, and the 15 slowest before pytest's closing line.
 PROGRESS = -o console_output_style=count --durations=15
 test: setup
