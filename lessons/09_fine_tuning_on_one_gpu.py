@@ -29,7 +29,7 @@
 # - Measure what checkpointing, 8-bit AdamW and offloading each change, and what the loss over a 128k vocabulary keeps.
 # - Find the longest sequence that fits each card with an affine fit of two traces, confirmed by a trace at the answer.
 #
-# **Time:** about 95 minutes alone: 40 of reading, 18 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
+# **Time:** about 95 minutes alone: 42 of reading, 20 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) and 08 (a transformer's activations, flash attention, the logits) come first.
 
