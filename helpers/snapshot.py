@@ -245,7 +245,8 @@ def _live(blocks: list[Block], after: int) -> list[Block]:
 
 
 def _size(nbytes: int) -> str:
-    """Bytes for the report: MiB with one decimal, or bytes below a tenth of a MiB (flash's 512-byte scalars)."""
+    """Bytes for the report: MiB with one decimal, or bytes below a tenth of a MiB (cuDNN attention's 8-byte seed
+    and offset)."""
     return fmt_mib(nbytes) if abs(nbytes) >= MiB // 10 or nbytes == 0 else f"{nbytes:,} B"
 
 
