@@ -678,6 +678,12 @@ _SERVING = """(root) => {
 }"""
 
 
+#: The texts of a widget's control labels that do not fit their box (ipywidgets cuts them with an ellipsis).
+_CUT_LABELS = """(root) => [...root.querySelectorAll('.widget-label')]
+    .filter(label => label.offsetParent !== null && label.scrollWidth > label.clientWidth + 1)
+    .map(label => label.textContent)"""
+
+
 def _serving_until(test: str) -> str:
     """A function of the widget's root that returns its account (:data:`_SERVING`) once ``test`` (of ``v``) holds."""
     return "(root) => { const v = (" + _SERVING + ")(root); return v && (" + test + ") ? v : null; }"
@@ -702,7 +708,7 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
     """Lesson 10's widget: the batch-budget menu on 16,384 tokens (a new profile run: "updating..." must show), then
     the context menu on 8,192 tokens (vLLM's arithmetic on the kept run), or 4,096 where the lesson shows those
     already; each account shown is ``vllm_startup``'s for the options its controls show, its answer
-    :func:`helpers.teaching.views.startup_answer`'s."""
+    :func:`helpers.teaching.views.startup_answer`'s; no control's label is cut (:data:`_CUT_LABELS`)."""
     page = browser.page
     name = _drive_name(path, index)
     browser.activate(name)
@@ -713,6 +719,7 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
         handle = root.element_handle()
         root.scroll_into_view_if_needed()
         browser.wait("the serving widget's first account", _serving_until("true"), handle)
+        cut = page.evaluate(_CUT_LABELS, handle)
         for menu, wanted, attribute in (("max_num_batched_tokens", ("16,384", "4,096"), "batchedTokens"),
                                         ("max_model_len", ("8,192", "4,096"), "maxModelLen")):
             select = root.locator(".widget-dropdown", has_text=menu).locator("select")
@@ -733,6 +740,7 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
         page.screenshot(path=str(ARTIFACTS / f"widget_{path.stem}.png"))
         browser.close()
         errors = browser.errors()
+    assert cut == [], f"labels cut in {path.name}: {cut}"  # "max_num_batched_tokens" shown whole
     for menu, shown, controls, busy_seen in seen:
         account = _direct_startup(controls)
         camel = lambda name: re.sub(r"-(\w)", lambda m: m.group(1).upper(), name)  # noqa: E731 (dataset's keys)
