@@ -94,10 +94,9 @@ def category_of(frames: list[dict], live_at_optimizer: bool, before_forward: boo
     2. in ``torch/optim/``: ``optimizer_states`` in ``_init_group`` (where optimizers make their states lazily), else
        ``other`` (the optimizer's temporaries); in ``zero_grad`` or ``torch/amp/``: ``other``;
     3. in a model's placement, loading or quantization (:data:`PLACEMENT`): ``parameters``;
-    4. no Python frame but :data:`MACHINERY`'s (the autograd engine's thread: the backward pass): ``gradients`` when still live at the
-       optimizer's next allocation, or at the trace's end (``live_at_optimizer``), else ``other`` (gradients of
-       activations, temporaries); in
-       ``torch/autograd/`` on the caller's thread: ``other``;
+    4. no Python frame but :data:`MACHINERY`'s (the autograd engine's thread: the backward pass): ``gradients`` when
+       still live at the optimizer's next allocation, or at the trace's end (``live_at_optimizer``), else ``other``
+       (gradients of activations, temporaries); in ``torch/autograd/`` on the caller's thread: ``other``;
     5. in ``torch/utils/checkpoint.py`` (a recomputed forward), a ``forward`` or ``torch/nn/functional.py``:
        ``activations`` (outputs kept for backward, and the forward's temporaries);
     6. else ``input`` before the first forward (``before_forward``: the batch), ``other`` after.
@@ -125,8 +124,8 @@ def category_of(frames: list[dict], live_at_optimizer: bool, before_forward: boo
 
 def where(frames: list[dict]) -> str:
     """A stack in one line: its innermost Python frame and the innermost one outside ``torch`` and other installed
-    packages (the caller's code), :data:`MACHINERY`'s skipped, each ``file:line function``, after the innermost three ATen functions when C++
-    frames were recorded (``[gpu_reduce_kernel < structured_sum_out::impl]``); or what it lacks."""
+    packages (the caller's code), :data:`MACHINERY`'s skipped, each ``file:line function``, after the innermost three
+    ATen functions when C++ frames were recorded (``[gpu_reduce_kernel < structured_sum_out::impl]``); or what it lacks."""
     native = [re.split(r"[<(]", f["name"].split("at::native::", 1)[1])[0] for f in frames
               if "at::native::" in f.get("name", "")]
     cpp = f"[{' < '.join(native[:3])}] " if native else ""

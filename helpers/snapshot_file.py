@@ -70,8 +70,8 @@ def _inflated(raw: bytes, name: str, max_bytes: int) -> bytes:
         except zlib.error:
             raise SnapshotError(f"{name}: a damaged gzip file (its compressed data does not inflate)") from None
         if not inflate.eof:
-            raise SnapshotError(f"{name}: not a whole snapshot, the file ends early (its gzip stream stops): was it written or copied "
-                                f"completely?")
+            raise SnapshotError(f"{name}: not a whole snapshot, the file ends early (its gzip stream stops): was it "
+                                f"written or copied completely?")
         rest = inflate.unused_data if inflate.unused_data[:2] == b"\x1f\x8b" else b""
     return bytes(out)
 

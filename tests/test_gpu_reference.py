@@ -407,3 +407,26 @@ def test_the_tables_harness_without_a_gpu_says_so_and_writes_nothing(tmp_path, c
     assert _tables().main(["--out", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == "gpu-tables: no CUDA GPU on this machine, nothing recorded"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lessons_run_as_notebooks_with_times_and_the_budget_says_what_it_skips(tmp_path, monkeypatch):
+    """``run_lessons`` on two tiny notebooks (one fails) within a budget, then with too little budget left: each
+    run's status and seconds, the error's line, and what was skipped, said."""
+    import nbformat
+
+    tables = _tables()
+    paths = []
+    for name, code in (("ok", "print(6 * 7)"), ("bad", "1 / 0")):
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        paths.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(notebook, paths[-1])
+    monkeypatch.setattr(tables, "ESTIMATE", {**tables.ESTIMATE, "lesson": 1.0})
+    budget = tables.Budget(240)
+    ok, bad = tables.run_lessons(budget, paths)
+    assert ok["ok"] and ok["seconds"] > 0 and ok["error"] is None
+    assert not bad["ok"] and "ZeroDivisionError" in bad["error"]
+    assert budget.skipped == []
+    late = tables.Budget(0.5)
+    assert tables.run_lessons(late, paths) == [] and len(late.skipped) == 2
+    assert late.skipped[0].startswith("lesson ok.ipynb (estimated 1 s, ")

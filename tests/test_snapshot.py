@@ -294,7 +294,7 @@ def test_a_cnn_snapshot_pairs_with_its_twin(config):
     assert len(twin.missing) <= 9 and (config == "AMP" or not twin.missing)
     assert all(b.freed is not None and b.freed - b.allocated <= 2 for b in twin.extra if b.size > 2**20)
     gpu, simulated = twin.categories_gpu["activations"], step.categories["activations"]  # issue 51: "GPU 1.0 MiB"
-    assert abs(gpu - simulated) <= max(0.02 * simulated, 2**20), (gpu, simulated)  # the peaks: moments 1 workspace apart
+    assert abs(gpu - simulated) <= max(0.02 * simulated, 2**20), (gpu, simulated)  # peaks a workspace apart
     momentum = [i for i, a in enumerate(log) if a.kind == "alloc" and a.category == "optimizer_states"]
     assert len(momentum) == 62 and not set(momentum) & set(twin.missing)  # the momentum buffers, all paired
     assert twin.aligned >= sum(a.kind == "alloc" and a.nbytes > 0 for a in log) - 9
