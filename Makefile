@@ -106,9 +106,12 @@ benchmark-published: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/published_figures.py
 
 # Real-GPU figures beside the simulated ones, then the tests and lessons on the
-# GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing).
+# GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing);
+# then, within 10 minutes, cuDNN workspaces and reductions measured on that card and
+# every lesson run there as a notebook (benchmarks/gpu_tables.py; --budget SECONDS).
 gpu-reference: setup
 	$(BIN)/python benchmarks/gpu_reference.py
+	$(BIN)/python benchmarks/gpu_tables.py
 
 # For a GPU machine that has PyTorch but not the test packages (Python 3.12):
 # their wheels, into .whl/ (see README.md, "Recording real-GPU figures"); and,

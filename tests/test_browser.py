@@ -619,7 +619,11 @@ _SNAPSHOT = """(root) => {
         return {name: view.dataset.name, peak: Number(view.dataset.peak), images: images.length};
     }
     const refused = root.querySelector('.gm-refused');
-    return refused ? {refused: refused.textContent.trim()} : null;
+    if (!refused) return null;
+    const shown = [...root.querySelectorAll('img')].filter(i => i.offsetWidth > 0 || i.offsetHeight > 0);
+    const menu = root.querySelector('.widget-dropdown select');
+    return {refused: refused.textContent.trim(), images: shown.length, menu: menu ? menu.selectedIndex : null,
+            names: root.textContent.includes('ResNet18, batch 128')};
 }"""
 
 
@@ -632,7 +636,8 @@ def _until(test: str) -> str:
                          ids=lambda v: getattr(v, "stem", str(v)).split("_")[0])
 def test_the_snapshot_widget_explains_a_chosen_snapshot_and_an_uploaded_file(browser, running, path, index, tmp_path):
     """Lesson 06b's widget: another shipped snapshot chosen from its menu, a file that is no snapshot uploaded (one
-    line refuses it), then a real one uploaded; each view's peak is ``explain_snapshot``'s, with its two figures."""
+    line refuses it, with no figure and no menu entry left from before), then a real one uploaded; each view's peak is
+    ``explain_snapshot``'s, with its two figures."""
     from helpers.snapshot import explain_snapshot
     from helpers.teaching.widgets import SHIPPED
 
@@ -664,6 +669,8 @@ def test_the_snapshot_widget_explains_a_chosen_snapshot_and_an_uploaded_file(bro
     assert first["peak"] == explain_snapshot(SHIPPED[first["name"]]).peak_bytes
     assert chosen["peak"] == explain_snapshot(SHIPPED[chosen["name"]]).peak_bytes
     assert refused["refused"].startswith("notes.pickle: not a memory snapshot") and "\n" not in refused["refused"]
+    # issue 52.16: after a refused upload, no broken-image icons, and nothing names the snapshot shown before it
+    assert refused["images"] == 0 and refused["menu"] == -1 and not refused["names"], refused
     assert uploaded["peak"] == explain_snapshot(upload).peak_bytes
     assert errors == [], f"SnapshotExplorer in {path.name}"
 
