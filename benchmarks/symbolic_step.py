@@ -33,7 +33,7 @@ def measure(name: str) -> dict:
     """Time one configuration: the concrete step, the symbolic trace, and the evaluation at each further point."""
     from helpers import symbolic
     from helpers.config import StepConfig
-    from helpers.step import forget_kept, profile_step
+    from helpers.profile import forget_kept, profile_step, trace as trace_step
 
     model, options, points = CONFIGURATIONS[name]
 
@@ -46,7 +46,7 @@ def measure(name: str) -> dict:
     concrete = profile_step(config(*points[0]))
     concrete_s = time.process_time() - cpu
     cpu = time.process_time()
-    step = symbolic.trace(config(*points[0]))
+    step = symbolic.trace(config(*points[0]), trace_step)
     trace_s = time.process_time() - cpu
     per_point = []
     for b, s in points[1:]:

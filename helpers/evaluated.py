@@ -15,7 +15,7 @@ from typing import Callable
 from . import models
 from .config import StepConfig
 from .record import StepProfile
-from .symbolic import NotSymbolic, SymbolicStep, differs, key, trace
+from .symbolic import NotSymbolic, SymbolicStep, key, trace
 
 
 #: How many configurations' symbolic logs a process keeps (:func:`answer`), the least recently used dropped first.
@@ -23,15 +23,17 @@ KEPT = 8
 _KEPT: collections.OrderedDict = collections.OrderedDict()
 
 
-def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], StepProfile]) -> StepProfile:
+def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], StepProfile],
+           trace_step: Callable) -> StepProfile:
     """``config``'s profile, evaluated from a kept symbolic log of its configuration (:func:`helpers.symbolic.key`) where one holds, else
     ``concrete()`` (traced, or written from shallow traces, as without this module).
 
     The first question of a configuration is answered concretely, no slower than without symbolic logs.  At a later
     one outside every kept log (the first, another regime, the other side of a guard) the step is traced symbolically
-    there and kept only once its evaluation equals a concrete answer in every field (:func:`helpers.symbolic.differs`): the last one,
+    there and kept only once its evaluation equals a concrete answer in every field (:func:`differs`): the last one,
     or one at this point.  A configuration that cannot be traced so (:class:`helpers.symbolic.NotSymbolic`), or whose evaluation
-    differs, is answered concretely from then on, its profile's ``depth_note`` saying why.
+    differs, is answered concretely from then on, its profile's ``depth_note`` saying why.  ``trace_step``: the
+    profile layer's trace function (:func:`helpers.profile.trace`), passed to :func:`helpers.symbolic.trace`.
     """
     k = key(config)
     kept = _KEPT.pop(k, None) or {"steps": [], "checked": None, "refused": None}
@@ -44,7 +46,7 @@ def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], St
     step = None
     if kept["refused"] is None and kept["checked"] is not None:
         try:
-            step = trace(config, spec)
+            step = trace(config, trace_step, spec)
         except NotSymbolic as e:
             kept["refused"] = str(e)
     last = kept["checked"]
@@ -74,3 +76,16 @@ def _checked(kept: dict, step: SymbolicStep, profile: StepProfile) -> bool:
 def forget_kept() -> None:
     """Forget the kept symbolic logs (:func:`answer`)."""
     _KEPT.clear()
+
+
+#: The fields of a profile that :func:`differs` compares (all but ``depth_note``, which says how it was made; the
+#: allocator's replay is a function of ``allocation_log``).
+COMPARED = ("backend", "model", "config", "input_shape", "parameter_count", "events", "event_categories",
+            "peak_allocated_bytes", "peak_event", "categories", "reserved_bytes", "params_without_grad",
+            "peak_allocation", "storages", "peak_serials", "paged_bytes", "allocation_log")
+
+
+def differs(evaluated: StepProfile, concrete: StepProfile) -> str | None:
+    """The first field of :data:`COMPARED` in which two profiles of one step differ, or None where they are equal:
+    an evaluated profile is kept only once it equals a concrete one."""
+    return next((name for name in COMPARED if getattr(evaluated, name) != getattr(concrete, name)), None)

@@ -4,12 +4,13 @@ The order of a step's allocation log does not depend on the batch size B or the 
 polynomials in them.  So the step is traced once with B (and, for token inputs, S) as symbolic sizes: a
 ``FakeTensorMode`` with a ``ShapeEnv(duck_shape=False)`` (``torch/fx/experimental/symbolic_shapes.py``), each size a
 symbol made with ``ShapeEnv.create_symbol`` and bounded to ``[2, 2**31 - 1]`` with ``constrain_symbol_range``, fed to
-the one step runner as its batch's sizes (:class:`helpers.step.StepRunner`'s ``sizes``).  Every storage's
+the one step runner as its batch's sizes (:class:`helpers.step.StepRunner`'s ``sizes``), and traced by the profile
+layer's trace function, passed in (:func:`helpers.profile.trace`, with this module's :func:`record`).  Every storage's
 ``untyped_storage().nbytes()`` is then an expression such as ``16*B*S**2``; :class:`SymbolicTracker` logs each change
 as ``(serial, kind, expression)`` and compares no sizes (a comparison of symbolic sizes records a guard).
 
 :meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it with
-:func:`helpers.record.profile_of_log`, as a written step is read: the peak, its event and allocation, the categories,
+:func:`helpers.written.profile_of_log`, as a written step is read: the peak, its event and allocation, the categories,
 the events and every storage are what a concrete trace gives (``tests/test_symbolic.py`` checks it field by field).
 
 Where the log holds (:meth:`SymbolicStep.outside`): each symbol in its range, and every guard that the trace recorded
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import operator
 import weakref
 from dataclasses import dataclass
+from typing import Callable
 
 import sympy
 import torch
@@ -40,8 +41,10 @@ from .engine.backends import collector_paused, resolve_backend
 from .engine.counting import LogEntry, StorageTracker
 from .engine.meter import Meter
 from .errors import first_line
-from .record import Allocation, Storage, StepProfile, frees_in_allocation_order, label_storages, profile_of_log
-from .step import StepRunner, _profile, _serials
+from .record import Allocation, Storage, StepProfile, frees_in_allocation_order, label_storages
+from .shallow import NotRepeated, ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step, traced_log
+from .step import StepRunner, owned_storages
+from .written import profile_of_log
 
 #: The range of every symbolic size: bounded (unbounded, ``applySlice`` keeps identity slices), and above 1 (a
 #: size of 1 is its own program).
@@ -89,10 +92,10 @@ def storage_bytes(nbytes):
     return RoundUp(nbytes)
 
 
-class SymbolicTracker(depth.ProbeTracker):
-    """The simulated GPU's tracker (:class:`helpers.depth.ProbeTracker`, which also notes markers and parents) for
+class SymbolicTracker(ShallowStepTracker):
+    """The simulated GPU's tracker (:class:`helpers.shallow.ShallowStepTracker`, which also notes markers and parents) for
     symbolic sizes: each storage's bytes an expression (:func:`storage_bytes`), each change logged and nothing
-    compared: ``allocated`` and ``peak`` stay 0 (the peak is the replay's, :func:`helpers.record.profile_of_log`).
+    compared: ``allocated`` and ``peak`` stay 0 (the peak is the replay's, :func:`helpers.written.profile_of_log`).
 
     Raises:
         NotSymbolic: for a storage resized in place (FSDP's), whose change in bytes would be a comparison.
@@ -207,7 +210,7 @@ class SymbolicStep:
         symbols: name (``"B"``, ``"S"``) -> the ``ShapeEnv``'s sympy symbol.
         ranges: name -> ``(low, high)``, each symbol's range after the trace (``ShapeEnv.var_to_range``: the bounds
             given, narrowed by what the guards imply).
-        log, storages, markers: :func:`helpers.record.profile_of_log`'s input, bytes and shapes as expressions.
+        log, storages, markers: :func:`helpers.written.profile_of_log`'s input, bytes and shapes as expressions.
         like: a profile holding the fields that do not depend on the sizes.
         guards: the guards the trace recorded (sympy relations): the log holds where all are true.
         how: how the log was made (the profile's ``depth_note`` says it).
@@ -320,9 +323,11 @@ def _compiled(expressions: list, symbols: list):
         return None
 
 
-def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicStep:
+def trace(config: StepConfig, trace_step: Callable, spec: models.ModelSpec | None = None) -> SymbolicStep:
     """``config``'s step traced once with its batch size (and sequence length) as symbols, in the regime of its point
     (a size of 1 fixed); a model of alike blocks written from two shallow symbolic traces (:mod:`helpers.depth`).
+    ``trace_step``: the profile layer's :func:`helpers.profile.trace` (this module sits below it), called as
+    ``trace_step(runner, make_tracer, first_tracer, record=record)``.
 
     Raises:
         NotSymbolic: where it cannot be (:func:`applies`, :func:`dimensions`), or the trace fails (a resize in place,
@@ -346,7 +351,7 @@ def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicS
         values.append(env.create_symintnode(symbols[name], hint=hint))
     try:
         with collector_paused():
-            triple, like, how = _traced(config, spec, env, tuple(values))
+            triple, like, how = _traced(config, spec, env, tuple(values), trace_step)
     except NotSymbolic:
         raise
     except Exception as e:  # an operation that needs concrete sizes: say which, in one line
@@ -358,27 +363,24 @@ def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicS
     return SymbolicStep(config, spec, fixed, symbols, ranges, *triple, like, guards, how)
 
 
-def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple) -> tuple[tuple, StepProfile, str]:
+def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple,
+            trace_step: Callable) -> tuple[tuple, StepProfile, str]:
     """``(log, storages, markers)`` of the symbolic step, a profile holding its other fields, and how it was made."""
     can, note = depth.applies(config, spec)
     if can:
         try:
-            probed = [_probe(config, spec, n, env, sizes) for n in depth.DEPTHS]
-            if any(p.profile.params_without_grad for p in probed):
-                raise depth.NotRepeated("some trainable parameters get no gradient")
-            triple = depth.extrapolate(*probed, spec.blocks)
-            low, high = (p.profile for p in probed)
-            grow = spec.blocks - probed[-1].depth
-            like = _like(high, spec.name, parameter_count=high.parameter_count + (
-                high.parameter_count - low.parameter_count) * grow,
-                paged_bytes=high.paged_bytes + (high.paged_bytes - low.paged_bytes) * grow)
-            return triple, like, (f"written exactly from its steps with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} "
-                                  f"blocks (helpers.depth), traced once with symbolic sizes")
-        except depth.NotRepeated as e:
+            shallow, deeper = (_symbolic_trace(config, spec, env, sizes, trace_step, n) for n in depth.DEPTHS)
+            written = depth.write_step(shallow, deeper, spec.blocks)
+            like = _like(deeper.profile, spec.name, parameter_count=written.parameter_count,
+                         paged_bytes=written.paged_bytes)
+            return (written.log, written.storages, written.markers), like, (
+                f"written exactly from its steps with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks "
+                f"(helpers.depth), traced once with symbolic sizes")
+        except NotRepeated as e:
             note = f"every one of its {spec.blocks} blocks traced: {e}"
-    probed = _probe(config, spec, None, env, sizes)
+    rec, tracker = _symbolic_trace(config, spec, env, sizes, trace_step)
     how = "traced once with symbolic sizes" + (f" ({note})" if note else "")
-    return depth.concrete(probed), _like(probed.profile, spec.name), how
+    return traced_log(rec, tracker.markers), _like(rec, spec.name), how
 
 
 def _like(rec: SymbolicRecord, model: str, **fields) -> StepProfile:
@@ -415,36 +417,26 @@ def _no_cpu_kernel_choice():
         torch.backends.nnpack.set_flags(nnpack)
 
 
-def _probe(config: StepConfig, spec: models.ModelSpec, n: int | None, env, sizes: tuple) -> depth.Probed:
-    """``config``'s step (with ``n`` blocks, or as it is for None) traced with symbolic ``sizes`` and probed.
+def _symbolic_trace(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple, trace_step: Callable,
+                    blocks: int | None = None) -> tuple[SymbolicRecord, SymbolicTracker] | ShallowStep:
+    """``config``'s step traced with symbolic ``sizes`` by ``trace_step``, counted by a :class:`SymbolicTracker`
+    whose event markers' shapes are made canonical: its record and tracker; or, with ``blocks``, the same step with
+    that many blocks (:func:`helpers.depth.shallow`) read block by block (:func:`helpers.shallow.read_shallow_step`).
 
     The CPU's convolution kernels are chosen without the sizes (:func:`_no_cpu_kernel_choice`).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    if n is not None:
-        config, spec = depth.shallow(config, spec, n)
+    if blocks is not None:
+        config, spec = depth.shallow(config, spec, blocks)
     tracker = SymbolicTracker()
     meter = Meter(config.device, attention=config.attention, tracker=tracker, fake_mode=FakeTensorMode(shape_env=env))
     runner = StepRunner(config, meter, spec=spec, sizes=sizes)
     with _no_cpu_kernel_choice(), meter:
-        rec = _profile(runner, depth.ProbeTracer, functools.partial(depth.ProbeTracer, kind="first"), record=record)
+        rec = trace_step(runner, ShallowStepTracer, ShallowStepTracer.of_first_step, record=record)
         tracker.markers[:] = [(pos, kind, e if e is None or e.shape is None else
                                dataclasses.replace(e, shape=tuple(map(canonical, e.shape))))
                               for pos, kind, e in tracker.markers]
-        if n is None:
-            return depth.Probed(0, rec, tracker.markers, {}, {}, "")
-        return depth.probed(n, rec, tracker, runner.model, runner.optimizer, functools.partial(_serials, meter))
-
-
-#: The fields of a profile that :func:`differs` compares (all but ``depth_note``, which says how it was made; the
-#: allocator's replay is a function of ``allocation_log``).
-COMPARED = ("backend", "model", "config", "input_shape", "parameter_count", "events", "event_categories",
-            "peak_allocated_bytes", "peak_event", "categories", "reserved_bytes", "params_without_grad",
-            "peak_allocation", "storages", "peak_serials", "paged_bytes", "allocation_log")
-
-
-def differs(evaluated: StepProfile, concrete: StepProfile) -> str | None:
-    """The first field of :data:`COMPARED` in which two profiles of one step differ, or None where they are equal:
-    an evaluated profile is kept only once it equals a concrete one."""
-    return next((name for name in COMPARED if getattr(evaluated, name) != getattr(concrete, name)), None)
+        if blocks is None:
+            return rec, tracker
+        return read_shallow_step(blocks, rec, tracker, runner.model, *owned_storages(runner))

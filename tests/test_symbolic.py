@@ -14,7 +14,7 @@ import sympy
 
 from helpers import depth, symbolic
 from helpers.config import StepConfig
-from helpers.step import profile_step
+from helpers.profile import profile_step, trace as trace_step
 from test_depth import _tiny, assert_same
 
 
@@ -33,7 +33,7 @@ def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | 
     """Trace once at the first point (or take ``step``); at every point, the evaluated profile equals
     ``profile_step``'s."""
     first = _config(model, *points[0], **options)
-    step = step if step is not None else symbolic.trace(first)
+    step = step if step is not None else symbolic.trace(first, trace_step)
     for batch_size, seq_len in points:
         config = first.replace(batch_size=batch_size, **({} if seq_len is None else {"seq_len": seq_len}))
         assert step.outside(config) is None, (config, step.outside(config))
@@ -46,7 +46,7 @@ def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | 
 @pytest.fixture(scope="module")
 def resnet18():
     """ResNet18's step traced once with a symbolic batch (at batch 8)."""
-    return symbolic.trace(_config("resnet18", 8, None))
+    return symbolic.trace(_config("resnet18", 8, None), trace_step)
 
 
 def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
@@ -66,7 +66,7 @@ def test_batch_1_is_its_own_regime(resnet18):
     assert step.outside(one) == "B = 1 is its own program (another regime)"
     with pytest.raises(symbolic.NotSymbolic, match="own program"):
         step.evaluate(one)
-    fixed = symbolic.trace(one)
+    fixed = symbolic.trace(one, trace_step)
     assert fixed.fixed == ("B",) and fixed.symbols == {}
     assert_same(fixed.evaluate(one), profile_step(one))
 
@@ -89,7 +89,7 @@ def test_a_written_lora_step_with_checkpointing_in_steady_state(low_minimum):
 
 def test_a_guard_bounds_the_region():
     """GPT-2's learned positions stop at 1,024: the trace records ``S <= 1024``, and a longer sequence is outside."""
-    step = symbolic.trace(_config("gpt2", 2, 64))
+    step = symbolic.trace(_config("gpt2", 2, 64), trace_step)
     assert step.guards_named() == ["S <= 1024"]
     longer = _config("gpt2", 2, 1025)
     assert "the guard S <= 1024" in step.outside(longer)
@@ -99,9 +99,9 @@ def test_a_guard_bounds_the_region():
 
 def test_what_cannot_be_traced_symbolically_says_why():
     with pytest.raises(symbolic.NotSymbolic, match="capacity"):
-        symbolic.trace(_config("resnet18", 8, None, capacity=8 * 2**30))
+        symbolic.trace(_config("resnet18", 8, None, capacity=8 * 2**30), trace_step)
     with pytest.raises(symbolic.NotSymbolic, match="full_trace"):
-        symbolic.trace(_config("resnet18", 8, None, full_trace=True))
+        symbolic.trace(_config("resnet18", 8, None, full_trace=True), trace_step)
 
 
 SLOW_CONFIGS = {
@@ -163,7 +163,7 @@ def test_answers_are_concrete_first_then_evaluated_once_checked():
 
     def ask(batch_size: int):
         config = _config("resnet18", batch_size, None)
-        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or profile_step(config))
+        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or profile_step(config), trace_step)
 
     first = ask(8)
     assert asked == [8] and first.depth_note is None
