@@ -40,12 +40,10 @@ SLOW = {
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
     "tests/test_symbolic.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
-        "7-8B steps traced with symbolic sizes and concretely at random points",
+        "Llama-3.1 8B QLoRA traced with symbolic sizes and concretely at random points",
     "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
     "tests/test_symbolic.py::test_a_written_lora_step_with_checkpointing_in_steady_state":
         "two shallow steps traced symbolically, written, and compared with two written concretely",
-    "tests/test_symbolic.py::test_random_small_configurations_are_evaluated_exactly":
-        "random small configurations, each traced symbolically once and concretely three times",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
         "the serving widget: LLaMA 65B's profile run traced in bfloat16 and in NF4",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",

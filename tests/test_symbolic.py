@@ -3,8 +3,7 @@ inside the region where its log holds, equals the concrete step there: every fie
 entry for entry, and the allocator's replay (reserved memory) byte for byte (issue 50).
 
 Batch 1 is its own regime (the batch fixed, the sequence a symbol).  The cheap configurations run in ``make test``;
-the full-size ones (GPT-2, MobileNetV2, the Llama preset, Llama-3.1 8B LoRA and QLoRA, Qwen2.5 7B, SmolLM2) and the
-property test over random small configurations in the slow group (``tests/conftest.py``).
+GPT-2's guard, a written tiny LoRA step and Llama-3.1 8B QLoRA in the slow group (``tests/conftest.py``).
 """
 
 import random
@@ -88,11 +87,13 @@ def test_a_written_lora_step_with_checkpointing_in_steady_state(low_minimum):
 
 
 def test_a_guard_bounds_the_region():
-    """GPT-2's learned positions stop at 1,024: the trace records ``S <= 1024``, and a longer sequence is outside."""
+    """GPT-2's learned positions stop at 1,024: the trace records ``S <= 1024``, which narrows S's range, and a longer
+    sequence is outside."""
     step = symbolic.trace(_config("gpt2", 2, 64), trace_step)
     assert step.guards_named() == ["S <= 1024"]
+    assert step.ranges["S"] == (symbolic.LOW, 1024)
     longer = _config("gpt2", 2, 1025)
-    assert "the guard S <= 1024" in step.outside(longer)
+    assert step.outside(longer) == "S = 1025 is outside the range [2, 1024] where the log holds"
     assert step.outside(_config("gpt2", 2, 1024)) is None
     assert step.outside(_config("gpt2", 2, 64, amp=True)) == "another configuration than the one traced"
 
@@ -104,26 +105,12 @@ def test_what_cannot_be_traced_symbolically_says_why():
         symbolic.trace(_config("resnet18", 8, None, full_trace=True), trace_step)
 
 
+#: The full-size step kept in the slow group: Llama-3.1 8B QLoRA, written from shallow symbolic traces, with
+#: bitsandbytes' NF4 subclass tensors (156 s, the written LoRA step 86 s, the guard 13 s, on a 2-core machine at load 4).
 SLOW_CONFIGS = {
-    "MobileNetV2, fp16 autocast": ("mobilenet_v2", False, dict(amp=True)),
-    "GPT-2, float32": ("gpt2", True, {}),
-    "Llama preset, bf16 autocast, accumulation": (
-        "llama3-8b", True, dict(amp=True, amp_dtype="bfloat16", accumulation_steps=2)),
-    "Llama-3.1 8B, LoRA r16, checkpointing, steady state": (
-        "meta-llama/Llama-3.1-8B", True, dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=16,
-                                              checkpoint=1, steady_state=True)),
     "Llama-3.1 8B, QLoRA (bitsandbytes' NF4), checkpointing, steady state": (
         "meta-llama/Llama-3.1-8B", True, dict(amp=True, amp_dtype="bfloat16", quantization="nf4", lora_rank=16,
                                               checkpoint=1, steady_state=True)),
-    "Qwen2.5 7B, bf16 autocast, checkpointing": (
-        "Qwen/Qwen2.5-7B", True, dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", checkpoint=1)),
-    "SmolLM2 135M (tied), fp16 autocast, steady state": (
-        "HuggingFaceTB/SmolLM2-135M", True, dict(amp=True, steady_state=True)),
-    "tiny Llama, torchtune's chunked loss": (_tiny(), True, dict(amp=True, amp_dtype="bfloat16", loss="chunked")),
-    "tiny Llama, saved tensors offloaded": (_tiny(), True, dict(offload=True)),
-    "tiny Llama written, bf16 autocast, LoRA, checkpointing, steady state": (
-        _tiny(layers=24), True, dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=4,
-                                     checkpoint=1, steady_state=True)),
 }
 
 
@@ -135,22 +122,6 @@ def test_a_full_size_step_evaluated_equals_its_concrete_trace(name):
     assert_evaluated_exactly(model, points, **options)
     if tokens:
         assert_evaluated_exactly(model, [(1, rng.randint(16, 512))], **options)
-
-
-def test_random_small_configurations_are_evaluated_exactly(low_minimum):
-    """A seeded draw of depth, width, heads, options and points; each traced once and evaluated at three points."""
-    rng = random.Random(50)
-    for _ in range(3):
-        heads = rng.choice([2, 4])
-        options = dict(optimizer=rng.choice(["adamw", "adam", "sgd"]), lora_rank=rng.choice([0, 4]),
-                       checkpoint=rng.choice([0, 1]), steady_state=rng.choice([False, True]),
-                       accumulation_steps=rng.choice([1, 2]))
-        if rng.random() < 0.6:
-            options.update(amp=True, amp_dtype=rng.choice(["float16", "bfloat16"]))
-        model = _tiny(rng.choice(["llama", "qwen2", "mistral"]), layers=rng.randint(6, 10),
-                      hidden=heads * rng.choice([8, 16]), heads=heads, kv_heads=rng.choice([1, heads]),
-                      tied=rng.random() < 0.3)
-        assert_evaluated_exactly(model, _points(rng, True, 3, (2, 5), (2, 80)), **options)
 
 
 def test_answers_are_concrete_first_then_evaluated_once_checked():
