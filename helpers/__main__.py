@@ -106,7 +106,7 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
                "param_dtype": config.PARAM_DTYPES, "lora_dtype": config.PARAM_DTYPES, "loss": config.LOSSES,
-               "compute_dtype": config.COMPUTE_DTYPES}
+               "compute_dtype": config.COMPUTE_DTYPES, "workspaces": config.WORKSPACES}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
     for flag, name, text in config.CLI_OPTIONS:

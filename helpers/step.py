@@ -201,7 +201,8 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
     """
     check_int("repeats", repeats, 1)
     config = step_config(model, batch_size, image_size, "time_step", **options)
-    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False)
+    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False,
+                  workspaces=config.workspaces)
     meter.count_storages = meter.backend == "simulated"  # the simulated GPU's CUDA rules (bitsandbytes' too) run there
     runner, times = StepRunner(config, meter), []
     with meter:
@@ -329,7 +330,8 @@ class StepRunner:
         self.spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
         self.name = self.spec.name
         self.task = resolve_task(config, self.spec)
-        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention)
+        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention,
+                                                                 workspaces=config.workspaces)
         self.place_model = place if place is not None else self.meter.place
         self.model: nn.Module | None = None
         self.segments: nn.Module | None = None

@@ -20,8 +20,9 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_
 from torch._subclasses.fake_tensor import FakeTensor
 
 from ..allocator.rules import allocation_size, round_up
-from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message
+from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message, simulated_card
 from .counting import StorageTracker
+from .workspaces import KernelMemory, run_with_kernel_memory
 
 #: CUDA's autocast policies in the pinned PyTorch, by operator overload: the lists of ``aten/src/ATen/autocast_mode.h``
 #: (``AT_FORALL_LOWER_PRECISION_FP``, ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``,
@@ -446,13 +447,16 @@ class SimulatedTracker(StorageTracker):
     ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`helpers.gpus.oom_message` (``requested`` and ``allocated``
     attributes, bytes); **composites under inference mode** (``cross_entropy``, ``to``), which autograd does not split
     there, are split here, with autocast again if it was on, as a GPU's dispatcher does; and cuBLAS's operand copies
-    (:func:`cublas_operand_copy`). ``capacity``: simulate a GPU of this many bytes (``None``: no limit).
+    (:func:`cublas_operand_copy`). ``capacity``: simulate a GPU of this many bytes (``None``: no limit).  What kernels
+    allocate for themselves, by ``workspaces`` (:data:`helpers.config.WORKSPACES`) on the card of ``capacity``
+    (:func:`helpers.gpus.simulated_card`): :attr:`kernels`, a :class:`helpers.engine.workspaces.KernelMemory`.
     """
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None, workspaces: str = "none"):
         super().__init__(None)
         self.capacity = capacity
         self._room = None if capacity is None else headroom(capacity)
+        self.kernels = KernelMemory(workspaces, simulated_card(capacity))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if (not self.paused and torch.is_inference_mode_enabled() and func.namespace == "aten"
@@ -464,7 +468,11 @@ class SimulatedTracker(StorageTracker):
         if not self.paused and func.namespace == "bitsandbytes" and (cuda := BNB_CUDA.get(func.name())):
             with self:
                 return cuda(*args, **(kwargs or {}))
-        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if self.paused:
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+        else:
+            dispatch = super().__torch_dispatch__
+            out = run_with_kernel_memory(self.kernels, self, lambda f, a, k: dispatch(f, types, a, k), func, args, kwargs)
         if func in _CUBLAS_OPERANDS and not self.paused:  # after the result, as cuBLAS's caller allocates them
             copies = [self.transient(n, args[i].dtype, args[i].shape) for i in _CUBLAS_OPERANDS[func]
                       if (n := cublas_operand_copy(args[i]))]
