@@ -143,7 +143,7 @@ CUDNN_LINE = "cuDNN workspaces"
 #: What a verdict says of a step with convolutions: its margin does not cover their workspaces.
 CUDNN_NOTE = "cuDNN workspaces not modelled, not covered by the margin"
 #: The bound on one cuDNN workspace (:attr:`helpers.engine.workspaces.ConvPass.bound`), as a multiple of its convolution's input + weight + output bytes: every workspace of
-#: the H200 table (66 isolated convolutions, 165 workspaces, cuDNN 9.14, float32 and float16, TF32 on,
+#: the H200 table (66 isolated convolutions, 181 workspaces, cuDNN 9.14, float32 and float16, TF32 on,
 #: ``benchmark=False``) is at most 1.5114 times them (ResNet18's ``layer4.0.conv1`` forward, batch 32, float32), so
 #: 1.52.  Derived from that one card and those settings: with TF32 off for cuDNN the same convolutions took up to 21.8
 #: times, and ``cudnn.benchmark=True`` tries algorithms with workspaces of gigabytes; the bound is stated, not proven.
