@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_leaves
 
 from .config import StepConfig
 from .engine.backends import resolve_backend
-from .engine.cuda_rules import SimulatedTracker
+from .engine.simulated import SimulatedTracker
 from .engine.trace import StepTracer
 from .models import ModelSpec
 from .record import StepProfile

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .config import StepConfig, check_int
-from .engine.cuda_rules import SimulatedTracker
+from .engine.simulated import SimulatedTracker
 from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .record import bytes_by_category, label_storages
@@ -63,7 +63,7 @@ def fake_process_group(world_size: int, rank: int = 0, replicas: int = 1):
 
 
 class _FSDPTracker(SimulatedTracker):
-    """A :class:`helpers.engine.cuda_rules.SimulatedTracker` remembering what FSDP2's operators (``torch.ops.fsdp.*``,
+    """A :class:`helpers.engine.simulated.SimulatedTracker` remembering what FSDP2's operators (``torch.ops.fsdp.*``,
     ``_fsdp_collectives.py``) made: ``all_gather_copy_in``'s inputs and flat buffer, ``split_with_sizes_copy``'s
     unsharded parameters, ``chunk_cat``'s unsharded gradients and reduce-scatter buffer."""
 

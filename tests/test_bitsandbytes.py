@@ -15,7 +15,7 @@ from peft.tuners.lora.bnb import Linear8bitLt as LoraLinear8bitLt
 
 from helpers.allocator.rules import round_up
 from helpers.batch import model_state_estimate
-from helpers.engine.cuda_rules import BNB_FUSED_ROWS, bnb_gemm_4bit
+from helpers.engine.bnb_rules import BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
 from helpers.config import StepConfig
 from helpers.step import StepRunner, profile_step

@@ -10,7 +10,7 @@ from peft.utils.integrations import dequantize_module_weight
 
 from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
-from helpers.engine.cuda_rules import BNB_FUSED_FP32_ROWS, BNB_FUSED_ROWS, bnb_gemm_4bit
+from helpers.engine.bnb_rules import BNB_FUSED_FP32_ROWS, BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
 from helpers.step import profile_step
 from helpers.techniques import quantization

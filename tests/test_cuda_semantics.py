@@ -1,4 +1,4 @@
-"""helpers.engine.cuda_rules: the simulation keeps what a CUDA GPU keeps.
+"""helpers.engine.cuda_rules and helpers.engine.autocast: the simulation keeps what a CUDA GPU keeps.
 
 The reference is a forward pass on fake CUDA tensors, which runs without a GPU
 (backward does not: the autograd engine asks the CUDA runtime for device 0).
@@ -14,7 +14,8 @@ from torch import nn
 
 from helpers import Meter, StepRunner, profile_step, round_up
 from helpers.config import StepConfig
-from helpers.engine.cuda_rules import (CUDA_AUTOCAST, NOT_EMULATED, SAME_ON_BOTH, SimulatedGradScaler, attention_saved_bytes, cuda_autocast_policy, cuda_rules)
+from helpers.engine.autocast import CUDA_AUTOCAST, NOT_EMULATED, SAME_ON_BOTH, cuda_autocast_policy
+from helpers.engine.cuda_rules import SimulatedGradScaler, attention_saved_bytes, cuda_rules
 from helpers.saved import forward_saved_bytes
 
 
@@ -136,7 +137,8 @@ def _loss_storages(device: str, grad_mode) -> list[tuple[tuple[int, ...], torch.
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from helpers.engine.counting import StorageTracker
-    from helpers.engine.cuda_rules import SimulatedTracker, simulated_autocast
+    from helpers.engine.autocast import simulated_autocast
+    from helpers.engine.simulated import SimulatedTracker
 
     with FakeTensorMode(allow_non_fake_inputs=True), (cuda_rules() if device == "cpu" else torch.no_grad()):
         logits = torch.randn(64, 5000, device=device, dtype=torch.float16, requires_grad=True)

@@ -211,7 +211,7 @@ def test_storage_resizes_are_counted_and_logged():
 
 
 def test_a_paused_tracker_counts_nothing():
-    from helpers.engine.cuda_rules import SimulatedTracker
+    from helpers.engine.simulated import SimulatedTracker
 
     tracker = SimulatedTracker(None)
     with Meter("simulated", tracker=tracker) as meter:

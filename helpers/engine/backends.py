@@ -18,7 +18,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .counting import StorageTracker
-from .cuda_rules import SimulatedGradScaler, SimulatedTracker, cuda_rules, host_side_steps, simulated_autocast
+from .autocast import simulated_autocast
+from .cuda_rules import SimulatedGradScaler, cuda_rules, host_side_steps
+from .simulated import SimulatedTracker
 
 _FAKE_LOG = logging.getLogger("torch._subclasses.fake_tensor")
 

@@ -8,7 +8,8 @@ mode, and :attr:`StorageTracker.allocated` and :attr:`StorageTracker.peak` are w
 and ``max_memory_allocated()`` would report for the step's tensors on a GPU.
 
 Lesson 00 writes the same idea in a few lines and checks it against :func:`helpers.profile_step` byte for byte. CUDA's
-rules: :mod:`helpers.engine.cuda_rules`; a real GPU's counters: :mod:`helpers.engine.backends`. Bytes throughout.
+rules: :mod:`helpers.engine.cuda_rules` and the simulated GPU's tracker, :mod:`helpers.engine.simulated`; a real GPU's
+counters: :mod:`helpers.engine.backends`. Bytes throughout.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class StorageTracker(TorchDispatchMode):
 
     def before_alloc(self, nbytes: int) -> None:
         """Called before ``nbytes`` more are counted: a simulated GPU of limited capacity raises
-        ``torch.OutOfMemoryError`` here (:class:`helpers.engine.cuda_rules.SimulatedTracker`)."""
+        ``torch.OutOfMemoryError`` here (:class:`helpers.engine.simulated.SimulatedTracker`)."""
 
     def _change(self, serial: int, kind: str, delta: int) -> None:
         self._now[serial] = self._now.get(serial, 0) + delta

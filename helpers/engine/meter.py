@@ -38,7 +38,7 @@ class Meter:
     Args:
         device: ``"auto"`` (cuda when present, else simulated), ``"cuda"`` or ``"simulated"``.
         capacity: behave as a GPU of this many bytes: simulated, less the assumed
-            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` (:class:`helpers.engine.cuda_rules.SimulatedTracker`); on cuda,
+            :data:`helpers.gpus.CUDA_OVERHEAD_BYTES` (:class:`helpers.engine.simulated.SimulatedTracker`); on cuda,
             ``torch.cuda.set_per_process_memory_fraction`` (restored on exit). Exceeding it raises
             ``torch.OutOfMemoryError``.
         attention: simulated only: the attention kernel (:data:`helpers.config.ATTENTION`).
@@ -186,7 +186,7 @@ class Meter:
 
     def autocast(self, dtype: torch.dtype):
         """A new autocast context for one forward pass in ``dtype``: ``torch.autocast("cuda", dtype)``, or
-        simulated, CPU autocast with CUDA's op lists (:func:`helpers.engine.cuda_rules.simulated_autocast`)."""
+        simulated, CPU autocast with CUDA's op lists (:func:`helpers.engine.autocast.simulated_autocast`)."""
         return self._backend.autocast(dtype)
 
     def offload(self):

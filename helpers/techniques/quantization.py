@@ -13,7 +13,7 @@ loads.
 
 Simulated, the tensors are CPU fake tensors, and bitsandbytes' operators run as their registered fake kernels
 (``bitsandbytes/_ops.py``), which allocate what its CUDA kernels allocate (``backends/cuda/ops.py``), in the same
-order, except the fused ``gemm_4bit`` and the int8 operators: :data:`helpers.engine.cuda_rules.BNB_CUDA` writes their
+order, except the fused ``gemm_4bit`` and the int8 operators: :data:`helpers.engine.bnb_rules.BNB_CUDA` writes their
 CUDA allocations. The CPU branches bitsandbytes would take on such tensors are turned off: repacking 4-bit weights for
 AVX-512 inference, and training an int8 layer through ``MatMul8bitFp`` (:func:`_cuda_path`).
 """
@@ -247,10 +247,10 @@ def _int8_linear(weight: torch.Tensor, bias: nn.Parameter | None, device: torch.
 
     Its product (``MatMul8bitLt``, ``bitsandbytes/autograd/_functions.py``, on bitsandbytes' CUDA path,
     :func:`_cuda_path`) casts the input to float16 and quantizes it row-wise to int8, multiplies the int8 codes into
-    the input's dtype (:data:`helpers.engine.cuda_rules.BNB_CUDA`), and keeps the input for backward (``ctx.tensors``,
+    the input's dtype (:data:`helpers.engine.bnb_rules.BNB_CUDA`), and keeps the input for backward (``ctx.tensors``,
     not ``save_for_backward``), though its backward does not read it; its backward dequantizes ``CB`` into the input's
     dtype (``N * K`` elements, with ``SCB / 127`` in float32) for ``grad_output @ W``. The simulation assumes no
-    outlier column (:func:`helpers.engine.cuda_rules.bnb_int8_vectorwise_quant`)."""
+    outlier column (:func:`helpers.engine.bnb_rules.bnb_int8_vectorwise_quant`)."""
     bnb = _bitsandbytes()
     with _disable_current_modes():  # the module is made on meta, outside the step's fake tensors
         layer = bnb.nn.Linear8bitLt(weight.shape[1], weight.shape[0], bias=False, has_fp16_weights=False,
