@@ -85,6 +85,38 @@ def _output_vec_size(dims: list[tuple[int, int, bool]], output_index: int) -> in
     return vec
 
 
+def _launch_shape(shape, strides, dims) -> tuple[int, bool, int, int, int]:
+    """``setReduceConfig`` up to ``set_block_dimension``: ``(num_outputs, reduction_on_fastest_striding_dimension,
+    dim0, dim1, output_vec_size)``, with each case of vectorization (along the input, along the output)."""
+    it = _iterator_dims(shape, strides, set(dims))
+    num_outputs = math.prod(n for n, _, red in it if not red)
+    inputs_per_output = math.prod(shape) // num_outputs
+    reduce_dims = sum(red for _, _, red in it)
+    if not it:
+        return num_outputs, True, 1, 1, 1
+    fastest = reduce_dims == len(it) or it[0][1] < it[reduce_dims][1]
+    dim0, dim1 = (inputs_per_output, num_outputs) if fastest else (num_outputs, inputs_per_output)
+    fastest_stride = it[0][1] if fastest else it[reduce_dims][1]
+    output_vec = 1
+    if fastest_stride == 1:
+        if fastest and dim0 >= 128 and reduce_dims == 1:
+            dim0 //= INPUT_VEC_SIZE  # vectorize along input
+        elif not fastest:
+            output_vec = _output_vec_size(it, reduce_dims)  # vectorize along output
+            dim0 //= output_vec
+    return num_outputs, fastest, dim0, dim1, output_vec
+
+
+def _block_dimensions(dim0: int, dim1: int, output_vec: int) -> tuple[int, int]:
+    """``ReduceConfig::set_block_dimension``: ``(block_width, block_height)``."""
+    max_threads = REDUCE_MAX_THREADS // output_vec
+    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
+    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
+    block_width = min(dim0_pow2, WARP_SIZE)
+    block_height = min(dim1_pow2, max_threads // block_width)
+    return min(dim0_pow2, max_threads // block_height), block_height
+
+
 def reduction_staging(shape, dims, dtype: torch.dtype, *, sms: int, threads_per_sm: int,
                       strides=None) -> tuple[int, int]:
     """Bytes of the staging buffer and of the semaphores ``gpu_reduce_kernel`` allocates for a sum or mean of a
@@ -112,29 +144,9 @@ def reduction_staging(shape, dims, dtype: torch.dtype, *, sms: int, threads_per_
     numel = math.prod(shape)
     if numel == 0 or max(numel, element * sum((n - 1) * s for n, s in zip(shape, strides)) + element) > 2**31 - 1:
         return 0, 0
-    it = _iterator_dims(shape, strides, set(dims))
-    num_outputs = math.prod(n for n, _, red in it if not red)
+    num_outputs, fastest, dim0, dim1, output_vec = _launch_shape(shape, strides, dims)
     inputs_per_output = numel // num_outputs
-    reduce_dims = sum(red for _, _, red in it)
-    if it:
-        fastest = reduce_dims == len(it) or it[0][1] < it[reduce_dims][1]
-        dim0, dim1 = (inputs_per_output, num_outputs) if fastest else (num_outputs, inputs_per_output)
-        fastest_stride = it[0][1] if fastest else it[reduce_dims][1]
-    else:
-        fastest, dim0, dim1, fastest_stride = True, 1, 1, 1
-    output_vec = 1
-    if fastest_stride == 1:
-        if fastest and dim0 >= 128 and reduce_dims == 1:
-            dim0 //= INPUT_VEC_SIZE  # vectorize along input
-        elif not fastest:
-            output_vec = _output_vec_size(it, reduce_dims)  # vectorize along output
-            dim0 //= output_vec
-    max_threads = REDUCE_MAX_THREADS // output_vec  # set_block_dimension
-    dim0_pow2 = _last_pow2(dim0) if dim0 < max_threads else max_threads
-    dim1_pow2 = _last_pow2(dim1) if dim1 < max_threads else max_threads
-    block_width = min(dim0_pow2, WARP_SIZE)
-    block_height = min(dim1_pow2, max_threads // block_width)
-    block_width = min(dim0_pow2, max_threads // block_height)
+    block_width, block_height = _block_dimensions(dim0, dim1, output_vec)
     num_threads = block_width * block_height
     step_input = step_output = 1
     block_x_reduce = fastest
