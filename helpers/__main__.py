@@ -407,7 +407,9 @@ def _fits_lines(verdicts: dict) -> list[str]:
                      + (f": {fmt_mib(v.spare)} to spare" if v.tight else ""))
     for name in first.lines:
         sizes = [v.lines[name] for v in verdicts.values()]
-        if all(n is None for n in sizes):
+        if all(n is None for n in sizes) and (first.cudnn_bound is not None or first.workspaces != "none"):
+            lines.append(f"  {name}: {first.caveat.removeprefix('but ')}")  # counted, or the bound of what they may add
+        elif all(n is None for n in sizes):
             lines.append(f"  {name}: not modelled (they depend on the algorithm cuDNN picks, up to the largest "
                          f"free block of the allocator's cache; the margin does not cover them)")
         else:

@@ -155,7 +155,7 @@ def cudnn_note(workspaces: str = "none", bound: int | None = None, unit: str = "
     (``workspaces``, :data:`helpers.config.WORKSPACES`): not counted, with ``bound`` (bytes; None: unknown) the most
     they may add ("fits, but cuDNN may need up to N MiB more"); counted as measured; or counted at their bound."""
     if workspaces == "measured":
-        return "cuDNN workspaces counted, as measured on the card"
+        return "cuDNN workspaces counted, as measured on an H200 (the only card with a table)"
     if workspaces == "bound":
         return f"cuDNN workspaces counted at their bound, {CUDNN_BOUND_RATIO} x each convolution's tensors"
     if bound is None:

@@ -73,6 +73,18 @@ ADDRESS_NOTE = ("the allocator model places segments at its own addresses, the d
                 "tie, a different block can serve a request, so reserved memory can differ by a few segments")
 
 
+#: What cuDNN took on the H200 of the recording (``lessons/data/``, each file's ``about`` says how it was measured):
+#: the workspaces of isolated convolutions (the table ``workspaces="measured"`` reads), and its settings' effects
+#: (``cudnn.benchmark``, TF32 off, a memory cap).
+CUDNN_FILES = {"workspaces": REFERENCE_FILE.parent / "cudnn_workspaces_h200.json",
+               "settings": REFERENCE_FILE.parent / "cudnn_settings_h200.json"}
+
+
+def cudnn_measurements() -> dict[str, dict]:
+    """The two files of :data:`CUDNN_FILES`, read: ``{"workspaces": ..., "settings": ...}`` (lesson 04, section 9)."""
+    return {name: json.loads(path.read_text()) for name, path in CUDNN_FILES.items()}
+
+
 def cublas_segment_bytes(data: dict) -> int:
     """The bytes of the cuBLAS workspaces every recorded step's reserved memory holds: ``make gpu-reference`` makes
     both handles' workspaces before the first run (``warm_up_cublas``) and they live on, 2 x
