@@ -28,7 +28,7 @@
 # - Train on real data in each configuration and confirm or refute "AMP converges worse" and "checkpointing is slower".
 # - Go beyond the article with offloading saved tensors to host memory, and find the limit of every per-tensor trick.
 #
-# **Time:** about 105 minutes alone: 42 of reading, 36 of code, 4 for the figures, 2 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
+# **Time:** about 115 minutes alone: 46 of reading, 41 of code, 5 for the figures, 2 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
 #
 # Read lesson 03 first: this lesson uses its step profiles and vocabulary.
 
