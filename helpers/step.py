@@ -136,7 +136,8 @@ class StepRunner:
             self.batch_size = sizes[0]
             if len(sizes) > 1:
                 self.task = dataclasses.replace(self.task, sample_shape=tuple(sizes[1:]))
-        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention)
+        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention,
+                                                           workspaces=config.workspaces)
         self.place_model = place if place is not None else self.meter.place
         self.model: nn.Module | None = None
         self.segments: nn.Module | None = None
