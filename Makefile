@@ -47,15 +47,18 @@ reset-lessons: setup
 # run faster so than on threads that contend for the same cores. Each lesson runs
 # once, under strict nbval, its exercise solutions after it in the same kernel.
 # The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them.
+# Progress a person can read: how many items are done ([412/1310]) at each line's
+# end, and the 15 slowest before pytest's closing line.
+PROGRESS = -o console_output_style=count --durations=15
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile -m "not slow" $(PROGRESS)
 
 # The slow groups, which .ci/run runs after make test: the website and the lessons
 # in Chromium, the stub-driver oracle, the published figures, the short paths run
 # in a kernel. PYTEST_WORKERS: how many at once (default one per core).
 PYTEST_WORKERS ?= auto
 test-slow: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests $(PROGRESS)
 
 # The layers of helpers/ (.importlinter): no import up a layer, no circle.
 lint-imports: setup
@@ -103,9 +106,12 @@ benchmark-published: setup
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/published_figures.py
 
 # Real-GPU figures beside the simulated ones, then the tests and lessons on the
-# GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing).
+# GPU (benchmarks/gpu_reference.py; without a GPU it says so and writes nothing);
+# then, within 10 minutes, cuDNN workspaces and reductions measured on that card and
+# every lesson run there as a notebook (benchmarks/gpu_tables.py; --budget SECONDS).
 gpu-reference: setup
 	$(BIN)/python benchmarks/gpu_reference.py
+	$(BIN)/python benchmarks/gpu_tables.py
 
 # For a GPU machine that has PyTorch but not the test packages (Python 3.12):
 # their wheels, into .whl/ (see README.md, "Recording real-GPU figures"); and,

@@ -60,7 +60,7 @@ def measure(name: str, full: bool) -> dict:
     start = time.perf_counter()
     from helpers import profile_step  # imports counted in the process's time, not the step's
 
-    from helpers.step import forget_kept
+    from helpers.profile import forget_kept
 
     imported, cpu = time.perf_counter(), time.process_time()
     profile = profile_step(**STEP, **CONFIGURATIONS[name], full_trace=full)

@@ -7,7 +7,7 @@ with an NVIDIA GPU:
    simulated, and records the GPU's ``max_memory_allocated`` and
    ``max_memory_reserved``, the simulated peak and peak reserved memory (the
    allocation log replayed through :mod:`helpers.allocator`), the per-module deltas of both
-   and the wall time of an untraced step (:func:`helpers.step.time_step`).
+   and the wall time of an untraced step (:func:`helpers.profile.time_step`).
    It writes ``gpu_reference.json`` (the format is in :mod:`helpers.teaching.reference`)
    into ``--out`` (default ``lessons/data``) after every run, so an
    interrupted harness resumes where it stopped: a run already recorded there

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from helpers import serving
+from helpers import profile, serving
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     first = time.perf_counter() - start
     times = []
     for _ in range(args.runs):
-        serving.forget_kept()  # trace again: the time of a new account, not of a kept one
+        profile.forget_kept()  # trace again: the time of a new account, not of a kept one
         start = time.perf_counter()
         account()
         times.append(time.perf_counter() - start)

@@ -2,8 +2,9 @@
 
 **Start reading at** :mod:`helpers.engine.counting`: the storage-counting mode that makes every simulated number (200
 lines, half of them explanation), then :mod:`helpers.engine.meter` (the one API over both backends), :mod:`helpers.step`
-(the recipe and the one step runner) and :mod:`helpers.record` (how each storage gets its category).  The layers,
-lowest first; nothing imports from a layer above its own (``.importlinter`` states it, CI checks it):
+(the recipe and the one step runner), :mod:`helpers.profile` (how a question gets its answer) and :mod:`helpers.record`
+(how each storage gets its category).  The layers, lowest first; nothing imports from a layer above its own
+(``.importlinter`` states it, CI checks it):
 
 * :mod:`helpers.units`, :mod:`helpers.errors`, :mod:`helpers.palette`, :mod:`helpers.versions`, :mod:`helpers.gpus`,
   :mod:`helpers.config`: bytes and formatting; one-line errors; the colours; the pinned versions; GPU cards and the one
@@ -14,9 +15,11 @@ lowest first; nothing imports from a layer above its own (``.importlinter`` stat
 * :mod:`helpers.models`: presets, Hugging Face configs, and what a model eats (its inputs and loss);
 * :mod:`helpers.techniques` (precision, checkpointing, LoRA, quantization, optimizers, masks, sharding formulas), each
   with its step of the recipe; :mod:`helpers.record` (a step's profile and its categories);
-* :mod:`helpers.depth`: a step of many alike blocks written exactly from two shallow traces;
-* :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`, the training step written once),
-  :func:`profile_step` and :func:`time_step` (lesson 03);
+* :mod:`helpers.shallow` (a shallow step read block by block) and :mod:`helpers.written` (the profile of a written
+  log); :mod:`helpers.depth`: a step of many alike blocks written exactly from two shallow traces;
+  :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`, the training step written once);
+* :mod:`helpers.profile`: the profile layer: :func:`profile_step` (lesson 03), :func:`time_step`, the kept answers,
+  and the one decision of how a profile is obtained (traced in full, or written from shallow traces);
 * studies built on the runner: :mod:`helpers.batch` (memory against batch size, lesson 01), :mod:`helpers.saved`
   (what autograd saves, lesson 02), :mod:`helpers.loops` (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp`
   (FSDP2 on a fake process group, lesson 07), :mod:`helpers.transformer` (a transformer's activations, lesson 08),
@@ -53,7 +56,8 @@ _HOME = {
     "CATEGORY_COLORS": "palette", "OKABE_ITO": "palette",
     "CATEGORIES": "record", "StepProfile": "record",
     "build_model": "models", "classification_models": "models", "mlp": "models", "sequential_form": "models",
-    "DoesNotFit": "step", "StepRunner": "step", "profile_step": "step", "time_step": "step",
+    "StepRunner": "step",
+    "DoesNotFit": "profile", "forget_kept": "profile", "profile_step": "profile", "time_step": "profile",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
 }
 

@@ -1,8 +1,10 @@
 """Command line: ``python -m helpers profile ...``, ``python -m helpers serve MODEL`` and ``python -m helpers check``.
 
-``profile`` runs one training step (:func:`helpers.step.profile_step`), steady state by default, and prints the answer
-first: ``peak allocated: <X> MiB (<backend>)``, where it is reached, what fills it, and per card of
-:data:`helpers.gpus.GPU_CARDS` the verdict of :func:`helpers.batch.card_verdicts`. Bad input exits with status 2 and
+``profile`` runs one training step (:func:`helpers.profile.profile_step`), steady state by default, and prints the
+answer first: ``peak allocated: <X> MiB (<backend>)``, the step and the defaults it took (:func:`library_defaults`: a
+Hugging Face model as the pinned transformers loads and trains it), per card of :data:`helpers.gpus.GPU_CARDS` (or
+the one ``--gpu`` names) the verdict of :func:`helpers.batch.card_verdicts`, then where the peak is reached and what
+fills it. Bad input exits with status 2 and
 one line in the flags' names (:func:`in_flags`); a step that does not fit a real GPU exits with 1. ``serve`` prints
 vLLM's start-up account (:func:`helpers.serving.vllm_startup`); bad input, or a KV cache too small for one sequence,
 exits with 2 and one line. ``check`` is :mod:`helpers.check` (exit 0 ready, 1 broken).
@@ -17,6 +19,7 @@ import re
 import sys
 
 from . import config  # no torch import: `check` must run when torch is broken
+from .flags import CLI_OPTIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,8 +71,9 @@ EXAMPLES = """examples:
   python -m helpers profile --model resnet50 --batch-size 64 --amp --checkpoint 4
       the same with mixed precision and activation checkpointing (lesson 04)
   python -m helpers profile --model meta-llama/Llama-3.1-8B --seq-len 2048 --amp --amp-dtype bfloat16 \\
-      --lora-rank 16 --optimizer adamw
-      LoRA fine-tuning of a shipped Hugging Face config at 2,048 tokens, batch 1 (lesson 09)
+      --lora-rank 16 --checkpoint 1 --optimizer adamw --gpu "RTX 4090 24 GB"
+      lesson 09's LoRA step of a shipped Hugging Face config: bfloat16 weights (the config's dtype),
+      checkpointing, AdamW, 2,048 tokens, batch 1; does it fit a 24 GB card?
   python -m helpers profile --model gpt2 --seq-len 1024 --batch-size 8 --table
       GPT-2 at batch 8, then the step's memory module by module
   python -m helpers profile --model mypackage.models:build --input-shape 1,28,28
@@ -99,20 +103,79 @@ examples:
 TOKEN_BATCH = 1
 
 
+#: The options whose default ``profile`` takes from the libraries for a Hugging Face model (:func:`library_defaults`),
+#: as its help says them.
+LIBRARY_DEFAULTS = {
+    "optimizer": "a Hugging Face model's default: adamw with --fused, what the pinned transformers' Trainer uses "
+                 "(TrainingArguments.optim: adamw_torch_fused with torch 2.8 or later)",
+    "param_dtype": "a Hugging Face model's default: its config's dtype, as from_pretrained's dtype=\"auto\" loads "
+                   "it (float32 where the config says float16 or nothing)",
+}
+
+
+def _card(text: str) -> str:
+    """``--gpu``: a card of :data:`helpers.gpus.GPU_CARDS` by its name, in any case."""
+    from .gpus import GPU_CARDS
+
+    for card in GPU_CARDS:
+        if card.lower() == text.strip().lower():
+            return card
+    raise argparse.ArgumentTypeError(f"unknown card {text!r}; the cards: {', '.join(GPU_CARDS)}")
+
+
+def library_defaults(options: dict) -> list[str]:
+    """Fill ``options``' unset ``optimizer`` and ``param_dtype`` (None) as the pinned libraries would, and say how.
+
+    For a Hugging Face causal LM (:func:`helpers.config.is_hf_config`): its parameters in its config's ``dtype``, as
+    transformers 5's ``from_pretrained(dtype="auto")`` loads them (``modeling_utils.py``), where that is one of
+    :data:`helpers.config.PARAM_DTYPES` (float32 otherwise, said); and fused AdamW, the optimizer the ``Trainer``
+    of the pinned transformers uses by default (``TrainingArguments.optim``, ``"adamw_torch_fused"`` from torch 2.8,
+    ``training_args.py``). Other models keep :class:`helpers.config.StepConfig`'s defaults and say nothing; so does
+    ``profile_step`` itself. Returns the lines that say each default taken; a config that cannot be read is left to
+    the step to refuse.
+    """
+    hf_model = config.is_hf_config(options["model"])
+    said = []
+    if options["param_dtype"] is None:
+        options["param_dtype"] = config.StepConfig.param_dtype
+        dtype = None
+        if hf_model:
+            from .models import hf
+
+            try:
+                dtype = str(getattr(hf.load_config(options["model"]), "dtype", None) or "").removeprefix("torch.")
+            except ValueError:  # said by profile_step, in one line
+                dtype = None
+        if dtype in config.PARAM_DTYPES:
+            options["param_dtype"] = dtype
+            said.append(f"parameters in {dtype}: the config's dtype, as from_pretrained's dtype=\"auto\" loads them")
+        elif dtype is not None:
+            said.append(f"parameters in float32: the config says {dtype or 'no dtype'}, which these steps do not store "
+                        f"parameters in (--param-dtype bfloat16 for 16-bit weights)")
+    if options["optimizer"] is None:
+        options["optimizer"] = "adamw" if hf_model else config.StepConfig.optimizer
+        if hf_model:
+            options["fused"] = True
+            said.append("fused AdamW: the Trainer's default optimizer (adamw_torch_fused)")
+    return said
+
+
 def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
-    """Add the flags of :data:`helpers.config.CLI_OPTIONS` to ``p``: ``profile``'s step, or (``twin``) the step that
+    """Add the flags of :data:`helpers.flags.CLI_OPTIONS` to ``p``: ``profile``'s step, or (``twin``) the step that
     ``explain`` simulates beside a snapshot, which has no ``--device`` (it is simulated) and no model by default."""
     defaults = {f.name: f.default for f in dataclasses.fields(config.StepConfig)}
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
-               "param_dtype": config.PARAM_DTYPES, "lora_dtype": config.PARAM_DTYPES, "loss": config.LOSSES,
+               "param_dtype": config.PARAM_DTYPES, "lora_dtype": config.LORA_DTYPES, "loss": config.LOSSES,
                "compute_dtype": config.COMPUTE_DTYPES}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
-    for flag, name, text in config.CLI_OPTIONS:
+    for flag, name, text in CLI_OPTIONS:
         default = None if name == "batch_size" or (twin and name == "model") else defaults[name]  # see _batch_size
         if twin and name == "device":
             continue
+        if not twin and name in LIBRARY_DEFAULTS:  # decided by the model: library_defaults
+            default, text = None, f"{text}; {LIBRARY_DEFAULTS[name]}"
         if name == "steady_state":  # the default here: a verdict judges the steady state
             p.add_argument(flag, dest=name, action="store_true", default=True, help=text)
             p.add_argument("--first-step", dest=name, action="store_false",
@@ -135,7 +198,7 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line; ``profile``'s flags come from :data:`helpers.config.CLI_OPTIONS`."""
+    """The command line; ``profile``'s flags come from :data:`helpers.flags.CLI_OPTIONS`."""
     parser = _Parser(prog="python -m helpers",
                      description="The memory of one PyTorch training step, and a pre-flight check for the lessons.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -151,6 +214,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reserved", action="store_true",
                    help="replay the step through the caching-allocator model: peak reserved memory, and which "
                         "GPUs it fits with reserved memory and an assumed CUDA context (lesson 06)")
+    p.add_argument("--gpu", type=_card, default=None, metavar="NAME",
+                   help="judge the step on this card only, by its name: " + ", ".join(_cards()))
     p.add_argument("--alloc-conf", default="", metavar="CONF",
                    help="with --reserved: allocator settings as PYTORCH_CUDA_ALLOC_CONF spells them, e.g. "
                         "expandable_segments:True or max_split_size_mb:128")
@@ -167,6 +232,12 @@ def _parser() -> argparse.ArgumentParser:
     _serve_parser(sub)
     sub.add_parser("check", help="pre-flight check: versions, device, backend, does ResNet18 at batch 128 fit")
     return parser
+
+
+def _cards() -> list[str]:
+    from .gpus import GPU_CARDS
+
+    return list(GPU_CARDS)
 
 
 def _serve_parser(sub) -> None:
@@ -229,11 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     from .batch import card_verdicts
-    from .step import DoesNotFit, profile_step
+    from .profile import DoesNotFit, profile_step
 
     prog = "python -m helpers profile"
-    options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS}
+    options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
     options["batch_size"], batch_note = _batch_size(options)
+    defaults = library_defaults(options)
     try:
         if args.alloc_conf and not args.reserved:
             raise ValueError("--alloc-conf applies to the allocator model: give --reserved too")
@@ -251,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: warning: {len(profile.params_without_grad)} parameters got no gradient "
               f"(first: {profile.params_without_grad[0]}); this configuration does not train them", file=sys.stderr)
     allocator = _allocator_report(profile, settings) if args.reserved else None
-    verdicts = card_verdicts(profile, args.reserved, settings) if profile.config.steady_state else None
+    every = card_verdicts(profile, args.reserved, settings) if profile.config.steady_state else None
+    verdicts = {args.gpu: every[args.gpu]} if every and args.gpu else every
     if args.json:
         out = profile.to_dict()
         if allocator is not None:
@@ -259,14 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         out["fits"] = _fits_report(verdicts) if verdicts else None
         print(json.dumps(out))
     else:
-        print("\n".join(_answer(profile, verdicts, batch_note)))
+        print("\n".join(_answer(profile, verdicts, batch_note, defaults)))
         if allocator is not None:
             print(_allocator_lines(allocator))
         print(f"the step module by module ({len(profile.events):,} events): "
               + ("below" if args.table else "add --table"))
         if args.table:
             print(profile.table())
-    beyond = _beyond_any_card(card_verdicts(profile) if verdicts is None else verdicts)
+    beyond = _beyond_any_card(card_verdicts(profile) if every is None else every)
     if beyond:
         print(f"{prog}: note: {beyond}", file=sys.stderr)
     return 0
@@ -276,7 +349,7 @@ def _explain(args) -> int:
     """``explain``: the report of :func:`helpers.snapshot.explain_snapshot`, with the simulated twin when ``--model``
     is given; bad input exits with 2 and one line."""
     from .snapshot import SnapshotError, explain_snapshot, load_snapshot, pick_trace
-    from .step import profile_step
+    from .profile import profile_step
 
     prog = "python -m helpers explain"
     try:
@@ -292,7 +365,7 @@ def _explain(args) -> int:
         pick_trace(snapshot, args.cuda_device)
         step = None
         if args.model is not None:
-            options = {name: getattr(args, name) for _, name, _ in config.CLI_OPTIONS if name != "device"}
+            options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS if name != "device"}
             options["batch_size"], _ = _batch_size(options)
             step = profile_step(**options, device="simulated")
         report = explain_snapshot(snapshot, args.cuda_device, step)
@@ -337,8 +410,9 @@ def _serve(args) -> int:
     return 0
 
 
-def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
-    """The answer, in lines: the peak, its step, where it is reached, what fills it, the verdicts, the model states."""
+def _answer(profile, verdicts: dict | None, batch_note: str, defaults: list[str] = ()) -> list[str]:
+    """The answer, in lines: the peak, its step and the defaults it took, the verdicts, where the peak is reached,
+    what fills it, the model states."""
     from .units import fmt_mib
 
     config_ = profile.config
@@ -346,21 +420,22 @@ def _answer(profile, verdicts: dict | None, batch_note: str) -> list[str]:
             else "the first training step (the optimizer's states do not exist yet)")
     lines = [f"peak allocated: {fmt_mib(profile.peak_allocated_bytes)} ({profile.backend})",
              f"  of {step}: {profile.model}, {_inputs(profile)}, {_options(config_)}",
-             *([f"  ({batch_note})"] if batch_note else []),
-             f"  reached by event {profile.peak_event}, {profile.peak.label}",
-             *([f"  simulated: {profile.depth_note}"] if profile.depth_note else []),  # a model of repeated blocks
-             "what fills it at the peak:"]
+             *([f"  defaults of the pinned libraries: {'; '.join(defaults)}"] if defaults else []),
+             *([f"  ({batch_note})"] if batch_note else [])]
+    if verdicts:
+        lines += _fits_lines(verdicts)
+    else:
+        lines.append("does it fit? no verdict on a first step: its forward and backward run before the optimizer's "
+                     "states exist (drop --first-step)")
+    lines += [f"peak reached by event {profile.peak_event}, {profile.peak.label}",
+              *([f"  simulated: {profile.depth_note}"] if profile.depth_note else []),  # a model of repeated blocks
+              "what fills it at the peak:"]
     width = max(len(name) for name in profile.categories)
     lines += [f"  {name:<{width}} {fmt_mib(nbytes):>14}" for name, nbytes in profile.categories.items()]
     if profile.paged_bytes:
         lines.append(f"paged optimizer states, outside the peak: {fmt_mib(profile.paged_bytes)} of CUDA unified memory "
                      f"(not counted by memory_allocated; on the GPU while there is room, paged to host memory under "
                      f"pressure)")
-    if verdicts:
-        lines += _fits_lines(verdicts)
-    else:
-        lines.append("does it fit? no verdict on a first step: its forward and backward run before the optimizer's "
-                     "states exist (drop --first-step)")
     states = profile.model_state_bytes
     lines.append(f"model states at optimizer.step() (parameters + gradients + optimizer states): "
                  f"{fmt_mib(states)}, {states / profile.parameter_count:.2f} bytes per parameter "
@@ -387,7 +462,7 @@ def _options(config_) -> str:
     defaults = config.StepConfig()
     said = {"model", "batch_size", "seq_len", "input_shape", "image_size", "optimizer", "steady_state", "device"}
     flags = []
-    for flag, name, _ in config.CLI_OPTIONS:
+    for flag, name, _ in CLI_OPTIONS:
         value = getattr(config_, name)
         if name in said or value == getattr(defaults, name):
             continue
@@ -440,11 +515,11 @@ def _fits_report(verdicts: dict) -> dict:
 def in_flags(message: str) -> str:
     """A message of :class:`helpers.config.StepConfig` or :mod:`helpers.models` in the command line's words.
 
-    Each option of :data:`helpers.config.CLI_OPTIONS` becomes its flag (``lora_rank`` -> ``--lora-rank``): a name with
+    Each option of :data:`helpers.flags.CLI_OPTIONS` becomes its flag (``lora_rank`` -> ``--lora-rank``): a name with
     an underscore outside quotes, ``name=value``, ``name=``, ``name (--flag)``; a one-word name only before "applies",
     "must" or "segments". An unknown model's message also lists :data:`helpers.config.HF_SHIPPED`.
     """
-    flags = {name: flag for flag, name, _ in config.CLI_OPTIONS}
+    flags = {name: flag for flag, name, _ in CLI_OPTIONS}
     names = "|".join(sorted(flags, key=len, reverse=True))
     for said in (rf"\b({names})=? \((--[a-z-]+)\)", rf"\b({names})=?, (--[a-z-]+)"):  # "seq_len= (--seq-len)"
         message = re.sub(said, lambda m: m.group(2) if m.group(2) == flags[m.group(1)] else m.group(0), message)

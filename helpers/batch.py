@@ -16,7 +16,7 @@ from .engine.backends import get_backend
 from .config import StepConfig, check_int
 from .gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Verdict, headroom, judge
 from .record import StepProfile
-from .step import DoesNotFit, profile_step
+from .profile import DoesNotFit, profile_step
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class PeakCurve:
     the interval (convexity), exact up to the 512-byte rounding.  Otherwise, and on a real GPU always, it traces.
 
     Args:
-        model: as for :func:`helpers.step.profile_step`, or a whole :class:`helpers.config.StepConfig` (its batch size
+        model: as for :func:`helpers.profile.profile_step`, or a whole :class:`helpers.config.StepConfig` (its batch size
             is ignored).
         device: ``"auto"``, ``"cuda"`` or ``"simulated"``.
         **options: other :class:`helpers.config.StepConfig` options; ``steady_state`` defaults to True (what must fit

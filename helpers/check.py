@@ -1,6 +1,7 @@
 """Pre-flight check for a workshop: ``python -m helpers check``.
 
-Prints the versions of what the lessons use (against :data:`helpers.versions.PINS`), the device and its memory, the
+Prints the versions of what the lessons use (against :data:`helpers.versions.PINS`; the Hugging Face and
+quantization libraries with the lessons that need them, :data:`LESSON_PACKAGES`), the device and its memory, the
 backend, and whether ResNet18 at batch 128 fits (one steady-state step, measured on a GPU; simulated otherwise, and
 judged on each card by :func:`helpers.batch.card_verdicts`). Exit status 0 when the lessons will run, 1 when the
 environment is broken, each problem printed with its fix; a version that differs from the pin is only a warning.
@@ -26,6 +27,18 @@ PACKAGES = {
     "jupyterlab": f"pip install jupyterlab=={PINS['jupyterlab']}",
     "nbval": f"pip install nbval=={PINS['nbval']} (needed by the tests only)",
 }
+#: The Hugging Face and quantization libraries, with the lessons that need them (lessons 00 to 08 do not): 06b
+#: simulates lesson 09's LoRA step beside its snapshot, 09 fine-tunes with LoRA and QLoRA, 10 builds the served models.
+#: Each is checked as :data:`PACKAGES` are; its fix names the lessons.
+LESSON_PACKAGES = {
+    "transformers": ("lessons 06b, 09 and 10", "Hugging Face models built from their configs"),
+    "peft": ("lessons 06b and 09", "LoRA adapters"),
+    "accelerate": ("lessons 06b and 09", "peft imports it"),
+    "torchao": ("lesson 09", "its 8-bit AdamW and NF4 weights"),
+    "bitsandbytes": ("lessons 09 and 10", "4-bit and 8-bit weights, paged optimizers"),
+}
+PACKAGES.update({name: f"pip install {name}=={PINS[name]} ({lessons} need it; the others run without it)"
+                 for name, (lessons, _) in LESSON_PACKAGES.items()})
 #: Import name -> distribution name in requirements.txt.
 _DIST = {"sklearn": "scikit-learn"}
 
@@ -58,7 +71,7 @@ def run_check(out=print) -> int:
             note = f"  (requirements.txt pins {pin})"
             warnings.append(f"{name} {version} is not the pinned {pin}: the lessons run, "
                             f"but stored outputs may differ. Fix: pip install -r requirements.txt")
-        out(f"  {name:<12} {version}{note}")
+        out(f"  {name:<12} {version}{note}" + (f"  for {': '.join(LESSON_PACKAGES[name])}" if name in LESSON_PACKAGES else ""))
 
     if "torch" in modules:
         _device_report(modules["torch"], "torchvision" in modules, out, problems)
@@ -94,7 +107,7 @@ def _device_report(torch, have_torchvision: bool, out, problems: list[str]) -> N
     if not have_torchvision:
         return
     from .batch import card_verdicts
-    from .step import DoesNotFit, profile_step
+    from .profile import DoesNotFit, profile_step
 
     try:  # a steady-state step, through optimizer.step(): what must fit (helpers.gpus.judge)
         step = profile_step("resnet18", 128, device=runtime.name, steady_state=True)

@@ -1,7 +1,7 @@
 """Every option of a profiled training step, defined and checked in one place (:class:`StepConfig`).
 
-What :func:`helpers.step.profile_step` runs, what ``python -m helpers profile`` builds from its flags
-(:data:`CLI_OPTIONS`), what a profile echoes (:meth:`StepConfig.to_dict`), and what widgets cache traces by.
+What :func:`helpers.profile.profile_step` runs, what ``python -m helpers profile`` builds from its flags
+(:data:`helpers.flags.CLI_OPTIONS`), what a profile echoes (:meth:`StepConfig.to_dict`), and what widgets cache traces by.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .formats import BNB_4BIT, BNB_FORMATS, FOR_TRAINING
+
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "bnb-adamw8bit", "paged-adamw", "paged-adamw8bit")
 #: PyTorch's own (``torch.optim``), each with a ``foreach`` and a ``fused`` implementation.
@@ -20,18 +22,21 @@ TORCH_OPTIMIZERS = OPTIMIZERS[:4]
 OPTIMIZER_NAMES = {"sgd": "SGD", "sgd-momentum": "SGD with momentum", "adam": "Adam", "adamw": "AdamW",
                    "adamw8bit": "8-bit AdamW", "bnb-adamw8bit": "bitsandbytes' 8-bit AdamW", "paged-adamw": "paged AdamW",
                    "paged-adamw8bit": "paged 8-bit AdamW"}
-#: How LoRA's frozen base weights are stored (:mod:`helpers.techniques.quantization`): as they are, in bitsandbytes'
-#: 4-bit NormalFloat or FP4 (``Linear4bit``, what QLoRA users run), in torchao's NF4 (``NF4Tensor``), or in
-#: bitsandbytes' LLM.int8() (``Linear8bitLt``, ``load_in_8bit=True``).
-QUANTIZATIONS = ("none", "nf4", "fp4", "torchao-nf4", "int8")
+#: How the frozen linear weights are stored (:mod:`helpers.techniques.quantization`), one of the weight formats of
+#: :data:`helpers.formats.WEIGHT_FORMATS` that run on the engine: as they are, in bitsandbytes' 4-bit NormalFloat or FP4
+#: (``Linear4bit``, what QLoRA users run), in torchao's NF4 (``NF4Tensor``), or in bitsandbytes' LLM.int8()
+#: (``Linear8bitLt``, ``load_in_8bit=True``).
+QUANTIZATIONS = FOR_TRAINING
 #: bitsandbytes' 4-bit quantizations, which ``double_quant`` applies to.
-BNB_4BIT = ("nf4", "fp4")
+BNB_4BIT = BNB_4BIT
 #: The quantizations made by bitsandbytes, which ``prepare_kbit`` applies to.
-BNB_QUANTIZATIONS = (*BNB_4BIT, "int8")
+BNB_QUANTIZATIONS = BNB_FORMATS
 #: The dtypes bitsandbytes' 4-bit layers can compute in (``bnb_4bit_compute_dtype``; ``Linear4bit``'s ``compute_dtype``).
 COMPUTE_DTYPES = ("bfloat16", "float16", "float32")
-#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``), and LoRA's adapters.
-PARAM_DTYPES = ("float32", "bfloat16")
+#: The dtypes a model's parameters can be stored in (Hugging Face's ``torch_dtype``; vLLM's ``--dtype``).
+PARAM_DTYPES = ("float32", "bfloat16", "float16")
+#: The dtypes of LoRA's adapters: peft's float32, or bfloat16 (the QLoRA paper's ``qlora.py --bf16``).
+LORA_DTYPES = ("float32", "bfloat16")
 #: Where a step runs: a real GPU, the simulation, or whichever this machine has.
 DEVICES = ("auto", "cuda", "simulated")
 #: The 16-bit types autocast can use (float16 with a GradScaler).
@@ -114,7 +119,7 @@ _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
           "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora", "frozen")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
-            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", PARAM_DTYPES),
+            ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", LORA_DTYPES),
             ("compute_dtype", COMPUTE_DTYPES))
 
 
@@ -188,6 +193,9 @@ _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
     (lambda c: c.reentrant and not c.checkpoint, "reentrant applies to checkpointing: give checkpoint segments too"),
     (lambda c: c.step_in_backward and c.amp and c.amp_dtype == "float16",
      "step_in_backward cannot unscale float16 gradients (GradScaler): use amp_dtype='bfloat16', or no AMP"),
+    (lambda c: c.param_dtype == "float16" and c.amp and c.amp_dtype == "float16" and not c.lora_rank and not c.frozen,
+     "float16 parameters have float16 gradients, which float16 AMP's GradScaler cannot unscale "
+     "(torch/amp/grad_scaler.py): use amp_dtype='bfloat16', or no AMP"),
     (lambda c: c.step_in_backward and c.accumulation_steps > 1,
      "step_in_backward steps at every backward: it cannot accumulate gradients"),
     (lambda c: c.inputs is not None and (c.input_shape is not None or c.seq_len is not None),
@@ -276,9 +284,10 @@ class StepConfig:
         frozen: no parameter requires grad: a model served or generating, not trained (:mod:`helpers.generation`,
             :mod:`helpers.serving`); ``quantization`` then quantizes its linear layers without LoRA, as
             ``from_pretrained(quantization_config=...)`` loads a model for inference. No training step: refused by
-            :func:`helpers.step.profile_step`.
+            :func:`helpers.profile.profile_step`.
         param_dtype: one of :data:`PARAM_DTYPES` (``from_pretrained(torch_dtype=...)``); gradients and Adam's states
-            follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32.
+            follow it (``torch/optim/adamw.py``: ``torch.zeros_like(p)``); peft's adapters stay float32. Trained in
+            float16, not with float16 AMP (its GradScaler refuses float16 gradients).
         optimizer_offload: optimizer states in host memory, stepped on the CPU (torchao's ``CPUOffloadOptimizer``,
             :class:`helpers.engine.backends.HostStates`). Paged optimizers are not simulated.
     Measurement:
@@ -395,70 +404,3 @@ class StepConfig:
                 value = list(value)
             out[f.name] = value
         return out
-
-
-#: The options ``python -m helpers profile`` offers: (flag, field, help); booleans take no value.
-CLI_OPTIONS = (
-    ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), a Hugging "
-                         f"Face causal LM by its config (a shipped one, offline: {', '.join(HF_SHIPPED)}; a "
-                         f"path/to/config.json; another Hub name org/model, online; give --seq-len), or your "
-                         f"own: package.module:function or path/to/file.py:function (default resnet18)"),
-    ("--batch-size", "batch_size", "samples per batch (default 128; 1 for token inputs, whose sample is a "
-                                   "whole sequence)"),
-    ("--image-size", "image_size", f"image height and width, for image models (default {IMAGE_SIZE})"),
-    ("--input-shape", "input_shape", "shape of one float sample, comma-separated: 784 or 3,32,32 "
-                                     "(default: 3,IMAGE_SIZE,IMAGE_SIZE)"),
-    ("--seq-len", "seq_len", "token inputs of this length (default for the GPT-2 and Llama presets: their "
-                             "context, 1024 and 131072)"),
-    ("--vocab-size", "vocab_size", "with --seq-len: token ids below this (default: the model's vocabulary)"),
-    ("--num-classes", "num_classes", "classes of a classification model (default: 1000 for torchvision, "
-                                     "else the size of the output)"),
-    ("--loss", "loss", "auto (default: next_token for token inputs, else classification), classification, "
-                       "next_token, or chunked: next-token with the LM head and its float32 upcast in 8 chunks "
-                       "(torchtune's CEWithChunkedOutputLoss; a Hugging Face causal LM)"),
-    ("--amp", "amp", "automatic mixed precision (autocast)"),
-    ("--amp-dtype", "amp_dtype", "float16 (default, with a GradScaler) or bfloat16"),
-    ("--checkpoint", "checkpoint", "activation checkpointing with this many segments (default 0: off)"),
-    ("--reentrant", "reentrant", "with --checkpoint: the reentrant variant (lesson 04's trap)"),
-    ("--offload", "offload", "keep tensors saved for backward in host memory (save_on_cpu)"),
-    ("--steady-state", "steady_state", "trace the second step, when the optimizer states exist: what every "
-                                       "step of training needs, and what a verdict judges (the default; lesson 01)"),
-    ("--optimizer", "optimizer", "sgd, sgd-momentum (default), adam, adamw, adamw8bit (torchao's 8-bit states), "
-                                   "bnb-adamw8bit (bitsandbytes'), or paged-adamw or paged-adamw8bit (bitsandbytes' "
-                                   "PagedAdamW, 32-bit or 8-bit states in unified memory)"),
-    ("--fused", "fused", "the optimizer's fused implementation instead of foreach"),
-    ("--step-in-backward", "step_in_backward", "step the optimizer inside backward, one parameter at a time"),
-    ("--accumulation-steps", "accumulation_steps", "gradient accumulation: backward passes per optimizer step "
-                                                   "(default 1)"),
-    ("--quantization", "quantization", "none (default), nf4 or fp4 (bitsandbytes' Linear4bit), or torchao-nf4 "
-                                       "(torchao's NF4Tensor): QLoRA, the frozen base weights in 4 bits; or int8 "
-                                       "(bitsandbytes' LLM.int8() Linear8bitLt, load_in_8bit): in 8 bits (needs a "
-                                       "LoRA rank)"),
-    ("--prepare-kbit", "prepare_kbit", "with --quantization nf4, fp4 or int8: peft's "
-                                       "prepare_model_for_kbit_training before LoRA (every parameter that is not "
-                                       "quantized in float32)"),
-    ("--bf16-embeddings", "bf16_embeddings", "with --prepare-kbit: the embeddings and LM head cast back to "
-                                             "bfloat16 after it, as TRL's SFTTrainer and qlora.py do "
-                                             "(peft_module_casting_to_bf16)"),
-    ("--double-quant", "double_quant", "with --quantization nf4 or fp4: bitsandbytes' double quantization, the "
-                                       "scales in 8 bits (bnb_4bit_use_double_quant)"),
-    ("--compute-dtype", "compute_dtype", "with --quantization nf4 or fp4: the dtype bitsandbytes' 4-bit layers "
-                                         "dequantize into and multiply in (bnb_4bit_compute_dtype): bfloat16 "
-                                         "(default, the QLoRA recipes'), float16 or float32 (BitsAndBytesConfig's "
-                                         "default)"),
-    ("--param-dtype", "param_dtype", "float32 (default) or bfloat16: the dtype the parameters are stored in"),
-    ("--optimizer-offload", "optimizer_offload", "optimizer states in host memory, stepped on the CPU"),
-    ("--attention", "attention", "simulated attention kernel: auto (default), flash, efficient or math"),
-    ("--lora-rank", "lora_rank", "LoRA adapters of this rank (peft) on a Hugging Face model, its base weights "
-                                 "frozen (default 0: off, full fine-tuning)"),
-    ("--lora-targets", "lora_targets", "with --lora-rank: the linear layers to adapt, by last name, "
-                                       "comma-separated: q_proj,v_proj (default: peft's for the architecture)"),
-    ("--lora-dtype", "lora_dtype", "with --lora-rank: the adapters' dtype, float32 (default, peft's) or bfloat16 "
-                                   "(peft's autocast_adapter_dtype=False on a bfloat16 base)"),
-    ("--dora", "dora", "with --lora-rank: peft's DoRA (use_dora=True), weight-decomposed LoRA"),
-    ("--lora-dropout", "lora_dropout", "with --lora-rank: dropout on each adapter's input, from 0 to below 1 "
-                                       "(default 0)"),
-    ("--full-trace", "full_trace", "trace every block of a model of repeated blocks, instead of writing its "
-                                   "step exactly from two shallow traces (the default where it applies)"),
-    ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
-)

@@ -25,15 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from .config import check_int, is_hf_config
-from .step import StepRunner, step_config
+from .formats import FOR_GENERATION
+from .profile import step_config
+from .step import StepRunner
 
 #: The caches :func:`generation_memory` can use: ``transformers``' classes of the same names.
 CACHES = ("dynamic", "static")
 #: The most decode steps traced (each one is a forward pass of the whole model).
 MAX_NEW_TOKENS = 64
-#: The weights :func:`generation_memory` can load: as they are, or in bitsandbytes' formats
-#: (``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")``, ``load_in_8bit=True``).
-WEIGHTS = ("none", "nf4", "int8")
 #: Which prefill logits are computed: the last position's (``generate`` passes ``logits_to_keep=1``), or all.
 LOGITS = ("last", "all")
 
@@ -88,14 +87,14 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
             a layer's old and new cache are both alive for a moment) or ``"static"`` (``StaticCache``: each layer's
             keys and values allocated for ``prompt_len + new_tokens`` tokens when the prefill first reaches the layer,
             ``lazy_initialization`` in ``transformers/cache_utils.py``, then written in place).
-        param_dtype: the weights' dtype, ``"bfloat16"`` or ``"float32"`` (:data:`helpers.config.PARAM_DTYPES`).
-        quantization: one of :data:`WEIGHTS`: the linear layers' weights as loaded (``"none"``), or loaded into
+        param_dtype: the weights' dtype, one of :data:`helpers.config.PARAM_DTYPES`.
+        quantization: one of :data:`FOR_GENERATION`: the linear layers' weights as loaded (``"none"``), or loaded into
             bitsandbytes' ``Linear4bit`` (NF4: half a byte a weight and a float32 scale per block of 64) or
             ``Linear8bitLt`` (LLM.int8(): a byte a weight and a float32 scale per row), computing in bfloat16
             (:mod:`helpers.techniques.quantization`); the embeddings, norms and the head stay in ``param_dtype``.
         logits: one of :data:`LOGITS`: ``"last"``, the prefill's logits for the last position only (``generate``);
             ``"all"``, for every position, as a plain ``model(input_ids)`` computes them.
-        device, attention: as for :func:`helpers.step.profile_step`.
+        device, attention: as for :func:`helpers.profile.profile_step`.
 
     Returns:
         The :class:`GenerationProfile`.
@@ -107,7 +106,7 @@ def generation_memory(model, prompt_len: int, new_tokens: int = 1, batch_size: i
     check_int("prompt_len", prompt_len, 1)
     check_int("new_tokens", new_tokens, 1, MAX_NEW_TOKENS)
     check_int("batch_size", batch_size, 1)
-    for name, value, choices in (("cache", cache, CACHES), ("quantization", quantization, WEIGHTS),
+    for name, value, choices in (("cache", cache, CACHES), ("quantization", quantization, FOR_GENERATION),
                                  ("logits", logits, LOGITS)):
         if value not in choices:
             raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")

@@ -11,7 +11,8 @@ import contextlib
 import torch
 
 from .config import check_int
-from .step import StepRunner, step_config
+from .profile import step_config
+from .step import StepRunner
 
 #: Grad modes of :func:`forward_peak`.
 GRAD_MODES = ("enabled", "no_grad", "inference_mode")
@@ -41,7 +42,7 @@ def forward_peak(model="resnet18", batch_size: int = 128, image_size: int = 224,
     """Peak bytes of one forward pass and its loss, counted from the placed model (parameters and buffers included).
 
     Args:
-        model, batch_size, image_size, **options: as for :func:`helpers.step.profile_step`.
+        model, batch_size, image_size, **options: as for :func:`helpers.profile.profile_step`.
         grad_mode: ``"enabled"`` (training mode), ``"no_grad"`` or ``"inference_mode"`` (``model.eval()``).
 
     Raises:

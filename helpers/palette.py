@@ -30,7 +30,8 @@ CATEGORY_COLORS = {
 }
 
 #: Colours of what a real snapshot holds beside the categories (:data:`helpers.snapshot.SNAPSHOT_CATEGORIES`).
-SNAPSHOT_COLORS = {"cublas_workspaces": OKABE_ITO["black"], "before_recording": OKABE_ITO["vermillion"]}
+SNAPSHOT_COLORS = {"cublas_workspaces": OKABE_ITO["black"], "cudnn_workspaces": OKABE_ITO["sky blue"],
+                   "before_recording": OKABE_ITO["vermillion"]}
 
 #: Line colours, in order, for figures that overlay several steps or settings.
 LINE_COLORS = tuple(OKABE_ITO[name] for name in ("blue", "vermillion", "bluish green", "reddish purple", "orange",

@@ -239,7 +239,7 @@ def forward_saved_bytes(model: str | Callable[[], nn.Module], input_shape: tuple
 
         device, rules = "cpu", cuda_rules()
     if isinstance(model, str):
-        from .models import build_model
+        from .models.presets import build_model
 
         name = model
         model = lambda: build_model(name, num_classes or 1000)  # noqa: E731

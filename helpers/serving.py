@@ -20,7 +20,6 @@ the Hugging Face model of one rank's shard, as vLLM v0.19.0 cuts heads, widths, 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 
@@ -28,8 +27,10 @@ import torch
 
 from .config import StepConfig, check_int
 from .errors import first_line
+from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
 from .gpus import GPU_CARDS
 from .models.hf import SHIPPED, config_label, load_config
+from .profile import keep, recall
 from .step import StepRunner
 from .allocator.rules import round_up
 from .techniques.quantization import nf4_linears, weights as weights_of
@@ -46,20 +47,6 @@ VERSIONS = {
 #: the fp8 formats keep one byte per value.
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 KV_CACHE_DTYPES = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-#: The weights' formats (``--quantization``): as loaded in ``dtype``; quantized by bitsandbytes as vLLM's
-#: ``--quantization bitsandbytes`` loads a 16-bit checkpoint (4-bit NF4; ``"int8"``: LLM.int8()), traced
-#: (:mod:`helpers.techniques.quantization`); or, by formula (:func:`formula_weight_bytes`), fp8 (``--quantization fp8``
-#: or an FP8 checkpoint) and 4-bit GPTQ/AWQ checkpoints as vLLM's Marlin kernels keep them.  The embeddings, norms and
-#: head stay in ``dtype``.
-QUANTIZATIONS = ("none", "nf4", "int8", "fp8", "int4")
-#: The formats whose weights are a byte formula (:func:`formula_weight_bytes`): no library runs their kernels on fake
-#: tensors here, so the profile run is traced with the weights in ``dtype``.
-FORMULA_QUANTIZATIONS = ("fp8", "int4")
-#: How :meth:`StartupAccount.lines` names each quantized format.
-_WEIGHTS_LABELS = {"nf4": "bitsandbytes' NF4", "int8": "bitsandbytes' LLM.int8()", "fp8": "fp8",
-                   "int4": "4-bit GPTQ/AWQ"}
-#: Weights per 16-bit scale of ``"int4"`` (GPTQ's and AWQ's usual ``group_size``).
-INT4_GROUP = 128
 #: vLLM's default tokens per KV block (``--block-size``).
 BLOCK_SIZE = 16
 #: The card :func:`vllm_startup` assumes unless told another (:data:`helpers.gpus.GPU_CARDS`).
@@ -137,7 +124,7 @@ class StartupAccount:
             ``"a GPU of N GiB"``).
         total_bytes: the memory CUDA reports for the card (``torch.cuda.mem_get_info()``'s total).
         gpu_memory_utilization, dtype, kv_cache_dtype, block_size: as vLLM's options of the same names.
-        quantization: the weights' format, one of :data:`QUANTIZATIONS`.
+        quantization: the weights' format, one of :data:`helpers.formats.FOR_SERVING`.
         max_model_len, max_num_batched_tokens, max_num_seqs: as given, or by the version's default rules.
         num_reqs: the requests of the profile run, each giving one row of logits: ``min(max_num_batched_tokens,
             max_num_seqs)``.
@@ -276,12 +263,12 @@ class StartupAccount:
         kv = self.dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
         return [
             f"vLLM {self.version} start-up, simulated: {self.model} in {self.dtype}"
-            f"{'' if self.quantization == 'none' else f', weights in {_WEIGHTS_LABELS[self.quantization]}'} on "
+            f"{'' if self.quantization == 'none' else f', weights in {WEIGHT_FORMATS[self.quantization].label}'} on "
             f"{self.gpu}{self._parallel_words()}",
             f"  the instance may use total_gpu_memory ({gib(self.total_bytes)}) x gpu_memory_utilization "
             f"({self.gpu_memory_utilization:.2f}) = {gib(self.requested_bytes)}",
             f"  model weights take {gib(self.weights_bytes)} ("
-            f"{'by formula' if self.quantization in FORMULA_QUANTIZATIONS else 'traced'}: "
+            f"{'by formula' if self.quantization in BY_FORMULA else 'traced'}: "
             f"{self.parameter_count:,} parameters)",
             f"  PyTorch activation peak memory takes {gib(self.activation_peak_bytes)} (traced profile run: "
             f"{self.max_num_batched_tokens:,} tokens, logits of {self.num_reqs:,} requests)",
@@ -316,8 +303,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
 
     What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``):
 
-    * the weights: the Hugging Face model of the config placed in ``dtype`` (every parameter and buffer; vLLM loads
-      them all in ``dtype``), as vLLM's "model weights take" counts the allocated bytes across loading;
+    * the weights: the Hugging Face model of the config placed in ``dtype`` (every parameter and buffer:
+      :func:`_traced_profile_run`), as vLLM's "model weights take" counts the allocated bytes across loading;
     * the profile run, as ``memory_profiling`` measures it (``torch_peak_increase``: the peak allocated above what
       was allocated before it): a forward pass under ``torch.inference_mode()`` of ``max_num_batched_tokens`` tokens,
       then the logits of the last token of each of ``num_reqs = min(max_num_batched_tokens, max_num_seqs)``
@@ -341,7 +328,7 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
             (:func:`helpers.vllm_rules.scheduler_defaults`).
         dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
         version: one of :data:`VERSIONS`.
-        quantization: one of :data:`QUANTIZATIONS`: the linear layers' weights as loaded, in bitsandbytes' NF4 or
+        quantization: one of :data:`FOR_SERVING`: the linear layers' weights as loaded, in bitsandbytes' NF4 or
             LLM.int8() formats (traced), or in fp8 or 4-bit GPTQ/AWQ (by :func:`formula_weight_bytes`; the profile run
             then traced with the weights in ``dtype``); the KV cache and activations keep ``dtype``.
             ``double_quant``: NF4's scales in 8 bits (``bnb_4bit_use_double_quant``, as a checkpoint quantized
@@ -425,7 +412,7 @@ def _check_formats(version: str, dtype: str, kv_cache_dtype: str, quantization: 
     _check_choice("version", version, VERSIONS)
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
-    _check_choice("quantization", quantization, QUANTIZATIONS)
+    _check_choice("quantization", quantization, FOR_SERVING)
     if double_quant not in (False, True) or (double_quant and quantization != "nf4"):
         raise ValueError(f"double_quant applies to quantization='nf4' (True or False), got {double_quant!r}")
     if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, (int, float)) or not (
@@ -492,25 +479,18 @@ def _key(model, config):
     return model if isinstance(model, str) and model in SHIPPED else config
 
 
-@functools.lru_cache(maxsize=8)
-def _kept_profile_run(name: str, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
-                      num_reqs: int, split: Split | None) -> tuple[int, int, int]:
-    return _traced_profile_run(name, label, dtype, weights_format, tokens, num_reqs, split)
-
-
-def forget_kept() -> None:
-    """Forget the profile runs kept for shipped configs: the next account of each traces again."""
-    _kept_profile_run.cache_clear()
-
-
 def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                  num_reqs: int, split: Split | None = None) -> tuple[int, int, int]:
     """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced (on one rank's
-    shard when ``split`` says where it sits); a shipped config's last few runs are kept (the same figures every time:
-    nothing in them is random)."""
-    if isinstance(model, str):
-        return _kept_profile_run(model, label, dtype, weights_format, tokens, num_reqs, split)
-    return _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, split)
+    shard when ``split`` says where it sits); a shipped config's runs are kept with the profiles
+    (:data:`helpers.profile.KEPT`: the same figures every time, nothing in them is random)."""
+    key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, split)
+           if isinstance(model, str) else None)
+    run = recall(key)
+    if run is None:
+        run = _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, split)
+        keep(key, run)
+    return run
 
 
 def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes: int) -> int:
@@ -528,15 +508,15 @@ def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes:
 
     Args:
         model: the model, built (on ``meta`` is enough), its linear layers' weights frozen.
-        quantization: one of :data:`FORMULA_QUANTIZATIONS`.
+        quantization: one of :data:`helpers.formats.BY_FORMULA`.
         dtype_bytes: bytes an element of what is not quantized.
 
     Raises:
         ValueError: for another ``quantization``.
     """
-    if quantization not in FORMULA_QUANTIZATIONS:
+    if quantization not in BY_FORMULA:
         raise ValueError(f"no weight formula for quantization {quantization!r}; they are for "
-                         f"{', '.join(FORMULA_QUANTIZATIONS)}")
+                         f"{', '.join(BY_FORMULA)}")
     packed = {id(layer.weight) for _, _, layer in nf4_linears(model)}
     total = 0
     for t in [*model.parameters(), *model.buffers()]:
@@ -552,23 +532,25 @@ def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes:
 
 def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                         num_reqs: int, split: Split | None = None) -> tuple[int, int, int]:
-    """The profile run on the simulated GPU (:func:`vllm_startup` says what it traces), of one rank's shard when
+    """:func:`_profile_run` traced: the model made by the step recipe in ``dtype`` (``StepConfig.param_dtype``, as
+    ``from_pretrained`` loads it: every parameter and buffer in ``dtype`` but a model class's
+    ``_keep_in_fp32_modules``, which none of the shipped configs has; vLLM's own model classes load all in ``dtype``),
+    its linear layers quantized as ``weights_format`` says, placed, then the profile pass; of one rank's shard when
     ``split`` is given: a stage after the first takes the hidden states in (made before the run, as vLLM's intermediate
     buffers), a stage before the last stops at the last layer (no head, no sampler: ``profile_run`` samples on the last
     stage only), and under tensor parallelism the rank's logits are all-gathered to the padded vocabulary first
     (``LogitsProcessor._gather_logits``: every rank gets them on CUDA), of which the sampler takes the real vocabulary
     in float32.  The weights a stage does not hold (:func:`helpers.vllm_rules.not_held`) are not counted."""
     quantization, double_quant = weights_format
-    formula = quantization in FORMULA_QUANTIZATIONS
+    formula = quantization in BY_FORMULA
     first = last = True
     if split is not None:
         full = _config(model)
         vocab, first, last = full.get_text_config().vocab_size, split.first, split.last
         model = rank_config(full, split)
     runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
-                                   quantization="none" if formula else quantization, double_quant=double_quant,
-                                   device="simulated"))
-    runner.model.to(DTYPES[dtype])  # still on meta: nothing allocated until placed
+                                   param_dtype=dtype, quantization="none" if formula else quantization,
+                                   double_quant=double_quant, device="simulated"))
     meter = runner.meter
     with meter:
         net = runner.place().eval()

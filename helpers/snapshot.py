@@ -23,9 +23,6 @@ simulation's category and moment, and lists what differs.
 from __future__ import annotations
 
 import bisect
-import gzip
-import io
-import pickle
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -35,84 +32,39 @@ from .alignment import pair
 from .allocator import replay, round_size
 from .gpus import CUBLAS_WORKSPACE_DEFAULT, CUBLAS_WORKSPACE_HOPPER
 from .record import CATEGORIES, StepProfile
+from .snapshot_file import MAX_SNAPSHOT_BYTES, SnapshotError, load_snapshot  # noqa: F401  (read here)
 from .units import MiB, fmt_mib
 
 #: What a live block can be: the course's categories, cuBLAS's workspaces, and what was allocated before the
 #: recording began (no frames: nothing says what it is).
-SNAPSHOT_CATEGORIES = (*CATEGORIES, "cublas_workspaces", "before_recording")
+SNAPSHOT_CATEGORIES = (*CATEGORIES, "cublas_workspaces", "cudnn_workspaces", "before_recording")
+#: The ATen functions that ask the allocator for a cuDNN convolution's workspace themselves (``run_conv_plan``,
+#: ``run_single_conv`` in ``aten/src/ATen/native/cudnn/Conv_v8.cpp``; ``try_plans`` and ``try_configs`` while
+#: ``cudnn.benchmark`` searches): the innermost ``at::native::`` frame of a workspace (a convolution's output is made
+#: in the function of its pass, ``cudnn_convolution_forward`` and the like).
+#: Categories a stack gives for certain (C++ frames): such a block is never paired with a simulated tensor.
+WORKSPACES = ("cublas_workspaces", "cudnn_workspaces")
+CUDNN_WORKSPACE_FRAMES = ("run_conv_plan", "run_single_conv", "try_plans", "try_configs")
 #: Functions of a model's placement, loading or quantization (torchao's ``to_nf4``; bitsandbytes' ``quantize_4bit``
 #: and ``Params4bit._quantize``): what they allocate are parameters (and buffers).
 PLACEMENT = ("_apply", "to_empty", "_load_from_state_dict", "load_state_dict", "set_module_tensor_to_device",
              "_load_state_dict_into_meta_model", "from_pretrained", "to_nf4", "quantize_4bit", "_quantize")
 
 
-class SnapshotError(ValueError):
-    """Not a memory snapshot that can be explained (one line says why)."""
+#: Frames of the machinery between the code that asked for a tensor and the allocation, which say nothing of what it
+#: is for: the course's own engine (a step profiled with ``device="cuda"`` runs under its dispatch mode,
+#: ``helpers/engine/counting.py``), PyTorch's dispatch to a Python mode (``torch/_ops.py``,
+#: ``torch/utils/_python_dispatch.py``) and the wrappers of ``torch._dynamo``'s ``disable``.  Skipped by
+#: :func:`category_of` and :func:`where`: with them, every allocation of the shipped snapshots had the tracker's
+#: frame, and the backward pass's thread seemed to run Python.
+MACHINERY = ("/helpers/engine/", "/torch/_ops.py", "/torch/utils/_python_dispatch.py", "/torch/_dynamo/",
+             "/torch/_compile.py")
 
 
-class _Unpickler(pickle.Unpickler):
-    """A snapshot holds only dictionaries, lists, tuples, strings and numbers: refuse any class (so no pickle runs
-    code)."""
-
-    def find_class(self, module: str, name: str):
-        raise pickle.UnpicklingError(f"it holds a {module}.{name} object, which no memory snapshot does")
-
-
-def load_snapshot(source: str | Path | bytes | dict) -> dict:
-    """A snapshot dictionary from a file written by ``torch.cuda.memory._dump_snapshot`` (gzipped or not), its bytes,
-    or the dictionary itself.
-
-    Raises:
-        SnapshotError: for a missing file, a truncated one, a pickle of something else, or a dictionary without
-            ``segments`` and ``device_traces``; one line, naming the file.
-    """
-    name = str(source) if isinstance(source, (str, Path)) else "the snapshot"
-    try:
-        raw = Path(source).read_bytes() if isinstance(source, (str, Path)) else source
-    except OSError as e:
-        raise SnapshotError(f"{name}: cannot read it ({e.strerror or e})") from None
-    if isinstance(raw, bytes):
-        try:
-            raw = _Unpickler(io.BytesIO(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)).load()
-        except (EOFError, gzip.BadGzipFile) as e:
-            raise SnapshotError(f"{name}: not a whole snapshot, the file ends early ({type(e).__name__}): was it "
-                                f"written or copied completely?") from None
-        except Exception as e:  # noqa: BLE001  whatever a foreign file makes pickle raise, in one line
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise SnapshotError(f"{name}: not a memory snapshot ({reason}); torch.cuda.memory._dump_snapshot(path) "
-                                f"writes one") from None
-    if not isinstance(raw, dict) or not {"segments", "device_traces"} <= raw.keys():
-        what = f"dict with keys {sorted(map(str, raw))[:4]}" if isinstance(raw, dict) else type(raw).__name__
-        raise SnapshotError(f"{name}: not a memory snapshot: a pickled {what}, without 'segments' and "
-                            f"'device_traces' (torch.cuda.memory._snapshot()'s keys)")
-    problem = _malformed(raw)
-    if problem:
-        raise SnapshotError(f"{name}: not a memory snapshot that PyTorch wrote: {problem}")
-    return raw
-
-
-def _malformed(snapshot: dict) -> str | None:
-    """What in ``snapshot`` is not shaped as ``torch.cuda.memory._snapshot()`` shapes it, or None."""
-    def fields(items, kind: str, needed: dict) -> str | None:
-        if not isinstance(items, list):
-            return f"a list of {kind.replace('entry', 'entrie')}s is a {type(items).__name__}"
-        for item in items:
-            wrong = [k for k, t in needed.items() if not isinstance(item, dict) or not isinstance(item.get(k), t)]
-            if wrong:
-                return f"a {kind} without {', '.join(map(repr, wrong))}: {str(item)[:80]}"
-            frames = item.get("frames", [])
-            if not isinstance(frames, list) or not all(isinstance(f, dict) for f in frames):
-                return f"a {kind} whose frames are not dictionaries: {str(frames)[:80]}"
-        return None
-
-    traces, segments = snapshot["device_traces"], snapshot["segments"]
-    if not isinstance(traces, list):
-        return f"its device_traces are a {type(traces).__name__}, not a list per device"
-    problem = fields(segments, "segment", {"address": int, "total_size": int, "blocks": list})
-    problems = [problem] + ([] if problem else [fields(s["blocks"], "block", {"address": int, "size": int,
-                                                                               "state": str}) for s in segments])
-    problems += [fields(trace, "trace entry", {"action": str, "addr": int, "size": int}) for trace in traces]
-    return next((p for p in problems if p), None)
+def python_frames(frames: list[dict]) -> list[dict]:
+    """The Python frames of a stack (innermost first), less those of :data:`MACHINERY`."""
+    return [f for f in frames if f.get("filename", "").endswith(".py")
+            and not any(part in f["filename"].replace("\\", "/") for part in MACHINERY)]
 
 
 def pick_trace(snapshot: dict, device: int | None = None) -> tuple[int, list[dict]]:
@@ -138,21 +90,23 @@ def category_of(frames: list[dict], live_at_optimizer: bool, before_forward: boo
     """The category of a block from the frames that allocated it (innermost first): the first rule that holds.
 
     1. a C++ frame of cuBLAS's workspace (``getCUDABlasLtWorkspace``, ``getCurrentCUDABlasHandle``):
-       ``cublas_workspaces``;
+       ``cublas_workspaces``; the innermost ATen frame one of :data:`CUDNN_WORKSPACE_FRAMES`: ``cudnn_workspaces``;
     2. in ``torch/optim/``: ``optimizer_states`` in ``_init_group`` (where optimizers make their states lazily), else
        ``other`` (the optimizer's temporaries); in ``zero_grad`` or ``torch/amp/``: ``other``;
     3. in a model's placement, loading or quantization (:data:`PLACEMENT`): ``parameters``;
-    4. no Python frame (the autograd engine's thread: the backward pass): ``gradients`` when still live at the
-       optimizer's next allocation, or at the trace's end (``live_at_optimizer``), else ``other`` (gradients of
-       activations, temporaries); in
-       ``torch/autograd/`` on the caller's thread: ``other``;
+    4. no Python frame but :data:`MACHINERY`'s (the autograd engine's thread: the backward pass): ``gradients`` when
+       still live at the optimizer's next allocation, or at the trace's end (``live_at_optimizer``), else ``other``
+       (gradients of activations, temporaries); in ``torch/autograd/`` on the caller's thread: ``other``;
     5. in ``torch/utils/checkpoint.py`` (a recomputed forward), a ``forward`` or ``torch/nn/functional.py``:
        ``activations`` (outputs kept for backward, and the forward's temporaries);
     6. else ``input`` before the first forward (``before_forward``: the batch), ``other`` after.
     """
-    python = [(f.get("filename", ""), f.get("name", "")) for f in frames if f.get("filename", "").endswith(".py")]
+    python = [(f["filename"], f.get("name", "")) for f in python_frames(frames)]
     if any("BlasLtWorkspace" in f.get("name", "") or "getCurrentCUDABlasHandle" in f.get("name", "") for f in frames):
         return "cublas_workspaces"
+    aten = next((f["name"] for f in frames if f.get("name", "").startswith("at::native::")), "")
+    if any(f"::{name}(" in aten for name in CUDNN_WORKSPACE_FRAMES):
+        return "cudnn_workspaces"
     if any("/torch/optim/" in f for f, _ in python):
         return "optimizer_states" if any(n == "_init_group" for _, n in python) else "other"
     if any(n == "zero_grad" or "/torch/amp/" in f for f, n in python):
@@ -170,14 +124,14 @@ def category_of(frames: list[dict], live_at_optimizer: bool, before_forward: boo
 
 def where(frames: list[dict]) -> str:
     """A stack in one line: its innermost Python frame and the innermost one outside ``torch`` and other installed
-    packages (the caller's code), each ``file:line function``, after the innermost three ATen functions when C++
-    frames were recorded (``[gpu_reduce_kernel < structured_sum_out::impl]``); or what it lacks."""
+    packages (the caller's code), :data:`MACHINERY`'s skipped, each ``file:line function``, after the innermost three
+    ATen functions when C++ frames were recorded (``[gpu_reduce_kernel < structured_sum_out::impl]``); or what it lacks."""
     native = [re.split(r"[<(]", f["name"].split("at::native::", 1)[1])[0] for f in frames
               if "at::native::" in f.get("name", "")]
     cpp = f"[{' < '.join(native[:3])}] " if native else ""
-    python = [f for f in frames if f.get("filename", "").endswith(".py")]
+    python = python_frames(frames)
     if not python:
-        return cpp + ("(no Python frames: the backward pass's thread)" if not native else "")
+        return cpp.strip() if native else "(no Python frames: the backward pass's thread)"
 
     def one(f: dict) -> str:
         return f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', '?')} {f.get('name', '?')}"
@@ -245,7 +199,8 @@ def _live(blocks: list[Block], after: int) -> list[Block]:
 
 
 def _size(nbytes: int) -> str:
-    """Bytes for the report: MiB with one decimal, or bytes below a tenth of a MiB (flash's 512-byte scalars)."""
+    """Bytes for the report: MiB with one decimal, or bytes below a tenth of a MiB (cuDNN attention's 8-byte seed
+    and offset)."""
     return fmt_mib(nbytes) if abs(nbytes) >= MiB // 10 or nbytes == 0 else f"{nbytes:,} B"
 
 
@@ -337,7 +292,11 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
 
     The rules.  Each side is a sequence of allocations, each a size (the trace's requests rounded by
     :func:`helpers.allocator.round_size`; the log's bytes) and whether it is kept to the end, paired by
-    :func:`helpers.alignment.pair`.
+    :func:`helpers.alignment.pair`.  Kept means, on each side, still live at that side's last allocation: after it come
+    only frees, and the two sides free different things there (the harness drops the model and optimizer on the GPU;
+    the simulated step ends with ``zero_grad``), so a momentum buffer is kept on both.  The log's
+    zero-byte allocations (an empty tensor) are left out: the caching allocator hands out no block for them and traces
+    nothing (``allocate`` calls ``malloc`` only for a non-zero size, ``c10/cuda/CUDACachingAllocator.cpp``).
     A pair takes the simulation's category, except before the simulated step itself (placement, a steady state's first
     step), where the simulation's "other" keeps the stack's category: the simulation labels only the storages its
     measured step uses.  The rest is reported, not guessed: a size that differs is one line on each side.  One
@@ -346,9 +305,13 @@ def align(report: SnapshotReport, profile: StepProfile) -> Twin:
     """
     log, events = profile.allocation_log, profile.events
     ours = sorted((b for b in report.blocks if b.allocated is not None), key=lambda b: b.allocated)
-    theirs = [i for i, a in enumerate(log) if a.kind == "alloc"]
-    kept = {a.serial for a in log if a.kind == "alloc"} - {a.serial for a in log if a.kind == "free"}
-    keys_gpu = [(round_size(b.size), b.freed is None) for b in ours]
+    theirs = [i for i, a in enumerate(log) if a.kind == "alloc" and a.nbytes > 0]
+    last_sim = max(theirs, default=-1)
+    kept = {a.serial for a in log if a.kind == "alloc"} - {a.serial for k, a in enumerate(log[:last_sim])
+                                                           if a.kind == "free"}
+    last = max((b.allocated for b in ours), default=-1)  # after it, only frees: the step's teardown
+    keys_gpu = [(round_size(b.size), b.freed is None or b.freed > last) + (("workspace",) if b.category in WORKSPACES
+                                                                             else ()) for b in ours]
     keys_sim = [(log[i].nbytes, log[i].serial in kept) for i in theirs]
     pairs = pair(keys_gpu, keys_sim, [(b.allocated, b.freed) for b in ours], _log_lifetimes(log, theirs))
     moment = "placement, or a steady state's first step"

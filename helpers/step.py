@@ -2,234 +2,31 @@
 
 :class:`StepRunner` prepares a model as :data:`RECIPE` says (an ordered list of named steps, each in the module of its
 technique), then runs what every training loop does for one mini-batch (:meth:`StepRunner.run`), talking to the engine
-through its :class:`helpers.engine.meter.Meter` only. :func:`profile_step` traces it into a
-:class:`helpers.record.StepProfile`; :func:`time_step`, :mod:`helpers.loops`, :mod:`helpers.fsdp` and
-:mod:`helpers.transformer` run it too.
+through its :class:`helpers.engine.meter.Meter` only.  It decides nothing about how a question is answered: the profile
+layer (:mod:`helpers.profile`: :func:`~helpers.profile.profile_step`, :func:`~helpers.profile.time_step`) runs it,
+traced; :mod:`helpers.loops`, :mod:`helpers.fsdp`, :mod:`helpers.transformer`, :mod:`helpers.serving` and
+:mod:`helpers.generation` run parts of it.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
-import os
-import functools
-import statistics
-import time
-import types
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, Callable
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import depth, models
-from .config import StepConfig, check_int
-from .engine.backends import collector_paused, resolve_backend
+from . import models
+from .config import StepConfig
 from .engine.meter import Meter
 from .engine.trace import StepTracer
 from .errors import Refused, first_line
 from .models import Batch, resolve_model, resolve_task
-from .record import StepProfile, profile_of_log, record_step
 from .techniques import checkpointing, lora, optimizers, precision, quantization
 from .techniques.optimizers import StepInBackward
-
-
-class DoesNotFit(RuntimeError):
-    """The step ran out of memory (``torch.OutOfMemoryError``), real or simulated.
-
-    On a real GPU the step's tensors are released and the cache emptied first.
-
-    Attributes:
-        cuda_message: the first line of CUDA's (or the simulated) message, which also ends this error's message.
-        requested: simulated only: bytes the failing allocation asked the driver for
-            (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
-        allocated: simulated only: bytes of live tensors when it failed; else ``None``.
-    """
-
-    cuda_message: str = ""
-    requested: int | None = None
-    allocated: int | None = None
-
-
-def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224, **options) -> StepProfile:
-    """Run one training step and record its memory module by module.
-
-    Args:
-        model: a model (:func:`helpers.models.resolve_model`: a torchvision name, a preset such as ``"mlp"`` or
-            ``"gpt2"``, an ``nn.Module``, a builder, a Hugging Face config), or a whole
-            :class:`helpers.config.StepConfig`.
-        batch_size: samples per batch, >= 1.
-        image_size: height and width of image inputs (when ``input_shape`` is not given).
-        **options: the other fields of :class:`helpers.config.StepConfig` (``steady_state``: one untraced step first
-            creates the optimizer states).
-
-    Returns:
-        A :class:`helpers.record.StepProfile`, shared with later calls of the same simulated step
-        (:data:`KEPT`): read it, do not change it.
-
-    Raises:
-        ValueError: in one line, for a bad option, an unknown model, a model that cannot be checkpointed, or an input
-            or loss that does not fit the model.
-        DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
-    """
-    config = step_config(model, batch_size, image_size, "profile_step", **options)
-    if config.frozen:
-        raise ValueError("frozen=True is a model served, not trained: profile_step traces a training step (see "
-                         "helpers.generation.generation_memory and helpers.serving.vllm_startup)")
-    key = _kept_key(config)
-    if key in _KEPT:
-        _KEPT.move_to_end(key)
-        return _KEPT[key]
-    profile = _profile_step(config)
-    if key is not None:
-        _KEPT[key] = profile
-        while len(_KEPT) > KEPT:
-            _KEPT.popitem(last=False)
-    return profile
-
-
-#: How many simulated profiles a process keeps, the least recently used dropped first (an 8B step's is
-#: about 20 MiB): a widget's search, or a later cell, that asks for a step again gets it at once.
-KEPT = 16
-_KEPT: collections.OrderedDict[StepConfig, StepProfile] = collections.OrderedDict()
-#: Option values that name the same step every time they are given.
-_PLAIN = (str, int, float, bool, type(None), torch.dtype)
-
-
-def _kept_key(config: StepConfig) -> StepConfig | None:
-    """``config``, if its profile may be kept: a simulated step whose options are plain values, tuples of them, or
-    functions and frozen dataclasses of ``helpers`` (a published setup's loss); None for a real GPU, a learner's
-    ``nn.Module`` or function, or a model read from a file, which may change between two calls."""
-    def plain(value) -> bool:
-        if isinstance(value, tuple):
-            return all(map(plain, value))
-        if isinstance(value, types.FunctionType) or (dataclasses.is_dataclass(value)
-                                                      and value.__dataclass_params__.frozen):
-            return value.__module__.startswith("helpers.")
-        return isinstance(value, _PLAIN)
-
-    model = config.model
-    if isinstance(model, str) and (":" in model or model.endswith((".py", ".json")) or os.path.exists(model)):
-        return None
-    simulated = config.device == "simulated" or (config.device == "auto" and resolve_backend("auto") == "simulated")
-    if not simulated or not all(plain(getattr(config, f.name)) for f in dataclasses.fields(config)):
-        return None
-    return config
-
-
-def forget_kept() -> None:
-    """Forget the profiles :func:`profile_step` kept (:data:`KEPT`): the next call of each traces again."""
-    _KEPT.clear()
-
-
-def _profile_step(config: StepConfig) -> StepProfile:
-    """:func:`profile_step` of ``config``, traced (or written from shallow traces)."""
-    spec = resolve_model(config.model, config.num_classes, config.name)
-    can, note = depth.applies(config, spec)
-    if can:
-        try:
-            with collector_paused():  # also while the step is written
-                return _written(config, spec)
-        except depth.NotRepeated as e:
-            note = f"every one of its {spec.blocks} blocks traced: {e}"
-    runner = StepRunner(config, spec=spec)
-    name, meter = runner.name, runner.meter
-    try:
-        with meter:
-            return dataclasses.replace(_profile(runner), depth_note=note)
-    except torch.OutOfMemoryError as e:
-        oom = first_line(e)
-        requested, allocated = getattr(e, "requested", None), getattr(e, "allocated", None)
-    # Out of memory: the exception and its frames are gone now; drop the runner
-    # (the model, its optimizer) too, so that the step's tensors are freed and
-    # the allocator's cache can be returned to the driver.
-    del runner
-    meter.release()
-    error = DoesNotFit(f"{name} at batch size {config.batch_size} does not fit: {oom}")
-    error.cuda_message, error.requested, error.allocated = oom, requested, allocated
-    raise error
-
-
-def _written(config: StepConfig, spec: models.ModelSpec) -> StepProfile:
-    """``config``'s profile, written exactly from the same step traced with :data:`helpers.depth.DEPTHS`
-    blocks (:func:`helpers.depth.extrapolate`).
-
-    Raises:
-        helpers.depth.NotRepeated: where the shallow steps do not repeat block by block.
-    """
-    probed = [_probe(config, spec, n) for n in depth.DEPTHS]
-    if any(p.profile.params_without_grad for p in probed):
-        raise depth.NotRepeated("some trainable parameters get no gradient")
-    log, storages, markers = depth.extrapolate(*probed, spec.blocks)
-    last = probed[-1]
-
-    def at_depth(field: str) -> int:  # a count that grows by the same amount with each block
-        low, high = (getattr(p.profile, field) for p in probed)
-        return high + (high - low) * (spec.blocks - last.depth)
-
-    return profile_of_log(log, storages, markers, last.profile, config=config, model=spec.name,
-                          parameter_count=at_depth("parameter_count"), paged_bytes=at_depth("paged_bytes"),
-                          depth_note=f"written exactly from its steps with {depth.DEPTHS[0]} and "
-                                     f"{depth.DEPTHS[1]} blocks (helpers.depth)")
-
-
-def _probe(config: StepConfig, spec: models.ModelSpec, n: int) -> depth.Probed:
-    """``config``'s step with ``n`` blocks, traced and probed (:class:`helpers.depth.ProbeTracker`)."""
-    config, spec = depth.shallow(config, spec, n)
-    tracker = depth.ProbeTracker()
-    runner = StepRunner(config, Meter(config.device, attention=config.attention, tracker=tracker), spec=spec)
-    with runner.meter:
-        profile = _profile(runner, depth.ProbeTracer, functools.partial(depth.ProbeTracer, kind="first"))
-        serials = functools.partial(_serials, runner.meter)
-        return depth.probed(n, profile, tracker, runner.model, runner.optimizer, serials)
-
-
-def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, repeats: int = 3,
-              **options) -> float:
-    """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
-
-    :func:`profile_step`'s step, run once to warm up, then ``repeats`` times without tracer or tracker, each between
-    two ``torch.cuda.synchronize()`` on a GPU.  Simulated, it times the fake-tensor step with its storage tracker, which
-    applies the CUDA rules (the simulation's speed).
-
-    Raises:
-        ValueError: as :func:`profile_step` does.
-        torch.OutOfMemoryError: if the step does not fit on the GPU.
-    """
-    check_int("repeats", repeats, 1)
-    config = step_config(model, batch_size, image_size, "time_step", **options)
-    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False)
-    meter.count_storages = meter.backend == "simulated"  # the simulated GPU's CUDA rules (bitsandbytes' too) run there
-    runner, times = StepRunner(config, meter), []
-    with meter:
-        runner.place()
-        for i in range(repeats + 1):
-            meter.synchronize()
-            start = time.perf_counter()
-            runner.run()
-            meter.synchronize()
-            if i:  # the first is the warm-up
-                times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
-    """The :class:`StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`StepConfig` ``model`` as it is).
-
-    Raises:
-        ValueError: for an option :class:`StepConfig` does not have (naming ``caller``), or a bad value.
-    """
-    if isinstance(model, StepConfig):
-        return model
-    known = {f.name for f in dataclasses.fields(StepConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
-                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
-    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
 
 
 def place_on_device(runner: "StepRunner") -> None:
@@ -306,7 +103,7 @@ class StepRunner:
         place: puts the model on the device inside the meter and returns it
             (default :meth:`~helpers.engine.meter.Meter.place`; :mod:`helpers.fsdp` shards).
         spec: the :class:`helpers.models.ModelSpec` to build instead of
-            ``config.model``'s (:mod:`helpers.depth` passes a copy with fewer blocks).
+            ``config.model``'s (the profile layer passes a copy with fewer blocks: :func:`helpers.depth.shallow`).
 
     Attributes:
         config, meter: as given.
@@ -462,7 +259,7 @@ class StepRunner:
         self.step()
         record("optimizer.step()", "optimizer.step")
         roles.optimizer_states = {serial for state in optimizers.device_states(opt).values() for t in state.values()
-                                  if isinstance(t, torch.Tensor) for serial in _serials(meter, t)}
+                                  if isinstance(t, torch.Tensor) for serial in storage_serials(meter, t)}
         self.zero_grad()
         record("optimizer.zero_grad()" if config.set_to_none else "optimizer.zero_grad(set_to_none=False)", "zero_grad")
         return roles
@@ -482,43 +279,14 @@ class StepRunner:
             raise ValueError(f"{self.name} cannot run on input {shapes}: {first_line(e)}{hint}") from None
 
 
-def _serials(meter: Meter, t: torch.Tensor) -> list[int]:
+def storage_serials(meter: Meter, t: torch.Tensor) -> list[int]:
     """The meter's serials of every storage of ``t``: its own, or its inner tensors' for a tensor subclass
     (an ``NF4Tensor`` keeps its codes, scales and code book in five; its constants count as parameters), and those of
     the ``quant_state`` a bitsandbytes 4-bit weight carries (:func:`helpers.techniques.quantization.state_tensors`)."""
     if is_traceable_wrapper_subclass(t):
         return [s for name in t.__tensor_flatten__()[0] if isinstance(getattr(t, name), torch.Tensor)
-                for s in _serials(meter, getattr(t, name))]
+                for s in storage_serials(meter, getattr(t, name))]
     serial = meter.serial_of(t)
     own = [] if serial is None else [serial]
-    return own + [s for part in quantization.state_tensors(t) for s in _serials(meter, part)]
+    return own + [s for part in quantization.state_tensors(t) for s in storage_serials(meter, part)]
 
-
-def _profile(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer,
-             first_tracer: Callable[..., StepTracer] | None = None) -> StepProfile:
-    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
-
-    ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for the untraced
-    first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first are not the profile's).
-    """
-    meter, config = runner.meter, runner.config
-    model = runner.place()
-    parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in _serials(meter, t)}
-    root = runner.module if config.checkpoint else None
-    if config.steady_state:  # one untraced step, so that the optimizer states exist
-        with first_tracer(meter, model, root=root) if first_tracer else contextlib.nullcontext() as first:
-            runner.run(first)
-        meter.reset_peak()
-    reset_at = meter.log_length() if config.steady_state else None
-    with make_tracer(meter, model, root=root) as tracer:
-        roles = runner.run(tracer)
-    activations = set(tracer.saved)
-    for first, last in tracer.recomputed:
-        activations.update(range(first, last))
-    return record_step(
-        meter, tracer.events,
-        {"parameters": parameters, "gradients": roles.gradients, "optimizer_states": roles.optimizer_states,
-         "input": roles.inputs, "activations": activations},
-        config=config, model=runner.name, input_shape=runner.task.sample_shape,
-        parameter_count=sum(map(quantization.weights, model.parameters())), params_without_grad=roles.params_without_grad,
-        reset_at=reset_at, paged_bytes=optimizers.paged_bytes(runner.optimizer))

@@ -306,7 +306,7 @@ class TransformerBuilder:
         shallow traces (:mod:`helpers.depth`)."""
         import dataclasses
 
-        from .models import ModelSpec
+        from .models.spec import ModelSpec
 
         return ModelSpec(type(self.config).__name__, self, vocab_size=self.config.vocab_size,
                          seq_len=self.config.n_positions, blocks=self.config.n_layer,

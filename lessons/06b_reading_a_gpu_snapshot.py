@@ -26,7 +26,7 @@
 # - Put a snapshot beside the same step simulated, and name each difference: cuBLAS workspaces, kernels' own buffers, tensors the stacks cannot name.
 # - Explain a snapshot of your own with the widget or `python -m helpers explain`.
 #
-# **Time:** about 45 minutes alone: 20 of reading, 8 of code, 2 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
+# **Time:** about 60 minutes alone: 27 of reading, 12 of code, 3 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
 #
 # Lesson 06 (segments, blocks, reserved memory) comes first. The step of sections 1 to 4 is lesson 09's: a LoRA fine-tuning step of Llama-3.1 8B. Here it is simply a training step of a large model; lesson 09 explains LoRA.
 
@@ -41,7 +41,7 @@ import torch
 
 from helpers import MiB, fmt_bytes, profile_step
 from helpers.snapshot import explain_snapshot, load_snapshot, where
-from helpers.teaching.plots import plot_memory_map, plot_snapshot
+from helpers.teaching.plots import gpu_only_bytes, plot_gpu_only, plot_memory_map, plot_snapshot
 from helpers.teaching.reference import load_reference
 from helpers.teaching.widgets import SHIPPED, SnapshotExplorer
 
@@ -51,7 +51,7 @@ print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.
 # %% [markdown]
 # ## 1. What a snapshot holds
 #
-# PyTorch's caching allocator can keep a history: call `torch.cuda.memory._record_memory_history()` before a step, and `torch.cuda.memory._dump_snapshot("step.pickle")` after it. The file is a pickled dictionary, the one `torch.cuda.memory._snapshot()` returns, and https://pytorch.org/memory_viz draws it in a browser. Here is one that `make gpu-reference` recorded on an H200 (lesson 00): one training step of Llama-3.1 8B with LoRA adapters, batch 1 × 2,048 tokens, recorded from an emptied cache.
+# PyTorch's caching allocator can keep a history: call `torch.cuda.memory._record_memory_history()` before a step, and `torch.cuda.memory._dump_snapshot("step.pickle")` after it. The file is a pickled dictionary, the one `torch.cuda.memory._snapshot()` returns, and https://pytorch.org/memory_viz draws it in a browser. Here is one that `make gpu-reference` recorded on an H200 (lesson 00): one training step of Llama-3.1 8B with LoRA adapters, batch 1 × 2,048 tokens, recorded from an emptied cache. That machine ran its own PyTorch 2.11.0+cu130, transformers 5.17.0 and peft 0.21.0, not the versions this course pins (`lessons/data/h200_2026-11-26/README.md` says how each of its snapshots was made); every comparison below is between that run and the same step simulated here.
 
 # %%
 path = SHIPPED["Llama-3.1 8B, LoRA r16 (H200)"]
@@ -79,9 +79,20 @@ assert round(report.peak_bytes / 2**30, 1) == 27.1 and report.live_at_peak[0].si
 assert round(report.by_category["parameters"] / 2**30) == 15 and report.by_category["optimizer_states"] == 52 * MiB
 
 # %% [markdown]
-# Every category comes from a stack, by rules a line each (`helpers.snapshot.category_of`): what a model's `_apply` (its `.to("cuda")`) allocated is a parameter, what an optimizer's `_init_group` allocated an optimizer state, what a `forward` allocated an activation, and what the backward pass's thread allocated (it runs no Python, so it has no Python frames) a gradient if it lives on into `optimizer.step()`. Here the recording ran inside this course's own step, under its tracker, so the innermost Python frames of every stack are that tracker's (`counting.py`) and the report's one-line places say little; the rules read the whole stack, which still passes through the model's `forward` and the optimizer. In your own loop the stacks end in your code. Section 4 names each tensor another way.
+# Every category comes from a stack, by rules a line each (`helpers.snapshot.category_of`): what a model's `_apply` (its `.to("cuda")`) allocated is a parameter, what an optimizer's `_init_group` allocated an optimizer state, what a `forward` allocated an activation, and an allocation with no Python frame at all a gradient if it lives on into `optimizer.step()`. In a plain training loop such an allocation comes from the backward pass: autograd runs it on a thread of its own, where no Python runs unless something asks for it: a `TorchDispatchMode` (this course's tracker is one), a custom `autograd.Function` written in Python (bitsandbytes' `MatMul4Bit`, lesson 09), checkpointing's recomputed forward. Here the recording ran inside this course's own step, under its tracker, so the backward pass's allocations have Python frames too: the tracker's (`helpers/engine/counting.py`) and PyTorch's dispatch to it. The report skips those frames, as if the tracker were not there, and names the frame that asked for the tensor; the rules read what is left of the stack. In your own loop the stacks end in your code. Section 4 names each tensor another way. Which entries of this trace have no Python frame at all?
 #
-# The peak is 27.1 GiB, reached as the backward pass begins: a 1,002 MiB tensor, the gradient of the logits (section 4 names it), is made while the logits' float32 copy for the loss, another 1,002 MiB, is still live (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported? The course's record of that run keeps the step's own peak: `max_memory_allocated()` less what was allocated before the step began.
+# %%
+frameless = collections.Counter(e["action"] for e in trace if not e["frames"])
+allocs, frees = (sum(e["action"] == action for e in trace) for action in ("alloc", "free_requested"))
+print(f"without a Python frame: {frameless['alloc']} of {allocs:,} allocations, "
+      f"{frameless['free_requested']:,} of {frees:,} frees")
+assert frameless["alloc"] == 0 and 0 < frameless["free_requested"] < frees
+assert report.by_category["gradients"] == 0  # at this peak, before the first gradient is made
+
+# %% [markdown]
+# None of the allocations, and about two frees in three. PyTorch records the Python stack of the thread at the moment of each event. Every allocation here happens while Python runs: the model's placement and the optimizer are Python, and every operation of the step runs inside the tracker's `__torch_dispatch__`, on whichever thread runs it; a tensor is freed wherever its last reference goes, often in autograd's C++ code between two operations, when no Python frame is on that thread's stack. So in the raw trace only frees are frameless. Once the report has skipped the tracker's frames, what the backward pass allocated through it has no frame left, as in your own loop: the report's line for the allocation that reached the peak says so. Rule 4 still finds no gradient at this peak, for another reason: the peak comes as the backward pass begins, before the first gradient is made.
+#
+# The peak is 27.1 GiB, reached as the backward pass begins: a 1,002 MiB tensor, the gradient of the logits (section 4 names it), is made while another 1,002 MiB tensor is still live, the float32 log-softmax that cross-entropy keeps for its backward pass (`log_softmax` saves its output, `derivatives.yaml`). The float32 copy of the logits it was computed from, as large, was freed when the loss returned (lesson 08). The replay gives `max_memory_allocated()`. Is it what the H200 itself reported? The course's record of that run keeps the step's own peak: `max_memory_allocated()` less what was allocated before the step began.
 
 # %%
 reference = load_reference()
@@ -131,28 +142,88 @@ twin = beside.twin
 print("\n".join(twin.lines()))
 
 # %% [markdown]
-# The categories at the peak now come from the simulation, and they agree with it: the parameters to the byte, the activations, optimizer states and temporaries to a fraction of a MiB (one 256 KiB tensor the alignment paired with a same-sized neighbour). The GPU's peak is the simulated one plus the 64 MiB made before the recording, two cuBLAS workspaces, one per thread that multiplies matrices (lesson 06), which the harness makes before each run; and 32 KiB more: 1 KiB per attention layer, the two 8-byte random-number scalars that CUDA's flash attention keeps for its backward pass (a 512-byte block each), which the simulation leaves out.
+# The categories at the peak now come from the simulation, and they agree with it: the parameters, optimizer states and temporaries to the byte, the activations to 32 KiB (below). The GPU's peak is the simulated one plus the 64 MiB made before the recording, two cuBLAS workspaces, one per thread that multiplies matrices (lesson 06), which the harness makes before each run; and those 32 KiB: 1 KiB per attention layer, two 8-byte tensors (a 512-byte block each) that the simulation leaves out.
 
 # %%
 gpu, sim = twin.categories_gpu, simulated.categories
 (peak_block,) = [b for b in beside.live_at_peak if b.allocated == beside.peak]
-assert peak_block.moment == "backward of Linear 'base_model.model.lm_head'" and peak_block.size == 1002 * MiB
 print(f"the allocation that reached the peak: {fmt_bytes(peak_block.size)}, in the simulated step just before the "
       f"{peak_block.moment}")
+large = sorted(((simulated.storages[k].nbytes, str(simulated.storages[k].dtype).removeprefix("torch."),
+                 simulated.storages[k].category) for k in simulated.peak_serials
+                if simulated.storages[k].nbytes > 400 * MiB and simulated.storages[k].category != "parameters"),
+               reverse=True)
+print("live at the simulated peak, besides the weights:", "; ".join(f"{fmt_bytes(n)} {d} ({c})" for n, d, c in large))
 added = beside.reserved[-1] - beside.reserved[twin.measured]
 opened = sum(e["action"] == "segment_alloc" for e in trace[twin.measured:])
-print(f"the measured step added {opened} segments to the cache, {fmt_bytes(added)}")
+print(f"the measured step added {opened} segment{'s' * (opened != 1)} to the cache, {fmt_bytes(added)}")
+assert peak_block.moment == "backward of Linear 'base_model.model.lm_head'" and peak_block.size == 1002 * MiB
+assert [(n, d) for n, d, c in large if c == "activations" and d == "float32"] == [(1002 * MiB, "float32")]
 assert added < 0.002 * beside.reserved[-1]
 assert gpu["parameters"] == sim["parameters"]
-assert all(abs(gpu[c] - sim[c]) < MiB for c in ("optimizer_states", "activations", "other"))
+assert all(gpu[c] == sim[c] for c in ("optimizer_states", "other")) and gpu["activations"] - sim["activations"] == 32 * 1024
 assert twin.peak_gpu - simulated.peak_allocated_bytes - gpu["before_recording"] == 32 * 1024
-extra = [b for b in twin.extra if "backward" in b.moment and b.size > 60 * MiB]
-print(f"only on the GPU, in the backward pass: {len(extra)} blocks of {extra[0].size / MiB:.2f} MiB, each after "
-      f"the simulated {extra[0].moment}")
-assert len(extra) == 32 and {b.size for b in extra} == {67_371_264} and all(b.freed is not None for b in extra)
 
 # %% [markdown]
-# What the GPU allocated and the simulation did not is where to look next. In the backward pass of each of the 32 decoder layers, just after the backward of the value projection's adapter, the H200 made one block of 64.25 MiB and freed it again: memory that some kernel of that step took for itself and the simulated step does not. This snapshot's Python stacks cannot say which kernel. C++ stacks can (`_record_memory_history(stacks="all")`), as in this snapshot of lesson 02's dropout MLP, also recorded on the H200:
+# The allocation that set the peak is the logits' gradient, in float32 (2,048 tokens × 128,256 vocabulary entries × 4 bytes), made by the backward of the loss just before the head's backward. One float32 tensor of that size is live among the activations, not two: cross-entropy's saved log-softmax; the float32 copy of the logits it came from was not kept. And the measured step hardly grew the cache: every tensor of the second step found a block the first had left.
+#
+# Now the 8-byte tensors. Whose are they? The trace says, in the order in which each attention call allocates:
+
+# %%
+def size(n):
+    return f"{n:,} B" if n < 1024 else f"{n // 1024:,} KiB" if n < MiB else f"{n / MiB:.2f} MiB"
+
+
+step = trace[twin.measured:]  # the measured step
+calls = [i for i, e in enumerate(step)
+         if e["action"] == "alloc" and any(f["name"] == "sdpa_attention_forward" for f in e["frames"])]
+per_call = {tuple(step[i]["size"] for i in calls[k:k + 5]) for k in range(0, len(calls), 5)}  # five per call
+first = [step[i] for i in calls[:5]]
+given_back = step[calls[4] + 1]["action"] == "free_requested" and step[calls[4] + 1]["addr"] == first[4]["addr"]
+print(f"forward, each of {len(calls) // 5} attention calls:", ", ".join(size(e["size"]) for e in first),
+      "(given back at once)" if given_back else "")
+workspaces = [i for i, e in enumerate(step) if e["action"] == "alloc" and e["size"] == 67_371_264]
+before_it = [[e["size"] for e in step[:i] if e["action"] == "alloc"][-3:] for i in workspaces]
+freed_next = all(step[i + 1]["action"] == "free_requested" and step[i + 1]["addr"] == step[i]["addr"] for i in workspaces)
+print(f"backward, in each of {len(workspaces)} layers:", ", ".join(size(n) for n in before_it[0]),
+      f"then {size(step[workspaces[0]]['size'])}, given back at the next entry" if freed_next else "")
+assert per_call == {(8, 8, 16 * MiB, 256 * 1024, 256)} and len(calls) == 5 * 32 and given_back
+assert len(workspaces) == 32 and freed_next and all(b == [16 * MiB, 4 * MiB, 4 * MiB] for b in before_it)
+
+# %% [markdown]
+# Two 8-byte tensors first, then the output (2,048 tokens × 32 heads × 128 values × 2 bytes: 16 MiB), then one float32 per head and token (256 KiB), then 256 bytes taken and given back within the call. That is the order of **cuDNN attention**, not of FlashAttention. On a Hopper GPU with a cuDNN newer than 9.15 (the recording's PyTorch loaded 9.19), PyTorch's dispatcher tries cuDNN's attention kernel before FlashAttention (`check_prefer_cudnn_attention` and `priority_order` in `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`; `TORCH_CUDNN_SDPA_DEPRIORITIZED=1` turns that off). Its forward (`_cudnn_attention_forward` in `attention.cu`) makes its dropout seed and offset as two 8-byte CUDA tensors before anything else, whatever the dropout, and `run_cudnn_SDP_fprop` (`aten/src/ATen/native/cudnn/MHA.cpp`) then makes the output, the float32 softmax statistics and a workspace. FlashAttention's forward (`mha_fwd` in `flash_attn/flash_api.cpp`) makes the output and the statistics first and its random state after them: on the CPU when dropout is 0 in older releases, and in 2.14.1 as a 16-byte and an 8-byte tensor (its meta function in `torch/_meta_registrations.py`), never as two 8-byte tensors ahead of the output. The simulation keeps what either kernel keeps for backward (they keep the same tensors) and leaves their random state out.
+#
+# The backward pass agrees. In each of the 32 layers the GPU makes the gradients of the query, key and value (16, 4 and 4 MiB: Llama-3.1 8B's keys and values have 8 heads, its queries 32) and then one 64.25 MiB block that lives only inside the call: cuDNN's backward workspace, most likely. FlashAttention's backward would instead make separate tensors: a float32 accumulator for the query's gradient, one float32 per row, and, with fewer key heads than query heads, 16-bit key and value gradients at the full 32 heads, summed afterwards:
+
+# %%
+heads, kv_heads, head_dim, tokens = 32, 8, 128, 2048  # Llama-3.1 8B's attention, one sequence of 2,048 tokens
+flash_buffers = {"float32 query-gradient accumulator": tokens * heads * head_dim * 4, "float32 row sums": heads * tokens * 4,
+                 "key and value gradients at 32 heads": 2 * tokens * heads * head_dim * 2}
+block = step[workspaces[0]]["size"]
+print(" + ".join(f"{name} {size(n)}" for name, n in flash_buffers.items()),
+      f"= {sum(flash_buffers.values()):,} bytes; the GPU's block: {block:,} bytes")
+assert block - sum(flash_buffers.values()) == 256
+
+# %% [markdown]
+# The same bytes in one block, 256 bytes more (room to align its parts, most likely): cuDNN's workspace most likely holds the same three things. The snapshot's Python stacks cannot prove it (C++ stacks, `_record_memory_history(stacks="all")`, would name the function that asked), so take it as the likeliest reading, not a fact. Over the whole recording, what the GPU held and the simulated step did not:
+
+# %%
+plot_gpu_only(beside, title="Llama-3.1 8B LoRA on an H200: what the GPU held beyond the simulated step")
+
+# %% [markdown]
+# Look at the orange spikes: one per decoder layer as each step's backward pass goes down the model, 32 in the first step and 32 in the measured one, each a 64.25 MiB block held for one call. Below them, the vermillion band is the 64 MiB of cuBLAS workspaces made before the recording. The 8-byte tensors and the 256-byte forward workspaces are there too, far too small to see. Nothing else: every other allocation of the GPU's trace has a simulated twin, or a simulated tensor of its size that the alignment left unpaired too (`gpu_only_bytes` counts neither).
+
+# %%
+before, during = gpu_only_bytes(beside)
+assert 67_371_264 <= max(during) < 67_371_264 + 1024 and max(before) == 64 * MiB  # a workspace, and a few bytes
+extra = [b for b in twin.extra if b.size == 67_371_264]
+tiny = [b for b in twin.extra if b.size == 8 and b.allocated >= twin.measured]
+print(f"only on the GPU: {len(extra)} blocks of {extra[0].size / MiB:.2f} MiB (two steps), "
+      f"{len(tiny)} tensors of 8 bytes in the measured step")
+assert len(extra) == 64 and all(b.freed == b.allocated + 1 for b in extra) and len(tiny) == 2 * 32
+
+# %% [markdown]
+# A workspace that lives for one call never sets the peak here: the peak comes as the backward pass begins, before any layer's attention runs backward. It can still cost reserved memory where it finds no free block, and it is memory the margin on a fuller card must leave. The Python stacks of a snapshot could not name its kernel; C++ stacks can (`_record_memory_history(stacks="all")`), as in this snapshot of lesson 02's dropout MLP, also recorded on the H200:
 
 # %%
 mlp = explain_snapshot(SHIPPED["dropout MLP, C++ stacks (H200)"])
@@ -165,7 +236,7 @@ print(f"the H200's max_memory_allocated() is {under / MiB:.1f} MiB above the sim
 assert round(under / MiB, 1) == 15.8
 
 # %% [markdown]
-# The innermost C++ frames name the kernel: `gpu_reduce_kernel`, called by `sum` in the backward pass (a bias's gradient, summed over the batch of 4,096). CUDA's reductions stage their partial sums in a buffer they take from the caching allocator for the length of the kernel, and at this step's peak it is 32 MiB. The simulation does not model it: it is part of why the course's record of this step (another run on the same H200) is 15.8 MiB above the simulated peak. The kind of difference a snapshot finds and a formula never will.
+# The innermost C++ frames name the kernel: `gpu_reduce_kernel`, called by `sum` in the backward pass (a bias's gradient, summed over the batch of 4,096). CUDA's reductions stage their partial sums in a buffer they take from the caching allocator for the length of the kernel, and at this step's peak it is 32 MiB. The simulation does not model it. The course's record of this step is 15.8 MiB above the simulated peak, but that is another run on the same H200 and the highest `max_memory_allocated()` of its whole step, not this snapshot's moment: the 32 MiB here is no part of those 15.8 MiB. Both say the same thing, that a GPU's kernels take memory no tensor holds; the snapshot says which kernel and when. The kind of difference a snapshot finds and a formula never will.
 #
 # ## 5. Your own snapshot
 #
@@ -245,8 +316,8 @@ explorer
 #
 # - A memory snapshot (`_record_memory_history()`, then `_dump_snapshot()`) holds the allocator's segments and blocks at one moment and a trace of every allocation and free since recording began, each with its stack. Record from an emptied cache, after a first step.
 # - The trace's sizes are requests: they give the tensors' memory exactly. Replayed through a model of the caching allocator they give `memory_allocated()`, to the byte here, and the free space and largest free block at the peak.
-# - Stacks say where an allocation was made. The backward pass runs on a thread without Python frames, and a block made before the recording has no stack: a snapshot alone cannot name everything.
-# - Beside the same step simulated, every allocation gets a category and a module, and what is left over is what the GPU did that the simulation does not: cuBLAS workspaces, cuDNN's workspaces, reduction buffers, an attention kernel's own buffers. C++ stacks (`stacks="all"`) name the kernel.
+# - Stacks say where an allocation was made, at the moment it was made: the backward pass's allocations have Python frames only when Python runs on autograd's thread (a dispatch mode, a custom `autograd.Function`, checkpointing's recomputation), and a block made before the recording has no entry and no stack: a snapshot alone cannot name everything.
+# - Beside the same step simulated, every allocation gets a category and a module, and what is left over is what the GPU did that the simulation does not: cuBLAS workspaces, cuDNN's convolution and attention workspaces and random state, reduction buffers. C++ stacks (`stacks="all"`) name the kernel; without them, the order and sizes of a call's allocations often do.
 #
 # ## References
 #

@@ -29,7 +29,7 @@
 # - Measure what checkpointing, 8-bit AdamW and offloading each change, and what the loss over a 128k vocabulary keeps.
 # - Find the longest sequence that fits each card with an affine fit of two traces, confirmed by a trace at the answer.
 #
-# **Time:** about 95 minutes alone: 40 of reading, 18 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it.
+# **Time:** about 95 minutes alone: 42 of reading, 20 of code, 5 for the figures, 3 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) and 08 (a transformer's activations, flash attention, the logits) come first.
 
@@ -39,7 +39,6 @@
 # %%
 # %matplotlib inline
 import textwrap
-import warnings
 
 import torch
 
@@ -52,9 +51,6 @@ from helpers.teaching.published import finetune_comparison
 from helpers.teaching.widgets import CARD_48GB, FineTuneFit
 
 _ = torch.manual_seed(0)
-# peft asks transformers' deprecated `is_gradient_checkpointing` when it wraps a checkpointed model: a
-# FutureWarning of the libraries' own, not of this lesson's code (and its path differs between machines)
-warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 L8 = "meta-llama/Llama-3.1-8B"
 #: The cards of this lesson: GPU_CARDS' 24 and 80 GB cards, and a 48 GB card (CARD_48GB: an RTX A6000's total_memory).
 CARDS = {"RTX 4090 24 GB": GPU_CARDS["RTX 4090 24 GB"], **CARD_48GB, "H100 80 GB": GPU_CARDS["H100 80 GB"]}
@@ -138,8 +134,20 @@ assert round(bf16_rest / GiB, 1) == 2.0 and round(2 * bf16_rest / GiB, 1) == 3.9
 assert round(qlora16.categories["parameters"] / GiB, 1) == 5.3 and round(nf4 / linear, 2) == 0.52
 assert round((lora16.categories["activations"] - qlora16.categories["activations"]) / GiB, 1) == 0.5
 
+
+def inputs_at_peak(profile):
+    """How many bfloat16 tensors of one layer's input shape, (1, 2,048, hidden), are alive at the peak."""
+    alive = set(profile.peak_serials)
+    return sum(1 for st in profile.storages.values() if st.serial in alive and st.dtype == torch.bfloat16
+               and tuple(st.shape) == (1, 2048, h))
+
+
+copies = inputs_at_peak(lora16) - inputs_at_peak(qlora16)
+assert copies == c.num_hidden_layers and inputs_at_peak(qlora16) == c.num_hidden_layers  # one more per layer
+assert copies * 2048 * h * 2 == lora16.categories["activations"] - qlora16.categories["activations"]
+
 # %% [markdown]
-# Full fine-tuning needs 149.6 GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. None of the three cards holds it, at any sequence length (section 4 shows what does). LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights of the 32 layers in 4 bits plus their scales. Here they are bitsandbytes' `Linear4bit`, as most QLoRA users run it: Hugging Face's `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)`, the QLoRA paper's recipe (`quantization="nf4", double_quant=True` here). Double quantization stores the 4-bit codes, a uint8 scale per 64 weights and a float32 scale per 256 of those: about 0.52 bytes per weight (asserted). Without it, Hugging Face's default, every scale is float32: 0.5 + 4/64 ≈ 0.56 bytes. torchao's `NF4Tensor`, which torchtune's QLoRA recipes use (`quantization="torchao-nf4"`), also stores about 0.52 bytes per weight. That makes 5.3 GiB of parameters, of which 2.0 GiB are the embedding and the LM head, still bfloat16 (asserted); peft's `prepare_model_for_kbit_training`, the usual step before QLoRA with bitsandbytes, casts every parameter that is not 4-bit to float32, which makes them 3.9 GiB (asserted); TRL's `SFTTrainer` and the QLoRA paper's script then cast the embedding and the head back to bfloat16 (`bf16_embeddings=True`). It fits 24 GB. QLoRA's green part is also 0.5 GiB smaller than LoRA's (asserted): peft wraps a 4-bit layer in `lora.bnb.Linear4bit`, whose adapters take the input as autocast gives it, where LoRA's `lora.Linear` keeps a float32 copy for each adapter (section 3). In both, the green part is now as large as the weights or larger: at 2,048 tokens the activations are what is left to remove.
+# Full fine-tuning needs 149.6 GiB at `optimizer.step()`: 30 GiB each of float32 weights and gradients, 60 GiB of AdamW's two float32 moments (lesson 05a's 16 bytes per parameter), and 30 GiB of the `foreach` step's temporaries. None of the three cards holds it, at any sequence length (section 4 shows what does). LoRA removes the gradients and the states of the 8 billion frozen weights: its peak moves to backward, where the bfloat16 weights (15 GiB) sit beside the activations, and it fits 48 GB. QLoRA stores the frozen linear weights of the 32 layers in 4 bits plus their scales. Here they are bitsandbytes' `Linear4bit`, as most QLoRA users run it: Hugging Face's `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)`, the QLoRA paper's recipe (`quantization="nf4", double_quant=True` here). Double quantization stores the 4-bit codes, a uint8 scale per 64 weights and a float32 scale per 256 of those: about 0.52 bytes per weight (asserted). Without it, Hugging Face's default, every scale is float32: 0.5 + 4/64 ≈ 0.56 bytes. torchao's `NF4Tensor`, which torchtune's QLoRA recipes use (`quantization="torchao-nf4"`), also stores about 0.52 bytes per weight. That makes 5.3 GiB of parameters, of which 2.0 GiB are the embedding and the LM head, still bfloat16 (asserted); peft's `prepare_model_for_kbit_training`, the usual step before QLoRA with bitsandbytes, casts every parameter that is not 4-bit to float32, which makes them 3.9 GiB (asserted); TRL's `SFTTrainer` and the QLoRA paper's script then cast the embedding and the head back to bfloat16 (the course's option `bf16_embeddings=True` models those casts; neither library has an argument of that name). It fits 24 GB. QLoRA's green part is also 0.5 GiB smaller than LoRA's (asserted), and the trace says what it is: 32 more bfloat16 tensors of one layer's input shape, (1, 2,048, 4,096), one per layer. LoRA's `lora.Linear` casts each adapted layer's input to the adapters' float32, and autocast casts it back to bfloat16 for `lora_A`'s product: the float32 copy is freed at once, and `lora_A` saves its own bfloat16 copy for backward, so q_proj and v_proj keep two copies of the same input. peft's `lora.bnb.Linear4bit`, which wraps a 4-bit layer, gives its adapters the input as it is, and both save that one tensor. (Without autocast, section 3's setup, the float32 copy is what `lora_A` keeps.) In both, the green part is now as large as the weights or larger: at 2,048 tokens the activations are what is left to remove.
 #
 # ## 3. Why LoRA can take as much memory as full fine-tuning, or more
 #
@@ -275,7 +283,7 @@ print(f"at 8,192 tokens, logit-sized tensors hold {gib(logits)} of the {gib(qlor
 assert logits == 10 * 8192 * vocab and 0.75 < 10 * vocab / line.per_sample_bytes < 0.85
 
 # %% [markdown]
-# With checkpointing, most of what a token costs is its logits: the LM head's bfloat16 output, the float32 copy made for the loss (autocast runs cross-entropy in float32; Hugging Face's own `ForCausalLMLoss` makes the same copy with `logits.float()`) and the float32 gradient that backward starts from, 2 + 4 + 4 = 10 bytes for each of the 128,256 vocabulary entries, 1.2 of the 1.5 MiB per token (asserted). At 8,192 tokens they are 9.8 GiB of the 17.3 GiB peak, twice the 4-bit model.
+# With checkpointing, most of what a token costs is its logits: the LM head's bfloat16 output, the float32 log-softmax that cross-entropy saves for backward (autocast runs cross-entropy in float32, as Hugging Face's own `ForCausalLMLoss` does with `logits.float()`; the float32 copy of the logits is freed when the loss returns, its log-softmax stays) and the float32 gradient that backward starts from, 2 + 4 + 4 = 10 bytes for each of the 128,256 vocabulary entries, 1.2 of the 1.5 MiB per token (asserted). At 8,192 tokens they are 9.8 GiB of the 17.3 GiB peak, twice the 4-bit model.
 #
 # torchtune's recipes compute this loss with `CEWithChunkedOutputLoss`: the LM head runs on 8 chunks of the sequence, and each chunk's logits are upcast to float32 on their own, so one chunk's float32 copy exists at a time (`loss="chunked"`; the default, `"next_token"`, frees the model's output before backward, as Hugging Face's `Trainer` and torchtune's loop both do):
 
@@ -342,9 +350,9 @@ assert guanaco.verdict.fits and 0.85 < guanaco.ratio < 0.9 and unsloth.verdict.f
 assert round((guanaco.row.published - guanaco.before) / 1e9, 1) == 6.6  # to spare, beside the 1 GiB overhead
 
 # %% [markdown]
-# Where the setup is stated and the figure is what the engine counts, the peak allocated, it is close: 2% over the PEFT maintainer's Llama-3 8B LoRA on an RTX 4090, whose notebook states every option, and 3% under PEFT's README, whose setup is read from the script behind its table. The one figure measured with bitsandbytes and Hugging Face's QLoRA recipe whose setup is stated to the last option and library version, fms-acceleration's Mistral-7B benchmark (`bf16_embeddings=True` is TRL's cast), is 1.3% and 1.5% under at batch 4 and 8, and what it lacks grows by one float32 vector of 4,096 values a token (asserted): the final norm's output, which transformers 4.48 still holds while it computes the loss inside the model's forward. torchtune's figures are reserved memory, the allocator's cache included since the model was built, and the replay of one step from an empty cache is 8% under. The QLoRA paper's claim holds when the engine is given the paper's setup, read from its script: bitsandbytes' NF4 with double quantization, peft's k-bit preparation, bfloat16 adapters and the paged AdamW (`optimizer="paged-adamw"`, whose 32-bit states live in unified memory, outside `memory_allocated`) fit Guanaco 65B on a 48 GB card with 6.6 GB to spare. Its row says what changes the answer: PyTorch's AdamW still fits, but with peft's float32 adapters (today's default) too the step passes the card; and torchao's NF4, whose eager dequantization holds far more at the peak than bitsandbytes' kernel, put the row's earlier setup 2% over it. Unsloth's number is a claim checked, not reproduced: the engine fits 5,789 tokens in a 24 GB card with a sixth of it to spare, even with Hugging Face's QLoRA recipe (`prepare_kbit=True`, peft's `prepare_model_for_kbit_training`), and its setup is not fully stated. A simulated figure is as good as the setup it is given: state the dtype of every part, what is measured, and what the allocator keeps.
+# Where the setup is stated and the figure is what the engine counts, the peak allocated, it is close: 2% over the PEFT maintainer's Llama-3 8B LoRA on an RTX 4090, whose notebook states every option, and 3% under PEFT's README, whose setup is read from the script behind its table. The one figure measured with bitsandbytes and Hugging Face's QLoRA recipe whose setup is stated to the last option and library version, fms-acceleration's Mistral-7B benchmark (the course's `bf16_embeddings=True` models TRL's cast), is 1.3% and 1.5% under at batch 4 and 8, and what it lacks grows by one float32 vector of 4,096 values a token (asserted): the final norm's output, which transformers 4.48 still holds while it computes the loss inside the model's forward. torchtune's figures are reserved memory, the allocator's cache included since the model was built, and the replay of one step from an empty cache is 8% under. The QLoRA paper's claim holds when the engine is given the paper's setup, read from its script: bitsandbytes' NF4 with double quantization, peft's k-bit preparation, bfloat16 adapters and the paged AdamW (`optimizer="paged-adamw"`, whose 32-bit states live in unified memory, outside `memory_allocated`) fit Guanaco 65B on a 48 GB card with 6.6 GB to spare. Its row says what changes the answer: PyTorch's AdamW still fits, but with peft's float32 adapters (today's default) too the step passes the card; and torchao's NF4, whose eager dequantization holds far more at the peak than bitsandbytes' kernel, put the row's earlier setup 2% over it. Unsloth's number is a claim checked, not reproduced: the engine fits 5,789 tokens in a 24 GB card with a sixth of it to spare, even with Hugging Face's QLoRA recipe (`prepare_kbit=True`, peft's `prepare_model_for_kbit_training`), and its setup is not fully stated. A simulated figure is as good as the setup it is given: state the dtype of every part, what is measured, and what the allocator keeps.
 #
-# One setup here is stated to the last option, because this course measured it itself: `make gpu-reference` (lesson 00) ran section 2's LoRA step and section 4's "LoRA r16, checkpointing" and "QLoRA r16, checkpointing" on an NVIDIA H200, random weights and all (the QLoRA step with bitsandbytes 0.50.2, this course's pin), and simulated each beside it. The simulated column is the allocator model's peak allocated, *tensors* the engine's peak that this lesson plots, in GiB above; here the unit is MiB:
+# This course measured three of its own steps: `make gpu-reference` (lesson 00) ran section 2's LoRA step and section 4's "LoRA r16, checkpointing" and "QLoRA r16, checkpointing" on an NVIDIA H200, random weights and all, and simulated each beside it. That machine ran its own PyTorch 2.11.0 (CUDA 13.0), transformers 5.17.0 and peft 0.21.0, not this course's pins (`lessons/data/h200_2026-11-26/README.md`; the recording's PyTorch is asserted below); the simulated figures are the pins'. The simulated column is the allocator model's peak allocated, *tensors* the engine's peak that this lesson plots, in GiB above; here the unit is MiB:
 
 # %%
 from helpers.teaching.reference import load_reference, reference_report
@@ -360,9 +368,10 @@ if recorded is not None:
                                   for c in ("LoRA r16, checkpointing", "LoRA r16", "QLoRA r16, checkpointing"))
     assert checkpointed == 0 and -1.1 * 2**20 < plain < 0 and -2**20 < qlora < 0
     assert [round(on_gpu[c]["cuda_peak_bytes"] / 2**30, 1) for c in on_gpu] == [27.0, 18.0, 8.4]  # as stated below
+    assert recorded["torch"] == "2.11.0+cu130" and recorded["device"] == "NVIDIA H200"  # not the pinned PyTorch
 
 # %% [markdown]
-# The checkpointed LoRA step lands on the GPU's `max_memory_allocated` to the byte, out of 18 GiB, the other 1 MiB under it, out of 27 GiB, and the QLoRA step half a MiB under it, out of 8.4 GiB: a transformer's step is matrix multiplications, attention and elementwise kernels, and none of them held scratch memory at the peak beyond the cuBLAS workspaces that the verdicts add, so what the simulation counts is what the GPU held. bitsandbytes' own kernels are no exception: its 4-bit weights, and the bfloat16 copy of one layer's weight that it dequantizes for each product of the backward pass, take on the GPU the bytes that section 2 counted. The published figures above differ from the engine by what their setups leave unsaid, not by what the engine misses.
+# The checkpointed LoRA step lands on the GPU's `max_memory_allocated` to the byte, out of 18 GiB, the other 1 MiB under it, out of 27 GiB, and the QLoRA step half a MiB under it, out of 8.4 GiB: a transformer's step is matrix multiplications, attention and elementwise kernels, and at these three peaks none of them held scratch memory beyond the cuBLAS workspaces that the verdicts add, so what the simulation counts is what the GPU held there. bitsandbytes' own kernels are no exception: its 4-bit weights, and the bfloat16 copy of one layer's weight that it dequantizes for each product (at 2,048 tokens in the forward pass and in checkpointing's recomputation as in backward), take on the GPU the bytes that section 2 counted. The published figures above differ from the engine by what their setups leave unsaid, not by what the engine misses.
 #
 # ## Exercises
 #
@@ -386,7 +395,7 @@ if recorded is not None:
 # assert abs(extra - 12 * (trained - adapters)) < 0.1 * extra
 # ```
 #
-# 41,943,040 parameters (0.52%), six times the q and v adapters, and 0.4 GiB more at the peak: the new adapters' float32 weights and AdamW's two moments, 12 bytes per trained parameter (their gradients do not exist yet at the peak, the start of backward). With checkpointing, the float32 input copies of section 3 exist only for the one layer being recomputed, so adapting every layer costs almost nothing here; without it, every layer would keep them.
+# 41,943,040 parameters (0.52%), six times the q and v adapters, and 0.4 GiB more at the peak: the new adapters' float32 weights and AdamW's two moments, 12 bytes per trained parameter (their gradients do not exist yet at the peak, the start of backward). With checkpointing, the adapters' own input copies (section 2's bfloat16 ones, under autocast) exist only for the one layer being recomputed, so adapting every layer costs almost nothing here; without it, every layer would keep them.
 # </details>
 #
 # **Exercise 2: the largest batch.** With QLoRA and checkpointing at 2,048 tokens, what is the largest batch that fits the RTX A6000 48 GB? Use `largest_fit` (the widget's search, `from helpers.batch import largest_fit`) on `Estimate.of(profile_step(...))`, then check the answer against section 5's line.
@@ -411,7 +420,7 @@ if recorded is not None:
 # Batch 13: four traces (batch 1, 4, the line's answer 13, and 14, which does not fit). Section 5's line, made from two batch-1 traces at 2,048 and 8,192 tokens, says 13.8 samples: the peak depends on the batch's tokens, not on how they are split into samples.
 # </details>
 #
-# **Exercise 3: the vocabulary.** At the peak of section 5's 8,192-token step, the logits and their float32 copies take 10 bytes per logit (token × vocabulary entry). How many GiB is that per 1,000 tokens for Llama-3.1 8B (128,256 entries), Qwen2.5 7B (152,064) and Mistral 7B v0.3 (32,768), and at how many tokens does it pass Llama's 4-bit linear weights?
+# **Exercise 3: the vocabulary.** At the peak of section 5's 8,192-token step, the logits, their float32 log-softmax and its gradient take 10 bytes per logit (token × vocabulary entry). How many GiB is that per 1,000 tokens for Llama-3.1 8B (128,256 entries), Qwen2.5 7B (152,064) and Mistral 7B v0.3 (32,768), and at how many tokens does it pass Llama's 4-bit linear weights?
 
 # %%
 # Your code here: hf.load_config(name).vocab_size for each name of hf.SHIPPED
@@ -435,7 +444,7 @@ if recorded is not None:
 #
 # - A 7-8B model's config decides every tensor: the engine builds it on the meta device and counts a step without the weights or a GPU.
 # - Full fine-tuning with float32 weights and AdamW needs 16 bytes per parameter plus 4 at the `foreach` step (150 GiB for Llama-3.1 8B), more than an 80 GB card. Fused AdamW removes the 4; 8-bit states shrink the 8 bytes of states to 2 and offloading removes them; bfloat16 weights and states halve every term and fit Llama-3.1 8B in 80 GB, at the cost of updates too small for bfloat16.
-# - LoRA removes the gradients and optimizer states of the frozen weights, not the weights and not the activations; peft's float32 copies of each adapted layer's input can make its activations larger than full fine-tuning's, so at long sequences LoRA can need more (peft issue #1514, reproduced with today's peft). QLoRA stores the frozen linear weights in about 0.52 bytes each.
+# - LoRA removes the gradients and optimizer states of the frozen weights, not the weights and not the activations; peft's copies of each adapted layer's input (float32 without autocast, bfloat16 under it) can make its activations larger than full fine-tuning's, so at long sequences LoRA can need more (peft issue #1514, reproduced with today's peft). QLoRA stores the frozen linear weights in about 0.52 bytes each.
 # - With checkpointing and QLoRA, most of what a token costs is its logits (10 bytes per vocabulary entry): the vocabulary decides the longest sequence.
 # - With flash attention the peak is a straight line in the batch's tokens: two traces predict the longest sequence and the largest batch, and a trace at the answer confirms it.
 # - Against published real-GPU figures the engine is within a few percent where the setup is stated and the figure is the peak allocated; a reserved figure, a claim about a card, or an unstated setup needs its gap explained.

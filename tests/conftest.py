@@ -76,24 +76,24 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True, scope="module")
 def _traced_anew_per_file():
-    """Each test file starts with no kept profiles (``helpers.step.KEPT``): its tests share what they trace, in their
+    """Each test file starts with no kept profiles (``helpers.profile.KEPT``): its tests share what they trace, in their
     order, whatever else ran before in the same worker."""
-    from helpers import step
+    from helpers import profile
 
-    step.forget_kept()
+    profile.forget_kept()
 
 
 @pytest.fixture(autouse=True)
 def _traced_anew_when_patched(request):
     """A test that patches (``monkeypatch``, the engine perhaps) neither reads nor leaves kept profiles."""
-    from helpers import step
+    from helpers import profile
 
     patched = "monkeypatch" in request.fixturenames
     if patched:
-        step.forget_kept()
+        profile.forget_kept()
     yield
     if patched:
-        step.forget_kept()
+        profile.forget_kept()
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,9 @@ from helpers.batch import model_state_estimate
 from helpers.engine.bnb_rules import BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
 from helpers.config import StepConfig
-from helpers.step import StepRunner, profile_step
-from helpers.techniques import quantization
+from helpers.profile import profile_step
+from helpers.step import StepRunner
+from helpers.techniques import bnb
 from helpers.techniques.optimizers import PAGED_MIN_NUMEL
 from test_finetune_engine import BF16, LAYERS, LINEARS, MLP, SMOL, H, KV, VOCAB, _adapters, _bytes
 
@@ -49,12 +50,12 @@ def steps():
 def test_a_layer_holds_what_the_formula_says(quant_type, double_quant):
     """The tensors ``quantize_4bit`` makes for one (out, in) weight, element for element, against ``bnb_bytes``."""
     config = type("C", (), {"quantization": quant_type, "double_quant": double_quant, "compute_dtype": "bfloat16"})
-    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
-        layer = quantization._bnb_linear(torch.empty(1536, 576, device="meta"), None, config, meter.device)
-        parts = [layer.weight, *quantization.state_tensors(layer.weight)]
+    with Meter(device="simulated") as meter, bnb.dynamic_map(meter.device, simulated=True):
+        layer = bnb.bnb_linear(torch.empty(1536, 576, device="meta"), None, config, meter.device)
+        parts = [layer.weight, *bnb.state_tensors(layer.weight)]
         held = sorted(t.numel() * t.element_size() for t in parts)
-    assert held == sorted(quantization.bnb_bytes(1536 * 576, double_quant).values())
-    assert quantization.weights(layer.weight) == 1536 * 576 and layer.weight.dtype == torch.uint8
+    assert held == sorted(bnb.bnb_bytes(1536 * 576, double_quant).values())
+    assert bnb.weights(layer.weight) == 1536 * 576 and layer.weight.dtype == torch.uint8
     assert layer.weight.quant_state.quant_type == quant_type and layer.compute_dtype == torch.bfloat16
 
 
@@ -96,8 +97,8 @@ def test_the_4_bit_product_allocates_what_the_cuda_kernel_does(rows, double_quan
     holds one bfloat16 copy of the weight (and with double quantization the float32 scales twice) until it returns."""
     config = type("C", (), {"quantization": "nf4", "double_quant": double_quant, "compute_dtype": "bfloat16"})
     n, k = 1536, 576
-    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
-        layer = quantization._bnb_linear(torch.empty(n, k, device="meta"), None, config, meter.device)
+    with Meter(device="simulated") as meter, bnb.dynamic_map(meter.device, simulated=True):
+        layer = bnb.bnb_linear(torch.empty(n, k, device="meta"), None, config, meter.device)
         x = torch.empty(rows, k, dtype=torch.bfloat16, device=meter.device)
         state = layer.weight.quant_state
         meter.reset_peak()
@@ -268,16 +269,16 @@ def test_an_int8_layer_holds_what_the_formula_says():
     weight = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
     with Meter(device="simulated") as meter:
         start = meter.log_length()
-        layer = quantization._int8_linear(weight, None, meter.device)
+        layer = bnb.int8_linear(weight, None, meter.device)
         log = [(e.kind, e.delta) for e in meter.allocation_log()[start:]]
-        held = sorted(t.numel() * t.element_size() for t in [layer.weight, *quantization.state_tensors(layer.weight)])
-    assert held == sorted(quantization.int8_bytes(n, k).values())
+        held = sorted(t.numel() * t.element_size() for t in [layer.weight, *bnb.state_tensors(layer.weight)])
+    assert held == sorted(bnb.int8_bytes(n, k).values())
     assert log == [("alloc", round_up(2 * n * k)), ("alloc", round_up(4 * n)), ("alloc", round_up(n * k)),
                    ("free", -round_up(2 * n * k))]
     assert layer.weight.dtype == torch.int8 and layer.weight.SCB.dtype == torch.float32
     assert type(layer).__name__ == "Linear8bitLt" and layer.state.threshold == 6.0
     assert not layer.state.has_fp16_weights and layer.state.CB is None  # moved there by the first forward
-    assert quantization.weights(layer.weight) == n * k
+    assert bnb.weights(layer.weight) == n * k
 
 
 @pytest.mark.parametrize("rows", [32, 2048])
@@ -294,7 +295,7 @@ def test_the_int8_product_allocates_what_bitsandbytes_cuda_path_does(rows):
     n, k = 1536, 576
     r = round_up
     with Meter(device="simulated") as meter:
-        layer = quantization._int8_linear(torch.empty(n, k, device="meta"), None, meter.device)
+        layer = bnb.int8_linear(torch.empty(n, k, device="meta"), None, meter.device)
         x = torch.empty(rows, k, dtype=torch.bfloat16, device=meter.device, requires_grad=True)
         meter.reset_peak()
         before = meter.allocated()

@@ -12,8 +12,8 @@ from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
 from helpers.engine.bnb_rules import BNB_FUSED_FP32_ROWS, BNB_FUSED_ROWS, bnb_gemm_4bit
 from helpers.engine.meter import Meter
-from helpers.step import profile_step
-from helpers.techniques import quantization
+from helpers.profile import profile_step
+from helpers.techniques import bnb
 from test_finetune_engine import BF16, KV, LAYERS, MLP, SMOL, H, _bytes
 
 N, K, M = MLP, H, 32  # a gate projection, 32 tokens
@@ -27,8 +27,8 @@ def _config(compute_dtype="bfloat16", double_quant=False):
 def _layer_forward(compute_dtype: str) -> tuple[int, torch.dtype]:
     """One ``Linear4bit`` (N x K) forward of M bfloat16 rows under bfloat16 autocast: the bytes it holds at its peak
     above what was allocated before, and its output's dtype."""
-    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
-        layer = quantization._bnb_linear(torch.empty(N, K, device="meta"), None, _config(compute_dtype), meter.device)
+    with Meter(device="simulated") as meter, bnb.dynamic_map(meter.device, simulated=True):
+        layer = bnb.bnb_linear(torch.empty(N, K, device="meta"), None, _config(compute_dtype), meter.device)
         x = torch.empty(M, K, dtype=torch.bfloat16, device=meter.device)
         meter.reset_peak()
         before = meter.allocated()
@@ -60,8 +60,8 @@ def test_a_4_bit_layer_holds_one_weight_in_its_compute_dtype_and_what_autocast_c
 def test_float32_takes_the_fused_kernel_below_8_rows_on_every_card(rows):
     """``_gemm_4bit_use_custom_cuda``: float32 has no MMA kernel, and the fused (SIMT) kernel runs for fewer than 8
     rows on every card; 16-bit inputs take it for up to 4 rows on every card (above, by card: the fallback here)."""
-    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
-        layer = quantization._bnb_linear(torch.empty(N, K, device="meta"), None, _config(), meter.device)
+    with Meter(device="simulated") as meter, bnb.dynamic_map(meter.device, simulated=True):
+        layer = bnb.bnb_linear(torch.empty(N, K, device="meta"), None, _config(), meter.device)
         state = layer.weight.quant_state
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.empty(rows, K, dtype=dtype, device=meter.device)
@@ -109,8 +109,8 @@ def test_dora_s_norm_dequantizes_a_4_bit_weight_as_peft_does(double_quant):
     ``bnb.functional.dequantize_4bit(weight.data, weight.quant_state)``: one copy of the weight in the state's dtype,
     the bfloat16 it was quantized from (not the compute dtype), and with double quantization the float32 scales
     dequantized on the way (``dequantize_blockwise``), freed."""
-    with Meter(device="simulated") as meter, quantization._dynamic_map(meter.device, simulated=True):
-        layer = quantization._bnb_linear(torch.empty(N, K, device="meta"), None,
+    with Meter(device="simulated") as meter, bnb.dynamic_map(meter.device, simulated=True):
+        layer = bnb.bnb_linear(torch.empty(N, K, device="meta"), None,
                                          _config("float32", double_quant), meter.device)
         assert type(layer.weight).__name__ == "Params4bit" and isinstance(layer.weight, torch.nn.Parameter)
         meter.reset_peak()

@@ -619,7 +619,11 @@ _SNAPSHOT = """(root) => {
         return {name: view.dataset.name, peak: Number(view.dataset.peak), images: images.length};
     }
     const refused = root.querySelector('.gm-refused');
-    return refused ? {refused: refused.textContent.trim()} : null;
+    if (!refused) return null;
+    const shown = [...root.querySelectorAll('img')].filter(i => i.offsetWidth > 0 || i.offsetHeight > 0);
+    const menu = root.querySelector('.widget-dropdown select');
+    return {refused: refused.textContent.trim(), images: shown.length, menu: menu ? menu.selectedIndex : null,
+            names: root.textContent.includes('ResNet18, batch 128')};
 }"""
 
 
@@ -632,7 +636,8 @@ def _until(test: str) -> str:
                          ids=lambda v: getattr(v, "stem", str(v)).split("_")[0])
 def test_the_snapshot_widget_explains_a_chosen_snapshot_and_an_uploaded_file(browser, running, path, index, tmp_path):
     """Lesson 06b's widget: another shipped snapshot chosen from its menu, a file that is no snapshot uploaded (one
-    line refuses it), then a real one uploaded; each view's peak is ``explain_snapshot``'s, with its two figures."""
+    line refuses it, with no figure and no menu entry left from before), then a real one uploaded; each view's peak is
+    ``explain_snapshot``'s, with its two figures."""
     from helpers.snapshot import explain_snapshot
     from helpers.teaching.widgets import SHIPPED
 
@@ -664,6 +669,8 @@ def test_the_snapshot_widget_explains_a_chosen_snapshot_and_an_uploaded_file(bro
     assert first["peak"] == explain_snapshot(SHIPPED[first["name"]]).peak_bytes
     assert chosen["peak"] == explain_snapshot(SHIPPED[chosen["name"]]).peak_bytes
     assert refused["refused"].startswith("notes.pickle: not a memory snapshot") and "\n" not in refused["refused"]
+    # issue 52.16: after a refused upload, no broken-image icons, and nothing names the snapshot shown before it
+    assert refused["images"] == 0 and refused["menu"] == -1 and not refused["names"], refused
     assert uploaded["peak"] == explain_snapshot(upload).peak_bytes
     assert errors == [], f"SnapshotExplorer in {path.name}"
 
@@ -676,6 +683,12 @@ _SERVING = """(root) => {
     const answer = view.querySelector('.gm-answer');
     return {data: {...view.dataset}, answer: answer.textContent.trim(), starts: answer.dataset.starts === 'true'};
 }"""
+
+
+#: The texts of a widget's control labels that do not fit their box (ipywidgets cuts them with an ellipsis).
+_CUT_LABELS = """(root) => [...root.querySelectorAll('.widget-label')]
+    .filter(label => label.offsetParent !== null && label.scrollWidth > label.clientWidth + 1)
+    .map(label => label.textContent)"""
 
 
 def _serving_until(test: str) -> str:
@@ -702,7 +715,7 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
     """Lesson 10's widget: the batch-budget menu on 16,384 tokens (a new profile run: "updating..." must show), then
     the context menu on 8,192 tokens (vLLM's arithmetic on the kept run), or 4,096 where the lesson shows those
     already; each account shown is ``vllm_startup``'s for the options its controls show, its answer
-    :func:`helpers.teaching.views.startup_answer`'s."""
+    :func:`helpers.teaching.views.startup_answer`'s; no control's label is cut (:data:`_CUT_LABELS`)."""
     page = browser.page
     name = _drive_name(path, index)
     browser.activate(name)
@@ -713,6 +726,7 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
         handle = root.element_handle()
         root.scroll_into_view_if_needed()
         browser.wait("the serving widget's first account", _serving_until("true"), handle)
+        cut = page.evaluate(_CUT_LABELS, handle)
         for menu, wanted, attribute in (("max_num_batched_tokens", ("16,384", "4,096"), "batchedTokens"),
                                         ("max_model_len", ("8,192", "4,096"), "maxModelLen")):
             select = root.locator(".widget-dropdown", has_text=menu).locator("select")
@@ -733,6 +747,7 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
         page.screenshot(path=str(ARTIFACTS / f"widget_{path.stem}.png"))
         browser.close()
         errors = browser.errors()
+    assert cut == [], f"labels cut in {path.name}: {cut}"  # "max_num_batched_tokens" shown whole
     for menu, shown, controls, busy_seen in seen:
         account = _direct_startup(controls)
         camel = lambda name: re.sub(r"-(\w)", lambda m: m.group(1).upper(), name)  # noqa: E731 (dataset's keys)

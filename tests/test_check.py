@@ -71,3 +71,23 @@ def test_the_resnet18_verdict_is_the_rule_of_every_widget():
     assert fit and status == 0
     assert (f"ResNet18     batch 128: whole-step peak {fmt_mib(step.peak_allocated_bytes)} simulated; "
             f"fits {', '.join(fit)} (peak allocated of the whole step + 1,024.0 MiB assumed overhead)") in text
+
+
+def test_the_lesson_libraries_are_checked_with_the_lessons_that_need_them(monkeypatch):
+    """transformers, peft, accelerate, torchao and bitsandbytes: each version against its pin, the lessons that need
+    it beside it; one that does not import is a problem whose fix names its pin and its lessons."""
+    import importlib
+
+    status, text = run()
+    for name in ("transformers", "peft", "accelerate", "torchao", "bitsandbytes"):
+        version = importlib.import_module(name).__version__
+        lessons, why = check.LESSON_PACKAGES[name]
+        assert f"  {name:<12} {version}  for {lessons}: {why}" in text
+    assert status == 0
+    real = check._try_import
+    monkeypatch.setattr(check, "_try_import",
+                        lambda name: ModuleNotFoundError("No module named 'peft'") if name == "peft" else real(name))
+    status, text = run()
+    assert status == 1 and "peft         BROKEN: ModuleNotFoundError: No module named 'peft'" in text
+    assert ("problem: peft does not import. Fix: pip install peft==0.21.2 (lessons 06b and 09 need it; the others "
+            "run without it)") in text

@@ -10,9 +10,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from helpers import config, profile_step
-from helpers.__main__ import in_flags, main
+from helpers.__main__ import in_flags, library_defaults, main
+from helpers.flags import CLI_OPTIONS
 from helpers.models import hf
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
@@ -124,7 +126,8 @@ def test_bad_input_is_one_line_and_exit_status_2(case, capsys, tmp_path, monkeyp
 def test_bad_input_is_one_valueerror_line_from_profile_step(case, tmp_path):
     argv = _argv(case, tmp_path)
     options = vars(_parse(argv))
-    options = {name: options[name] for _, name, _ in config.CLI_OPTIONS}
+    options = {name: options[name] for _, name, _ in CLI_OPTIONS}
+    library_defaults(options)  # what the command line does before the step
     try:
         profile_step(**options)
     except ValueError as e:
@@ -172,3 +175,51 @@ def test_a_lora_run_prints_nothing_on_stderr():
     assert result.returncode == 0
     assert result.stderr == ""
     assert result.stdout.splitlines()[0].startswith("peak allocated: ")
+
+
+def test_a_hugging_face_model_takes_the_pinned_libraries_defaults(capsys, tmp_path):
+    """Unless told: parameters in the config's dtype (from_pretrained's dtype="auto"), fused AdamW (the Trainer's
+    adamw_torch_fused), said in the answer's first lines; a flag given wins; a float16 config trains float32."""
+    code, out, err = _run(capsys, "--model", SMOL, *SHORT, "--json")
+    assert code == 0 and err == ""
+    said = json.loads(out)["config"]
+    assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("adamw", True, "bfloat16")
+    assert hf.load_config(SMOL).dtype == torch.bfloat16  # the config's own dtype
+    expected = profile_step(SMOL, 1, seq_len=8, optimizer="adamw", fused=True, param_dtype="bfloat16",
+                            steady_state=True, device="simulated")
+    assert json.loads(out)["peak_allocated_bytes"] == expected.peak_allocated_bytes
+    code, out, _ = _run(capsys, "--model", SMOL, *SHORT)
+    lines = out.splitlines()
+    assert lines[2] == ('  defaults of the pinned libraries: parameters in bfloat16: the config\'s dtype, as '
+                        'from_pretrained\'s dtype="auto" loads them; fused AdamW: the Trainer\'s default optimizer '
+                        '(adamw_torch_fused)')
+    assert lines[3].startswith("does it fit? ")  # the verdict right after the peak and the step
+    code, out, _ = _run(capsys, "--model", SMOL, *SHORT, "--optimizer", "sgd", "--param-dtype", "float32", "--json")
+    said = json.loads(out)["config"]
+    assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("sgd", False, "float32")
+    data = dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=256, torch_dtype="float16")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = _run(capsys, "--model", str(path), *SHORT)
+    assert code == 0
+    assert ("parameters in float32: the config says float16, which these steps do not store parameters in "
+            "(--param-dtype bfloat16 for 16-bit weights); fused AdamW") in out
+
+
+def test_lesson_09s_example_is_lesson_09s_step():
+    """--help's lesson 09 example, with the libraries' defaults, is lesson 09's "LoRA r16, checkpointing" step
+    (bfloat16 weights, checkpointing, AdamW; 18.0 GiB there, fits 24 GB), asked about one card."""
+    import shlex
+
+    from helpers.__main__ import EXAMPLES, _batch_size, _parser, library_defaults
+
+    command = next(line for line in EXAMPLES.replace("\\\n", "").splitlines() if "Llama-3.1-8B" in line)
+    args = _parser().parse_args(shlex.split(command)[3:])
+    options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
+    options["batch_size"], _ = _batch_size(options)
+    library_defaults(options)
+    lesson_09 = dict(seq_len=2048, amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True,
+                     device="auto", lora_rank=16, param_dtype="bfloat16", checkpoint=1)  # its STEP and section 4
+    assert config.StepConfig(**options) == config.StepConfig("meta-llama/Llama-3.1-8B", 1, **lesson_09)
+    assert args.gpu == "RTX 4090 24 GB"

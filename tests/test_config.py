@@ -6,7 +6,8 @@ import pytest
 
 import torch
 
-from helpers.config import CLI_OPTIONS, IMAGE_SIZE, StepConfig, check_int, is_hf_config
+from helpers.config import IMAGE_SIZE, StepConfig, check_int, is_hf_config
+from helpers.flags import CLI_OPTIONS
 
 
 @pytest.mark.parametrize("options, message", [

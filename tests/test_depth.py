@@ -12,7 +12,7 @@ import pytest
 
 from helpers import depth
 from helpers.allocator import replay
-from helpers.step import profile_step
+from helpers.profile import profile_step
 from helpers.teaching.setups import EagerCausalLM
 from helpers.transformer import transformer_step
 

@@ -14,8 +14,8 @@ import torch
 from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
 from helpers.models import hf
-from helpers.step import profile_step
-from helpers.techniques import quantization
+from helpers.profile import profile_step
+from helpers.techniques import quantization, torchao_nf4
 from helpers.techniques.lora import apply_lora
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
@@ -63,12 +63,12 @@ def test_nf4_bytes_formula_against_the_paper():
     """bits per weight: 4 + 8/64 + 16/16384 (torchao, bf16 factors) against the QLoRA paper's
     4 + 8/64 + 32/(64*256) (bitsandbytes, fp32 factors): 4.1260 and 4.1270."""
     n = 4096 * 4096
-    parts = quantization.nf4_bytes(n)
+    parts = torchao_nf4.nf4_bytes(n)
     assert parts == {"codes": n // 2, "scales": n // 64, "scale_factors": 2 * n // 16384, "mean": 2, "code_book": 32}
     bits = 8 * (sum(parts.values()) - 34) / n
     assert bits == pytest.approx(4 + 8 / 64 + 16 / 16384) and round(bits, 4) == 4.1260
     assert round(4 + 8 / 64 + 32 / (64 * 256), 4) == 4.1270
-    assert quantization.nf4_scaler_block(n) == 256 and quantization.nf4_scaler_block(KV * H) == 216  # 1728 blocks = 8 * 216
+    assert torchao_nf4.nf4_scaler_block(n) == 256 and torchao_nf4.nf4_scaler_block(KV * H) == 216  # 1728 blocks = 8 * 216
 
 
 def test_qlora_stores_every_frozen_linear_weight_in_nf4_and_the_rest_as_it_was(steps):
@@ -192,7 +192,10 @@ def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
     ({"quantization": "torchao-nf4", "lora_rank": 8, "double_quant": True},
      "double_quant (bitsandbytes' double quantization) applies to quantization='nf4' or quantization='fp4' "
      "(torchao-nf4 always quantizes its scales)"),
-    ({"param_dtype": "float16"}, "unknown param_dtype 'float16'; use one of float32, bfloat16"),
+    ({"param_dtype": "float64"}, "unknown param_dtype 'float64'; use one of float32, bfloat16, float16"),
+    ({"param_dtype": "float16", "amp": True}, "float16 parameters have float16 gradients, which float16 AMP's "
+                                              "GradScaler cannot unscale (torch/amp/grad_scaler.py): use "
+                                              "amp_dtype='bfloat16', or no AMP"),
     ({"lora_dtype": "bfloat16"}, "lora_dtype applies to LoRA: give lora_rank too"),
     ({"lora_dtype": "float16", "lora_rank": 8}, "unknown lora_dtype 'float16'; use one of float32, bfloat16"),
     ({"optimizer": "adamw8bit", "fused": True},
@@ -258,7 +261,7 @@ def test_llama_8b_qlora_weights_by_formula():
     h, kv, mlp = 4096, 1024, 14336
     weights = 32 * (2 * h * h + 2 * kv * h + 3 * h * mlp)
     assert sum(layer.weight.numel() for *_, layer in layers) == weights == 6_979_321_856
-    nf4 = sum(sum(quantization.nf4_bytes(layer.weight.numel()).values()) for *_, layer in layers)
+    nf4 = sum(sum(torchao_nf4.nf4_bytes(layer.weight.numel()).values()) for *_, layer in layers)
     assert nf4 == weights // 2 + weights // 64 + 2 * weights // 16384 + 224 * 34
     assert round(nf4 / weights, 4) == 0.5157  # 4.126 bits
 
@@ -283,15 +286,15 @@ def _same_step(a, b) -> None:
 def test_a_remembered_dequantization_changes_no_byte(monkeypatch, options):
     """QLoRA's quantizations and dequantizations written from the first one's allocations equal torchao's operations
     run each time."""
-    from helpers.step import forget_kept
+    from helpers.profile import forget_kept
 
     step = dict(batch_size=1, seq_len=32, device="simulated", quantization="torchao-nf4", lora_rank=4, **options)
     remembered = profile_step(TINY, **step)
-    for kept in (quantization._DEQUANTIZED, quantization._QUANTIZED):  # a pattern was kept, and used
+    for kept in (torchao_nf4.DEQUANTIZED, torchao_nf4.QUANTIZED):  # a pattern was kept, and used
         assert any(kept.values())
-    assert all(p.wrapper is not None and len(p.kept) == 5 for p in quantization._QUANTIZED.values())  # NF4Tensor's
+    assert all(p.wrapper is not None and len(p.kept) == 5 for p in torchao_nf4.QUANTIZED.values())  # NF4Tensor's
     forget_kept()
-    monkeypatch.setattr(quantization, "remembered", lambda patterns, key, call: call())
+    monkeypatch.setattr(torchao_nf4, "remembered", lambda patterns, key, call: call())
     _same_step(remembered, profile_step(TINY, **step))
 
 
@@ -325,7 +328,7 @@ def test_a_remembered_call_is_written_again_or_run_again():
 def test_a_simulated_8bit_adamw_step_skips_only_arithmetic(monkeypatch):
     """torchao's ``single_param_adam`` skipped (its temporaries are not counted) changes no byte."""
     from helpers.engine import backends
-    from helpers.step import forget_kept
+    from helpers.profile import forget_kept
 
     step = dict(batch_size=1, seq_len=32, device="simulated", optimizer="adamw8bit", steady_state=True,
                 full_trace=True)

@@ -352,3 +352,81 @@ def test_the_harness_measures_on_the_stub_driver_what_the_h200_measured(cuda_stu
     log, addresses, reserved = replayer.replay_inputs(path)
     assert reserved == record["cuda_reserved_bytes"] and len(log) > 1000
     assert replay(log, segment_addresses=addresses).peak_reserved == reserved
+
+
+def _tables():
+    spec = importlib.util.spec_from_file_location("gpu_tables", ROOT / "benchmarks" / "gpu_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tables_harness_lists_resnet18s_convolutions_and_reductions():
+    """Read on the meta device, ResNet18 at batch 32 calls the 11 distinct convolutions of the H200 table
+    (``shared/reference/h200_cudnn``), conv1 first, and one biased Linear (fc, whose gradient sums 32 rows)."""
+    tables = _tables()
+    convs, linears = tables.convolutions({"resnet18": (32,)})
+    assert len(convs) == 11
+    assert {k: convs[0][k] for k in ("in_channels", "out_channels", "kernel", "stride", "padding", "side")} == \
+        {"in_channels": 3, "out_channels": 64, "kernel": 7, "stride": 2, "padding": 3, "side": 224}
+    assert {(c["in_channels"], c["out_channels"], c["kernel"], c["stride"], c["side"]) for c in convs} >= \
+        {(64, 128, 1, 2, 56), (256, 512, 1, 2, 14), (512, 512, 3, 1, 7)}
+    assert linears == [{"rows": 32, "features": 1000, "models": ["resnet18"]}]
+
+
+def test_the_tables_harness_reads_a_fake_record_and_writes_the_table(tmp_path):
+    """A made-up trace in the shape ``_record_memory_history(stacks="all")`` gives: the workspaces counted by pass from
+    their C++ frames (the output is no workspace); a reduction's staging buffer told from its tensors; the JSON read
+    back with its header and rows."""
+    tables = _tables()
+
+    def alloc(size, *names):
+        return {"action": "alloc", "addr": size, "size": size, "frames": [{"name": n, "filename": "x.cpp"} for n in names]}
+
+    conv = [alloc(100, "at::detail::empty_generic(...)", "at::native::cudnn_convolution(...)"),
+            alloc(7, "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::allocate(unsigned long)",
+                  "at::native::run_conv_plan(cudnnContext*)", "at::native::raw_cudnn_convolution_forward_out(...)",
+                  "at::native::cudnn_convolution_forward(...)"),
+            alloc(9, "at::native::run_conv_plan(cudnnContext*)", "at::native::cudnn_convolution_backward_weight(...)"),
+            alloc(5, "at::native::run_single_conv(x)", "at::native::cudnn_convolution_backward_input(...)"),
+            {"action": "free_requested", "addr": 9, "size": 9}]
+    assert tables.workspaces_by_pass(conv) == {"forward": 7, "backward_weight": 9, "backward_input": 5}
+    reduce = [alloc(4096, "at::detail::empty_generic(...)"), alloc(32, "at::native::gpu_reduce_kernel<...>(...)")]
+    assert tables.reduction_allocs(reduce) == [[4096, "tensor"], [32, "reduce"]]
+    head = tables.header("NVIDIA H200", "about")
+    assert {"gpu", "cudnn", "cudnn_allow_tf32", "sms", "torch", "recorded"} <= set(head)
+    rows = [{"batch": 32, "in_channels": 3, "dtype": "float16", "workspace": {"forward": 7}}]
+    path = tmp_path / f"cudnn_workspaces_{tables.slug('NVIDIA H200')}.json"
+    tables.write_table(path, head, rows)
+    assert path.name == "cudnn_workspaces_h200.json"
+    assert json.loads(path.read_text()) == {**head, "rows": rows}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
+def test_the_tables_harness_without_a_gpu_says_so_and_writes_nothing(tmp_path, capsys):
+    assert _tables().main(["--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "gpu-tables: no CUDA GPU on this machine, nothing recorded"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lessons_run_as_notebooks_with_times_and_the_budget_says_what_it_skips(tmp_path, monkeypatch):
+    """``run_lessons`` on two tiny notebooks (one fails) within a budget, then with too little budget left: each
+    run's status and seconds, the error's line, and what was skipped, said."""
+    import nbformat
+
+    tables = _tables()
+    paths = []
+    for name, code in (("ok", "print(6 * 7)"), ("bad", "1 / 0")):
+        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        paths.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(notebook, paths[-1])
+    monkeypatch.setattr(tables, "ESTIMATE", {**tables.ESTIMATE, "lesson": 1.0})
+    budget = tables.Budget(240)
+    ok, bad = tables.run_lessons(budget, paths)
+    assert ok["ok"] and ok["seconds"] > 0 and ok["error"] is None
+    assert not bad["ok"] and "ZeroDivisionError" in bad["error"]
+    assert budget.skipped == []
+    late = tables.Budget(0.5)
+    assert tables.run_lessons(late, paths) == [] and len(late.skipped) == 2
+    assert late.skipped[0].startswith("lesson ok.ipynb (estimated 1 s, ")

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
 from helpers.models import hf, resolve_model
-from helpers.step import profile_step
+from helpers.profile import profile_step
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
 SMOL_LAYERS, SMOL_H, SMOL_KV = 30, 576, 192  # 9 heads of 64, 3 key/value heads

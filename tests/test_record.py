@@ -137,6 +137,8 @@ def test_categories_by_serial_label_a_replay_of_the_log(three_layers):
     assert by_category["parameters"] == by_category["optimizer_states"] == 65536 + 1024 + 10240 + 512
 
 
+# lesson 04's reentrant trap, run on purpose: PyTorch's warning about it is expected here
+@pytest.mark.filterwarnings("ignore:None of the inputs have requires_grad=True:UserWarning")
 def test_the_options_are_the_configs_and_read_only(resnet18_b128):
     p = resnet18_b128
     assert (p.batch_size, p.amp, p.checkpoint, p.optimizer, p.steady_state, p.reentrant, p.offload) == (

@@ -324,14 +324,14 @@ def test_the_recipe_prepares_before_placing_and_counts_from_placing_on():
 
 
 def test_a_simulated_step_asked_for_again_is_kept_and_equals_a_fresh_trace():
-    """profile_step keeps simulated profiles of plain options (helpers.step.KEPT): the same config gives the
+    """profile_step keeps simulated profiles of plain options (helpers.profile.KEPT): the same config gives the
     same object, equal to a fresh trace; a learner's nn.Module, a function of theirs, a GPU are traced anew."""
-    from helpers import step
+    from helpers import profile
 
     kept = profile_step("mlp", 32, optimizer="adam", device="simulated")
     assert profile_step("mlp", 32, optimizer="adam", device="simulated") is kept
     assert profile_step("mlp", 16, optimizer="adam", device="simulated") is not kept
-    step.forget_kept()
+    profile.forget_kept()
     fresh = profile_step("mlp", 32, optimizer="adam", device="simulated")
     assert fresh is not kept
     for name in ("events", "event_categories", "peak_allocated_bytes", "categories", "storages", "allocation_log"):
@@ -340,12 +340,13 @@ def test_a_simulated_step_asked_for_again_is_kept_and_equals_a_fresh_trace():
     assert profile_step(model, 4, input_shape=(64,), device="simulated") is not profile_step(
         model, 4, input_shape=(64,), device="simulated")
     config = StepConfig("mlp", 4, loss=lambda out, target: out.sum(), device="simulated")
-    assert step._kept_key(config) is None and step._kept_key(config.replace(loss="auto")) == config.replace(loss="auto")
-    assert step._kept_key(config.replace(loss="auto", device="cuda")) is None
-    assert step._kept_key(config.replace(loss="auto", model="./mymodel.py:build")) is None
-    for batch in range(100, 101 + step.KEPT):  # the least recently used are dropped first
+    auto = config.replace(loss="auto")
+    assert profile._kept_key(config) is None and profile._kept_key(auto) == ("profile_step", auto)
+    assert profile._kept_key(config.replace(loss="auto", device="cuda")) is None
+    assert profile._kept_key(config.replace(loss="auto", model="./mymodel.py:build")) is None
+    for batch in range(100, 101 + profile.KEPT):  # the least recently used are dropped first
         profile_step("mlp", batch, device="simulated")
-    assert [c.batch_size for c in step._KEPT] == list(range(101, 101 + step.KEPT))
+    assert [c.batch_size for _, c in profile._KEPT] == list(range(101, 101 + profile.KEPT))
 
 
 def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatch):
@@ -356,7 +357,7 @@ def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatc
     import contextlib
     import gc
 
-    from helpers import step
+    from helpers import profile
     from helpers.engine import backends
     from helpers.engine.counting import StorageTracker
     from helpers.fsdp import sharded_step
@@ -391,7 +392,7 @@ def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatc
     for name, patched in [("__enter__", entering), ("__exit__", leaving), ("_free", freeing), ("_change", changing)]:
         monkeypatch.setattr(StorageTracker, name, patched)
     monkeypatch.setattr(backends, "collector_paused", contextlib.nullcontext)
-    monkeypatch.setattr(step, "collector_paused", contextlib.nullcontext)
+    monkeypatch.setattr(profile, "collector_paused", contextlib.nullcontext)
 
     class Cyclic(nn.Module):  # keeps its output's double in a list that holds itself
         def __init__(self):
@@ -406,7 +407,7 @@ def test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector(monkeypatc
 
     tiny = {"model_type": "llama", "vocab_size": 96, "hidden_size": 128, "intermediate_size": 256,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
-    step.forget_kept()
+    profile.forget_kept()
     import peft, torchao.dtypes, transformers  # noqa: F401, E401  (imported before the freeze)
     gc.collect()
     gc.freeze()

@@ -28,6 +28,8 @@ HISTORICAL = {
     ("lessons/09_fine_tuning_on_one_gpu.py", "peft 0.8.2"): "the version peft #1514's reporter ran",
     ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.8"):
         "from torch 2.8 on, transformers' TrainingArguments defaults to adamw_torch_fused (training_args.py)",
+    ("helpers/__main__.py", "torch 2.8"):
+        "from torch 2.8 on, transformers' TrainingArguments defaults to adamw_torch_fused (training_args.py)",
     ("helpers/gpus.py", "PyTorch 1.13"): "the release of pytorch #86509 (lazy loading)",
     ("helpers/gpus.py", "PyTorch 2.10"): "the version unsloth-zoo #1053 measured",
     ("helpers/teaching/setups.py", "transformers 4.31"):
@@ -36,6 +38,12 @@ HISTORICAL = {
     ("helpers/teaching/setups.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("docs/instructor_guide.md", "transformers 4.48"): "the version of fms-acceleration's benchmark",
+    ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.11.0"):
+        "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
+    ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 5.17.0"):
+        "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
+    ("lessons/09_fine_tuning_on_one_gpu.py", "peft 0.21.0"):
+        "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("README.md", "transformers 5.17.0"): "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("README.md", "peft 0.21.0"): "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
 }

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from helpers.serving import FORMULA_QUANTIZATIONS, kv_bytes_per_token
+from helpers.formats import BY_FORMULA
+from helpers.serving import kv_bytes_per_token
 from helpers.teaching.vllm_logs import LOGS, engine_beside_logs
 from helpers.units import GiB
 
@@ -42,7 +43,7 @@ def test_the_engine_beside_the_logs(rows):
     for name, row in rows.items():
         engine, logged = row.engine(), row.log.logged
         # by formula (fp8, 4-bit GPTQ), vLLM's kernels may keep a little more (Marlin's workspace): 1.5%
-        formula = row.log.options.get("quantization") in FORMULA_QUANTIZATIONS
+        formula = row.log.options.get("quantization") in BY_FORMULA
         assert engine["weights"] == pytest.approx(logged["weights"], rel=0.015 if formula else 0.01), name
         assert (row.refusal is not None) == row.log.refused, name
     for name in FULLY_STATED:

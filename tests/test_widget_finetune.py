@@ -160,3 +160,23 @@ def test_the_adapters_dtype_dora_the_kbit_preparation_and_the_loss_reach_the_ste
     assert w.adapters.disabled and w.dora.disabled and w.config().lora_rank == 0 and not w.config().dora
     with pytest.raises(ValueError, match="unknown loss"):
         _widget(loss="chunked")
+
+
+def test_a_step_that_does_not_fit_says_by_how_much_and_the_cards_lines_read_as_the_verdict_adds_them():
+    """Issue 52: "11,264 does not fit: it needs 24.0 GiB" on a 24.0 GiB card said nothing; the excess is printed, in
+    MiB where GiB would round it away. A 16 MiB cuBLAS workspace reads 0.02 GiB in the legend, as in the verdict's
+    sum, not 0.0."""
+    from types import SimpleNamespace
+
+    from helpers.gpus import GPU_CARDS
+    from helpers.teaching.views import _term
+    from helpers.teaching.widgets.finetune import OTHER_NOTE, FineTuneFit
+
+    card = GPU_CARDS["RTX 4090 24 GB"]
+    said = FineTuneFit._beyond(SimpleNamespace(UNIT="GiB"), card + 20 * 2**20, card)
+    assert said == "24.0 GiB, 20.0 MiB more than the card's 24.0 GiB"
+    assert FineTuneFit._beyond(SimpleNamespace(UNIT="GiB"), card + 3 * 2**30, card) == (
+        "27.0 GiB, 3.0 GiB more than the card's 24.0 GiB")
+    assert FineTuneFit._beyond(SimpleNamespace(UNIT="GiB"), None, card) == "more than the card"
+    assert _term(16 * 2**20, "GiB") == "0.02 GiB" and _term(2**30, "GiB") == "1.0 GiB" and _term(2**20, "MiB") == "1.0 MiB"
+    assert "other: " in OTHER_NOTE and "foreach" in OTHER_NOTE

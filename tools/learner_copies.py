@@ -8,6 +8,11 @@ JupyterLab writes the notebook alone and no ``.py`` beside it.  A copy made
 before this rule, still paired, is unpaired in place (its metadata only; its
 cells and outputs stay as the learner left them); a file there that is no
 readable notebook is left as it is.
+
+Run as a script (``make lessons``), it also signs each new copy for this user's Jupyter
+(:func:`trust`, what ``jupyter trust`` does): the copies' stored outputs are the course's own,
+computed by ``make refresh-notebooks``, and JupyterLab would otherwise say "Notebook is not trusted"
+on opening each one. A learner's existing copy is never signed: what it holds is theirs.
 """
 
 from __future__ import annotations
@@ -42,8 +47,21 @@ def copy_lessons(lessons: pathlib.Path, work: pathlib.Path) -> list[str]:
     return done
 
 
+def trust(paths: list[pathlib.Path]) -> None:
+    """Sign each notebook of ``paths`` in this user's Jupyter signature store (``nbformat.sign.NotebookNotary``, as
+    ``jupyter trust`` does), so that JupyterLab shows its stored outputs as trusted."""
+    from nbformat.sign import NotebookNotary
+
+    notary = NotebookNotary()
+    for path in paths:
+        notary.sign(nbformat.read(path, as_version=4))
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: python tools/learner_copies.py LESSONS WORK")
-    for line in copy_lessons(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])):
+    work = pathlib.Path(sys.argv[2])
+    done = copy_lessons(pathlib.Path(sys.argv[1]), work)
+    trust([work / line.split()[1] for line in done if line.startswith("copied ")])
+    for line in done:
         print(line)

@@ -88,7 +88,9 @@ def _attention(kernel: str):
 
     The memory-efficient kernel runs CUDA's own ``_scaled_dot_product_efficient_attention``, whose fake implementation
     needs no GPU (``attention.cu``, ``derivatives.yaml``). The other fused kernels, and all on real tensors, run as
-    ``_scaled_dot_product_flash_attention_for_cpu``, which keeps what the GPU's flash kernel keeps.
+    ``_scaled_dot_product_flash_attention_for_cpu``, which keeps what the GPU's flash kernel keeps. On a Hopper or
+    Blackwell GPU with a cuDNN newer than 9.15 the pinned PyTorch runs cuDNN attention first (``priority_order`` in
+    ``sdp_utils.cpp``), which keeps the same tensors for backward (lesson 06b names it in an H200's snapshot).
     """
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
         if attention_kernel(kernel, masked=attn_mask is not None) == "math":
@@ -156,7 +158,9 @@ def attention_saved_bytes(kernel: str, batch: int, heads: int, seq: int, head_di
     From ``derivatives.yaml`` (q, k, v of shape ``(batch, heads, seq, head_dim)`` in ``dtype``; each storage rounded up
     to 512 bytes):
 
-    * ``"flash"``: query, key, value, output, and a float32 log-sum-exp per row (its 1 KiB random state left out);
+    * ``"flash"``: query, key, value, output, and a float32 log-sum-exp per row; the kernels' random state is left out
+      (cuDNN attention's two 8-byte CUDA tensors, ``_cudnn_attention_forward`` in ``attention.cu``; flash's 16- and
+      8-byte ones in 2.14.1's ``_meta_registrations.py``: 1 KiB of blocks on the GPU);
     * ``"efficient"``: the same, the log-sum-exp padded to a multiple of 32 rows;
     * ``"math"`` (``_scaled_dot_product_attention_math``): the scaled query and key, the softmax
       ``(batch, heads, seq, seq)`` and the value, all float32 for 16-bit inputs

@@ -107,6 +107,11 @@ class Meter:
         self._tracker.reset_peak()
         self._backend.reset_peak()
 
+    @property
+    def tracker(self) -> StorageTracker:
+        """The storage tracker that counts this meter's storages: the one it was given, or its backend's."""
+        return self._tracker
+
     def serial_of(self, t: torch.Tensor) -> int | None:
         """The tracker's serial for the storage of ``t`` (None if not counted)."""
         return self._tracker.serial_of(t)

@@ -19,7 +19,7 @@ from typing import Any
 from .. import gpus
 from ..allocator import replay
 from ..config import StepConfig
-from ..step import profile_step
+from ..profile import profile_step
 from ..units import unit_scale
 from .setups import OBJECTS
 
@@ -187,7 +187,7 @@ def compare(row: Published) -> Comparison:
     """The engine's figures for ``row``: its step profiled, simulated (cached per row in this process).
 
     Raises:
-        ValueError: as :func:`helpers.step.profile_step` does.
+        ValueError: as :func:`helpers.profile.profile_step` does.
     """
     profile = profile_step(row.config())
     reserved = None
@@ -207,7 +207,7 @@ def finetune_comparison(rows: tuple[Published, ...] | list[Published] = PUBLISHE
     Each step is profiled once per process (:func:`compare`), from about a second (BERT, ViT) to a minute (the 65B row).
 
     Raises:
-        ValueError: for something that is not a :class:`Published` row, or as :func:`helpers.step.profile_step` does.
+        ValueError: for something that is not a :class:`Published` row, or as :func:`helpers.profile.profile_step` does.
     """
     rows = list(rows)
     for row in rows:

@@ -56,7 +56,7 @@ class CausalLM:
 
     def model_spec(self):
         """Its :class:`helpers.models.ModelSpec`, layers known: a step of it is written from shallow traces."""
-        from ..models import hf_spec
+        from ..models.resolve import hf_spec
 
         return hf_spec(self._builder())
 

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..config import check_int
-from ..models import sequential_form
+from ..models.presets import sequential_form
 from ..techniques import Checkpointed
 from .data import Split
 

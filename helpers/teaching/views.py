@@ -41,6 +41,13 @@ def _size(nbytes: float, unit: str) -> str:
     return fmt_bytes(nbytes, unit, grouped=True)
 
 
+def _term(nbytes: int, unit: str) -> str:
+    """A card's line in the widget's unit as the verdict's sum writes it (:meth:`helpers.gpus.Verdict.sentence`): two
+    decimals under a tenth of the unit (a 16 MiB cuBLAS workspace is 0.02 GiB, not 0.0)."""
+    scale = 2**20 if unit == "MiB" else 2**30
+    return f"{nbytes / scale:,.{1 if nbytes >= scale / 10 else 2}f} {unit}"
+
+
 def _bar(parts: list[tuple[str, int]], scale: float, unit: str = "MiB", paint=_paint) -> str:
     """Stacked segments, one per (category, bytes), as percentages of ``scale`` bytes, coloured by ``paint(name)``."""
     left, out = 0.0, []
@@ -133,8 +140,9 @@ def render(r: Estimate, gpu: str, capacity: int, measured_here: bool = False, un
                   f'background:{_paint(name)}"></span>')
         cell = (f'class="gm-unseen" data-line="{name}" data-bytes="{nbytes}"' if name in lines else
                 f'class="gm-bytes" data-category="{name}" data-bytes="{nbytes}"')
+        shown = _size(nbytes, unit) if name not in lines else _term(nbytes, unit)  # as the verdict adds it
         rows.append(f'<tr><td style="padding-right:16px">{swatch}{name.replace("_", " ")}</td>'
-                    f'<td {cell} style="text-align:right">{_size(nbytes, unit)}</td></tr>')
+                    f'<td {cell} style="text-align:right">{shown}</td></tr>')
     for name, nbytes in lines.items():
         if nbytes is None:
             rows.append(f'<tr><td style="padding-right:16px">{name}</td><td class="gm-unseen" data-line="{name}" '

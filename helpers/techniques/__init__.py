@@ -2,7 +2,8 @@
 
 * :mod:`.precision`: the parameters' dtype, autocast and the GradScaler (lessons 04, 09);
 * :mod:`.checkpointing`: activation checkpointing by segments, Hugging Face's own, transformer blocks (lessons 04, 08);
-* :mod:`.lora`: LoRA adapters with ``peft``; :mod:`.quantization`: QLoRA's frozen weights in NF4 (lesson 09);
+* :mod:`.lora`: LoRA adapters with ``peft``; :mod:`.quantization`: the recipe's steps that quantize the frozen weights
+  (QLoRA, lesson 09), in bitsandbytes' formats (:mod:`.bnb`) or torchao's NF4 (:mod:`.torchao_nf4`);
 * :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05a);
 * :mod:`.masks`: ReLUs that save a 1-byte or 1-bit mask (lesson 02);
 * :mod:`.sharding`: ZeRO's stages and DeepSpeed's estimators as formulas (lesson 07; FSDP2 is :mod:`helpers.fsdp`).

@@ -12,7 +12,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from ..errors import Refused, first_line
 from ..versions import TORCH
-from ..models import sequential_form
+from ..models.presets import sequential_form
 
 
 @contextlib.contextmanager

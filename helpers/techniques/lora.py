@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -36,6 +38,12 @@ def linear_names(model: nn.Module) -> list[str]:
         if isinstance(module, nn.Linear):
             names.setdefault(full.rsplit(".", 1)[-1], None)
     return list(names)
+
+
+#: The FutureWarning transformers 5 gives when its ``is_gradient_checkpointing`` is read (``modeling_utils.py``), which
+#: the pinned peft does on every model it wraps (``PeftModel.__init__``, ``peft_model.py``): a deprecation between the two
+#: libraries, not of the learner's code. :func:`apply_lora` silences this one message, and only around that call.
+GRADIENT_CHECKPOINTING_ALIAS = "`is_gradient_checkpointing` is deprecated"
 
 
 def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = None,
@@ -74,7 +82,9 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
         raise Refused(f"LoRA target {missing[0]!r} matches no linear layer of {label}; "
                       f"its linear layers are {', '.join(have)}")
     try:
-        return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout,
-                                                use_dora=dora))
+        with warnings.catch_warnings():  # PeftModel asks a checkpointed model transformers' deprecated alias
+            warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_ALIAS, category=FutureWarning)
+            return get_peft_model(model, LoraConfig(r=rank, target_modules=list(targets), lora_dropout=dropout,
+                                                    use_dora=dora))
     except Exception as e:
         raise Refused(f"peft cannot add LoRA adapters to {label}: {first_line(e)}") from None

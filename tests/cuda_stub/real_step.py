@@ -85,14 +85,15 @@ def quantize_nf4(net: torch.nn.Module) -> None:
     """QLoRA's base weights: each linear weight :func:`helpers.techniques.quantization.nf4_linears` picks, arriving in
     bfloat16 and quantized by torchao's ``to_nf4`` into the engine's ``NF4Linear``, one at a time (the recipe's
     ``quantize``)."""
-    from helpers.techniques import quantization as q
+    from helpers.techniques import quantization as q, torchao_nf4
 
-    to_nf4 = q._nf4().to_nf4
+    to_nf4 = torchao_nf4.nf4_module().to_nf4
     for parent, attribute, layer in q.nf4_linears(net):
         dense = torch.empty(layer.weight.shape, dtype=torch.bfloat16, device="cuda")
         layer._parameters["weight"] = None  # the placed weight goes: the bfloat16 copy arrives in its place
-        setattr(parent, attribute, q.NF4Linear(to_nf4(dense, q.NF4_BLOCK, q.nf4_scaler_block(dense.numel())),
-                                               layer.bias))
+        setattr(parent, attribute, torchao_nf4.NF4Linear(to_nf4(dense, torchao_nf4.NF4_BLOCK,
+                                                                   torchao_nf4.nf4_scaler_block(dense.numel())),
+                                                            layer.bias))
         del dense
 
 
@@ -103,16 +104,16 @@ def quantize_bnb(net: torch.nn.Module, case: dict) -> list:
     (its code book, which the caller keeps alive, as the process would)."""
     from types import SimpleNamespace
 
-    from helpers.techniques import quantization as q
+    from helpers.techniques import bnb, quantization as q
 
     config = SimpleNamespace(quantization=case["quantization"], double_quant=case.get("double_quant", False),
                              compute_dtype=case.get("compute_dtype", "bfloat16"))
-    with q._dynamic_map(torch.device("cuda"), simulated=False) as cached:
+    with bnb.dynamic_map(torch.device("cuda"), simulated=False) as cached:
         for parent, attribute, layer in q.nf4_linears(net):
             shape = layer.weight.shape
             layer._parameters["weight"] = None  # the placed weight goes: the bfloat16 copy arrives in its place
-            quantized = q._bnb_linear(torch.empty(shape, device="meta"), layer.bias, config, torch.device("cuda"))
-            q._peft_bnb(parent)
+            quantized = bnb.bnb_linear(torch.empty(shape, device="meta"), layer.bias, config, torch.device("cuda"))
+            bnb.peft_wrapper(parent)
             setattr(parent, attribute, quantized)
     return cached
 
@@ -125,21 +126,21 @@ def quantize_int8(net: torch.nn.Module) -> None:
     quantizes it (``int8_vectorwise_quant``: the int8 codes and float32 row scales) and the float16 copy is freed
     (``transformers/integrations/bitsandbytes.py``: ``Int8Params(value.to("cpu"), requires_grad=False).to(device)``),
     one at a time; the adapters' wrappers made peft's 8-bit ones. Not the simulation's stand-in
-    (``quantization._int8_linear``, a plain ``Parameter`` carrying ``CB`` and ``SCB``): bitsandbytes' classes and
-    its CUDA code, its kernels no-ops."""
+    (``helpers.techniques.bnb.int8_linear``, a plain ``Parameter`` carrying ``CB`` and ``SCB``): bitsandbytes'
+    classes and its CUDA code, its kernels no-ops."""
     import bitsandbytes as bnb
 
-    from helpers.techniques import quantization as q
+    from helpers.techniques import bnb as formats, quantization as q
 
     for parent, attribute, layer in q.nf4_linears(net):
         out_features, in_features = layer.weight.shape
         layer._parameters["weight"] = None  # the placed weight goes: the float16 copy arrives in its place
         int8 = bnb.nn.Linear8bitLt(in_features, out_features, bias=False, has_fp16_weights=False,
-                                   threshold=q.INT8_THRESHOLD, device="meta")
+                                   threshold=formats.INT8_THRESHOLD, device="meta")
         host = torch.empty(out_features, in_features, dtype=torch.float16)  # as loaded, on the host
         int8.weight = bnb.nn.Int8Params(host, requires_grad=False, has_fp16_weights=False).to("cuda")
         int8.bias = layer.bias
-        q._peft_bnb(parent, int8=True)
+        formats.peft_wrapper(parent, int8=True)
         setattr(parent, attribute, int8)
 
 

@@ -5,6 +5,8 @@ In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueErro
 * :mod:`.steps`: one step over time, by category and by stage; peaks, bytes per parameter, gradient accumulation,
   inference and leaking loops (lessons 03-05b);
 * :mod:`.allocator`: allocated against reserved, the memory map, a real snapshot explained (lesson 06);
+* :mod:`.recorded`: a real GPU's recorded steps against the simulation, and what a snapshot holds that its simulated
+  twin does not (lessons 06, 06b);
 * :mod:`.sharding`: FSDP's sharded steps (lesson 07);
 * :mod:`.transformer`: a block's parts, memory against sequence length, fine-tuning setups against cards, published
   figures beside the engine's (lessons 08, 09);
@@ -12,6 +14,7 @@ In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueErro
   start-ups beside the engine (lesson 10).
 """
 from .allocator import FIRST_STEP, memory_map, plot_memory_map, plot_reserved, plot_reserved_bars, plot_snapshot
+from .recorded import gpu_only_bytes, plot_gpu_only, plot_recorded_runs, recorded_excess, recorded_label
 from .serving import (plot_activation_peak, plot_concurrency, plot_engine_beside_logs, plot_generation_timeline,
                       plot_startup_accounts)
 from .sharding import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes

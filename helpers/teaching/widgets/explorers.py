@@ -17,7 +17,8 @@ import ipywidgets as widgets
 from ...batch import Estimate, model_state_estimate
 from ...config import DATA_OPTIONS, IMAGE_SIZE, OPTIMIZER_NAMES, TORCH_OPTIMIZERS, StepConfig, check_int
 from ...gpus import GPU_CARDS
-from ...models import LANGUAGE_PRESETS, model_names, resolve_model
+from ...models.presets import LANGUAGE_PRESETS, model_names
+from ...models.resolve import resolve_model
 from ...techniques.checkpointing import CHECKPOINT_POLICIES
 from ...transformer import transformer_presets, transformer_step
 from .base import StepWidget

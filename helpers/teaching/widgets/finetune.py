@@ -14,6 +14,11 @@ from ...units import fmt_bytes
 from ..views import render
 from .base import StepWidget, WatchedCurve
 
+#: What the view's "other" holds (:data:`helpers.record.CATEGORIES`' last): said under every figure it shows.
+OTHER_NOTE = ('<div class="gm-other-note" style="font-size:90%;color:#555;margin-top:4px">other: what no category '
+              'names: the loss, the gradients flowing back through the activations, and temporaries (at '
+              'optimizer.step(), the foreach step\'s copies, 4 bytes per trained parameter in float32).</div>')
+
 #: The fine-tuning widget's models: the shipped 7-8B Hugging Face configs (:data:`helpers.models.hf.SHIPPED`).
 FINETUNE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3")
 #: Its methods: label -> what they set (LoRA's rank comes from the rank menu; the label names the library that
@@ -209,6 +214,8 @@ class FineTuneFit(StepWidget):
         gpu = self.capacity.value
         if question == QUESTIONS[0]:
             super()._recompute()
+            if self.result is not None and self.result.peak_bytes is not None:
+                self.view.value += OTHER_NOTE
             return
         try:
             if question == "largest batch":
@@ -230,8 +237,7 @@ class FineTuneFit(StepWidget):
                 self.answer += f" (the end of the menu, {self.MAX_BATCH})"
             if found + step in seen:
                 need = seen[found + step].verdict(capacity, gpu if gpu in GPU_CARDS else None).need
-                self.answer += (f" ({found + step:,} does not fit: it needs "
-                                f"{'more than the card' if need is None else fmt_bytes(need, self.UNIT, grouped=True)})")
+                self.answer += f" ({found + step:,} does not fit: it needs {self._beyond(need, capacity)})"
         else:
             self.answer = (f"no batch fits {gpu} at {self.seq.value:,} tokens: not even batch 1"
                            if question == "largest batch" else
@@ -247,7 +253,16 @@ class FineTuneFit(StepWidget):
         self.message, view = render(self.result, gpu, capacity, False, self.UNIT)
         head = (f'<div class="gm-answer" data-question="{html.escape(question)}" data-answer="{found}" '
                 f'style="font-weight:bold;margin-bottom:4px">{html.escape(self.answer)}</div>')
-        self.view.value = head + view
+        self.view.value = head + view + OTHER_NOTE
+
+    def _beyond(self, need: int | None, capacity: int) -> str:
+        """What a step that does not fit needs, and by how much it passes ``capacity``: in MiB where the widget's
+        unit would round the two to the same figure (24.0 GiB on a 24.0 GiB card)."""
+        if need is None:
+            return "more than the card"
+        unit = "MiB" if need - capacity < 0.1 * 2**30 else self.UNIT
+        return (f"{fmt_bytes(need, self.UNIT, grouped=True)}, {fmt_bytes(need - capacity, unit, grouped=True)} more "
+                f"than the card's {fmt_bytes(capacity, self.UNIT, grouped=True)}")
 
     def summary(self) -> str:
         """The answer (if a search was asked), the verdict, then bytes by category, as text."""

@@ -98,7 +98,9 @@ class ServingFit(StepWidget):
     """
 
     UNIT = "GiB"
-    _STYLE = {"description_width": "170px"}  # room for vLLM's option names
+    #: Room for vLLM's option names, the longest ("max_num_batched_tokens") whole in JupyterLab's font
+    #: (tests/test_browser.py checks that no label is cut); each control's width includes it.
+    _STYLE = {"description_width": "210px"}
     _PLACEHOLDER = ("menus for a model, its weights, the KV cache's dtype, the GPU, gpu_memory_utilization, the "
                     "context per request and the batch budget; vLLM's start-up account of the card as a bar, and how "
                     "many requests fit at once in its KV cache.")
@@ -124,16 +126,16 @@ class ServingFit(StepWidget):
         style = self._STYLE
         menu = lambda options, value, description, width: widgets.Dropdown(  # noqa: E731
             options=options, value=value, description=description, style=style, layout=widgets.Layout(width=width))
-        self.model = menu(serving_models(), model, "model", "560px")
-        self.weights = menu(list(SERVING_WEIGHTS), weights, "weights", "420px")
-        self.kv_cache_dtype = menu(SERVING_KV_DTYPES, kv_cache_dtype, "kv_cache_dtype", "260px")
-        self.gpu = menu(list(GPU_CARDS), gpu, "GPU", "330px")
+        self.model = menu(serving_models(), model, "model", "600px")
+        self.weights = menu(list(SERVING_WEIGHTS), weights, "weights", "460px")
+        self.kv_cache_dtype = menu(SERVING_KV_DTYPES, kv_cache_dtype, "kv_cache_dtype", "300px")
+        self.gpu = menu(list(GPU_CARDS), gpu, "GPU", "370px")
         self.utilization = widgets.FloatSlider(gpu_memory_utilization, min=low, max=high, step=0.01,
                                                readout_format=".2f", description="gpu_memory_utilization",
                                                continuous_update=True, style=style,
-                                               layout=widgets.Layout(width="480px"))
-        self.max_model_len = menu(self._contexts(model), max_model_len or contexts[-1], "max_model_len", "300px")
-        self.budget = menu(list(BUDGETS), budgets[max_num_batched_tokens], "max_num_batched_tokens", "330px")
+                                               layout=widgets.Layout(width="520px"))
+        self.max_model_len = menu(self._contexts(model), max_model_len or contexts[-1], "max_model_len", "340px")
+        self.budget = menu(list(BUDGETS), budgets[max_num_batched_tokens], "max_num_batched_tokens", "370px")
         self.view = widgets.HTML()
         self.result, self.message = None, ""
         self._quiet, self._updating = False, False

@@ -32,7 +32,8 @@ def _png(figure) -> bytes:
 class SnapshotExplorer(StepWidget):
     """Pick a shipped snapshot or upload one (``torch.cuda.memory._dump_snapshot``'s file, gzipped or not) and see it
     explained (:func:`helpers.snapshot.explain_snapshot`): the report, the live tensors by category over time and the
-    segments and blocks (lesson 06's map).  A file that is not a snapshot is refused in one line.
+    segments and blocks (lesson 06's map).  A file that is not a snapshot is refused in one line, and nothing else
+    is shown: no figure, and the menu names no snapshot once a file is uploaded.
 
     Attributes:
         choice, upload: the menu of :data:`SHIPPED` snapshots and the ``FileUpload``.
@@ -53,14 +54,24 @@ class SnapshotExplorer(StepWidget):
         self.timeline, self.memory_map = widgets.Image(format="png"), widgets.Image(format="png")
         widgets.VBox.__init__(self, children=[widgets.HBox([self.choice, self.upload]), self.view, self.timeline,
                                               self.memory_map])
-        self.choice.observe(lambda change: self.show(self.shipped[change["new"]], change["new"]), names="value")
+        self.choice.observe(self._chosen, names="value")
         self.upload.observe(self._uploaded, names="value")
         self.show(self.shipped[self.choice.value], self.choice.value)
+
+    def _chosen(self, change) -> None:
+        if change["new"] is not None:  # None: the menu cleared for an uploaded file
+            self.show(self.shipped[change["new"]], change["new"])
 
     def _uploaded(self, change) -> None:
         if change["new"]:
             (file,) = change["new"]
+            self.choice.index = None  # the menu no longer names the snapshot on display
             self.show(bytes(file["content"]), file["name"])
+
+    def _figures(self, *pngs: bytes) -> None:
+        """Show the two figures, or hide them when there are none (an empty image is a broken-image icon)."""
+        for image, png in zip((self.timeline, self.memory_map), pngs):
+            image.value, image.layout.display = png, None if png else "none"
 
     def show(self, source: Path | bytes, name: str) -> None:
         """Explain ``source`` (a path or a file's bytes) and show it under ``name``."""
@@ -70,7 +81,7 @@ class SnapshotExplorer(StepWidget):
         except SnapshotError as e:
             self.report, self.message = None, str(e).replace("the snapshot", name, 1)
             self.view.value = refused(self.message)
-            self.timeline.value = self.memory_map.value = b""
+            self._figures(b"", b"")
             return
         self.report, self.message = report, f"{name}: {report.lines()[0]}"
         self.view.value = (f'<div class="gm-snapshot" data-name="{html.escape(name)}" data-peak="{report.peak_bytes}" '
@@ -78,11 +89,11 @@ class SnapshotExplorer(StepWidget):
                            f'<b>{html.escape(name)}</b><pre style="font-size:85%;line-height:1.3">'
                            f'{html.escape(chr(10).join(report.lines()))}</pre></div>')
         try:
-            self.timeline.value = _png(plot_snapshot(report, title=name))
             trace, categories = report.memory_map()
-            self.memory_map.value = _png(plot_memory_map(trace, categories, report.segments, title=name))
+            self._figures(_png(plot_snapshot(report, title=name)),
+                          _png(plot_memory_map(trace, categories, report.segments, title=name)))
         except ValueError:  # nothing to draw (a trace without segments or tensors): the report alone
-            self.timeline.value = self.memory_map.value = b""
+            self._figures(b"", b"")
 
     def summary(self) -> str:
         """The report on display, as text (or why there is none)."""

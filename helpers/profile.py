@@ -1,0 +1,297 @@
+"""The profile layer: a question about one training step in, its :class:`helpers.record.StepProfile` out.
+
+Data flows down through it: a question (:func:`profile_step`'s arguments) becomes a :class:`helpers.config.StepConfig`;
+the profiles already obtained are looked up (:data:`KEPT`); else :func:`obtain` decides, in one place, how the answer
+is obtained:
+
+* **written** from two shallow traces (:mod:`helpers.depth`): a simulated step of a model of at least
+  :data:`helpers.depth.MIN_BLOCKS` alike blocks, traced with 6 and 7 blocks, then its log written at full depth;
+* **traced** in full: every other step, and a step whose shallow traces do not repeat block by block.
+
+The profile's ``depth_note`` says which way was taken and, where it was not written, why.  Each way is one branch of
+:func:`obtain`, tried in order, each with the reason it does not apply; another way (a step evaluated from a symbolic
+log, say) is one more branch there, before the full trace.  The step itself is run by
+:class:`helpers.step.StepRunner` (the recipe and the loop), which talks to the engine through its meter.
+:func:`time_step` runs the same step untraced and times it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import statistics
+import time
+import types
+from itertools import chain
+from typing import Any, Callable, Hashable
+
+import torch
+
+from . import depth
+from .config import StepConfig, check_int
+from .engine.backends import collector_paused, resolve_backend
+from .engine.meter import Meter
+from .engine.trace import StepTracer
+from .errors import first_line
+from .models import ModelSpec, resolve_model
+from .record import StepProfile, record_step
+from .shallow import ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step
+from .step import StepRunner, storage_serials
+from .techniques import optimizers, quantization
+from .written import profile_of_log
+
+
+class DoesNotFit(RuntimeError):
+    """The step ran out of memory (``torch.OutOfMemoryError``), real or simulated.
+
+    On a real GPU the step's tensors are released and the cache emptied first.
+
+    Attributes:
+        cuda_message: the first line of CUDA's (or the simulated) message, which also ends this error's message.
+        requested: simulated only: bytes the failing allocation asked the driver for
+            (:func:`helpers.allocator.rules.allocation_size`); else ``None``.
+        allocated: simulated only: bytes of live tensors when it failed; else ``None``.
+    """
+
+    cuda_message: str = ""
+    requested: int | None = None
+    allocated: int | None = None
+
+
+def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224, **options) -> StepProfile:
+    """Run one training step and record its memory module by module.
+
+    Args:
+        model: a model (:func:`helpers.models.resolve_model`: a torchvision name, a preset such as ``"mlp"`` or
+            ``"gpt2"``, an ``nn.Module``, a builder, a Hugging Face config), or a whole
+            :class:`helpers.config.StepConfig`.
+        batch_size: samples per batch, >= 1.
+        image_size: height and width of image inputs (when ``input_shape`` is not given).
+        **options: the other fields of :class:`helpers.config.StepConfig` (``steady_state``: one untraced step first
+            creates the optimizer states).
+
+    Returns:
+        A :class:`helpers.record.StepProfile`, shared with later calls of the same simulated step
+        (:data:`KEPT`): read it, do not change it.
+
+    Raises:
+        ValueError: in one line, for a bad option, an unknown model, a model that cannot be checkpointed, or an input
+            or loss that does not fit the model.
+        DoesNotFit: if the step runs out of memory (on a GPU, memory is released first).
+    """
+    config = step_config(model, batch_size, image_size, "profile_step", **options)
+    if config.frozen:
+        raise ValueError("frozen=True is a model served, not trained: profile_step traces a training step (see "
+                         "helpers.generation.generation_memory and helpers.serving.vllm_startup)")
+    key = _kept_key(config)
+    kept = recall(key)
+    return kept if kept is not None else keep(key, obtain(config))
+
+
+def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
+    """The :class:`helpers.config.StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`helpers.config.StepConfig` ``model`` as it is).
+
+    Raises:
+        ValueError: for an option :class:`helpers.config.StepConfig` does not have (naming ``caller``), or a bad value.
+    """
+    if isinstance(model, StepConfig):
+        return model
+    known = {f.name for f in dataclasses.fields(StepConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
+                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
+    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
+
+
+# -- the one decision -------------------------------------------------------------------------------
+def obtain(config: StepConfig) -> StepProfile:
+    """``config``'s profile, obtained the one way that applies (the module's list); its ``depth_note`` says which.
+
+    Raises:
+        ValueError, DoesNotFit: as :func:`profile_step`.
+    """
+    spec = resolve_model(config.model, config.num_classes, config.name)
+    written, note = depth.applies(config, spec)  # note: why not (None where the question does not arise)
+    if written:
+        try:
+            with collector_paused():  # also while the step is written
+                return _written(config, spec)
+        except depth.NotRepeated as e:
+            note = f"every one of its {spec.blocks} blocks traced: {e}"
+    return _traced(config, spec, note)
+
+
+def _traced(config: StepConfig, spec: ModelSpec, note: str | None) -> StepProfile:
+    """``config``'s step traced in full, its ``depth_note`` set to ``note``.
+
+    Raises:
+        DoesNotFit: if it runs out of memory; its tensors are freed, and on a GPU the cache emptied, first.
+    """
+    runner = StepRunner(config, spec=spec)
+    name, meter = runner.name, runner.meter
+    try:
+        with meter:
+            return dataclasses.replace(trace(runner), depth_note=note)
+    except torch.OutOfMemoryError as e:
+        oom = first_line(e)
+        requested, allocated = getattr(e, "requested", None), getattr(e, "allocated", None)
+    # Out of memory: the exception and its frames are gone now; drop the runner
+    # (the model, its optimizer) too, so that the step's tensors are freed and
+    # the allocator's cache can be returned to the driver.
+    del runner
+    meter.release()
+    error = DoesNotFit(f"{name} at batch size {config.batch_size} does not fit: {oom}")
+    error.cuda_message, error.requested, error.allocated = oom, requested, allocated
+    raise error
+
+
+def _written(config: StepConfig, spec: ModelSpec) -> StepProfile:
+    """``config``'s profile, written exactly from the same step traced with each of :data:`helpers.depth.DEPTHS`
+    blocks (:func:`helpers.depth.write_step`), read as a traced step's log is.
+
+    Raises:
+        helpers.depth.NotRepeated: where the shallow steps do not repeat block by block.
+    """
+    shallow, deeper = (_shallow_step(config, spec, n) for n in depth.DEPTHS)
+    written = depth.write_step(shallow, deeper, spec.blocks)
+    return profile_of_log(written.log, written.storages, written.markers, deeper.profile, config=config,
+                          model=spec.name, parameter_count=written.parameter_count, paged_bytes=written.paged_bytes,
+                          depth_note=f"written exactly from its steps with {depth.DEPTHS[0]} and "
+                                     f"{depth.DEPTHS[1]} blocks (helpers.depth)")
+
+
+def _shallow_step(config: StepConfig, spec: ModelSpec, blocks: int) -> ShallowStep:
+    """``config``'s step with ``blocks`` blocks, traced with a :class:`helpers.shallow.ShallowStepTracker`, and what
+    :mod:`helpers.depth` reads of it (the storages of each parameter, buffer and optimizer state, by name)."""
+    config, spec = depth.shallow(config, spec, blocks)
+    tracker = ShallowStepTracker()
+    meter = Meter(config.device, attention=config.attention, tracker=tracker)
+    runner = StepRunner(config, meter, spec=spec)
+    with meter:
+        profile = trace(runner, ShallowStepTracer, ShallowStepTracer.of_first_step)
+        model, optimizer = runner.model, runner.optimizer
+        owned = {name: storage_serials(meter, t) for name, t in chain(model.named_parameters(),
+                                                                      model.named_buffers())}
+        names = {id(p): name for name, p in model.named_parameters()}
+        states = [(names.get(id(p), ""), storage_serials(meter, t))
+                  for p, state in (optimizer.state.items() if optimizer is not None else ())
+                  for t in state.values() if isinstance(t, torch.Tensor)]
+        return read_shallow_step(blocks, profile, tracker, model, owned, states)
+
+
+def trace(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer,
+          first_tracer: Callable[..., StepTracer] | None = None) -> StepProfile:
+    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
+
+    ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for the untraced
+    first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first are not the profile's).
+    """
+    meter, config = runner.meter, runner.config
+    model = runner.place()
+    parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in storage_serials(meter, t)}
+    root = runner.module if config.checkpoint else None
+    if config.steady_state:  # one untraced step, so that the optimizer states exist
+        with first_tracer(meter, model, root=root) if first_tracer else contextlib.nullcontext() as first:
+            runner.run(first)
+        meter.reset_peak()
+    reset_at = meter.log_length() if config.steady_state else None
+    with make_tracer(meter, model, root=root) as tracer:
+        roles = runner.run(tracer)
+    activations = set(tracer.saved)
+    for first, last in tracer.recomputed:
+        activations.update(range(first, last))
+    return record_step(
+        meter, tracer.events,
+        {"parameters": parameters, "gradients": roles.gradients, "optimizer_states": roles.optimizer_states,
+         "input": roles.inputs, "activations": activations},
+        config=config, model=runner.name, input_shape=runner.task.sample_shape,
+        parameter_count=sum(map(quantization.weights, model.parameters())),
+        params_without_grad=roles.params_without_grad, reset_at=reset_at,
+        paged_bytes=optimizers.paged_bytes(runner.optimizer))
+
+
+# -- the one cache of kept answers ---------------------------------------------------------------------
+#: How many answers a process keeps, the least recently used dropped first (an 8B step's profile is about 20 MiB):
+#: a widget's search, or a later cell, that asks for a step again gets it at once.  Keys are tuples whose first item
+#: names the question: ``("profile_step", config)``, ``("vllm profile run", ...)`` (:mod:`helpers.serving`).
+KEPT = 16
+_KEPT: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
+#: Option values that name the same step every time they are given.
+_PLAIN = (str, int, float, bool, type(None), torch.dtype)
+
+
+def recall(key: Hashable | None) -> Any:
+    """The answer kept under ``key`` (made the most recently used), or None (always None for a None key)."""
+    if key is None or key not in _KEPT:
+        return None
+    _KEPT.move_to_end(key)
+    return _KEPT[key]
+
+
+def keep(key: Hashable | None, answer: Any) -> Any:
+    """Keep ``answer`` under ``key`` (a None key keeps nothing), dropping the least recently used beyond
+    :data:`KEPT`; return ``answer``."""
+    if key is not None:
+        _KEPT[key] = answer
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
+    return answer
+
+
+def forget_kept() -> None:
+    """Forget every kept answer (:data:`KEPT`): profiles and vLLM profile runs; the next call of each traces again."""
+    _KEPT.clear()
+
+
+def _kept_key(config: StepConfig) -> tuple[str, StepConfig] | None:
+    """``("profile_step", config)``, if its profile may be kept: a simulated step whose options are plain values,
+    tuples of them, or functions and frozen dataclasses of ``helpers`` (a published setup's loss); None for a real
+    GPU, a learner's ``nn.Module`` or function, or a model read from a file, which may change between two calls."""
+    def plain(value) -> bool:
+        if isinstance(value, tuple):
+            return all(map(plain, value))
+        if isinstance(value, types.FunctionType) or (dataclasses.is_dataclass(value)
+                                                      and value.__dataclass_params__.frozen):
+            return value.__module__.startswith("helpers.")
+        return isinstance(value, _PLAIN)
+
+    model = config.model
+    if isinstance(model, str) and (":" in model or model.endswith((".py", ".json")) or os.path.exists(model)):
+        return None
+    simulated = config.device == "simulated" or (config.device == "auto" and resolve_backend("auto") == "simulated")
+    if not simulated or not all(plain(getattr(config, f.name)) for f in dataclasses.fields(config)):
+        return None
+    return "profile_step", config
+
+
+# -- the step timed ---------------------------------------------------------------------------------
+def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, repeats: int = 3,
+              **options) -> float:
+    """Wall time of one training step, untraced, in seconds: the median of ``repeats``.
+
+    :func:`profile_step`'s step, run once to warm up, then ``repeats`` times without tracer or tracker, each between
+    two ``torch.cuda.synchronize()`` on a GPU.  Simulated, it times the fake-tensor step with its storage tracker, which
+    applies the CUDA rules (the simulation's speed).
+
+    Raises:
+        ValueError: as :func:`profile_step` does.
+        torch.OutOfMemoryError: if the step does not fit on the GPU.
+    """
+    check_int("repeats", repeats, 1)
+    config = step_config(model, batch_size, image_size, "time_step", **options)
+    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False)
+    meter.count_storages = meter.backend == "simulated"  # the simulated GPU's CUDA rules (bitsandbytes' too) run there
+    runner, times = StepRunner(config, meter), []
+    with meter:
+        runner.place()
+        for i in range(repeats + 1):
+            meter.synchronize()
+            start = time.perf_counter()
+            runner.run()
+            meter.synchronize()
+            if i:  # the first is the warm-up
+                times.append(time.perf_counter() - start)
+    return statistics.median(times)
