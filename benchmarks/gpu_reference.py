@@ -378,6 +378,72 @@ def _load(path: Path, header: dict, fresh: bool) -> dict:
     return {**header, "runs": []}
 
 
+@dataclass(frozen=True)
+class Resimulated:
+    """One recorded run beside its simulations on the card it was recorded on, without and with what kernels allocate
+    for themselves (``workspaces="none"`` and ``"measured"``, or ``"bound"`` for a card without a cuDNN table).  Bytes;
+    ``allocated``/``reserved``: ``(GPU, without, with)``, the simulated reserved figures with the cuBLAS workspaces the
+    GPU held (:func:`helpers.teaching.reference.cublas_segment_bytes`); ``tensors_with``: the engine's peak with them;
+    ``missing``: convolution passes the table does not hold."""
+
+    label: str
+    mode: str
+    allocated: tuple[int, int, int]
+    reserved: tuple[int, int, int]
+    tensors_with: int
+    missing: int
+
+    def off(self, i: int, which: str = "allocated") -> float:
+        """(simulated - GPU) / GPU of column ``i`` (1: without, 2: with) of ``which``."""
+        row = getattr(self, which)
+        return row[i] / row[0] - 1
+
+
+def compare_with_tables(path: Path, only: str = "") -> list[Resimulated]:
+    """Simulate each recorded run of ``path`` (whose model and configuration contain ``only``) on the card it was
+    recorded on (:func:`helpers.gpus.device_card`), without and with its kernels' own memory: the measured cuDNN table
+    of that card where one ships (:data:`helpers.engine.workspaces.CUDNN_TABLES`), else the bound.  Writes nothing."""
+    from helpers.engine.workspaces import CUDNN_TABLES
+    from helpers.gpus import GPU_CARDS, SIMULATED_GPU, device_card
+
+    data = json.loads(path.read_text())
+    card = device_card(data.get("device", "")) or SIMULATED_GPU
+    mode = "measured" if card in CUDNN_TABLES else "bound"
+    cublas = reference.cublas_segment_bytes(data)
+    runs = {run.key: run for run in RUNS}
+    rows = []
+    for record in data["runs"]:
+        run = runs.get((record["model"], record["batch_size"], record["config"]))
+        if record.get("error") or run is None or only not in f"{run.model} {run.config}":
+            continue
+        model, options = _call(run)
+        figures, missing, tensors = [], 0, 0
+        for workspaces in ("none", mode):
+            step = profile_step(model, run.batch_size, device="simulated", capacity=GPU_CARDS.get(card),
+                                workspaces=workspaces, **options)
+            replayed = replay(step.allocation_log)
+            figures.append((replayed.peak_allocated, replayed.peak_reserved + cublas))
+            tensors, missing = step.peak_allocated_bytes, step.cudnn_missing
+        rows.append(Resimulated(f"{run.model.split('/')[-1]} b{run.batch_size} {run.config}", mode,
+                                (record["cuda_peak_bytes"], figures[0][0], figures[1][0]),
+                                (record["cuda_reserved_bytes"], figures[0][1], figures[1][1]), tensors, missing))
+    return rows
+
+
+def print_comparison(rows: list[Resimulated], card: str) -> None:
+    """:func:`compare_with_tables`'s rows as a table, in MiB, with each simulated figure's difference from the GPU's."""
+    mib = 2**20
+    print(f"{'run':<42} {'peak allocated, MiB: GPU / without / with':>44}   {'peak reserved, MiB: GPU / without / with':>44}")
+    for r in rows:
+        cells = [f"{r.allocated[0] / mib:9,.1f} {r.allocated[1] / mib:9,.1f} ({r.off(1):+6.1%}) "
+                 f"{r.allocated[2] / mib:9,.1f} ({r.off(2):+6.1%})",
+                 f"{r.reserved[0] / mib:9,.1f} {r.reserved[1] / mib:9,.1f} ({r.off(1, 'reserved'):+6.1%}) "
+                 f"{r.reserved[2] / mib:9,.1f} ({r.off(2, 'reserved'):+6.1%})"]
+        print(f"{r.label:<42} {cells[0]}   {cells[1]}")
+    print(f"without: workspaces='none' (the tensors); with: workspaces='{rows[0].mode if rows else ''}' on the {card}; "
+          f"simulated reserved includes the cuBLAS workspaces the GPU held; {reference.ADDRESS_NOTE}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="the simulated backend in place of cuda")
@@ -387,15 +453,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="timed steps per run (default 3; dry run 1)")
     parser.add_argument("--skip-tests", action="store_true", help="leave out step 3")
     parser.add_argument("--resimulate", action="store_true",
-                        help="no GPU needed: simulate the runs of the recorded file again here, keeping its GPU figures")
+                        help="no GPU needed: simulate the runs of the recorded file again here, keeping its GPU figures, "
+                             "and print each beside its simulations without and with the kernels' own memory")
+    parser.add_argument("--compare-only", action="store_true",
+                        help="with --resimulate: print the comparison, leave the recorded file as it is")
     args = parser.parse_args(argv)
     if args.resimulate:
         path = (args.out or ROOT / "lessons" / "data") / RESULTS
         if not path.exists():
             parser.error(f"--resimulate: no recorded file {path}")
-        changed = resimulate(path)
-        print(f"gpu-reference: {path} simulated again with torch {torch.__version__}; "
-              f"{changed} simulated peak(s) changed")
+        if not args.compare_only:
+            changed = resimulate(path)
+            print(f"gpu-reference: {path} simulated again with torch {torch.__version__}; "
+                  f"{changed} simulated peak(s) changed")
+        from helpers.gpus import SIMULATED_GPU, device_card
+        card = device_card(json.loads(path.read_text()).get("device", "")) or SIMULATED_GPU
+        print_comparison(compare_with_tables(path, args.only), card)
         return 0
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu-reference: no CUDA GPU on this machine, nothing recorded "

@@ -167,7 +167,7 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
     choices = {"optimizer": config.OPTIMIZERS, "device": config.DEVICES, "amp_dtype": config.AMP_DTYPES,
                "attention": config.ATTENTION, "quantization": config.QUANTIZATIONS,
                "param_dtype": config.PARAM_DTYPES, "lora_dtype": config.LORA_DTYPES, "loss": config.LOSSES,
-               "compute_dtype": config.COMPUTE_DTYPES}
+               "compute_dtype": config.COMPUTE_DTYPES, "workspaces": config.WORKSPACES}
     lowest = {"batch_size": 1, "image_size": 1, "seq_len": 1, "vocab_size": 1, "num_classes": 1, "checkpoint": 0,
               "accumulation_steps": 1, "lora_rank": 0}
     for flag, name, text in CLI_OPTIONS:
@@ -488,7 +488,9 @@ def _fits_lines(verdicts: dict) -> list[str]:
                      + (f": {fmt_mib(v.spare)} to spare" if v.tight else ""))
     for name in first.lines:
         sizes = [v.lines[name] for v in verdicts.values()]
-        if all(n is None for n in sizes):
+        if all(n is None for n in sizes) and (first.cudnn_bound is not None or first.workspaces != "none"):
+            lines.append(f"  {name}: {first.caveat.removeprefix('but ')}")  # counted, or the bound of what they may add
+        elif all(n is None for n in sizes):
             lines.append(f"  {name}: not modelled (they depend on the algorithm cuDNN picks, up to the largest "
                          f"free block of the allocator's cache; the margin does not cover them)")
         else:

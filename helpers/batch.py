@@ -109,6 +109,8 @@ class Estimate:
         paged_bytes: a paged optimizer's states in unified memory, outside ``peak_bytes``
             (:attr:`helpers.record.StepProfile.paged_bytes`).
         cublas_handles, convolutions: the step's, as :func:`cublas_handles` and :func:`has_convolutions` count them.
+        workspaces, cudnn_bound: the step's ``config.workspaces`` and
+            :attr:`helpers.record.StepProfile.cudnn_bound_bytes` (the verdict states them).
     """
 
     batch_size: int
@@ -123,13 +125,16 @@ class Estimate:
     cublas_handles: int = 2
     convolutions: bool = False
     paged_bytes: int = 0
+    workspaces: str = "none"
+    cudnn_bound: int | None = None
 
     @classmethod
     def of(cls, profile: StepProfile) -> "Estimate":
         """The estimate a direct trace gives: its peak, categories and where, and the libraries it calls."""
         return cls(profile.batch_size, profile.peak_allocated_bytes, dict(profile.categories), profile.peak.label,
                    True, profile.backend, cublas_handles=cublas_handles(profile),
-                   convolutions=has_convolutions(profile), paged_bytes=profile.paged_bytes)
+                   convolutions=has_convolutions(profile), paged_bytes=profile.paged_bytes,
+                   workspaces=profile.config.workspaces, cudnn_bound=profile.cudnn_bound_bytes)
 
     @property
     def by_reserved(self) -> bool:
@@ -146,7 +151,8 @@ class Estimate:
         if self.peak_bytes is None:
             raise ValueError(f"batch {self.batch_size} ran out of memory: there is no peak to judge")
         return judge(capacity, self.peak_bytes, peak_reserved=self.reserved_bytes, reserved=self.by_reserved,
-                     card=card, cublas_handles=self.cublas_handles, convolutions=self.convolutions)
+                     card=card, cublas_handles=self.cublas_handles, convolutions=self.convolutions,
+                     workspaces=self.workspaces, cudnn_bound=self.cudnn_bound)
 
 
 def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Estimate:
@@ -284,7 +290,9 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
     categories = {k: between(lo.categories[k], hi.categories[k]) for k in lo.categories}
     return Estimate(b, between(lo.peak_allocated_bytes, hi.peak_allocated_bytes), categories,
                     hi.peak.label, False, lo.backend, cublas_handles=cublas_handles(lo),
-                    convolutions=has_convolutions(lo), paged_bytes=lo.paged_bytes)
+                    convolutions=has_convolutions(lo), paged_bytes=lo.paged_bytes, workspaces=lo.config.workspaces,
+                    cudnn_bound=None if lo.cudnn_bound_bytes is None or hi.cudnn_bound_bytes is None
+                    else between(lo.cudnn_bound_bytes, hi.cudnn_bound_bytes))
 
 
 def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str | None = None,

@@ -48,6 +48,12 @@ ATTENTION = ("auto", "flash", "efficient", "math")
 #: the same with the output projection and its float32 upcast in chunks (torchtune's ``CEWithChunkedOutputLoss``), or
 #: "auto" (next-token for token inputs, else classification).
 LOSSES = ("auto", "classification", "next_token", "chunked")
+#: What the simulated GPU's kernels allocate for themselves beyond the tensors (:mod:`helpers.engine.workspaces`):
+#: "none", the tensors only (a floor: a real GPU adds cuDNN's workspaces and reductions' staging buffers); "measured",
+#: reductions' staging buffers (``Reduce.cuh``'s rule, exact) and each convolution's cuDNN workspace from the table
+#: measured on the simulated card (:data:`helpers.engine.workspaces.CUDNN_TABLES`); "bound", the staging buffers and
+#: each workspace at its bound (:data:`helpers.engine.workspaces.CUDNN_BOUND_RATIO`), for a card without a table.
+WORKSPACES = ("none", "measured", "bound")
 
 #: The options that describe a model's data (inputs and loss): they belong to the model they are given with.
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
@@ -120,7 +126,7 @@ _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backw
           "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora", "frozen")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", LORA_DTYPES),
-            ("compute_dtype", COMPUTE_DTYPES))
+            ("compute_dtype", COMPUTE_DTYPES), ("workspaces", WORKSPACES))
 
 
 def _check_values(config: "StepConfig") -> None:
@@ -176,6 +182,8 @@ def _check_model(config: "StepConfig") -> None:
 
 #: Options that do not go together: (when, the message), checked in this order.
 _CONFLICTS: tuple[tuple[Callable[["StepConfig"], bool], str], ...] = (
+    (lambda c: c.workspaces != "none" and c.device == "cuda",
+     "workspaces applies to the simulated GPU: a real GPU's kernels allocate their own (device='simulated')"),
     (lambda c: c.fused and c.optimizer in ("adamw8bit", "bnb-adamw8bit"),
      "fused applies to torch.optim's optimizers: the 8-bit AdamWs (torchao's, bitsandbytes') have no fused "
      "implementation"),
@@ -295,6 +303,8 @@ class StepConfig:
         full_trace: trace every block of a model of repeated blocks, instead of writing its step exactly from traces
             of 6 and 7 blocks (:mod:`helpers.depth`, the default where it applies).
         device, capacity: one of :data:`DEVICES`; act as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
+        workspaces: simulated only: what kernels allocate beyond the tensors, one of :data:`WORKSPACES` (default
+            "none": today's figures, a floor), on the card :func:`helpers.gpus.simulated_card` names for ``capacity``.
 
     Raises:
         ValueError: for any option out of range, with the option's name.
@@ -338,6 +348,7 @@ class StepConfig:
     full_trace: bool = False
     device: str = "auto"
     capacity: int | None = None
+    workspaces: str = "none"
 
     def __post_init__(self) -> None:
         for check in (_check_values, _check_data, _check_lora, _check_model):

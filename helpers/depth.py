@@ -66,7 +66,8 @@ def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
     """Whether ``config``'s step is written from shallow traces, and if not, the profile's ``depth_note`` (None for a
     model not built of repeated blocks, or a real GPU's step).  It is for the simulated step of a model of at least
     :data:`MIN_BLOCKS` alike blocks (``spec.blocks``), unless ``full_trace`` is asked for, a ``capacity`` may stop the
-    step, or checkpointing by segments (not per block) puts blocks in different segments."""
+    step, ``workspaces`` are asked for, or checkpointing by segments (not per block) puts blocks in different
+    segments."""
     per_layer = _hf(spec)  # checkpointed per layer
     if spec.blocks is None or resolve_backend(config.device) != "simulated":
         return False, None
@@ -79,6 +80,8 @@ def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
         return False, full + f"below {MIN_BLOCKS} blocks, two shallow traces cost as much"
     if config.capacity is not None:
         return False, full + "a simulated capacity (capacity=) stops the step where it runs out"
+    if config.workspaces != "none":
+        return False, full + f"its kernels' own memory (workspaces={config.workspaces!r}) is traced, not written"
     if config.checkpoint and not per_layer and config.checkpoint != spec.blocks + 2:
         return False, full + (f"checkpointing by {config.checkpoint} segments puts blocks in different segments "
                               f"(checkpoint={spec.blocks + 2} makes each block one)")

@@ -71,4 +71,7 @@ CLI_OPTIONS = (
     ("--full-trace", "full_trace", "trace every block of a model of repeated blocks, instead of writing its "
                                    "step exactly from two shallow traces (the default where it applies)"),
     ("--device", "device", "auto (default): the GPU if there is one, else simulated"),
+    ("--workspaces", "workspaces", "simulated: what kernels allocate beyond the tensors: none (default, a floor), "
+                                   "measured (reduction buffers and the cuDNN workspaces measured on the card; H200 "
+                                   "only) or bound (reduction buffers and each cuDNN workspace at its bound)"),
 )

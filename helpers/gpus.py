@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .units import cuda_size, fmt_bytes
 
@@ -27,6 +28,50 @@ GPU_CARDS = {
     "A100 80 GB": 81050 * 2**20,
     "H100 80 GB": 81089 * 2**20,
 }
+
+class GpuSpec(NamedTuple):
+    """What the simulated GPU's kernel rules need of a card: ``sms`` and ``threads_per_sm``
+    (``multiProcessorCount``, ``maxThreadsPerMultiProcessor`` of ``torch.cuda.get_device_properties``), and its
+    ``capability`` (``(major, minor)``)."""
+
+    sms: int
+    threads_per_sm: int
+    capability: tuple[int, int]
+
+
+#: What a reduction kernel's launch depends on, per card (:func:`helpers.engine.workspaces.reduction_staging`), and
+#: the compute capability (:data:`COMPUTE_CAPABILITY` for the cards of :data:`GPU_CARDS`).  The H200: 132 and
+#: 2,048, measured (``make gpu-reference``'s machine, torch 2.11); SM counts from NVIDIA's architecture whitepapers
+#: (V100 SXM2: 80; A100: 108; H100 SXM5: 132; RTX 4090, AD102 as shipped: 128); threads per SM from the CUDA C++
+#: Programming Guide's table of compute capabilities (2,048 on 7.0, 8.0 and 9.0; 1,536 on 8.9).  The H200 is not a
+#: card of :data:`GPU_CARDS` (no verdict is given for it): it is the card the simulation claims to be
+#: (:data:`SIMULATED_GPU`).
+GPU_SPECS = {
+    "V100 16 GB": GpuSpec(80, 2048, (7, 0)),
+    "RTX 4090 24 GB": GpuSpec(128, 1536, (8, 9)),
+    "A100 40 GB": GpuSpec(108, 2048, (8, 0)),
+    "A100 80 GB": GpuSpec(108, 2048, (8, 0)),
+    "H100 80 GB": GpuSpec(132, 2048, (9, 0)),
+    "H200 141 GB": GpuSpec(132, 2048, (9, 0)),
+}
+
+#: The card the simulated GPU claims to be when its memory names no card of :data:`GPU_CARDS`: the NVIDIA H200 on
+#: which the course's GPU reference (``lessons/data/gpu_reference.json``) and its cuDNN table were recorded.
+SIMULATED_GPU = "H200 141 GB"
+
+
+def device_card(device_name: str) -> str | None:
+    """The card of :data:`GPU_SPECS` that ``torch.cuda.get_device_name()`` names (``"NVIDIA H200"``: the H200), or
+    None where none or several match (an A100's name does not say its memory)."""
+    found = [card for card in GPU_SPECS if card.rsplit(" ", 2)[0] in device_name]
+    return found[0] if len(found) == 1 else None
+
+
+def simulated_card(capacity: int | None = None) -> str:
+    """The card a simulated GPU of ``capacity`` bytes is: the card of :data:`GPU_CARDS` with exactly that memory
+    (:func:`card_of`), else :data:`SIMULATED_GPU`."""
+    return (card_of(capacity) if capacity is not None else None) or SIMULATED_GPU
+
 
 #: The compute capability ``(major, minor)`` of each card (``torch.cuda.get_device_capability()``; NVIDIA's "CUDA GPUs"
 #: list): it decides the default size of a cuBLAS workspace (:func:`cublas_workspace_bytes`).
@@ -97,6 +142,26 @@ CUBLAS_LINE = "cuBLAS workspaces"
 CUDNN_LINE = "cuDNN workspaces"
 #: What a verdict says of a step with convolutions: its margin does not cover their workspaces.
 CUDNN_NOTE = "cuDNN workspaces not modelled, not covered by the margin"
+#: The bound on one cuDNN workspace (:attr:`helpers.engine.workspaces.ConvPass.bound`), as a multiple of its convolution's input + weight + output bytes: every workspace of
+#: the H200 table (66 isolated convolutions, 181 workspaces, cuDNN 9.14, float32 and float16, TF32 on,
+#: ``benchmark=False``) is at most 1.5114 times them (ResNet18's ``layer4.0.conv1`` forward, batch 32, float32), so
+#: 1.52.  Derived from that one card and those settings: with TF32 off for cuDNN the same convolutions took up to 21.8
+#: times, and ``cudnn.benchmark=True`` tries algorithms with workspaces of gigabytes; the bound is stated, not proven.
+CUDNN_BOUND_RATIO = 1.52
+
+
+def cudnn_note(workspaces: str = "none", bound: int | None = None, unit: str = "MiB") -> str:
+    """What a verdict says of a step with convolutions, by how the simulation counted their cuDNN workspaces
+    (``workspaces``, :data:`helpers.config.WORKSPACES`): not counted, with ``bound`` (bytes; None: unknown) the most
+    they may add ("fits, but cuDNN may need up to N MiB more"); counted as measured; or counted at their bound."""
+    if workspaces == "measured":
+        return "cuDNN workspaces counted, as measured on an H200 (the only card with a table)"
+    if workspaces == "bound":
+        return f"cuDNN workspaces counted at their bound, {CUDNN_BOUND_RATIO} x each convolution's tensors"
+    if bound is None:
+        return CUDNN_NOTE
+    return (f"but cuDNN may need up to {fmt_bytes(bound, unit, grouped=True)} more: its workspaces are not counted, "
+            f"each at most {CUDNN_BOUND_RATIO} x its convolution's input + weight + output (measured on an H200)")
 
 
 def unseen_lines(card: str, cublas_handles: int, convolutions: bool = False,
@@ -167,6 +232,8 @@ class Verdict:
         basis: ``"allocated"`` or ``"reserved"`` (a key of :data:`BASIS`).
         peak: the step's peak allocated or reserved bytes; None when the allocator model ran out of memory (no fit).
         lines: name -> bytes of :func:`unseen_lines` (None: not modelled); empty for an unknown card.
+        workspaces, cudnn_bound: how the simulated peak counted cuDNN's workspaces (:data:`helpers.config.WORKSPACES`)
+            and, uncounted, the most they may add (bytes; None: unknown): :attr:`caveat` states them.
     """
 
     fits: bool
@@ -175,6 +242,8 @@ class Verdict:
     peak: int | None
     overhead: int
     lines: dict = field(default_factory=dict)
+    workspaces: str = "none"
+    cudnn_bound: int | None = None
 
     @property
     def unseen(self) -> int:
@@ -216,8 +285,9 @@ class Verdict:
 
     @property
     def caveat(self) -> str:
-        """What the margin does not cover (:data:`CUDNN_NOTE` for a step with convolutions), or ``""``."""
-        return CUDNN_NOTE if CUDNN_LINE in self.lines else ""
+        """For a step with convolutions, how their cuDNN workspaces were counted, or what they may add
+        (:func:`cudnn_note`, in MiB); ``""`` otherwise."""
+        return cudnn_note(self.workspaces, self.cudnn_bound) if CUDNN_LINE in self.lines else ""
 
     def sentence(self, gpu: str, detail: str = "", unit: str = "MiB") -> str:
         """The verdict in words: ``"fits in <gpu>: <what was judged> + cuBLAS workspaces = <peak> + <overhead> +
@@ -232,7 +302,8 @@ class Verdict:
         scale = 2**20 if unit == "MiB" else 2**30
         verb = "fits" if self.fits else "does not fit"
         tight = ", tight" if self.tight else ""
-        notes = "; ".join(filter(None, [detail, self.tight_note(unit), self.caveat]))
+        caveat = cudnn_note(self.workspaces, self.cudnn_bound, unit) if CUDNN_LINE in self.lines else ""
+        notes = "; ".join(filter(None, [detail, self.tight_note(unit), caveat]))
         more = f" ({notes})" if notes else ""
         judged = _basis(unit)[self.basis]
         named = [(name, n) for name, n in self.lines.items() if n]
@@ -248,7 +319,7 @@ class Verdict:
 
 def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: int | None = None,
           reserved: bool = False, card: str | None = None, cublas_handles: int = 2,
-          convolutions: bool = False) -> Verdict:
+          convolutions: bool = False, workspaces: str = "none", cudnn_bound: int | None = None) -> Verdict:
     """The one rule for "does this training step fit this GPU?", on the whole step's peak in the steady state.  Bytes.
 
     * by the allocated peak: ``peak_allocated`` + :data:`CUDA_OVERHEAD_BYTES` + the card's lines <= ``capacity``;
@@ -257,7 +328,8 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
       ``capacity``; a ``peak_reserved`` of None (the replay ran out of memory) does not fit.
 
     The card's lines are :func:`unseen_lines` of ``card`` (default: the card of :data:`GPU_CARDS` with this capacity;
-    none for another capacity), with ``cublas_handles`` (0, 1 or 2) and ``convolutions`` (cuDNN's).
+    none for another capacity), with ``cublas_handles`` (0, 1 or 2) and ``convolutions`` (cuDNN's); ``workspaces`` and
+    ``cudnn_bound``: how the peak counted cuDNN's workspaces, and the most they may add uncounted (:func:`cudnn_note`).
 
     Raises:
         ValueError: for a negative capacity or peak, no allocated peak, an unknown card, or handles outside 0-2.
@@ -276,7 +348,7 @@ def judge(capacity: int, peak_allocated: int | None = None, *, peak_reserved: in
     lines = unseen_lines(card, cublas_handles, convolutions) if card is not None else {}
     unseen = sum(n for n in lines.values() if n is not None)
     ok = peak is not None and peak + unseen + overhead <= capacity
-    return Verdict(ok, capacity, "reserved" if reserved else "allocated", peak, overhead, lines)
+    return Verdict(ok, capacity, "reserved" if reserved else "allocated", peak, overhead, lines, workspaces, cudnn_bound)
 
 
 def oom_message(requested: int, capacity: int, in_use: int, allocated: int, reserved: int,

@@ -282,7 +282,8 @@ def time_step(model="resnet18", batch_size: int = 128, image_size: int = 224, re
     """
     check_int("repeats", repeats, 1)
     config = step_config(model, batch_size, image_size, "time_step", **options)
-    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False)
+    meter = Meter(config.device, config.capacity, attention=config.attention, count_storages=False,
+                  workspaces=config.workspaces)
     meter.count_storages = meter.backend == "simulated"  # the simulated GPU's CUDA rules (bitsandbytes' too) run there
     runner, times = StepRunner(config, meter), []
     with meter:

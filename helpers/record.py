@@ -114,6 +114,9 @@ class StepProfile:
         allocation_log: every :class:`Allocation` of the traced step, in order.
         depth_note: for a model of repeated blocks, how its log was made: written exactly from traces of fewer blocks
             (:mod:`helpers.depth`), or traced in full and why; None for other models.
+        cudnn_bound_bytes: simulated, a step with convolutions: the most cuDNN's workspaces may add to its peak
+            (:attr:`helpers.engine.workspaces.KernelMemory.bound`); ``config.workspaces`` says whether any was counted.
+            ``cudnn_missing``: passes the measured table did not hold (``workspaces="measured"``; none counted).
         paged_bytes: optimizer states in CUDA unified memory (a paged optimizer's), outside every figure above: the
             driver keeps them on the GPU while there is room and pages them to host memory under pressure.
     """
@@ -136,6 +139,8 @@ class StepProfile:
     allocation_log: list[Allocation] = field(default_factory=list)
     depth_note: str | None = None
     paged_bytes: int = 0
+    cudnn_bound_bytes: int | None = None
+    cudnn_missing: int = 0
 
     batch_size = _from_config("batch_size", "Samples per batch (``config.batch_size``).")
     amp = _from_config("amp", "Autocast was on (``config.amp``), in ``config.amp_dtype``.")
@@ -398,13 +403,15 @@ def record_step(meter: Meter, events: list[Event], roles: dict[str, set[int]], *
 
     peak, at_peak = meter.peak(), meter.peak_serials()
     positions = [e.log_position for e in events]
+    bound, missing = meter.kernel_memory()
     return StepProfile(
         backend=meter.backend, model=model, config=config, input_shape=input_shape,
         parameter_count=parameter_count, events=events,
         event_categories=[categories(e.live, e.allocated_bytes) for e in events], peak_allocated_bytes=peak,
         peak_event=next(e.index for e in events if e.peak_bytes == peak), categories=categories(at_peak, peak),
         reserved_bytes=meter.reserved(), params_without_grad=params_without_grad, paged_bytes=paged_bytes,
-        peak_allocation=meter.peak_allocation(), peak_serials=tuple(at_peak),
+        peak_allocation=meter.peak_allocation(), peak_serials=tuple(at_peak), cudnn_bound_bytes=bound,
+        cudnn_missing=missing,
         storages={serial: Storage(serial, labels[serial], dtype, shape, nbytes)
                   for serial, (nbytes, dtype, shape) in storages.items()},
         allocation_log=[Allocation(entry.serial, entry.kind, entry.delta, labels[entry.serial],

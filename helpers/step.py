@@ -126,7 +126,8 @@ class StepRunner:
         self.spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
         self.name = self.spec.name
         self.task = resolve_task(config, self.spec)
-        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention)
+        self.meter = meter if meter is not None else Meter(config.device, config.capacity, attention=config.attention,
+                                                                 workspaces=config.workspaces)
         self.place_model = place if place is not None else self.meter.place
         self.model: nn.Module | None = None
         self.segments: nn.Module | None = None

@@ -28,7 +28,7 @@
 # - Train on real data in each configuration and confirm or refute "AMP converges worse" and "checkpointing is slower".
 # - Go beyond the article with offloading saved tensors to host memory, and find the limit of every per-tensor trick.
 #
-# **Time:** about 105 minutes alone: 42 of reading, 36 of code, 4 for the figures, 2 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
+# **Time:** about 115 minutes alone: 46 of reading, 41 of code, 5 for the figures, 2 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, training on the CPU); section 8 measures a GPU if you have one.
 #
 # Read lesson 03 first: this lesson uses its step profiles and vocabulary.
 
@@ -646,6 +646,74 @@ if recorded is not None:
 
 # %% [markdown]
 # On the GPU, MobileNet-V2's and ResNet-50's first step added nothing: their float16 gradients, scaled by the `GradScaler`'s starting factor of 65,536, overflowed, so `scaler.step(optimizer)` skipped the update (and `scaler.update()` halved the scale), and no momentum buffer was made. The simulation has shapes but no values, so it cannot overflow: it always steps, and its first step holds optimizer states that a real run may only create a step or a few later. For the peak of a training run that is the right answer, since the states do come; for the first step on a GPU it can be more than the GPU shows.
+
+# %% [markdown]
+# ## 9. What the GPU adds beyond the tensors
+#
+# Every figure so far counts tensors. A GPU's kernels also ask the caching allocator for memory of their own, freed when they return: cuDNN's convolutions a **workspace** per pass, chosen by cuDNN's heuristics; a sum over many rows a **staging buffer** (PyTorch's `Reduce.cuh` sizes it from the shape and the card's SM count); and the first matrix product of each thread a **cuBLAS workspace**, kept (32 MiB on an H200, two per training step). The simulation counts them with `workspaces="measured"`: reductions by PyTorch's rule, convolutions from a table of 66 convolutions run alone on the recording's H200, never from the steps below. Without it (the default), a simulated peak is a floor. Beside the H200's figures, each simulated reserved figure with the 64 MiB of cuBLAS workspaces the GPU held:
+
+# %%
+from helpers.allocator import replay
+from helpers.teaching.reference import cublas_segment_bytes, cudnn_measurements
+
+recorded_128 = {r["config"]: r for r in recorded["runs"] if (r["model"], r["batch_size"]) == ("resnet18", 128)}
+cublas = cublas_segment_bytes(recorded)
+beside = {}  # configuration -> {"GPU", "without", "with"} -> (peak allocated, peak reserved)
+for name in ("baseline", "AMP", "checkpoint 4", "AMP + checkpoint 4", "offload"):
+    measured = profile_step("resnet18", 128, device="simulated", workspaces="measured", **{**configs, **beyond}[name])
+    models = {"without": replay(steps[name].allocation_log), "with": replay(measured.allocation_log)}
+    beside[name] = {"GPU": (recorded_128[name]["cuda_peak_bytes"], recorded_128[name]["cuda_reserved_bytes"]),
+                    **{k: (m.peak_allocated, m.peak_reserved + cublas) for k, m in models.items()}}
+print(f"{'MiB':<20} {'peak allocated: GPU, without, with':>36} {'peak reserved: GPU, without, with':>36}")
+for name, row in beside.items():
+    print(f"{name:<20} " + "  ".join(" ".join(f"{row[k][i] / MiB:>11,.0f}" for k in ("GPU", "without", "with"))
+                                     for i in (0, 1)))
+off = {name: [row[k][i] / row["GPU"][i] - 1 for k in ("without", "with") for i in (0, 1)] for name, row in beside.items()}
+assert all(abs(a_with) < 0.005 for _, _, a_with, _ in off.values())                    # allocated: within 0.5%
+assert min(a_without for a_without, _, _, _ in off.values()) < -0.05                   # a floor: 5% under at worst
+assert sum(abs(r_with) < 0.05 for _, _, _, r_with in off.values()) >= 3                # reserved: 3 of 5 within 5%
+assert all(r_without < r_with for _, r_without, _, r_with in off.values())             # workspaces reserve more
+
+fig = Figure(figsize=(10, 3.4), layout="constrained")
+colours = {"GPU": OKABE_ITO["black"], "without": OKABE_ITO["sky blue"], "with": OKABE_ITO["orange"]}
+for i, (ax, what) in enumerate(zip(fig.subplots(1, 2), ("peak allocated", "peak reserved"))):
+    for j, k in enumerate(("GPU", "without", "with")):
+        ax.bar([n + (j - 1) * 0.27 for n in range(len(beside))], [row[k][i] / MiB for row in beside.values()],
+               0.27, color=colours[k], label={"GPU": "H200", "without": "simulated, tensors only",
+                                               "with": "simulated, with the H200's table"}[k])
+    ax.set_xticks(range(len(beside)), [n.replace(" + ", "\n+ ") for n in beside], fontsize=8)
+    ax.set(ylabel="MiB", title=f"ResNet18, batch 128: {what}")
+fig.axes[0].legend(fontsize=8)
+fig
+
+# %% [markdown]
+# With the table every simulated peak allocated is the H200's to within 0.5% (orange beside black); without it, up to 5% under, most where checkpointing moves the peak into the backward pass, beside the largest weight-gradient workspaces. Reserved memory gains more: a workspace of hundreds of MiB rarely fits a free cached block, so it opens a segment that stays in the cache. With the table, three of the five reserve what the H200 did to within 5%; the two checkpointed ones reserve more in the model than on the GPU, because which cached block serves a workspace depends on where each segment lies, and the model places segments at addresses of its own. Offloading reserves far more than its tensors: it keeps so little on the GPU that conv1's two workspaces each open a segment of their own. What cuDNN takes also depends on its settings, measured on the same H200:
+
+# %%
+cudnn = cudnn_measurements()
+table = {r["batch"]: r for r in cudnn["workspaces"]["rows"] if r["kernel"] == 7 and r["dtype"] == "float32"}
+conv1 = table[128]["workspace"]
+offload = beside["offload"]["GPU"]
+print(f"offload: the H200 reserved {(offload[1] - cublas) / offload[0] - 1:+.0%} over its peak allocated "
+      f"(cuBLAS left out); conv1's workspaces {fmt_bytes(conv1['forward'])} forward, "
+      f"{fmt_bytes(conv1['backward_weight'])} for the weight's gradient")
+bench = cudnn["settings"]["benchmark_steps"]["baseline"]
+print(f"cudnn.benchmark=True: first step's peak {bench['step0']['peak'] / bench['step1']['peak']:.2f}x the second's, "
+      f"trying algorithms with workspaces up to {fmt_bytes(bench['step0']['find_ws_max'], 'GiB')}")
+default = {(r["kernel"], r["in_channels"], r["out_channels"], r["stride"]): r["workspace"]
+           for r in cudnn["workspaces"]["rows"] if (r["batch"], r["dtype"]) == (128, "float32")}
+ratios = [ws / default[(r["kernel"], r["in_channels"], r["out_channels"], r["stride"])][p]
+          for r in cudnn["settings"]["tf32_off"] for p, ws in r["workspace"].items()]
+print(f"TF32 off for cuDNN: workspaces {min(ratios):.2f}x to {max(ratios):.1f}x those with TF32 on")
+capped = {p["extra_mib"]: ([s for kind, s in p["first"] if kind == "alloc"], p["after"]) for p in cudnn["settings"]["pressure"]}
+fallback = max(n for n, (granted, _) in capped.items() if not granted)
+print(f"under a memory cap leaving up to {fallback} MiB beside conv1's output, its {fmt_bytes(conv1['forward'])} "
+      f"workspace is refused: cuDNN runs without one, and keeps that choice once the cap is lifted")
+assert 0.6 < (offload[1] - cublas) / offload[0] - 1 < 0.8 and 2 < bench["step0"]["peak"] / bench["step1"]["peak"] < 2.1
+assert max(ratios) > 20 and all(not after for granted, after in capped.values() if not granted)
+
+# %% [markdown]
+# So a simulated figure for a convolutional network is a floor unless it is counted with the card's table; without a table, a verdict states a bound beside it (each workspace at most 1.52 times its convolution's input, weight and output, the largest ratio of the H200's table), as in `python -m helpers profile --model resnet18 --gpu "V100 16 GB"`. The bound holds for the defaults only: `cudnn.benchmark=True` searches with gigabytes on the first step, TF32 off changes workspaces twentyfold, and under memory pressure cuDNN takes a slower algorithm with less or no workspace, and keeps it.
 
 # %% [markdown]
 # ## Exercises

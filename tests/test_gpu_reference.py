@@ -11,6 +11,7 @@ import torch
 
 from helpers import MiB, profile_step
 from helpers.allocator import replay
+from helpers.teaching import reference
 from helpers.teaching.reference import NOT_RECORDED, load_reference, module_differences, reference_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,7 +144,10 @@ def test_the_lessons_report_the_recorded_figures(dry_run, tmp_path):
         "off by more than 2%: resnet18 b128 baseline"
     assert "(-4.76%)" in reference_report("resnet18", 128, path=changed)
     wide = reference_report("resnet18", 128, path=changed, reserved=True).splitlines()
-    assert wide[2].split()[-2:] == ["GPU", "simulated"] and wide[3].split()[-3] == "-"  # a dry run: no GPU reserved
+    assert wide[1] == "Reserved, simulated: the replay's + the 64.0 MiB of cuBLAS workspaces the GPU held through every run."
+    assert wide[3].split()[-2:] == ["GPU", "simulated"] and wide[4].split()[-3] == "-"  # a dry run: no GPU reserved
+    assert float(wide[4].split()[-2]) * MiB == pytest.approx(run["simulated_reserved_bytes"] + 64 * MiB, abs=MiB / 20)
+    assert " ".join(line.strip() for line in wide[-3:]) == f"Reserved: {reference.ADDRESS_NOTE}."
     lines = module_differences("resnet18", 128, "baseline", path=changed).splitlines()
     assert lines[2].split() == ["conv1", "fwd", "+456.0", "MiB", "+392.0", "MiB"]
     with pytest.raises(KeyError, match="no recorded run resnet18 b7 baseline"):
@@ -430,3 +434,21 @@ def test_the_lessons_run_as_notebooks_with_times_and_the_budget_says_what_it_ski
     late = tables.Budget(0.5)
     assert tables.run_lessons(late, paths) == [] and len(late.skipped) == 2
     assert late.skipped[0].startswith("lesson ok.ipynb (estimated 1 s, ")
+
+
+def test_resimulated_with_the_table_the_runs_meet_the_h200(tmp_path):
+    """``gpu_reference.py --resimulate`` on four recorded runs: with the H200's table, ResNet18's peak allocated
+    (the allocator model's) within 0.5% of the GPU's and peak reserved within 5%; without it, today's figures."""
+    data = json.loads(reference.REFERENCE_FILE.read_text())
+    keep = {("resnet18", 32, "baseline"), ("resnet18", 32, "checkpoint 4"), ("resnet18", 32, "offload")}
+    data["runs"] = [r for r in data["runs"] if (r["model"], r["batch_size"], r["config"]) in keep]
+    path = tmp_path / "gpu_reference.json"
+    path.write_text(json.dumps(data))
+    rows = harness.compare_with_tables(path)
+    assert len(rows) == 3 and {r.mode for r in rows} == {"measured"} and not any(r.missing for r in rows)
+    recorded = {f"{r['model']} b{r['batch_size']} {r['config']}": r for r in data["runs"]}
+    for row in rows:
+        assert abs(row.off(2)) <= 0.005 and abs(row.off(2, "reserved")) <= 0.05, row
+        assert row.allocated[1] == recorded[row.label]["simulated_allocated_bytes"]  # without: today's
+        assert row.reserved[1] == recorded[row.label]["simulated_reserved_bytes"] + 64 * MiB
+    assert max(abs(r.off(1)) for r in rows) > 0.04  # checkpointing's gap, which the table closes

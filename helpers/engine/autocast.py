@@ -91,16 +91,9 @@ def _tensors(values):
 
 def kernel_for(op, policy: str):
     """An ``AutocastCPU`` kernel that applies CUDA's ``policy`` to ``op``, then runs ``op`` below autocast."""
-    schema = op._schema
-    names = [a.name for a in schema.arguments]
-
     def run(args, kwargs):
         with torch._C._ExcludeDispatchKeyGuard(NO_AUTOCAST):
             return op(*args, **kwargs)
-
-    def first_eligible(args, kwargs) -> bool:
-        first = next(_tensors((*args, *kwargs.values())), None)
-        return first is not None and _eligible(first)
 
     if policy == "passthrough":
         if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
@@ -128,11 +121,26 @@ def kernel_for(op, policy: str):
                     widest = torch.promote_types(widest, t.dtype)
             return run(*_cast_all(args, kwargs, widest))
         return promote
+    if policy in ("fp32_set_opt_dtype", "fp32_append_dtype"):
+        return _float32_dtype_kernel(op, policy, run)
+    raise ValueError(f"unknown autocast policy {policy!r}")
+
+
+def _first_eligible(args, kwargs) -> bool:
+    first = next(_tensors((*args, *kwargs.values())), None)
+    return first is not None and _eligible(first)
+
+
+def _float32_dtype_kernel(op, policy: str, run):
+    """The kernel of the two float32 policies that pass a ``dtype`` (:func:`kernel_for`): ``fp32_set_opt_dtype``
+    sets the op's own ``dtype=None`` to float32; ``fp32_append_dtype`` calls the overload that takes a ``dtype``
+    (``norm``), as ``autocast_mode.h``'s ``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE`` does."""
+    names = [a.name for a in op._schema.arguments]
     if policy == "fp32_set_opt_dtype":
         where = names.index("dtype")
 
         def set_dtype(*args, **kwargs):
-            if first_eligible(args, kwargs):
+            if _first_eligible(args, kwargs):
                 if len(args) > where:
                     if args[where] is None:
                         args = (*args[:where], torch.float32, *args[where + 1:])
@@ -140,21 +148,19 @@ def kernel_for(op, policy: str):
                     kwargs = {**kwargs, "dtype": torch.float32}
             return run(args, kwargs)
         return set_dtype
-    if policy == "fp32_append_dtype":
-        target = {"norm.Scalar": torch.ops.aten.norm.ScalarOpt_dtype,
-                  "norm.ScalarOpt_dim": torch.ops.aten.norm.ScalarOpt_dim_dtype}[_overload_name(op)]
+    target = {"norm.Scalar": torch.ops.aten.norm.ScalarOpt_dtype,
+              "norm.ScalarOpt_dim": torch.ops.aten.norm.ScalarOpt_dim_dtype}[_overload_name(op)]
 
-        def append_dtype(*args, **kwargs):
-            if not first_eligible(args, kwargs):
-                return run(args, kwargs)
-            full = dict(zip(names, args), **kwargs)
-            with torch._C._ExcludeDispatchKeyGuard(NO_AUTOCAST):
-                if "dim" in full:
-                    return target(full["self"], full.get("p"), full["dim"], full.get("keepdim", False),
-                                  dtype=torch.float32)
-                return target(full["self"], full.get("p", 2), dtype=torch.float32)
-        return append_dtype
-    raise ValueError(f"unknown autocast policy {policy!r}")
+    def append_dtype(*args, **kwargs):
+        if not _first_eligible(args, kwargs):
+            return run(args, kwargs)
+        full = dict(zip(names, args), **kwargs)
+        with torch._C._ExcludeDispatchKeyGuard(NO_AUTOCAST):
+            if "dim" in full:
+                return target(full["self"], full.get("p"), full["dim"], full.get("keepdim", False),
+                              dtype=torch.float32)
+            return target(full["self"], full.get("p", 2), dtype=torch.float32)
+    return append_dtype
 
 
 def _overload_name(op) -> str:

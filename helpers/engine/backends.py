@@ -73,8 +73,9 @@ class Backend:
     device = torch.device("cpu")
     measured = False
 
-    def tracker(self, capacity: int | None) -> StorageTracker:
-        """The storage tracker that labels this backend's memory by category."""
+    def tracker(self, capacity: int | None, workspaces: str = "none") -> StorageTracker:
+        """The storage tracker that labels this backend's memory by category; ``workspaces``: what the simulated
+        GPU's kernels allocate beyond the tensors (:data:`helpers.config.WORKSPACES`)."""
         raise NotImplementedError
 
     def enter(self, capacity: int | None) -> None:
@@ -148,7 +149,9 @@ class CudaBackend(Backend):
         self._base = 0
         self._capped = False
 
-    def tracker(self, capacity):
+    def tracker(self, capacity, workspaces="none"):
+        if workspaces != "none":
+            raise ValueError("workspaces applies to the simulated GPU: a real GPU's kernels allocate their own")
         return StorageTracker("cuda")  # explains the real counters; the GPU itself enforces capacity
 
     def enter(self, capacity):
@@ -215,8 +218,8 @@ class SimulatedBackend(Backend):
         self._rules = self._paused = None
         self._log_level = logging.NOTSET
 
-    def tracker(self, capacity):
-        return SimulatedTracker(capacity)
+    def tracker(self, capacity, workspaces="none"):
+        return SimulatedTracker(capacity, workspaces)
 
     def enter(self, capacity):
         # FakeTensorMode logs a full traceback before raising a shape error that reaches the caller anyway.

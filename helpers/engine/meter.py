@@ -45,6 +45,7 @@ class Meter:
         count_storages: run the storage tracker (default); False for timing (on a GPU the real counters still count;
             simulated, nothing is counted).
         tracker: the :class:`helpers.engine.counting.StorageTracker` (default: the backend's).
+        workspaces: simulated only: what kernels allocate beyond the tensors (:data:`helpers.config.WORKSPACES`).
 
     Attributes:
         backend: ``"cuda"`` or ``"simulated"``: say it next to every number.
@@ -56,7 +57,7 @@ class Meter:
     """
 
     def __init__(self, device: str = "auto", capacity: int | None = None, attention: str = "auto",
-                 count_storages: bool = True, tracker: StorageTracker | None = None):
+                 count_storages: bool = True, tracker: StorageTracker | None = None, workspaces: str = "none"):
         self._backend = get_backend(device, attention)
         self.backend = self._backend.name
         self.device = self._backend.device
@@ -66,7 +67,7 @@ class Meter:
             if total is not None and capacity > total:
                 raise ValueError(f"capacity {cuda_size(capacity)} exceeds this GPU's memory")
         self.capacity = capacity
-        self._tracker = tracker if tracker is not None else self._backend.tracker(capacity)
+        self._tracker = tracker if tracker is not None else self._backend.tracker(capacity, workspaces)
         self.count_storages = count_storages
         self._frozen: tuple[int, int, int | None] | None = None
         self._log_at_exit: int | None = None
@@ -146,6 +147,15 @@ class Meter:
     def peak_serials(self) -> tuple[int, ...]:
         """Serials of the storages alive at :meth:`peak`, in allocation order."""
         return self._tracker.peak_serials
+
+    def kernel_memory(self) -> tuple[int | None, int]:
+        """Simulated: ``(bound, missing)`` of the tracker's :class:`helpers.engine.workspaces.KernelMemory`: the most
+        cuDNN may add beyond what was counted (:attr:`~helpers.engine.workspaces.KernelMemory.bound`; None without
+        convolutions, or on cuda) and how many convolution passes its measured table lacked."""
+        kernels = getattr(self._tracker, "kernels", None)
+        if kernels is None or not kernels.passes:
+            return None, 0
+        return kernels.bound, len(kernels.missing)
 
     def peak_allocation(self) -> int | None:
         """Simulated: the serial of the allocation that reached :meth:`peak`; None on cuda."""

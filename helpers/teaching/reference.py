@@ -21,6 +21,7 @@ import re
 import textwrap
 from pathlib import Path
 
+from ..gpus import GPU_SPECS, SIMULATED_GPU, cublas_workspace_bytes, device_card
 from ..units import MiB, fmt_bytes
 
 #: Where ``make gpu-reference`` writes its figures (in the repository, beside the lessons).
@@ -64,6 +65,36 @@ def recorded_snapshot(model: str, batch_size: int, config: str, folder: str | Pa
     return path if path.exists() else None
 
 
+#: What comparing reserved memory cannot settle: the allocator model places each new segment at addresses of its own,
+#: the driver at others, and where two free blocks tie the lower address serves a request; so the same log can leave
+#: a few segments more or fewer on the GPU than in the model (``benchmarks/gpu_trace_replay.py`` replays GPU traces at
+#: the driver's addresses, which removes it).
+ADDRESS_NOTE = ("the allocator model places segments at its own addresses, the driver at others: where free blocks "
+                "tie, a different block can serve a request, so reserved memory can differ by a few segments")
+
+
+#: What cuDNN took on the H200 of the recording (``lessons/data/``, each file's ``about`` says how it was measured):
+#: the workspaces of isolated convolutions (the table ``workspaces="measured"`` reads), and its settings' effects
+#: (``cudnn.benchmark``, TF32 off, a memory cap).
+CUDNN_FILES = {"workspaces": REFERENCE_FILE.parent / "cudnn_workspaces_h200.json",
+               "settings": REFERENCE_FILE.parent / "cudnn_settings_h200.json"}
+
+
+def cudnn_measurements() -> dict[str, dict]:
+    """The two files of :data:`CUDNN_FILES`, read: ``{"workspaces": ..., "settings": ...}`` (lesson 04, section 9)."""
+    return {name: json.loads(path.read_text()) for name, path in CUDNN_FILES.items()}
+
+
+def cublas_segment_bytes(data: dict) -> int:
+    """The bytes of the cuBLAS workspaces every recorded step's reserved memory holds: ``make gpu-reference`` makes
+    both handles' workspaces before the first run (``warm_up_cublas``) and they live on, 2 x
+    :func:`helpers.gpus.cublas_workspace_bytes` of the recording card (64 MiB on an H200); the simulated replay does
+    not make them.  A dry run's (no GPU) or an unknown card's: the card the simulation claims to be
+    (:data:`helpers.gpus.SIMULATED_GPU`)."""
+    card = device_card(str(data.get("device", ""))) or SIMULATED_GPU
+    return 2 * cublas_workspace_bytes(GPU_SPECS[card].capability)
+
+
 def simulated_allocated(run: dict) -> int | None:
     """The simulated figure to set beside the GPU's ``max_memory_allocated``: the allocator model's peak
     allocated, or the engine's peak in a file recorded before that field existed."""
@@ -87,7 +118,8 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
                      path: str | Path = REFERENCE_FILE, reserved: bool = False) -> str:
     """The recorded runs as a table: peak allocated on the GPU and simulated (:func:`simulated_allocated`),
     their difference, and the step's tensors alone (the engine's peak); with ``reserved``, peak reserved on
-    the GPU and simulated too.
+    the GPU and simulated too, like for like: the simulated replay's plus the cuBLAS workspaces the GPU's held
+    (:func:`cublas_segment_bytes`), then a line on what the comparison cannot settle (:data:`ADDRESS_NOTE`).
 
     ``model``, ``batch_size``: keep only those runs (None: all).  Returns the table, its label (device, torch, date) and
     a line naming the runs off by more than :data:`TOLERANCE`; or :data:`NOT_RECORDED` without a file.
@@ -98,6 +130,7 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
     runs = [r for r in data["runs"] if (model is None or r["model"] == model)
             and (batch_size is None or r["batch_size"] == batch_size)]
     where = "a dry run: the simulated backend stood in for the GPU" if data.get("dry_run") else data["device"]
+    cublas = cublas_segment_bytes(data)
     simulated = (f"simulated with torch {data['simulated_torch']}" if data.get("simulated_torch")
                  else "simulated on the same machine")
     width = max([36] + [len(_label(run)) for run in runs])
@@ -107,6 +140,9 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
              f"{'':<{width}} {'peak allocated':^49}" + (f"  {'peak reserved':^25}" if reserved else ""),
              f"{'run':<{width}} {'GPU':>12} {'simulated':>12} {'difference':>22}  {'tensors':>11}"
              + (f"  {'GPU':>12} {'simulated':>12}" if reserved else "")]
+    if reserved:
+        lines.insert(1, f"Reserved, simulated: the replay's + the {fmt_bytes(cublas)} of cuBLAS workspaces the GPU held "
+                        f"through every run.")
     off = []
     for run in runs:
         if run.get("error"):
@@ -114,6 +150,7 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
             continue
         gpu, sim, diff = run["cuda_peak_bytes"], simulated_allocated(run), relative_difference(run)
         gpu_reserved, sim_reserved = run.get("cuda_reserved_bytes"), run.get("simulated_reserved_bytes")
+        sim_reserved = None if sim_reserved is None else sim_reserved + cublas
         lines.append(f"{_label(run):<{width}} {fmt_bytes(gpu):>12} {fmt_bytes(sim):>12} "
                      f"{fmt_bytes(sim - gpu, sign=True) + f' ({diff:+.2%})':>22}  "
                      f"{fmt_bytes(run['simulated_peak_bytes']):>11}"
@@ -123,6 +160,8 @@ def reference_report(model: str | None = None, batch_size: int | None = None,
             off.append(_label(run))
     lines += (textwrap.wrap(f"off by more than {TOLERANCE:.0%}: {', '.join(off)}", 100, subsequent_indent="  ")
               if off else [f"every run within {TOLERANCE:.0%} of the GPU's peak"])
+    if reserved:
+        lines += textwrap.wrap(f"Reserved: {ADDRESS_NOTE}.", 100, subsequent_indent="  ")
     return "\n".join(line.rstrip() for line in lines)
 
 
