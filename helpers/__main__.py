@@ -109,7 +109,7 @@ LIBRARY_DEFAULTS = {
     "optimizer": "a Hugging Face model's default: adamw with --fused, what the pinned transformers' Trainer uses "
                  "(TrainingArguments.optim: adamw_torch_fused with torch 2.8 or later)",
     "param_dtype": "a Hugging Face model's default: its config's dtype, as from_pretrained's dtype=\"auto\" loads "
-                   "it (float32 where the config says float16 or nothing)",
+                   "it (float32 where the config says nothing)",
 }
 
 
