@@ -109,7 +109,7 @@ LIBRARY_DEFAULTS = {
     "optimizer": "a Hugging Face model's default: adamw with --fused, what the pinned transformers' Trainer uses "
                  "(TrainingArguments.optim: adamw_torch_fused with torch 2.8 or later)",
     "param_dtype": "a Hugging Face model's default: its config's dtype, as from_pretrained's dtype=\"auto\" loads "
-                   "it (float32 where the config says float16 or nothing)",
+                   "it (float32 where the config says nothing)",
 }
 
 
@@ -265,6 +265,10 @@ def _serve_parser(sub) -> None:
     s.add_argument("--quantization", default="none", choices=("none", "nf4", "int8", "fp8", "int4"),
                    help="the weights: as loaded (none, default), by bitsandbytes in 4-bit NF4 or LLM.int8() (traced), "
                         "or fp8 or 4-bit GPTQ/AWQ (by formula)")
+    for flags, what in ((("--tensor-parallel-size", "-tp", "--tp"), "GPUs each stage's layers are cut across"),
+                        (("--pipeline-parallel-size", "-pp", "--pp"), "stages the layers are cut into")):
+        s.add_argument(*flags, type=_at_least(1), default=1, metavar="N",
+                       help=f"vLLM's option: {what} (default 1); the account is then one GPU's")
     s.add_argument("--vllm-version", dest="version", default="0.11", choices=("0.11", "0.6.5"),
                    help="whose rules: 0.11 (V1, v0.9.1 to v0.11; default) or 0.6.5 (V0, v0.6.5 to v0.10)")
 
@@ -390,14 +394,16 @@ def _serve(args) -> int:
     prog = "python -m helpers serve"
     options = {name: getattr(args, name) for name in ("gpu", "gpu_memory_utilization", "max_model_len",
                                                       "max_num_batched_tokens", "max_num_seqs", "dtype",
-                                                      "kv_cache_dtype", "version", "quantization")}
+                                                      "kv_cache_dtype", "version", "quantization",
+                                                      "tensor_parallel_size", "pipeline_parallel_size")}
     try:
         account = vllm_startup(args.model, **options)
     except ValueError as e:
         if isinstance(e, WouldNotStart):  # vLLM logs its account, then refuses
             print("\n".join(e.account.lines()))
         message = re.sub(r"\b(gpu_memory_utilization|max_model_len|max_num_batched_tokens|max_num_seqs|"
-                         r"kv_cache_dtype)\b", lambda m: "--" + m.group(1).replace("_", "-"), str(e))
+                         r"kv_cache_dtype|tensor_parallel_size|pipeline_parallel_size)\b",
+                         lambda m: "--" + m.group(1).replace("_", "-"), str(e))
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
     print("\n".join(account.lines()))

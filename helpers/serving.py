@@ -11,10 +11,15 @@ then the sampler), and gives the KV cache what is left of ``total × gpu_memory_
 tensors), takes the third as a stated assumption (:data:`NON_TORCH_BYTES`), and does vLLM's arithmetic.  The rules
 and their sources (vLLM's files and functions, read at the commits named in the project's research notes on vLLM's
 start-up logs, section 3) are given where each is applied.  All sizes are bytes; 1 GiB = 2**30 bytes, as vLLM logs.
+
+Over several GPUs (``tensor_parallel_size``, ``pipeline_parallel_size``) the account is one GPU's: the engine traces
+the Hugging Face model of one rank's shard, as vLLM v0.19.0 cuts heads, widths, vocabulary and layers
+(:mod:`helpers.vllm_rules`), and every rank gets the fewest KV blocks of any rank.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -30,6 +35,8 @@ from .step import StepRunner
 from .allocator.rules import round_up
 from .techniques.quantization import nf4_linears, weights as weights_of
 from .units import GiB
+from .vllm_rules import Split, not_held, rank_config, scheduler_defaults, splits
+from .vllm_rules import non_torch_bytes as parallel_non_torch
 
 #: The accounting rules this module reproduces, by the version named in its ``version`` argument.
 VERSIONS = {
@@ -126,7 +133,13 @@ class StartupAccount:
         activation_peak_bytes: traced: the profile run's peak allocated above what was allocated before it (vLLM's
             "PyTorch activation peak memory", ``torch_peak_increase``).
         non_torch_bytes: assumed (:data:`NON_TORCH_BYTES` unless given): vLLM's "non_torch_memory".
-        kv_bytes_per_token: :func:`kv_bytes_per_token`.
+        kv_bytes_per_token: :func:`kv_bytes_per_token` of this rank: its KV heads (:mod:`helpers.vllm_rules`) and
+            its stage's layers.
+        tensor_parallel_size, pipeline_parallel_size: as vLLM's options; with either above 1, every figure above is
+            one rank's (weights, activation peak, non-torch memory and KV cache per GPU): the first rank of
+            pipeline stage ``stage``, which holds ``layers`` (``[start, end)``).
+        other_stages: the accounts of the first rank of each later stage (the ranks of a stage hold the same
+            shapes); empty without pipeline parallelism.
     """
 
     model: str
@@ -147,6 +160,11 @@ class StartupAccount:
     activation_peak_bytes: int
     non_torch_bytes: int
     kv_bytes_per_token: int
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    stage: int = 0
+    layers: tuple[int, int] | None = None
+    other_stages: tuple["StartupAccount", ...] = ()
 
     @property
     def requested_bytes(self) -> float:
@@ -169,11 +187,18 @@ class StartupAccount:
         return self.kv_bytes_per_token * self.block_size
 
     @property
-    def num_blocks(self) -> int:
-        """``⌊available / block bytes⌋``, 0 when nothing is available (``get_num_blocks``,
+    def own_blocks(self) -> int:
+        """``⌊available / block bytes⌋`` of this rank, 0 when nothing is available (``get_num_blocks``,
         ``vllm/v1/core/kv_cache_utils.py``: ``available // page_size // num_layers``; V0:
         ``available // cache_block_size``, clamped at 0)."""
         return max(int(self.available_kv_bytes // self.block_bytes), 0)
+
+    @property
+    def num_blocks(self) -> int:
+        """The blocks every rank gets: the fewest of any stage's rank (:attr:`own_blocks`; ``get_kv_cache_configs``,
+        ``vllm/v1/core/kv_cache_utils.py``: "Change the num_blocks of each worker to the smallest among all
+        workers"); one card's own without parallelism."""
+        return min(a.own_blocks for a in (self, *self.other_stages))
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -199,24 +224,38 @@ class StartupAccount:
 
     @property
     def refusal(self) -> str | None:
-        """Why vLLM would not start (one line), or None: no memory left for a block, or less than one sequence of
+        """Why vLLM would not start (one line), or None: a rank's weights larger than its card (vLLM's load_model
+        stops with ``torch.OutOfMemoryError``), no memory left for a block, or less than one sequence of
         ``max_model_len`` tokens fits (v0.11: ``check_enough_kv_cache_memory``, ``vllm/v1/core/kv_cache_utils.py``;
-        V0: ``raise_if_cache_size_invalid``, ``vllm/worker/worker.py``)."""
-        if self.num_blocks == 0 and self.non_kv_cache_bytes >= self.total_bytes:
-            return (f"weights, activation peak and non-torch memory take {self.non_kv_cache_bytes / GiB:.2f} GiB, more "
-                    f"than the whole card's {self.total_bytes / GiB:.2f} GiB: smaller weights (quantization) or more "
-                    f"GPUs (tensor parallelism) are needed")
-        if self.num_blocks == 0:
-            return (f"no memory is left for the KV cache: weights, activation peak and non-torch memory take "
-                    f"{self.non_kv_cache_bytes / GiB:.2f} GiB of the {self.requested_bytes / GiB:.2f} GiB that "
-                    f"gpu_memory_utilization {self.gpu_memory_utilization:g} allows; raise gpu_memory_utilization")
-        needed = math.ceil(self.max_model_len / self.block_size)
+        V0: ``raise_if_cache_size_invalid``, ``vllm/worker/worker.py``).  With pipeline parallelism, the figures are
+        those of the stage that binds (the heaviest weights, or the fewest blocks)."""
+        ranks = (self, *self.other_stages)
+        heavy = max(ranks, key=lambda a: a.weights_bytes)
+        if heavy.weights_bytes > self.total_bytes:
+            return (f"CUDA out of memory: {heavy._rank()}weights take {heavy.weights_bytes / GiB:.2f} GiB, more than "
+                    f"the whole card's {self.total_bytes / GiB:.2f} GiB: smaller weights (quantization) or more GPUs "
+                    f"(tensor parallelism) are needed")
+        a = min(ranks, key=lambda r: r.own_blocks)
+        if a.num_blocks == 0 and a.non_kv_cache_bytes >= a.total_bytes:
+            return (f"{a._rank()}weights, activation peak and non-torch memory take {a.non_kv_cache_bytes / GiB:.2f} "
+                    f"GiB, more than the whole card's {a.total_bytes / GiB:.2f} GiB: smaller weights (quantization) or "
+                    f"more GPUs (tensor parallelism) are needed")
+        if a.num_blocks == 0:
+            return (f"no memory is left for the KV cache: {a._rank()}weights, activation peak and non-torch memory "
+                    f"take {a.non_kv_cache_bytes / GiB:.2f} GiB of the {a.requested_bytes / GiB:.2f} GiB that "
+                    f"gpu_memory_utilization {a.gpu_memory_utilization:g} allows; raise gpu_memory_utilization")
+        needed = math.ceil(a.max_model_len / a.block_size)
         if needed > self.num_blocks:
-            return (f"one sequence of max_model_len {self.max_model_len:,} tokens needs "
-                    f"{needed * self.block_bytes / GiB:.2f} GiB of KV cache, more than the "
-                    f"{self.available_kv_bytes / GiB:.2f} GiB available: vLLM would not start; the longest that "
-                    f"fits is {self.kv_tokens:,} tokens: lower max_model_len or raise gpu_memory_utilization")
+            return (f"one sequence of max_model_len {a.max_model_len:,} tokens needs "
+                    f"{needed * a.block_bytes / GiB:.2f} GiB of KV cache, more than the "
+                    f"{a.available_kv_bytes / GiB:.2f} GiB available{' on ' + a._rank()[:-2] if a._rank() else ''}: "
+                    f"vLLM would not start; the longest that fits is {a.kv_tokens:,} tokens: lower max_model_len or "
+                    f"raise gpu_memory_utilization")
         return None
+
+    def _rank(self) -> str:
+        """``"stage S's ranks: "`` under pipeline parallelism, else nothing (the words the refusals start with)."""
+        return f"stage {self.stage}'s ranks: " if self.pipeline_parallel_size > 1 else ""
 
     def lines(self) -> list[str]:
         """The account in vLLM's own terms, one figure a line, GiB with two decimals as vLLM logs them."""
@@ -225,7 +264,7 @@ class StartupAccount:
         return [
             f"vLLM {self.version} start-up, simulated: {self.model} in {self.dtype}"
             f"{'' if self.quantization == 'none' else f', weights in {WEIGHT_FORMATS[self.quantization].label}'} on "
-            f"{self.gpu}",
+            f"{self.gpu}{self._parallel_words()}",
             f"  the instance may use total_gpu_memory ({gib(self.total_bytes)}) x gpu_memory_utilization "
             f"({self.gpu_memory_utilization:.2f}) = {gib(self.requested_bytes)}",
             f"  model weights take {gib(self.weights_bytes)} ("
@@ -238,16 +277,29 @@ class StartupAccount:
             f"  GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_blocks:,} blocks of {self.block_size} "
             f"tokens, {self.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv})",
             f"  Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x",
+            *(f"  stage {a.stage} (layers {a.layers[0]}-{a.layers[1] - 1}): weights {gib(a.weights_bytes)}, activation "
+              f"peak {gib(a.activation_peak_bytes)}, Available KV cache memory {gib(a.available_kv_bytes)}, "
+              f"{a.own_blocks:,} blocks" for a in self.other_stages),
         ]
+
+    def _parallel_words(self) -> str:
+        """What the header adds under parallelism: the GPUs, and whose figures follow."""
+        tp, pp = self.tensor_parallel_size, self.pipeline_parallel_size
+        if tp * pp == 1:
+            return ""
+        layers = f", layers {self.layers[0]}-{self.layers[1] - 1}" if pp > 1 else ""
+        return (f", {tp * pp} GPUs (tensor_parallel_size {tp}, pipeline_parallel_size {pp}): per GPU, rank 0's"
+                f"{layers}; the KV blocks are the fewest of any rank's")
 
 
 def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization: float = 0.9,
                  max_model_len: int | None = None, max_num_batched_tokens: int | None = None,
                  max_num_seqs: int | None = None, dtype: str = "bfloat16", kv_cache_dtype: str = "auto",
                  block_size: int = BLOCK_SIZE, version: str = "0.11", quantization: str = "none",
-                 double_quant: bool = False, non_torch_bytes: int = NON_TORCH_BYTES) -> StartupAccount:
-    """vLLM's start-up account of ``model`` served alone on one GPU: weights, the profile run's activation peak,
-    non-torch memory, and the KV cache the rest holds.
+                 double_quant: bool = False, non_torch_bytes: int | None = None, tensor_parallel_size: int = 1,
+                 pipeline_parallel_size: int = 1) -> StartupAccount:
+    """vLLM's start-up account of ``model`` served alone on one GPU, or per GPU over several: weights, the profile
+    run's activation peak, non-torch memory, and the KV cache the rest holds.
 
     What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``):
 
@@ -265,16 +317,15 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
       fuses them.  The sampler's own temporaries (top-k, top-p) are not simulated, nor the input buffers vLLM
       allocates before the run.
 
-    Defaults: ``max_model_len``, the config's ``max_position_embeddings``; ``max_num_batched_tokens`` and
-    ``max_num_seqs``, the version's rules for the card (:func:`_scheduler_defaults`).
-
     Args:
         model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`, offline), or
             anything :func:`helpers.models.hf.load_config` takes.
         gpu: a card of :data:`helpers.gpus.GPU_CARDS` (its CUDA-reported total), or the total in bytes (a card
             whose name is unknown counts as not an A100).
         gpu_memory_utilization: in (0, 1]; the share of the total the instance may use.
-        max_model_len, max_num_batched_tokens, max_num_seqs, block_size: vLLM's options of the same names, >= 1.
+        max_model_len, max_num_batched_tokens, max_num_seqs, block_size: vLLM's options of the same names, >= 1; by
+            default the config's ``max_position_embeddings``, and for the other two the version's rules for the card
+            (:func:`helpers.vllm_rules.scheduler_defaults`).
         dtype, kv_cache_dtype: one of :data:`DTYPES`, one of :data:`KV_CACHE_DTYPES`.
         version: one of :data:`VERSIONS`.
         quantization: one of :data:`FOR_SERVING`: the linear layers' weights as loaded, in bitsandbytes' NF4 or
@@ -282,7 +333,12 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
             then traced with the weights in ``dtype``); the KV cache and activations keep ``dtype``.
             ``double_quant``: NF4's scales in 8 bits (``bnb_4bit_use_double_quant``, as a checkpoint quantized
             beforehand may say).
-        non_torch_bytes: non-torch memory (:data:`NON_TORCH_BYTES` assumed), >= 0.
+        non_torch_bytes: non-torch memory per GPU, >= 0; None: :data:`NON_TORCH_BYTES` on one card, under
+            parallelism the figure vLLM v0.19.0 logged (:data:`helpers.vllm_rules.NON_TORCH_LOGGED`), assumed.
+        tensor_parallel_size, pipeline_parallel_size: vLLM's options, >= 1; above 1 the account is one GPU's
+            (:class:`StartupAccount`), its weights and profile run traced on the rank's shard
+            (:mod:`helpers.vllm_rules`: the shard's shapes, so its weights are counted exactly); a split vLLM
+            refuses, refused in its words.
 
     Returns:
         A :class:`StartupAccount`; its properties do vLLM's arithmetic (``Worker.determine_available_memory``,
@@ -297,29 +353,57 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
             refuses.
     """
     _check_formats(version, dtype, kv_cache_dtype, quantization, double_quant, gpu_memory_utilization)
-    weights_format = (quantization, double_quant)
     card, total = _gpu(gpu)
-    for name, value in (("max_model_len", max_model_len), ("max_num_batched_tokens", max_num_batched_tokens),
-                        ("max_num_seqs", max_num_seqs)):
-        if value is not None:
-            check_int(name, value, 1)
-    check_int("block_size", block_size, 1)
-    check_int("non_torch_bytes", non_torch_bytes, 0)
-    config = _config(model)
-    label = config_label(model)
-    per_token = kv_bytes_per_token(config, dtype, kv_cache_dtype)
+    _check_counts(max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+                  max_num_seqs=max_num_seqs, non_torch_bytes=non_torch_bytes, block_size=block_size,
+                  tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
+    config, label = _config(model), config_label(model)
     max_model_len = _max_model_len(config, label, max_model_len)
-    max_num_batched_tokens, max_num_seqs = _scheduler_defaults(version, card, total, max_model_len,
-                                                               max_num_batched_tokens, max_num_seqs)
-    num_reqs = min(max_num_batched_tokens, max_num_seqs)
-    parameters, weights, peak = _profile_run(_key(model, config), label, dtype, weights_format,
-                                             max_num_batched_tokens, num_reqs)
-    account = StartupAccount(label, version, card, total, float(gpu_memory_utilization), dtype, quantization,
-                             kv_cache_dtype, block_size, max_model_len, max_num_batched_tokens, max_num_seqs, num_reqs,
-                             parameters, weights, peak, non_torch_bytes, per_token)
+    max_num_batched_tokens, max_num_seqs = scheduler_defaults(version, card, total, max_model_len,
+                                                              max_num_batched_tokens, max_num_seqs)
+    common = dict(model=label, version=version, gpu=card, total_bytes=total,
+                  gpu_memory_utilization=float(gpu_memory_utilization), dtype=dtype, quantization=quantization,
+                  kv_cache_dtype=kv_cache_dtype, block_size=block_size, max_model_len=max_model_len,
+                  max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                  num_reqs=min(max_num_batched_tokens, max_num_seqs), non_torch_bytes=non_torch_bytes)
+    account = _ranks_account(model, config, common, (quantization, double_quant), tensor_parallel_size,
+                             pipeline_parallel_size)
     if account.refusal:
         raise WouldNotStart(account.refusal, account)
     return account
+
+
+def _check_counts(**counts) -> None:
+    """Each count >= 1 (``non_torch_bytes`` >= 0), or None where None means the default; else one line."""
+    for name, value in counts.items():
+        if value is not None or name in ("block_size", "tensor_parallel_size", "pipeline_parallel_size"):
+            check_int(name, value, 0 if name == "non_torch_bytes" else 1)
+
+
+def _ranks_account(model, config, common: dict, weights_format: tuple[str, bool], tp: int,
+                   pp: int) -> StartupAccount:
+    """The first rank's account, the later stages' first ranks' in its ``other_stages`` (one account without
+    parallelism): a KV cache not modelled is refused first (:func:`kv_bytes_per_token`), then a split vLLM refuses, in
+    its words (:func:`helpers.vllm_rules.splits`); non-torch memory, when ``common`` has None, by the setup."""
+    kv_bytes_per_token(config, common["dtype"], common["kv_cache_dtype"])
+    common = dict(common, non_torch_bytes=parallel_non_torch(tp, pp, NON_TORCH_BYTES, common["non_torch_bytes"]))
+    stages = [_rank_account(model, config, split, common, weights_format)
+              for split in splits(config.get_text_config(), tp, pp)]
+    return dataclasses.replace(stages[0], other_stages=tuple(stages[1:]))
+
+
+def _rank_account(model, config, split: Split, common: dict, weights_format: tuple[str, bool]) -> StartupAccount:
+    """The account of the first rank of ``split``'s stage: its KV bytes per token (its KV heads, its layers), its
+    weights and profile run traced on its shard (:func:`helpers.vllm_rules.rank_config`), and ``common``'s figures."""
+    alone = split.tp * split.pp == 1
+    shard = config if alone else rank_config(config, split)
+    parameters, weights, peak = _profile_run(_key(model, config), common["model"], common["dtype"], weights_format,
+                                             common["max_num_batched_tokens"], common["num_reqs"],
+                                             None if alone else split)
+    return StartupAccount(**common, parameter_count=parameters, weights_bytes=weights, activation_peak_bytes=peak,
+                          kv_bytes_per_token=kv_bytes_per_token(shard, common["dtype"], common["kv_cache_dtype"]),
+                          tensor_parallel_size=split.tp, pipeline_parallel_size=split.pp, stage=split.stage,
+                          layers=(split.start, split.end))
 
 
 def _check_formats(version: str, dtype: str, kv_cache_dtype: str, quantization: str, double_quant: bool,
@@ -347,30 +431,6 @@ def _max_model_len(config, label: str, max_model_len: int | None) -> int:
         raise ValueError(f"max_model_len {max_model_len:,} exceeds the {positions:,} positions of {label} "
                          f"(max_position_embeddings)")
     return max_model_len
-
-
-def _scheduler_defaults(version: str, card: str, total: int, max_model_len: int, max_num_batched_tokens: int | None,
-                        max_num_seqs: int | None) -> tuple[int, int]:
-    """``(max_num_batched_tokens, max_num_seqs)``, each as given or by the version's default rule for the card.
-
-    ``version="0.11"`` (``EngineArgs``' V1 defaults, ``_set_default_args_v1`` in ``vllm/engine/arg_utils.py``, for
-    ``vllm serve``): on a card of at least 70 GiB that is not an A100, 8192 tokens and 1024 sequences; on others 2048
-    and 256.  ``version="0.6.5"`` (V0): 256 sequences, and with chunked prefill off ``max(max_model_len, 2048)`` tokens
-    (``SchedulerConfig.__post_init__``); V0's server turned chunked prefill on for long contexts (above about 32K
-    tokens, a rule not read in source), so there the tokens must be given (ValueError otherwise)."""
-    large = total >= 70 * GiB and "A100" not in card
-    if max_num_seqs is None:
-        max_num_seqs = 1024 if version == "0.11" and large else 256
-    if max_num_batched_tokens is None:
-        if version == "0.11":
-            max_num_batched_tokens = 8192 if large else 2048
-        elif max_model_len > 32_000:
-            raise ValueError(f"vLLM V0 turned chunked prefill on for long contexts such as max_model_len "
-                             f"{max_model_len:,}, which changes its default max_num_batched_tokens: give "
-                             f"max_num_batched_tokens")
-        else:
-            max_num_batched_tokens = max(max_model_len, 2048)
-    return max_num_batched_tokens, max_num_seqs
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -420,14 +480,15 @@ def _key(model, config):
 
 
 def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
-                 num_reqs: int) -> tuple[int, int, int]:
-    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced; a shipped
-    config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures every time, nothing in
-    them is random)."""
-    key = ("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs) if isinstance(model, str) else None
+                 num_reqs: int, split: Split | None = None) -> tuple[int, int, int]:
+    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced (on one rank's
+    shard when ``split`` says where it sits); a shipped config's runs are kept with the profiles
+    (:data:`helpers.profile.KEPT`: the same figures every time, nothing in them is random)."""
+    key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, split)
+           if isinstance(model, str) else None)
     run = recall(key)
     if run is None:
-        run = _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs)
+        run = _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, split)
         keep(key, run)
     return run
 
@@ -470,13 +531,23 @@ def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes:
 
 
 def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
-                        num_reqs: int) -> tuple[int, int, int]:
+                        num_reqs: int, split: Split | None = None) -> tuple[int, int, int]:
     """:func:`_profile_run` traced: the model made by the step recipe in ``dtype`` (``StepConfig.param_dtype``, as
     ``from_pretrained`` loads it: every parameter and buffer in ``dtype`` but a model class's
     ``_keep_in_fp32_modules``, which none of the shipped configs has; vLLM's own model classes load all in ``dtype``),
-    its linear layers quantized as ``weights_format`` says, placed, then the profile pass."""
+    its linear layers quantized as ``weights_format`` says, placed, then the profile pass; of one rank's shard when
+    ``split`` is given: a stage after the first takes the hidden states in (made before the run, as vLLM's intermediate
+    buffers), a stage before the last stops at the last layer (no head, no sampler: ``profile_run`` samples on the last
+    stage only), and under tensor parallelism the rank's logits are all-gathered to the padded vocabulary first
+    (``LogitsProcessor._gather_logits``: every rank gets them on CUDA), of which the sampler takes the real vocabulary
+    in float32.  The weights a stage does not hold (:func:`helpers.vllm_rules.not_held`) are not counted."""
     quantization, double_quant = weights_format
     formula = quantization in BY_FORMULA
+    first = last = True
+    if split is not None:
+        full = _config(model)
+        vocab, first, last = full.get_text_config().vocab_size, split.first, split.last
+        model = rank_config(full, split)
     runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
                                    param_dtype=dtype, quantization="none" if formula else quantization,
                                    double_quant=double_quant, device="simulated"))
@@ -484,17 +555,28 @@ def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str
     with meter:
         net = runner.place().eval()
         weights = meter.allocated()
-        ids = torch.randint(0, runner.task.vocab_size, (1, tokens), device=meter.device)  # before the run, as vLLM's
+        if first:  # before the run, as vLLM's
+            inputs = dict(input_ids=torch.randint(0, runner.task.vocab_size, (1, tokens), device=meter.device))
+        else:
+            hidden = net.get_input_embeddings().embedding_dim
+            inputs = dict(inputs_embeds=torch.zeros(1, tokens, hidden, dtype=DTYPES[dtype], device=meter.device))
         meter.reset_peak()
         before = meter.allocated()
         try:
             with torch.inference_mode():
-                logits = net(ids, logits_to_keep=num_reqs).logits  # one row per request, in the model's dtype
-                logits.float()  # the sampler's float32 copy, both alive
+                if not last:
+                    net.get_decoder()(**inputs)
+                else:
+                    logits = net(**inputs, logits_to_keep=num_reqs).logits  # one row per request, the model's dtype
+                    if split is not None and split.tp > 1:  # the all-gather's output, then the real vocabulary
+                        logits = logits.new_empty(*logits.shape[:-1], logits.shape[-1] * split.tp)[..., :vocab]
+                    logits.float()  # the sampler's float32 copy, both alive
         except (RuntimeError, TypeError, ValueError) as e:
             raise ValueError(f"{label} cannot run vLLM's profile pass of {tokens:,} tokens: {first_line(e)}") from None
         peak = meter.peak() - before
     parameters = sum(map(weights_of, net.parameters()))  # a 4-bit weight: its weights, not its packed bytes
     if formula:
         weights = formula_weight_bytes(net, quantization, DTYPES[dtype].itemsize)
-    return parameters, weights, peak
+    dropped = not_held(net, first, last)
+    return (parameters - sum(t.numel() for t in dropped),
+            weights - sum(round_up(t.numel() * t.element_size()) for t in dropped), peak)

@@ -179,7 +179,7 @@ def test_a_lora_run_prints_nothing_on_stderr():
 
 def test_a_hugging_face_model_takes_the_pinned_libraries_defaults(capsys, tmp_path):
     """Unless told: parameters in the config's dtype (from_pretrained's dtype="auto"), fused AdamW (the Trainer's
-    adamw_torch_fused), said in the answer's first lines; a flag given wins; a float16 config trains float32."""
+    adamw_torch_fused), said in the answer's first lines; a flag given wins; a float16 config trains in float16."""
     code, out, err = _run(capsys, "--model", SMOL, *SHORT, "--json")
     assert code == 0 and err == ""
     said = json.loads(out)["config"]
@@ -203,8 +203,8 @@ def test_a_hugging_face_model_takes_the_pinned_libraries_defaults(capsys, tmp_pa
     path.write_text(json.dumps(data))
     code, out, _ = _run(capsys, "--model", str(path), *SHORT)
     assert code == 0
-    assert ("parameters in float32: the config says float16, which these steps do not store parameters in "
-            "(--param-dtype bfloat16 for 16-bit weights); fused AdamW") in out
+    assert ("parameters in float16: the config's dtype, as from_pretrained's dtype=\"auto\" loads them; "
+            "fused AdamW") in out
 
 
 def test_lesson_09s_example_is_lesson_09s_step():

@@ -23,13 +23,15 @@ CORE = ("engine/", "allocator/", "techniques/", "models/", "config.py", "record.
         "depth.py", "step.py", "profile.py")
 #: The command line, and the package's face (which only hands names on).
 COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "__init__.py")
+#: What every layer reads: bytes and formatting, the cards, the weight formats, a snapshot file's bytes.
+FOUNDATIONS = ("units.py", "errors.py", "palette.py", "versions.py", "gpus.py", "alignment.py", "formats.py",
+               "snapshot_file.py")
 #: The layers README's layout section counts, in its order: (name README gives it, is this file in it?).
 LAYERS = (
     ("the core", lambda rel: rel.startswith(CORE)),
-    ("foundations", lambda rel: rel in ("units.py", "errors.py", "palette.py", "versions.py", "gpus.py",
-                                        "alignment.py")),
+    ("foundations", lambda rel: rel in FOUNDATIONS),
     ("studies", lambda rel: "/" not in rel and rel not in COMMAND_LINE and not rel.startswith(CORE)
-     and rel not in ("units.py", "errors.py", "palette.py", "versions.py", "gpus.py", "alignment.py")),
+     and rel not in FOUNDATIONS),
     ("teaching", lambda rel: rel.startswith("teaching/")),
     ("the command line", lambda rel: rel in COMMAND_LINE),
 )

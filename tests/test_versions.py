@@ -38,6 +38,10 @@ HISTORICAL = {
     ("helpers/teaching/setups.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("docs/instructor_guide.md", "transformers 4.48"): "the version of fms-acceleration's benchmark",
+    ("lessons/06b_reading_a_gpu_snapshot.py", "PyTorch 2.11.0"): "the H200 recording's own PyTorch, not the pin",
+    ("lessons/06b_reading_a_gpu_snapshot.py", "transformers 5.17.0"): "the H200 recording's transformers",
+    ("lessons/06b_reading_a_gpu_snapshot.py", "peft 0.21.0"): "the H200 recording's peft",
+    ("helpers/gpus.py", "torch 2.11"): "the PyTorch of the H200 whose threads per SM were measured",
     ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.11.0"):
         "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 5.17.0"):

@@ -23,6 +23,7 @@ tokens follow from both: within 2% on the fully stated H100 runs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ..serving import StartupAccount, WouldNotStart, vllm_startup
@@ -50,7 +51,7 @@ class VllmLog:
             V0, whose arithmetic v0.6.4's global cap shares on a card used by nothing else).
         gpu, total_gib: the card, and its total memory as the log prints it (GiB, two decimals).
         command: the launch command, or vLLM's ``non-default args``, as stated.
-        model: the shipped config traced for it.
+        model: the shipped config traced for it, or a config dict (:data:`LLAMA_33_70B`, :data:`QWEN_25_72B`).
         options: :func:`helpers.serving.vllm_startup`'s options for it (besides ``gpu``, ``version`` and
             ``non_torch_bytes``).
         logged: the figures it printed: ``weights``, ``activation``, ``non_torch``, ``kv`` (GiB), ``tokens``,
@@ -65,7 +66,7 @@ class VllmLog:
     gpu: str
     total_gib: float
     command: str
-    model: str
+    model: str | dict
     options: dict
     logged: dict
     note: str = ""
@@ -186,11 +187,15 @@ class Beside:
 
     def engine(self) -> dict:
         """The engine's figures under the log's names: GiB (``weights``, ``activation``, ``non_torch``, ``kv``),
-        ``tokens``, ``blocks``, ``concurrency``."""
+        ``tokens``, ``blocks``, ``concurrency``; over several GPUs rank 0's, and under pipeline parallelism the last
+        stage's ``last_weights`` and ``last_activation`` too."""
         a = self.account
+        last = a.other_stages[-1:]
         return dict(weights=a.weights_bytes / GiB, activation=a.activation_peak_bytes / GiB,
                     non_torch=a.non_torch_bytes / GiB, kv=a.available_kv_bytes / GiB, tokens=a.kv_tokens,
-                    blocks=a.num_blocks, concurrency=a.max_concurrency)
+                    blocks=a.num_blocks, concurrency=a.max_concurrency,
+                    **{k: v for s in last for k, v in (("last_weights", s.weights_bytes / GiB),
+                                                        ("last_activation", s.activation_peak_bytes / GiB))})
 
 
 def engine_beside_logs(logs=LOGS) -> list[Beside]:
@@ -211,3 +216,91 @@ def engine_beside_logs(logs=LOGS) -> list[Beside]:
             account, refusal = e.account, str(e)
         rows.append(Beside(log, account, refusal))
     return rows
+
+
+def _sized(base: str, name: str, **sizes) -> dict:
+    """A config dict: the shipped ``base`` config's file with ``sizes`` in place of its own (the rest, rope and norm
+    settings, are the family's), named ``name``."""
+    from ..models.hf import CONFIG_DIR, SHIPPED
+
+    data = json.loads((CONFIG_DIR / SHIPPED[base].file).read_text())
+    return {**data, **sizes, "_name_or_path": name}
+
+
+#: Llama-3.3-70B-Instruct: 80 layers of 8192, MLP 28,672, 64 heads, 8 KV heads, vocabulary 128,256, untied, 131,072
+#: positions, as oumi's ``configs/recipes/llama3_3/README.md`` tabulates it (no stored copy of the Hub's
+#: ``config.json`` was found); rope and norm settings are Llama-3.1's (the shipped 8B's file).
+LLAMA_33_70B = _sized("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.3-70B-Instruct", hidden_size=8192,
+                      intermediate_size=28672, num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=80)
+#: Qwen2.5-72B-Instruct: 80 layers of 8192, MLP 29,568, 64 heads, 8 KV heads (head size 128), vocabulary 152,064,
+#: untied, as public copies of its ``config.json`` sizes list them (no stored copy of the file itself was found);
+#: 32,768 positions (the Instruct model's file; the logs ask for 8,192); the rest is Qwen2.5-7B's file.
+QWEN_25_72B = _sized("Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-72B-Instruct", hidden_size=8192, intermediate_size=29568,
+                     num_attention_heads=64, num_key_value_heads=8, num_hidden_layers=80, max_window_layers=80,
+                     max_position_embeddings=32768)
+
+
+def _planner_parallel(name: str, file: str, model, repo: str, tp: int, pp: int, logged: dict, note: str = "",
+                      **options) -> VllmLog:
+    """One of llm-d-planner's v0.19.0 start-ups over several H100s (``vllm serve <repo> --max-model-len 8192
+    --gpu-memory-utilization 0.95 --no-enable-prefix-caching`` and the parallel sizes, as its ``non-default args``
+    line prints them): rank 0's figures, as its log prints them (every rank's agree, but a pipeline stage's)."""
+    sizes = (f" --tensor-parallel-size {tp}" if tp > 1 else "") + (f" --pipeline-parallel-size {pp}" if pp > 1 else "")
+    return VllmLog(name, _PLANNER + file, command=f"vllm serve {repo} --max-model-len 8192 "
+                   f"--gpu-memory-utilization 0.95 --no-enable-prefix-caching{sizes}", model=model,
+                   options=dict(_PLANNER_OPTIONS, max_model_len=8192, tensor_parallel_size=tp,
+                                pipeline_parallel_size=pp, **options),
+                   logged=logged, note=note, **_H100_V019)
+
+
+#: Start-ups over several GPUs, every option printed (vLLM v0.19.0, H100 80GB, llm-d-planner's validation runs at
+#: commit d3121e0): Llama-3.1 8B and Qwen2.5 7B at tensor_parallel_size 2 and 4, Llama-3.1 8B at
+#: pipeline_parallel_size 2 and 4, and 70B-class models at 2 and 4.  ``logged`` holds rank 0's figures
+#: (``weights`` per GPU); under pipeline parallelism also the last stage's (``last_weights``, ``last_activation``),
+#: whose fewer blocks every stage gets.
+PARALLEL_LOGS = (
+    _planner_parallel("Llama-3.1-8B, TP 2", "meta-llama-llama-3-1-8b---h100-80gb--tp2pp1dp1--8192.log",
+                      "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", 2, 1,
+                      dict(weights=7.51, activation=1.89, non_torch=2.07, kv=63.76, tokens=1_044_688,
+                           concurrency=127.53)),
+    _planner_parallel("Llama-3.1-8B, TP 4", "meta-llama-llama-3-1-8b---h100-80gb--tp4pp1dp1--8192.log",
+                      "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", 4, 1,
+                      dict(weights=3.77, activation=1.89, non_torch=2.13, kv=67.44, tokens=2_209_792,
+                           concurrency=269.75)),
+    _planner_parallel("Llama-3.1-8B, PP 2", "meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192.log",
+                      "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", 1, 2,
+                      dict(weights=7.51, activation=1.10, non_torch=0.07, kv=66.54, tokens=1_075_312,
+                           concurrency=131.26, last_weights=7.51, last_activation=2.01)),
+    _planner_parallel("Llama-3.1-8B, PP 4", "meta-llama-llama-3-1-8b---h100-80gb--tp1pp4dp1--8192.log",
+                      "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", 1, 4,
+                      dict(weights=4.26, activation=1.10, non_torch=0.07, kv=69.8, tokens=2_257_264,
+                           concurrency=275.54, last_weights=4.26, last_activation=2.01),
+                      note="the middle stages logged 3.28 GiB of weights and 1.05 GiB of activation"),
+    _planner_parallel("Qwen2.5-7B, TP 2", "qwen-qwen2-5-7b-instruct--h100-80gb--tp2pp1dp1--8192.log",
+                      "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct", 2, 1,
+                      dict(weights=7.12, activation=2.21, non_torch=2.06, kv=63.84, tokens=2_390_592,
+                           concurrency=291.82)),
+    _planner_parallel("Qwen2.5-7B, TP 4", "qwen-qwen2-5-7b-instruct--h100-80gb--tp4pp1dp1--8192.log",
+                      "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct", 4, 1,
+                      dict(weights=3.55, activation=2.21, non_torch=2.13, kv=67.34, tokens=5_043_280,
+                           concurrency=615.63)),
+    _planner_parallel("Qwen2.5-72B, TP 2", "qwen-qwen2-5-72b-instruc--h100-80gb--tp2pp1dp1--8192.log",
+                      QWEN_25_72B, "Qwen/Qwen2.5-72B-Instruct", 2, 1,
+                      dict(weights=67.8, activation=2.29, non_torch=2.09, kv=3.04, tokens=19_920, concurrency=2.43)),
+    _planner_parallel("Llama-3.3-70B fp8, TP 2", "fp8dyn-llama-3-3-70b--h100-80gb--tp2pp1dp1--8192.log",
+                      LLAMA_33_70B, "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", 2, 1,
+                      dict(weights=33.88, activation=1.96, non_torch=2.1, kv=37.28, tokens=244_304,
+                           concurrency=29.82),
+                      note="an FP8-dynamic checkpoint; the engine counts its bytes by formula", quantization="fp8"),
+    _planner_parallel("Llama-3.3-70B fp8, TP 4", "fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192.log",
+                      LLAMA_33_70B, "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic", 4, 1,
+                      dict(weights=16.96, activation=1.97, non_torch=2.21, kv=54.09, tokens=708_992,
+                           concurrency=86.55),
+                      note="an FP8-dynamic checkpoint; the engine counts its bytes by formula", quantization="fp8"),
+    _planner_parallel("Llama-3.3-70B int8, TP 2", "redhatai-llama-3-3-70b-i--h100-80gb--tp2pp1dp1--8192.log",
+                      LLAMA_33_70B, "redhatai/Llama-3.3-70B-Instruct-quantized.w8a8", 2, 1,
+                      dict(weights=33.88, activation=1.96, non_torch=2.11, kv=37.28, tokens=244_304,
+                           concurrency=29.82),
+                      note="int8 weights (w8a8) take a byte each, as fp8's: the engine counts them with the fp8 "
+                           "formula (their per-channel scales are a few KiB more)", quantization="fp8"),
+)

@@ -122,8 +122,9 @@ def plot_gpu_only(report: SnapshotReport, title: str | None = None) -> Figure:
     ax = fig.add_subplot()
     ax.fill_between(xs, before, step="post", color=SNAPSHOT_COLORS["before_recording"],
                     label="allocated before the recording")
-    ax.plot(xs, before + during, drawstyle="steps-post", color=OKABE_ITO["orange"], lw=1.0,
+    ax.plot(xs, before + during, drawstyle="steps-post", color=OKABE_ITO["orange"], lw=1.0, antialiased=False,
             label="and the GPU-only allocations of the recording")  # a line: a block held for one entry still shows
+    # (not antialiased: over the band, its edge pixels would blend orange with vermillion, a colour of neither)
     ax.axvline(report.twin.measured, color=OKABE_ITO["black"], lw=0.8, ls=":")
     ax.annotate("measured step", (report.twin.measured, 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlim(0, max(len(xs) - 1, 1))
