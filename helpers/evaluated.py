@@ -82,7 +82,8 @@ def forget_kept() -> None:
 #: allocator's replay is a function of ``allocation_log``).
 COMPARED = ("backend", "model", "config", "input_shape", "parameter_count", "events", "event_categories",
             "peak_allocated_bytes", "peak_event", "categories", "reserved_bytes", "params_without_grad",
-            "peak_allocation", "storages", "peak_serials", "paged_bytes", "allocation_log")
+            "peak_allocation", "storages", "peak_serials", "paged_bytes", "allocation_log", "cudnn_bound_bytes",
+            "cudnn_missing")
 
 
 def differs(evaluated: StepProfile, concrete: StepProfile) -> str | None:

@@ -40,6 +40,7 @@ from .config import StepConfig
 from .engine.backends import collector_paused, resolve_backend
 from .engine.counting import LogEntry, StorageTracker
 from .engine.meter import Meter
+from .engine.workspaces import workspace_bound
 from .errors import first_line
 from .record import Allocation, Storage, StepProfile, frees_in_allocation_order, label_storages
 from .shallow import NotRepeated, ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step, traced_log
@@ -140,7 +141,8 @@ class SymbolicTracker(ShallowStepTracker):
 class SymbolicRecord:
     """What :func:`record` keeps of a step traced with symbolic sizes, with the attributes :mod:`helpers.depth` reads
     of a profile: ``allocation_log`` and ``storages`` (bytes and shapes as expressions), and the fields of
-    :class:`helpers.record.StepProfile` that do not depend on the sizes."""
+    :class:`helpers.record.StepProfile` that do not depend on the sizes; ``conv_bytes``, each 2-D convolution pass's
+    input + weight + output bytes (expressions), from which a point's ``cudnn_bound_bytes`` is worked out."""
 
     model: str
     config: StepConfig
@@ -150,6 +152,7 @@ class SymbolicRecord:
     paged_bytes: int
     allocation_log: list
     storages: dict
+    conv_bytes: tuple = ()
 
 
 def record(meter: Meter, events, roles: dict, *, config: StepConfig, model: str, input_shape: tuple,
@@ -197,6 +200,8 @@ def applies(config: StepConfig) -> str | None:
         return "a simulated capacity (capacity=) stops the step where it runs out, a comparison of sizes"
     if config.full_trace:
         return "a full trace was asked for (full_trace=True)"
+    if config.workspaces != "none":
+        return "kernels' own bytes (workspaces=) follow rules that compare sizes"
     return None
 
 
@@ -214,6 +219,7 @@ class SymbolicStep:
         like: a profile holding the fields that do not depend on the sizes.
         guards: the guards the trace recorded (sympy relations): the log holds where all are true.
         how: how the log was made (the profile's ``depth_note`` says it).
+        conv_bytes: each 2-D convolution pass's input + weight + output bytes (:class:`SymbolicRecord`).
     """
 
     config: StepConfig
@@ -227,6 +233,7 @@ class SymbolicStep:
     like: StepProfile
     guards: tuple
     how: str
+    conv_bytes: tuple = ()
     _expressions: list | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _function: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _checked: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
@@ -247,6 +254,7 @@ class SymbolicStep:
             found = [d for _, _, d in self.log] + list(self.like.input_shape)
             found += [x for _, _, shape, n in self.storages for x in (*shape, n)]
             found += [x for _, _, p in self.markers if p is not None and p[4] is not None for x in p[4]]
+            found += list(self.conv_bytes)
             self._expressions = list(dict.fromkeys(x for x in found if type(x) is not int))
             self._function = _compiled(self._expressions, list(self.symbols.values()))
         by_name = dict(zip(self.symbols.values(), point))
@@ -305,7 +313,9 @@ class SymbolicStep:
         markers = [(pos, kind, payload if payload is None or payload[4] is None
                     else (*payload[:4], tuple(map(value, payload[4])))) for pos, kind, payload in self.markers]
         at = ", ".join(f"{'batch' if n == 'B' else 'sequence'} {v}" for n, v in sizes.items())
-        like = dataclasses.replace(self.like, config=config, input_shape=tuple(map(value, self.like.input_shape)))
+        like = dataclasses.replace(self.like, config=config, input_shape=tuple(map(value, self.like.input_shape)),
+                                   cudnn_bound_bytes=max((workspace_bound(value(n)) for n in self.conv_bytes),
+                                                         default=None))
         return profile_of_log(log, storages, markers, like,
                               depth_note=f"{self.how}; evaluated at {at} (helpers.symbolic)")
 
@@ -351,7 +361,7 @@ def trace(config: StepConfig, trace_step: Callable, spec: models.ModelSpec | Non
         values.append(env.create_symintnode(symbols[name], hint=hint))
     try:
         with collector_paused():
-            triple, like, how = _traced(config, spec, env, tuple(values), trace_step)
+            triple, like, how, conv_bytes = _traced(config, spec, env, tuple(values), trace_step)
     except NotSymbolic:
         raise
     except Exception as e:  # an operation that needs concrete sizes: say which, in one line
@@ -360,12 +370,13 @@ def trace(config: StepConfig, trace_step: Callable, spec: models.ModelSpec | Non
     guards = tuple(dict.fromkeys(sympy.expand(g.expr) for g in env.guards))
     ranges = {name: (int(env.var_to_range[sym].lower), int(env.var_to_range[sym].upper))
               for name, sym in symbols.items()}
-    return SymbolicStep(config, spec, fixed, symbols, ranges, *triple, like, guards, how)
+    return SymbolicStep(config, spec, fixed, symbols, ranges, *triple, like, guards, how, conv_bytes)
 
 
 def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple,
-            trace_step: Callable) -> tuple[tuple, StepProfile, str]:
-    """``(log, storages, markers)`` of the symbolic step, a profile holding its other fields, and how it was made."""
+            trace_step: Callable) -> tuple[tuple, StepProfile, str, tuple]:
+    """``(log, storages, markers)`` of the symbolic step, a profile holding its other fields, how it was made, and its
+    convolution passes' bytes (:attr:`SymbolicRecord.conv_bytes`)."""
     can, note = depth.applies(config, spec)
     if can:
         try:
@@ -375,12 +386,12 @@ def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple,
                          paged_bytes=written.paged_bytes)
             return (written.log, written.storages, written.markers), like, (
                 f"written exactly from its steps with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks "
-                f"(helpers.depth), traced once with symbolic sizes")
+                f"(helpers.depth), traced once with symbolic sizes"), deeper.profile.conv_bytes
         except NotRepeated as e:
             note = f"every one of its {spec.blocks} blocks traced: {e}"
     rec, tracker = _symbolic_trace(config, spec, env, sizes, trace_step)
     how = "traced once with symbolic sizes" + (f" ({note})" if note else "")
-    return traced_log(rec, tracker.markers), _like(rec, spec.name), how
+    return traced_log(rec, tracker.markers), _like(rec, spec.name), how, rec.conv_bytes
 
 
 def _like(rec: SymbolicRecord, model: str, **fields) -> StepProfile:
@@ -437,6 +448,8 @@ def _symbolic_trace(config: StepConfig, spec: models.ModelSpec, env, sizes: tupl
         tracker.markers[:] = [(pos, kind, e if e is None or e.shape is None else
                                dataclasses.replace(e, shape=tuple(map(canonical, e.shape))))
                               for pos, kind, e in tracker.markers]
+        rec.conv_bytes = tuple(canonical(p.input_bytes + p.weight_bytes + p.output_bytes)
+                               for p in tracker.kernels.passes)
         if blocks is None:
             return rec, tracker
         return read_shallow_step(blocks, rec, tracker, runner.model, *owned_storages(runner))

@@ -209,19 +209,26 @@ class ConvPass:
     @property
     def bound(self) -> int:
         """:data:`CUDNN_BOUND_RATIO` x (input + weight + output bytes), rounded up: the bound on its workspace."""
-        return math.ceil(CUDNN_BOUND_RATIO * (self.input_bytes + self.weight_bytes + self.output_bytes))
+        return workspace_bound(self.input_bytes + self.weight_bytes + self.output_bytes)
+
+
+def workspace_bound(tensor_bytes: int) -> int:
+    """The bound on one cuDNN workspace: :data:`CUDNN_BOUND_RATIO` x its convolution's input + weight + output bytes
+    (``tensor_bytes``), rounded up."""
+    return math.ceil(CUDNN_BOUND_RATIO * tensor_bytes)
 
 
 def conv_pass(pass_: str, input: torch.Tensor, weight: torch.Tensor, output_bytes: int, stride, padding, dilation,
               groups: int) -> ConvPass | None:
-    """The :class:`ConvPass` of a 2-D convolution (``aten.convolution``'s arguments), or None for another rank."""
+    """The :class:`ConvPass` of a 2-D convolution (``aten.convolution``'s arguments), or None for another rank.  A
+    symbolic size (``torch.SymInt``, :mod:`helpers.symbolic`) is kept as it is: ``int()`` of it would fix it."""
     if input.dim() != 4 or weight.dim() != 4:
         return None
-    pair = lambda v: tuple(int(x) for x in (v if len(v) == 2 else (v[0], v[0])))  # noqa: E731
-    n, c, h, w = (int(x) for x in input.shape)
-    return ConvPass(pass_, n, c, int(weight.shape[0]), h, w, tuple(int(k) for k in weight.shape[2:]), pair(stride),
-                    pair(padding), pair(dilation), int(groups), str(input.dtype).removeprefix("torch."),
-                    input.numel() * input.element_size(), weight.numel() * weight.element_size(), int(output_bytes))
+    pair = lambda v: tuple(v if len(v) == 2 else (v[0], v[0]))  # noqa: E731
+    n, c, h, w = input.shape
+    return ConvPass(pass_, n, c, weight.shape[0], h, w, tuple(weight.shape[2:]), pair(stride), pair(padding),
+                    pair(dilation), groups, str(input.dtype).removeprefix("torch."),
+                    input.numel() * input.element_size(), weight.numel() * weight.element_size(), output_bytes)
 
 
 def _key(p: ConvPass) -> tuple:
