@@ -4,13 +4,16 @@ Data flows down through it: a question (:func:`profile_step`'s arguments) become
 the profiles already obtained are looked up (:data:`KEPT`); else :func:`obtain` decides, in one place, how the answer
 is obtained:
 
+* **evaluated** from a symbolic log (:mod:`helpers.evaluated`): a simulated step whose answer may be kept
+  (:func:`_kept_key`) and whose sizes may be symbols (:func:`helpers.symbolic.applies`), at a later question of its
+  configuration without batch and sequence (:func:`helpers.symbolic.key`) once the log's evaluation has equalled a
+  concrete answer; the first question, and a point outside the log's region, get one of the two ways below;
 * **written** from two shallow traces (:mod:`helpers.depth`): a simulated step of a model of at least
   :data:`helpers.depth.MIN_BLOCKS` alike blocks, traced with 6 and 7 blocks, then its log written at full depth;
 * **traced** in full: every other step, and a step whose shallow traces do not repeat block by block.
 
-The profile's ``depth_note`` says which way was taken and, where it was not written, why.  Each way is one branch of
-:func:`obtain`, tried in order, each with the reason it does not apply; another way (a step evaluated from a symbolic
-log, say) is one more branch there, before the full trace.  The step itself is run by
+The profile's ``depth_note`` says which way was taken and, where it was not written or evaluated, why.  Each way is
+one branch of :func:`obtain`, tried in order, each with the reason it does not apply.  The step itself is run by
 :class:`helpers.step.StepRunner` (the recipe and the loop), which talks to the engine through its meter.
 :func:`time_step` runs the same step untraced and times it.
 """
@@ -29,7 +32,7 @@ from typing import Any, Callable, Hashable
 
 import torch
 
-from . import depth
+from . import depth, evaluated, symbolic
 from .config import StepConfig, check_int
 from .engine.backends import collector_paused, resolve_backend
 from .engine.meter import Meter
@@ -114,6 +117,19 @@ def obtain(config: StepConfig) -> StepProfile:
         ValueError, DoesNotFit: as :func:`profile_step`.
     """
     spec = resolve_model(config.model, config.num_classes, config.name)
+    if _kept_key(config) is not None and symbolic.applies(config) is None:
+        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace)
+    return obtain_concrete(config, spec)
+
+
+def obtain_concrete(config: StepConfig, spec: ModelSpec | None = None) -> StepProfile:
+    """``config``'s profile written from shallow traces or traced in full, whichever applies (the module's list),
+    never evaluated from a symbolic log: what :func:`obtain` checks an evaluation against.
+
+    Raises:
+        ValueError, DoesNotFit: as :func:`profile_step`.
+    """
+    spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
     written, note = depth.applies(config, spec)  # note: why not (None where the question does not arise)
     if written:
         try:
@@ -237,8 +253,10 @@ def keep(key: Hashable | None, answer: Any) -> Any:
 
 
 def forget_kept() -> None:
-    """Forget every kept answer (:data:`KEPT`): profiles and vLLM profile runs; the next call of each traces again."""
+    """Forget every kept answer (:data:`KEPT`): profiles and vLLM profile runs, and the symbolic logs
+    (:func:`helpers.evaluated.forget_kept`); the next call of each traces again."""
     _KEPT.clear()
+    evaluated.forget_kept()
 
 
 def _kept_key(config: StepConfig) -> tuple[str, StepConfig] | None:

@@ -13,7 +13,7 @@ import sympy
 
 from helpers import depth, symbolic
 from helpers.config import StepConfig
-from helpers.profile import profile_step, trace as trace_step
+from helpers.profile import forget_kept, obtain_concrete, profile_step, trace as trace_step
 from test_depth import _tiny, assert_same
 
 
@@ -38,7 +38,10 @@ def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | 
         assert step.outside(config) is None, (config, step.outside(config))
         evaluated = step.evaluate(config)
         assert evaluated.depth_note.endswith("(helpers.symbolic)"), evaluated.depth_note
-        assert_same(evaluated, profile_step(config))
+        concrete = obtain_concrete(config)
+        assert_same(evaluated, concrete)
+        assert (evaluated.cudnn_bound_bytes, evaluated.cudnn_missing) == (concrete.cudnn_bound_bytes,
+                                                                          concrete.cudnn_missing)
     return step
 
 
@@ -55,6 +58,7 @@ def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
     step = assert_evaluated_exactly("resnet18", points, step=resnet18)
     assert step.guards == () and step.fixed == () and set(step.symbols) == {"B"}
     assert step.ranges == {"B": (symbolic.LOW, symbolic.HIGH)} == {"B": (2, 2**31 - 1)}
+    assert len(step.conv_bytes) == 3 * 20 - 1  # 20 convolutions, each with its passes (the stem's input needs no gradient)
     bytes_ = [s[3] for s in step.storages]
     assert any(isinstance(n, sympy.Expr) and step.symbols["B"] in n.free_symbols for n in bytes_)
 
@@ -67,7 +71,7 @@ def test_batch_1_is_its_own_regime(resnet18):
         step.evaluate(one)
     fixed = symbolic.trace(one, trace_step)
     assert fixed.fixed == ("B",) and fixed.symbols == {}
-    assert_same(fixed.evaluate(one), profile_step(one))
+    assert_same(fixed.evaluate(one), obtain_concrete(one))
 
 
 @pytest.fixture
@@ -101,6 +105,8 @@ def test_a_guard_bounds_the_region():
 def test_what_cannot_be_traced_symbolically_says_why():
     with pytest.raises(symbolic.NotSymbolic, match="capacity"):
         symbolic.trace(_config("resnet18", 8, None, capacity=8 * 2**30), trace_step)
+    with pytest.raises(symbolic.NotSymbolic, match="workspaces"):
+        symbolic.trace(_config("resnet18", 8, None, workspaces="bound"), trace_step)
     with pytest.raises(symbolic.NotSymbolic, match="full_trace"):
         symbolic.trace(_config("resnet18", 8, None, full_trace=True), trace_step)
 
@@ -134,16 +140,36 @@ def test_answers_are_concrete_first_then_evaluated_once_checked():
 
     def ask(batch_size: int):
         config = _config("resnet18", batch_size, None)
-        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or profile_step(config), trace_step)
+        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step)
 
     first = ask(8)
     assert asked == [8] and first.depth_note is None
     second = ask(20)
     assert asked == [8] and second.depth_note.endswith("(helpers.symbolic)")
-    assert_same(second, profile_step(_config("resnet18", 20, None)))
-    assert ask(3).peak_allocated_bytes == profile_step(_config("resnet18", 3, None)).peak_allocated_bytes
+    assert_same(second, obtain_concrete(_config("resnet18", 20, None)))
+    assert ask(3).peak_allocated_bytes == obtain_concrete(_config("resnet18", 3, None)).peak_allocated_bytes
     assert asked == [8]
     one = ask(1)
     assert asked == [8, 1] and one.depth_note is None
     assert ask(1).depth_note.endswith("(helpers.symbolic)") and asked == [8, 1]
     evaluated.forget_kept()
+
+
+def test_profile_step_evaluates_a_later_batch_by_default():
+    """:func:`helpers.profile.profile_step` asks :func:`helpers.evaluated.answer`: the first batch of a configuration
+    concrete, a later one evaluated (and equal to a concrete trace), ``full_trace=True`` and ``workspaces=`` concrete."""
+    forget_kept()
+    first = profile_step("mobilenet_v2", 4, device="simulated")
+    assert first.depth_note is None
+    later = profile_step("mobilenet_v2", 24, device="simulated")
+    assert later.depth_note == "traced once with symbolic sizes; evaluated at batch 24 (helpers.symbolic)"
+    concrete = obtain_concrete(later.config)
+    assert_same(later, concrete)
+    assert later.cudnn_bound_bytes == concrete.cudnn_bound_bytes is not None
+    full = profile_step("mobilenet_v2", 24, device="simulated", full_trace=True)
+    assert full.depth_note is None and full.peak_allocated_bytes == concrete.peak_allocated_bytes
+    for batch_size in (4, 24):  # kernels' own bytes follow rules that compare sizes: a later batch traced too
+        bound = profile_step("mobilenet_v2", batch_size, device="simulated", workspaces="bound")
+        assert bound.depth_note is None and bound.config.workspaces == "bound"
+    assert bound.peak_allocated_bytes >= concrete.peak_allocated_bytes
+    forget_kept()
