@@ -16,7 +16,7 @@ from .engine.backends import get_backend
 from .config import StepConfig, check_int
 from .gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Verdict, headroom, judge
 from .record import StepProfile
-from .profile import DoesNotFit, profile_step
+from .profile import DoesNotFit, obtain_concrete, profile_step
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,16 @@ class PeakCurve:
         self.traces: dict[int, StepProfile] = {}
         self._sizes: list[int] = []  # traced batch sizes, sorted
 
+    def concrete(self, batch_size: int) -> StepProfile:
+        """A concrete trace at ``batch_size`` (:func:`helpers.profile.obtain_concrete`; a real GPU's, as :meth:`trace`),
+        never evaluated from a symbolic log: what confirms a search's answer (:func:`largest_fit`'s ``confirm_at``).
+
+        Raises:
+            DoesNotFit: if a real GPU runs out of memory.
+        """
+        config = self.config.replace(batch_size=batch_size, device=self.backend)
+        return profile_step(config) if self.runtime.measured else obtain_concrete(config)
+
     def trace(self, batch_size: int) -> StepProfile:
         """The direct trace at ``batch_size`` (cached).
 
@@ -296,7 +306,7 @@ def _interpolate(lo: StepProfile, hi: StepProfile, b: int) -> Estimate:
 
 
 def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str | None = None,
-                start: int | None = None) -> tuple[int, dict[int, Estimate]]:
+                start: int | None = None, confirm_at=None) -> tuple[int, dict[int, Estimate]]:
     """``(n, estimates)``: the largest ``n`` (a batch size or sequence length) from ``lowest`` to ``highest`` whose step
     fits ``capacity`` (0 when not even ``lowest`` fits), and every estimate judged, by ``n`` (``estimates[n + 1]``
     exists unless ``n`` is ``highest`` or 0).
@@ -305,13 +315,31 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str
     (:func:`fit_affine`) predicts the answer, each prediction traced (``estimate_at``: ``n -> Estimate`` of a direct
     trace) and judged (:meth:`Estimate.verdict`; a ``card`` of :data:`helpers.gpus.GPU_CARDS` adds its lines), bisecting
     where a line makes no progress. ``start``: the ``n`` judged first instead of ``lowest`` (a widget's shown value,
-    traced already; if it fits, every smaller ``n`` does).
+    traced already; if it fits, every smaller ``n`` does).  ``confirm_at``: ``n -> Estimate`` of a concrete trace, where
+    ``estimate_at``'s may be evaluated from a symbolic log (:mod:`helpers.evaluated`): the answer and the ``n`` just
+    beyond are traced again by it and must give the same estimates, else the whole search is run again on
+    ``confirm_at`` alone.
 
     Raises:
         ValueError: for a bad range (``1 <= lowest <= highest``), or as ``estimate_at`` does.
     """
     check_int("lowest", lowest, 1)
     check_int("highest", highest, lowest)
+    n, seen = _search(estimate_at, lowest, highest, capacity, card, start)
+    if confirm_at is None:
+        return n, seen
+    for m in (n, n + 1):  # the answer and the size just beyond, traced concretely
+        if lowest <= m <= highest:
+            concrete = confirm_at(m)
+            if seen.get(m) != concrete:
+                return _search(confirm_at, lowest, highest, capacity, card, start)
+            seen[m] = concrete
+    return n, seen
+
+
+def _search(estimate_at, lowest: int, highest: int, capacity: int, card: str | None,
+            start: int | None) -> tuple[int, dict[int, Estimate]]:
+    """:func:`largest_fit`'s search, on ``estimate_at`` alone."""
     seen: dict[int, Estimate] = {}
     order: list[int] = []
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import operator
 import weakref
 from dataclasses import dataclass
@@ -234,7 +235,9 @@ class SymbolicStep:
     guards: tuple
     how: str
     conv_bytes: tuple = ()
-    _expressions: list | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _index: dict | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _log_numbers: list = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _storage_numbers: list = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _function: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _checked: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
 
@@ -246,17 +249,31 @@ class SymbolicStep:
         """The guards, their symbols named B and S (``["B < 16"]``)."""
         return [str(self._named(g)) for g in self.guards]
 
-    def _values(self, point: tuple) -> dict:
-        """expression -> its int value at ``point`` (the symbols' values, in :attr:`symbols`' order), for every
-        expression of the log, the storages, the events and the input shape: one compiled function
-        (:func:`_compiled`), checked against sympy's own substitution at its first point; else each substituted."""
-        if self._expressions is None:
-            found = [d for _, _, d in self.log] + list(self.like.input_shape)
-            found += [x for _, _, shape, n in self.storages for x in (*shape, n)]
-            found += [x for _, _, p in self.markers if p is not None and p[4] is not None for x in p[4]]
-            found += list(self.conv_bytes)
-            self._expressions = list(dict.fromkeys(x for x in found if type(x) is not int))
-            self._function = _compiled(self._expressions, list(self.symbols.values()))
+    def _prepare(self) -> None:
+        """Number every expression of the log, the storages, the events, the input shape and the convolutions once
+        (:attr:`_index`), and keep the log and the storages with each expression's number beside it (-1: an int), so
+        that a point's values are read by position; compile them into one function (:func:`_compiled`)."""
+        index: dict = {}
+
+        def number(x) -> int:
+            return -1 if type(x) is int else index.setdefault(x, len(index))
+
+        self._log_numbers = [(serial, kind, delta, number(delta)) for serial, kind, delta in self.log]
+        self._storage_numbers = [(category, dtype, shape, nbytes, number(nbytes),
+                                  None if all(type(x) is int for x in shape) else tuple(map(number, shape)))
+                                 for category, dtype, shape, nbytes in self.storages]
+        for x in (*self.like.input_shape, *self.conv_bytes,
+                  *(x for _, _, p in self.markers if p is not None and p[4] is not None for x in p[4])):
+            number(x)
+        self._index = index
+        self._function = _compiled(list(index), list(self.symbols.values()))
+
+    def _values(self, point: tuple) -> list[int]:
+        """Every expression's int value at ``point`` (the symbols' values, in :attr:`symbols`' order), by its number
+        (:meth:`_prepare`): the compiled function, checked against sympy's own substitution at its first point; else
+        each expression substituted."""
+        if self._index is None:
+            self._prepare()
         by_name = dict(zip(self.symbols.values(), point))
         exact = None
         if self._function is not None:
@@ -265,13 +282,12 @@ class SymbolicStep:
             except (NameError, TypeError, ValueError):
                 got = None
             if got is not None and not self._checked:
-                exact = [int(e.xreplace(by_name)) for e in self._expressions]
+                exact = [int(e.xreplace(by_name)) for e in self._index]
                 self._checked = got == exact
             if got is not None and self._checked:
-                return dict(zip(self._expressions, got))
+                return got
             self._function = None
-        exact = exact or [int(e.xreplace(by_name)) for e in self._expressions]
-        return dict(zip(self._expressions, exact))
+        return exact or [int(e.xreplace(by_name)) for e in self._index]
 
     def outside(self, config: StepConfig) -> str | None:
         """Why the log does not hold at ``config``'s point, or None where it does: another configuration, another
@@ -301,15 +317,21 @@ class SymbolicStep:
         why = self.outside(config)
         if why is not None:
             raise NotSymbolic(why)
+        with _not_collecting():
+            return self._evaluated(config)
+
+    def _evaluated(self, config: StepConfig) -> StepProfile:
+        """:meth:`evaluate` at a point where the log holds."""
         sizes = dimensions(config, self.spec)
-        values = self._values(tuple(sizes[n] for n in self.symbols))
+        values, index = self._values(tuple(sizes[n] for n in self.symbols)), self._index
 
         def value(x):
-            return x if type(x) is int else values[x]
+            return x if type(x) is int else values[index[x]]
 
-        log = [(serial, kind, value(delta)) for serial, kind, delta in self.log]
-        storages = [(category, dtype, tuple(map(value, shape)), value(nbytes))
-                    for category, dtype, shape, nbytes in self.storages]
+        log = [(serial, kind, delta if i < 0 else values[i]) for serial, kind, delta, i in self._log_numbers]
+        storages = [(category, dtype, shape if numbers is None else
+                     tuple(x if i < 0 else values[i] for x, i in zip(shape, numbers)), nbytes if j < 0 else values[j])
+                    for category, dtype, shape, nbytes, j, numbers in self._storage_numbers]
         markers = [(pos, kind, payload if payload is None or payload[4] is None
                     else (*payload[:4], tuple(map(value, payload[4])))) for pos, kind, payload in self.markers]
         at = ", ".join(f"{'batch' if n == 'B' else 'sequence'} {v}" for n, v in sizes.items())
@@ -318,6 +340,20 @@ class SymbolicStep:
                                                          default=None))
         return profile_of_log(log, storages, markers, like,
                               depth_note=f"{self.how}; evaluated at {at} (helpers.symbolic)")
+
+
+@contextlib.contextmanager
+def _not_collecting():
+    """Python's cyclic garbage collector off, then as it was: an evaluation makes some 100,000 objects, none in a
+    cycle, and each full collection it triggers walks every object of the process (a symbolic 8B step's log among
+    them), which made one point in three take 0.7 s instead of 0.17 s (``gc`` in Python's documentation)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _compiled(expressions: list, symbols: list):

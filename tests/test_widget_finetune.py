@@ -180,3 +180,18 @@ def test_a_step_that_does_not_fit_says_by_how_much_and_the_cards_lines_read_as_t
     assert FineTuneFit._beyond(SimpleNamespace(UNIT="GiB"), None, card) == "more than the card"
     assert _term(16 * 2**20, "GiB") == "0.02 GiB" and _term(2**30, "GiB") == "1.0 GiB" and _term(2**20, "MiB") == "1.0 MiB"
     assert "other: " in OTHER_NOTE and "foreach" in OTHER_NOTE
+
+
+def test_largest_fit_confirms_its_answer_with_two_concrete_estimates():
+    """``confirm_at`` (a concrete trace) estimates the answer and the size just beyond; where they differ from
+    ``estimate_at``'s (an evaluated log gone wrong), the search is run again on ``confirm_at`` alone."""
+    capacity = GPU_CARDS["H100 80 GB"]
+    calls, confirmed = [], []
+    found, seen = largest_fit(_affine(30 * 2**30, 2**28, calls), 1, 512, capacity,
+                              confirm_at=_affine(30 * 2**30, 2**28, confirmed))
+    assert found == (capacity - 2**30 - 30 * 2**30) // 2**28 and confirmed == [found, found + 1]
+    wrong, confirmed = [], []
+    again, seen = largest_fit(_affine(30 * 2**30, 2**27, wrong), 1, 512, capacity,
+                              confirm_at=_affine(30 * 2**30, 2**28, confirmed))
+    assert again == found and len(confirmed) > 2 and seen[found + 1] == _affine(30 * 2**30, 2**28, [])(found + 1)
+    assert not judge(capacity, seen[found + 1].peak_bytes).fits

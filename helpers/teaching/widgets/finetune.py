@@ -170,12 +170,15 @@ class FineTuneFit(StepWidget):
         return (f"{key.label}, {self.method.value}{rank}, {self.optimizer.value}, at {key.seq_len:,} tokens"
                 f"{what}")
 
-    def estimate_at(self, seq: int, batch_size: int) -> Estimate:
-        """The traced step at ``seq`` tokens and ``batch_size`` (cached), judged as the view judges it."""
+    def estimate_at(self, seq: int, batch_size: int, concrete: bool = False) -> Estimate:
+        """The step at ``seq`` tokens and ``batch_size`` (cached; evaluated from a symbolic log once one is kept,
+        :mod:`helpers.evaluated`), judged as the view judges it; ``concrete``: traced anew, never evaluated
+        (:meth:`helpers.batch.PeakCurve.concrete`), what confirms a search's answer."""
         key = self.config(seq)
         if key not in self._curves:
             self._curves[key] = WatchedCurve(key, self._working)
-        profile = self._curves[key].trace(batch_size)
+        curve = self._curves[key]
+        profile = curve.concrete(batch_size) if concrete else curve.trace(batch_size)
         gpu = self.capacity.value
         return reserved_estimate(profile, self.capacities[gpu]) if self.reserved.value else Estimate.of(profile)
 
@@ -183,14 +186,16 @@ class FineTuneFit(StepWidget):
         """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`)."""
         seq, gpu = self.seq.value, self.capacity.value
         return largest_fit(lambda b: self.estimate_at(seq, b), 1, self.MAX_BATCH, self.capacities[gpu],
-                           gpu if gpu in GPU_CARDS else None, start=self.batch_box.value)
+                           gpu if gpu in GPU_CARDS else None, start=self.batch_box.value,
+                           confirm_at=lambda b: self.estimate_at(seq, b, concrete=True))
 
     def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
         """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged."""
         batch, gpu = self.batch_box.value, self.capacity.value
         steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
                                   self._max_seq[self.model.value] // SEQ_STEP, self.capacities[gpu],
-                                  gpu if gpu in GPU_CARDS else None, start=self.seq.value // SEQ_STEP)
+                                  gpu if gpu in GPU_CARDS else None, start=self.seq.value // SEQ_STEP,
+                                  confirm_at=lambda n: self.estimate_at(n * SEQ_STEP, batch, concrete=True))
         return steps * SEQ_STEP, {n * SEQ_STEP: e for n, e in seen.items()}
 
     def _searched(self) -> dict[str, widgets.BoundedIntText]:
