@@ -58,7 +58,7 @@ def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
     step = assert_evaluated_exactly("resnet18", points, step=resnet18)
     assert step.guards == () and step.fixed == () and set(step.symbols) == {"B"}
     assert step.ranges == {"B": (symbolic.LOW, symbolic.HIGH)} == {"B": (2, 2**31 - 1)}
-    assert len(step.conv_bytes) == 3 * 20 - 1  # 20 convolutions, each with its passes (the stem's input needs no gradient)
+    assert len(step.conv_bytes) == 3 * 20 - 1  # 20 convolutions, 3 passes each (the stem's input: no gradient)
     bytes_ = [s[3] for s in step.storages]
     assert any(isinstance(n, sympy.Expr) and step.symbols["B"] in n.free_symbols for n in bytes_)
 
@@ -157,7 +157,8 @@ def test_answers_are_concrete_first_then_evaluated_once_checked():
 
 def test_profile_step_evaluates_a_later_batch_by_default():
     """:func:`helpers.profile.profile_step` asks :func:`helpers.evaluated.answer`: the first batch of a configuration
-    concrete, a later one evaluated (and equal to a concrete trace), ``full_trace=True`` and ``workspaces=`` concrete."""
+    concrete, a later one evaluated (and equal to a concrete trace); ``full_trace=True`` and ``workspaces=``
+    concrete."""
     forget_kept()
     first = profile_step("mobilenet_v2", 4, device="simulated")
     assert first.depth_note is None
