@@ -180,7 +180,8 @@ def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
     w.batch_size.value = 1000  # about 21 GB of tensors: more than a V100 holds
     assert w.message.startswith("does not fit in V100 16 GB: peak reserved of the whole step (simulated allocator) "
                                 "+ 512.0 MiB assumed CUDA context + cuBLAS workspaces: the simulated allocator ran out of memory "
-                                "(tried to allocate ")
+                                "within 16,160.0 - 512.0 = 15,648.0 MiB, before the 16.2 MiB of cuBLAS workspaces (tried to "
+                                "allocate ")
     assert w.result.reserved_bytes is None and w.result.allocator_error
     w.reserved.value = False  # back to the assumed 1 GiB overhead
     assert w.message.startswith("does not fit in V100 16 GB: peak allocated of the whole step + 1,024.0 MiB assumed "
