@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from helpers import StepConfig, profile_step
+from helpers.allocator import replay
 from helpers.batch import Estimate
 from helpers.engine.workspaces import CUDNN_TABLES, CudnnTable, KernelMemory, reduction_staging
 from helpers.gpus import (COMPUTE_CAPABILITY, CUDNN_BOUND_RATIO, GPU_CARDS, GPU_SPECS, SIMULATED_GPU, device_card,
@@ -87,6 +88,7 @@ def test_the_dropout_mlp_peaks_as_the_h200_did():
     floor, measured = _mlp("none"), _mlp("measured")
     assert floor.peak_allocated_bytes == record["simulated_peak_bytes"] < record["cuda_peak_bytes"]
     assert measured.peak_allocated_bytes == record["cuda_peak_bytes"]
+    assert replay(measured.allocation_log).peak_allocated == record["cuda_peak_bytes"]  # no unsplit rest, as on the GPU
     allocs = [a.nbytes for a in measured.allocation_log if a.kind == "alloc"]
     staged = [i for i in range(len(allocs) - 1) if allocs[i:i + 2] == [32 * MiB, 512]]  # buffer, then semaphores
     assert staged and len(allocs) == len([a for a in floor.allocation_log if a.kind == "alloc"]) + 2 * len(staged)
