@@ -185,7 +185,7 @@ if recorded is not None:  # the figures above, as the text states them
     runs = [r for r in recorded["runs"] if not r.get("error")]
     differences = {(r["model"], r["config"]): relative_difference(r) for r in runs}
     assert all(r["simulated_allocated_bytes"] - r["cuda_peak_bytes"] < 5 * MiB for r in runs)  # over by a few MiB at most
-    assert all(d > -0.07 for d in differences.values())
+    assert all(d > -0.08 for d in differences.values())
     assert all(abs(d) < 0.001 for (model, _), d in differences.items() if model in ("gpt2", "meta-llama/Llama-3.1-8B"))
     assert all(d < -0.03 for (model, config), d in differences.items() if model == "resnet18" and config == "checkpoint 4")
 

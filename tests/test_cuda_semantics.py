@@ -15,7 +15,9 @@ from torch import nn
 from helpers import Meter, StepRunner, profile_step, round_up
 from helpers.config import StepConfig
 from helpers.engine.autocast import CUDA_AUTOCAST, NOT_EMULATED, SAME_ON_BOTH, cuda_autocast_policy
+from helpers.engine.counting import StorageTracker
 from helpers.engine.cuda_rules import SimulatedGradScaler, attention_saved_bytes, cuda_rules
+from helpers.engine.simulated import SimulatedTracker
 from helpers.saved import forward_saved_bytes
 
 
@@ -78,6 +80,23 @@ def test_dropout_keeps_a_bool_mask_in_float32_training():
     cuda = forward_saved_bytes(dropout_mlp, (64, 1, 28, 28), device="cuda", num_classes=10)
     assert forward_saved_bytes(dropout_mlp, (64, 1, 28, 28), device="simulated", num_classes=10) == cuda
     assert cuda[torch.bool] == 64 * 1024
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_dropout_allocates_its_mask_before_its_output_as_cuda_does(train):
+    """``dropout_cuda`` (``aten/src/ATen/native/cuda/Dropout.cu``) makes the mask, then the output; the short-cut out of
+    training makes the output first. The simulated GPU's log (what the allocator model replays) follows the kernel,
+    not the order ``native_dropout`` returns them in; the counting core keeps the returned order."""
+    fake = torch._subclasses.FakeTensorMode()
+    with fake:
+        x = torch.empty(64, 512)
+    mask, output = 64 * 512, 64 * 512 * 4
+    for tracker, order in ((SimulatedTracker(), [mask, output] if train else [output, mask]),
+                           (StorageTracker(), [output, mask])):
+        with fake, tracker:
+            result = torch.ops.aten.native_dropout(x, 0.5, train)
+        assert [e.delta for e in tracker.log] == order
+        assert [tracker.serial_of(t) for t in result] == ([1, 0] if order[0] == mask else [0, 1])
 
 
 class Attention(nn.Module):

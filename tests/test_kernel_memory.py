@@ -2,6 +2,7 @@
 workspaces from the H200's table of isolated convolutions or their bound, the option that chooses, and the verdicts
 and comparisons that state them."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from helpers import StepConfig, profile_step
+from helpers.allocator import replay
 from helpers.batch import Estimate
 from helpers.engine.workspaces import CUDNN_TABLES, CudnnTable, KernelMemory, reduction_staging
 from helpers.gpus import (COMPUTE_CAPABILITY, CUDNN_BOUND_RATIO, GPU_CARDS, GPU_SPECS, SIMULATED_GPU, device_card,
@@ -86,6 +88,7 @@ def test_the_dropout_mlp_peaks_as_the_h200_did():
     floor, measured = _mlp("none"), _mlp("measured")
     assert floor.peak_allocated_bytes == record["simulated_peak_bytes"] < record["cuda_peak_bytes"]
     assert measured.peak_allocated_bytes == record["cuda_peak_bytes"]
+    assert replay(measured.allocation_log).peak_allocated == record["cuda_peak_bytes"]  # no unsplit rest, as on the GPU
     allocs = [a.nbytes for a in measured.allocation_log if a.kind == "alloc"]
     staged = [i for i in range(len(allocs) - 1) if allocs[i:i + 2] == [32 * MiB, 512]]  # buffer, then semaphores
     assert staged and len(allocs) == len([a for a in floor.allocation_log if a.kind == "alloc"]) + 2 * len(staged)
@@ -101,6 +104,14 @@ def test_a_cnn_states_its_bound_and_counts_it_when_asked():
     assert len(bound.allocation_log) == len(floor.allocation_log) + 2 * passes  # each workspace allocated, then freed
     sentence = Estimate.of(floor).verdict(GPU_CARDS["V100 16 GB"], "V100 16 GB").sentence("V100")
     assert "fits in V100" in sentence and "but cuDNN may need up to" in sentence and f"{CUDNN_BOUND_RATIO}" in sentence
+    # on a card it does not fit, the bound adds to the excess: "and", not "but" (issue 51)
+    small = min(GPU_CARDS.values())
+    huge = dataclasses.replace(Estimate.of(floor), peak_bytes=small)  # the same step's lines, peak a whole card
+    card = next(c for c, n in GPU_CARDS.items() if n == small)
+    words = huge.verdict(small, card).sentence(card)
+    assert words.startswith(f"does not fit in {card}:") and " > " in words
+    assert f"(and cuDNN may need up to {floor.cudnn_bound_bytes / MiB:,.1f} MiB more:" in words and "(but " not in words
+    assert huge.verdict(small, card).caveat.startswith("and cuDNN may need up to ")
     assert "counted at their bound" in Estimate.of(bound).verdict(GPU_CARDS["V100 16 GB"], "V100 16 GB").sentence("V100")
 
 

@@ -111,10 +111,16 @@ class StorageTracker(TorchDispatchMode):
             return args[0].fake_device  # allocates nothing: answered as FakeTensorMode would, without re-entering it
         out = func(*args, **(kwargs or {}))
         if not self.paused:
-            for t in tree_leaves(out):
+            for t in self.allocation_order(func, args, out):
                 if isinstance(t, torch.Tensor):
                     self.track(t)
         return out
+
+    def allocation_order(self, func, args: tuple, out) -> list:
+        """The results ``out`` of ``func(*args)`` in the order its kernel allocates them, which is the order the log
+        records them in: here, the order it returns them (a CUDA GPU's exceptions:
+        :class:`helpers.engine.simulated.SimulatedTracker`)."""
+        return tree_leaves(out)
 
     def track(self, t: torch.Tensor) -> int | None:
         """Count ``t``'s storage if it is new; return its serial (None if not counted)."""

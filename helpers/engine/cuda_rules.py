@@ -106,6 +106,25 @@ def _attention(kernel: str):
     return sdpa
 
 
+def cuda_allocation_order(func, args: tuple, out) -> list | None:
+    """The results of ``func`` in the order its CUDA kernel allocates them, where that differs from the order it returns
+    them (the fake and CPU kernels allocate in the returned order); ``None`` elsewhere.
+
+    ``native_dropout`` in training (``0 <= p < 1``): ``dropout_cuda`` in ``aten/src/ATen/native/cuda/Dropout.cu`` makes
+    the bool mask (``Tensor mask = at::empty_like(self, ...)``) before the output (``Tensor ret = at::empty_like(self)``)
+    and returns ``(ret, mask)``; ``native_dropout_cuda``'s short-cuts (``train=False``, ``p == 1``) make the output
+    first.  An H200's snapshot of lesson 02's dropout MLP shows the same (each 4 MiB mask allocated just before its
+    16 MiB output).  Which cached block serves a request depends on this order: the caching allocator's best fit
+    (:mod:`helpers.allocator.model`, rule 4) sees the mask's request first.
+    """
+    if func is not torch.ops.aten.native_dropout.default:
+        return None
+    train = args[2] if len(args) > 2 else None
+    if train is False or args[1] == 1:
+        return None
+    return [out[1], out[0]]
+
+
 #: Matrix products that hand their operands to cuBLAS as they are, and where the two matrices are among their arguments.
 CUBLAS_OPERANDS = {torch.ops.aten.mm.default: (0, 1), torch.ops.aten.addmm.default: (1, 2)}
 

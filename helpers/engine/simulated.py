@@ -9,7 +9,7 @@ from ..gpus import CUDA_OVERHEAD_BYTES, headroom, oom_message, simulated_card
 from .autocast import autocast_again
 from .bnb_rules import BNB_CUDA
 from .counting import StorageTracker
-from .cuda_rules import CUBLAS_OPERANDS, cublas_operand_copy
+from .cuda_rules import CUBLAS_OPERANDS, cublas_operand_copy, cuda_allocation_order
 from .workspaces import KernelMemory, run_with_kernel_memory
 
 
@@ -20,7 +20,8 @@ class SimulatedTracker(StorageTracker):
     ``torch.OutOfMemoryError`` with a CUDA-shaped :func:`helpers.gpus.oom_message` (``requested`` and ``allocated``
     attributes, bytes); **composites under inference mode** (``cross_entropy``, ``to``), which autograd does not split
     there, are split here, with autocast again if it was on, as a GPU's dispatcher does; and cuBLAS's operand copies
-    (:func:`cublas_operand_copy`). ``capacity``: simulate a GPU of this many bytes (``None``: no limit).  What kernels
+    (:func:`cublas_operand_copy`); and it tracks results in the order CUDA's kernel allocates them
+    (:func:`cuda_allocation_order`). ``capacity``: simulate a GPU of this many bytes (``None``: no limit).  What kernels
     allocate for themselves, by ``workspaces`` (:data:`helpers.config.WORKSPACES`) on the card of ``capacity``
     (:func:`helpers.gpus.simulated_card`): :attr:`kernels`, a :class:`helpers.engine.workspaces.KernelMemory`.
     """
@@ -52,6 +53,11 @@ class SimulatedTracker(StorageTracker):
             for serial in copies:
                 self.release(serial)
         return out
+
+    def allocation_order(self, func, args: tuple, out) -> list:
+        """A CUDA kernel's own order where it differs from the returned one (:func:`cuda_allocation_order`)."""
+        order = cuda_allocation_order(func, args, out)
+        return order if order is not None else super().allocation_order(func, args, out)
 
     def before_alloc(self, nbytes: int) -> None:
         if self._room is not None and self.allocated + nbytes > self._room:
