@@ -155,10 +155,13 @@ def test_answers_are_concrete_first_then_evaluated_once_checked():
     evaluated.forget_kept()
 
 
-def test_profile_step_evaluates_a_later_batch_by_default():
-    """:func:`helpers.profile.profile_step` asks :func:`helpers.evaluated.answer`: the first batch of a configuration
-    concrete, a later one evaluated (and equal to a concrete trace); ``full_trace=True`` and ``workspaces=``
-    concrete."""
+def test_profile_step_evaluates_a_later_batch_when_asked_to(monkeypatch):
+    """With ``helpers.profile.EVALUATE`` on, :func:`helpers.profile.profile_step` asks
+    :func:`helpers.evaluated.answer`: the first batch of a configuration concrete, a later one evaluated (and equal
+    to a concrete trace); ``full_trace=True`` and ``workspaces=`` concrete."""
+    import helpers.profile
+
+    monkeypatch.setattr(helpers.profile, "EVALUATE", True)
     forget_kept()
     first = profile_step("mobilenet_v2", 4, device="simulated")
     assert first.depth_note is None
