@@ -76,6 +76,7 @@ SHIPPED: dict[str, ShippedConfig] = {
 ACCEPTED = ("a transformers PretrainedConfig, a dict, a path to config.json, "
             f"a shipped name ({', '.join(SHIPPED)}), or a Hub name org/model (online)")
 
+
 def shipped_configs() -> list[str]:
     """The Hub names of the shipped configs (:data:`SHIPPED`), which build offline."""
     return list(SHIPPED)
@@ -209,7 +210,6 @@ def config_label(config: Any) -> str:
     if isinstance(config, dict):
         return config.get("_name_or_path") or config.get("model_type") or "config"
     return getattr(config, "name_or_path", "") or getattr(config, "model_type", "") or type(config).__name__
-
 
 
 #: A Hub name, ``org/model``.
