@@ -89,7 +89,7 @@ def bare(name: str, layers: int | None = None) -> float:
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from helpers.models.hf import load_config
+    from helpers.hf_config import load_config
 
     options = CONFIGURATIONS[name]
     config = copy.deepcopy(load_config(options["model"]))

@@ -13,16 +13,18 @@ lines, half of them explanation), then :mod:`helpers.engine.meter` (the one API 
 * :mod:`helpers.engine`: counting, CUDA's rules, the two backends, the meter (the engine's one face), the per-module
   trace (lesson 00);
 * :mod:`helpers.models`: presets, Hugging Face configs, and what a model eats (its inputs and loss);
-* :mod:`helpers.techniques` (precision, checkpointing, LoRA, quantization, optimizers, masks, sharding formulas), each
-  with its step of the recipe; :mod:`helpers.record` (a step's profile and its categories);
+* :mod:`helpers.techniques` (precision, checkpointing, LoRA, quantization, optimizers), each with its step of the
+  recipe; :mod:`helpers.record` (a step's profile and its categories);
 * :mod:`helpers.shallow` (a shallow step read block by block) and :mod:`helpers.written` (the profile of a written
   log); :mod:`helpers.depth`: a step of many alike blocks written exactly from two shallow traces;
   :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`, the training step written once);
 * :mod:`helpers.profile`: the profile layer: :func:`profile_step` (lesson 03), :func:`time_step`, the kept answers,
   and the one decision of how a profile is obtained (traced in full, or written from shallow traces);
 * studies built on the runner: :mod:`helpers.batch` (memory against batch size, lesson 01), :mod:`helpers.saved`
-  (what autograd saves, lesson 02), :mod:`helpers.loops` (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp`
-  (FSDP2 on a fake process group, lesson 07), :mod:`helpers.transformer` (a transformer's activations, lesson 08),
+  (what autograd saves, lesson 02), :mod:`helpers.masks` (ReLUs that save a mask, lesson 02), :mod:`helpers.loops`
+  (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp` (FSDP2 on a fake process group, lesson 07),
+  :mod:`helpers.sharding` (ZeRO's and DeepSpeed's formulas, lesson 07), :mod:`helpers.transformer` (a transformer's
+  activations, lesson 08),
   :mod:`helpers.serving` (vLLM's start-up account: weights, profile run, KV cache, lesson 10),
   :mod:`helpers.generation` (greedy generation: prefill, decode steps and the KV cache, lesson 10);
 * :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data and a small training loop;

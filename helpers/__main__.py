@@ -18,7 +18,7 @@ import json
 import re
 import sys
 
-from . import config  # no torch import: `check` must run when torch is broken
+from . import config, hf_config  # no torch import: `check` must run when torch is broken
 from .flags import CLI_OPTIONS
 
 
@@ -126,7 +126,7 @@ def _card(text: str) -> str:
 def library_defaults(options: dict) -> list[str]:
     """Fill ``options``' unset ``optimizer`` and ``param_dtype`` (None) as the pinned libraries would, and say how.
 
-    For a Hugging Face causal LM (:func:`helpers.config.is_hf_config`): its parameters in its config's ``dtype``, as
+    For a Hugging Face causal LM (:func:`helpers.hf_config.is_hf_config`): its parameters in its config's ``dtype``, as
     transformers 5's ``from_pretrained(dtype="auto")`` loads them (``modeling_utils.py``), where that is one of
     :data:`helpers.config.PARAM_DTYPES` (float32 otherwise, said); and fused AdamW, the optimizer the ``Trainer``
     of the pinned transformers uses by default (``TrainingArguments.optim``, ``"adamw_torch_fused"`` from torch 2.8,
@@ -134,16 +134,14 @@ def library_defaults(options: dict) -> list[str]:
     ``profile_step`` itself. Returns the lines that say each default taken; a config that cannot be read is left to
     the step to refuse.
     """
-    hf_model = config.is_hf_config(options["model"])
+    hf_model = hf_config.is_hf_config(options["model"])
     said = []
     if options["param_dtype"] is None:
         options["param_dtype"] = config.StepConfig.param_dtype
         dtype = None
         if hf_model:
-            from .models import hf
-
             try:
-                dtype = str(getattr(hf.load_config(options["model"]), "dtype", None) or "").removeprefix("torch.")
+                dtype = str(getattr(hf_config.load_config(options["model"]), "dtype", None) or "").removeprefix("torch.")
             except ValueError:  # said by profile_step, in one line
                 dtype = None
         if dtype in config.PARAM_DTYPES:
@@ -249,7 +247,7 @@ def _serve_parser(sub) -> None:
                                    "profile run traced on the simulated GPU, non-torch memory assumed, and the\n"
                                    "KV cache, tokens and concurrency by vLLM's rules.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    s.add_argument("model", help=f"a Hugging Face config: a shipped one ({', '.join(config.HF_SHIPPED)}), "
+    s.add_argument("model", help=f"a Hugging Face config: a shipped one ({', '.join(hf_config.SHIPPED)}), "
                                  f"or a path/to/config.json")
     s.add_argument("--gpu", default="H100 80 GB", choices=list(GPU_CARDS), help="the card (default H100 80 GB)")
     s.add_argument("--gpu-memory-utilization", type=_number, default=0.9, metavar="U",
@@ -520,7 +518,7 @@ def in_flags(message: str) -> str:
 
     Each option of :data:`helpers.flags.CLI_OPTIONS` becomes its flag (``lora_rank`` -> ``--lora-rank``): a name with
     an underscore outside quotes, ``name=value``, ``name=``, ``name (--flag)``; a one-word name only before "applies",
-    "must" or "segments". An unknown model's message also lists :data:`helpers.config.HF_SHIPPED`.
+    "must" or "segments". An unknown model's message also lists :data:`helpers.hf_config.SHIPPED`.
     """
     flags = {name: flag for flag, name, _ in CLI_OPTIONS}
     names = "|".join(sorted(flags, key=len, reverse=True))
@@ -543,7 +541,7 @@ def in_flags(message: str) -> str:
     message = re.sub(r"(--[a-z-]+)([^;:]*?) \(\1\)", r"\1\2", "".join(parts))  # "--flag x (--flag)"
     if message.startswith("unknown model "):
         message += (f"; or a Hugging Face config shipped with the lessons (give --seq-len): "
-                    f"{', '.join(config.HF_SHIPPED)}")
+                    f"{', '.join(hf_config.SHIPPED)}")
     return message
 
 

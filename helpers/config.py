@@ -7,12 +7,11 @@ What :func:`helpers.profile.profile_step` runs, what ``python -m helpers profile
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from .formats import BNB_4BIT, BNB_FORMATS, FOR_TRAINING
+from .hf_config import is_hf_config
 
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "bnb-adamw8bit", "paged-adamw", "paged-adamw8bit")
@@ -58,14 +57,6 @@ WORKSPACES = ("none", "measured", "bound")
 #: The options that describe a model's data (inputs and loss): they belong to the model they are given with.
 DATA_OPTIONS = ("image_size", "input_shape", "seq_len", "vocab_size", "inputs", "loss", "num_classes")
 
-#: The Hugging Face configs shipped with the package (``helpers.models.hf.SHIPPED``; a test checks they agree), named
-#: here for the command line's help, which must not import transformers.
-HF_SHIPPED = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3", "meta-llama/Llama-2-7b-hf",
-              "huggyllama/llama-65b", "HuggingFaceTB/SmolLM2-135M")
-
-#: A Hub name, ``org/model``.
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-
 #: The height and width of image inputs unless ``image_size`` says otherwise (ImageNet's).
 IMAGE_SIZE = 224
 
@@ -88,25 +79,6 @@ def check_int(name: str, value: Any, lowest: int, highest: int | None = None, *,
             what = f"an integer >= {lowest}" if highest is None else f"an integer from {lowest} to {highest}"
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return value
-
-
-def is_hf_config(model: Any) -> bool:
-    """True when ``model`` names or holds a Hugging Face config: the one test of it.
-
-    An object: a dict with ``"model_type"``, or a non-callable object with ``to_dict`` and a string ``model_type`` (a
-    ``PretrainedConfig``, without importing ``transformers``). A string: a shipped name (:data:`HF_SHIPPED`), a
-    ``.json`` path, a folder, or a Hub name ``org/model`` that is neither a Python file nor an existing path.
-    """
-    if isinstance(model, dict):
-        return "model_type" in model
-    if not isinstance(model, str):
-        return hasattr(model, "to_dict") and isinstance(getattr(model, "model_type", None), str) and not callable(model)
-    if model in HF_SHIPPED or model.endswith((".json", "/")):
-        return True
-    path = Path(model)
-    if path.is_dir() and (path / "config.json").is_file():
-        return True
-    return bool(_HUB_NAME.match(model)) and not model.endswith(".py") and not path.exists()
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -5,12 +5,13 @@
 checked in :mod:`helpers.config`.
 """
 
-from .config import HF_SHIPPED, IMAGE_SIZE, PRESET_INPUTS
+from .config import IMAGE_SIZE, PRESET_INPUTS
+from .hf_config import SHIPPED
 
 #: The options ``python -m helpers profile`` offers: (flag, field, help); booleans take no value.
 CLI_OPTIONS = (
     ("--model", "model", f"a torchvision classification model, a preset ({', '.join(PRESET_INPUTS)}), a Hugging "
-                         f"Face causal LM by its config (a shipped one, offline: {', '.join(HF_SHIPPED)}; a "
+                         f"Face causal LM by its config (a shipped one, offline: {', '.join(SHIPPED)}; a "
                          f"path/to/config.json; another Hub name org/model, online; give --seq-len), or your "
                          f"own: package.module:function or path/to/file.py:function (default resnet18)"),
     ("--batch-size", "batch_size", "samples per batch (default 128; 1 for token inputs, whose sample is a "

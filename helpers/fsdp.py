@@ -2,7 +2,7 @@
 
 :func:`sharded_step` runs steps of a model wrapped with ``torch.distributed.fsdp.fully_shard`` (ZeRO stage 3) as rank 0
 of a :func:`fake_process_group`: collectives move no data, every tensor has its real rank-0 shape, and the simulated
-backend counts the bytes by category.  ZeRO's and DeepSpeed's formulas are in :mod:`helpers.techniques.sharding`.
+backend counts the bytes by category.  ZeRO's and DeepSpeed's formulas are in :mod:`helpers.sharding`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import check_int, is_hf_config
+from .config import check_int
+from .hf_config import is_hf_config
 from .formats import FOR_GENERATION
 from .profile import step_config
 from .step import StepRunner

@@ -5,7 +5,7 @@
 in a table; then the graph is walked from the output and each node's ``_saved_*`` attributes read, which calls the
 *unpack* hook and names the node and attribute.  A saved storage that is an input, output or parameter costs nothing
 extra; the others are counted once.  :func:`forward_saved_bytes` sums what a forward pass saves on fake CPU or CUDA
-tensors (lessons 00 and 04).  Mask ReLUs are in :mod:`helpers.techniques.masks`.
+tensors (lessons 00 and 04).  Mask ReLUs are in :mod:`helpers.masks`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from .config import StepConfig, check_int
 from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
 from .gpus import GPU_CARDS
-from .models.hf import SHIPPED, config_label, load_config
+from .hf_config import SHIPPED, config_label, load_config
 from .profile import keep, recall
 from .step import StepRunner
 from .allocator.rules import round_up
@@ -96,8 +96,8 @@ def kv_bytes_per_token(model, dtype: str = "bfloat16", kv_cache_dtype: str = "au
     ``get_total_num_kv_heads``).  No tensor parallelism: one GPU holds every head.
 
     Args:
-        model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`), or anything
-            :func:`helpers.models.hf.load_config` takes.
+        model: a Hugging Face config: a shipped name (:func:`helpers.hf_config.shipped_configs`), or anything
+            :func:`helpers.hf_config.load_config` takes.
         dtype: the model's dtype, one of :data:`DTYPES`; ``kv_cache_dtype`` ``"auto"`` keeps the KV cache in it.
         kv_cache_dtype: one of :data:`KV_CACHE_DTYPES` (the fp8 formats: 1 byte).
 
@@ -318,8 +318,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
       allocates before the run.
 
     Args:
-        model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`, offline), or
-            anything :func:`helpers.models.hf.load_config` takes.
+        model: a Hugging Face config: a shipped name (:func:`helpers.hf_config.shipped_configs`, offline), or
+            anything :func:`helpers.hf_config.load_config` takes.
         gpu: a card of :data:`helpers.gpus.GPU_CARDS` (its CUDA-reported total), or the total in bytes (a card
             whose name is unknown counts as not an A100).
         gpu_memory_utilization: in (0, 1]; the share of the total the instance may use.

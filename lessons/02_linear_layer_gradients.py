@@ -43,7 +43,7 @@ from torch import nn
 
 from helpers import OKABE_ITO, MiB, build_model, fmt_bytes, profile_step
 from helpers.saved import forward_saved_bytes, inspect_saved
-from helpers.techniques.masks import BitMaskReLU, BoolMaskReLU, replace_relu
+from helpers.masks import BitMaskReLU, BoolMaskReLU, replace_relu
 
 _ = torch.manual_seed(0)
 

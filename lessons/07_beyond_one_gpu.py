@@ -43,8 +43,8 @@ from helpers.models import digits_mlp
 from helpers.models.gpt import GPT, GPT2_PRESETS
 from helpers.fsdp import fake_process_group, sharded_step
 from helpers.teaching.plots import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
-from helpers.techniques.sharding import (ZERO_STAGES, deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes,
-                                         largest_layer_parameters, sharded_parameter_bytes, zero_model_state_bytes)
+from helpers.sharding import (ZERO_STAGES, deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes,
+                              largest_layer_parameters, sharded_parameter_bytes, zero_model_state_bytes)
 
 _ = torch.manual_seed(0)
 

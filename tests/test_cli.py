@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import config, profile_step
+from helpers import config, hf_config, profile_step
 from helpers.__main__ import main
 from helpers.flags import CLI_OPTIONS
 
@@ -402,7 +402,7 @@ def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs(c
                               "gpt2-xl, llama3-8b), any torchvision classification model (")
     assert "or your own as package.module:function or path/to/file.py:function" in message
     assert message.endswith("; or a Hugging Face config shipped with the lessons (give --seq-len): "
-                            + ", ".join(config.HF_SHIPPED))
+                            + ", ".join(hf_config.SHIPPED))
 
 
 @pytest.mark.parametrize("args, message", [

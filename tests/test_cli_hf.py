@@ -15,6 +15,7 @@ import torch
 from helpers import config, profile_step
 from helpers.__main__ import in_flags, library_defaults, main
 from helpers.flags import CLI_OPTIONS
+from helpers import hf_config
 from helpers.models import hf
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
@@ -26,10 +27,6 @@ def _run(capsys, *argv):
     code = main(["profile", *argv])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def test_the_shipped_names_in_the_help_are_the_shipped_configs():
-    assert list(config.HF_SHIPPED) == hf.shipped_configs()
 
 
 def test_lora_flags_reach_the_step(capsys):
@@ -50,7 +47,7 @@ def test_lora_flags_reach_the_step(capsys):
 
 def test_a_config_path_works_as_a_shipped_name(capsys, tmp_path):
     path = tmp_path / "config.json"
-    path.write_text((hf.CONFIG_DIR / hf.SHIPPED[SMOL].file).read_text())
+    path.write_text((hf_config.CONFIG_DIR / hf_config.SHIPPED[SMOL].file).read_text())
     peaks = []
     for model in (SMOL, str(path), str(tmp_path)):
         code, out, err = _run(capsys, "--model", model, *SHORT, "--json")
@@ -149,7 +146,7 @@ def test_a_hub_name_offline_fails_at_once_without_network_noise(tmp_path):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Retrying" not in result.stderr, result.stderr
     assert "cannot fetch the config of 'someorg/somemodel'" in result.stderr
-    assert all(name in result.stderr for name in hf.shipped_configs())
+    assert all(name in result.stderr for name in hf_config.shipped_configs())
 
 
 def _env():
@@ -184,7 +181,7 @@ def test_a_hugging_face_model_takes_the_pinned_libraries_defaults(capsys, tmp_pa
     assert code == 0 and err == ""
     said = json.loads(out)["config"]
     assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("adamw", True, "bfloat16")
-    assert hf.load_config(SMOL).dtype == torch.bfloat16  # the config's own dtype
+    assert hf_config.load_config(SMOL).dtype == torch.bfloat16  # the config's own dtype
     expected = profile_step(SMOL, 1, seq_len=8, optimizer="adamw", fused=True, param_dtype="bfloat16",
                             steady_state=True, device="simulated")
     assert json.loads(out)["peak_allocated_bytes"] == expected.peak_allocated_bytes

@@ -4,7 +4,7 @@ import pytest
 
 from helpers.allocator.rules import round_up
 from helpers.generation import MAX_NEW_TOKENS, generation_memory
-from helpers.models.hf import load_config
+from helpers.hf_config import load_config
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
 

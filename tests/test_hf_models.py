@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
+from helpers import hf_config
 from helpers.models import hf, resolve_model
 from helpers.profile import profile_step
 
@@ -42,7 +43,7 @@ def _count_by_formula(c: dict) -> int:
 
 def _published(count: int, name: str) -> None:
     """``count`` agrees with the figure published for ``name`` (exact, or as rounded there)."""
-    published = hf.SHIPPED[name].parameters
+    published = hf_config.SHIPPED[name].parameters
     if isinstance(published, int):
         assert count == published
     elif name == "Qwen/Qwen2.5-7B":  # "7.61B (6.53B non-embedding)": the embedding and the head are 152064 x 3584
@@ -51,9 +52,9 @@ def _published(count: int, name: str) -> None:
         assert f"{count / 1e9:.2f}B" == published
 
 
-@pytest.mark.parametrize("name", list(hf.SHIPPED))
+@pytest.mark.parametrize("name", list(hf_config.SHIPPED))
 def test_every_shipped_config_builds_with_its_published_parameter_count(name):
-    data = json.loads((hf.CONFIG_DIR / hf.SHIPPED[name].file).read_text())
+    data = json.loads((hf_config.CONFIG_DIR / hf_config.SHIPPED[name].file).read_text())
     with torch.device("meta"):
         model = hf.build_causal_lm(name)
     count = sum(p.numel() for p in model.parameters())
@@ -108,7 +109,7 @@ def test_sdpa_is_called_causal_without_a_mask_so_no_code_reads_tensor_values(mon
 
 
 def test_configs_as_a_dict_a_file_a_folder_and_an_object_build_the_same_model(tmp_path):
-    data = json.loads((hf.CONFIG_DIR / hf.SHIPPED[SMOL].file).read_text())
+    data = json.loads((hf_config.CONFIG_DIR / hf_config.SHIPPED[SMOL].file).read_text())
     (tmp_path / "config.json").write_text(json.dumps(data))
     from transformers import AutoConfig
     as_object = AutoConfig.for_model(**data)
@@ -209,7 +210,7 @@ def test_a_config_file_that_is_not_json_is_refused_in_one_line(tmp_path):
     path = tmp_path / "config.json"
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read .* as a config.json: Expecting property name"):
-        hf.load_config(str(path))
+        hf_config.load_config(str(path))
 
 
 @pytest.mark.parametrize("raised, message", [
@@ -228,9 +229,9 @@ def test_a_hub_name_is_read_online_and_refused_in_one_line_otherwise(monkeypatch
         raise raised
 
     monkeypatch.setattr(AutoConfig, "from_pretrained", from_pretrained)
-    monkeypatch.setattr(hf, "_hub_unreachable", lambda: "")  # as if online: the Hub is asked
+    monkeypatch.setattr(hf_config, "_hub_unreachable", lambda: "")  # as if online: the Hub is asked
     with pytest.raises(ValueError) as error:
-        hf.load_config("someone/model")
+        hf_config.load_config("someone/model")
     assert asked == [("someone/model", False)]
     assert message in str(error.value) and "\n" not in str(error.value)
 

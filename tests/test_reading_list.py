@@ -23,9 +23,10 @@ CORE = ("engine/", "allocator/", "techniques/", "models/", "config.py", "record.
         "depth.py", "step.py", "profile.py")
 #: The command line, and the package's face (which only hands names on).
 COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "__init__.py")
-#: What every layer reads: bytes and formatting, the cards, the weight formats, a snapshot file's bytes.
+#: What every layer reads: bytes and formatting, the cards, the weight formats, a snapshot file's bytes, a Hugging Face
+#: config read from its name.
 FOUNDATIONS = ("units.py", "errors.py", "palette.py", "versions.py", "gpus.py", "alignment.py", "formats.py",
-               "snapshot_file.py")
+               "snapshot_file.py", "hf_config.py")
 #: The layers README's layout section counts, in its order: (name README gives it, is this file in it?).
 LAYERS = (
     ("the core", lambda rel: rel.startswith(CORE)),

@@ -8,7 +8,7 @@ from torch import nn
 
 from helpers import build_model, profile_step
 from helpers.saved import inspect_saved
-from helpers.techniques.masks import BitMaskReLU, BoolMaskReLU, pack_bits, replace_relu, unpack_bits
+from helpers.masks import BitMaskReLU, BoolMaskReLU, pack_bits, replace_relu, unpack_bits
 
 
 def saved_as(report):

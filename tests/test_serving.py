@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from helpers.__main__ import main
-from helpers.models.hf import SHIPPED, load_config, shipped_configs
+from helpers.hf_config import SHIPPED, load_config, shipped_configs
 from helpers.serving import (NON_TORCH_BYTES, StartupAccount, WouldNotStart, kv_bytes_per_token, vllm_startup)
 from helpers.transformer import kv_cache_bytes_per_token
 from helpers.units import GiB, KiB

@@ -1,4 +1,4 @@
-"""helpers.techniques.sharding (ZeRO's and DeepSpeed's formulas) and helpers.fsdp (FSDP2 on a fake process group)."""
+"""helpers.sharding (ZeRO's and DeepSpeed's formulas) and helpers.fsdp (FSDP2 on a fake process group)."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ import torch.distributed as dist
 from helpers.allocator.rules import round_up
 from helpers.models import digits_mlp
 from helpers.fsdp import fake_process_group, sharded_step
-from helpers.techniques.sharding import (deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes, largest_layer_parameters,
+from helpers.sharding import (deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes, largest_layer_parameters,
                                          shard_numel, sharded_parameter_bytes, zero_model_state_bytes)
 
 

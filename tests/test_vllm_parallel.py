@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from helpers.models.hf import load_config
+from helpers.hf_config import load_config
 from helpers.serving import kv_bytes_per_token, vllm_startup
 from helpers.teaching.vllm_logs import PARALLEL_LOGS, engine_beside_logs
 from helpers.units import GiB

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from helpers.gpus import GPU_CARDS
-from helpers.models.hf import load_config, shipped_configs
+from helpers.hf_config import load_config, shipped_configs
 from helpers.serving import WouldNotStart, vllm_startup
 from helpers.teaching.views import STARTUP_DATA, startup_answer, startup_parts, startup_view
 from helpers.teaching.widgets import CONTEXTS, ServingFit, context_options, serving_models

@@ -13,7 +13,7 @@ from typing import Callable
 
 from torch import nn
 
-from ..config import is_hf_config
+from ..hf_config import is_hf_config
 from ..errors import first_line
 from .copies import copy_for_step
 from .presets import PRESETS, build_model, classification_models
@@ -26,7 +26,7 @@ def hf_spec(config, name: str | None = None) -> ModelSpec:
     Token ids below ``vocab_size``, as many as ``seq_len`` says; next-token loss.
 
     Raises:
-        ValueError: as :func:`helpers.models.hf.load_config` does.
+        ValueError: as :func:`helpers.hf_config.load_config` does.
     """
     from . import hf  # only for a Hugging Face config: no transformers on the path of other models
 

@@ -42,16 +42,17 @@ class BertLM:
 class CausalLM:
     """A Hugging Face causal LM with transformers' default attention (``"sdpa"``), from a config that is not shipped.
 
-    ``config``: a name of :data:`helpers.models.hf.SHIPPED`, or sorted ``(key, value)`` pairs of ``config.json``.
+    ``config``: a name of :data:`helpers.hf_config.SHIPPED`, or sorted ``(key, value)`` pairs of ``config.json``.
     """
 
     config: str | tuple[tuple[str, Any], ...]
     attention = "sdpa"
 
     def _builder(self):
+        from ..hf_config import load_config
         from ..models import hf
 
-        return hf.CausalLMBuilder(hf.load_config(self.config if isinstance(self.config, str) else dict(self.config)),
+        return hf.CausalLMBuilder(load_config(self.config if isinstance(self.config, str) else dict(self.config)),
                                   self.attention)
 
     def model_spec(self):

@@ -221,7 +221,7 @@ def engine_beside_logs(logs=LOGS) -> list[Beside]:
 def _sized(base: str, name: str, **sizes) -> dict:
     """A config dict: the shipped ``base`` config's file with ``sizes`` in place of its own (the rest, rope and norm
     settings, are the family's), named ``name``."""
-    from ..models.hf import CONFIG_DIR, SHIPPED
+    from ..hf_config import CONFIG_DIR, SHIPPED
 
     data = json.loads((CONFIG_DIR / SHIPPED[base].file).read_text())
     return {**data, **sizes, "_name_or_path": name}

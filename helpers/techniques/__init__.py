@@ -5,10 +5,9 @@
 * :mod:`.lora`: LoRA adapters with ``peft``; :mod:`.quantization`: the recipe's steps that quantize the frozen weights
   (QLoRA, lesson 09), in bitsandbytes' formats (:mod:`.bnb`) or torchao's NF4 (:mod:`.torchao_nf4`);
 * :mod:`.optimizers`: the optimizers and their states (lessons 01 and 05a);
-* :mod:`.masks`: ReLUs that save a 1-byte or 1-bit mask (lesson 02);
-* :mod:`.sharding`: ZeRO's stages and DeepSpeed's estimators as formulas (lesson 07; FSDP2 is :mod:`helpers.fsdp`).
 
-Offloading saved tensors belongs to the engine (:meth:`helpers.engine.meter.Meter.offload`).
+ReLUs that save a mask (:mod:`helpers.masks`) and ZeRO's formulas (:mod:`helpers.sharding`) are studies, not steps of
+the recipe.  Offloading saved tensors belongs to the engine (:meth:`helpers.engine.meter.Meter.offload`).
 """
 
 from .checkpointing import Checkpointed, frozen_batchnorm_stats

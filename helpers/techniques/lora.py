@@ -67,7 +67,7 @@ def apply_lora(model: nn.Module, rank: int, targets: tuple[str, ...] | None = No
     from peft import LoraConfig, get_peft_model
     from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULTS
 
-    from ..models.hf import config_label
+    from ..hf_config import config_label
 
     label = config_label(getattr(model, "config", None)) if hasattr(model, "config") else type(model).__name__
     have = linear_names(model)

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 from ...batch import Estimate, largest_fit, reserved_estimate
 from ...config import StepConfig, check_int
 from ...gpus import GPU_CARDS
-from ...models import hf
+from ...hf_config import SHIPPED, load_config
 from ...units import fmt_bytes
 from ..views import render
 from .base import StepWidget, WatchedCurve
@@ -19,7 +19,7 @@ OTHER_NOTE = ('<div class="gm-other-note" style="font-size:90%;color:#555;margin
               'names: the loss, the gradients flowing back through the activations, and temporaries (at '
               'optimizer.step(), the foreach step\'s copies, 4 bytes per trained parameter in float32).</div>')
 
-#: The fine-tuning widget's models: the shipped 7-8B Hugging Face configs (:data:`helpers.models.hf.SHIPPED`).
+#: The fine-tuning widget's models: the shipped 7-8B Hugging Face configs (:data:`helpers.hf_config.SHIPPED`).
 FINETUNE_MODELS = ("meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-7B-v0.3")
 #: Its methods: label -> what they set (LoRA's rank comes from the rank menu; the label names the library that
 #: quantizes).
@@ -55,7 +55,7 @@ class FineTuneFit(StepWidget):
     QLoRA. Sizes in GiB.
 
     Args:
-        model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of :data:`helpers.models.hf.SHIPPED`).
+        model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of :data:`helpers.hf_config.SHIPPED`).
         method, optimizer: keys of :data:`FINETUNE_METHODS` and :data:`FINETUNE_OPTIMIZERS`.
         lora_rank: one of :data:`LORA_RANKS` (not for full fine-tuning).
         weights: ``"float32"`` or ``"bfloat16"``: unquantized weights' ``param_dtype``.
@@ -92,8 +92,8 @@ class FineTuneFit(StepWidget):
                  seq: int = 2048, batch_size: int = 1, capacity: str = "RTX 4090 24 GB",
                  question: str = QUESTIONS[0], reserved: bool = False,
                  models: tuple[str, ...] = FINETUNE_MODELS):
-        if not models or any(m not in hf.SHIPPED for m in models):
-            raise ValueError(f"models must be shipped configs ({', '.join(hf.SHIPPED)}), got {models!r}")
+        if not models or any(m not in SHIPPED for m in models):
+            raise ValueError(f"models must be shipped configs ({', '.join(SHIPPED)}), got {models!r}")
         for name, value, choices in (("model", model, models), ("method", method, FINETUNE_METHODS),
                                      ("lora_rank", lora_rank, LORA_RANKS), ("optimizer", optimizer, FINETUNE_OPTIMIZERS),
                                      ("weights", weights, ("float32", "bfloat16")), ("question", question, QUESTIONS),
@@ -105,7 +105,7 @@ class FineTuneFit(StepWidget):
                             ("prepare_kbit", prepare_kbit)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be True or False, got {value!r}")
-        self._max_seq = {m: hf.load_config(m).max_position_embeddings for m in models}
+        self._max_seq = {m: load_config(m).max_position_embeddings for m in models}
         check_int("seq", seq, 1, self._max_seq[model])
         self._start("simulated", next(iter(GPU_CARDS)), batch_size, self.MAX_BATCH)
         self.capacities.update(CARD_48GB)

@@ -10,8 +10,8 @@ import functools
 
 import ipywidgets as widgets
 
+from ... import hf_config
 from ...gpus import GPU_CARDS
-from ...models import hf
 from ...serving import DEFAULT_GPU, WouldNotStart, kv_bytes_per_token, vllm_startup
 from ..views import startup_view, working
 from .base import StepWidget
@@ -40,7 +40,7 @@ UTILIZATION_RANGE = (0.5, 0.98)
 
 @functools.cache
 def serving_models() -> tuple[str, ...]:
-    """The shipped Hugging Face configs (:func:`helpers.models.hf.shipped_configs`) whose KV cache
+    """The shipped Hugging Face configs (:func:`helpers.hf_config.shipped_configs`) whose KV cache
     :func:`helpers.serving.kv_bytes_per_token` sizes: those whose layers all keep full keys and values."""
     def sized(name: str) -> bool:
         try:
@@ -49,14 +49,14 @@ def serving_models() -> tuple[str, ...]:
             return False
         return True
 
-    return tuple(filter(sized, hf.shipped_configs()))
+    return tuple(filter(sized, hf_config.shipped_configs()))
 
 
 @functools.cache
 def context_options(model: str) -> tuple[int, ...]:
     """The ``max_model_len`` menu for ``model``: the :data:`CONTEXTS` within its ``max_position_embeddings``, or, for a
     model with fewer positions than the smallest (LLaMA 65B's 2,048), its positions alone."""
-    positions = hf.load_config(model).get_text_config().max_position_embeddings
+    positions = hf_config.load_config(model).get_text_config().max_position_embeddings
     return tuple(n for n in CONTEXTS if n <= positions) or (positions,)
 
 

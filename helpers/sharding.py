@@ -11,8 +11,8 @@ import math
 import torch
 from torch import nn
 
-from ..allocator.rules import round_up
-from ..config import check_int
+from .allocator.rules import round_up
+from .config import check_int
 
 #: ZeRO's stages, in the paper's notation (figure 1): what each one shards.
 ZERO_STAGES = {

@@ -1,0 +1,235 @@
+"""A Hugging Face config, read from its name: a shipped one, a ``config.json``, a folder, or the Hub (lesson 09).
+
+The one test of whether a model names a Hugging Face config (:func:`is_hf_config`), the configs shipped with the
+package (:data:`SHIPPED`, each with its published parameter count and source), and :func:`load_config`, which reads
+one into a ``transformers.PretrainedConfig``, refusing in one line what cannot run here (remote code, an architecture
+the pinned ``transformers`` does not know, an unreadable file, an unreachable Hub).  ``transformers`` is imported only
+by the functions that build a config, so the command line's help does not import it.  Building the model is
+:mod:`helpers.models.hf`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import first_line
+
+#: Where the shipped configs are (package data of :mod:`helpers.models`).
+CONFIG_DIR = Path(__file__).parent / "models" / "hf_configs"
+
+
+@dataclass(frozen=True)
+class ShippedConfig:
+    """A ``config.json`` shipped with the package (``file`` in :data:`CONFIG_DIR`), its published ``parameters`` count,
+    and the ``source`` where the values and the count were checked."""
+
+    file: str
+    parameters: int | str
+    source: str
+
+
+#: The configs that ship with the package, by Hub name: they build offline.
+SHIPPED: dict[str, ShippedConfig] = {
+    "meta-llama/Llama-3.1-8B": ShippedConfig(
+        "Llama-3.1-8B.json", 8_030_261_248,
+        "config.json of meta-llama/Llama-3.1-8B, as reproduced in citsjtu2020/LLM-Prof sglang/Model_Config.md; "
+        "the count as the Hub's model page states it (8.03B)"),
+    "Qwen/Qwen2.5-7B": ShippedConfig(
+        "Qwen2.5-7B.json", "7.61B (6.53B non-embedding)",
+        "config.json of Qwen/Qwen2.5-7B, as reproduced in citsjtu2020/LLM-Prof sglang/Model_Config.md; "
+        "the count from the model card (Number of Parameters: 7.61B; non-embedding: 6.53B)"),
+    "mistralai/Mistral-7B-v0.3": ShippedConfig(
+        "Mistral-7B-v0.3.json", "7.25B",
+        "config.json of mistralai/Mistral-7B-v0.3: no stored copy of the file was found; its sizes are "
+        "Mistral 7B's (edadaltocg/mistral-src-finetune finetune/config.py: 4096, 32 layers, 14336, 32 heads, "
+        "8 KV heads, rope_theta 1e6) with v0.3's vocabulary extended to 32768 (model card); 7.25B as listed "
+        "for it in public tables"),
+    "meta-llama/Llama-2-7b-hf": ShippedConfig(
+        "Llama-2-7b-hf.json", 6_738_415_616,
+        "config.json of meta-llama/Llama-2-7b-hf (transformers 4.31.0.dev0), as printed in public write-ups "
+        "(e.g. a chenshake.com post on the Llama 2 files, and transformers' own log of the file with 4.39.1, "
+        "which adds only rope_theta 10000.0, attention_bias and attention_dropout at their defaults); "
+        "6,738,415,616 parameters, as peft's print_trainable_parameters() prints them for this model"),
+    "huggyllama/llama-65b": ShippedConfig(
+        "llama-65b.json", 65_285_660_672,
+        "LLaMA 65B (Touvron et al., 2023: 8192 wide, 80 layers, 64 heads, 65.2B parameters), as QLoRA's "
+        "Guanaco 65B was fine-tuned from it: no stored copy of the Hub's config.json was found; its values are "
+        "those of PaddleNLP's llama configuration table (facebook/llama-65b: 8192, 22016, 80 layers, 64 heads, "
+        "rms_norm_eps 1e-05, vocabulary 32000, 2048 positions) and EasyLM's LLAMA_STANDARD_CONFIGS['65b'], "
+        "with num_key_value_heads 64 written out (LlamaConfig's default: no grouped-query attention); "
+        "65,285,660,672 parameters as counted in public tables (the paper rounds it down to 65.2B)"),
+    "HuggingFaceTB/SmolLM2-135M": ShippedConfig(
+        "SmolLM2-135M.json", 134_515_008,
+        "config.json of HuggingFaceTB/SmolLM2-135M, as printed in satyasundar/erav3-s13 README.md (an "
+        "earlier revision: max_position_embeddings 2048; the current file has 8192, as other public copies "
+        "quote it); 134,515,008 parameters, 106,203,456 without the tied embedding, as counted from the "
+        "Hub's model in public write-ups"),
+}
+
+#: What :func:`load_config` accepts, for messages.
+ACCEPTED = ("a transformers PretrainedConfig, a dict, a path to config.json, "
+            f"a shipped name ({', '.join(SHIPPED)}), or a Hub name org/model (online)")
+
+
+def shipped_configs() -> list[str]:
+    """The Hub names of the shipped configs (:data:`SHIPPED`), which build offline."""
+    return list(SHIPPED)
+
+
+def load_config(config: Any):
+    """A ``transformers.PretrainedConfig`` from any of :data:`ACCEPTED` (a ``PretrainedConfig`` is copied).
+
+    Raises:
+        ValueError: in one line, for a config that needs ``trust_remote_code`` (``auto_map``), an unknown
+            ``model_type``, a missing or unreadable file, or a Hub name that cannot be fetched.
+    """
+    import transformers
+    from transformers import AutoConfig, PretrainedConfig
+
+    if isinstance(config, PretrainedConfig):
+        return _refuse_remote_code(config.__class__.from_dict(config.to_dict()), config.name_or_path or
+                                   config.model_type)
+    if isinstance(config, dict):
+        return _from_dict(dict(config), "the config dict")
+    if not isinstance(config, (str, Path)):
+        raise ValueError(f"a Hugging Face config must be {ACCEPTED}; got {type(config).__name__}")
+    name = str(config)
+    if name in SHIPPED:
+        data = json.loads((CONFIG_DIR / SHIPPED[name].file).read_text())
+        return _from_dict(data, name, name_or_path=name)
+    path = Path(name)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise ValueError(f"no config file {str(path)!r}")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read {str(path)!r} as a config.json: {first_line(e)}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{str(path)!r} is not a config.json: it holds no JSON object")
+        return _from_dict(data, str(path))
+    if name.endswith(("/", "\\")):
+        raise ValueError(f"no folder {name!r} holding a config.json")
+    if not is_hf_config(name):
+        raise ValueError(f"{name!r} is not a Hugging Face config: give {ACCEPTED}")
+    offline = (f"cannot fetch the config of {name!r} from the Hugging Face Hub"
+               + " ({}); offline, use a local config.json or a shipped name " + f"({', '.join(SHIPPED)})")
+    unreachable = _hub_unreachable()
+    if unreachable:  # fail at once, not after huggingface_hub's retries (about half a minute)
+        raise ValueError(offline.format(unreachable))
+    try:  # the Hub: config.json only, never the weights; remote code is never run
+        with _quiet_hub():
+            loaded = AutoConfig.from_pretrained(name, trust_remote_code=False)
+    except Exception as e:  # offline, unknown, gated, remote code: one line, not transformers' traceback
+        text = first_line(e)
+        if "trust_remote_code" in text:
+            raise ValueError(f"{name} needs trust_remote_code (its code is not in transformers "
+                             f"{transformers.__version__}): refused, only architectures transformers ships "
+                             f"run here") from None
+        raise ValueError(offline.format(text)) from None
+    return _refuse_remote_code(loaded, name)
+
+
+def _hub_unreachable() -> str:
+    """Why the Hub cannot be asked now (``HF_HUB_OFFLINE``, or no network), or ``""``."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        return f"no network: {host} does not resolve"
+    return ""
+
+
+def _quiet_hub():
+    """``huggingface_hub``'s warnings off: the one-line error says what failed."""
+    return _quiet_logger("huggingface_hub")
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """The logger ``name`` shows errors only, while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _from_dict(data: dict, where: str, name_or_path: str | None = None):
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    _refuse_remote_code(data, where)
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise ValueError(f"{where} has no model_type: it is not a transformers config.json")
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(f"transformers {transformers.__version__} does not know the architecture "
+                         f"{model_type!r} (from {where}); it needs a newer transformers or remote code, "
+                         f"and neither runs here")
+    data.pop("transformers_version", None)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+    except Exception as e:
+        raise ValueError(f"transformers cannot make a {model_type} config from {where}: {first_line(e)}") from None
+    if name_or_path:
+        config.name_or_path = name_or_path
+    return config
+
+
+def _refuse_remote_code(config, where: str):
+    """``config`` (a dict or a PretrainedConfig), unless it needs code from the Hub."""
+    auto_map = config.get("auto_map") if isinstance(config, dict) else getattr(config, "auto_map", None)
+    if auto_map:
+        raise ValueError(f"{where} needs trust_remote_code (auto_map: {', '.join(auto_map)}): refused, only "
+                         f"architectures the pinned transformers ships run here")
+    return config
+
+
+def config_label(config: Any) -> str:
+    """A short name for a config: its Hub name or file, else its ``model_type``."""
+    if isinstance(config, (str, Path)):
+        return str(config)
+    if isinstance(config, dict):
+        return config.get("_name_or_path") or config.get("model_type") or "config"
+    return getattr(config, "name_or_path", "") or getattr(config, "model_type", "") or type(config).__name__
+
+
+#: A Hub name, ``org/model``.
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def is_hf_config(model: Any) -> bool:
+    """True when ``model`` names or holds a Hugging Face config: the one test of it.
+
+    An object: a dict with ``"model_type"``, or a non-callable object with ``to_dict`` and a string ``model_type`` (a
+    ``PretrainedConfig``, without importing ``transformers``). A string: a shipped name (:data:`SHIPPED`), a
+    ``.json`` path, a folder, or a Hub name ``org/model`` that is neither a Python file nor an existing path.
+    """
+    if isinstance(model, dict):
+        return "model_type" in model
+    if not isinstance(model, str):
+        return hasattr(model, "to_dict") and isinstance(getattr(model, "model_type", None), str) and not callable(model)
+    if model in SHIPPED or model.endswith((".json", "/")):
+        return True
+    path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        return True
+    return bool(_HUB_NAME.match(model)) and not model.endswith(".py") and not path.exists()
