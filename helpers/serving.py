@@ -12,6 +12,11 @@ tensors), takes the third as a stated assumption (:data:`NON_TORCH_BYTES`), and 
 and their sources (vLLM's files and functions, read at the commits named in the project's research notes on vLLM's
 start-up logs, section 3) are given where each is applied.  All sizes are bytes; 1 GiB = 2**30 bytes, as vLLM logs.
 
+CUDA graphs are outside the account, as in vLLM v0.19.0 by default: it logs an "Estimated CUDA graph memory" but
+subtracts it only when ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (``vllm/envs.py``, default 0;
+``Worker.determine_available_memory``, ``vllm/v1/worker/gpu_worker.py``): the graphs' pool is taken later from the
+headroom ``gpu_memory_utilization`` leaves, not from the KV cache; :meth:`StartupAccount.lines` says so.
+
 Over several GPUs (``tensor_parallel_size``, ``pipeline_parallel_size``) the account is one GPU's: the engine traces
 the Hugging Face model of one rank's shard, as vLLM v0.19.0 cuts heads, widths, vocabulary and layers
 (:mod:`helpers.vllm_rules`), and every rank gets the fewest KV blocks of any rank.
@@ -317,15 +322,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
       sequence of ``max_num_batched_tokens`` tokens: a layer's tensors grow with the tokens, not with how they are
       split into requests, attention's too (its flash kernel keeps memory linear in the tokens).  The kernels are
       Hugging Face's, not vLLM's: its RMSNorm computes in float32 and its MLP keeps gate and up apart, where vLLM
-      fuses them.  The sampler pass is v0.19.0's, as torch code with its shapes and dtypes
-      (:func:`helpers.vllm_profile.dummy_sampler_run`, :func:`helpers.vllm_sampler.sampler_pass`: float32 logits,
-      the Triton top-k/top-p path's buffer sized by the card's SMs, the probabilities and the exponential noise);
-      V0 (``version="0.6.5"``) keeps the logits' float32 copy only.  The input buffers vLLM allocates before the run
-      are not simulated.
-    * CUDA graphs: outside the account, as v0.19.0 by default: it logs "Estimated CUDA graph memory" but subtracts
-      it only when ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (``vllm/envs.py``, default 0;
-      ``Worker.determine_available_memory``, ``vllm/v1/worker/gpu_worker.py``): the graphs' pool is taken later from
-      the headroom ``gpu_memory_utilization`` leaves, not from the KV cache.
+      fuses them.  The sampler pass is v0.19.0's, traced as torch code (:mod:`helpers.vllm_profile`); V0's is its
+      logits' float32 copy.  The input buffers vLLM allocates before the run are not simulated.
 
     Args:
         model: a Hugging Face config: a shipped name (:func:`helpers.models.hf.shipped_configs`, offline), or
