@@ -16,13 +16,16 @@ LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
 .PHONY: lessons test test-slow test-other-cpu lint-imports setup refresh-notebooks reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
 
+# The editable install: pip (26) shows the build backend's warnings even with --quiet, and setuptools' flat-layout
+# strategy warns, in a box of asterisks, that a folder named like the package may take precedence during imports
+# (editable_wheel.py, _TopLevelFinder); here that folder is the package itself, so the box is silenced, by its message.
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX_URL) \
 	    $$(grep -E '^(torch|torchvision)==' requirements.txt))
 	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -W "ignore:Editable installation:UserWarning" -m pip install --quiet --no-deps -e .
 	touch $@
 
 setup: $(BIN)/.installed

@@ -473,7 +473,7 @@ def _options(config_) -> str:
 
 def _fits_lines(verdicts: dict) -> list[str]:
     """Per card: the verdict and what it needs; then what the cards add (:func:`helpers.gpus.unseen_lines`)."""
-    from .gpus import TIGHT_FRACTION, TIGHT_REASON
+    from .gpus import TIGHT_FRACTION, TIGHT_REASON, cudnn_note
     from .units import fmt_mib
 
     first = next(iter(verdicts.values()))
@@ -489,7 +489,7 @@ def _fits_lines(verdicts: dict) -> list[str]:
     for name in first.lines:
         sizes = [v.lines[name] for v in verdicts.values()]
         if all(n is None for n in sizes) and (first.cudnn_bound is not None or first.workspaces != "none"):
-            lines.append(f"  {name}: {first.caveat.removeprefix('but ')}")  # counted, or the bound of what they may add
+            lines.append(f"  {name}: {cudnn_note(first.workspaces, first.cudnn_bound)}")  # counted, or their bound
         elif all(n is None for n in sizes):
             lines.append(f"  {name}: not modelled (they depend on the algorithm cuDNN picks, up to the largest "
                          f"free block of the allocator's cache; the margin does not cover them)")
@@ -503,15 +503,16 @@ def _fits_lines(verdicts: dict) -> list[str]:
 
 def _fits_report(verdicts: dict) -> dict:
     """The verdicts as JSON: per card fits, tight, bytes needed, unseen lines (name -> bytes, null: not modelled)."""
-    from .gpus import TIGHT_FRACTION
+    from .gpus import CUDNN_LINE, TIGHT_FRACTION, cudnn_note
 
     first = next(iter(verdicts.values()))
+    caveat = cudnn_note(first.workspaces, first.cudnn_bound) if CUDNN_LINE in first.lines else None  # for every card
     return {"judged": first.judged, "basis": first.basis, "overhead_bytes": first.overhead,
             "cards": {card: v.fits for card, v in verdicts.items()},
             "tight": {card: v.tight for card, v in verdicts.items()}, "tight_fraction": TIGHT_FRACTION,
             "need_bytes": {card: v.need for card, v in verdicts.items()},
             "unseen_bytes": {card: dict(v.lines) for card, v in verdicts.items()},
-            "caveat": first.caveat or None}
+            "caveat": caveat}
 
 
 def in_flags(message: str) -> str:

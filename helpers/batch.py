@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .engine.backends import get_backend
 from .config import StepConfig, check_int
-from .gpus import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Verdict, headroom, judge
+from .gpus import CUDA_OVERHEAD_BYTES, GPU_CARDS, Verdict, headroom, judge
 from .record import StepProfile
 from .profile import DoesNotFit, profile_step
 
@@ -171,8 +171,8 @@ def reserved_estimate(profile: StepProfile, capacity: int, settings=None) -> Est
     if run.error is not None:
         e = run.error
         error = (f"tried to allocate {fmt_mib(e.requested)} with {fmt_mib(e.allocated)} allocated, "
-                 f"{fmt_mib(e.reserved)} reserved, largest free block {fmt_mib(e.largest_free)}, "
-                 f"{fmt_mib(CUDA_CONTEXT_BYTES)} left to the assumed CUDA context")
+                 f"{fmt_mib(e.reserved)} reserved, largest free block {fmt_mib(e.largest_free)}")
+        # the room it had (the card less the assumed CUDA context) is the verdict's to say (Verdict.sentence)
     return dataclasses.replace(Estimate.of(profile), reserved_bytes=None if error else run.peak_reserved,
                                allocator_error=error)
 

@@ -150,18 +150,24 @@ CUDNN_NOTE = "cuDNN workspaces not modelled, not covered by the margin"
 CUDNN_BOUND_RATIO = 1.52
 
 
-def cudnn_note(workspaces: str = "none", bound: int | None = None, unit: str = "MiB") -> str:
+def cudnn_note(workspaces: str = "none", bound: int | None = None, unit: str = "MiB", fits: bool | None = None) -> str:
     """What a verdict says of a step with convolutions, by how the simulation counted their cuDNN workspaces
     (``workspaces``, :data:`helpers.config.WORKSPACES`): not counted, with ``bound`` (bytes; None: unknown) the most
-    they may add ("fits, but cuDNN may need up to N MiB more"); counted as measured; or counted at their bound."""
+    they may add; counted as measured; or counted at their bound.
+
+    The bound's words follow the verdict they qualify: ``fits=True`` "but cuDNN may need up to N MiB more" (it may
+    not fit after all), ``fits=False`` "and cuDNN may need up to N MiB more" (it is further over), ``None`` (a line of
+    its own, as the command line's) "cuDNN may need up to N MiB more"."""
     if workspaces == "measured":
         return "cuDNN workspaces counted, as measured on an H200 (the only card with a table)"
     if workspaces == "bound":
         return f"cuDNN workspaces counted at their bound, {CUDNN_BOUND_RATIO} x each convolution's tensors"
     if bound is None:
         return CUDNN_NOTE
-    return (f"but cuDNN may need up to {fmt_bytes(bound, unit, grouped=True)} more: its workspaces are not counted, "
-            f"each at most {CUDNN_BOUND_RATIO} x its convolution's input + weight + output (measured on an H200)")
+    opening = {True: "but ", False: "and ", None: ""}[fits]
+    return (f"{opening}cuDNN may need up to {fmt_bytes(bound, unit, grouped=True)} more: its workspaces are not "
+            f"counted, each at most {CUDNN_BOUND_RATIO} x its convolution's input + weight + output (measured on an "
+            f"H200)")
 
 
 def unseen_lines(card: str, cublas_handles: int, convolutions: bool = False,
@@ -285,14 +291,16 @@ class Verdict:
 
     @property
     def caveat(self) -> str:
-        """For a step with convolutions, how their cuDNN workspaces were counted, or what they may add
-        (:func:`cudnn_note`, in MiB); ``""`` otherwise."""
-        return cudnn_note(self.workspaces, self.cudnn_bound) if CUDNN_LINE in self.lines else ""
+        """For a step with convolutions, how their cuDNN workspaces were counted, or what they may add, worded for this
+        verdict ("but ..." when it fits, "and ..." when it does not; :func:`cudnn_note`, in MiB); ``""`` otherwise."""
+        return cudnn_note(self.workspaces, self.cudnn_bound, fits=self.fits) if CUDNN_LINE in self.lines else ""
 
     def sentence(self, gpu: str, detail: str = "", unit: str = "MiB") -> str:
         """The verdict in words: ``"fits in <gpu>: <what was judged> + cuBLAS workspaces = <peak> + <overhead> +
         <workspaces> = <need> MiB <= <capacity> MiB"`` (``"fits in <gpu>, tight:"``, ``"does not fit in <gpu>:"``),
-        then ``detail``, :meth:`tight_note` and :attr:`caveat` in parentheses, if any.
+        then ``detail``, :meth:`tight_note` and :attr:`caveat` in parentheses, if any.  When the allocator model ran out
+        of memory (no peak): the room it had, ``"within <capacity> - <context> = <room> MiB"``, and the workspaces
+        still to come, ``"before the <workspaces> MiB of cuBLAS workspaces"``.
 
         Raises:
             ValueError: for a ``unit`` other than ``"MiB"`` or ``"GiB"``.
@@ -302,17 +310,22 @@ class Verdict:
         scale = 2**20 if unit == "MiB" else 2**30
         verb = "fits" if self.fits else "does not fit"
         tight = ", tight" if self.tight else ""
-        caveat = cudnn_note(self.workspaces, self.cudnn_bound, unit) if CUDNN_LINE in self.lines else ""
+        caveat = cudnn_note(self.workspaces, self.cudnn_bound, unit, self.fits) if CUDNN_LINE in self.lines else ""
         notes = "; ".join(filter(None, [detail, self.tight_note(unit), caveat]))
         more = f" ({notes})" if notes else ""
         judged = _basis(unit)[self.basis]
         named = [(name, n) for name, n in self.lines.items() if n]
         judged += "".join(f" + {name}" for name, _ in named)
-        if self.peak is None:
-            return f"{verb} in {gpu}: {judged}: the simulated allocator ran out of memory{more}"
         size = functools.partial(fmt_bytes, unit=unit, grouped=True)
+        number = lambda n: f"{n / scale:,.{1 if n >= scale / 10 else 2}f}"  # noqa: E731  16 MiB: 0.02 GiB
+        if self.peak is None:  # the replay's room (helpers.allocator.replay_on_gpu): the card less the CUDA context
+            room = (f"within {self.capacity / scale:,.1f} - {self.overhead / scale:,.1f} = "
+                    f"{size(self.capacity - self.overhead)}")
+            before = " + ".join(f"{number(n)} {unit} of {name}" for name, n in named)
+            return (f"{verb} in {gpu}: {judged}: the simulated allocator ran out of memory {room}"
+                    f"{f', before the {before}' if before else ''}{more}")
         terms = " + ".join([f"{self.peak / scale:,.1f}", f"{self.overhead / scale:,.1f}",
-                            *(f"{n / scale:,.{1 if n >= scale / 10 else 2}f}" for _, n in named)])  # 16 MiB: 0.02 GiB
+                            *(number(n) for _, n in named)])
         return (f"{verb} in {gpu}{tight}: {judged} = {terms} = "
                 f"{size(self.need)} {'<=' if self.fits else '>'} {size(self.capacity)}{more}")
 

@@ -35,7 +35,12 @@ def test_one_overhead_model_named_in_one_place():
     assert not ran_out.fits and ran_out.need is None
     assert ran_out.sentence("V100 16 GB", "tried to allocate 2.0 MiB") == (
         "does not fit in V100 16 GB: peak reserved of the whole step (simulated allocator) + 512.0 MiB assumed "
-        "CUDA context: the simulated allocator ran out of memory (tried to allocate 2.0 MiB)")
+        "CUDA context: the simulated allocator ran out of memory within 16,384.0 - 512.0 = 15,872.0 MiB (tried to "
+        "allocate 2.0 MiB)")  # issue 52.17: the room it had, in numbers, not a formula without them
+    on_card = judge(GPU_CARDS["RTX 4090 24 GB"], 10 * GiB, peak_reserved=None, reserved=True)
+    assert on_card.sentence("RTX 4090 24 GB", unit="GiB").endswith(
+        f"ran out of memory within {GPU_CARDS['RTX 4090 24 GB'] / GiB:,.1f} - 0.5 = "
+        f"{(GPU_CARDS['RTX 4090 24 GB'] - CUDA_CONTEXT_BYTES) / GiB:,.1f} GiB, before the 0.02 GiB of cuBLAS workspaces")
     with pytest.raises(ValueError, match="needs peak_allocated"):
         judge(16 * GiB)
     with pytest.raises(ValueError, match="a peak must be >= 0 bytes, got -1"):

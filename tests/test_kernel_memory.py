@@ -2,6 +2,7 @@
 workspaces from the H200's table of isolated convolutions or their bound, the option that chooses, and the verdicts
 and comparisons that state them."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -101,6 +102,14 @@ def test_a_cnn_states_its_bound_and_counts_it_when_asked():
     assert len(bound.allocation_log) == len(floor.allocation_log) + 2 * passes  # each workspace allocated, then freed
     sentence = Estimate.of(floor).verdict(GPU_CARDS["V100 16 GB"], "V100 16 GB").sentence("V100")
     assert "fits in V100" in sentence and "but cuDNN may need up to" in sentence and f"{CUDNN_BOUND_RATIO}" in sentence
+    # on a card it does not fit, the bound adds to the excess: "and", not "but" (issue 51)
+    small = min(GPU_CARDS.values())
+    huge = dataclasses.replace(Estimate.of(floor), peak_bytes=small)  # the same step's lines, peak a whole card
+    card = next(c for c, n in GPU_CARDS.items() if n == small)
+    words = huge.verdict(small, card).sentence(card)
+    assert words.startswith(f"does not fit in {card}:") and " > " in words
+    assert f"(and cuDNN may need up to {floor.cudnn_bound_bytes / MiB:,.1f} MiB more:" in words and "(but " not in words
+    assert huge.verdict(small, card).caveat.startswith("and cuDNN may need up to ")
     assert "counted at their bound" in Estimate.of(bound).verdict(GPU_CARDS["V100 16 GB"], "V100 16 GB").sentence("V100")
 
 

@@ -102,6 +102,9 @@ def test_a_refusal_shows_vllms_line_and_the_account_that_says_so():
     w.gpu.value, w.max_model_len.value = "RTX 4090 24 GB", 8192
     assert w.result.refusal is None
     assert w.message.startswith("5 requests of 8,192 tokens fit at once, maximum concurrency 5.96×")
+    w.max_model_len.value = 32_768  # lesson 10's 1.5 requests of 32k on the 24 GB card: one whole request (issue 52.18)
+    assert w.message.startswith("1 request of 32,768 tokens fits at once, maximum concurrency 1.49×"), w.message
+    assert w.message == startup_answer(w.result)
 
 
 def test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4():

@@ -1,5 +1,6 @@
 """helpers.teaching.widgets and views: the batch-size widget, its controls and its pure view."""
 
+import datetime
 import re
 
 import ipywidgets
@@ -179,7 +180,8 @@ def test_the_reserved_toggle_judges_the_fit_by_the_allocator_model():
     w.batch_size.value = 1000  # about 21 GB of tensors: more than a V100 holds
     assert w.message.startswith("does not fit in V100 16 GB: peak reserved of the whole step (simulated allocator) "
                                 "+ 512.0 MiB assumed CUDA context + cuBLAS workspaces: the simulated allocator ran out of memory "
-                                "(tried to allocate ")
+                                "within 16,160.0 - 512.0 = 15,648.0 MiB, before the 16.2 MiB of cuBLAS workspaces (tried to "
+                                "allocate ")
     assert w.result.reserved_bytes is None and w.result.allocator_error
     w.reserved.value = False  # back to the assumed 1 GiB overhead
     assert w.message.startswith("does not fit in V100 16 GB: peak allocated of the whole step + 1,024.0 MiB assumed "
@@ -230,3 +232,32 @@ def test_every_widget_gives_a_readable_stand_in_for_a_notebook_opened_unrun():
     assert "application/vnd.jupyter.widget-view+json" in bundle  # the live widget, when a kernel runs it
     assert bundle["text/html"].startswith("<div") and "<b>WillItFit</b>" in bundle["text/html"]
     assert "Run All Cells" in bundle["text/html"] and "whether a training step fits" in bundle["text/html"]
+
+
+def test_a_refused_snapshot_hides_the_figures_before_it_shows_the_refusal():
+    """Lesson 06b's widget: each trait change is one message to the browser, applied in order; after a refused upload
+    no step may show the refusal beside a picture of before (or a broken icon), and a new snapshot's name comes after
+    its own figures."""
+    from helpers.teaching.widgets import SHIPPED, SnapshotExplorer
+
+    w = SnapshotExplorer()
+    changes = []
+    for part, image in (("timeline", w.timeline), ("map", w.memory_map)):
+        image.observe(lambda c, p=part: changes.append((p, "shown" if c["new"] else "empty")), names="value")
+        image.layout.observe(lambda c, p=part: changes.append((p, "hidden" if c["new"] else "visible")),
+                             names="display")
+    w.view.observe(lambda c: changes.append(("view", "busy" if "gm-busy" in c["new"] else
+                                                      "refused" if "gm-refused" in c["new"] else "named")), names="value")
+    content = b"not a snapshot\n"  # a file as the browser sends it (ipywidgets' FileUpload value)
+    w.upload.value = ({"name": "notes.pickle", "type": "", "size": len(content), "content": memoryview(content),
+                       "last_modified": datetime.datetime.now(datetime.timezone.utc)},)
+    assert w.report is None and w.message.startswith("notes.pickle: not a memory snapshot")
+    assert changes == [("view", "busy"), ("timeline", "hidden"), ("timeline", "empty"), ("map", "hidden"),
+                       ("map", "empty"), ("view", "refused")], changes
+    assert [i.layout.display for i in (w.timeline, w.memory_map)] == ["none", "none"] and w.choice.index is None
+    changes.clear()
+    name = "dropout MLP, C++ stacks (H200)"
+    w.choice.value = name
+    assert changes == [("view", "busy"), ("timeline", "shown"), ("timeline", "visible"), ("map", "shown"),
+                       ("map", "visible"), ("view", "named")], changes
+    assert w.report.peak_bytes > 0 and f'data-name="{name}"' in w.view.value and SHIPPED[name].exists()

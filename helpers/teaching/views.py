@@ -196,14 +196,16 @@ def startup_answer(a: StartupAccount) -> str:
     """How many requests of ``max_model_len`` tokens the account's KV cache holds at once, in one line; or vLLM's
     refusal (:attr:`helpers.serving.StartupAccount.refusal`).
 
-    "3 requests of 131,072 tokens fit at once, maximum concurrency 3.45× (KV cache: 452,528 tokens, 55.24 GiB)": the
-    whole requests are :attr:`~helpers.serving.StartupAccount.max_concurrency` rounded down, the concurrency is written
-    as vLLM logs it ("Maximum concurrency for 131,072 tokens per request: 3.45x"), the KV cache is its blocks.
+    "3 requests of 131,072 tokens fit at once, maximum concurrency 3.39× (KV cache: 444,864 tokens, 54.30 GiB)", or
+    "1 request of ... fits at once": the whole requests are :attr:`~helpers.serving.StartupAccount.max_concurrency`
+    rounded down, the concurrency is written as vLLM logs it ("Maximum concurrency for 131,072 tokens per request:
+    3.39x"), the KV cache is its blocks.
     """
     if a.refusal:
         return a.refusal
     whole = math.floor(a.max_concurrency)
-    return (f"{whole:,} request{'' if whole == 1 else 's'} of {a.max_model_len:,} tokens fit at once, maximum "
+    return (f"{whole:,} request{'' if whole == 1 else 's'} of {a.max_model_len:,} tokens "
+            f"{'fits' if whole == 1 else 'fit'} at once, maximum "
             f"concurrency {a.max_concurrency:.2f}× (KV cache: {a.kv_tokens:,} tokens, {_gib(a.kv_cache_bytes)})")
 
 

@@ -69,31 +69,41 @@ class SnapshotExplorer(StepWidget):
             self.show(bytes(file["content"]), file["name"])
 
     def _figures(self, *pngs: bytes) -> None:
-        """Show the two figures, or hide them when there are none (an empty image is a broken-image icon)."""
+        """Show the two figures, or hide them when there are none (an empty image is a broken-image icon).
+
+        Each change reaches the browser as its own message, in the order it is made: an image is hidden before its
+        picture is emptied, and given its new picture before it is shown, so that no step between shows a broken icon.
+        """
         for image, png in zip((self.timeline, self.memory_map), pngs):
-            image.value, image.layout.display = png, None if png else "none"
+            if png:
+                image.value, image.layout.display = png, None
+            else:
+                image.layout.display, image.value = "none", png
 
     def show(self, source: Path | bytes, name: str) -> None:
         """Explain ``source`` (a path or a file's bytes) and show it under ``name``."""
         self.view.value = working(f"reading {name}", self.view.value)
+        # The figures change before the text that names them: the browser applies the messages in order, so the
+        # refusal, or the new snapshot's name, never shows beside the figures of the snapshot before it.
         try:
             report = explain_snapshot(source)
         except SnapshotError as e:
             self.report, self.message = None, str(e).replace("the snapshot", name, 1)
-            self.view.value = refused(self.message)
             self._figures(b"", b"")
+            self.view.value = refused(self.message)
             return
+        try:
+            trace, categories = report.memory_map()
+            pngs = (_png(plot_snapshot(report, title=name)),
+                    _png(plot_memory_map(trace, categories, report.segments, title=name)))
+        except ValueError:  # nothing to draw (a trace without segments or tensors): the report alone
+            pngs = (b"", b"")
         self.report, self.message = report, f"{name}: {report.lines()[0]}"
+        self._figures(*pngs)
         self.view.value = (f'<div class="gm-snapshot" data-name="{html.escape(name)}" data-peak="{report.peak_bytes}" '
                            f'data-reserved="{max(report.reserved)}" data-entries="{report.entries}">'
                            f'<b>{html.escape(name)}</b><pre style="font-size:85%;line-height:1.3">'
                            f'{html.escape(chr(10).join(report.lines()))}</pre></div>')
-        try:
-            trace, categories = report.memory_map()
-            self._figures(_png(plot_snapshot(report, title=name)),
-                          _png(plot_memory_map(trace, categories, report.segments, title=name)))
-        except ValueError:  # nothing to draw (a trace without segments or tensors): the report alone
-            self._figures(b"", b"")
 
     def summary(self) -> str:
         """The report on display, as text (or why there is none)."""
