@@ -12,6 +12,11 @@ tensors), takes the third as a stated assumption (:data:`NON_TORCH_BYTES`), and 
 and their sources (vLLM's files and functions, read at the commits named in the project's research notes on vLLM's
 start-up logs, section 3) are given where each is applied.  All sizes are bytes; 1 GiB = 2**30 bytes, as vLLM logs.
 
+CUDA graphs are outside the account, as in vLLM v0.19.0 by default: it logs an "Estimated CUDA graph memory" but
+subtracts it only when ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (``vllm/envs.py``, default 0;
+``Worker.determine_available_memory``, ``vllm/v1/worker/gpu_worker.py``): the graphs' pool is taken later from the
+headroom ``gpu_memory_utilization`` leaves, not from the KV cache; :meth:`StartupAccount.lines` says so.
+
 Over several GPUs (``tensor_parallel_size``, ``pipeline_parallel_size``) the account is one GPU's: the engine traces
 the Hugging Face model of one rank's shard, as vLLM v0.19.0 cuts heads, widths, vocabulary and layers
 (:mod:`helpers.vllm_rules`), and every rank gets the fewest KV blocks of any rank.
@@ -28,19 +33,18 @@ import torch
 from .config import StepConfig, check_int
 from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
-from .gpus import GPU_CARDS
+from .gpus import GPU_CARDS, GPU_SPECS, simulated_card
 from .hf_config import SHIPPED, config_label, load_config
 from .profile import keep, recall
-from .step import StepRunner
-from .allocator.rules import round_up
-from .techniques.quantization import nf4_linears, weights as weights_of
 from .units import GiB
-from .vllm_rules import Split, not_held, rank_config, scheduler_defaults, splits
+from .vllm_profile import formula_weight_bytes, traced_profile_run
+from .vllm_rules import Split, rank_config, scheduler_defaults, splits
 from .vllm_rules import non_torch_bytes as parallel_non_torch
 
 #: The accounting rules this module reproduces, by the version named in its ``version`` argument.
 VERSIONS = {
-    "0.11": "V1 engine, v0.9.1 to v0.11 (gpu_worker.py Worker.determine_available_memory with memory_profiling)",
+    "0.11": "V1 engine, v0.9.1 to v0.19.0 (gpu_worker.py Worker.determine_available_memory with memory_profiling); "
+            "its profile run's sampler pass as v0.19.0 runs it",
     "0.6.5": "V0 engine, v0.6.5 to v0.10 (worker.py Worker.determine_num_available_blocks with memory_profiling)",
 }
 #: The model dtypes (``--dtype``), and the KV cache dtypes (``--kv-cache-dtype``): "auto" is the model's dtype;
@@ -271,12 +275,16 @@ class StartupAccount:
             f"{'by formula' if self.quantization in BY_FORMULA else 'traced'}: "
             f"{self.parameter_count:,} parameters)",
             f"  PyTorch activation peak memory takes {gib(self.activation_peak_bytes)} (traced profile run: "
-            f"{self.max_num_batched_tokens:,} tokens, logits of {self.num_reqs:,} requests)",
+            f"{self.max_num_batched_tokens:,} tokens, then the {'logits' if self.version == '0.6.5' else 'sampler'} "
+            f"of {self.num_reqs:,} requests)",
             f"  non_torch_memory takes {gib(self.non_torch_bytes)} (assumed, not simulated)",
             f"  Available KV cache memory: {gib(self.available_kv_bytes)}",
             f"  GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_blocks:,} blocks of {self.block_size} "
             f"tokens, {self.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv})",
             f"  Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x",
+            *([] if self.version == "0.6.5" else [
+                "  (CUDA graphs: estimated and logged by vLLM, not subtracted: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS "
+                "is 0 by default, vllm/envs.py)"]),
             *(f"  stage {a.stage} (layers {a.layers[0]}-{a.layers[1] - 1}): weights {gib(a.weights_bytes)}, activation "
               f"peak {gib(a.activation_peak_bytes)}, Available KV cache memory {gib(a.available_kv_bytes)}, "
               f"{a.own_blocks:,} blocks" for a in self.other_stages),
@@ -314,8 +322,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
       sequence of ``max_num_batched_tokens`` tokens: a layer's tensors grow with the tokens, not with how they are
       split into requests, attention's too (its flash kernel keeps memory linear in the tokens).  The kernels are
       Hugging Face's, not vLLM's: its RMSNorm computes in float32 and its MLP keeps gate and up apart, where vLLM
-      fuses them.  The sampler's own temporaries (top-k, top-p) are not simulated, nor the input buffers vLLM
-      allocates before the run.
+      fuses them.  The sampler pass is v0.19.0's, traced as torch code (:mod:`helpers.vllm_profile`); V0's is its
+      logits' float32 copy.  The input buffers vLLM allocates before the run are not simulated.
 
     Args:
         model: a Hugging Face config: a shipped name (:func:`helpers.hf_config.shipped_configs`, offline), or
@@ -399,7 +407,8 @@ def _rank_account(model, config, split: Split, common: dict, weights_format: tup
     shard = config if alone else rank_config(config, split)
     parameters, weights, peak = _profile_run(_key(model, config), common["model"], common["dtype"], weights_format,
                                              common["max_num_batched_tokens"], common["num_reqs"],
-                                             None if alone else split)
+                                             sm_count(common["gpu"], common["total_bytes"]), None if alone else split,
+                                             common["version"])
     return StartupAccount(**common, parameter_count=parameters, weights_bytes=weights, activation_peak_bytes=peak,
                           kv_bytes_per_token=kv_bytes_per_token(shard, common["dtype"], common["kv_cache_dtype"]),
                           tensor_parallel_size=split.tp, pipeline_parallel_size=split.pp, stage=split.stage,
@@ -480,103 +489,24 @@ def _key(model, config):
 
 
 def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
-                 num_reqs: int, split: Split | None = None) -> tuple[int, int, int]:
-    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced (on one rank's
-    shard when ``split`` says where it sits); a shipped config's runs are kept with the profiles
-    (:data:`helpers.profile.KEPT`: the same figures every time, nothing in them is random)."""
-    key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, split)
+                 num_reqs: int, num_sm: int, split: Split | None = None, version: str = "0.11"
+                 ) -> tuple[int, int, int]:
+    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced
+    (:func:`helpers.vllm_profile.traced_profile_run`, on one rank's shard when ``split`` says where it sits); a shipped
+    config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures every time, nothing in
+    them is random)."""
+    key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, version)
            if isinstance(model, str) else None)
     run = recall(key)
     if run is None:
-        run = _traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, split)
+        run = traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split,
+                                 v0=version == "0.6.5")
         keep(key, run)
     return run
 
 
-def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes: int) -> int:
-    """Bytes of ``model``'s weights in a format no library runs on fake tensors here, each tensor rounded up to 512
-    bytes as the caching allocator rounds it (:func:`helpers.allocator.rules.round_up`).  The linear layers QLoRA would
-    quantize (:func:`helpers.techniques.quantization.nf4_linears`: every ``nn.Linear`` but the LM head) take:
-
-    * ``"fp8"``: one byte a weight and one float32 scale (vLLM's ``Fp8LinearMethod`` with a per-tensor scale; an
-      FP8-dynamic checkpoint's scale per output channel is a few KiB more);
-    * ``"int4"``: half a byte a weight (eight to an int32) and a 16-bit scale per :data:`INT4_GROUP` weights of an input
-      row: a symmetric GPTQ or AWQ checkpoint as vLLM's Marlin kernels keep it after loading (``gptq_marlin``,
-      ``awq_marlin``: no zero points or activation order kept; their few KiB of workspace left out);
-
-    their biases, and every other parameter and buffer (embeddings, norms, the head), ``dtype_bytes`` an element.
-
-    Args:
-        model: the model, built (on ``meta`` is enough), its linear layers' weights frozen.
-        quantization: one of :data:`helpers.formats.BY_FORMULA`.
-        dtype_bytes: bytes an element of what is not quantized.
-
-    Raises:
-        ValueError: for another ``quantization``.
-    """
-    if quantization not in BY_FORMULA:
-        raise ValueError(f"no weight formula for quantization {quantization!r}; they are for "
-                         f"{', '.join(BY_FORMULA)}")
-    packed = {id(layer.weight) for _, _, layer in nf4_linears(model)}
-    total = 0
-    for t in [*model.parameters(), *model.buffers()]:
-        n = t.numel()
-        if id(t) not in packed:
-            total += round_up(n * dtype_bytes)
-        elif quantization == "fp8":
-            total += round_up(n) + round_up(4)
-        else:
-            total += round_up(n // 2) + round_up(n // INT4_GROUP * 2)
-    return total
-
-
-def _traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
-                        num_reqs: int, split: Split | None = None) -> tuple[int, int, int]:
-    """:func:`_profile_run` traced: the model made by the step recipe in ``dtype`` (``StepConfig.param_dtype``, as
-    ``from_pretrained`` loads it: every parameter and buffer in ``dtype`` but a model class's
-    ``_keep_in_fp32_modules``, which none of the shipped configs has; vLLM's own model classes load all in ``dtype``),
-    its linear layers quantized as ``weights_format`` says, placed, then the profile pass; of one rank's shard when
-    ``split`` is given: a stage after the first takes the hidden states in (made before the run, as vLLM's intermediate
-    buffers), a stage before the last stops at the last layer (no head, no sampler: ``profile_run`` samples on the last
-    stage only), and under tensor parallelism the rank's logits are all-gathered to the padded vocabulary first
-    (``LogitsProcessor._gather_logits``: every rank gets them on CUDA), of which the sampler takes the real vocabulary
-    in float32.  The weights a stage does not hold (:func:`helpers.vllm_rules.not_held`) are not counted."""
-    quantization, double_quant = weights_format
-    formula = quantization in BY_FORMULA
-    first = last = True
-    if split is not None:
-        full = _config(model)
-        vocab, first, last = full.get_text_config().vocab_size, split.first, split.last
-        model = rank_config(full, split)
-    runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
-                                   param_dtype=dtype, quantization="none" if formula else quantization,
-                                   double_quant=double_quant, device="simulated"))
-    meter = runner.meter
-    with meter:
-        net = runner.place().eval()
-        weights = meter.allocated()
-        if first:  # before the run, as vLLM's
-            inputs = dict(input_ids=torch.randint(0, runner.task.vocab_size, (1, tokens), device=meter.device))
-        else:
-            hidden = net.get_input_embeddings().embedding_dim
-            inputs = dict(inputs_embeds=torch.zeros(1, tokens, hidden, dtype=DTYPES[dtype], device=meter.device))
-        meter.reset_peak()
-        before = meter.allocated()
-        try:
-            with torch.inference_mode():
-                if not last:
-                    net.get_decoder()(**inputs)
-                else:
-                    logits = net(**inputs, logits_to_keep=num_reqs).logits  # one row per request, the model's dtype
-                    if split is not None and split.tp > 1:  # the all-gather's output, then the real vocabulary
-                        logits = logits.new_empty(*logits.shape[:-1], logits.shape[-1] * split.tp)[..., :vocab]
-                    logits.float()  # the sampler's float32 copy, both alive
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise ValueError(f"{label} cannot run vLLM's profile pass of {tokens:,} tokens: {first_line(e)}") from None
-        peak = meter.peak() - before
-    parameters = sum(map(weights_of, net.parameters()))  # a 4-bit weight: its weights, not its packed bytes
-    if formula:
-        weights = formula_weight_bytes(net, quantization, DTYPES[dtype].itemsize)
-    dropped = not_held(net, first, last)
-    return (parameters - sum(t.numel() for t in dropped),
-            weights - sum(round_up(t.numel() * t.element_size()) for t in dropped), peak)
+def sm_count(gpu: str, total: int) -> int:
+    """The streaming multiprocessors of the card the account is for (:data:`helpers.gpus.GPU_SPECS`): the named card,
+    else the card of :data:`helpers.gpus.GPU_CARDS` with exactly ``total`` bytes, else the simulated GPU's
+    (:func:`helpers.gpus.simulated_card`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it."""
+    return GPU_SPECS[gpu if gpu in GPU_SPECS else simulated_card(total)].sms

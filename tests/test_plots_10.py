@@ -99,3 +99,10 @@ def test_plot_engine_beside_logs_marks_each_ratio_and_skips_a_cache_vllm_did_not
                                                            "a · card"]
     with pytest.raises(ValueError, match="at least one row"):
         plot_engine_beside_logs([])
+
+
+def test_plot_activation_peak_labels_no_two_points_on_top_of_each_other():
+    """1,024 and 2,048 tokens are 3% of a 32,768-token axis apart: only the first is labelled; equal labels once."""
+    peaks = {1024: 1.80 * GiB, 2048: 1.801 * GiB, 4096: 1.81 * GiB, 8192: 1.812 * GiB, 32768: 3.6 * GiB}
+    ax = plot_activation_peak(peaks).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["1.80", "1.81", "3.60"]

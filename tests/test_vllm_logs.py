@@ -1,5 +1,6 @@
 """helpers.teaching.vllm_logs: vLLM's published start-up logs, each consistent with itself, and the engine beside
-them (issue 35's aim: the weights within 1%, the KV cache's tokens within 5% where the setup is fully stated)."""
+them (issue 35's aim: the weights within 1%, the KV cache's tokens within 5% where the setup is fully stated; issue
+53's: the activation peak within 10% and the tokens within 1% on the fully stated single-card logs, but float32's)."""
 
 import math
 
@@ -48,10 +49,16 @@ def test_the_engine_beside_the_logs(rows):
         assert (row.refusal is not None) == row.log.refused, name
     for name in FULLY_STATED:
         engine, logged = rows[name].engine(), rows[name].log.logged
-        assert engine["tokens"] == pytest.approx(logged["tokens"], rel=0.05), name
-        assert engine["concurrency"] == pytest.approx(logged["concurrency"], rel=0.05), name
-        # vLLM's profile also runs its sampler over 1,024 requests' float32 logits: the engine's peak is below
+        # v0.19.0's sampler pass over 1,024 requests sets the peak (three float32 [1024, vocab] tensors and the Triton
+        # buffer): within 3%, and the tokens within 0.2%.  In float32 there is no float32 copy of the logits, and the
+        # forward pass sets the peak: Hugging Face's forward, 18% under vLLM's (its first pipeline stage logs 1.10
+        # GiB where the engine traces 0.91, tests/test_vllm_parallel.py): the tokens within 1.1%
+        forward_bound = rows[name].log.options.get("dtype") == "float32"
+        assert engine["activation"] == pytest.approx(logged["activation"], rel=0.18 if forward_bound else 0.03), name
         assert engine["activation"] < logged["activation"], name
+        assert engine["tokens"] == pytest.approx(logged["tokens"], rel=0.011 if forward_bound else 0.002), name
+        assert engine["concurrency"] == pytest.approx(logged["concurrency"], rel=0.011 if forward_bound else 0.002), \
+            name
     for name in ("Llama-3.1-8B, RTX 3090, 20,000 tokens", "Llama-3.1-8B, RTX 3090, 29,000 tokens"):
         engine, logged = rows[name].engine(), rows[name].log.logged
         assert engine["activation"] == pytest.approx(logged["activation"], rel=0.1), name

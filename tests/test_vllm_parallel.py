@@ -114,9 +114,10 @@ def test_each_parallel_log_adds_up_as_vllm_computes():
 
 @pytest.mark.slow
 def test_the_engine_beside_the_parallel_logs():
-    """Weights per rank within 2%; KV tokens within 5%, but where the profile run's missing sampler pass alone is
-    more than 5% of the KV cache (the 72B at TP 2, 3 GiB of KV cache): there the whole difference is the activation
-    peak's (the engine traces the forward pass and the float32 logits, not vLLM's top-k/top-p sampler)."""
+    """Weights per rank within 2%; the sampler pass's stage (every rank but a pipeline's earlier stages) within 3% of
+    the logged activation peak (10% on a pipeline's last stage), an earlier stage's forward pass alone within 18%
+    (Hugging Face's forward is lighter than vLLM's); KV tokens within 0.5%, but the 72B at TP 2, whose 3 GiB of KV
+    cache make its 0.05 GiB of activation and 0.09 GiB of weights 4.6% of its tokens: within 5%."""
     rows = engine_beside_logs(PARALLEL_LOGS)
     assert len(rows) >= 10
     for row in rows:
@@ -124,13 +125,10 @@ def test_the_engine_beside_the_parallel_logs():
         assert row.refusal is None, name
         assert engine["weights"] == pytest.approx(logged["weights"], rel=0.02), name
         assert engine.get("last_weights", 0) == pytest.approx(logged.get("last_weights", 0), rel=0.02), name
-        gap = logged["activation"] - engine["activation"]  # GiB the engine leaves out
-        assert 0 < gap < 1.5, name
-        if gap < 0.05 * logged["kv"]:
-            assert engine["tokens"] == pytest.approx(logged["tokens"], rel=0.05), name
-        else:
-            explained = logged["kv"] + gap + (logged["weights"] - engine["weights"])
-            assert engine["kv"] == pytest.approx(explained, abs=0.02), name
+        piped = "last_activation" in logged
+        assert engine["activation"] == pytest.approx(logged["activation"], rel=0.18 if piped else 0.03), name
+        assert engine.get("last_activation", 0) == pytest.approx(logged.get("last_activation", 0), rel=0.1), name
+        assert engine["tokens"] == pytest.approx(logged["tokens"], rel=0.05 if logged["kv"] < 5 else 0.005), name
 
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"  # 9 heads, 3 KV heads, 30 layers, a tied head

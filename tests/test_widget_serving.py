@@ -77,11 +77,11 @@ def test_the_default_is_llama_3_1_8b_on_an_h100_at_its_whole_context_as_vllm_ser
                                max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16",
                                quantization="none")
     assert w.result == vllm_startup(LLAMA) and w.result.max_num_batched_tokens == 8192
-    assert w.message.startswith("3 requests of 131,072 tokens fit at once, maximum concurrency 3.45× (KV cache: ")
+    assert w.message.startswith("3 requests of 131,072 tokens fit at once, maximum concurrency 3.39× (KV cache: ")
 
 
 def test_a_refusal_shows_vllms_line_and_the_account_that_says_so():
-    w = ServingFit(LLAMA, gpu="RTX 4090 24 GB")  # 131,072 tokens of KV cache need 16 GiB; 6.24 are left
+    w = ServingFit(LLAMA, gpu="RTX 4090 24 GB")  # 131,072 tokens of KV cache need 16 GiB; 5.96 are left
     with pytest.raises(WouldNotStart) as refused:
         vllm_startup(**w.options())
     assert w.result == refused.value.account and w.message == str(refused.value) == w.result.refusal
@@ -101,9 +101,9 @@ def test_a_refusal_shows_vllms_line_and_the_account_that_says_so():
     assert "border-left:3px solid #b00" in view
     w.gpu.value, w.max_model_len.value = "RTX 4090 24 GB", 8192
     assert w.result.refusal is None
-    assert w.message.startswith("6 requests of 8,192 tokens fit at once, maximum concurrency 6.24×")
-    w.max_model_len.value = 32_768  # lesson 10's 1.6 requests of 32k on the 24 GB card: one whole request (issue 52.18)
-    assert w.message.startswith("1 request of 32,768 tokens fits at once, maximum concurrency 1.56×"), w.message
+    assert w.message.startswith("5 requests of 8,192 tokens fit at once, maximum concurrency 5.96×")
+    w.max_model_len.value = 32_768  # lesson 10's 1.5 requests of 32k on the 24 GB card: one whole request (issue 52.18)
+    assert w.message.startswith("1 request of 32,768 tokens fits at once, maximum concurrency 1.49×"), w.message
     assert w.message == startup_answer(w.result)
 
 

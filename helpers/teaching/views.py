@@ -196,10 +196,10 @@ def startup_answer(a: StartupAccount) -> str:
     """How many requests of ``max_model_len`` tokens the account's KV cache holds at once, in one line; or vLLM's
     refusal (:attr:`helpers.serving.StartupAccount.refusal`).
 
-    "3 requests of 131,072 tokens fit at once, maximum concurrency 3.45× (KV cache: 452,528 tokens, 55.24 GiB)", or
+    "3 requests of 131,072 tokens fit at once, maximum concurrency 3.39× (KV cache: 444,864 tokens, 54.30 GiB)", or
     "1 request of ... fits at once": the whole requests are :attr:`~helpers.serving.StartupAccount.max_concurrency`
     rounded down, the concurrency is written as vLLM logs it ("Maximum concurrency for 131,072 tokens per request:
-    3.45x"), the KV cache is its blocks.
+    3.39x"), the KV cache is its blocks.
     """
     if a.refusal:
         return a.refusal

@@ -14,11 +14,12 @@ model has its base model's architecture, and Meta-Llama-3-8B the same layers, wi
 What differs, and why (``tests/test_vllm_logs.py`` asserts the bounds): the weights, within 1% (1.5% for fp8 and 4-bit
 GPTQ, counted by :func:`helpers.serving.formula_weight_bytes`, whose kernels may keep a workspace): vLLM also keeps buffers
 Hugging Face's modules do not (Llama-3.1's logged 14.99 GiB is the engine's 14.96 plus about a cos/sin table of its
-131,072 positions, 32 MiB in bfloat16). The activation peak: the engine traces Hugging Face's forward pass and the
-requests' float32 logits; vLLM runs its own fused kernels, then its sampler on those logits (top-k, top-p, penalties),
-whose temporaries the engine does not simulate: V0's profile of 20,000 and 29,000 tokens (256 requests) logged 7-8%
-less than the engine traces, v0.19's of 8,192 tokens and 1,024 requests about twice as much. The KV cache and its
-tokens follow from both: within 2% on the fully stated H100 runs.
+131,072 positions, 32 MiB in bfloat16). The activation peak: the engine traces Hugging Face's forward pass, then
+v0.19.0's sampler pass on the requests' logits (:func:`helpers.vllm_profile.dummy_sampler_run`); vLLM runs its own
+compiled kernels.  On v0.19's runs of 8,192 tokens and 1,024 requests the sampler's float32 tensors set the peak:
+within 3% of the logged one, the KV tokens within 0.2% (float32 weights: the forward pass sets it, and Hugging Face's
+is 18% lighter than vLLM's: tokens within 1.1%).  V0's profile (the logits' float32 copy only) of 20,000 and 29,000
+tokens (256 requests) logged 7-8% less than the engine traces.
 """
 
 from __future__ import annotations

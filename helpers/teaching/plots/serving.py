@@ -143,7 +143,9 @@ def plot_concurrency(grid: dict[str, dict[int, float | None]], title: str | None
 def plot_activation_peak(peaks: dict[int, int], floor: int | None = None, unit: str = "GiB",
                          title: str | None = None) -> Figure:
     """The profile run's activation peak against ``max_num_batched_tokens``, points joined, each labelled;
-    ``floor``, when given, a dashed line: the sampler's logits of every request, which no batch goes under.
+    ``floor``, when given, a dashed line: the sampler's tensors (its rows of logits, one per request), which no batch
+    goes under.  A point closer than 6% of the axis to the last labelled one, or labelled alike, is not labelled (the
+    labels would overlap).
 
     Raises:
         ValueError: for another unit, or fewer than two points.
@@ -156,14 +158,16 @@ def plot_activation_peak(peaks: dict[int, int], floor: int | None = None, unit: 
     xs = sorted(peaks)
     ax.plot(xs, [peaks[x] / scale for x in xs], "o-", color=CATEGORY_COLORS["activations"],
             label="activation peak, traced")
-    for i, x in enumerate(xs):
-        if i and peaks[x] == peaks[xs[i - 1]]:
-            continue  # equal neighbours: their label would overlap the first's
+    last = None
+    for x in xs:
+        if last is not None and (x - last < 0.06 * xs[-1] or f"{peaks[x] / scale:.2f}" == f"{peaks[last] / scale:.2f}"):
+            continue  # it would overlap the last label
+        last = x
         ax.annotate(f"{peaks[x] / scale:.2f}", (x, peaks[x] / scale), xytext=(-6, 6), textcoords="offset points",
                     ha="right", fontsize=8)
     if floor is not None:
         ax.axhline(floor / scale, color="black", linestyle="--", linewidth=1,
-                   label="the sampler's logits alone (one row per request)")
+                   label="the sampler's tensors alone (rows of logits, one per request)")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.set_xlim(0, xs[-1] * 1.05)
     ax.set_xlabel("max_num_batched_tokens (tokens in the profile run)")
