@@ -34,7 +34,7 @@ HISTORICAL = {
     ("helpers/gpus.py", "PyTorch 2.10"): "the version unsloth-zoo #1053 measured",
     ("helpers/teaching/setups.py", "transformers 4.31"):
         "4.31 to 4.45: the releases whose Llama upcast its logits to float32 (the published figures' setups)",
-    ("helpers/models/hf.py", "transformers 4.31.0.dev0"): "the version a published config.json was saved with",
+    ("helpers/hf_config.py", "transformers 4.31.0.dev0"): "the version a published config.json was saved with",
     ("helpers/teaching/setups.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("docs/instructor_guide.md", "transformers 4.48"): "the version of fms-acceleration's benchmark",
