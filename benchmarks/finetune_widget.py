@@ -29,6 +29,8 @@ CHANGES = [
     ("checkpointing off", "checkpointing", False),
     ("checkpointing on", "checkpointing", True),
     ("method LoRA -> QLoRA (bitsandbytes' NF4 base)", "method", "QLoRA (bitsandbytes' NF4 base)"),
+    ("batch 1 -> 2", "batch_box", 2),
+    ("batch 2 -> 4", "batch_box", 4),
 ]
 
 
@@ -52,15 +54,16 @@ def main() -> None:
     judged = []
     original = widget.estimate_at
 
-    def counting(seq, batch_size):
+    def counting(seq, batch_size, **options):  # options: concrete=True, the search's confirming traces
         judged.append((seq, batch_size))
-        return original(seq, batch_size)
+        return original(seq, batch_size, **options)
 
     widget.estimate_at = counting
     for label, control, value in CHANGES:
         cpu, wall = timed(lambda: setattr(getattr(widget, control), "value", value))
         assert widget.result is not None, (label, widget.message)
-        print(f"{label}: {cpu:.2f} s CPU, {wall:.2f} s wall{over(cpu, MAX_CHANGE_SECONDS)}")
+        print(f"{label}: {cpu:.2f} s CPU, {wall:.2f} s wall, peak {widget.result.peak_bytes:,} B"
+              f"{over(cpu, MAX_CHANGE_SECONDS)}")
     for method in ("LoRA", "QLoRA (bitsandbytes' NF4 base)"):
         for question in ("longest sequence", "largest batch"):
             widget.question.value = "does it fit?"

@@ -20,7 +20,8 @@ lines, half of them explanation), then :mod:`helpers.engine.meter` (the one API 
   :mod:`helpers.step`: the recipe and the step runner (:class:`StepRunner`, the training step written once);
 * :mod:`helpers.profile`: the profile layer: :func:`profile_step` (lesson 03), :func:`time_step`, the kept answers,
   and the one decision of how a profile is obtained (traced in full, or written from shallow traces);
-* studies built on the runner: :mod:`helpers.batch` (memory against batch size, lesson 01), :mod:`helpers.saved`
+* studies built on the runner: :mod:`helpers.batch` (memory against batch size, lesson 01), :mod:`helpers.polynomial`
+  (a step's peak as a polynomial in batch and sequence, from one symbolic trace, lessons 01 and 08), :mod:`helpers.saved`
   (what autograd saves, lesson 02), :mod:`helpers.masks` (ReLUs that save a mask, lesson 02), :mod:`helpers.loops`
   (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp` (FSDP2 on a fake process group, lesson 07),
   :mod:`helpers.sharding` (ZeRO's and DeepSpeed's formulas, lesson 07), :mod:`helpers.transformer` (a transformer's
@@ -61,6 +62,7 @@ _HOME = {
     "StepRunner": "step",
     "DoesNotFit": "profile", "forget_kept": "profile", "profile_step": "profile", "time_step": "profile",
     "AffineFit": "batch", "PeakCurve": "batch", "fit_affine": "batch",
+    "BytesPolynomial": "polynomial", "peak_polynomial": "polynomial",
 }
 
 __all__ = sorted(_HOME)

@@ -225,10 +225,12 @@ def trace(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTrace
 
 
 # -- the one cache of kept answers ---------------------------------------------------------------------
-#: Whether :func:`obtain` may evaluate a later answer from a kept symbolic log (:mod:`helpers.evaluated`).  Off for
-#: now: the evaluation is exact where it is kept (it is checked against a concrete answer first), but its first
-#: symbolic trace costs about two concrete ones, and its cost in every lesson's run is not yet measured (issue 50).
-#: Set ``helpers.profile.EVALUATE = True`` to use it; the tests of :mod:`helpers.symbolic` do.
+#: Whether :func:`obtain` may evaluate a later answer from a kept symbolic log (:mod:`helpers.evaluated`).  Off: the
+#: evaluation is exact where it is kept (it is checked against a concrete answer first), but its first symbolic trace
+#: costs about two concrete ones, and the lessons ask few later questions of one configuration to repay it: measured
+#: by ``benchmarks/evaluate_lessons.py`` (kernel CPU seconds, off -> on, no compared output changed), lesson 09
+#: 222 -> 322 s, 01 53 -> 59 s, 08 50 -> 50 s (issue 50).  Set ``helpers.profile.EVALUATE = True`` to use it; the tests
+#: of :mod:`helpers.symbolic` do.
 EVALUATE = False
 #: How many answers a process keeps, the least recently used dropped first (an 8B step's profile is about 20 MiB):
 #: a widget's search, or a later cell, that asks for a step again gets it at once.  Keys are tuples whose first item

@@ -27,7 +27,7 @@
 # - Predict the largest batch that fits a V100, an RTX 4090, an A100 or an H100, and check the prediction.
 # - Read an out-of-memory message, including the one a capped GPU prints, and tell *allocated* from *reserved* memory.
 #
-# **Time:** about 95 minutes alone: 37 of reading, 33 of code, 3 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
+# **Time:** about 100 minutes alone: 39 of reading, 35 of code, 4 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
 
 # %% [markdown]
 # ## Setup
@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from helpers import CUDA_OVERHEAD_BYTES, OKABE_ITO, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp, profile_step
+from helpers import (CUDA_OVERHEAD_BYTES, OKABE_ITO, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp,
+                     peak_polynomial, profile_step)
 from helpers.teaching.data import load_digits
 from helpers.gpus import GPU_CARDS, oom_message
 from helpers.models import digits_mlp
@@ -276,6 +277,38 @@ image = 3 * 224 * 224 * 4
 print(f"one image: {fmt_bytes(image, 'KiB')}; memory per image in training: {fmt_bytes(fit.per_sample_bytes)}, "
       f"{fit.per_sample_bytes / image:.0f} times as much")
 assert fit.per_sample_bytes > 30 * image
+
+# %% [markdown]
+# The fit *estimated* M0 and m from measured points. They can also be *derived*, exactly. PyTorch can run a model on fake tensors whose sizes are symbols (`FakeTensorMode` with a `ShapeEnv`, the machinery behind `torch.compile`'s dynamic shapes): traced once with the batch size as a symbol B, every storage's size comes out as an expression in B. `peak_polynomial` adds up the storages alive at the moment of batch 128's peak:
+
+# %%
+poly = peak_polynomial("resnet18", 128, device="simulated", steady_state=True)
+terms = poly.terms()
+M0, m = terms["1"], terms["B"]
+labels = next(s for s in traces[128].at_peak() if s.category == "input" and s.dtype == torch.int64)
+print(f"M(b) = {M0:,} + b × {m:,} + (8·b rounded up to 512) bytes")
+print(f"derived: M0 = {fmt_bytes(M0)}, m = {fmt_bytes(m)} per sample; "
+      f"fitted above: M0 = {fmt_bytes(fit.m0_bytes)}, m = {fmt_bytes(fit.per_sample_bytes)}")
+print(f"the rounded term: the labels, {labels.dtype} of shape {labels.shape}, {labels.nbytes} bytes at batch 128")
+gap = {b: traces[b].peak_allocated_bytes - poly(b) for b in sizes if b >= 2}
+assert set(terms) == {"1", "B", "RoundUp(8*B)"} and poly.guards == () and poly.ranges["B"][0] == 2
+assert labels.shape == (128,) and labels.nbytes == 8 * 128
+assert all(gap[b] == 0 for b in large) and all(gap[b] > 0 for b in gap if b < 128)
+assert abs(fit.m0_bytes - M0) < 64 * 1024 and abs(fit.per_sample_bytes - m) < 64
+
+fig = Figure(figsize=(6, 3.4), layout="constrained")
+ax = fig.subplots()
+small = [b for b in gap if b < 128]
+ax.plot(small, [gap[b] / MiB for b in small], "o-", color=OKABE_ITO["vermillion"], label="another moment is the peak")
+ax.plot(large, [gap[b] / MiB for b in large], "s", color=OKABE_ITO["bluish green"], label="peak = M(b), to the byte")
+ax.axhline(0, lw=0.8, color=OKABE_ITO["black"])
+ax.set(xscale="log", xlabel="batch size (log scale)", ylabel="measured peak − M(b) (MiB)",
+       title="ResNet18: the peak against M(b) derived from one symbolic trace")
+ax.legend()
+fig
+
+# %% [markdown]
+# Look at the squares: from batch 128 up the measured peak equals M(b) to the byte; below 128 the points lie above it, because another moment of the step holds more (the convexity of the figure above). M0 and m are now two integers read off PyTorch's own dispatch, not estimated from points, and M(b) holds at every batch size from 2 up, including the labels' rounding to 512 bytes that no straight line can follow.
 
 # %% [markdown]
 # Below batch 128 the points lie *above* the line:

@@ -28,7 +28,7 @@
 # - Measure full and selective activation checkpointing, what the loss keeps of the logits, and a chunked cross-entropy.
 # - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 #
-# **Time:** about 95 minutes alone: 33 of reading, 27 of code, 5 for the figures, 2 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
+# **Time:** about 100 minutes alone: 35 of reading, 31 of code, 6 for the figures, 1 to run all, 27 for the three exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
 # Lessons 02 (what autograd saves), 04 (AMP, checkpointing), 05a (model states) and 05b (GPT-2 1.5B against the ZeRO paper) come first.
 
@@ -187,7 +187,54 @@ plot_memory_vs_seq(SEQS, {"math kernel (engine)": [m for m, _ in per_layer.value
 # Look at the slopes: on log-log axes the math kernel's line bends up to slope 2 and joins the line of the scores alone (95% of it at 16k tokens); flash attention's has slope 1 at long sequences and flattens at short ones, where the weight copies are a constant part. At 16k tokens the math kernel keeps more than 25 times what flash keeps. (Beyond 1024 tokens GPT-2's position embedding is extended.)
 #
 # On a GPU, PyTorch 2.14.1's dispatcher (`select_sdp_backend` in `sdp_utils.cpp`) tries cuDNN attention (first only on Hopper and Blackwell with a recent cuDNN), FlashAttention, memory-efficient attention, then math, and takes the first whose checks pass. FlashAttention needs 16-bit inputs, a head size up to 256 and no explicit `attn_mask` (`is_causal=True` is fine); memory-efficient attention also accepts a mask and float32; in 2.14.1 both accept `enable_gqa=True` (memory-efficient attention since pull request #191085, 2026: in older releases it refused fewer key/value heads, and a masked grouped-query call ran the math kernel unless cuDNN took it). So on an A100 or an H100, PyTorch 2.14.1 runs masked and grouped-query calls in a fused kernel (on your GPU, `torch.backends.cuda.can_use_efficient_attention(params, debug=True)` says whether a call qualifies and why not); **the simulation** runs grouped-query calls fused too (keeping the key and value with their own, fewer heads) and sends masked ones to the math kernel, an upper bound.
-#
+
+# %% [markdown]
+# The same two kernels, read as polynomials. `peak_polynomial` traces a whole training step once with the sequence length as a symbol S (PyTorch's `FakeTensorMode` with symbolic shapes; b = 1), so that every storage's size is an expression in S, and adds up the storages alive at the step's peak. A GPT-2 124M with two blocks less the same model with one leaves one block's bytes: a constant (its weights, their gradients and momentum, autocast's weight copies) and the terms that grow with s:
+
+# %%
+from matplotlib.figure import Figure
+
+from helpers import OKABE_ITO, peak_polynomial
+
+longer = dataclasses.replace(g124, n_positions=4096)  # position embeddings up to 4096 tokens
+block = {}
+for kernel in ("math", "flash"):
+    one, two = (peak_polynomial(gpt(longer, n), 1, seq_len=1024, vocab_size=g124.vocab_size, device="simulated",
+                                amp=True, attention=kernel) for n in (1, 2))
+    block[kernel] = two - one
+    print(f"{kernel:>5} kernel, one block: {block[kernel].expression} bytes, where {', '.join(block[kernel].guards)}")
+constant = block["math"].terms()["1"]
+assert block["math"].terms() == {"1": constant, "S": 42 * H, "RoundUp(4*S)": 4, "RoundUp(48*S**2)": 1}
+assert block["flash"].terms() == {"1": constant, "S": 36 * H, "RoundUp(4*S)": 4, "RoundUp(48*S)": 1} and 48 == 4 * A
+for s1, s2 in ((512, 1024), (1024, 4096)):  # the tensor-by-tensor list of section 1 grows by the same bytes
+    for kernel, p in block.items():
+        kept1, kept2 = (kept_bytes(gpt_block_kept(1, n, H, A, amp=True, attention=kernel)) for n in (s1, s2))
+        assert p(1, s2) - p(1, s1) == kept2 - kept1
+
+S4 = 4096
+rows = {"engine, math kernel": (42 * S4 * H, 4 * A * S4**2, 16 * S4),
+        "engine, flash attention": (36 * S4 * H, 0, 16 * S4 + 4 * A * S4),
+        "Korthikanti et al. (16-bit, dropout)": (34 * S4 * H, 5 * A * S4**2, 0)}
+assert sum(rows["Korthikanti et al. (16-bit, dropout)"]) == korthikanti_layer_bytes(S4, 1, H, A)
+for kernel, name in (("math", "engine, math kernel"), ("flash", "engine, flash attention")):
+    assert block[kernel](1, S4) - constant == sum(rows[name])
+fig = Figure(figsize=(8, 3.2), layout="constrained")
+ax = fig.subplots()
+left = [0] * len(rows)
+for i, (part, color) in enumerate((("s·b·h terms", "orange"), ("a·s²·b term (the scores)", "vermillion"),
+                                   ("s·b and a·s·b terms (per-token statistics)", "blue"))):
+    widths = [v[i] / MiB for v in rows.values()]
+    ax.barh(list(rows), widths, left=left, color=OKABE_ITO[color], label=part)
+    left = [x + w for x, w in zip(left, widths)]
+ax.invert_yaxis()
+ax.set(xlabel="MiB", title="One GPT-2 124M block, s = 4096, b = 1: the bytes that grow with s, by term")
+fig.legend(loc="outside lower center", ncol=3, fontsize="small")
+fig
+
+# %% [markdown]
+# Look at the vermillion segments: the math kernel's polynomial has an s² term, 4·a·s²·b (the float32 scores), where Korthikanti et al. count 5·a·s²·b (16-bit scores, a 1-byte dropout mask and a 16-bit dropped copy); flash attention's has none, only 4·a·s·b for its float32 log-sum-exp (with the LayerNorm statistics' 16·s·b, too thin to see at this scale). The s·b·h terms, 42 and 36 bytes against the paper's 34, differ as section 1 showed tensor by tensor. The engine read these coefficients off PyTorch's dispatch, one trace per model, not from a fit.
+
+# %% [markdown]
 # ## 3. The ZeRO paper's GPT-2 1.5B, once more
 #
 # Lesson 05b (section 1) measured ZeRO's example end to end (AMP, flash attention, b = 32, s = 1024) against the paper's "about 60 GB" of activations. Now per block, with the formulas beside it:
