@@ -18,7 +18,7 @@ import json
 import re
 import sys
 
-from . import config, hf_config  # no torch import: `check` must run when torch is broken
+from . import cli_batches, config, hf_config  # no torch import: `check` must run when torch is broken
 from .flags import CLI_OPTIONS
 
 
@@ -182,6 +182,10 @@ def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
             p.add_argument(flag, dest=name, action="store_true", help=text)
         elif name in choices:
             p.add_argument(flag, dest=name, choices=choices[name], default=default, help=text)
+        elif name == "batch_size" and not twin:  # one, several (1,2,4,8) or a range (1-64): helpers.cli_batches
+            p.add_argument(flag, dest=name, type=cli_batches.parse, default=default, metavar="N[,N...|N-M]",
+                           help=f"{text}; several (1,2,4,8) or a range (1-64) print one row each, the step traced "
+                                f"once with symbolic sizes and each row evaluated exactly")
         elif name in lowest:
             p.add_argument(flag, dest=name, type=_at_least(lowest[name]), default=default, help=text,
                            metavar="SEGMENTS" if name == "checkpoint" else None)
@@ -310,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         from .allocator import AllocatorSettings
 
         settings = AllocatorSettings.parse(args.alloc_conf)  # checked before the step runs
+        if isinstance(options["batch_size"], tuple):
+            return _several(args, options, settings)
         profile = profile_step(**options)
     except DoesNotFit as e:
         print(f"{prog}: {e}", file=sys.stderr)
@@ -382,6 +388,18 @@ def _explain(args) -> int:
         plot_memory_map(trace, categories, report.segments, title=Path(args.snapshot).name).savefig(
             folder / "memory_map.png", dpi=120)
         print(f"figures: {folder / 'timeline.png'}, {folder / 'memory_map.png'}", file=sys.stderr)
+    return 0
+
+
+def _several(args, options: dict, settings) -> int:
+    """``profile`` at several batch sizes (:mod:`helpers.cli_batches`): one row each, or their JSON."""
+    if args.table:
+        raise ValueError("--table lists one step module by module: give one --batch-size")
+    found = cli_batches.rows(options, options["batch_size"], args.reserved, settings)
+    if args.json:
+        print(json.dumps(cli_batches.report(found, args.gpu, _fits_report)))
+    else:
+        print("\n".join(cli_batches.lines(found, args.gpu)))
     return 0
 
 

@@ -16,7 +16,7 @@ from .engine.backends import get_backend
 from .config import StepConfig, check_int
 from .gpus import CUDA_OVERHEAD_BYTES, GPU_CARDS, Verdict, headroom, judge
 from .record import StepProfile
-from .profile import DoesNotFit, obtain_concrete, profile_step
+from .profile import DoesNotFit, concrete_step, many_points, profile_step
 
 
 @dataclass(frozen=True)
@@ -250,14 +250,15 @@ class PeakCurve:
         self._sizes: list[int] = []  # traced batch sizes, sorted
 
     def concrete(self, batch_size: int) -> StepProfile:
-        """A concrete trace at ``batch_size`` (:func:`helpers.profile.obtain_concrete`; a real GPU's, as :meth:`trace`),
-        never evaluated from a symbolic log: what confirms a search's answer (:func:`largest_fit`'s ``confirm_at``).
+        """A concrete trace at ``batch_size`` (:func:`helpers.profile.concrete_step`: the kept answer where it was traced
+        or written, else a new trace; a real GPU's, as :meth:`trace`), never evaluated from a symbolic log: what
+        confirms a search's answer (:func:`largest_fit`'s ``confirm_at``).
 
         Raises:
             DoesNotFit: if a real GPU runs out of memory.
         """
         config = self.config.replace(batch_size=batch_size, device=self.backend)
-        return profile_step(config) if self.runtime.measured else obtain_concrete(config)
+        return profile_step(config) if self.runtime.measured else concrete_step(config)
 
     def trace(self, batch_size: int) -> StepProfile:
         """The direct trace at ``batch_size`` (cached).
@@ -318,13 +319,21 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str
     traced already; if it fits, every smaller ``n`` does).  ``confirm_at``: ``n -> Estimate`` of a concrete trace, where
     ``estimate_at``'s may be evaluated from a symbolic log (:mod:`helpers.evaluated`): the answer and the ``n`` just
     beyond are traced again by it and must give the same estimates, else the whole search is run again on
-    ``confirm_at`` alone.
+    ``confirm_at`` alone.  The search says it asks many points (:func:`helpers.profile.many_points`), so that a
+    configuration's later points are evaluated from one symbolic trace.
 
     Raises:
         ValueError: for a bad range (``1 <= lowest <= highest``), or as ``estimate_at`` does.
     """
     check_int("lowest", lowest, 1)
     check_int("highest", highest, lowest)
+    with many_points():
+        return _confirmed(estimate_at, lowest, highest, capacity, card, start, confirm_at)
+
+
+def _confirmed(estimate_at, lowest: int, highest: int, capacity: int, card: str | None, start: int | None,
+               confirm_at) -> tuple[int, dict[int, Estimate]]:
+    """:func:`largest_fit`'s search, its answer and the ``n`` beyond confirmed by ``confirm_at`` where given."""
     n, seen = _search(estimate_at, lowest, highest, capacity, card, start)
     if confirm_at is None:
         return n, seen

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import weakref
 from typing import Callable
 
-from . import models
+from . import models, symbolic_store
 from .config import StepConfig
 from .record import StepProfile
 from .symbolic import NotSymbolic, SymbolicStep, key, trace
@@ -21,30 +22,50 @@ from .symbolic import NotSymbolic, SymbolicStep, key, trace
 #: How many configurations' symbolic logs a process keeps (:func:`answer`), the least recently used dropped first.
 KEPT = 8
 _KEPT: collections.OrderedDict = collections.OrderedDict()
+#: The rule of when a configuration is traced symbolically (:func:`answer`), in the distinct points (batch, sequence)
+#: it has been asked at, this one included.  The symbolic trace costs about two concrete ones, its check one more (the
+#: concrete answer it is checked against), then a point costs milliseconds to 0.2 s: measured on the 2-core machine
+#: (issue 50's feasibility figures), Llama-3.1 8B LoRA, steady state, checkpointing: a concrete (written) step
+#: 2.8-3.5 s of CPU, the symbolic trace 13.3 s, a point 0.16-0.19 s.  So a configuration asked at ``n`` points costs ``n`` concrete steps without it and about ``k + 1`` (``k``:
+#: the point where it is traced) with it: it repays itself from the fourth point when traced at the third, from the
+#: third when traced at the second.  A single question is answered concretely, as without symbolic logs; the second
+#: point is enough where the caller says it will ask many (:data:`helpers.profile.many_points`: the searches, a
+#: sweep, the command line given several batch sizes) or the configuration has a log on disk already; the third
+#: otherwise.
+AT_POINT, AT_POINT_WHEN_MANY = 3, 2
 
 
 def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], StepProfile],
-           trace_step: Callable) -> StepProfile:
-    """``config``'s profile, evaluated from a kept symbolic log of its configuration (:func:`helpers.symbolic.key`) where one holds, else
-    ``concrete()`` (traced, or written from shallow traces, as without this module).
+           trace_step: Callable, many: bool = False) -> StepProfile:
+    """``config``'s profile, evaluated from a symbolic log of its configuration (:func:`helpers.symbolic.key`) where one
+    holds, kept in this process or on disk (:mod:`helpers.symbolic_store`), else ``concrete()`` (traced, or written
+    from shallow traces, as without this module).
 
-    The first question of a configuration is answered concretely, no slower than without symbolic logs.  At a later
-    one outside every kept log (the first, another regime, the other side of a guard) the step is traced symbolically
-    there and kept only once its evaluation equals a concrete answer in every field (:func:`differs`): the last one,
-    or one at this point.  A configuration that cannot be traced so (:class:`helpers.symbolic.NotSymbolic`), or whose evaluation
-    differs, is answered concretely from then on, its profile's ``depth_note`` saying why.  ``trace_step``: the
-    profile layer's trace function (:func:`helpers.profile.trace`), passed to :func:`helpers.symbolic.trace`.
+    A log on disk is loaded once per configuration and process, without tracing.  Else the first questions of a
+    configuration are answered concretely, no slower than without symbolic logs; at the :data:`AT_POINT`-th distinct
+    point (:data:`AT_POINT_WHEN_MANY`-th where ``many``: the caller will ask many points; or where the configuration
+    has a log on disk that does not hold here) that no kept log holds (another regime, the other side of a guard) the
+    step is traced symbolically there and kept only once its evaluation equals a concrete answer in every field
+    (:func:`differs`): the last one, or one at this point; a log so checked is also written to disk.  A configuration
+    that cannot be traced so (:class:`helpers.symbolic.NotSymbolic`), or whose evaluation differs, is answered
+    concretely from then on, its profile's ``depth_note`` saying why.  ``trace_step``: the profile layer's trace
+    function (:func:`helpers.profile.trace`), passed to :func:`helpers.symbolic.trace`.
     """
     k = key(config)
-    kept = _KEPT.pop(k, None) or {"steps": [], "checked": None, "refused": None}
+    kept = _KEPT.pop(k, None) or {"steps": None, "disk": False, "checked": None, "refused": None, "points": set()}
     _KEPT[k] = kept
     while len(_KEPT) > KEPT:
         _KEPT.popitem(last=False)
+    if kept["steps"] is None:  # the logs on disk, read once
+        kept["steps"] = symbolic_store.load(config, spec)
+        kept["disk"] = bool(kept["steps"])
     for step in kept["steps"]:
         if step.outside(config) is None:
-            return step.evaluate(config)
+            return _evaluated(step, config)
+    kept["points"].add((config.batch_size, config.seq_len))
     step = None
-    if kept["refused"] is None and kept["checked"] is not None:
+    due = len(kept["points"]) >= (AT_POINT_WHEN_MANY if many or kept["disk"] else AT_POINT)
+    if due and kept["refused"] is None and kept["checked"] is not None:
         try:
             step = trace(config, trace_step, spec)
         except NotSymbolic as e:
@@ -52,7 +73,7 @@ def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], St
     last = kept["checked"]
     if step is not None and step.outside(last.config) is None:
         if _checked(kept, step, last):
-            return step.evaluate(config)
+            return _evaluated(step, config)
         step = None
     profile = kept["checked"] = concrete()
     if step is not None:
@@ -63,11 +84,27 @@ def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], St
     return profile
 
 
+#: The profiles :func:`answer` evaluated, by ``id`` (:func:`was_evaluated`).
+_EVALUATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _evaluated(step: SymbolicStep, config: StepConfig) -> StepProfile:
+    profile = step.evaluate(config)
+    _EVALUATED[id(profile)] = profile
+    return profile
+
+
+def was_evaluated(profile: StepProfile) -> bool:
+    """Whether :func:`answer` evaluated ``profile`` from a symbolic log (else it was traced or written concretely)."""
+    return _EVALUATED.get(id(profile)) is profile
+
+
 def _checked(kept: dict, step: SymbolicStep, profile: StepProfile) -> bool:
     """Keep ``step`` in ``kept`` if its evaluation equals the concrete ``profile``; else refuse the configuration."""
     field = differs(step.evaluate(profile.config), profile)
     if field is None:
         kept["steps"].append(step)
+        symbolic_store.save(profile.config, kept["steps"])
     else:
         kept["refused"] = f"its evaluation differs from a concrete trace in {field}"
     return field is None

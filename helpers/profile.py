@@ -118,8 +118,37 @@ def obtain(config: StepConfig) -> StepProfile:
     """
     spec = resolve_model(config.model, config.num_classes, config.name)
     if EVALUATE and _kept_key(config) is not None and symbolic.applies(config) is None:
-        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace)
+        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace, many=_MANY[0] > 0)
     return obtain_concrete(config, spec)
+
+
+_MANY = [0]  # how many many_points() blocks are open
+
+
+@contextlib.contextmanager
+def many_points():
+    """Within it, the caller will ask many points (batch sizes, sequence lengths) of one configuration: a search, a
+    sweep, the command line given several batch sizes.  :func:`helpers.evaluated.answer` then traces a configuration
+    symbolically at its second point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the
+    later points are evaluated; nothing else changes, and an answer is the same either way."""
+    _MANY[0] += 1
+    try:
+        yield
+    finally:
+        _MANY[0] -= 1
+
+
+def concrete_step(config: StepConfig) -> StepProfile:
+    """``config``'s profile traced or written concretely, never evaluated from a symbolic log: the kept answer
+    (:data:`KEPT`) where it was obtained so, else :func:`obtain_concrete` (not kept): what confirms a search's answer.
+
+    Raises:
+        ValueError, DoesNotFit: as :func:`profile_step`.
+    """
+    kept = recall(_kept_key(config))
+    if kept is not None and not evaluated.was_evaluated(kept):
+        return kept
+    return obtain_concrete(config)
 
 
 def obtain_concrete(config: StepConfig, spec: ModelSpec | None = None) -> StepProfile:

@@ -65,6 +65,48 @@ SLOW = {
 }
 
 
+def pytest_configure(config):
+    """Symbolic logs on disk (:mod:`helpers.symbolic_store`) in a directory of this session's own, empty at its start
+    and removed at its end, so that no run reads another's logs (hermetic CI): set in the environment, which the
+    lessons' kernels inherit."""
+    import os
+    import tempfile
+
+    from helpers.symbolic_store import VARIABLE
+
+    config._symbolic_logs = tempfile.mkdtemp(prefix="symbolic-logs-")
+    config._symbolic_logs_before = os.environ.get(VARIABLE)
+    os.environ[VARIABLE] = config._symbolic_logs
+
+
+def pytest_unconfigure(config):
+    """Remove this session's symbolic logs (:func:`pytest_configure`) and restore the environment."""
+    import os
+    import shutil
+
+    from helpers.symbolic_store import VARIABLE
+
+    if getattr(config, "_symbolic_logs", None):
+        shutil.rmtree(config._symbolic_logs, ignore_errors=True)
+        if config._symbolic_logs_before is None:
+            os.environ.pop(VARIABLE, None)
+        else:
+            os.environ[VARIABLE] = config._symbolic_logs_before
+
+
+@pytest.fixture
+def symbolic_logs(tmp_path, monkeypatch):
+    """An empty directory of symbolic logs on disk for one test (``$GPU_MEMORY_SYMBOLIC_CACHE``), nothing kept in the
+    process: a test of what is written and read back."""
+    from helpers import profile
+    from helpers.symbolic_store import VARIABLE
+
+    monkeypatch.setenv(VARIABLE, str(tmp_path / "symbolic"))
+    profile.forget_kept()
+    yield tmp_path / "symbolic"
+    profile.forget_kept()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Add the exercise solutions to their lessons' nbval items, and mark the slow groups.

@@ -130,29 +130,104 @@ def test_a_full_size_step_evaluated_equals_its_concrete_trace(name):
         assert_evaluated_exactly(model, [(1, rng.randint(16, 512))], **options)
 
 
-def test_answers_are_concrete_first_then_evaluated_once_checked():
-    """:func:`helpers.evaluated.answer`: the first question traced, the second evaluated from a symbolic log checked
-    against the first answer, batch 1 (another regime) checked against its own concrete answer."""
+def test_answers_are_concrete_first_then_evaluated_once_checked(symbolic_logs):
+    """:func:`helpers.evaluated.answer` for a caller that asks many points: the first question traced, the second
+    evaluated from a symbolic log checked against the first answer, batch 1 (another regime) checked against its own
+    concrete answer."""
     from helpers import evaluated, models
 
-    evaluated.forget_kept()
     spec, asked = models.resolve_model("resnet18"), []
 
     def ask(batch_size: int):
         config = _config("resnet18", batch_size, None)
-        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step)
+        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step,
+                                many=True)
 
     first = ask(8)
-    assert asked == [8] and first.depth_note is None
+    assert asked == [8] and first.depth_note is None and not evaluated.was_evaluated(first)
     second = ask(20)
-    assert asked == [8] and second.depth_note.endswith("(helpers.symbolic)")
+    assert asked == [8] and second.depth_note.endswith("(helpers.symbolic)") and evaluated.was_evaluated(second)
     assert_same(second, obtain_concrete(_config("resnet18", 20, None)))
     assert ask(3).peak_allocated_bytes == obtain_concrete(_config("resnet18", 3, None)).peak_allocated_bytes
     assert asked == [8]
     one = ask(1)
     assert asked == [8, 1] and one.depth_note is None
     assert ask(1).depth_note.endswith("(helpers.symbolic)") and asked == [8, 1]
+
+
+def test_a_single_question_is_concrete_and_the_third_point_evaluated(symbolic_logs):
+    """Without ``many``: the first two points of a configuration concrete, the symbolic trace at the third (checked
+    against the second answer), the fourth evaluated: :data:`helpers.evaluated.AT_POINT`."""
+    from helpers import evaluated, models
+
+    spec, asked = models.resolve_model("mobilenet_v2"), []
+
+    def ask(batch_size: int):
+        config = _config("mobilenet_v2", batch_size, None)
+        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step)
+
+    assert evaluated.AT_POINT == 3
+    assert not evaluated.was_evaluated(ask(4)) and not evaluated.was_evaluated(ask(6)) and asked == [4, 6]
+    third, fourth = ask(9), ask(13)
+    assert asked == [4, 6] and evaluated.was_evaluated(third) and evaluated.was_evaluated(fourth)
+    assert_same(fourth, obtain_concrete(_config("mobilenet_v2", 13, None)))
+
+
+def test_a_checked_log_is_kept_on_disk_and_loaded_without_tracing(symbolic_logs, monkeypatch):
+    """A log checked equal to a concrete answer is written to ``$GPU_MEMORY_SYMBOLIC_CACHE``; a new process (the
+    logs in memory forgotten) answers its first question from it, no trace at all, equal to a concrete trace; a
+    corrupt, foreign or truncated file is ignored and rewritten at the next checked log."""
+    import pickle
+
+    from helpers import evaluated, models, symbolic_store
+
+    spec, asked = models.resolve_model("resnet18"), []
+
+    def ask(batch_size: int):
+        config = _config("resnet18", batch_size, None)
+        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step,
+                                many=True)
+
+    ask(8), ask(20)
+    files = list(symbolic_logs.iterdir())
+    assert [f.name for f in files] == [symbolic_store.name(_config("resnet18", 8, None))]
     evaluated.forget_kept()
+    with monkeypatch.context() as patched:
+        patched.setattr(evaluated, "trace", lambda *a, **k: pytest.fail("traced again"))
+        loaded = ask(40)
+    assert asked == [8] and evaluated.was_evaluated(loaded)
+    assert_same(loaded, obtain_concrete(_config("resnet18", 40, None)))
+    foreign = pickle.dumps(["not a log"])
+    for content in (b"garbage", symbolic_store.MAGIC + b"\x80\x05trunc", symbolic_store.MAGIC + foreign,
+                    symbolic_store.MAGIC + pickle.dumps(print)):
+        files[0].write_bytes(content)
+        evaluated.forget_kept()
+        asked.clear()
+        assert not evaluated.was_evaluated(ask(8)) and asked == [8]  # ignored, no traceback
+    assert evaluated.was_evaluated(ask(20)) and files[0].read_bytes() != content  # the checked log rewritten
+    evaluated.forget_kept()
+    asked.clear()
+    assert evaluated.was_evaluated(ask(12)) and asked == []
+
+
+def test_logs_on_disk_can_be_moved_or_turned_off(monkeypatch, tmp_path):
+    """``$GPU_MEMORY_SYMBOLIC_CACHE`` moves the directory or (``off``, ``0``) turns it off; unset, it is the user's
+    cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``); the name depends on the configuration without batch and
+    sequence, and on the package's code."""
+    from helpers import symbolic_store
+
+    monkeypatch.setenv(symbolic_store.VARIABLE, str(tmp_path / "x"))
+    assert symbolic_store.directory() == tmp_path / "x"
+    for off in ("off", "0", ""):
+        monkeypatch.setenv(symbolic_store.VARIABLE, off)
+        assert symbolic_store.directory() is None
+        assert symbolic_store.load(_config("resnet18", 8, None), None) == []
+    monkeypatch.delenv(symbolic_store.VARIABLE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert symbolic_store.directory() == tmp_path / "cache" / "gpu-memory-lessons" / "symbolic"
+    a, b = _config("gpt2", 2, 64), _config("gpt2", 7, 300)
+    assert symbolic_store.name(a) == symbolic_store.name(b) != symbolic_store.name(a.replace(amp=True))
+    assert len(symbolic_store.code_hash()) == 64
 
 
 def test_profile_step_evaluates_a_later_batch_when_asked_to(monkeypatch):
@@ -162,10 +237,12 @@ def test_profile_step_evaluates_a_later_batch_when_asked_to(monkeypatch):
     import helpers.profile
 
     monkeypatch.setattr(helpers.profile, "EVALUATE", True)
+    monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", "off")
     forget_kept()
     first = profile_step("mobilenet_v2", 4, device="simulated")
     assert first.depth_note is None
-    later = profile_step("mobilenet_v2", 24, device="simulated")
+    with helpers.profile.many_points():
+        later = profile_step("mobilenet_v2", 24, device="simulated")
     assert later.depth_note == "traced once with symbolic sizes; evaluated at batch 24 (helpers.symbolic)"
     concrete = obtain_concrete(later.config)
     assert_same(later, concrete)
