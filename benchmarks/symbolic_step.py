@@ -8,7 +8,9 @@ expressions into one function and checks it against sympy's substitution) and th
 (:func:`helpers.evaluated.differs`).  For the 8B steps also what the fine-tuning widget asks: ``profile_step`` at a new
 point once the log is kept (a batch or sequence change), and the largest batch at 2,048 tokens on an A100 80 GB
 (:func:`helpers.batch.largest_fit`, its answer and the batch beyond confirmed by concrete traces), each beside the same
-question answered concretely, as before this issue.  CPU time (``time.process_time``), which a loaded machine inflates
+question answered concretely, as before this issue.  Also the log kept on disk and read back
+(:mod:`helpers.symbolic_store`, "load s"), what a later process pays instead of the symbolic trace; no other log on
+disk is read (``$GPU_MEMORY_SYMBOLIC_CACHE`` is set to ``off``).  CPU time (``time.process_time``), which a loaded machine inflates
 less than wall time.  The first configuration also pays the imports.  Lesson 09's run, the command line's cold answer
 and ``make test`` are rows of the issue's table that this script does not measure.
 
@@ -17,6 +19,8 @@ Run ``python benchmarks/symbolic_step.py [--only NAME]``.
 
 import argparse
 import contextlib
+import os
+import tempfile
 import time
 
 _8B = "meta-llama/Llama-3.1-8B"
@@ -50,7 +54,7 @@ def _concrete_only():
     from helpers import evaluated
 
     answer = evaluated.answer
-    evaluated.answer = lambda config, spec, concrete, trace_step: concrete()
+    evaluated.answer = lambda config, spec, concrete, trace_step, many=False: concrete()
     try:
         yield
     finally:
@@ -62,7 +66,7 @@ def _widget(config) -> dict:
     and the largest batch at 2,048 tokens (CPU seconds, and the answer, which must agree)."""
     from helpers.batch import Estimate, largest_fit
     from helpers.gpus import GPU_CARDS
-    from helpers.profile import forget_kept, obtain_concrete, profile_step
+    from helpers.profile import forget_kept, many_points, obtain_concrete, profile_step
 
     def search():
         at = lambda b: Estimate.of(profile_step(config(b, 2048)))  # noqa: E731
@@ -71,8 +75,9 @@ def _widget(config) -> dict:
 
     out = {}
     forget_kept()
-    profile_step(config(2, 2048)), profile_step(config(2, 1000))  # the first concrete; the second keeps the log
-    change, out["change_s"] = _cpu(lambda: profile_step(config(3, 3000)))
+    with many_points():  # the first concrete; the second keeps the log (helpers.evaluated.AT_POINT_WHEN_MANY)
+        profile_step(config(2, 2048)), profile_step(config(2, 1000))
+        change, out["change_s"] = _cpu(lambda: profile_step(config(3, 3000)))
     out["largest"], out["search_s"] = _cpu(search)
     with _concrete_only():
         forget_kept()
@@ -86,7 +91,7 @@ def _widget(config) -> dict:
 
 def measure(name: str) -> dict:
     """Time one configuration: the concrete step, the symbolic trace, its first evaluation and each further point."""
-    from helpers import symbolic
+    from helpers import symbolic, symbolic_store
     from helpers.config import StepConfig
     from helpers.evaluated import differs
     from helpers.profile import forget_kept, obtain_concrete, trace as trace_step
@@ -101,13 +106,19 @@ def measure(name: str) -> dict:
     concrete, concrete_s = _cpu(lambda: obtain_concrete(config(*points[0])))
     step, trace_s = _cpu(lambda: symbolic.trace(config(*points[0]), trace_step))
     first, first_s = _cpu(lambda: step.evaluate(config(*points[0])))
+    with tempfile.TemporaryDirectory() as logs:  # the log kept on disk (helpers.symbolic_store), then read back
+        os.environ["GPU_MEMORY_SYMBOLIC_CACHE"] = logs
+        assert symbolic_store.save(step.config, [step])
+        (loaded,), load_s = _cpu(lambda: symbolic_store.load(step.config, step.spec))
+        os.environ["GPU_MEMORY_SYMBOLIC_CACHE"] = "off"
+    assert differs(loaded.evaluate(config(*points[0])), concrete) is None
     assert differs(first, concrete) is None, differs(first, concrete)
     per_point = []
     for b, s in points[1:]:
         evaluated, seconds = _cpu(lambda: step.evaluate(config(b, s)))
         per_point.append(seconds)
         assert differs(evaluated, obtain_concrete(config(b, s))) is None, (b, s)
-    result = {"name": name, "concrete_s": concrete_s, "trace_s": trace_s, "first_s": first_s,
+    result = {"name": name, "concrete_s": concrete_s, "trace_s": trace_s, "first_s": first_s, "load_s": load_s,
               "point_s": max(per_point), "guards": step.guards_named(), "how": step.how}
     if model == _8B:
         result.update(_widget(config))
@@ -115,18 +126,19 @@ def measure(name: str) -> dict:
 
 
 def main() -> None:
+    os.environ["GPU_MEMORY_SYMBOLIC_CACHE"] = "off"  # no log on disk but the ones measured: today's figures cold
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=list(CONFIGURATIONS), help="one configuration")
     args = parser.parse_args()
     names = [args.only] if args.only else list(CONFIGURATIONS)
     print(f"{'configuration':<46} {'concrete s':>10} {'symbolic trace s':>16} {'ratio':>6} {'1st eval s':>10} "
-          f"{'new point s':>11}")
+          f"{'new point s':>11} {'load s':>7}")
     results = []
     for name in names:
         r = measure(name)
         results.append(r)
         print(f"{name:<46} {r['concrete_s']:>10.2f} {r['trace_s']:>16.2f} {r['trace_s'] / r['concrete_s']:>6.1f} "
-              f"{r['first_s']:>10.3f} {r['point_s']:>11.3f}  guards {r['guards'] or 'none'}")
+              f"{r['first_s']:>10.3f} {r['point_s']:>11.3f} {r['load_s']:>7.2f}  guards {r['guards'] or 'none'}")
     big = [r for r in results if "change_s" in r]
     ratio = max(r["trace_s"] / r["concrete_s"] for r in results)
     rows = [("the symbolic trace of a configuration, once (worst ratio)", f"<= {MAX_TRACE_RATIO}x its concrete",

@@ -5,9 +5,12 @@ the profiles already obtained are looked up (:data:`KEPT`); else :func:`obtain` 
 is obtained:
 
 * **evaluated** from a symbolic log (:mod:`helpers.evaluated`): a simulated step whose answer may be kept
-  (:func:`_kept_key`) and whose sizes may be symbols (:func:`helpers.symbolic.applies`), at a later question of its
-  configuration without batch and sequence (:func:`helpers.symbolic.key`) once the log's evaluation has equalled a
-  concrete answer; the first question, and a point outside the log's region, get one of the two ways below;
+  (:func:`_kept_key`) and whose sizes may be symbols (:func:`helpers.symbolic.applies`), where a log of its
+  configuration without batch and sequence (:func:`helpers.symbolic.key`) is kept in the process or on disk
+  (:mod:`helpers.symbolic_store`), or where the rule of :data:`helpers.evaluated.AT_POINT` says a symbolic trace now
+  repays itself (the third point of a configuration; the second inside :func:`many_points`); each log is checked equal
+  to a concrete answer before it is kept.  :data:`EVALUATE` turns this on for every question, :func:`many_points`
+  for the questions asked inside it; the other questions get one of the two ways below;
 * **written** from two shallow traces (:mod:`helpers.depth`): a simulated step of a model of at least
   :data:`helpers.depth.MIN_BLOCKS` alike blocks, traced with 6 and 7 blocks, then its log written at full depth;
 * **traced** in full: every other step, and a step whose shallow traces do not repeat block by block.
@@ -117,8 +120,9 @@ def obtain(config: StepConfig) -> StepProfile:
         ValueError, DoesNotFit: as :func:`profile_step`.
     """
     spec = resolve_model(config.model, config.num_classes, config.name)
-    if EVALUATE and _kept_key(config) is not None and symbolic.applies(config) is None:
-        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace, many=_MANY[0] > 0)
+    many = _MANY[0] > 0
+    if (EVALUATE or many) and _kept_key(config) is not None and symbolic.applies(config) is None:
+        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace, many=many)
     return obtain_concrete(config, spec)
 
 
@@ -128,9 +132,10 @@ _MANY = [0]  # how many many_points() blocks are open
 @contextlib.contextmanager
 def many_points():
     """Within it, the caller will ask many points (batch sizes, sequence lengths) of one configuration: a search, a
-    sweep, the command line given several batch sizes.  :func:`helpers.evaluated.answer` then traces a configuration
-    symbolically at its second point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the
-    later points are evaluated; nothing else changes, and an answer is the same either way."""
+    sweep, the command line given several batch sizes.  :func:`obtain` then evaluates answers whatever
+    :data:`EVALUATE` says, and :func:`helpers.evaluated.answer` traces a configuration symbolically at its second
+    point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the later points are
+    evaluated; nothing else changes, and an answer is the same either way."""
     _MANY[0] += 1
     try:
         yield

@@ -85,6 +85,11 @@ def test_json_has_the_documented_fields(capsys):
     (["--batch-size", "0"], "--batch-size: must be at least 1, got 0"),
     (["--batch-size", "-5"], "must be at least 1"),
     (["--batch-size", "many"], "expected an integer"),
+    (["--batch-size", "4-2"], "a range goes up, like 1-64, got '4-2'"),
+    (["--batch-size", "0-3"], "must be at least 1, got 0"),
+    (["--batch-size", "1-5000"], "at most 1024 batch sizes, got 5,000 in '1-5000'"),
+    (["--batch-size", "1,,2"], "expected an integer, integers like 1,2,4,8 or a range like 1-64"),
+    (["--batch-size", "2,4", "--table"], "--table lists one step module by module: give one --batch-size"),
     (["--model", "resnet1000"], "unknown model 'resnet1000'; use a preset (mlp, gpt2, gpt2-medium"),
     (["--optimizer", "lion"], "invalid choice: 'lion'"),
     (["--model", "vit_b_16", "--checkpoint", "3"], "VisionTransformer is not one"),
@@ -445,3 +450,37 @@ def test_gpu_asks_about_one_card_and_an_unknown_card_lists_the_names(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"python -m helpers profile: error: argument --gpu: unknown card 'H200'; the cards: "
                    f"{', '.join(GPU_CARDS)}"]
+
+
+@pytest.mark.parametrize("text, sizes", [("8", 8), ("1,2,4,8", (1, 2, 4, 8)), ("1-4,8", (1, 2, 3, 4, 8)),
+                                         ("8,2,2", (2, 8)), ("3-3", 3)])
+def test_several_batch_sizes_are_read_as_a_list_or_a_range(text, sizes):
+    """``--batch-size``: one integer, several separated by commas, a range with both ends (sorted, each once)."""
+    from helpers.cli_batches import parse
+
+    assert parse(text) == sizes
+
+
+def test_several_batch_sizes_print_one_exact_row_each(capsys, symbolic_logs):
+    """``--batch-size 2,3,5,9``: one row per batch size, its peak the peak a concrete trace at that batch size gives
+    (the first concrete, the later ones evaluated from one symbolic trace, checked against the first), in text and
+    JSON; ``--gpu`` judges that card only."""
+    from helpers.gpus import GPU_CARDS
+    from helpers.profile import obtain_concrete
+    from helpers.units import fmt_mib
+
+    args = ["profile", "--model", "resnet18", "--image-size", "32", "--device", "simulated", "--batch-size", "2,3,5,9"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    concrete = {b: obtain_concrete(config.StepConfig(model="resnet18", batch_size=b, image_size=32, steady_state=True,
+                                                     device="simulated")) for b in (2, 3, 5, 9)}
+    assert out[0] == "peak allocated by batch size (simulated): resnet18"
+    for line, (b, p) in zip(out[1:5], concrete.items()):
+        assert line == f"  batch {b}  {fmt_mib(p.peak_allocated_bytes):>14}  fits: {', '.join(GPU_CARDS)}"
+    assert out[5].startswith("  3 of 4 rows evaluated from one symbolic trace")
+    assert main([*args, "--json", "--gpu", "V100 16 GB"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["batch_sizes"] == [2, 3, 5, 9]
+    for row, (b, p) in zip(data["rows"], concrete.items()):
+        assert row["batch_size"] == b and row["peak_allocated_bytes"] == p.peak_allocated_bytes
+        assert row["categories"] == p.categories and row["fits"]["cards"] == {"V100 16 GB": True}
