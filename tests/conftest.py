@@ -65,6 +65,11 @@ SLOW = {
 }
 
 
+#: helpers.symbolic_store.VARIABLE, written out so that pytest starts without importing torch
+#: (tests/test_symbolic.py checks that the two agree).
+SYMBOLIC_LOGS = "GPU_MEMORY_SYMBOLIC_CACHE"
+
+
 def pytest_configure(config):
     """Symbolic logs on disk (:mod:`helpers.symbolic_store`) in a directory of this session's own, empty at its start
     and removed at its end, so that no run reads another's logs (hermetic CI): set in the environment, which the
@@ -72,11 +77,9 @@ def pytest_configure(config):
     import os
     import tempfile
 
-    from helpers.symbolic_store import VARIABLE
-
     config._symbolic_logs = tempfile.mkdtemp(prefix="symbolic-logs-")
-    config._symbolic_logs_before = os.environ.get(VARIABLE)
-    os.environ[VARIABLE] = config._symbolic_logs
+    config._symbolic_logs_before = os.environ.get(SYMBOLIC_LOGS)
+    os.environ[SYMBOLIC_LOGS] = config._symbolic_logs
 
 
 def pytest_unconfigure(config):
@@ -84,14 +87,12 @@ def pytest_unconfigure(config):
     import os
     import shutil
 
-    from helpers.symbolic_store import VARIABLE
-
     if getattr(config, "_symbolic_logs", None):
         shutil.rmtree(config._symbolic_logs, ignore_errors=True)
         if config._symbolic_logs_before is None:
-            os.environ.pop(VARIABLE, None)
+            os.environ.pop(SYMBOLIC_LOGS, None)
         else:
-            os.environ[VARIABLE] = config._symbolic_logs_before
+            os.environ[SYMBOLIC_LOGS] = config._symbolic_logs_before
 
 
 @pytest.fixture
@@ -99,9 +100,8 @@ def symbolic_logs(tmp_path, monkeypatch):
     """An empty directory of symbolic logs on disk for one test (``$GPU_MEMORY_SYMBOLIC_CACHE``), nothing kept in the
     process: a test of what is written and read back."""
     from helpers import profile
-    from helpers.symbolic_store import VARIABLE
 
-    monkeypatch.setenv(VARIABLE, str(tmp_path / "symbolic"))
+    monkeypatch.setenv(SYMBOLIC_LOGS, str(tmp_path / "symbolic"))
     profile.forget_kept()
     yield tmp_path / "symbolic"
     profile.forget_kept()

@@ -214,8 +214,14 @@ def test_logs_on_disk_can_be_moved_or_turned_off(monkeypatch, tmp_path):
     """``$GPU_MEMORY_SYMBOLIC_CACHE`` moves the directory or (``off``, ``0``) turns it off; unset, it is the user's
     cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``); the name depends on the configuration without batch and
     sequence, and on the package's code."""
+    import os
+    import pathlib
+
+    from conftest import SYMBOLIC_LOGS
     from helpers import symbolic_store
 
+    assert SYMBOLIC_LOGS == symbolic_store.VARIABLE  # the session's own directory (tests/conftest.py): hermetic
+    assert pathlib.Path(os.environ[SYMBOLIC_LOGS]).name.startswith("symbolic-logs-")
     monkeypatch.setenv(symbolic_store.VARIABLE, str(tmp_path / "x"))
     assert symbolic_store.directory() == tmp_path / "x"
     for off in ("off", "0", ""):
