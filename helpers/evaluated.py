@@ -23,15 +23,15 @@ from .symbolic import NotSymbolic, SymbolicStep, key, trace
 KEPT = 8
 _KEPT: collections.OrderedDict = collections.OrderedDict()
 #: The rule of when a configuration is traced symbolically (:func:`answer`), in the distinct points (batch, sequence)
-#: it has been asked at, this one included.  The symbolic trace costs about two concrete ones, its check one more (the
-#: concrete answer it is checked against), then a point costs milliseconds to 0.2 s: measured on the 2-core machine
-#: (issue 50's feasibility figures), Llama-3.1 8B LoRA, steady state, checkpointing: a concrete (written) step
-#: 2.8-3.5 s of CPU, the symbolic trace 13.3 s, a point 0.16-0.19 s.  So a configuration asked at ``n`` points costs ``n`` concrete steps without it and about ``k + 1`` (``k``:
-#: the point where it is traced) with it: it repays itself from the fourth point when traced at the third, from the
-#: third when traced at the second.  A single question is answered concretely, as without symbolic logs; the second
-#: point is enough where the caller says it will ask many (:data:`helpers.profile.many_points`: the searches, a
-#: sweep, the command line given several batch sizes) or the configuration has a log on disk already; the third
-#: otherwise.
+#: it has been asked at, this one included.  Measured on the shared 2-core machine (CPU seconds, loaded; issue 50),
+#: Llama-3.1 8B LoRA, steady state, checkpointing, at (2, 2,048): a concrete (written) step 6.7 s, its symbolic trace
+#: 26.2 s (about four concrete ones; a CNN's about two), a point evaluated 0.14-0.23 s, the log read back from disk
+#: 0.48 s (:mod:`helpers.symbolic_store`, 0.9 MB).  Traced at the ``k``-th point, ``n`` points cost about
+#: ``(k + 3)`` concrete steps instead of ``n``: a configuration asked at few points is faster concrete, one asked at
+#: many, or again in a later process (its log on disk), is faster evaluated.  So a single question is answered
+#: concretely, as without symbolic logs; the trace is made at the third point, or at the second where the caller says
+#: it will ask many (:func:`helpers.profile.many_points`: the searches, the command line given several batch sizes)
+#: or where the configuration has a log on disk already (another regime of it).
 AT_POINT, AT_POINT_WHEN_MANY = 3, 2
 
 
