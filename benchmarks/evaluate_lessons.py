@@ -25,7 +25,18 @@ points each, so the first symbolic trace (about two concrete ones) is not repaid
 peaks: first update 12.0 -> 14.6, rank 16 -> 64 7.2 -> 8.9, sequence 2,048 -> 4,096 7.2 -> 26.9 (the symbolic
 trace), checkpointing off 4.4 -> 6.0, LoRA -> QLoRA 7.3 -> 8.9.  So ``EVALUATE`` stays off by default.
 
-Run with ``PYTHONPATH=$PWD python benchmarks/evaluate_lessons.py [NOTEBOOK ...]`` from the repository root (the
+Measured again on 2026-11-29 (branch symdefault: the symbolic trace at a configuration's third point, or its second
+inside ``helpers.profile.many_points``, which the searches use whatever ``EVALUATE`` says; logs on disk), the "on" run
+cold (its own empty log directory, as on CI), the machine loaded (load average 6-10 on 2 cores):
+
+    lesson                                   wall off  wall on  cpu off   cpu on  outputs changed
+    09_fine_tuning_on_one_gpu                    673s     969s     244s     299s  none
+    01_mini_batching                             339s     365s      93s     100s  none
+
+So ``EVALUATE`` stays off by default: on a first run the symbolic traces are not repaid.  ``--warm`` adds a third
+run on the logs the cold run left on disk (what a learner's second run of the lesson costs).
+
+Run with ``PYTHONPATH=$PWD python benchmarks/evaluate_lessons.py [--warm] [NOTEBOOK ...]`` from the repository root (the
 kernels start in ``lessons/``, wherever the notebooks given lie, and must import this checkout's helpers).
 """
 

@@ -259,12 +259,15 @@ def trace(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTrace
 
 
 # -- the one cache of kept answers ---------------------------------------------------------------------
-#: Whether :func:`obtain` may evaluate a later answer from a kept symbolic log (:mod:`helpers.evaluated`).  Off: the
-#: evaluation is exact where it is kept (it is checked against a concrete answer first), but its first symbolic trace
-#: costs about two concrete ones, and the lessons ask few later questions of one configuration to repay it: measured
-#: by ``benchmarks/evaluate_lessons.py`` (kernel CPU seconds, off -> on, no compared output changed), lesson 09
-#: 222 -> 322 s, 01 53 -> 59 s, 08 50 -> 50 s (issue 50).  Set ``helpers.profile.EVALUATE = True`` to use it; the tests
-#: of :mod:`helpers.symbolic` do.
+#: Whether :func:`obtain` may evaluate any answer from a symbolic log (:mod:`helpers.evaluated`: a log on disk, or a
+#: configuration's third point); inside :func:`many_points` (the searches, the command line) it does whatever this
+#: says.  Off: the evaluation is exact where it is kept (it is checked against a concrete answer first), but the
+#: lessons ask few points of each configuration, and a symbolic trace costs two (a CNN) to four (an 8B written step)
+#: concrete ones, so it is not repaid on a first run, when no log is on disk yet (CI's every run).  Measured by
+#: ``benchmarks/evaluate_lessons.py`` (kernel CPU seconds on the shared 2-core machine, off -> on with no log on disk,
+#: no compared output changed): with the rule of :data:`helpers.evaluated.AT_POINT`, lesson 09 244 -> 299 s, 01
+#: 93 -> 100 s; before that rule (the symbolic trace at the second point), 09 222 -> 322 s, 01 53 -> 59 s, 08
+#: 50 -> 50 s (issue 50).  Set ``helpers.profile.EVALUATE = True`` to use it everywhere.
 EVALUATE = False
 #: How many answers a process keeps, the least recently used dropped first (an 8B step's profile is about 20 MiB):
 #: a widget's search, or a later cell, that asks for a step again gets it at once.  Keys are tuples whose first item
