@@ -36,7 +36,7 @@ AT_POINT, AT_POINT_WHEN_MANY = 3, 2
 
 
 def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], StepProfile],
-           trace_step: Callable, many: bool = False) -> StepProfile:
+           trace_step: Callable, many: bool = False, new_traces: bool = True) -> StepProfile:
     """``config``'s profile, evaluated from a symbolic log of its configuration (:func:`helpers.symbolic.key`) where one
     holds, kept in this process or on disk (:mod:`helpers.symbolic_store`), else ``concrete()`` (traced, or written
     from shallow traces, as without this module).
@@ -49,7 +49,9 @@ def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], St
     (:func:`differs`): the last one, or one at this point; a log so checked is also written to disk.  A configuration
     that cannot be traced so (:class:`helpers.symbolic.NotSymbolic`), or whose evaluation differs, is answered
     concretely from then on, its profile's ``depth_note`` saying why.  ``trace_step``: the profile layer's trace
-    function (:func:`helpers.profile.trace`), passed to :func:`helpers.symbolic.trace`.
+    function (:func:`helpers.profile.trace`), passed to :func:`helpers.symbolic.trace`.  ``new_traces=False``: no
+    symbolic trace is made, only the logs already kept (in the process or on disk) are used: an answer then costs
+    what a concrete one does, or less.
     """
     k = key(config)
     kept = _KEPT.pop(k, None) or {"steps": None, "disk": False, "checked": None, "refused": None, "points": set()}
@@ -64,7 +66,7 @@ def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], St
             return _evaluated(step, config)
     kept["points"].add((config.batch_size, config.seq_len))
     step = None
-    due = len(kept["points"]) >= (AT_POINT_WHEN_MANY if many or kept["disk"] else AT_POINT)
+    due = new_traces and len(kept["points"]) >= (AT_POINT_WHEN_MANY if many or kept["disk"] else AT_POINT)
     if due and kept["refused"] is None and kept["checked"] is not None:
         try:
             step = trace(config, trace_step, spec)

@@ -9,8 +9,9 @@ is obtained:
   configuration without batch and sequence (:func:`helpers.symbolic.key`) is kept in the process or on disk
   (:mod:`helpers.symbolic_store`), or where the rule of :data:`helpers.evaluated.AT_POINT` says a symbolic trace now
   repays itself (the third point of a configuration; the second inside :func:`many_points`); each log is checked equal
-  to a concrete answer before it is kept.  :data:`EVALUATE` turns this on for every question, :func:`many_points`
-  for the questions asked inside it; the other questions get one of the two ways below;
+  to a concrete answer before it is kept.  A log kept answers every question it holds for; new symbolic traces are
+  made for every question where :data:`EVALUATE` is on, for those asked inside :func:`many_points` always; the other
+  questions get one of the two ways below;
 * **written** from two shallow traces (:mod:`helpers.depth`): a simulated step of a model of at least
   :data:`helpers.depth.MIN_BLOCKS` alike blocks, traced with 6 and 7 blocks, then its log written at full depth;
 * **traced** in full: every other step, and a step whose shallow traces do not repeat block by block.
@@ -121,8 +122,9 @@ def obtain(config: StepConfig) -> StepProfile:
     """
     spec = resolve_model(config.model, config.num_classes, config.name)
     many = _MANY[0] > 0
-    if (EVALUATE or many) and _kept_key(config) is not None and symbolic.applies(config) is None:
-        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace, many=many)
+    if _kept_key(config) is not None and symbolic.applies(config) is None:  # new symbolic traces where they repay
+        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace, many=many,
+                                new_traces=EVALUATE or many)
     return obtain_concrete(config, spec)
 
 
@@ -132,7 +134,7 @@ _MANY = [0]  # how many many_points() blocks are open
 @contextlib.contextmanager
 def many_points():
     """Within it, the caller will ask many points (batch sizes, sequence lengths) of one configuration: a search, a
-    sweep, the command line given several batch sizes.  :func:`obtain` then evaluates answers whatever
+    sweep, the command line given several batch sizes.  :func:`obtain` then makes symbolic traces whatever
     :data:`EVALUATE` says, and :func:`helpers.evaluated.answer` traces a configuration symbolically at its second
     point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the later points are
     evaluated; nothing else changes, and an answer is the same either way."""
@@ -259,9 +261,10 @@ def trace(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTrace
 
 
 # -- the one cache of kept answers ---------------------------------------------------------------------
-#: Whether :func:`obtain` may evaluate any answer from a symbolic log (:mod:`helpers.evaluated`: a log on disk, or a
-#: configuration's third point); inside :func:`many_points` (the searches, the command line) it does whatever this
-#: says.  Off: the evaluation is exact where it is kept (it is checked against a concrete answer first), but the
+#: Whether :func:`obtain` may make a symbolic trace for any question (:mod:`helpers.evaluated`: at a configuration's
+#: third point, or its second where a log of it is on disk); inside :func:`many_points` (the searches, the command
+#: line) it does whatever this says.  Either way a log already kept (made inside :func:`many_points`, or on disk)
+#: answers every question it holds for, which costs less than a concrete answer.  Off: the evaluation is exact where it is kept (it is checked against a concrete answer first), but the
 #: lessons ask few points of each configuration, and a symbolic trace costs two (a CNN) to four (an 8B written step)
 #: concrete ones, so it is not repaid on a first run, when no log is on disk yet (CI's every run).  Measured by
 #: ``benchmarks/evaluate_lessons.py`` (kernel CPU seconds on the shared 2-core machine, off -> on with no log on disk,

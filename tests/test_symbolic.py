@@ -260,3 +260,28 @@ def test_profile_step_evaluates_a_later_batch_when_asked_to(monkeypatch):
         assert bound.depth_note is None and bound.config.workspaces == "bound"
     assert bound.peak_allocated_bytes >= concrete.peak_allocated_bytes
     forget_kept()
+
+
+def test_without_evaluate_a_kept_log_answers_and_no_new_trace_is_made(symbolic_logs, monkeypatch):
+    """``helpers.profile.EVALUATE`` off (the default): plain questions make no symbolic trace, however many points;
+    inside ``many_points`` one is made (checked against the last concrete answer); from then on, inside or not, the
+    configuration's answers are evaluated from it, equal to concrete traces."""
+    import helpers.profile
+    from helpers import evaluated
+
+    traces = []
+    real = evaluated.trace
+    monkeypatch.setattr(evaluated, "trace", lambda *a, **k: traces.append(a[0].batch_size) or real(*a, **k))
+    assert helpers.profile.EVALUATE is False
+
+    def ask(batch_size: int):
+        return profile_step("resnet18", batch_size, image_size=32, device="simulated")
+
+    plain = [ask(b) for b in (2, 3, 5)]
+    assert traces == [] and not any(map(evaluated.was_evaluated, plain))
+    with helpers.profile.many_points():
+        searched = ask(7)
+    assert traces == [7] and evaluated.was_evaluated(searched)
+    later = ask(11)
+    assert traces == [7] and evaluated.was_evaluated(later)
+    assert_same(later, obtain_concrete(later.config))
