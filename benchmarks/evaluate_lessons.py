@@ -26,7 +26,7 @@ peaks: first update 12.0 -> 14.6, rank 16 -> 64 7.2 -> 8.9, sequence 2,048 -> 4,
 trace), checkpointing off 4.4 -> 6.0, LoRA -> QLoRA 7.3 -> 8.9.  So ``EVALUATE`` stays off by default.
 
 Measured again on 2026-11-29 (branch symdefault: the symbolic trace at a configuration's third point, or its second
-inside ``helpers.profile.many_points``, which the searches use whatever ``EVALUATE`` says; logs on disk), the "on" run
+inside ``helpers.profile.many_points``, which the searches then used whatever ``EVALUATE`` says; logs on disk), the "on" run
 cold (its own empty log directory, as on CI), the machine loaded (load average 6-10 on 2 cores):
 
     lesson                                   wall off  wall on  cpu off   cpu on  outputs changed

@@ -30,7 +30,7 @@ _KEPT: collections.OrderedDict = collections.OrderedDict()
 #: ``(k + 3)`` concrete steps instead of ``n``: a configuration asked at few points is faster concrete, one asked at
 #: many, or again in a later process (its log on disk), is faster evaluated.  So a single question is answered
 #: concretely, as without symbolic logs; the trace is made at the third point, or at the second where the caller says
-#: it will ask many (:func:`helpers.profile.many_points`: the searches, the command line given several batch sizes)
+#: it will ask many (:func:`helpers.profile.many_points`: the command line given several batch sizes)
 #: or where the configuration has a log on disk already (another regime of it).
 AT_POINT, AT_POINT_WHEN_MANY = 3, 2
 

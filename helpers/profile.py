@@ -134,7 +134,8 @@ _MANY = [0]  # how many many_points() blocks are open
 @contextlib.contextmanager
 def many_points():
     """Within it, the caller will ask many points (batch sizes, sequence lengths) of one configuration: a search, a
-    sweep, the command line given several batch sizes.  :func:`obtain` then makes symbolic traces whatever
+    sweep, the command line given several batch sizes (a search of about four sizes is not repaid:
+    :func:`helpers.batch.largest_fit`).  :func:`obtain` then makes symbolic traces whatever
     :data:`EVALUATE` says, and :func:`helpers.evaluated.answer` traces a configuration symbolically at its second
     point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the later points are
     evaluated; nothing else changes, and an answer is the same either way."""
@@ -262,8 +263,7 @@ def trace(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTrace
 
 # -- the one cache of kept answers ---------------------------------------------------------------------
 #: Whether :func:`obtain` may make a symbolic trace for any question (:mod:`helpers.evaluated`: at a configuration's
-#: third point, or its second where a log of it is on disk); inside :func:`many_points` (the searches, the command
-#: line) it does whatever this says.  Either way a log already kept (made inside :func:`many_points`, or on disk)
+#: third point, or its second where a log of it is on disk); inside :func:`many_points` (the command line) it does whatever this says.  Either way a log already kept (made inside :func:`many_points`, or on disk)
 #: answers every question it holds for, which costs less than a concrete answer.  Off: the evaluation is exact where it is kept (it is checked against a concrete answer first), but the
 #: lessons ask few points of each configuration, and a symbolic trace costs two (a CNN) to four (an 8B written step)
 #: concrete ones, so it is not repaid on a first run, when no log is on disk yet (CI's every run).  Measured by
