@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     from .batch import card_verdicts
-    from .profile import DoesNotFit, many_points, profile_step
+    from .profile import DoesNotFit, profile_step
 
     prog = "python -m helpers profile"
     options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
@@ -316,8 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = AllocatorSettings.parse(args.alloc_conf)  # checked before the step runs
         if isinstance(options["batch_size"], tuple):
             return _several(args, options, settings)
-        with many_points():  # a log on disk answers at once (helpers.symbolic_store)
-            profile = profile_step(**options)
+        profile = profile_step(**options)  # a log on disk answers at once (helpers.symbolic_store)
     except DoesNotFit as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
