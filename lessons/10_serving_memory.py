@@ -32,7 +32,7 @@
 # - Set the engine's accounts beside thirteen published vLLM start-up logs, and say where and why they differ.
 # - Split Llama-3.3 70B over 2 and 4 H100s by tensor and by pipeline parallelism: say what each GPU holds, what is cut and what is not, and check it against ten published start-ups.
 #
-# **Time:** about 70 minutes alone: 32 of reading, 16 of code, 6 for the figures, 1 to run all, 18 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes), as vLLM logs it; a card's GB (10⁹ bytes) is named as its maker names it. The minute to run all is CPU time (the instructor guide's method): a busy machine takes longer.
+# **Time:** about 100 minutes alone: 45 of reading, 21 of code, 7 for the figures, 1 to run all, 26 for the four exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes), as vLLM logs it; a card's GB (10⁹ bytes) is named as its maker names it. The minute to run all is CPU time (the instructor guide's method): a busy machine takes longer.
 #
 # Lesson 08 (section 6: the KV cache's formula, 128 KiB per token for Llama-3 8B) comes first; lesson 09 builds Llama-3.1 8B from its config the same way.
 
