@@ -13,8 +13,10 @@ from .config import StepConfig
 from .errors import first_line
 from .formats import BY_FORMULA, INT4_GROUP
 from .hf_config import load_config
+from .models.hf import FLASH_IN_KERNEL, CausalLMBuilder
 from .step import StepRunner
 from .techniques.quantization import nf4_linears, weights as weights_of
+from .vllm_kv import layer_windows
 from .vllm_rules import Split, not_held, padded_vocab, rank_config
 from .vllm_sampler import sampler_pass
 
@@ -98,6 +100,7 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
     if split is not None:
         first, last = split.first, split.last
         model = rank_config(config, split)
+    model = _with_vllm_attention(model, label)
     runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
                                    param_dtype=dtype, quantization="none" if formula else quantization,
                                    double_quant=double_quant, device="simulated"))
@@ -130,6 +133,17 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
     dropped = not_held(net, first, last)
     return (parameters - sum(t.numel() for t in dropped),
             weights - sum(round_up(t.numel() * t.element_size()) for t in dropped), peak)
+
+
+def _with_vllm_attention(model, label: str):
+    """``model``, or, when Hugging Face would attend differently from vLLM's kernel in memory (a logit softcap, which
+    Hugging Face runs only eagerly, storing every score; sliding windows, for which it makes a mask tensor), its
+    builder with :data:`helpers.models.hf.FLASH_IN_KERNEL`, the flash kernel that stands for vLLM's FlashAttention."""
+    config = load_config(model)
+    text = config.get_text_config()
+    if getattr(text, "attn_logit_softcapping", None) or any(layer_windows(text, label)):
+        return CausalLMBuilder(config, FLASH_IN_KERNEL, label)
+    return model
 
 
 def dummy_sampler_run(net: torch.nn.Module, hidden: torch.Tensor, num_reqs: int, vocab: int, tp: int,
