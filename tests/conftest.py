@@ -48,6 +48,8 @@ SLOW = {
         "the serving widget: LLaMA 65B's profile run traced in bfloat16 and in NF4",
     "tests/test_widget_serving.py::test_the_gpus_menu_shows_one_gpus_account_and_vllms_refusals":
         "the serving widget: LLaMA 65B's profile run traced on one GPU and on one GPU's shard of 2",
+    "tests/test_vllm_groups.py::test_the_engine_beside_the_sliding_logs":
+        "vLLM's profile run traced for Gemma-2 2B, 9B, 27B and Gemma 7B (256,000-row vocabulary)",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",
