@@ -93,7 +93,8 @@ def layer_windows(text, label: str) -> list[int | None]:
 
     Raises:
         ValueError: in one line, for a ``layer_types`` entry other than :data:`FULL` and :data:`SLIDING` (chunked
-            attention, linear attention...), which this module does not size.
+            attention, linear attention...), which this module does not size, and for Qwen2 with windows on some
+            layers only, which vLLM refuses (``Qwen2Model.__init__``, ``model_executor/models/qwen2.py``).
     """
     kinds = list(getattr(text, "layer_types", None) or ())
     window = getattr(text, "sliding_window", None)
@@ -106,6 +107,10 @@ def layer_windows(text, label: str) -> list[int | None]:
                              f"not reproduced here")
         if window is None:
             raise ValueError(f"{label}: sliding_attention layers without a sliding_window")
+        if getattr(text, "model_type", "") == "qwen2":  # Qwen2Model.__init__, model_executor/models/qwen2.py
+            raise ValueError(f"{label}: vLLM refuses it: Sliding window for some but all layers is not supported "
+                             f"(max_window_layers {text.max_window_layers} < num_hidden_layers "
+                             f"{text.num_hidden_layers})")
         return [window if kind == SLIDING else None for kind in kinds]
     return [window or None] * text.num_hidden_layers
 

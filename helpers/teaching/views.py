@@ -213,6 +213,15 @@ def startup_answer(a: StartupAccount) -> str:
             f"{_each_gpu(a)})")
 
 
+def _groups_note(a: StartupAccount) -> str:
+    """What the note adds when some layers slide: the blocks are shared by vLLM's KV cache groups
+    (:attr:`helpers.serving.StartupAccount.kv_groups`), so the tokens are the blocks over the groups."""
+    if a.groups == 1:
+        return ""
+    return (f" in each of {a.groups} KV cache groups of {a.kv_groups.group_size} layers (sliding-window and full "
+            f"attention, vLLM v0.19.0's rule): {a.kv_tokens:,} tokens")
+
+
 def _each_gpu(a: StartupAccount) -> str:
     """``" on each of N GPUs"`` when the account is one GPU's of N, else nothing."""
     gpus = a.tensor_parallel_size * a.pipeline_parallel_size
@@ -267,5 +276,5 @@ def startup_view(a: StartupAccount) -> tuple[str, str]:
             f'{a.parameter_count:,} parameters in {weights}) and the activation peak of the profile run '
             f'({a.max_num_batched_tokens:,} tokens, logits of {a.num_reqs:,} requests) traced; non-torch memory '
             f'assumed; KV cache {a.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv}, {a.num_blocks:,} blocks '
-            f'of {a.block_size} tokens.</div>')
+            f'of {a.block_size} tokens{_groups_note(a)}.</div>')
     return answer, f'<div class="gm-serving" {data}>{head}{bar}{table}{note}</div>'
