@@ -9,7 +9,7 @@ import torch
 
 from helpers.hf_config import FOR_LOGS, SHIPPED, load_config
 from helpers.models import hf
-from helpers.serving import kv_bytes_per_token, kv_cache_groups, vllm_startup
+from helpers.serving import StartupAccount, kv_bytes_per_token, kv_cache_groups, vllm_startup
 from helpers.teaching.vllm_logs import GEMMA_7B, SLIDING_LOGS, engine_beside_logs
 from helpers.units import GiB
 from helpers.vllm_kv import kv_groups
@@ -131,3 +131,31 @@ def test_the_engine_beside_the_sliding_logs(rows):
         assert account.kv_tokens == account.num_blocks // account.groups * 16
         assert math.isclose(account.max_concurrency, account.num_blocks / account.pages_per_request)
     assert rows[SLIDING_LOGS[0].name].account.groups == 2 and rows[GEMMA_7B.name].account.groups == 1
+    # per rank under tensor parallelism: half the KV heads, the same groups (no published log to compare)
+    one, two = rows[SLIDING_LOGS[1].name].account, vllm_startup(GEMMA2, max_model_len=8192, tensor_parallel_size=2)
+    assert two.kv_groups == one.kv_groups and two.kv_bytes_per_token * 2 == one.kv_bytes_per_token
+    assert two.weights_bytes < one.weights_bytes / 2 + 0.6 * GiB  # the 256,000 x 3,584 embedding split too
+
+
+def _account(blocks: int) -> StartupAccount:
+    """An account of Gemma-2 2B's cache shape (26 layers of 4 KV heads of 256, two groups) with exactly ``blocks`` of
+    vLLM's blocks available (a page in each of 13 pools), at max_model_len 8,192 and a 2,048-token budget."""
+    pool_block = 13 * 2 * 16 * 4 * 256 * 2
+    return StartupAccount(model="gemma-2-2b shape", version="0.11", gpu="a GPU", total_bytes=blocks * pool_block,
+                          gpu_memory_utilization=1.0, dtype="bfloat16", quantization="none", kv_cache_dtype="auto",
+                          block_size=16, max_model_len=8192, max_num_batched_tokens=2048, max_num_seqs=256,
+                          num_reqs=256, parameter_count=0, weights_bytes=0, activation_peak_bytes=0,
+                          non_torch_bytes=0, kv_bytes_per_token=2 * 26 * 4 * 256 * 2,
+                          kv_groups=kv_groups([4096, None] * 13))
+
+
+def test_one_request_needs_its_groups_pages_and_the_refusal_says_the_longest_that_fits():
+    # a request of 8,192: 512 full-attention pages, ceil((4,095 + 2,048) / 16) + 1 = 385 sliding ones
+    assert _account(897).pages_per_request == 897 and _account(897).refusal is None
+    assert _account(897).max_concurrency == 1.0 and _account(897).kv_tokens == 448 * 16
+    short = _account(896)
+    # the longest that fits is 8,176 tokens (511 full pages + 385), more than the 7,168 tokens vLLM reports
+    assert short.longest_fitting == 8176 and short.kv_tokens == 7168
+    # 897 blocks of 13 pages: 0.71 GiB, more than the 896's 0.71 (both printed to two decimals)
+    assert short.refusal.startswith("one sequence of max_model_len 8,192 tokens needs 0.71 GiB of KV cache")
+    assert "the longest that fits is 8,176 tokens" in short.refusal
