@@ -42,7 +42,8 @@ def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0
 #: The attention of a served model as vLLM runs it (:mod:`helpers.vllm_profile`), for models Hugging Face runs only
 #: with its eager attention (Gemma-2's logit softcapping) or with a mask tensor (sliding windows): vLLM's FlashAttention
 #: backend applies the softcap and the window inside the kernel (``logits_soft_cap``, ``sliding_window`` of
-#: ``FlashAttentionImpl``, ``vllm/v1/attention/backends/flash_attn.py``, v0.19.0), so no score or mask is stored and
+#: ``FlashAttentionImpl``, ``vllm/v1/attention/backends/flash_attn.py``, v0.19.0; the Gemma-2 logs of
+#: :mod:`helpers.teaching.vllm_logs` print "Using FLASH_ATTN attention backend"), so no score or mask is stored and
 #: its memory is that of a causal flash kernel: ``scaled_dot_product_attention`` with ``is_causal=True`` and no mask
 #: stands for it (its softcap and window, which change values and not sizes, are dropped).  Not a training kernel.
 FLASH_IN_KERNEL = "vllm_kernel"  # no "sdpa", "flash" or "flex" in it: transformers checks those names

@@ -20,6 +20,12 @@ compiled kernels.  On v0.19's runs of 8,192 tokens and 1,024 requests the sample
 within 3% of the logged one, the KV tokens within 0.2% (float32 weights: the forward pass sets it, and Hugging Face's
 is 18% lighter than vLLM's: tokens within 1.1%).  V0's profile (the logits' float32 copy only) of 20,000 and 29,000
 tokens (256 requests) logged 7-8% less than the engine traces.
+
+Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B; :data:`GEMMA_7B`, all full attention,
+beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`); their configs ship for these logs
+only (:data:`helpers.hf_config.FOR_LOGS`).  The weights within 0.6%, the activation peak 1-1.2% under the logged one
+(the sampler's float32 [1,024, 256,000] tensors set it), the tokens and the concurrency within 0.2%
+(``tests/test_vllm_groups.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ class VllmLog:
             V0, whose arithmetic v0.6.4's global cap shares on a card used by nothing else).
         gpu, total_gib: the card, and its total memory as the log prints it (GiB, two decimals).
         command: the launch command, or vLLM's ``non-default args``, as stated.
-        model: the shipped config traced for it, or a config dict (:data:`LLAMA_33_70B`, :data:`QWEN_25_72B`).
+        model: the shipped config traced for it (:data:`helpers.hf_config.SHIPPED`, or :data:`helpers.hf_config.
+            FOR_LOGS`), or a config dict (:data:`LLAMA_33_70B`, :data:`QWEN_25_72B`).
         options: :func:`helpers.serving.vllm_startup`'s options for it (besides ``gpu``, ``version`` and
             ``non_torch_bytes``).
         logged: the figures it printed: ``weights``, ``activation``, ``non_torch``, ``kv`` (GiB), ``tokens``,
