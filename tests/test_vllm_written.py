@@ -20,11 +20,15 @@ def _forbid_full_trace(monkeypatch):
 
 
 # (model, tensor_parallel_size, pipeline_parallel_size, dtype, (quantization, double_quant), tokens, num_reqs,
-#  num_sm, v0): the shipped 8B and 7B models, a tied head (SmolLM2), 4-bit (NF4), 8-bit (int8) and fp8 weights, V0's
-#  run, a small card's budget, fewer than 8 requests (the sampler's sort), an A6000's 84 SMs, the 70B config of lesson 10
-CASES = {
-    "llama-8b": (LLAMA, 1, 1, "bfloat16", ("none", False), 8192, 1024, 132, False),
+#  num_sm, v0): the shipped 8B and 7B models, a tied head (SmolLM2), 4-bit (NF4, GPTQ/AWQ's int4), 8-bit (int8) and
+#  fp8 weights, V0's run, a small card's budget, fewer than 8 requests (the sampler's sort), an A6000's 84 SMs, the 70B
+#  config of lesson 10.  FAST: the benchmark's setup and a tied head over two stages; the rest in the slow group.
+FAST = {
     "llama-8b-tp2": (LLAMA, 2, 1, "bfloat16", ("none", False), 8192, 1024, 132, False),
+    "smol-tied-pp2": (SMOL, 1, 2, "bfloat16", ("none", False), 2048, 256, 132, False),
+}
+EVERY = {
+    "llama-8b": (LLAMA, 1, 1, "bfloat16", ("none", False), 8192, 1024, 132, False),
     "llama-8b-tp4": (LLAMA, 4, 1, "bfloat16", ("none", False), 8192, 1024, 132, False),
     "llama-8b-pp2": (LLAMA, 1, 2, "bfloat16", ("none", False), 8192, 1024, 132, False),
     "llama-8b-tp2-pp2": (LLAMA, 2, 2, "bfloat16", ("none", False), 2048, 256, 132, False),
@@ -37,14 +41,13 @@ CASES = {
     "qwen-7b-tp2": (QWEN, 2, 1, "bfloat16", ("none", False), 8192, 1024, 132, False),
     "qwen-7b-tp4-float32": (QWEN, 4, 1, "float32", ("none", False), 2048, 4, 132, False),
     "smol-tied": (SMOL, 1, 1, "bfloat16", ("none", False), 2048, 256, 132, False),
-    "smol-tied-pp2": (SMOL, 1, 2, "bfloat16", ("none", False), 2048, 256, 132, False),
     "llama-70b-tp4": (LLAMA_33_70B, 4, 1, "bfloat16", ("none", False), 8192, 1024, 132, False),
 }
 
 
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_the_written_run_equals_its_full_trace_to_the_byte(case, monkeypatch):
-    model, tp, pp, dtype, weights_format, tokens, num_reqs, num_sm, v0 = CASES[case]
+def _written_equals_full(case: tuple, monkeypatch) -> None:
+    """Every rank's figures of ``case`` written (never traced in full) equal its full trace's, to the byte."""
+    model, tp, pp, dtype, weights_format, tokens, num_reqs, num_sm, v0 = case
     label = model if isinstance(model, str) else "Llama-3.3-70B"
     for split in splits(load_config(model).get_text_config(), tp, pp):
         split = None if tp * pp == 1 else split
@@ -55,6 +58,16 @@ def test_the_written_run_equals_its_full_trace_to_the_byte(case, monkeypatch):
             written = vllm_profile.profile_run(*args)
         assert written == full, (case, split)
         assert all(figure > 0 for figure in written)
+
+
+@pytest.mark.parametrize("case", FAST, ids=list(FAST))
+def test_the_written_run_equals_its_full_trace_to_the_byte(case, monkeypatch):
+    _written_equals_full(FAST[case], monkeypatch)
+
+
+@pytest.mark.parametrize("case", EVERY, ids=list(EVERY))
+def test_every_setup_written_equals_its_full_trace_to_the_byte(case, monkeypatch):
+    _written_equals_full(EVERY[case], monkeypatch)
 
 
 def test_a_rank_of_few_layers_is_traced_in_full(monkeypatch):
