@@ -33,7 +33,7 @@ import torch
 from .config import StepConfig, check_int
 from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
-from .gpus import GPU_CARDS, GPU_SPECS, simulated_card
+from .gpus import CARD_48GB, GPU_CARDS, GPU_SPECS, SIMULATED_GPU
 from .hf_config import SHIPPED, config_label, load_config
 from .profile import keep, recall
 from .units import GiB
@@ -509,6 +509,10 @@ def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool]
 
 def sm_count(gpu: str, total: int) -> int:
     """The streaming multiprocessors of the card the account is for (:data:`helpers.gpus.GPU_SPECS`): the named card,
-    else the card of :data:`helpers.gpus.GPU_CARDS` with exactly ``total`` bytes, else the simulated GPU's
-    (:func:`helpers.gpus.simulated_card`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it."""
-    return GPU_SPECS[gpu if gpu in GPU_SPECS else simulated_card(total)].sms
+    else the card of :data:`helpers.gpus.GPU_CARDS` or :data:`helpers.gpus.CARD_48GB` (an RTX A6000, 84 SMs) with
+    exactly ``total`` bytes (a card given by its total, as lesson 10 gives the A6000), else the simulated GPU's
+    (:data:`helpers.gpus.SIMULATED_GPU`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it
+    (:func:`helpers.vllm_sampler.triton_buffer_rows`)."""
+    if gpu not in GPU_SPECS:
+        gpu = next((card for card, nbytes in {**GPU_CARDS, **CARD_48GB}.items() if nbytes == total), SIMULATED_GPU)
+    return GPU_SPECS[gpu].sms
