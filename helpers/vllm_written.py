@@ -14,10 +14,10 @@ one ends, reads::
     tail     the last EDGE layers
     after    the final norm, the head, the sampler
 
-Traced with :data:`DEPTHS` layers (3 and 4), both logs must cut into the same ``before``, ``head``,
-``tail`` and ``after`` and one ``middle`` that every middle layer of both repeats (else :class:`NotRepeated`); the log
-of ``L`` layers is then ``before + head + middle × (L − 2·EDGE) + tail + after`` (:func:`write_deltas`), and its peak
-is the highest running sum of its changes (:func:`peak_of`).  The weights and the parameters grow by the same amount
+Traced with :data:`DEPTHS` layers (3 and 4), both logs must cut into the same ``before``, ``head``, ``tail`` and
+``after`` and one ``middle`` that every middle layer of both repeats (else :class:`NotRepeated`); the log of ``L``
+layers is then ``before + head + middle × (L − 2·EDGE) + tail + after`` (:func:`write_deltas`), and its peak is the
+highest running sum of its changes (:func:`peak_of`).  The weights and the parameters grow by the same amount
 with each layer (every layer holds the same shapes): written from the two depths by that step.
 
 This is the training step's method (:mod:`helpers.depth`, which also keeps serials, storages and events to write a whole
