@@ -71,7 +71,7 @@ def profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool],
         ValueError: as :func:`traced_profile_run`.
     """
     config = load_config(model)
-    shard = rank_config(config, split) if split is not None else model
+    shard = _shard(model, config, split)
     try:
         spec = resolve_model(shard, None, label)
     except ValueError:  # refused by the full trace, in its words
@@ -122,10 +122,15 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
         ValueError: in one line, when the model cannot run the pass.
     """
     config = load_config(model)
-    shard = rank_config(config, split) if split is not None else model
-    run = _trace(None, shard, label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0,
+    run = _trace(None, _shard(model, config, split), label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0,
                  vocab=config.get_text_config().vocab_size)
     return run.parameters, run.weights, run.peak
+
+
+def _shard(model, config, split: Split | None):
+    """What the rank builds: ``model`` itself on one card (a shipped name stays a name), else its shard's config
+    (:func:`helpers.vllm_rules.rank_config` of ``config``, ``model``'s)."""
+    return rank_config(config, split) if split is not None else model
 
 
 def _trace(spec, shard, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int, num_reqs: int,
