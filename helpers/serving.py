@@ -33,13 +33,13 @@ import torch
 from .config import StepConfig, check_int
 from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
-from .gpus import GPU_CARDS, GPU_SPECS, simulated_card
+from .gpus import CARD_48GB, GPU_CARDS, GPU_SPECS, SIMULATED_GPU
 from .hf_config import FOR_LOGS, SHIPPED, config_label, load_config
 from .profile import keep, recall
 from .units import GiB
 from .vllm_kv import VERSION as GROUPS_VERSION
 from .vllm_kv import KVGroups, attention_shape
-from .vllm_profile import formula_weight_bytes, traced_profile_run
+from .vllm_profile import formula_weight_bytes, profile_run
 from .vllm_rules import Split, rank_config, scheduler_defaults, splits
 from .vllm_rules import non_torch_bytes as parallel_non_torch
 
@@ -382,10 +382,13 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
     """vLLM's start-up account of ``model`` served alone on one GPU, or per GPU over several: weights, the profile
     run's activation peak, non-torch memory, and the KV cache the rest holds.
 
-    What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``):
+    What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``; for a model of
+    many alike layers, written to the byte from the same run traced with 3 and 4 layers,
+    :func:`helpers.vllm_profile.profile_run`):
 
     * the weights: the Hugging Face model of the config placed in ``dtype`` (every parameter and buffer:
-      :func:`_traced_profile_run`), as vLLM's "model weights take" counts the allocated bytes across loading;
+      :func:`helpers.vllm_profile.traced_profile_run`), as vLLM's "model weights take" counts the allocated bytes
+      across loading;
     * the profile run, as ``memory_profiling`` measures it (``torch_peak_increase``: the peak allocated above what
       was allocated before it): a forward pass under ``torch.inference_mode()`` of ``max_num_batched_tokens`` tokens,
       then the logits of the last token of each of ``num_reqs = min(max_num_batched_tokens, max_num_seqs)``
@@ -554,22 +557,25 @@ def _key(model, config):
 def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                  num_reqs: int, num_sm: int, split: Split | None = None, version: str = "0.11"
                  ) -> tuple[int, int, int]:
-    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced
-    (:func:`helpers.vllm_profile.traced_profile_run`, on one rank's shard when ``split`` says where it sits); a shipped
-    config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures every time, nothing in
-    them is random)."""
+    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced, or written
+    exactly from shallow traces (:func:`helpers.vllm_profile.profile_run`, on one rank's shard when ``split`` says
+    where it sits); a shipped config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures
+    every time, nothing in them is random)."""
     key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, version)
            if isinstance(model, str) else None)
     run = recall(key)
     if run is None:
-        run = traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split,
-                                 v0=version == "0.6.5")
+        run = profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0=version == "0.6.5")
         keep(key, run)
     return run
 
 
 def sm_count(gpu: str, total: int) -> int:
     """The streaming multiprocessors of the card the account is for (:data:`helpers.gpus.GPU_SPECS`): the named card,
-    else the card of :data:`helpers.gpus.GPU_CARDS` with exactly ``total`` bytes, else the simulated GPU's
-    (:func:`helpers.gpus.simulated_card`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it."""
-    return GPU_SPECS[gpu if gpu in GPU_SPECS else simulated_card(total)].sms
+    else the card of :data:`helpers.gpus.GPU_CARDS` or :data:`helpers.gpus.CARD_48GB` (an RTX A6000, 84 SMs) with
+    exactly ``total`` bytes (a card given by its total, as lesson 10 gives the A6000), else the simulated GPU's
+    (:data:`helpers.gpus.SIMULATED_GPU`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it
+    (:func:`helpers.vllm_sampler.triton_buffer_rows`)."""
+    if gpu not in GPU_SPECS:
+        gpu = next((card for card, nbytes in {**GPU_CARDS, **CARD_48GB}.items() if nbytes == total), SIMULATED_GPU)
+    return GPU_SPECS[gpu].sms

@@ -188,14 +188,14 @@ accounts["H100 80 GB, fp8 KV cache"] = fp8 = start(max_model_len=32768, kv_cache
 plot_startup_accounts(accounts, title="Llama-3.1 8B in bfloat16, vLLM v0.11's defaults, max_model_len 32,768")
 
 # %% [markdown]
-# Look at the bars: every card loses the same blue weights and the grey tenth that `gpu_memory_utilization` keeps back, so the vermillion KV cache is what grows with the card: 48,848 tokens on the 24 GB card, 222,448 on the 48 GB, 444,864 on the 80 GB, 9.1 times the 24 GB card's for 3.3 times its memory (asserted). The green profile run is thin on every card (0.51 GiB on the two smaller ones, whose defaults are 2,048 tokens and 256 requests, 1.85 GiB on the H100's 8,192 and 1,024: the sampler's rows of logits, one per request, set both). The fp8 bar has the same parts and twice the tokens:
+# Look at the bars: every card loses the same blue weights and the grey tenth that `gpu_memory_utilization` keeps back, so the vermillion KV cache is what grows with the card: 48,848 tokens on the 24 GB card, 222,640 on the 48 GB, 444,864 on the 80 GB, 9.1 times the 24 GB card's for 3.3 times its memory (asserted). The green profile run is thin on every card (0.51 GiB on the 24 GB card and 0.49 on the 48 GB, whose defaults are 2,048 tokens and 256 requests, 1.85 GiB on the H100's 8,192 and 1,024: the sampler's rows of logits, one per request, set them all; its top-k buffer has a row per streaming multiprocessor, up to one per request, and the 48 GB card has 84 of them to the 24 GB card's 128). The fp8 bar has the same parts and twice the tokens:
 
 # %%
 small = accounts["RTX 4090 24 GB"]
 print(f"fp8 KV cache on the H100: {fp8.kv_tokens:,} tokens ({fp8.kv_tokens / h100.kv_tokens:.2f} times bfloat16's), "
       f"{fp8.max_concurrency:.1f} requests of 32,768 tokens")
 assert fp8.num_blocks in (2 * h100.num_blocks, 2 * h100.num_blocks + 1)
-assert [a.kv_tokens for a in accounts.values()] == [48_848, 222_448, 444_864, 889_744]
+assert [a.kv_tokens for a in accounts.values()] == [48_848, 222_640, 444_864, 889_744]
 assert small.max_num_batched_tokens == 2048 and small.max_num_seqs == 256
 assert round(h100.kv_tokens / small.kv_tokens, 1) == 9.1 and round(h100.total_bytes / small.total_bytes, 1) == 3.3
 
