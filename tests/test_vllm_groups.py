@@ -56,6 +56,33 @@ def test_a_request_needs_its_window_not_its_length_in_a_sliding_group():
         assert round(blocks / three.pages_per_request(8192, 8192, 16), 2) == concurrency
 
 
+def test_a_gemma3_1b_log_of_v0_13_adds_up_by_the_groups_rule():
+    """Gemma-3 1B (text only) on vLLM v0.13.0, ``LLM(model="google/gemma-3-1b-it", max_model_len=2048,
+    gpu_memory_utilization=0.95)``, as eole-nlp/eole's benchmarks/genai/results.md logs it (commit 6633d06,
+    https://github.com/eole-nlp/eole/blob/6633d065dba3b01eea1d2152016464b1e242ac33/benchmarks/genai/results.md):
+    "Available KV cache memory: 25.39 GiB", "Add 2 padding layers", "GPU KV cache size: 950,864 tokens", "Maximum
+    concurrency for 2,048 tokens per request: 461.21x", max_num_batched_tokens 8,192 as printed.  Not an engine row:
+    the card and its total are not stated and v0.13 prints no activation peak, so only the grouped arithmetic is
+    checked.  The shape is an input here, not a shipped config (the Hub's config.json was not read in this
+    session): 26 layers, every sixth full attention as transformers' Gemma3TextConfig builds layer_types, a window of
+    512, 1 KV head of 256 (2 x 1 x 256 x 2 bytes per token per layer); the log's own figures bear it out: 22 sliding
+    layers in 6 groups of 4 (the 2 padding layers it warns of), 4 full in 1, a block of 65,536 bytes (a 16-token page
+    in each of 4 pools) that the printed memory, tokens and concurrency all agree with.  At 2,048 tokens the window
+    changes no figure (it caps no request)."""
+    groups = kv_groups([None if (i + 1) % 6 == 0 else 512 for i in range(26)])
+    assert (groups.windows.count(512), groups.windows.count(None), groups.group_size) == (6, 1, 4)
+    assert groups.padded_layers - groups.layers == 2  # "Add 2 padding layers"
+    block = groups.group_size * 16 * 2 * 1 * 256 * 2
+    pages = groups.pages_per_request(2048, 8192, 16)  # 128 full pages + 6 x (128 + 1)
+    assert pages == 128 + 6 * 129
+    # the blocks that give all three printed figures at once: the tokens exactly, the rest as rounded in the log
+    fits = [b for b in range(400_000, 430_000) if b // len(groups.windows) * 16 == 950_864
+            and round(b / pages, 2) == 461.21 and round(b * block / GiB, 2) == 25.39]
+    assert fits == [416_007, 416_008, 416_009]
+    # the same memory under one group of all 26 layers (no grouping) would give other tokens: the rule is tested
+    assert 416_008 * block // (26 * 2 * 256 * 2) != 950_864
+
+
 def test_which_layers_slide_as_vllm_reads_the_config():
     assert kv_cache_groups(GEMMA2).windows == (4096, None)
     mistral_v01 = dict(load_config("mistralai/Mistral-7B-v0.3").to_dict(), sliding_window=4096)
