@@ -28,6 +28,12 @@ GPU_CARDS = {
     "A100 80 GB": 81050 * 2**20,
     "H100 80 GB": 81089 * 2**20,
 }
+#: A 48 GB card: the ``total_memory`` that ``torch.cuda.get_device_properties`` printed for an NVIDIA RTX A6000,
+#: 48676 MiB (pytorch/ao, ``torchao/prototype/hqq/README.md``, "GPU details").  Not in ``GPU_CARDS`` (no verdict or menu
+#: lists it): lessons 09 and 10 name it, and a step judged on it is judged as a bare capacity, without a cuBLAS
+#: workspace line (about 16 MiB on that card); vLLM's account finds its SM count by this total
+#: (:func:`helpers.serving.sm_count`).
+CARD_48GB = {"RTX A6000 48 GB": 48676 * 2**20}
 
 class GpuSpec(NamedTuple):
     """What the simulated GPU's kernel rules need of a card: ``sms`` and ``threads_per_sm``
@@ -42,10 +48,11 @@ class GpuSpec(NamedTuple):
 #: What a reduction kernel's launch depends on, per card (:func:`helpers.engine.workspaces.reduction_staging`), and
 #: the compute capability (:data:`COMPUTE_CAPABILITY` for the cards of :data:`GPU_CARDS`).  The H200: 132 and
 #: 2,048, measured (``make gpu-reference``'s machine, torch 2.11); SM counts from NVIDIA's architecture whitepapers
-#: (V100 SXM2: 80; A100: 108; H100 SXM5: 132; RTX 4090, AD102 as shipped: 128); threads per SM from the CUDA C++
-#: Programming Guide's table of compute capabilities (2,048 on 7.0, 8.0 and 9.0; 1,536 on 8.9).  The H200 is not a
-#: card of :data:`GPU_CARDS` (no verdict is given for it): it is the card the simulation claims to be
-#: (:data:`SIMULATED_GPU`).
+#: (V100 SXM2: 80; A100: 108; H100 SXM5: 132; RTX 4090, AD102 as shipped: 128; RTX A6000, GA102 as shipped: 84, its
+#: 10,752 CUDA cores at 128 a streaming multiprocessor); threads per SM from the CUDA C++ Programming Guide's table of
+#: compute capabilities (2,048 on 7.0, 8.0 and 9.0; 1,536 on 8.6 and 8.9).  The H200 and the A6000 are not cards of
+#: :data:`GPU_CARDS` (no verdict is given for them): the H200 is the card the simulation claims to be
+#: (:data:`SIMULATED_GPU`), the A6000 the 48 GB card of :data:`CARD_48GB`.
 GPU_SPECS = {
     "V100 16 GB": GpuSpec(80, 2048, (7, 0)),
     "RTX 4090 24 GB": GpuSpec(128, 1536, (8, 9)),
@@ -53,6 +60,7 @@ GPU_SPECS = {
     "A100 80 GB": GpuSpec(108, 2048, (8, 0)),
     "H100 80 GB": GpuSpec(132, 2048, (9, 0)),
     "H200 141 GB": GpuSpec(132, 2048, (9, 0)),
+    "RTX A6000 48 GB": GpuSpec(84, 1536, (8, 6)),
 }
 
 #: The card the simulated GPU claims to be when its memory names no card of :data:`GPU_CARDS`: the NVIDIA H200 on

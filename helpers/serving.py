@@ -33,11 +33,13 @@ import torch
 from .config import StepConfig, check_int
 from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
-from .gpus import GPU_CARDS, GPU_SPECS, simulated_card
-from .hf_config import SHIPPED, config_label, load_config
+from .gpus import CARD_48GB, GPU_CARDS, GPU_SPECS, SIMULATED_GPU
+from .hf_config import FOR_LOGS, SHIPPED, config_label, load_config
 from .profile import keep, recall
 from .units import GiB
-from .vllm_profile import formula_weight_bytes, traced_profile_run
+from .vllm_kv import VERSION as GROUPS_VERSION
+from .vllm_kv import KVGroups, attention_shape
+from .vllm_profile import formula_weight_bytes, profile_run
 from .vllm_rules import Split, rank_config, scheduler_defaults, splits
 from .vllm_rules import non_torch_bytes as parallel_non_torch
 
@@ -65,16 +67,6 @@ DEFAULT_GPU = "H100 80 GB"
 #: of the measurement itself on an H100 (PR #10511): pass the logged figure to reproduce a log.
 NON_TORCH_BYTES = round(0.16 * GiB)
 
-#: Keys of a text config that make some layers attend differently from the others (or not at all); what
-#: :func:`kv_bytes_per_token` refuses, with the reason.
-_NOT_FULL_ATTENTION = (
-    ("kv_lora_rank", "multi-head latent attention (MLA) caches a compressed latent, not keys and values"),
-    ("attention_chunk_size", "chunked local attention on some layers"),
-    ("layers_block_type", "layers that are not all attention (a hybrid model)"),
-    ("attn_layer_period", "layers that are not all attention (a hybrid model)"),
-)
-
-
 class WouldNotStart(ValueError):
     """vLLM would refuse to start: nothing is left for the KV cache, or it cannot hold one sequence of
     ``max_model_len`` tokens (:attr:`StartupAccount.refusal`).
@@ -89,8 +81,8 @@ class WouldNotStart(ValueError):
 
 
 def kv_bytes_per_token(model, dtype: str = "bfloat16", kv_cache_dtype: str = "auto") -> int:
-    """KV cache bytes one token takes in vLLM, all layers together: 2 (K and V) × attention layers × KV heads ×
-    head size × bytes per value.
+    """KV cache bytes one token of vLLM's reported cache size takes ("GPU KV cache size: N tokens"), all layers
+    together: 2 (K and V) × layers × KV heads × head size × bytes per value.
 
     The page of one layer holds ``block_size`` tokens: ``2 × block_size × num_kv_heads × head_size × dtype bytes``
     (``AttentionSpec.page_size_bytes``, ``vllm/v1/kv_cache_interface.py``; V0's
@@ -99,6 +91,13 @@ def kv_bytes_per_token(model, dtype: str = "bfloat16", kv_cache_dtype: str = "au
     ``num_key_value_heads``, else ``num_attention_heads`` (``ModelConfig.get_head_size``,
     ``get_total_num_kv_heads``).  No tensor parallelism: one GPU holds every head.
 
+    A model with sliding-window layers (Gemma-2, Gemma-3, Mistral 7B v0.1) is sized by vLLM v0.19.0's KV cache groups
+    (:func:`kv_cache_groups`, :mod:`helpers.vllm_kv`): every layer still keeps a page per block, and the layers
+    counted are the groups' with their padding (``group size × groups``: Gemma-3 4B's 34 layers count 35).  So this
+    is what one token of the reported size costs; a sliding-window layer holds at most ``sliding_window − 1 +
+    max_num_batched_tokens`` tokens of a request, so a long request takes fewer of them than its length
+    (:attr:`StartupAccount.max_concurrency` counts it).
+
     Args:
         model: a Hugging Face config: a shipped name (:func:`helpers.hf_config.shipped_configs`), or anything
             :func:`helpers.hf_config.load_config` takes.
@@ -106,17 +105,26 @@ def kv_bytes_per_token(model, dtype: str = "bfloat16", kv_cache_dtype: str = "au
         kv_cache_dtype: one of :data:`KV_CACHE_DTYPES` (the fp8 formats: 1 byte).
 
     Raises:
-        ValueError: in one line, for an unknown model or dtype, or a model whose layers do not all keep full
-            keys and values: sliding-window, chunked-local or latent attention, or a hybrid of attention and other
-            layers.  vLLM v0.11 sizes those by KV cache groups (``get_kv_cache_config_from_groups``,
-            ``vllm/v1/core/kv_cache_utils.py``), a rule not reproduced here.
+        ValueError: in one line, for an unknown model or dtype, or a model whose layers cache something other than
+            full or sliding-window keys and values: latent attention (MLA, DeepSeek-V2's ``kv_lora_rank``),
+            chunked local attention (Llama-4's ``attention_chunk_size``), or a hybrid of attention and other layers;
+            vLLM sizes those by other specs, not reproduced here.
     """
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("kv_cache_dtype", kv_cache_dtype, KV_CACHE_DTYPES)
-    text = _config(model).get_text_config()
-    layers, kv_heads, head_size = _attention_shape(text, config_label(model))
+    groups, kv_heads, head_size = attention_shape(_config(model).get_text_config(), config_label(model))
     value_bytes = KV_CACHE_DTYPES[kv_cache_dtype] or DTYPES[dtype].itemsize
-    return 2 * layers * kv_heads * head_size * value_bytes
+    return 2 * groups.padded_layers * kv_heads * head_size * value_bytes
+
+
+def kv_cache_groups(model) -> KVGroups:
+    """vLLM v0.19.0's KV cache groups of ``model``'s layers (:func:`helpers.vllm_kv.kv_groups`): one group of every
+    layer for a model whose layers all attend alike.
+
+    Raises:
+        ValueError: as :func:`kv_bytes_per_token`.
+    """
+    return attention_shape(_config(model).get_text_config(), config_label(model))[0]
 
 
 @dataclass(frozen=True)
@@ -138,12 +146,16 @@ class StartupAccount:
             "PyTorch activation peak memory", ``torch_peak_increase``).
         non_torch_bytes: assumed (:data:`NON_TORCH_BYTES` unless given): vLLM's "non_torch_memory".
         kv_bytes_per_token: :func:`kv_bytes_per_token` of this rank: its KV heads (:mod:`helpers.vllm_rules`) and
-            its stage's layers.
+            its stage's layers (with sliding-window layers, the groups' padded layers: one token of :attr:`kv_tokens`).
         tensor_parallel_size, pipeline_parallel_size: as vLLM's options; with either above 1, every figure above is
             one rank's (weights, activation peak, non-torch memory and KV cache per GPU): the first rank of
             pipeline stage ``stage``, which holds ``layers`` (``[start, end)``).
         other_stages: the accounts of the first rank of each later stage (the ranks of a stage hold the same
             shapes); empty without pipeline parallelism.
+        kv_groups: vLLM v0.19.0's KV cache groups of this rank's layers (:class:`helpers.vllm_kv.KVGroups`), or None:
+            one group of full-attention layers (every model without sliding windows).  With more than one group,
+            :attr:`num_blocks` is vLLM's ``num_blocks`` (pages per pool: ``available // page // group size``), each
+            group's block table drawing from it, so the reported tokens are ``num_blocks // groups × block_size``.
     """
 
     model: str
@@ -169,6 +181,7 @@ class StartupAccount:
     stage: int = 0
     layers: tuple[int, int] | None = None
     other_stages: tuple["StartupAccount", ...] = ()
+    kv_groups: KVGroups | None = None
 
     @property
     def requested_bytes(self) -> float:
@@ -186,16 +199,28 @@ class StartupAccount:
         return self.requested_bytes - self.non_kv_cache_bytes
 
     @property
+    def groups(self) -> int:
+        """vLLM's KV cache groups (:attr:`kv_groups`): 1 unless some layers slide."""
+        return 1 if self.kv_groups is None else len(self.kv_groups.windows)
+
+    @property
     def block_bytes(self) -> int:
-        """One block of ``block_size`` tokens in every layer: the KV page of each layer, all layers together."""
+        """One block of ``block_size`` tokens in every layer: the KV page of each layer, all layers together (with
+        groups, their padded layers: one block of every group's table)."""
         return self.kv_bytes_per_token * self.block_size
 
     @property
+    def pool_block_bytes(self) -> int:
+        """One of vLLM's ``num_blocks``: a page in each of the ``group size`` pools (:attr:`block_bytes` over the
+        groups; :attr:`block_bytes` itself with one group)."""
+        return self.block_bytes // self.groups
+
+    @property
     def own_blocks(self) -> int:
-        """``⌊available / block bytes⌋`` of this rank, 0 when nothing is available (``get_num_blocks``,
-        ``vllm/v1/core/kv_cache_utils.py``: ``available // page_size // num_layers``; V0:
-        ``available // cache_block_size``, clamped at 0)."""
-        return max(int(self.available_kv_bytes // self.block_bytes), 0)
+        """``⌊available / pool block bytes⌋`` of this rank, 0 when nothing is available (``get_num_blocks``,
+        ``vllm/v1/core/kv_cache_utils.py``: ``available // page_size // group_size``, the group size being every
+        layer without sliding windows; V0: ``available // cache_block_size``, clamped at 0)."""
+        return max(int(self.available_kv_bytes // self.pool_block_bytes), 0)
 
     @property
     def num_blocks(self) -> int:
@@ -206,25 +231,39 @@ class StartupAccount:
 
     @property
     def kv_cache_bytes(self) -> int:
-        """What the blocks take: ``num_blocks × block bytes`` (at most :attr:`available_kv_bytes`)."""
-        return self.num_blocks * self.block_bytes
+        """What the blocks take: ``num_blocks × pool block bytes`` (at most :attr:`available_kv_bytes`)."""
+        return self.num_blocks * self.pool_block_bytes
 
     @property
     def kv_tokens(self) -> int:
-        """Tokens the KV cache holds: ``num_blocks × block_size`` ("GPU KV cache size: N tokens")."""
-        return self.num_blocks * self.block_size
+        """Tokens the KV cache holds, as vLLM reports them ("GPU KV cache size: N tokens"): ``num_blocks // groups ×
+        block_size`` (``_report_kv_cache_config``, ``vllm/v1/core/kv_cache_utils.py``, v0.19.0)."""
+        return self.num_blocks // self.groups * self.block_size
+
+    @property
+    def pages_per_request(self) -> int:
+        """Blocks one request of ``max_model_len`` tokens needs, all groups together: ``⌈max_model_len /
+        block_size⌉`` a full-attention group, ``⌈min(window − 1 + max_num_batched_tokens, max_model_len) /
+        block_size⌉ + 1`` a sliding-window one (``max_memory_usage_bytes`` of ``FullAttentionSpec`` and
+        ``SlidingWindowSpec``, ``vllm/v1/kv_cache_interface.py``, v0.19.0; :meth:`helpers.vllm_kv.KVGroups.
+        pages_per_request`)."""
+        if self.kv_groups is None:
+            return math.ceil(self.max_model_len / self.block_size)
+        return self.kv_groups.pages_per_request(self.max_model_len, self.max_num_batched_tokens, self.block_size)
 
     @property
     def max_concurrency(self) -> float:
         """Requests of ``max_model_len`` tokens the cache holds at once ("Maximum concurrency ... x").
 
-        v0.11: blocks ÷ the blocks one request needs, ``⌈max_model_len / block_size⌉`` (``vllm/v1/core/
-        kv_cache_utils.py`` with ``FullAttentionSpec.max_memory_usage_bytes``); V0: tokens ÷ ``max_model_len``
-        (``vllm/executor/executor_base.py``).  Equal when ``max_model_len`` is a multiple of ``block_size``.
+        v0.11: blocks ÷ the blocks one request needs, :attr:`pages_per_request` (``get_max_concurrency_for_kv_cache_
+        config``, ``vllm/v1/core/kv_cache_utils.py``; without sliding windows ``⌈max_model_len / block_size⌉``); V0:
+        tokens ÷ ``max_model_len`` (``vllm/executor/executor_base.py``).  Equal when ``max_model_len`` is a multiple
+        of ``block_size`` and no layer slides; a sliding-window group needs fewer blocks than ``max_model_len`` fills
+        when ``sliding_window − 1 + max_num_batched_tokens`` is below it.
         """
         if self.version == "0.6.5":
             return self.kv_tokens / self.max_model_len
-        return self.num_blocks / math.ceil(self.max_model_len / self.block_size)
+        return self.num_blocks / self.pages_per_request
 
     @property
     def refusal(self) -> str | None:
@@ -248,14 +287,29 @@ class StartupAccount:
             return (f"no memory is left for the KV cache: {a._rank()}weights, activation peak and non-torch memory "
                     f"take {a.non_kv_cache_bytes / GiB:.2f} GiB of the {a.requested_bytes / GiB:.2f} GiB that "
                     f"gpu_memory_utilization {a.gpu_memory_utilization:g} allows; raise gpu_memory_utilization")
-        needed = math.ceil(a.max_model_len / a.block_size)
+        needed = a.pages_per_request  # _check_enough_kv_cache_memory: bytes needed above available, in blocks
         if needed > self.num_blocks:
             return (f"one sequence of max_model_len {a.max_model_len:,} tokens needs "
-                    f"{needed * a.block_bytes / GiB:.2f} GiB of KV cache, more than the "
+                    f"{needed * a.pool_block_bytes / GiB:.2f} GiB of KV cache, more than the "
                     f"{a.available_kv_bytes / GiB:.2f} GiB available{' on ' + a._rank()[:-2] if a._rank() else ''}: "
-                    f"vLLM would not start; the longest that fits is {a.kv_tokens:,} tokens: lower max_model_len or "
+                    f"vLLM would not start; the longest that fits is {a.longest_fitting:,} tokens: lower max_model_len or "
                     f"raise gpu_memory_utilization")
         return None
+
+    @property
+    def longest_fitting(self) -> int:
+        """The longest request the blocks hold: :attr:`kv_tokens` without sliding windows; with them, the longest
+        ``max_model_len`` whose :attr:`pages_per_request` fit in :attr:`num_blocks` (vLLM v0.19.0's
+        ``_estimate_max_model_len_from_groups`` searches it the same way), at most the model's ``max_model_len``."""
+        if self.kv_groups is None or not self.kv_groups.sliding:
+            return self.kv_tokens
+        fits = lambda n: self.kv_groups.pages_per_request(n, self.max_num_batched_tokens,  # noqa: E731
+                                                          self.block_size) <= self.num_blocks
+        low, high = 0, self.max_model_len
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        return low
 
     def _rank(self) -> str:
         """``"stage S's ranks: "`` under pipeline parallelism, else nothing (the words the refusals start with)."""
@@ -280,8 +334,9 @@ class StartupAccount:
             f"  non_torch_memory takes {gib(self.non_torch_bytes)} (assumed, not simulated)",
             f"  Available KV cache memory: {gib(self.available_kv_bytes)}",
             f"  GPU KV cache size: {self.kv_tokens:,} tokens ({self.num_blocks:,} blocks of {self.block_size} "
-            f"tokens, {self.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv})",
-            f"  Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x",
+            f"tokens, {self._groups_words()}{self.kv_bytes_per_token / 1024:,.0f} KiB per token in {kv})",
+            f"  Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x"
+            f"{self._window_words()}",
             *([] if self.version == "0.6.5" else [
                 "  (CUDA graphs: estimated and logged by vLLM, not subtracted: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS "
                 "is 0 by default, vllm/envs.py)"]),
@@ -289,6 +344,24 @@ class StartupAccount:
               f"peak {gib(a.activation_peak_bytes)}, Available KV cache memory {gib(a.available_kv_bytes)}, "
               f"{a.own_blocks:,} blocks" for a in self.other_stages),
         ]
+
+    def _groups_words(self) -> str:
+        """What the cache-size line adds with more than one KV cache group: the groups, their size and kinds."""
+        g = self.kv_groups
+        if g is None or self.groups == 1:
+            return ""
+        sliding = sum(w is not None for w in g.windows)
+        padding = f", {g.padded_layers - g.layers} padding" if g.padded_layers > g.layers else ""
+        return (f"each block a page in every layer of {self.groups} groups of {g.group_size} layers ({sliding} "
+                f"sliding-window, {self.groups - sliding} full-attention{padding}; vLLM {GROUPS_VERSION}'s groups), ")
+
+    def _window_words(self) -> str:
+        """What the concurrency line adds when some layers slide: the blocks one request needs."""
+        if self.kv_groups is None or not self.kv_groups.sliding or self.version == "0.6.5":
+            return ""
+        full = self.groups * math.ceil(self.max_model_len / self.block_size)
+        return (f" (a request needs {self.pages_per_request:,} blocks across the groups, {full:,} if no layer slid: "
+                f"a sliding-window layer keeps at most its window - 1 + max_num_batched_tokens tokens)")
 
     def _parallel_words(self) -> str:
         """What the header adds under parallelism: the GPUs, and whose figures follow."""
@@ -309,10 +382,13 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
     """vLLM's start-up account of ``model`` served alone on one GPU, or per GPU over several: weights, the profile
     run's activation peak, non-torch memory, and the KV cache the rest holds.
 
-    What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``):
+    What is traced on the simulated GPU (:class:`helpers.step.StepRunner`, ``device="simulated"``; for a model of
+    many alike layers, written to the byte from the same run traced with 3 and 4 layers,
+    :func:`helpers.vllm_profile.profile_run`):
 
     * the weights: the Hugging Face model of the config placed in ``dtype`` (every parameter and buffer:
-      :func:`_traced_profile_run`), as vLLM's "model weights take" counts the allocated bytes across loading;
+      :func:`helpers.vllm_profile.traced_profile_run`), as vLLM's "model weights take" counts the allocated bytes
+      across loading;
     * the profile run, as ``memory_profiling`` measures it (``torch_peak_increase``: the peak allocated above what
       was allocated before it): a forward pass under ``torch.inference_mode()`` of ``max_num_batched_tokens`` tokens,
       then the logits of the last token of each of ``num_reqs = min(max_num_batched_tokens, max_num_seqs)``
@@ -392,8 +468,16 @@ def _ranks_account(model, config, common: dict, weights_format: tuple[str, bool]
                    pp: int) -> StartupAccount:
     """The first rank's account, the later stages' first ranks' in its ``other_stages`` (one account without
     parallelism): a KV cache not modelled is refused first (:func:`kv_bytes_per_token`), then a split vLLM refuses, in
-    its words (:func:`helpers.vllm_rules.splits`); non-torch memory, when ``common`` has None, by the setup."""
+    its words (:func:`helpers.vllm_rules.splits`); non-torch memory, when ``common`` has None, by the setup.  Sliding
+    windows are sized by v0.19.0's groups on one card and under tensor parallelism (every rank holds every layer), not
+    under V0's rules nor pipeline parallelism (each stage's groups are the whole model's, projected on its layers:
+    ``_project_kv_cache_groups_to_worker``, not reproduced): refused in one line."""
+    groups = kv_cache_groups(config)
     kv_bytes_per_token(config, common["dtype"], common["kv_cache_dtype"])
+    if groups.sliding and (pp > 1 or common["version"] == "0.6.5"):
+        setup = "pipeline parallelism" if pp > 1 else "vLLM V0's rules (version '0.6.5')"
+        raise ValueError(f"{common['model']}: sliding-window layers are sized by vLLM {GROUPS_VERSION}'s KV cache "
+                         f"groups here, not under {setup}")
     common = dict(common, non_torch_bytes=parallel_non_torch(tp, pp, NON_TORCH_BYTES, common["non_torch_bytes"]))
     stages = [_rank_account(model, config, split, common, weights_format)
               for split in splits(config.get_text_config(), tp, pp)]
@@ -412,7 +496,7 @@ def _rank_account(model, config, split: Split, common: dict, weights_format: tup
     return StartupAccount(**common, parameter_count=parameters, weights_bytes=weights, activation_peak_bytes=peak,
                           kv_bytes_per_token=kv_bytes_per_token(shard, common["dtype"], common["kv_cache_dtype"]),
                           tensor_parallel_size=split.tp, pipeline_parallel_size=split.pp, stage=split.stage,
-                          layers=(split.start, split.end))
+                          layers=(split.start, split.end), kv_groups=kv_cache_groups(shard))
 
 
 def _check_formats(version: str, dtype: str, kv_cache_dtype: str, quantization: str, double_quant: bool,
@@ -465,48 +549,33 @@ def _config(model):
         raise ValueError(f"unknown model {config_label(model)!r}: {first_line(e)}") from None
 
 
-def _attention_shape(text, label: str) -> tuple[int, int, int]:
-    """(attention layers, KV heads, head size) of a text config whose layers all keep full keys and values."""
-    for key, why in _NOT_FULL_ATTENTION:
-        if getattr(text, key, None):
-            raise ValueError(f"{label}: {why}; vLLM sizes its KV cache by groups of layers, not reproduced here")
-    kinds = set(getattr(text, "layer_types", None) or ())
-    windowed = getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True)
-    if windowed or kinds - {"full_attention"}:
-        raise ValueError(f"{label}: sliding-window attention (on some or all layers) keeps a shorter KV cache; "
-                         f"vLLM sizes it by groups of layers, not reproduced here")
-    heads = getattr(text, "num_attention_heads", None)
-    if not heads:
-        raise ValueError(f"{label}: no num_attention_heads: not an attention model")
-    head_size = getattr(text, "head_dim", None) or text.hidden_size // heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    return text.num_hidden_layers, kv_heads, head_size
-
-
 def _key(model, config):
     """What :func:`_profile_run` is given: a shipped name as it is (so that its runs are kept), else the config."""
-    return model if isinstance(model, str) and model in SHIPPED else config
+    return model if isinstance(model, str) and (model in SHIPPED or model in FOR_LOGS) else config
 
 
 def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                  num_reqs: int, num_sm: int, split: Split | None = None, version: str = "0.11"
                  ) -> tuple[int, int, int]:
-    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced
-    (:func:`helpers.vllm_profile.traced_profile_run`, on one rank's shard when ``split`` says where it sits); a shipped
-    config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures every time, nothing in
-    them is random)."""
+    """(parameters, weight bytes, activation peak bytes) of :func:`vllm_startup`'s profile run, traced, or written
+    exactly from shallow traces (:func:`helpers.vllm_profile.profile_run`, on one rank's shard when ``split`` says
+    where it sits); a shipped config's runs are kept with the profiles (:data:`helpers.profile.KEPT`: the same figures
+    every time, nothing in them is random)."""
     key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, version)
            if isinstance(model, str) else None)
     run = recall(key)
     if run is None:
-        run = traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split,
-                                 v0=version == "0.6.5")
+        run = profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0=version == "0.6.5")
         keep(key, run)
     return run
 
 
 def sm_count(gpu: str, total: int) -> int:
     """The streaming multiprocessors of the card the account is for (:data:`helpers.gpus.GPU_SPECS`): the named card,
-    else the card of :data:`helpers.gpus.GPU_CARDS` with exactly ``total`` bytes, else the simulated GPU's
-    (:func:`helpers.gpus.simulated_card`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it."""
-    return GPU_SPECS[gpu if gpu in GPU_SPECS else simulated_card(total)].sms
+    else the card of :data:`helpers.gpus.GPU_CARDS` or :data:`helpers.gpus.CARD_48GB` (an RTX A6000, 84 SMs) with
+    exactly ``total`` bytes (a card given by its total, as lesson 10 gives the A6000), else the simulated GPU's
+    (:data:`helpers.gpus.SIMULATED_GPU`: an H200, 132 SMs as an H100's).  vLLM's sampler sizes a buffer by it
+    (:func:`helpers.vllm_sampler.triton_buffer_rows`)."""
+    if gpu not in GPU_SPECS:
+        gpu = next((card for card, nbytes in {**GPU_CARDS, **CARD_48GB}.items() if nbytes == total), SIMULATED_GPU)
+    return GPU_SPECS[gpu].sms

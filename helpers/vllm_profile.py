@@ -12,9 +12,14 @@ from .allocator.rules import round_up
 from .config import StepConfig
 from .errors import first_line
 from .formats import BY_FORMULA, INT4_GROUP
+from . import vllm_written
 from .hf_config import load_config
+from .models import resolve_model
+from .models.hf import FLASH_IN_KERNEL, CausalLMBuilder
+from .shallow import block_list
 from .step import StepRunner
 from .techniques.quantization import nf4_linears, weights as weights_of
+from .vllm_kv import layer_windows
 from .vllm_rules import Split, not_held, padded_vocab, rank_config
 from .vllm_sampler import sampler_pass
 
@@ -56,11 +61,39 @@ def formula_weight_bytes(model: torch.nn.Module, quantization: str, dtype_bytes:
     return total
 
 
+def profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int, num_reqs: int,
+                num_sm: int, split: Split | None = None, v0: bool = False) -> tuple[int, int, int]:
+    """(parameters, weight bytes, activation peak bytes) of vLLM v0.19.0's profile run (:func:`traced_profile_run`'s
+    arguments and figures, to the byte), obtained the one way that applies: **written** from the same run traced with
+    3 and 4 decoder layers (:mod:`helpers.vllm_written`) for a model of at least
+    :data:`helpers.vllm_written.MIN_LAYERS` alike layers on the rank, else, or where the shallow runs do not repeat
+    layer by layer, **traced** in full.
+
+    Raises:
+        ValueError: as :func:`traced_profile_run`.
+    """
+    config = load_config(model)
+    shard = _shard(model, config, split, label)
+    try:
+        spec = resolve_model(shard, None, label)
+    except ValueError:  # refused by the full trace, in its words
+        spec = None
+    if spec is not None and spec.blocks is not None and vllm_written.applies(spec.blocks, spec.blocks_differ) is None:
+        runs = [_trace(spec.at_depth(d), shard, label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0,
+                       vocab=config.get_text_config().vocab_size) for d in vllm_written.DEPTHS]
+        try:
+            return vllm_written.written_run(*runs, spec.blocks)
+        except vllm_written.NotRepeated:
+            pass
+    return traced_profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0)
+
+
 def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int,
                        num_reqs: int, num_sm: int, split: Split | None = None, v0: bool = False
                        ) -> tuple[int, int, int]:
-    """(parameters, weight bytes, activation peak bytes) of vLLM v0.19.0's profile run, traced on the simulated GPU
-    (:func:`helpers.serving.vllm_startup`).
+    """(parameters, weight bytes, activation peak bytes) of vLLM v0.19.0's profile run, traced in full on the
+    simulated GPU (:func:`helpers.serving.vllm_startup`; :func:`profile_run` writes the same figures from shallow
+    traces where it can).
 
     The model is made by the step recipe in ``dtype`` (``StepConfig.param_dtype``, as ``from_pretrained`` loads it:
     every parameter and buffer in ``dtype`` but a model class's ``_keep_in_fp32_modules``, which none of the shipped
@@ -90,17 +123,31 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
     Raises:
         ValueError: in one line, when the model cannot run the pass.
     """
+    config = load_config(model)
+    run = _trace(None, _shard(model, config, split, label), label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0,
+                 vocab=config.get_text_config().vocab_size)
+    return run.parameters, run.weights, run.peak
+
+
+def _shard(model, config, split: Split | None, label: str):
+    """What the rank builds: ``model`` itself on one card (a shipped name stays a name), else its shard's config
+    (:func:`helpers.vllm_rules.rank_config` of ``config``, ``model``'s), with vLLM's attention where Hugging Face's
+    would differ in memory (:func:`_with_vllm_attention`)."""
+    return _with_vllm_attention(rank_config(config, split) if split is not None else model, label)
+
+
+def _trace(spec, shard, label: str, dtype: str, weights_format: tuple[str, bool], tokens: int, num_reqs: int,
+           num_sm: int, split: Split | None, v0: bool, vocab: int) -> vllm_written.TracedRun:
+    """:func:`traced_profile_run` of the rank's model ``shard`` (a config, or a shipped name), or of ``spec`` (the same
+    model with fewer layers: :meth:`helpers.models.ModelSpec.at_depth`) when given; ``vocab``: the whole model's
+    vocabulary.  With ``spec``, the log's changes and where each decoder layer starts and ends are read too (forward
+    hooks on the layers, which allocate nothing)."""
     quantization, double_quant = weights_format
     formula = quantization in BY_FORMULA
-    first = last = True
-    config = load_config(model)
-    vocab = config.get_text_config().vocab_size
-    if split is not None:
-        first, last = split.first, split.last
-        model = rank_config(config, split)
-    runner = StepRunner(StepConfig(model=model, batch_size=1, seq_len=tokens, name=label, frozen=True,
+    first, last = (split.first, split.last) if split is not None else (True, True)
+    runner = StepRunner(StepConfig(model=shard, batch_size=1, seq_len=tokens, name=label, frozen=True,
                                    param_dtype=dtype, quantization="none" if formula else quantization,
-                                   double_quant=double_quant, device="simulated"))
+                                   double_quant=double_quant, device="simulated"), spec=spec)
     meter = runner.meter
     with meter:
         net = runner.place().eval()
@@ -111,7 +158,12 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
             width = net.get_input_embeddings().embedding_dim
             inputs = dict(inputs_embeds=torch.zeros(1, tokens, width, dtype=getattr(torch, dtype), device=meter.device))
         meter.reset_peak()
-        before = meter.allocated()
+        before, start = meter.allocated(), meter.log_length()
+        starts, ends, hooks = [], [], []
+        if spec is not None:
+            for layer in net.get_submodule(block_list(net, spec.blocks)):
+                hooks += [layer.register_forward_pre_hook(lambda *_: starts.append(meter.log_length() - start)),
+                          layer.register_forward_hook(lambda *_: ends.append(meter.log_length() - start))]
         try:
             with torch.inference_mode():
                 if not last:
@@ -123,13 +175,30 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
                     dummy_sampler_run(net, hidden, num_reqs, vocab, split.tp if split else 1, num_sm)
         except (RuntimeError, TypeError, ValueError) as e:
             raise ValueError(f"{label} cannot run vLLM's profile pass of {tokens:,} tokens: {first_line(e)}") from None
+        finally:
+            for hook in hooks:
+                hook.remove()
         peak = meter.peak() - before
+        deltas = tuple((e.kind, e.delta) for e in meter.allocation_log()[start:]) if spec is not None else ()
     parameters = sum(map(weights_of, net.parameters()))  # a 4-bit weight: its weights, not its packed bytes
     if formula:
         weights = formula_weight_bytes(net, quantization, getattr(torch, dtype).itemsize)
     dropped = not_held(net, first, last)
-    return (parameters - sum(t.numel() for t in dropped),
-            weights - sum(round_up(t.numel() * t.element_size()) for t in dropped), peak)
+    return vllm_written.TracedRun(
+        spec.blocks if spec is not None else 0, deltas, tuple(starts), tuple(ends),
+        parameters - sum(t.numel() for t in dropped),
+        weights - sum(round_up(t.numel() * t.element_size()) for t in dropped), peak)
+
+
+def _with_vllm_attention(model, label: str):
+    """``model``, or, when Hugging Face would attend differently from vLLM's kernel in memory (a logit softcap, which
+    Hugging Face runs only eagerly, storing every score; sliding windows, for which it makes a mask tensor), its
+    builder with :data:`helpers.models.hf.FLASH_IN_KERNEL`, the flash kernel that stands for vLLM's FlashAttention."""
+    config = load_config(model)
+    text = config.get_text_config()
+    if getattr(text, "attn_logit_softcapping", None) or any(layer_windows(text, label)):
+        return CausalLMBuilder(config, FLASH_IN_KERNEL, label)
+    return model
 
 
 def dummy_sampler_run(net: torch.nn.Module, hidden: torch.Tensor, num_reqs: int, vocab: int, tp: int,

@@ -39,6 +39,10 @@ SLOW = {
         "the fine-tuning widget's search, every step of it traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    "tests/test_vllm_written.py::test_every_setup_written_equals_its_full_trace_to_the_byte":
+        "14 setups of vLLM's profile run (7-8B and 70B models) traced in full and written",
+    "tests/test_vllm_written.py::test_the_first_quantized_run_of_a_process_counts_what_the_next_ones_do":
+        "a fresh Python process imports transformers, bitsandbytes and peft",
     "tests/test_symbolic.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
         "Llama-3.1 8B QLoRA traced with symbolic sizes and concretely at random points",
     "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
@@ -46,6 +50,10 @@ SLOW = {
         "two shallow steps traced symbolically, written, and compared with two written concretely",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
         "the serving widget: LLaMA 65B's profile run traced in bfloat16 and in NF4",
+    "tests/test_widget_serving.py::test_the_gpus_menu_shows_one_gpus_account_and_vllms_refusals":
+        "the serving widget: LLaMA 65B's profile run traced on one GPU and on one GPU's shard of 2",
+    "tests/test_vllm_groups.py::test_the_engine_beside_the_sliding_logs":
+        "vLLM's profile run traced for Gemma-2 2B, 9B, 27B and Gemma 7B (256,000-row vocabulary)",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",

@@ -44,17 +44,26 @@ def test_the_kv_page_of_llama_3_8b_is_the_published_128_kib():
 
 
 @pytest.mark.parametrize("config, reason", [
-    ({"model_type": "mistral", "sliding_window": 4096}, "sliding-window"),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20},
-     "sliding-window"),
-    ({"model_type": "gemma2"}, "sliding-window"),
+     "vLLM refuses it: Sliding window for some but all layers is not supported"),
     ({"model_type": "deepseek_v3"}, "latent attention"),
+    ({"model_type": "llama4_text", "attention_chunk_size": 8192}, "chunked local attention"),
 ])
-def test_models_whose_layers_keep_less_than_full_keys_and_values_are_refused_with_the_reason(config, reason):
+def test_models_whose_layers_keep_other_than_full_or_windowed_keys_and_values_are_refused_with_the_reason(config,
+                                                                                                        reason):
     with pytest.raises(ValueError) as error:
         kv_bytes_per_token(config)
     message = str(error.value)
-    assert reason in message and "groups of layers" in message and "\n" not in message
+    assert reason in message and "\n" not in message
+
+
+def test_sliding_windows_are_sized_by_vllms_groups():
+    """A window on every layer (Mistral 7B v0.1): one group, the same page per token as full attention; Gemma-2's
+    alternation: two groups of half the layers, every layer still a page per block (tests/test_vllm_groups.py)."""
+    mistral_v01 = {**load_config("mistralai/Mistral-7B-v0.3").to_dict(), "sliding_window": 4096}
+    assert kv_bytes_per_token(mistral_v01) == kv_bytes_per_token("mistralai/Mistral-7B-v0.3") == 128 * KiB
+    gemma2 = load_config({"model_type": "gemma2"})  # Gemma2Config's defaults: 26 layers, 4 KV heads of 256
+    assert kv_bytes_per_token(gemma2) == 2 * 26 * 4 * 256 * 2
 
 
 def test_a_qwen2_config_whose_window_is_off_is_full_attention():

@@ -5,6 +5,8 @@ import torch
 
 from helpers.allocator.rules import round_up
 from helpers.engine.meter import Meter
+from helpers.gpus import CARD_48GB, GPU_CARDS
+from helpers.serving import sm_count, vllm_startup
 from helpers.vllm_sampler import sampler_pass, triton_buffer_rows
 
 
@@ -61,3 +63,20 @@ def test_below_eight_rows_pytorch_sorts():
 def test_logits_that_are_not_two_dimensional_are_refused():
     with pytest.raises(ValueError, match=r"\[num_reqs, vocab\] logits"):
         sampler_pass(torch.empty(2, 3, 4), 132)
+
+
+def test_a_card_given_by_its_total_gets_its_own_sms():
+    """vllm_startup's card, by name or by its CUDA total (lesson 10 gives the RTX A6000 by its total), sets the
+    sampler's Triton buffer: 84 rows on an A6000, not the simulated H200's 132."""
+    a6000 = CARD_48GB["RTX A6000 48 GB"]
+    assert sm_count("a GPU of 47.54 GiB", a6000) == 84 and sm_count("RTX A6000 48 GB", 0) == 84
+    assert sm_count("RTX 4090 24 GB", 0) == 128 and sm_count("a GPU", GPU_CARDS["A100 80 GB"]) == 108
+    assert sm_count("a GPU of 47.00 GiB", 47 * 2**30) == 132  # no card of that total: the simulated H200
+    options = dict(max_model_len=4096, max_num_batched_tokens=2048, max_num_seqs=256)
+    on_a6000 = vllm_startup("meta-llama/Llama-3.1-8B", gpu=a6000, **options)
+    assert on_a6000.gpu == "a GPU of 47.54 GiB"
+    # the same run on an unknown card of the same size but one byte: 132 rows of the 128,256-token vocabulary in
+    # float32 where the A6000 has 84 (256 requests: min(next power of two of 84, 84) rows)
+    other = vllm_startup("meta-llama/Llama-3.1-8B", gpu=a6000 + 1, **options)
+    assert other.activation_peak_bytes - on_a6000.activation_peak_bytes == (132 - 84) * 128_256 * 4
+    assert (on_a6000.activation_peak_bytes, on_a6000.kv_tokens) == (521_652_736, 222_640)

@@ -39,6 +39,30 @@ def _causal_sdpa_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0
                      local_size=local_size, **kwargs)
 
 
+#: The attention of a served model as vLLM runs it (:mod:`helpers.vllm_profile`), for models Hugging Face runs only
+#: with its eager attention (Gemma-2's logit softcapping) or with a mask tensor (sliding windows): vLLM's FlashAttention
+#: backend applies the softcap and the window inside the kernel (``logits_soft_cap``, ``sliding_window`` of
+#: ``FlashAttentionImpl``, ``vllm/v1/attention/backends/flash_attn.py``, v0.19.0; the Gemma-2 logs of
+#: :mod:`helpers.teaching.vllm_logs` print "Using FLASH_ATTN attention backend"), so no score or mask is stored and
+#: its memory is that of a causal flash kernel: ``scaled_dot_product_attention`` with ``is_causal=True`` and no mask
+#: stands for it (its softcap and window, which change values and not sizes, are dropped).  Not a training kernel.
+FLASH_IN_KERNEL = "vllm_kernel"  # no "sdpa", "flash" or "flex" in it: transformers checks those names
+
+
+def _flash_in_kernel(module, query, key, value, attention_mask, **kwargs):
+    """:data:`FLASH_IN_KERNEL`: transformers' SDPA forward, causal, without the mask, the softcap and the window."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    for name in ("softcap", "sliding_window"):
+        kwargs.pop(name, None)
+    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+
+
+def _no_mask(*args, **kwargs):
+    """No mask tensor: the kernel is causal (and windowed) by itself."""
+    return None
+
+
 def _register_sdpa() -> None:
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -50,7 +74,8 @@ def _register_sdpa() -> None:
 @dataclass(frozen=True)
 class CausalLMBuilder:
     """A function of no arguments that builds one Hugging Face causal LM from ``config`` (a ``PretrainedConfig``),
-    with ``attn_implementation`` ``"sdpa"`` or ``"eager"``; ``label``: its name in profiles."""
+    with ``attn_implementation`` ``"sdpa"``, ``"eager"`` or :data:`FLASH_IN_KERNEL` (the serving profile run's);
+    ``label``: its name in profiles."""
 
     config: Any
     attn_implementation: str = "sdpa"
@@ -112,6 +137,11 @@ class CausalLMBuilder:
         if attn_implementation == "sdpa":
             _register_sdpa()
             attn_implementation = SDPA
+        elif attn_implementation == FLASH_IN_KERNEL:
+            from transformers import AttentionInterface, AttentionMaskInterface
+
+            AttentionInterface.register(FLASH_IN_KERNEL, _flash_in_kernel)
+            AttentionMaskInterface.register(FLASH_IN_KERNEL, _no_mask)
         try:
             model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
                                                      dtype=torch.float32, trust_remote_code=False)

@@ -109,6 +109,8 @@ def resolve_model(model, num_classes: int | None = None, name: str | None = None
             spec = ModelSpec(model, lambda: build_model(model, classes), num_classes=classes)
     elif callable(getattr(model, "model_spec", None)):
         spec = model.model_spec()
+    elif type(model).__name__ == "CausalLMBuilder" and type(model).__module__ == f"{__package__}.hf":
+        spec = hf_spec(model)  # a Hugging Face builder with its attention chosen (helpers.vllm_profile)
     elif isinstance(model, nn.Module):
         instance = model
         spec = ModelSpec(type(instance).__name__, lambda: copy_for_step(instance))

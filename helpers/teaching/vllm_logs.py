@@ -20,6 +20,12 @@ compiled kernels.  On v0.19's runs of 8,192 tokens and 1,024 requests the sample
 within 3% of the logged one, the KV tokens within 0.2% (float32 weights: the forward pass sets it, and Hugging Face's
 is 18% lighter than vLLM's: tokens within 1.1%).  V0's profile (the logits' float32 copy only) of 20,000 and 29,000
 tokens (256 requests) logged 7-8% less than the engine traces.
+
+Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B; :data:`GEMMA_7B`, all full attention,
+beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`); their configs ship for these logs
+only (:data:`helpers.hf_config.FOR_LOGS`).  The weights within 0.6%, the activation peak 1-1.2% under the logged one
+(the sampler's float32 [1,024, 256,000] tensors set it), the tokens and the concurrency within 0.2%
+(``tests/test_vllm_groups.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ class VllmLog:
             V0, whose arithmetic v0.6.4's global cap shares on a card used by nothing else).
         gpu, total_gib: the card, and its total memory as the log prints it (GiB, two decimals).
         command: the launch command, or vLLM's ``non-default args``, as stated.
-        model: the shipped config traced for it, or a config dict (:data:`LLAMA_33_70B`, :data:`QWEN_25_72B`).
+        model: the shipped config traced for it (:data:`helpers.hf_config.SHIPPED`, or :data:`helpers.hf_config.
+            FOR_LOGS`), or a config dict (:data:`LLAMA_33_70B`, :data:`QWEN_25_72B`).
         options: :func:`helpers.serving.vllm_startup`'s options for it (besides ``gpu``, ``version`` and
             ``non_torch_bytes``).
         logged: the figures it printed: ``weights``, ``activation``, ``non_torch``, ``kv`` (GiB), ``tokens``,
@@ -305,3 +312,37 @@ PARALLEL_LOGS = (
                       note="int8 weights (w8a8) take a byte each, as fp8's: the engine counts them with the fp8 "
                            "formula (their per-channel scales are a few KiB more)", quantization="fp8"),
 )
+
+
+def _planner_single(name: str, file: str, repo: str, logged: dict, note: str = "") -> VllmLog:
+    """One of llm-d-planner's v0.19.0 start-ups on one H100 (``vllm serve <repo> --max-model-len 8192
+    --gpu-memory-utilization 0.95 --no-enable-prefix-caching``, as its ``non-default args`` line prints them), of a
+    config shipped for the logs (:data:`helpers.hf_config.FOR_LOGS`, named as the repository served)."""
+    return VllmLog(name, _PLANNER + file, command=f"vllm serve {repo} --max-model-len 8192 "
+                   f"--gpu-memory-utilization 0.95 --no-enable-prefix-caching", model=repo,
+                   options=dict(_PLANNER_OPTIONS, max_model_len=8192), logged=logged, note=note, **_H100_V019)
+
+
+_GEMMA_NOTE = ("layers alternate sliding window (4,096 tokens) and full attention: two KV cache groups; ``blocks`` is "
+               "the num_gpu_blocks the log's cache_config_info prints, the tokens num_blocks // 2 x 16")
+#: Start-ups of models with sliding-window layers, every option printed (vLLM v0.19.0, H100 80GB, llm-d-planner's
+#: validation runs at commit d3121e0): Gemma-2 2B, 9B and 27B (instruction-tuned; text only), each sized by vLLM's KV
+#: cache groups (:mod:`helpers.vllm_kv`).  The same runs' Gemma-3 4B, 12B and 27B are left out: they are multimodal,
+#: and vLLM loads and profiles their SigLIP vision encoder too ("profiled with 32 image items of the maximum feature
+#: size"), which the engine does not model.
+SLIDING_LOGS = (
+    _planner_single("Gemma-2 2B, 8,192 tokens", "google-gemma-2-2b-it--h100-80gb--tp1pp1dp1--8192.log",
+                    "google/gemma-2-2b-it", dict(weights=4.9, activation=3.62, non_torch=0.24, kv=66.47,
+                                                 tokens=670_160, blocks=83_770, concurrency=81.73), _GEMMA_NOTE),
+    _planner_single("Gemma-2 9B, 8,192 tokens", "google-gemma-2-9b-it--h100-80gb--tp1pp1dp1--8192.log",
+                    "google/gemma-2-9b-it", dict(weights=17.22, activation=3.65, non_torch=0.25, kv=54.12,
+                                                 tokens=168_880, blocks=21_110, concurrency=20.60), _GEMMA_NOTE),
+    _planner_single("Gemma-2 27B, 8,192 tokens", "google-gemma-2-27b-it--h100-80gb--tp1pp1dp1--8192.log",
+                    "google/gemma-2-27b-it", dict(weights=50.72, activation=3.66, non_torch=0.26, kv=20.59,
+                                                  tokens=58_672, blocks=7_335, concurrency=7.16), _GEMMA_NOTE),
+)
+#: Gemma 7B in the same runs, for contrast: the same 256,000-row vocabulary, every layer full attention (one group).
+GEMMA_7B = _planner_single("Gemma 7B, 8,192 tokens", "google-gemma-7b--h100-80gb--tp1pp1dp1--8192.log",
+                           "google/gemma-7b", dict(weights=15.91, activation=3.63, non_torch=0.25, kv=55.44,
+                                                   tokens=129_760, blocks=8_110, concurrency=15.84),
+                           "every layer full attention: one group, num_blocks x 16 tokens")

@@ -35,8 +35,11 @@ logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
 
 
 def _bitsandbytes():
-    """bitsandbytes, imported when first needed."""
-    import bitsandbytes
+    """bitsandbytes, imported when first needed, outside the step's dispatch modes: its modules make tensors as they
+    are imported (the 4-bit code tables of ``bitsandbytes/backends/utils.py``), which would otherwise be fake tensors
+    of the step, counted by its tracker the first time in a process (1 KiB more weights) and kept in the module."""
+    with _disable_current_modes():
+        import bitsandbytes
 
     return bitsandbytes
 
@@ -192,8 +195,9 @@ def peft_wrapper(parent: nn.Module, int8: bool = False) -> None:
     peft picks for such a layer (``dispatch_bnb_4bit``: ``peft.tuners.lora.bnb.Linear4bit``; ``dispatch_bnb_8bit``:
     ``peft.tuners.lora.bnb.Linear8bitLt``; the same adapters): its forward, under autocast, feeds the adapters the
     input as it comes, uncast (the 4-bit one also clones the base layer's result)."""
-    from peft.tuners.lora import Linear as LoraLinear
-    from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit, Linear8bitLt as LoraLinear8bitLt
+    with _disable_current_modes():  # peft makes tensors as it is imported (loha's, 1 KiB): not the step's
+        from peft.tuners.lora import Linear as LoraLinear
+        from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit, Linear8bitLt as LoraLinear8bitLt
 
     if type(parent) is LoraLinear:
         parent.__class__ = LoraLinear8bitLt if int8 else LoraLinear4bit

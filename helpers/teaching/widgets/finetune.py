@@ -8,7 +8,7 @@ import ipywidgets as widgets
 
 from ...batch import Estimate, largest_fit, reserved_estimate
 from ...config import StepConfig, check_int
-from ...gpus import GPU_CARDS
+from ...gpus import CARD_48GB, GPU_CARDS  # CARD_48GB: also the lessons' name for it here
 from ...hf_config import SHIPPED, load_config
 from ...units import fmt_bytes
 from ..views import render
@@ -38,10 +38,6 @@ QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
 LORA_RANKS = (8, 16, 32, 64, 128)
 #: The longest sequence is searched in steps of this many tokens.
 SEQ_STEP = 256
-#: A 48 GB card: the ``total_memory`` that ``torch.cuda.get_device_properties`` printed for an NVIDIA RTX A6000,
-#: 48676 MiB (pytorch/ao, ``torchao/prototype/hqq/README.md``, "GPU details"). Not in ``GPU_CARDS``: judged as a bare
-#: capacity, without a cuBLAS workspace line (about 16 MiB on that card).
-CARD_48GB = {"RTX A6000 48 GB": 48676 * 2**20}
 
 
 class FineTuneFit(StepWidget):
