@@ -442,19 +442,33 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
                   max_num_seqs=max_num_seqs, non_torch_bytes=non_torch_bytes, block_size=block_size,
                   tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
     config, label = _config(model), config_label(model)
-    max_model_len = _max_model_len(config, label, max_model_len)
-    max_num_batched_tokens, max_num_seqs = scheduler_defaults(version, card, total, max_model_len,
-                                                              max_num_batched_tokens, max_num_seqs)
-    common = dict(model=label, version=version, gpu=card, total_bytes=total,
-                  gpu_memory_utilization=float(gpu_memory_utilization), dtype=dtype, quantization=quantization,
-                  kv_cache_dtype=kv_cache_dtype, block_size=block_size, max_model_len=max_model_len,
-                  max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                  num_reqs=min(max_num_batched_tokens, max_num_seqs), non_torch_bytes=non_torch_bytes)
+    common = _with_defaults(config, label, version, card, total, max_model_len, max_num_batched_tokens, max_num_seqs,
+                            gpu_memory_utilization=float(gpu_memory_utilization), dtype=dtype,
+                            quantization=quantization, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
+                            non_torch_bytes=non_torch_bytes)
     account = _ranks_account(model, config, common, (quantization, double_quant), tensor_parallel_size,
                              pipeline_parallel_size)
     if account.refusal:
         raise WouldNotStart(account.refusal, account)
     return account
+
+
+def _with_defaults(config, label: str, version: str, card: str, total: int, max_model_len: int | None,
+                   max_num_batched_tokens: int | None, max_num_seqs: int | None, **options) -> dict:
+    """:class:`StartupAccount`'s fields that every rank shares: ``options`` as given, the model's label, the card, and
+    the lengths with vLLM's defaults filled in (``max_model_len`` from the config's positions; the scheduler's two
+    from the version's rules for the card, :func:`helpers.vllm_rules.scheduler_defaults`), ``num_reqs`` the profile
+    run's requests, ``min(max_num_batched_tokens, max_num_seqs)`` (``GPUModelRunner._dummy_sampler_run``).
+
+    Raises:
+        ValueError: in one line, as :func:`vllm_startup` for the lengths.
+    """
+    max_model_len = _max_model_len(config, label, max_model_len)
+    max_num_batched_tokens, max_num_seqs = scheduler_defaults(version, card, total, max_model_len,
+                                                              max_num_batched_tokens, max_num_seqs)
+    return dict(model=label, version=version, gpu=card, total_bytes=total, max_model_len=max_model_len,
+                max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                num_reqs=min(max_num_batched_tokens, max_num_seqs), **options)
 
 
 def _check_counts(**counts) -> None:
