@@ -42,6 +42,10 @@ SLOW = {
     "tests/test_symbolic.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
         "Llama-3.1 8B QLoRA traced with symbolic sizes and concretely at random points",
     "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
+    "tests/test_symbolic_equality.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
+        "MobileNetV2, GPT-2, SmolLM2, the Llama preset, Qwen2.5 7B and Llama-3.1 8B traced with symbolic sizes and at drawn points",
+    "tests/test_symbolic_property.py::test_many_small_steps_evaluated_equal_their_concrete_traces":
+        "60 random small steps, each traced with symbolic sizes and concretely at three points",
     "tests/test_symbolic.py::test_a_written_lora_step_with_checkpointing_in_steady_state":
         "two shallow steps traced symbolically, written, and compared with two written concretely",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
