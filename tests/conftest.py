@@ -50,6 +50,8 @@ SLOW = {
         "two shallow steps traced symbolically, written, and compared with two written concretely",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
         "the serving widget: LLaMA 65B's profile run traced in bfloat16 and in NF4",
+    "tests/test_widget_serving.py::test_the_gpus_menu_shows_one_gpus_account_and_vllms_refusals":
+        "the serving widget: LLaMA 65B's profile run traced on one GPU and on one GPU's shard of 2",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",

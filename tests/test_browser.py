@@ -704,7 +704,8 @@ def _direct_startup(controls: dict):
                    gpu_memory_utilization=float(controls["gpu_memory_utilization"]),
                    max_model_len=int(controls["max_model_len"].replace(",", "")),
                    max_num_batched_tokens=BUDGETS[controls["max_num_batched_tokens"]],
-                   kv_cache_dtype=controls["kv_cache_dtype"], **SERVING_WEIGHTS[controls["weights"]])
+                   kv_cache_dtype=controls["kv_cache_dtype"], tensor_parallel_size=int(controls["GPUs"]),
+                   **SERVING_WEIGHTS[controls["weights"]])
     try:
         return vllm_startup(**options)
     except WouldNotStart as e:
@@ -716,7 +717,7 @@ def _direct_startup(controls: dict):
 def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, index):
     """Lesson 10's widget: the batch-budget menu on 16,384 tokens (a new profile run: "updating..." must show), then
     the context menu on 8,192 tokens (vLLM's arithmetic on the kept run), or 4,096 where the lesson shows those
-    already; each account shown is ``vllm_startup``'s for the options its controls show, its answer
+    already, then the GPUs menu on 2 (one GPU's shard: a new profile run, "updating..." again); each account shown is ``vllm_startup``'s for the options its controls show, its answer
     :func:`helpers.teaching.views.startup_answer`'s; no control's label is cut (:data:`_CUT_LABELS`)."""
     page = browser.page
     name = _drive_name(path, index)
@@ -730,7 +731,8 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
         browser.wait("the serving widget's first account", _serving_until("true"), handle)
         cut = page.evaluate(_CUT_LABELS, handle)
         for menu, wanted, attribute in (("max_num_batched_tokens", ("16,384", "4,096"), "batchedTokens"),
-                                        ("max_model_len", ("8,192", "4,096"), "maxModelLen")):
+                                        ("max_model_len", ("8,192", "4,096"), "maxModelLen"),
+                                        ("GPUs", ("2", "4"), "gpus")):
             select = root.locator(".widget-dropdown", has_text=menu).locator("select")
             label = next(label for label in wanted if label != page.evaluate(_CONTROLS, handle)[menu])  # a change
             page.evaluate(_WATCH, handle)
@@ -755,7 +757,8 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
         camel = lambda name: re.sub(r"-(\w)", lambda m: m.group(1).upper(), name)  # noqa: E731 (dataset's keys)
         assert shown["data"] == {camel(name): str(getattr(account, attr)) for name, attr in STARTUP_DATA.items()}, menu
         assert shown["answer"] == startup_answer(account) and shown["starts"] == (account.refusal is None), menu
-        assert busy_seen == (menu == "max_num_batched_tokens"), f"{menu}: 'updating...' seen {busy_seen}"
+        assert busy_seen == (menu != "max_model_len"), f"{menu}: 'updating...' seen {busy_seen}"
+    assert [controls["GPUs"] for _, _, controls, _ in seen] == ["1", "1", "2"]  # the last account is one GPU's of 2
     assert errors == [], f"ServingFit in {path.name}"
 
 

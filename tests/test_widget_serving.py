@@ -44,14 +44,16 @@ def _parts(view: str) -> dict[str, int]:
 def test_its_figures_are_vllm_startups_for_the_options_its_controls_show():
     w = ServingFit(SMOL, max_model_len=8192)
     expected = dict(model=SMOL, gpu="H100 80 GB", gpu_memory_utilization=0.9, max_model_len=8192,
-                    max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16", quantization="none")
+                    max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16", quantization="none",
+                    tensor_parallel_size=1)
     for control, value, option in ((None, None, {}),
                                    ("utilization", 0.77, dict(gpu_memory_utilization=0.77)),
                                    ("kv_cache_dtype", "fp8", dict(kv_cache_dtype="fp8")),
                                    ("max_model_len", 4096, dict(max_model_len=4096)),
                                    ("gpu", "A100 40 GB", dict(gpu="A100 40 GB")),
                                    ("budget", "4,096", dict(max_num_batched_tokens=4096)),
-                                   ("weights", "float16", dict(dtype="float16"))):
+                                   ("weights", "float16", dict(dtype="float16")),
+                                   ("gpus", 3, dict(tensor_parallel_size=3))):  # SmolLM2's 9 heads: 3 GPUs
         if control:
             getattr(w, control).value = value
         expected.update(option)  # one control at a time, the others as they were
@@ -63,10 +65,11 @@ def test_its_figures_are_vllm_startups_for_the_options_its_controls_show():
         assert parts == dict(startup_parts(account)) and sum(parts.values()) == account.total_bytes
         assert parts["weights"] == account.weights_bytes and parts["KV cache"] == account.kv_cache_bytes
         whole = math.floor(account.max_concurrency)
+        each = "" if account.tensor_parallel_size == 1 else f" on each of {account.tensor_parallel_size} GPUs"
         assert w.message == startup_answer(account) == (
             f"{whole:,} requests of {account.max_model_len:,} tokens fit at once, maximum concurrency "
             f"{account.max_concurrency:.2f}× (KV cache: {account.kv_tokens:,} tokens, "
-            f"{account.kv_cache_bytes / 2**30:,.2f} GiB)")
+            f"{account.kv_cache_bytes / 2**30:,.2f} GiB{each})")
         assert html.escape(w.message) in w.view.value and 'data-starts="true"' in w.view.value
     assert w.summary().splitlines() == [w.message, *w.result.lines()]
 
@@ -75,7 +78,7 @@ def test_the_default_is_llama_3_1_8b_on_an_h100_at_its_whole_context_as_vllm_ser
     w = ServingFit()
     assert w.options() == dict(model=LLAMA, gpu="H100 80 GB", gpu_memory_utilization=0.9, max_model_len=131_072,
                                max_num_batched_tokens=None, kv_cache_dtype="auto", dtype="bfloat16",
-                               quantization="none")
+                               quantization="none", tensor_parallel_size=1)
     assert w.result == vllm_startup(LLAMA) and w.result.max_num_batched_tokens == 8192
     assert w.message.startswith("3 requests of 131,072 tokens fit at once, maximum concurrency 3.39× (KV cache: ")
 
@@ -119,6 +122,31 @@ def test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4():
     assert w.options()["quantization"] == "nf4" and w.result == vllm_startup(**w.options())
     assert w.result.refusal is None and w.result.weights_bytes < GPU_CARDS["H100 80 GB"] / 2
     assert "bitsandbytes nf4, the embeddings, norms and head in bfloat16" in w.view.value
+
+
+def test_the_gpus_menu_shows_one_gpus_account_and_vllms_refusals():
+    """The GPUs menu is tensor_parallel_size: the account shown is one GPU's of vllm_startup's, its answer says so; a
+    split vLLM refuses shows vLLM's line (heads not divisible); LLaMA 65B's weights, larger than an H100 in bfloat16,
+    fit on 2 (slow: 65B's profile run traced twice)."""
+    w = ServingFit(LLAMA, max_model_len=32_768)
+    one = w.result
+    w.gpus.value = 2
+    assert w.options()["tensor_parallel_size"] == 2 and w.result == vllm_startup(**w.options())
+    assert w.result.tensor_parallel_size == 2 and w.result.weights_bytes < one.weights_bytes / 2 + 2**30
+    assert w.result.kv_tokens > 2 * one.kv_tokens  # half the KV heads per GPU, and more room beside half the weights
+    assert w.message.endswith(" GiB on each of 2 GPUs)") and _data(w.view.value)["gpus"] == "2"
+    assert "one of 2 (tensor_parallel_size), its shard of the model" in w.view.value
+    w.gpus.value = 3  # Llama-3.1 8B's 32 heads: vLLM refuses before it loads a weight
+    assert w.result is None and w.message == ("cannot run this configuration: Total number of attention heads (32) "
+                                              "must be divisible by tensor parallel size (3).")
+    assert 'class="gm-refused"' in w.view.value
+    w.gpus.value = 1
+    assert w.result == one and "on each of" not in w.message
+    big = ServingFit("huggyllama/llama-65b")
+    assert big.result.refusal.startswith("CUDA out of memory: weights take 121.")
+    big.gpus.value = 2
+    assert big.result == vllm_startup(**big.options()) and big.result.refusal is None
+    assert big.result.weights_bytes < GPU_CARDS["H100 80 GB"] and big.message.endswith("on each of 2 GPUs)")
 
 
 def test_the_context_menu_never_exceeds_the_models_positions():
@@ -176,6 +204,7 @@ def test_a_control_changes_the_view_through_its_trait_and_a_new_trace_says_updat
     (dict(kv_cache_dtype="fp8_e5m2"), r"^unknown kv_cache_dtype 'fp8_e5m2'; use one of auto, fp8$"),
     (dict(gpu="T4 16 GB"), r"^unknown gpu 'T4 16 GB'"),
     (dict(max_num_batched_tokens=3000), r"^unknown max_num_batched_tokens 3000; use one of None, 2048, "),
+    (dict(tensor_parallel_size=5), r"^unknown tensor_parallel_size 5; use one of 1, 2, 3, 4, 8$"),
     (dict(gpu_memory_utilization=0.99), r"^gpu_memory_utilization must be from 0.50 to 0.98, got 0.99$"),
     (dict(gpu_memory_utilization=True), r"^gpu_memory_utilization must be from 0.50 to 0.98, got True$"),
 ])

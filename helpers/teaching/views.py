@@ -179,7 +179,8 @@ def refused(message: str, after: str = "") -> str:
 STARTUP_DATA = {"model": "model", "gpu": "gpu", "total": "total_bytes", "utilization": "gpu_memory_utilization",
                 "dtype": "dtype", "quantization": "quantization", "kv-cache-dtype": "kv_cache_dtype", "max-model-len": "max_model_len",
                 "batched-tokens": "max_num_batched_tokens", "num-reqs": "num_reqs", "blocks": "num_blocks",
-                "kv-tokens": "kv_tokens", "kv-bytes": "kv_cache_bytes", "concurrency": "max_concurrency"}
+                "kv-tokens": "kv_tokens", "kv-bytes": "kv_cache_bytes", "concurrency": "max_concurrency",
+                "gpus": "tensor_parallel_size"}
 
 #: The parts of the card in :func:`startup_view`'s bar, in order, and their colours (:mod:`helpers.palette`).
 STARTUP_PARTS = {"weights": CATEGORY_COLORS["parameters"], "activation peak": CATEGORY_COLORS["activations"],
@@ -199,14 +200,23 @@ def startup_answer(a: StartupAccount) -> str:
     "3 requests of 131,072 tokens fit at once, maximum concurrency 3.39× (KV cache: 444,864 tokens, 54.30 GiB)", or
     "1 request of ... fits at once": the whole requests are :attr:`~helpers.serving.StartupAccount.max_concurrency`
     rounded down, the concurrency is written as vLLM logs it ("Maximum concurrency for 131,072 tokens per request:
-    3.39x"), the KV cache is its blocks.
+    3.39x"), the KV cache is its blocks.  Over several GPUs (tensor parallelism) the requests and tokens are the
+    instance's (each token's keys and values are split across the GPUs) and the GiB one GPU's: "... GiB on each of
+    4 GPUs)".
     """
     if a.refusal:
         return a.refusal
     whole = math.floor(a.max_concurrency)
     return (f"{whole:,} request{'' if whole == 1 else 's'} of {a.max_model_len:,} tokens "
             f"{'fits' if whole == 1 else 'fit'} at once, maximum "
-            f"concurrency {a.max_concurrency:.2f}× (KV cache: {a.kv_tokens:,} tokens, {_gib(a.kv_cache_bytes)})")
+            f"concurrency {a.max_concurrency:.2f}× (KV cache: {a.kv_tokens:,} tokens, {_gib(a.kv_cache_bytes)}"
+            f"{_each_gpu(a)})")
+
+
+def _each_gpu(a: StartupAccount) -> str:
+    """``" on each of N GPUs"`` when the account is one GPU's of N, else nothing."""
+    gpus = a.tensor_parallel_size * a.pipeline_parallel_size
+    return "" if gpus == 1 else f" on each of {gpus} GPUs"
 
 
 def startup_parts(a: StartupAccount) -> list[tuple[str, int]]:
@@ -237,7 +247,9 @@ def startup_view(a: StartupAccount) -> tuple[str, str]:
     if used > a.total_bytes:
         limit += (f'<div title="{html.escape(a.gpu)}: {_gib(a.total_bytes)}" style="position:absolute;top:-4px;'
                   f'bottom:-4px;left:{100 * a.total_bytes / scale:.3f}%;border-left:3px solid #b00"></div>')
-    bar = (f'<div style="{_NOTE_STYLE}">{html.escape(a.gpu)}: {_gib(a.total_bytes)}; the dashed line: '
+    card = html.escape(a.gpu) + ("" if a.tensor_parallel_size == 1 else
+                                 f", one of {a.tensor_parallel_size} (tensor_parallel_size), its shard of the model")
+    bar = (f'<div style="{_NOTE_STYLE}">{card}: {_gib(a.total_bytes)}; the dashed line: '
            f'gpu_memory_utilization {a.gpu_memory_utilization:.2f} of it, {_gib(a.requested_bytes)}'
            f'{", and the red line the end of the card" if used > a.total_bytes else ""}:</div>'
            f'<div class="gm-bar" style="{_BAR_STYLE}">{_bar(parts, scale, "GiB", STARTUP_PARTS.get)}{limit}</div>')

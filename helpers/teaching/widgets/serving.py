@@ -1,4 +1,5 @@
-"""Lesson 10's widget: how many requests fit at once in the KV cache that vLLM leaves on one GPU?
+"""Lesson 10's widget: how many requests fit at once in the KV cache that vLLM leaves on one GPU, or on each of the
+GPUs that tensor parallelism spreads a model over?
 
 Every figure is :func:`helpers.serving.vllm_startup`'s: the widget turns its controls into that function's options
 (:meth:`ServingFit.options`) and draws the account it returns (:func:`helpers.teaching.views.startup_view`).
@@ -34,6 +35,8 @@ CONTEXTS = (4096, 8192, 32_768, 131_072)
 #: The batch budget (``--max-num-batched-tokens``): label -> tokens; None leaves vLLM's default for the card.
 DEFAULT_BUDGET = "vLLM's default"
 BUDGETS = {DEFAULT_BUDGET: None, "2,048": 2048, "4,096": 4096, "8,192": 8192, "16,384": 16_384}
+#: The GPUs menu (``--tensor-parallel-size``): 3 is there to show vLLM's refusal when the heads do not divide.
+GPU_COUNTS = (1, 2, 3, 4, 8)
 #: The ends of the ``gpu_memory_utilization`` slider.
 UTILIZATION_RANGE = (0.5, 0.98)
 
@@ -61,17 +64,19 @@ def context_options(model: str) -> tuple[int, ...]:
 
 
 class ServingFit(StepWidget):
-    """Lesson 10's widget: vLLM's start-up account of one model on one GPU, and how many requests fit at once.
+    """Lesson 10's widget: vLLM's start-up account of one model on one GPU or per GPU over several, and how many
+    requests fit at once.
 
     The controls are ``vllm serve``'s options: the model (:func:`serving_models`), its weights (a dtype, or
-    bitsandbytes' 4- or 8-bit formats: :data:`SERVING_WEIGHTS`), the KV cache's dtype, the card,
-    ``gpu_memory_utilization``, the context per request (``max_model_len``, within the model's positions:
+    bitsandbytes' 4- or 8-bit formats: :data:`SERVING_WEIGHTS`), the KV cache's dtype, the card, the GPUs
+    (``tensor_parallel_size``, :data:`GPU_COUNTS`: every figure is then one GPU's, and a split vLLM refuses is refused
+    in its words: heads not divisible by the GPUs, or one GPU's weights larger than its card), ``gpu_memory_utilization``, the context per request (``max_model_len``, within the model's positions:
     :func:`context_options`) and the batch budget of the profile run (``max_num_batched_tokens``).
     The view (:func:`helpers.teaching.views.startup_view`) is a bar of the card in GiB (weights, the profile run's
     activation peak, non-torch memory (assumed), the KV cache, and what is left unused) and one line: how many
     requests of ``max_model_len`` tokens fit at once, or why vLLM would not start.
 
-    A model, weights, card or budget not shown before needs a new trace of the profile run (0.6 s of CPU for an 8B
+    A model, weights, card, GPU count or budget not shown before needs a new trace of the profile run (0.6 s of CPU for an 8B
     model in 16 bits, about 2 s in NF4 or int8, several for 65B): the view says "updating" meanwhile.  The card
     counts because it sets vLLM's default ``max_num_seqs`` (the profile run's requests) and budget; a card new to the
     widget whose run another card traced already says "updating" for a moment too, since the widget does not repeat
@@ -82,13 +87,14 @@ class ServingFit(StepWidget):
         model: one of :func:`serving_models` (default Llama-3.1 8B).
         weights: a key of :data:`SERVING_WEIGHTS`; ``kv_cache_dtype``: one of :data:`SERVING_KV_DTYPES`.
         gpu: a card of :data:`helpers.gpus.GPU_CARDS` (default the H100 80 GB).
+        tensor_parallel_size: the GPUs, one of :data:`GPU_COUNTS` (default 1).
         gpu_memory_utilization: from 0.50 to 0.98 (:data:`UTILIZATION_RANGE`), in steps of 0.01.
         max_model_len: tokens per request, one of :func:`context_options`; None: the model's whole context, as vLLM.
         max_num_batched_tokens: tokens of the profile run, a value of :data:`BUDGETS`; None: vLLM's default for the
             card (8,192 on a card of 70 GiB or more that is no A100, else 2,048).
 
     Attributes:
-        model, weights, kv_cache_dtype, gpu, utilization, max_model_len, budget: the controls.
+        model, weights, kv_cache_dtype, gpu, gpus, utilization, max_model_len, budget: the controls.
         view: the ``ipywidgets.HTML`` of the account; message: its line (the answer, or vLLM's refusal).
         result: the :class:`helpers.serving.StartupAccount` on display, also when vLLM would not start (then
             ``result.refusal`` says why); None when the options cannot be simulated at all (``message`` says why).
@@ -101,16 +107,17 @@ class ServingFit(StepWidget):
     #: Room for vLLM's option names, the longest ("max_num_batched_tokens") whole in JupyterLab's font
     #: (tests/test_browser.py checks that no label is cut); each control's width includes it.
     _STYLE = {"description_width": "210px"}
-    _PLACEHOLDER = ("menus for a model, its weights, the KV cache's dtype, the GPU, gpu_memory_utilization, the "
-                    "context per request and the batch budget; vLLM's start-up account of the card as a bar, and how "
-                    "many requests fit at once in its KV cache.")
+    _PLACEHOLDER = ("menus for a model, its weights, the KV cache's dtype, the GPU and how many of them, "
+                    "gpu_memory_utilization, the context per request and the batch budget; vLLM's start-up account of "
+                    "a card as a bar, and how many requests fit at once in its KV cache.")
 
     def __init__(self, model: str = DEFAULT_MODEL, weights: str = "bfloat16", kv_cache_dtype: str = "auto",
                  gpu: str = DEFAULT_GPU, gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                 max_num_batched_tokens: int | None = None):
+                 max_num_batched_tokens: int | None = None, tensor_parallel_size: int = 1):
         budgets = {tokens: label for label, tokens in BUDGETS.items()}
         for name, value, choices in (("model", model, serving_models()), ("weights", weights, SERVING_WEIGHTS),
                                      ("kv_cache_dtype", kv_cache_dtype, SERVING_KV_DTYPES), ("gpu", gpu, GPU_CARDS),
+                                     ("tensor_parallel_size", tensor_parallel_size, GPU_COUNTS),
                                      ("max_num_batched_tokens", max_num_batched_tokens, budgets)):
             if value not in choices:
                 raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(map(str, choices))}")
@@ -130,6 +137,7 @@ class ServingFit(StepWidget):
         self.weights = menu(list(SERVING_WEIGHTS), weights, "weights", "460px")
         self.kv_cache_dtype = menu(SERVING_KV_DTYPES, kv_cache_dtype, "kv_cache_dtype", "300px")
         self.gpu = menu(list(GPU_CARDS), gpu, "GPU", "370px")
+        self.gpus = menu([(str(n), n) for n in GPU_COUNTS], tensor_parallel_size, "GPUs", "290px")
         self.utilization = widgets.FloatSlider(gpu_memory_utilization, min=low, max=high, step=0.01,
                                                readout_format=".2f", description="gpu_memory_utilization",
                                                continuous_update=True, style=style,
@@ -141,13 +149,13 @@ class ServingFit(StepWidget):
         self._quiet, self._updating = False, False
         self._figures = ""  # the view's last account, dimmed while the next is traced
         self._wanted = self.max_model_len.value  # the context the learner chose last
-        self._runs: set[tuple] = set()  # (model, weights, budget, card) shown: their profile runs are kept
+        self._runs: set[tuple] = set()  # (model, weights, budget, card, GPUs) shown: their profile runs are kept
         widgets.VBox.__init__(self, children=[widgets.HBox([self.model]),
                                               widgets.HBox([self.weights, self.kv_cache_dtype]),
-                                              widgets.HBox([self.gpu, self.utilization]),
+                                              widgets.HBox([self.gpu, self.gpus]), widgets.HBox([self.utilization]),
                                               widgets.HBox([self.max_model_len, self.budget]), self.view])
         self.max_model_len.observe(self._chosen, names="value")  # first: the choice is known when the view updates
-        for control in (self.model, self.weights, self.kv_cache_dtype, self.gpu, self.utilization,
+        for control in (self.model, self.weights, self.kv_cache_dtype, self.gpu, self.gpus, self.utilization,
                         self.max_model_len, self.budget):
             control.observe(self._on_change, names="value")
         self.update()
@@ -160,7 +168,8 @@ class ServingFit(StepWidget):
         """The keyword arguments of :func:`helpers.serving.vllm_startup` that the controls show."""
         return dict(model=self.model.value, gpu=self.gpu.value, gpu_memory_utilization=round(self.utilization.value, 2),
                     max_model_len=self.max_model_len.value, max_num_batched_tokens=BUDGETS[self.budget.value],
-                    kv_cache_dtype=self.kv_cache_dtype.value, **SERVING_WEIGHTS[self.weights.value])
+                    kv_cache_dtype=self.kv_cache_dtype.value, tensor_parallel_size=self.gpus.value,
+                    **SERVING_WEIGHTS[self.weights.value])
 
     def _chosen(self, change) -> None:
         """The learner chose a context (not :meth:`_fit_contexts` for another model): remember it."""
@@ -182,11 +191,12 @@ class ServingFit(StepWidget):
 
     def _recompute(self) -> None:
         self._fit_contexts()
-        run = (self.model.value, self.weights.value, self.budget.value, self.gpu.value)
+        run = (self.model.value, self.weights.value, self.budget.value, self.gpu.value, self.gpus.value)
         if run not in self._runs:
             budget = self.budget.value if self.budget.value != DEFAULT_BUDGET else f"{DEFAULT_BUDGET} on {run[3]}"
+            shard = "" if run[4] == 1 else f", one GPU's shard of {run[4]}"
             self.view.value = working(f"tracing vLLM's profile run: {run[0]} in {run[1]}, max_num_batched_tokens "
-                                      f"{budget}", self._figures)
+                                      f"{budget}{shard}", self._figures)
         try:
             account = vllm_startup(**self.options())
         except WouldNotStart as e:  # the account that says so: shown as any other
