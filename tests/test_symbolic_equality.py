@@ -218,8 +218,8 @@ def test_the_chunked_loss_holds_where_the_sequence_makes_eight_chunks():
     assert inside == [s for s in range(2, 400) if _eight_chunks(s)] and inside[:3] == [16, 23, 24]
     assert [s for s in range(2, 400) if s not in inside] == [*range(2, 16), *range(17, 23), *range(25, 30), 33, 34,
                                                               35, 36, 41, 42, 43, 49, 50, 57]
-    for b in (2, 5, 64):
-        assert [s for s in range(2, 400) if step.outside(case.config(b, s)) is None] == inside
+    for b in (2, 64):
+        assert [s for s in range(2, 100) if step.outside(case.config(b, s)) is None] == [s for s in inside if s < 100]
     assert step.outside(case.config(3, 8)) == "S = 8 is outside the range [9, 2147483647] where the log holds"
     assert step.outside(case.config(3, 17)) == ("the guard Eq(((S + (((S + 7)//8)) - 1)//(((S + 7)//8))), 8) that "
                                                 "the symbolic trace recorded is false there")  # 6 chunks of 3
@@ -246,12 +246,11 @@ def test_what_is_refused_a_symbolic_trace_says_why_and_is_answered_concretely(tm
     forget_kept()
     spec, config = resolve_model("resnet18"), StepConfig(model="resnet18", batch_size=4, device="simulated",
                                                          inputs=_images, loss=_summed)
-    concrete = obtain_concrete(config)
     for batch_size in (4, 6):  # the second question would be evaluated; it is refused, so traced
         config = config.replace(batch_size=batch_size)
+        concrete = obtain_concrete(config)
         got = answer(config, spec, lambda: obtain_concrete(config), trace_step)
-        assert got.peak_allocated_bytes == concrete.peak_allocated_bytes
-        assert (got.depth_note is None) == (batch_size == 4)
+        assert differs(got, concrete) is None and (got.depth_note is None) == (batch_size == 4)
     assert got.depth_note == ("not evaluated from a symbolic log: its inputs are made by a function (inputs=), not "
                               "by a batch size")
     forget_kept()
