@@ -36,7 +36,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from . import depth, models
-from .allocator.rules import K_MIN_BLOCK, round_up
+from .allocator.rules import round_up
 from .config import StepConfig
 from .engine.backends import collector_paused, resolve_backend
 from .engine.counting import LogEntry, StorageTracker
@@ -46,52 +46,11 @@ from .errors import first_line
 from .record import Allocation, Storage, StepProfile, frees_in_allocation_order, label_storages
 from .shallow import NotRepeated, ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step, traced_log
 from .step import StepRunner, owned_storages
+from .symbolic_sizes import HIGH, LOW, canonical, storage_bytes
 from .written import profile_of_log
-
-#: The range of every symbolic size: bounded (unbounded, ``applySlice`` keeps identity slices), and above 1 (a
-#: size of 1 is its own program).
-LOW, HIGH = 2, 2**31 - 1
-
 
 class NotSymbolic(ValueError):
     """This step cannot be traced with symbolic sizes, or its log does not hold at this point (the message says why)."""
-
-
-class RoundUp(sympy.Function):
-    """``round_up(n)``: ``n`` bytes rounded up to a multiple of 512 (:func:`helpers.allocator.rules.round_up`), kept
-    unevaluated while ``n`` is symbolic."""
-
-    is_integer = True
-
-    @classmethod
-    def eval(cls, n):
-        if n.is_Integer:
-            return sympy.Integer(round_up(int(n)))
-        return None
-
-
-def canonical(value):
-    """``value`` (an int, a ``SymInt`` or a sympy expression) as an int if it is one, else its expression expanded
-    (``sympy.expand``): equal sizes written alike (``8*s*(b - 1) + 8*s`` and ``8*b*s``)."""
-    if isinstance(value, torch.SymInt):
-        value = value.node.expr
-    if isinstance(value, int):
-        return value
-    value = sympy.expand(value)
-    return int(value) if value.is_Integer else value
-
-
-def storage_bytes(nbytes):
-    """A storage's ``nbytes`` rounded up to 512 (:func:`helpers.allocator.rules.round_up`), comparing nothing: an
-    int; an expression whose every coefficient is a multiple of 512 (a multiple of 512 at every integer point) as it
-    is; else :class:`RoundUp` of it."""
-    nbytes = canonical(nbytes)
-    if isinstance(nbytes, int):
-        return round_up(nbytes)
-    coefficients = nbytes.as_coefficients_dict().values()
-    if all(c.is_Integer and int(c) % K_MIN_BLOCK == 0 for c in coefficients):
-        return nbytes
-    return RoundUp(nbytes)
 
 
 class SymbolicTracker(ShallowStepTracker):

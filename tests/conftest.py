@@ -46,6 +46,20 @@ SLOW = {
     "tests/test_symbolic.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
         "Llama-3.1 8B QLoRA traced with symbolic sizes and concretely at random points",
     "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
+    "tests/test_symbolic_equality.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
+        "MobileNetV2, GPT-2, SmolLM2, the Llama preset, Qwen2.5 7B and Llama-3.1 8B traced with symbolic sizes and at drawn points",
+    "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Llama, AMP float16 (GradScaler), AdamW, steady state, seed 50]":
+        "a small step traced symbolically and concretely (make test's budget: two of its kind stay fast)",
+    "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Qwen2, LoRA, checkpointing, bfloat16 parameters, seed 50]":
+        "a small step traced symbolically and concretely (make test's budget: two of its kind stay fast)",
+    "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Llama, the chunked loss, seed 50]":
+        "a small step traced symbolically and concretely (make test's budget: two of its kind stay fast)",
+    "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Llama, QLoRA (bitsandbytes' NF4), seed 50]":
+        "a small step traced symbolically and concretely (make test's budget: two of its kind stay fast)",
+    "tests/test_symbolic_equality.py::test_the_chunked_loss_holds_where_the_sequence_makes_eight_chunks":
+        "the chunked loss's region checked sequence length by sequence length",
+    "tests/test_symbolic_property.py::test_many_small_steps_evaluated_equal_their_concrete_traces":
+        "20 random small steps, each traced with symbolic sizes and concretely at three points",
     "tests/test_symbolic.py::test_a_written_lora_step_with_checkpointing_in_steady_state":
         "two shallow steps traced symbolically, written, and compared with two written concretely",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
