@@ -247,10 +247,10 @@ def test_what_is_refused_a_symbolic_trace_says_why_and_is_answered_concretely(tm
     forget_kept()
     spec, config = resolve_model("resnet18"), StepConfig(model="resnet18", batch_size=4, device="simulated",
                                                          inputs=_images, loss=_summed)
-    for batch_size in (4, 6):  # the second question would be evaluated; it is refused, so traced
-        config = config.replace(batch_size=batch_size)
+    for batch_size in (4, 6):  # many points: the second is due a symbolic trace (evaluated.AT_POINT_WHEN_MANY);
+        config = config.replace(batch_size=batch_size)  # it is refused, so the answer is concrete, with the reason
         concrete = obtain_concrete(config)
-        got = answer(config, spec, lambda: obtain_concrete(config), trace_step)
+        got = answer(config, spec, lambda: obtain_concrete(config), trace_step, many=True)
         assert differs(got, concrete) is None and (got.depth_note is None) == (batch_size == 4)
     assert got.depth_note == ("not evaluated from a symbolic log: its inputs are made by a function (inputs=), not "
                               "by a batch size")
