@@ -96,7 +96,8 @@ def encoder_items(tokens_per_item: int, max_num_batched_tokens: int, max_model_l
 def rope_table_bytes(text, dtype_bytes: int) -> int:
     """Bytes of vLLM v0.19.0's rotary tables for a Hugging Face text config ``text``: one ``cos_sin_cache`` per
     distinct rope of its layer types (``get_rope`` keeps one per parameter set), ``rows × rotary_dim`` elements of
-    ``dtype_bytes`` each, rounded up to 512 bytes; ``rows`` is ``max_position_embeddings``, times the factor for linear
+    ``dtype_bytes`` each, rounded up to 512 bytes (the layer types' ropes of ``rope_parameters``, as ``Gemma3Attention``
+    picks them in ``gemma3.py``, or its one rope); ``rows`` is ``max_position_embeddings``, times the factor for linear
     scaling (``LinearScalingRotaryEmbedding._compute_cos_sin_cache``); ``rotary_dim`` the head size times
     ``partial_rotary_factor``.  Gemma-3 4B: 1,048,576 × 256 and 131,072 × 256 in bfloat16, 576 MiB.
 
@@ -104,7 +105,11 @@ def rope_table_bytes(text, dtype_bytes: int) -> int:
         ValueError: for a rope type other than :data:`ROPE_TYPES`.
     """
     params = getattr(text, "rope_parameters", None) or {}
-    kinds = list(params.values()) if all(isinstance(v, dict) for v in params.values()) and params else [params]
+    if params and all(isinstance(v, dict) for v in params.values()):  # one rope per layer type (transformers 5)
+        used = set(getattr(text, "layer_types", None) or params)
+        kinds = [rope for kind, rope in params.items() if kind in used]
+    else:
+        kinds = [params]
     head = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     tables = {}
     for rope in kinds:
