@@ -24,8 +24,9 @@ package of the published 0.19.0 wheel):
 The encoder is traced here as torch code with vLLM's own shapes and ops (:func:`encoder_run`), not as Hugging Face's
 ``SiglipVisionModel``: vLLM fuses q, k and v in one ``QKVParallelLinear``, adds the residuals in place and runs the
 vision attention with FlashAttention (the logs: "Using AttentionBackendEnum.FLASH_ATTN for MMEncoderAttention"),
-which keeps no scores; Hugging Face's ``sdpa`` on the simulated GPU would pick a kernel by its own rules.  The
-activation peak is the larger of the encoder's peak and the text run's peak with the encoder's outputs and the pixel
+which keeps no scores; Hugging Face's ``SiglipAttention`` projects q, k and v apart and hands them to the attention
+function the engine picks.  (The language model's attention, vLLM's ``TRITON_ATTN`` in these logs, keeps no scores
+either: the engine's text run stands for it with a flash kernel, as for Gemma-2.)  The activation peak is the larger of the encoder's peak and the text run's peak with the encoder's outputs and the pixel
 values held (:func:`vllm_startup_mm`).
 """
 
@@ -181,12 +182,16 @@ def _mlp(x: torch.Tensor, layer: dict) -> torch.Tensor:
 
 
 def _tower_forward(pixels: torch.Tensor, w: dict, vision) -> torch.Tensor:
-    """``SiglipVisionTransformer.forward``: ``SiglipVisionEmbeddings`` (the patch convolution, the positions added in
-    place; its output, the encoder's first input, alive to the end), the encoder layers, the post-layernorm."""
-    c = vision.hidden_size
-    weight, bias = w["patch"]
-    patches = F.conv2d(pixels, weight.view(c, vision.num_channels, vision.patch_size, vision.patch_size), bias,
-                       stride=vision.patch_size)
+    """``SiglipVisionTransformer.forward``: ``SiglipVisionEmbeddings`` (the patch convolution as vLLM's
+    ``Conv2dLayer._forward_mulmat`` runs it, ``model_executor/layers/conv.py``: custom ops are off in these runs, so
+    ``forward_native``, and a kernel equal to its stride is a matmul on the unfolded patches, copied to rows; the
+    positions added in place; its output, the encoder's first input, alive to the end), the encoder layers, the
+    post-layernorm."""
+    c, k = vision.hidden_size, vision.patch_size
+    items, side = pixels.shape[0], vision.image_size // k
+    rows = pixels.unfold(2, k, k).unfold(3, k, k).permute(0, 2, 3, 1, 4, 5).reshape(-1, vision.num_channels * k * k)
+    patches = F.linear(rows, *w["patch"]).view(items, side, side, c).permute(0, 3, 1, 2)
+    del rows
     embeddings = patches.flatten(2).transpose(1, 2)
     embeddings += F.embedding(w["position_ids"], w["position"])
     hidden = embeddings
