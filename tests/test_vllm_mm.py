@@ -74,6 +74,8 @@ def test_the_account_adds_the_tower_and_holds_the_encoders_outputs_through_the_t
 
 
 def test_what_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="^google/gemma-3-4b-it has a vision tower: its start-up is helpers.vllm_mm"):
+        vllm_startup(FOUR, max_model_len=8192)  # the text account alone would leave the tower's profile out
     with pytest.raises(ValueError, match="modelled on one card only"):
         vllm_startup_mm(FOUR, tensor_parallel_size=2)
     with pytest.raises(ValueError, match="^google/gemma-2-9b-it: not a multimodal model traced here"):
