@@ -174,6 +174,20 @@ def test_the_engine_beside_the_sliding_logs(rows):
     assert two.weights_bytes < one.weights_bytes / 2 + 0.6 * GiB  # the 256,000 x 3,584 embedding split too
 
 
+def test_the_gemma3_rows_as_close_as_measured(rows):
+    """Gemma-3 4B, 12B and 27B with their vision tower (helpers.vllm_mm): the weights 0.09-0.20% under the logged
+    ones (the tower, the projector and vLLM's rotary tables counted), the activation peak 0.86-1.07% under (the
+    sampler's float32 logits after the text pass, the encoder's pixels and embeddings held beside them), the tokens
+    0.08-0.57% over."""
+    for log in SLIDING_LOGS[3:]:
+        row = rows[log.name]
+        engine, logged = row.engine(), log.logged
+        assert row.account.model == log.model and row.account.groups == (6 if "12b" in log.model else 7)
+        assert 0.997 < engine["weights"] / logged["weights"] < 1.0, log.name
+        assert 0.985 < engine["activation"] / logged["activation"] < 0.995, log.name
+        assert 1.0 < engine["tokens"] / logged["tokens"] < 1.007, log.name
+
+
 def _account(blocks: int) -> StartupAccount:
     """An account of Gemma-2 2B's cache shape (26 layers of 4 KV heads of 256, two groups) with exactly ``blocks`` of
     vLLM's blocks available (a page in each of 13 pools), at max_model_len 8,192 and a 2,048-token budget."""
