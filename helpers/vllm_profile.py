@@ -106,8 +106,8 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
 
     Of one rank's shard when ``split`` is given (:func:`helpers.vllm_rules.rank_config`): a stage after the first
     takes the hidden states in from :func:`intermediate_buffers`, made inside the run and alive to its end, a stage
-    before the last stops at the last layer (no head, no sampler).  The weights a stage does not hold (:func:`helpers.vllm_rules.not_held`) are
-    not counted.
+    before the last stops at the last layer (no head, no sampler).  The weights a stage does not hold
+    (:func:`helpers.vllm_rules.not_held`) are not counted.
 
     Args:
         model: a shipped config's name or a config (:func:`helpers.hf_config.load_config`).
@@ -194,13 +194,14 @@ def _trace(spec, shard, label: str, dtype: str, weights_format: tuple[str, bool]
 def intermediate_buffers(tokens: int, width: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``hidden_states`` and ``residual`` buffers a pipeline stage after the first receives its input in: two
     zero tensors ``[tokens, width]`` of the model's ``dtype`` (``make_empty_intermediate_tensors_factory``,
-    ``vllm/model_executor/models/utils.py``, v0.19.0), ``tokens`` being ``max_num_batched_tokens``.  vLLM makes them
-    the first time ``GPUModelRunner._dummy_run`` runs on such a stage (``self.intermediate_tensors`` is None until then,
-    ``vllm/v1/worker/gpu_model_runner.py``): in ``profile_run``, inside ``memory_profiling``, so their bytes are in the
-    logged activation peak.  The llm-d-planner logs agree: Llama-3.1 8B's last stage under pipeline parallelism logged
-    2.01 GiB, the single card 1.89 (the same sampler pass), 0.12 GiB more, and two such bfloat16 buffers of 8,192 x
-    4,096 are 0.125 GiB.  The engine's forward takes ``hidden_states`` in as Hugging Face's ``inputs_embeds``; Hugging
-    Face's decoder has no residual stream to take in, and ``residual`` is kept unread, as vLLM keeps it."""
+    ``vllm/model_executor/models/utils.py``, v0.19.0), ``tokens`` being ``max_num_batched_tokens``
+    (``self.max_num_tokens``).  vLLM makes them the first time ``GPUModelRunner._dummy_run`` runs on such a stage
+    (``self.intermediate_tensors`` is None until then, ``vllm/v1/worker/gpu_model_runner.py``): in ``profile_run``,
+    inside ``memory_profiling``, so their bytes are in the logged activation peak.  The llm-d-planner logs agree:
+    Llama-3.1 8B's last stage under pipeline parallelism logged 2.01 GiB, the single card 1.89 (the same sampler
+    pass), 0.12 GiB more, and two such bfloat16 buffers of 8,192 x 4,096 are 0.125 GiB.  The engine's forward takes
+    ``hidden_states`` in as Hugging Face's ``inputs_embeds``; Hugging Face's decoder has no residual stream to take
+    in, and ``residual`` is kept unread, as vLLM keeps it."""
     return (torch.zeros(tokens, width, dtype=dtype, device=device),
             torch.zeros(tokens, width, dtype=dtype, device=device))
 
