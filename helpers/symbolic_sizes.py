@@ -102,6 +102,12 @@ def storage_bytes(nbytes):
     return RoundUp(nbytes)
 
 
+def key(config: StepConfig) -> StepConfig:
+    """``config`` without its batch size and sequence length, the sizes a symbolic trace makes symbols of: the
+    configurations one symbolic log answers (:meth:`helpers.symbolic.SymbolicStep.outside`)."""
+    return config.replace(batch_size=1, seq_len=None if config.seq_len is None else 1)
+
+
 class NotSymbolic(ValueError):
     """This step cannot be traced with symbolic sizes, or its log does not hold at this point (the message says why)."""
 
