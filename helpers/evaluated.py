@@ -3,9 +3,9 @@ from one symbolic trace of it (:mod:`helpers.symbolic`), once that has been chec
 
 :func:`answer` is what the profile layer asks first for a simulated step whose options are plain values; where it
 gives none, the profile layer obtains the answer concretely and hands it to :func:`remember`.  Per configuration
-without its batch size and sequence length (:func:`helpers.symbolic_sizes.key`), the two keep the symbolic logs traced so
-far (one per regime or side of a guard), the last concrete answer, a log traced at a point whose concrete answer it
-waits for, and why a configuration is refused, if it is.
+without its batch size and sequence length (:func:`helpers.symbolic.key`), the two keep the symbolic logs
+traced so far (one per regime or side of a guard), the last concrete answer, a log traced at a point whose concrete
+answer it waits for, and why a configuration is refused, if it is.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ _EVALUATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 def answer(config: StepConfig, spec: models.ModelSpec, many: bool = False,
            new_traces: bool = True) -> StepProfile | None:
-    """``config``'s profile evaluated from a symbolic log of its configuration (:func:`helpers.symbolic_sizes.key`) where one
-    holds, kept in this process or on disk (:mod:`helpers.symbolic_store`); else None: the caller then obtains it
-    concretely (traced, or written from shallow traces, as without this module) and hands it to :func:`remember`.
+    """``config``'s profile evaluated from a symbolic log of its configuration (:func:`helpers.symbolic.key`)
+    where one holds, kept in this process or on disk (:mod:`helpers.symbolic_store`); else None: the caller then
+    obtains it concretely (traced, or written from shallow traces, as without this module) and hands it to
+    :func:`remember`.
 
     A log on disk is loaded once per configuration and process, without tracing.  Else the first questions of a
     configuration are answered concretely, no slower than without symbolic logs; at the :data:`AT_POINT`-th distinct

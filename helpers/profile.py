@@ -6,7 +6,7 @@ is obtained:
 
 * **evaluated** from a symbolic log (:mod:`helpers.evaluated`): a simulated step whose answer may be kept
   (:func:`_kept_key`) and whose sizes may be symbols (:func:`helpers.symbolic.applies`), where a log of its
-  configuration without batch and sequence (:func:`helpers.symbolic_sizes.key`) is kept in the process or on disk
+  configuration without batch and sequence (:func:`helpers.symbolic.key`) is kept in the process or on disk
   (:mod:`helpers.symbolic_store`), or where the rule of :data:`helpers.evaluated.AT_POINT` says a symbolic trace now
   repays itself (the third point of a configuration; the second inside :func:`many_points`); each log is checked equal
   to a concrete answer before it is kept.  A log kept answers every question it holds for; new symbolic traces are

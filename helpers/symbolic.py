@@ -40,10 +40,15 @@ from .engine.workspaces import workspace_bound
 from .errors import first_line
 from .record import StepProfile
 from .shallow import traced_log
-from .symbolic_sizes import HIGH, LOW, NotSymbolic, SymbolicRecord, Symbols, key
+from .symbolic_sizes import HIGH, LOW, NotSymbolic, SymbolicRecord, Symbols
 from .written import profile_of_log
 
 __all__ = ["HIGH", "LOW", "NotSymbolic", "SymbolicStep", "applies", "dimensions", "key", "trace"]
+
+
+def key(config: StepConfig) -> StepConfig:
+    """``config`` without its batch size and sequence length: the configurations one symbolic log answers."""
+    return config.replace(batch_size=1, seq_len=None if config.seq_len is None else 1)
 
 
 def dimensions(config: StepConfig, spec: models.ModelSpec) -> dict[str, int]:

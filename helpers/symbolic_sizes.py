@@ -102,12 +102,6 @@ def storage_bytes(nbytes):
     return RoundUp(nbytes)
 
 
-def key(config: StepConfig) -> StepConfig:
-    """``config`` without its batch size and sequence length, the sizes a symbolic trace makes symbols of: the
-    configurations one symbolic log answers (:meth:`helpers.symbolic.SymbolicStep.outside`)."""
-    return config.replace(batch_size=1, seq_len=None if config.seq_len is None else 1)
-
-
 class NotSymbolic(ValueError):
     """This step cannot be traced with symbolic sizes, or its log does not hold at this point (the message says why)."""
 
@@ -124,8 +118,8 @@ class Symbols:
 
 
 class SymbolicTracker(ShallowStepTracker):
-    """The simulated GPU's tracker (:class:`helpers.shallow.ShallowStepTracker`, which also notes markers and parents) for
-    symbolic sizes: each storage's bytes an expression (:func:`storage_bytes`), each change logged and nothing
+    """The simulated GPU's tracker (:class:`helpers.shallow.ShallowStepTracker`, which also notes markers and parents)
+    for symbolic sizes: each storage's bytes an expression (:func:`storage_bytes`), each change logged and nothing
     compared: ``allocated`` and ``peak`` stay 0 (the peak is the replay's, :func:`helpers.written.profile_of_log`).
 
     Raises:
@@ -170,9 +164,10 @@ class SymbolicTracker(ShallowStepTracker):
 @dataclass
 class SymbolicRecord:
     """What :func:`record_symbolic_step` keeps of a step traced with symbolic sizes, with the attributes
-    :mod:`helpers.depth` reads of a profile: ``allocation_log`` and ``storages`` (bytes and shapes as expressions), and the fields of
-    :class:`helpers.record.StepProfile` that do not depend on the sizes; ``conv_bytes``, each 2-D convolution pass's
-    input + weight + output bytes (expressions), from which a point's ``cudnn_bound_bytes`` is worked out."""
+    :mod:`helpers.depth` reads of a profile: ``allocation_log`` and ``storages`` (bytes and shapes as expressions),
+    and the fields of :class:`helpers.record.StepProfile` that do not depend on the sizes; ``conv_bytes``, each 2-D
+    convolution pass's input + weight + output bytes (expressions), from which a point's ``cudnn_bound_bytes`` is
+    worked out."""
 
     model: str
     config: StepConfig

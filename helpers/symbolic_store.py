@@ -1,7 +1,7 @@
 """Symbolic logs kept on disk (issue 50): a log traced, and checked equal to a concrete answer, in one process is
 loaded by the next without tracing again.
 
-One file per configuration without its batch size and sequence length (:func:`helpers.symbolic_sizes.key`), named by a
+One file per configuration without its batch size and sequence length (:func:`helpers.symbolic.key`), named by a
 hash of that configuration and of what the log was made by: the installed torch, transformers, peft and bitsandbytes
 (their distributions' versions, read without importing them) and the source of this package (:func:`code_hash`, a
 hash of every ``helpers/**/*.py``, so an edited engine never reads an older engine's logs).  The file holds the
@@ -33,8 +33,7 @@ import tempfile
 
 import torch
 
-from .symbolic import SymbolicStep
-from .symbolic_sizes import key
+from .symbolic import SymbolicStep, key
 
 #: The environment variable that moves the directory (a path) or turns logs on disk off (``off``, ``0``).
 VARIABLE = "GPU_MEMORY_SYMBOLIC_CACHE"
@@ -82,7 +81,7 @@ def _stable(value) -> str:
 
 def name(config) -> str:
     """The file name of ``config``'s logs: a hash of :func:`code_hash` and of its configuration without batch and
-    sequence (:func:`helpers.symbolic_sizes.key`), field by field."""
+    sequence (:func:`helpers.symbolic.key`), field by field."""
     fields = key(config)
     text = code_hash() + "".join(f"\n{f.name}={_stable(getattr(fields, f.name))}" for f in dataclasses.fields(fields))
     return hashlib.sha256(text.encode()).hexdigest()[:32] + ".pickle"

@@ -3,9 +3,10 @@
 A widget changes the batch size of one step (:meth:`helpers.batch.PeakCurve.trace`, which the widgets call) and the
 question travels down: the profile layer decides how it is answered (:mod:`helpers.profile`), asks the symbolic logs
 (:mod:`helpers.evaluated`, :mod:`helpers.symbolic`), writes a deep step from shallow ones (:mod:`helpers.depth`) or
-traces it (:mod:`helpers.traced`), and the step runner runs it (:mod:`helpers.step`).  This test records, with ``sys.setprofile``, every call into a file of ``helpers/`` made from
-a function of another file (a file *entered*: a call within a file does not leave it, and a return goes back to a
-caller that is still running), and holds two things of the files of :data:`WAY`, question by question:
+traces it (:mod:`helpers.traced`), and the step runner runs it (:mod:`helpers.step`).  This test records, with
+``sys.setprofile``, every call into a file of ``helpers/`` made from a function of another file (a file *entered*: a
+call within a file does not leave it, and a return goes back to a caller that is still running), and holds two
+things of the files of :data:`WAY`, question by question:
 
 * none is entered more than twice (consecutive entries into one file counted once: between them the way went only
   through files outside :data:`WAY`);
