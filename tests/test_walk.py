@@ -92,7 +92,7 @@ def test_a_written_step_then_one_evaluated_each_go_down(fresh):
         written, note = ask(curve, 2)
         assert note == "written exactly from its steps with 6 and 7 blocks (helpers.depth)", note
         assert written == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "traced.py", "step.py",
-                           "traced.py", "step.py", "evaluated.py"]
+                           "traced.py", "step.py", "evaluated.py", "symbolic.py"]
         traced, note = ask(curve, 3)
         assert note.endswith("traced once with symbolic sizes; evaluated at batch 3, sequence 16 (helpers.symbolic)")
         assert traced == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "traced.py", "step.py",
@@ -109,7 +109,7 @@ def test_a_step_traced_in_full_then_evaluated_goes_down(fresh):
     with profile.many_points():
         traced, note = ask(curve, 2)
         assert note == "" and traced == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "step.py",
-                                         "traced.py", "step.py", "evaluated.py"]
+                                         "traced.py", "step.py", "evaluated.py", "symbolic.py"]
         symbolic, note = ask(curve, 3)
         assert note == "traced once with symbolic sizes; evaluated at batch 3 (helpers.symbolic)", note
         assert symbolic == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "traced.py", "step.py",
