@@ -105,9 +105,9 @@ def traced_profile_run(model, label: str, dtype: str, weights_format: tuple[str,
     input ids, made before it as vLLM's persistent buffers; ``memory_profiling``'s ``torch_peak_increase``).
 
     Of one rank's shard when ``split`` is given (:func:`helpers.vllm_rules.rank_config`): a stage after the first
-    takes the hidden states in (made before the run, as vLLM's intermediate buffers), a stage before the last stops at
-    the last layer (no head, no sampler).  The weights a stage does not hold (:func:`helpers.vllm_rules.not_held`) are
-    not counted.
+    takes the hidden states in from :func:`intermediate_buffers`, made inside the run and alive to its end, a stage
+    before the last stops at the last layer (no head, no sampler).  The weights a stage does not hold
+    (:func:`helpers.vllm_rules.not_held`) are not counted.
 
     Args:
         model: a shipped config's name or a config (:func:`helpers.hf_config.load_config`).
@@ -152,13 +152,14 @@ def _trace(spec, shard, label: str, dtype: str, weights_format: tuple[str, bool]
     with meter:
         net = runner.place().eval()
         weights = meter.allocated()
-        if first:  # before the run, as vLLM's
+        if first:  # before the run, as vLLM's persistent input buffers
             inputs = dict(input_ids=torch.randint(0, runner.task.vocab_size, (1, tokens), device=meter.device))
-        else:
-            width = net.get_input_embeddings().embedding_dim
-            inputs = dict(inputs_embeds=torch.zeros(1, tokens, width, dtype=getattr(torch, dtype), device=meter.device))
         meter.reset_peak()
         before, start = meter.allocated(), meter.log_length()
+        if not first:  # inside the run: _dummy_run makes them the first time it runs (intermediate_buffers)
+            received = intermediate_buffers(tokens, net.get_input_embeddings().embedding_dim, getattr(torch, dtype),
+                                            meter.device)  # both alive to the end of the run
+            inputs = dict(inputs_embeds=received[0][None])
         starts, ends, hooks = [], [], []
         if spec is not None:
             for layer in net.get_submodule(block_list(net, spec.blocks)):
@@ -188,6 +189,21 @@ def _trace(spec, shard, label: str, dtype: str, weights_format: tuple[str, bool]
         spec.blocks if spec is not None else 0, deltas, tuple(starts), tuple(ends),
         parameters - sum(t.numel() for t in dropped),
         weights - sum(round_up(t.numel() * t.element_size()) for t in dropped), peak)
+
+
+def intermediate_buffers(tokens: int, width: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``hidden_states`` and ``residual`` buffers a pipeline stage after the first receives its input in: two
+    zero tensors ``[tokens, width]`` of the model's ``dtype`` (``make_empty_intermediate_tensors_factory``,
+    ``vllm/model_executor/models/utils.py``, v0.19.0), ``tokens`` being ``max_num_batched_tokens``
+    (``self.max_num_tokens``).  vLLM makes them the first time ``GPUModelRunner._dummy_run`` runs on such a stage
+    (``self.intermediate_tensors`` is None until then, ``vllm/v1/worker/gpu_model_runner.py``): in ``profile_run``,
+    inside ``memory_profiling``, so their bytes are in the logged activation peak.  The llm-d-planner logs agree:
+    Llama-3.1 8B's last stage under pipeline parallelism logged 2.01 GiB, the single card 1.89 (the same sampler
+    pass), 0.12 GiB more, and two such bfloat16 buffers of 8,192 x 4,096 are 0.125 GiB.  The engine's forward takes
+    ``hidden_states`` in as Hugging Face's ``inputs_embeds``; Hugging Face's decoder has no residual stream to take
+    in, and ``residual`` is kept unread, as vLLM keeps it."""
+    return (torch.zeros(tokens, width, dtype=dtype, device=device),
+            torch.zeros(tokens, width, dtype=dtype, device=device))
 
 
 def _with_vllm_attention(model, label: str):

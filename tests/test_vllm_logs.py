@@ -51,8 +51,8 @@ def test_the_engine_beside_the_logs(rows):
         engine, logged = rows[name].engine(), rows[name].log.logged
         # v0.19.0's sampler pass over 1,024 requests sets the peak (three float32 [1024, vocab] tensors and the Triton
         # buffer): within 3%, and the tokens within 0.2%.  In float32 there is no float32 copy of the logits, and the
-        # forward pass sets the peak: Hugging Face's forward, 18% under vLLM's (its first pipeline stage logs 1.10
-        # GiB where the engine traces 0.91, tests/test_vllm_parallel.py): the tokens within 1.1%
+        # forward pass sets the peak: 18% under the logged one (as on its first pipeline stage, 0.91 GiB against 1.10,
+        # tests/test_vllm_parallel.py; what was checked: helpers.teaching.vllm_logs): the tokens within 1.1%
         forward_bound = rows[name].log.options.get("dtype") == "float32"
         assert engine["activation"] == pytest.approx(logged["activation"], rel=0.18 if forward_bound else 0.03), name
         assert engine["activation"] < logged["activation"], name

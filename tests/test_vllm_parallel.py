@@ -115,9 +115,11 @@ def test_each_parallel_log_adds_up_as_vllm_computes():
 @pytest.mark.slow
 def test_the_engine_beside_the_parallel_logs():
     """Weights per rank within 2%; the sampler pass's stage (every rank but a pipeline's earlier stages) within 3% of
-    the logged activation peak (10% on a pipeline's last stage), an earlier stage's forward pass alone within 18%
-    (Hugging Face's forward is lighter than vLLM's); KV tokens within 0.5%, but the 72B at TP 2, whose 3 GiB of KV
-    cache make its 0.05 GiB of activation and 0.09 GiB of weights 4.6% of its tokens: within 5%."""
+    the logged activation peak (a pipeline's last stage, with the two buffers it receives its input in made inside the
+    run: 1.97 GiB against 2.01, 2% under), an earlier stage's forward pass alone within 18% (0.91 against 1.10: what
+    was checked is in helpers.teaching.vllm_logs); KV tokens within 0.5% (a pipeline's, set by its last stage: 0.15%),
+    but the 72B at TP 2, whose 3 GiB of KV cache make its 0.05 GiB of activation and 0.09 GiB of weights 4.6% of its
+    tokens: within 5%."""
     rows = engine_beside_logs(PARALLEL_LOGS)
     assert len(rows) >= 10
     for row in rows:
@@ -127,8 +129,10 @@ def test_the_engine_beside_the_parallel_logs():
         assert engine.get("last_weights", 0) == pytest.approx(logged.get("last_weights", 0), rel=0.02), name
         piped = "last_activation" in logged
         assert engine["activation"] == pytest.approx(logged["activation"], rel=0.18 if piped else 0.03), name
-        assert engine.get("last_activation", 0) == pytest.approx(logged.get("last_activation", 0), rel=0.1), name
-        assert engine["tokens"] == pytest.approx(logged["tokens"], rel=0.05 if logged["kv"] < 5 else 0.005), name
+        assert engine.get("last_activation", 0) == pytest.approx(logged.get("last_activation", 0), rel=0.02), name
+        assert engine.get("last_activation", 0) <= logged.get("last_activation", 0), name
+        bound = 0.05 if logged["kv"] < 5 else 0.0015 if piped else 0.005
+        assert engine["tokens"] == pytest.approx(logged["tokens"], rel=bound), name
 
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"  # 9 heads, 3 KV heads, 30 layers, a tied head

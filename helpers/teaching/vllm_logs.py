@@ -17,9 +17,49 @@ Hugging Face's modules do not (Llama-3.1's logged 14.99 GiB is the engine's 14.9
 131,072 positions, 32 MiB in bfloat16). The activation peak: the engine traces Hugging Face's forward pass, then
 v0.19.0's sampler pass on the requests' logits (:func:`helpers.vllm_profile.dummy_sampler_run`); vLLM runs its own
 compiled kernels.  On v0.19's runs of 8,192 tokens and 1,024 requests the sampler's float32 tensors set the peak:
-within 3% of the logged one, the KV tokens within 0.2% (float32 weights: the forward pass sets it, and Hugging Face's
-is 18% lighter than vLLM's: tokens within 1.1%).  V0's profile (the logits' float32 copy only) of 20,000 and 29,000
-tokens (256 requests) logged 7-8% less than the engine traces.
+within 3% of the logged one, the KV tokens within 0.2% (float32 weights: the forward pass sets it, 18% under the
+logged peak, below: tokens within 1.1%).  V0's profile (the logits' float32 copy only) of 20,000 and 29,000 tokens
+(256 requests) logged 7-8% less than the engine traces.
+
+Where the forward pass sets the peak, vLLM v0.19.0 logs more than the engine traces: 2.21 GiB against 1.82 for
+Llama-3.1 8B in float32 (no sampler tensor is larger there), 1.10 against 0.91 on the first stage of its
+pipeline-parallel runs (no sampler at all), in both dtypes 17.6-17.7 units of tokens × hidden × dtype bytes (8,192 ×
+4,096) against the engine's 14.56 (Hugging Face's forward at its MLP: four hidden-sized tensors and three of the MLP's
+width).  Read in v0.19.0's wheel and in Inductor (torch 2.14.1 as installed here, not the release vLLM pins), and
+ruled out:
+
+* the window: ``memory_profiling`` (``vllm/utils/mem_utils.py``) resets the peak before
+  ``GPUModelRunner.profile_run``, whose first model call runs Dynamo and Inductor (the log: "torch.compile took
+  10.81 s", then "Initial profiling/warmup run took 2.57 s"): compilation and the first compiled run are both inside the
+  logged peak;
+* vLLM's own forward: its decoder piece between two attention ops (``LlamaDecoderLayer.forward`` in
+  ``vllm/model_executor/models/llama.py``; ``RMSNorm.forward_static``, ``SiluAndMul.forward_native``,
+  ``RotaryEmbedding.forward_static``: the log disables every custom op), compiled by Inductor here on the CPU with
+  dynamic tokens in float32 (its wrapper's allocations and frees read), holds at most 13.5 units (at ``silu_and_mul``:
+  the attention's output and the old residual, held by the calling split graph, the new residual, ``gate_up``'s 7 and
+  the product's 3.5), lighter than Hugging Face's; counted eagerly (no Inductor), 18.0, above the logged figures'
+  rounding;
+* the attention: with no metadata in the profile run (``_dummy_run`` builds it only with ``force_attention`` or a full
+  CUDA graph), ``TritonAttentionImpl.forward`` (``vllm/v1/attention/backends/triton_attn.py``) fills its ``[tokens,
+  hidden]`` output with zeros, the one tensor the engine's attention also makes;
+* autotuning in the first compiled run: ``CachingAutotuner.maybe_clone_args``
+  (``torch/_inductor/runtime/triton_heuristics.py``) clones only the arguments a kernel mutates in place, at most one
+  hidden-sized buffer where five are alive;
+* any buffer of fixed size (a benchmarker's cache-flush buffer, a cuBLAS workspace): the excess is the same in units
+  of both dtypes within the logs' rounding (bfloat16 17.52-17.68, float32 17.64-17.72), which leaves 5 MiB at most to
+  anything whose size does not follow the dtype.
+
+A candidate fits every figure but is not shown: vLLM turns on Inductor's combo kernels and their benchmark
+(``combo_kernels``, ``benchmark_combo_kernel``: ``vllm/config/compilation.py``), and Inductor benchmarks a combo group
+while it compiles (``Scheduler.speedup_by_combo_kernel``, ``TritonScheduling.benchmark_fused_nodes`` and
+``benchmark_combo_kernel``) on random copies of every argument, made by the generated module's ``get_args`` at the
+size hint (8,192 tokens).  A kernel that gathers the embedding and computes the first layer's RMSNorm takes the whole
+table as an argument: its copy (128,256 / 8,192 = 15.66 units) and the kernel's two ``[tokens, hidden]`` outputs are
+17.66 units, 1.104 GiB in bfloat16 and 2.207 in float32, both logged figures, at any depth, and only where a stage
+holds the embedding (a middle stage logs 1.05 GiB, the engine 0.97).  Combo groups are the pointwise and reduction
+nodes of one topological level (``_default_group_nodes_for_combo_kernels``), and which kernel would share that level
+(and why the group's own benchmark, which would also copy the 0.5-unit rotary table, stays under the logged figure)
+cannot be settled without Inductor's CUDA code: the engine does not model it.
 
 Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B, Gemma-3 4B, 12B and 27B;
 :data:`GEMMA_7B`, all full attention, beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`);
