@@ -50,15 +50,16 @@ def _cpu(call):
 @contextlib.contextmanager
 def _concrete_only():
     """``profile_step`` as before this issue: every answer written or traced (:func:`helpers.evaluated.answer` made to
-    answer concretely), for today's figures."""
+    give none, and :func:`helpers.evaluated.remember` to keep nothing), for today's figures."""
     from helpers import evaluated
 
-    answer = evaluated.answer
-    evaluated.answer = lambda config, spec, concrete, trace_step, many=False: concrete()
+    answer, remember = evaluated.answer, evaluated.remember
+    evaluated.answer = lambda config, spec, many=False, new_traces=True: None
+    evaluated.remember = lambda config, profile: profile
     try:
         yield
     finally:
-        evaluated.answer = answer
+        evaluated.answer, evaluated.remember = answer, remember
 
 
 def _widget(config) -> dict:
@@ -94,7 +95,7 @@ def measure(name: str) -> dict:
     from helpers import symbolic, symbolic_store
     from helpers.config import StepConfig
     from helpers.evaluated import differs
-    from helpers.profile import forget_kept, obtain_concrete, trace as trace_step
+    from helpers.profile import forget_kept, obtain_concrete
 
     model, options, points = CONFIGURATIONS[name]
 
@@ -104,7 +105,7 @@ def measure(name: str) -> dict:
 
     forget_kept()
     concrete, concrete_s = _cpu(lambda: obtain_concrete(config(*points[0])))
-    step, trace_s = _cpu(lambda: symbolic.trace(config(*points[0]), trace_step))
+    step, trace_s = _cpu(lambda: symbolic.trace(config(*points[0])))
     first, first_s = _cpu(lambda: step.evaluate(config(*points[0])))
     with tempfile.TemporaryDirectory() as logs:  # the log kept on disk (helpers.symbolic_store), then read back
         os.environ["GPU_MEMORY_SYMBOLIC_CACHE"] = logs

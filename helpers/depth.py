@@ -20,8 +20,10 @@ with L blocks (:func:`write_log`), each sweep's middle block is repeated L - 2 t
 again: the *written log*, read as a traced step's is (:func:`helpers.written.profile_of_log`).
 
 In practice :data:`EDGE` blocks at each end count as edge blocks (a block may free what the block two before it made),
-so the same step is traced with 6 and 7 blocks (:data:`DEPTHS`) by the profile layer (:mod:`helpers.profile`), each
-read block by block (:mod:`helpers.shallow`); :func:`write_step`, this module's entry point, learns one template from
+so the same step is traced with 6 and 7 blocks (:data:`DEPTHS`).  :func:`write`, this module's entry point, which the
+profile layer (:mod:`helpers.profile`) and a symbolic trace (:mod:`helpers.symbolic`) each call once, says whether
+the step is written (:func:`applies`), traces both shallow steps itself (:func:`helpers.traced.shallow_step`, each
+read block by block: :mod:`helpers.shallow`), and hands them to :func:`write_step`, which learns one template from
 both, checks that it writes both traced logs again entry for entry (events, storages, sizes, dtypes, categories,
 lifetimes), and only then writes the log of L blocks.
 
@@ -44,13 +46,16 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
+from . import traced
 from .config import StepConfig
 from .engine.backends import resolve_backend
 from .models import ModelSpec
 from .shallow import OUTSIDE, NotRepeated, ShallowStep
+from .symbolic_sizes import Symbols
 
-__all__ = ["DEPTHS", "EDGE", "MIN_BLOCKS", "NotRepeated", "WrittenStep", "applies", "shallow", "write_step"]
+__all__ = ["DEPTHS", "EDGE", "MIN_BLOCKS", "NotRepeated", "WrittenStep", "applies", "shallow", "write", "write_step"]
 
 #: The blocks at each end that may run unlike the others (a Hugging Face model keeps the first block's
 #: input, ``inputs_embeds``, to the end of its forward pass: the next blocks each free the one before's).
@@ -60,6 +65,23 @@ EDGE = 2
 DEPTHS = (2 * EDGE + 2, 2 * EDGE + 3)
 #: Below this many blocks a full trace costs about what the two shallow ones do.
 MIN_BLOCKS = 20
+
+
+def write(config: StepConfig, spec: ModelSpec, symbols: Symbols | None = None) -> tuple[WrittenStep | None, str | None]:
+    """``config``'s step written from the same step traced with each of :data:`DEPTHS` blocks (traced here:
+    :func:`helpers.traced.shallow_step`, with ``symbols`` as its sizes where given), or ``None`` where it is not
+    written; and the profile's ``depth_note``, why not (None where it was written, or the question does not arise:
+    :func:`applies`).  A step whose shallow traces do not repeat block by block (:class:`NotRepeated`) is not
+    written, its note says where they differ.
+    """
+    written, note = applies(config, spec)
+    if not written:
+        return None, note
+    try:
+        low, high = (traced.shallow_step(*shallow(config, spec, n), n, symbols) for n in DEPTHS)
+        return write_step(low, high, spec.blocks), None
+    except NotRepeated as e:
+        return None, f"every one of its {spec.blocks} blocks traced: {e}"
 
 
 def applies(config: StepConfig, spec: ModelSpec) -> tuple[bool, str | None]:
@@ -106,14 +128,17 @@ def shallow(config: StepConfig, spec: ModelSpec, depth: int) -> tuple[StepConfig
 class WrittenStep:
     """The written log of a step of many blocks (:func:`write_step`): ``log`` entries ``(serial, kind, bytes)``,
     ``storages`` ``(category, dtype, shape, bytes)`` by serial, ``markers`` ``(log position, kind, payload)`` (the
-    form :func:`helpers.written.profile_of_log` reads), and the counts that grow by the same amount with each block:
-    ``parameter_count`` (weights) and ``paged_bytes`` (a paged optimizer's states)."""
+    form :func:`helpers.written.profile_of_log` reads), the counts that grow by the same amount with each block:
+    ``parameter_count`` (weights) and ``paged_bytes`` (a paged optimizer's states), and ``like``, the deeper shallow
+    step's profile (a :class:`helpers.symbolic_sizes.SymbolicRecord` where traced with symbols): the fields that do not
+    change with the depth."""
 
     log: tuple
     storages: tuple
     markers: tuple
     parameter_count: int
     paged_bytes: int
+    like: Any
 
 
 def write_step(shallow: ShallowStep, deeper: ShallowStep, depth: int) -> WrittenStep:
@@ -141,7 +166,8 @@ def write_step(shallow: ShallowStep, deeper: ShallowStep, depth: int) -> Written
         low, high = (getattr(s.profile, field) for s in (shallow, deeper))
         return high + (high - low) * (depth - deeper.depth)
 
-    return WrittenStep(*write_log(template, depth), at_depth("parameter_count"), at_depth("paged_bytes"))
+    return WrittenStep(*write_log(template, depth), at_depth("parameter_count"), at_depth("paged_bytes"),
+                       deeper.profile)
 
 
 def template_block(block: int, depth: int) -> int:

@@ -1,9 +1,11 @@
 """Answers from kept symbolic logs: the first question of a configuration traced concretely, the later ones evaluated
 from one symbolic trace of it (:mod:`helpers.symbolic`), once that has been checked against a concrete answer.
 
-:func:`answer` is what the profile layer asks for a simulated step whose options are plain values: it keeps, per
-configuration without its batch size and sequence length (:func:`helpers.symbolic.key`), the symbolic logs traced so
-far (one per regime or side of a guard), the last concrete answer, and why a configuration is refused, if it is.
+:func:`answer` is what the profile layer asks first for a simulated step whose options are plain values; where it
+gives none, the profile layer obtains the answer concretely and hands it to :func:`remember`.  Per configuration
+without its batch size and sequence length (:func:`helpers.symbolic.key`), the two keep the symbolic logs
+traced so far (one per regime or side of a guard), the last concrete answer, a log traced at a point whose concrete
+answer it waits for, and why a configuration is refused, if it is.
 """
 
 from __future__ import annotations
@@ -11,9 +13,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import weakref
-from typing import Callable
 
-from . import models, symbolic_store
+from . import models, symbolic, symbolic_store
 from .config import StepConfig
 from .record import StepProfile
 from .symbolic import NotSymbolic, SymbolicStep, key, trace
@@ -33,66 +34,76 @@ _KEPT: collections.OrderedDict = collections.OrderedDict()
 #: it will ask many (:func:`helpers.profile.many_points`: the command line given several batch sizes)
 #: or where the configuration has a log on disk already (another regime of it).
 AT_POINT, AT_POINT_WHEN_MANY = 3, 2
+#: The profiles :func:`answer` evaluated, by ``id`` (:func:`was_evaluated`).
+_EVALUATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def answer(config: StepConfig, spec: models.ModelSpec, concrete: Callable[[], StepProfile],
-           trace_step: Callable, many: bool = False, new_traces: bool = True) -> StepProfile:
-    """``config``'s profile, evaluated from a symbolic log of its configuration (:func:`helpers.symbolic.key`) where one
-    holds, kept in this process or on disk (:mod:`helpers.symbolic_store`), else ``concrete()`` (traced, or written
-    from shallow traces, as without this module).
+def answer(config: StepConfig, spec: models.ModelSpec, many: bool = False,
+           new_traces: bool = True) -> StepProfile | None:
+    """``config``'s profile evaluated from a symbolic log of its configuration (:func:`helpers.symbolic.key`)
+    where one holds, kept in this process or on disk (:mod:`helpers.symbolic_store`); else None: the caller then
+    obtains it concretely (traced, or written from shallow traces, as without this module) and hands it to
+    :func:`remember`.
 
     A log on disk is loaded once per configuration and process, without tracing.  Else the first questions of a
     configuration are answered concretely, no slower than without symbolic logs; at the :data:`AT_POINT`-th distinct
     point (:data:`AT_POINT_WHEN_MANY`-th where ``many``: the caller will ask many points; or where the configuration
     has a log on disk that does not hold here) that no kept log holds (another regime, the other side of a guard) the
-    step is traced symbolically there and kept only once its evaluation equals a concrete answer in every field
-    (:func:`differs`): the last one, or one at this point; a log so checked is also written to disk.  A configuration
-    that cannot be traced so (:class:`helpers.symbolic.NotSymbolic`), or whose evaluation differs, is answered
-    concretely from then on, its profile's ``depth_note`` saying why.  ``trace_step``: the profile layer's trace
-    function (:func:`helpers.profile.trace`), passed to :func:`helpers.symbolic.trace`.  ``new_traces=False``: no
-    symbolic trace is made, only the logs already kept (in the process or on disk) are used: an answer then costs
-    what a concrete one does, or less.
+    step is traced symbolically here (:func:`helpers.symbolic.trace`).  Where that log holds at the last point
+    answered concretely, it is checked against that answer in every field (:func:`differs`) and, equal, kept and
+    evaluated here: no concrete trace is made at this point.  Else it waits for this point's concrete answer
+    (:func:`remember`).  A log so checked is also written to disk.  A configuration that cannot be traced so
+    (:class:`helpers.symbolic.NotSymbolic`), or whose evaluation differs, is answered concretely from then on.
+    ``new_traces=False``: no symbolic trace is made, only the logs already kept (in the process or on disk) are used:
+    an answer then costs what a concrete one does, or less.  A step that cannot be traced with symbolic sizes at all
+    (:func:`helpers.symbolic.applies`: a real GPU, ``capacity=``, ``full_trace=``, ``workspaces=``) gets None, and
+    nothing is kept of it.
     """
+    if symbolic.applies(config) is not None:
+        return None
     k = key(config)
-    kept = _KEPT.pop(k, None) or {"steps": None, "disk": False, "checked": None, "refused": None, "points": set()}
+    kept = _KEPT.pop(k, None) or {"steps": None, "disk": False, "checked": None, "refused": None, "points": set(),
+                                  "waiting": None}
     _KEPT[k] = kept
     while len(_KEPT) > KEPT:
         _KEPT.popitem(last=False)
     if kept["steps"] is None:  # the logs on disk, read once
         kept["steps"] = symbolic_store.load(config, spec)
         kept["disk"] = bool(kept["steps"])
-    for step in kept["steps"]:
-        if step.outside(config) is None:
-            return _evaluated(step, config)
-    kept["points"].add((config.batch_size, config.seq_len))
-    step = None
-    due = new_traces and len(kept["points"]) >= (AT_POINT_WHEN_MANY if many or kept["disk"] else AT_POINT)
-    if due and kept["refused"] is None and kept["checked"] is not None:
-        try:
-            step = trace(config, trace_step, spec)
-        except NotSymbolic as e:
-            kept["refused"] = str(e)
-    last = kept["checked"]
-    if step is not None and step.outside(last.config) is None:
-        if _checked(kept, step, last):
-            return _evaluated(step, config)
-        step = None
-    profile = kept["checked"] = concrete()
+    step, kept["waiting"] = next((s for s in kept["steps"] if s.outside(config) is None), None), None
+    if step is None:
+        kept["points"].add((config.batch_size, config.seq_len))
+        due = new_traces and len(kept["points"]) >= (AT_POINT_WHEN_MANY if many or kept["disk"] else AT_POINT)
+        if due and kept["refused"] is None and kept["checked"] is not None:
+            try:
+                step = trace(config, spec)
+            except NotSymbolic as e:
+                kept["refused"] = str(e)
+        if step is None or step.outside(kept["checked"].config) is not None:
+            kept["waiting"] = step  # checked against this point's concrete answer (remember)
+            return None
+        if not _checked(kept, step, kept["checked"]):
+            return None
+    profile = step.evaluate(config)
+    _EVALUATED[id(profile)] = profile
+    return profile
+
+
+def remember(config: StepConfig, profile: StepProfile) -> StepProfile:
+    """``profile``, ``config``'s concrete answer where :func:`answer` gave none, kept as its configuration's last
+    concrete answer; a symbolic log traced at this point (:func:`answer`) kept if its evaluation equals it; its
+    ``depth_note`` then says why the configuration is not evaluated from a symbolic log, if it is refused.  A
+    configuration :func:`answer` keeps nothing of (one that cannot be traced with symbolic sizes, or dropped since:
+    :data:`KEPT`) is given back as it is."""
+    kept = _KEPT.get(key(config))
+    if kept is None:
+        return profile
+    kept["checked"], step, kept["waiting"] = profile, kept["waiting"], None
     if step is not None:
         _checked(kept, step, profile)
     if kept["refused"] is not None:
         note = f"not evaluated from a symbolic log: {kept['refused']}"
         return dataclasses.replace(profile, depth_note=f"{profile.depth_note}; {note}" if profile.depth_note else note)
-    return profile
-
-
-#: The profiles :func:`answer` evaluated, by ``id`` (:func:`was_evaluated`).
-_EVALUATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-
-
-def _evaluated(step: SymbolicStep, config: StepConfig) -> StepProfile:
-    profile = step.evaluate(config)
-    _EVALUATED[id(profile)] = profile
     return profile
 
 

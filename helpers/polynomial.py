@@ -17,7 +17,7 @@ import sympy
 
 from . import symbolic
 from .config import StepConfig
-from .profile import step_config, trace
+from .profile import step_config
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def peak_polynomial(model="resnet18", batch_size: int = 128, image_size: int = 2
     unknown = sorted(set(categories or ()) - set(CATEGORIES))
     if unknown:
         raise ValueError(f"unknown category {unknown[0]!r}; the categories are {', '.join(CATEGORIES)}")
-    step = symbolic.trace(config, trace)
+    step = symbolic.trace(config)
     profile = step.evaluate(config)
     alive = [s for s in profile.peak_serials if categories is None or step.storages[s][0] in categories]
     named = {sym: sympy.Symbol(name) for name, sym in step.symbols.items()}

@@ -17,9 +17,11 @@ is obtained:
 * **traced** in full: every other step, and a step whose shallow traces do not repeat block by block.
 
 The profile's ``depth_note`` says which way was taken and, where it was not written or evaluated, why.  Each way is
-one branch of :func:`obtain`, tried in order, each with the reason it does not apply.  The step itself is run by
-:class:`helpers.step.StepRunner` (the recipe and the loop), which talks to the engine through its meter.
-:func:`time_step` runs the same step untraced and times it.
+one branch of :func:`obtain`, tried in order, and each is one call down: :func:`helpers.evaluated.answer` (then,
+where it gives no answer, :func:`helpers.evaluated.remember` of the concrete one), :func:`helpers.depth.write`,
+:func:`helpers.traced.trace`; none calls back up.  The step itself is run by :class:`helpers.step.StepRunner` (the
+recipe and the loop), which talks to the engine through its meter.  :func:`time_step` runs the same step untraced
+and times it.
 """
 
 from __future__ import annotations
@@ -31,22 +33,18 @@ import os
 import statistics
 import time
 import types
-from itertools import chain
-from typing import Any, Callable, Hashable
+from typing import Any, Hashable
 
 import torch
 
-from . import depth, evaluated, symbolic
+from . import depth, evaluated, traced
 from .config import StepConfig, check_int
 from .engine.backends import collector_paused, resolve_backend
 from .engine.meter import Meter
-from .engine.trace import StepTracer
 from .errors import first_line
 from .models import ModelSpec, resolve_model
-from .record import StepProfile, record_step
-from .shallow import ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step
-from .step import StepRunner, owned_storages, storage_serials
-from .techniques import optimizers, quantization
+from .record import StepProfile
+from .step import StepRunner
 from .written import profile_of_log
 
 
@@ -114,18 +112,30 @@ def step_config(model, batch_size: int, image_size: int, caller: str, **options)
 
 
 # -- the one decision -------------------------------------------------------------------------------
-def obtain(config: StepConfig) -> StepProfile:
-    """``config``'s profile, obtained the one way that applies (the module's list); its ``depth_note`` says which.
+def obtain(config: StepConfig, spec: ModelSpec | None = None, evaluate: bool = True) -> StepProfile:
+    """``config``'s profile, obtained the one way that applies (the module's list, tried in its order); its
+    ``depth_note`` says which.  ``evaluate=False``: never from a symbolic log (:func:`obtain_concrete`).
 
     Raises:
         ValueError, DoesNotFit: as :func:`profile_step`.
     """
-    spec = resolve_model(config.model, config.num_classes, config.name)
-    many = _MANY[0] > 0
-    if _kept_key(config) is not None and symbolic.applies(config) is None:  # new symbolic traces where they repay
-        return evaluated.answer(config, spec, lambda: obtain_concrete(config, spec), trace, many=many,
-                                new_traces=EVALUATE or many)
-    return obtain_concrete(config, spec)
+    spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
+    evaluable = evaluate and _kept_key(config) is not None  # an answer that may be kept
+    if evaluable:  # 1. evaluated: from a kept symbolic log, or one traced now where it repays
+        many = _MANY[0] > 0
+        answer = evaluated.answer(config, spec, many=many, new_traces=EVALUATE or many)
+        if answer is not None:
+            return answer
+    with collector_paused():  # also while the step is written
+        written, note = depth.write(config, spec)  # 2. written from two shallow traces; else the note says why not
+        if written is not None:
+            profile = profile_of_log(written.log, written.storages, written.markers, written.like, config=config,
+                                     model=spec.name, parameter_count=written.parameter_count,
+                                     paged_bytes=written.paged_bytes, depth_note=f"written exactly from its steps "
+                                     f"with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks (helpers.depth)")
+    if written is None:  # 3. traced in full
+        profile = _traced(config, spec, note)
+    return evaluated.remember(config, profile) if evaluable else profile
 
 
 _MANY = [0]  # how many many_points() blocks are open
@@ -161,20 +171,13 @@ def concrete_step(config: StepConfig) -> StepProfile:
 
 def obtain_concrete(config: StepConfig, spec: ModelSpec | None = None) -> StepProfile:
     """``config``'s profile written from shallow traces or traced in full, whichever applies (the module's list),
-    never evaluated from a symbolic log: what :func:`obtain` checks an evaluation against.
+    never evaluated from a symbolic log: what an evaluation is checked against (:func:`obtain` with
+    ``evaluate=False``).
 
     Raises:
         ValueError, DoesNotFit: as :func:`profile_step`.
     """
-    spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
-    written, note = depth.applies(config, spec)  # note: why not (None where the question does not arise)
-    if written:
-        try:
-            with collector_paused():  # also while the step is written
-                return _written(config, spec)
-        except depth.NotRepeated as e:
-            note = f"every one of its {spec.blocks} blocks traced: {e}"
-    return _traced(config, spec, note)
+    return obtain(config, spec, evaluate=False)
 
 
 def _traced(config: StepConfig, spec: ModelSpec, note: str | None) -> StepProfile:
@@ -187,7 +190,7 @@ def _traced(config: StepConfig, spec: ModelSpec, note: str | None) -> StepProfil
     name, meter = runner.name, runner.meter
     try:
         with meter:
-            return dataclasses.replace(trace(runner), depth_note=note)
+            return dataclasses.replace(traced.trace(runner), depth_note=note)
     except torch.OutOfMemoryError as e:
         oom = first_line(e)
         requested, allocated = getattr(e, "requested", None), getattr(e, "allocated", None)
@@ -199,66 +202,6 @@ def _traced(config: StepConfig, spec: ModelSpec, note: str | None) -> StepProfil
     error = DoesNotFit(f"{name} at batch size {config.batch_size} does not fit: {oom}")
     error.cuda_message, error.requested, error.allocated = oom, requested, allocated
     raise error
-
-
-def _written(config: StepConfig, spec: ModelSpec) -> StepProfile:
-    """``config``'s profile, written exactly from the same step traced with each of :data:`helpers.depth.DEPTHS`
-    blocks (:func:`helpers.depth.write_step`), read as a traced step's log is.
-
-    Raises:
-        helpers.depth.NotRepeated: where the shallow steps do not repeat block by block.
-    """
-    shallow, deeper = (_shallow_step(config, spec, n) for n in depth.DEPTHS)
-    written = depth.write_step(shallow, deeper, spec.blocks)
-    return profile_of_log(written.log, written.storages, written.markers, deeper.profile, config=config,
-                          model=spec.name, parameter_count=written.parameter_count, paged_bytes=written.paged_bytes,
-                          depth_note=f"written exactly from its steps with {depth.DEPTHS[0]} and "
-                                     f"{depth.DEPTHS[1]} blocks (helpers.depth)")
-
-
-def _shallow_step(config: StepConfig, spec: ModelSpec, blocks: int) -> ShallowStep:
-    """``config``'s step with ``blocks`` blocks, traced with a :class:`helpers.shallow.ShallowStepTracker`, and what
-    :mod:`helpers.depth` reads of it (the storages of each parameter, buffer and optimizer state, by name)."""
-    config, spec = depth.shallow(config, spec, blocks)
-    tracker = ShallowStepTracker()
-    meter = Meter(config.device, attention=config.attention, tracker=tracker)
-    runner = StepRunner(config, meter, spec=spec)
-    with meter:
-        profile = trace(runner, ShallowStepTracer, ShallowStepTracer.of_first_step)
-        return read_shallow_step(blocks, profile, tracker, runner.model, *owned_storages(runner))
-
-
-def trace(runner: StepRunner, make_tracer: Callable[..., StepTracer] = StepTracer,
-          first_tracer: Callable[..., StepTracer] | None = None, record: Callable = record_step) -> StepProfile:
-    """The profile of one step of ``runner`` (the second, with ``steady_state``), inside its meter.
-
-    ``make_tracer(meter, model, root=...)`` makes the step's tracer; ``first_tracer``, if given, one for the untraced
-    first step of ``steady_state`` (:mod:`helpers.depth` reads both; the events of the first are not the profile's).
-    ``record``: reads the traced step as :func:`helpers.record.record_step` does, with its arguments
-    (:mod:`helpers.symbolic` keeps a symbolic record instead).
-    """
-    meter, config = runner.meter, runner.config
-    model = runner.place()
-    parameters = {serial for t in chain(model.parameters(), model.buffers()) for serial in storage_serials(meter, t)}
-    root = runner.module if config.checkpoint else None
-    if config.steady_state:  # one untraced step, so that the optimizer states exist
-        with first_tracer(meter, model, root=root) if first_tracer else contextlib.nullcontext() as first:
-            runner.run(first)
-        meter.reset_peak()
-    reset_at = meter.log_length() if config.steady_state else None
-    with make_tracer(meter, model, root=root) as tracer:
-        roles = runner.run(tracer)
-    activations = set(tracer.saved)
-    for first, last in tracer.recomputed:
-        activations.update(range(first, last))
-    return record(
-        meter, tracer.events,
-        {"parameters": parameters, "gradients": roles.gradients, "optimizer_states": roles.optimizer_states,
-         "input": roles.inputs, "activations": activations},
-        config=config, model=runner.name, input_shape=runner.task.sample_shape,
-        parameter_count=sum(map(quantization.weights, model.parameters())),
-        params_without_grad=roles.params_without_grad, reset_at=reset_at,
-        paged_bytes=optimizers.paged_bytes(runner.optimizer))
 
 
 # -- the one cache of kept answers ---------------------------------------------------------------------

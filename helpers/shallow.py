@@ -1,6 +1,6 @@
 """A shallow step read block by block: what :mod:`helpers.depth` learns the repeated block from.
 
-The profile layer (:mod:`helpers.profile`) traces the same step with a few blocks, counted by a
+The traced step (:func:`helpers.traced.shallow_step`) runs the same step with a few blocks, counted by a
 :class:`ShallowStepTracker` and traced by a :class:`ShallowStepTracer`, which note what a profile does not keep: the
 storage each new storage was made from, and where each event falls in the allocation log.  :func:`read_shallow_step`
 turns that, and the storages of each parameter, buffer and optimizer state, into a :class:`ShallowStep`;

@@ -2,10 +2,10 @@
 
 :class:`StepRunner` prepares a model as :data:`RECIPE` says (an ordered list of named steps, each in the module of its
 technique), then runs what every training loop does for one mini-batch (:meth:`StepRunner.run`), talking to the engine
-through its :class:`helpers.engine.meter.Meter` only.  It decides nothing about how a question is answered: the profile
-layer (:mod:`helpers.profile`: :func:`~helpers.profile.profile_step`, :func:`~helpers.profile.time_step`) runs it,
-traced; :mod:`helpers.loops`, :mod:`helpers.fsdp`, :mod:`helpers.transformer`, :mod:`helpers.serving` and
-:mod:`helpers.generation` run parts of it.
+through its :class:`helpers.engine.meter.Meter` only.  It decides nothing about how a question is answered: the traced
+step (:mod:`helpers.traced`, below the profile layer's :func:`~helpers.profile.profile_step`) runs it traced,
+:func:`~helpers.profile.time_step` untraced; :mod:`helpers.loops`, :mod:`helpers.fsdp`, :mod:`helpers.transformer`,
+:mod:`helpers.serving` and :mod:`helpers.generation` run parts of it.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class StepRunner:
         place: puts the model on the device inside the meter and returns it
             (default :meth:`~helpers.engine.meter.Meter.place`; :mod:`helpers.fsdp` shards).
         spec: the :class:`helpers.models.ModelSpec` to build instead of
-            ``config.model``'s (the profile layer passes a copy with fewer blocks: :func:`helpers.depth.shallow`).
+            ``config.model``'s (a shallow step has a copy with fewer blocks: :func:`helpers.depth.shallow`).
         sizes: the batch's sizes instead of ``config``'s: ``(batch,)``, or ``(batch, seq)`` for token inputs, as
             ``SymInt`` (:mod:`helpers.symbolic` traces the step once for every batch and sequence length).
 

@@ -4,10 +4,11 @@ The order of a step's allocation log does not depend on the batch size B or the 
 polynomials in them.  So the step is traced once with B (and, for token inputs, S) as symbolic sizes: a
 ``FakeTensorMode`` with a ``ShapeEnv(duck_shape=False)`` (``torch/fx/experimental/symbolic_shapes.py``), each size a
 symbol made with ``ShapeEnv.create_symbol`` and bounded to ``[2, 2**31 - 1]`` with ``constrain_symbol_range``, fed to
-the one step runner as its batch's sizes (:class:`helpers.step.StepRunner`'s ``sizes``), and traced by the profile
-layer's trace function, passed in (:func:`helpers.profile.trace`, with this module's :func:`record`).  Every storage's
-``untyped_storage().nbytes()`` is then an expression such as ``16*B*S**2``; :class:`SymbolicTracker` logs each change
-as ``(serial, kind, expression)`` and compares no sizes (a comparison of symbolic sizes records a guard).
+the one step runner as its batch's sizes (:class:`helpers.step.StepRunner`'s ``sizes``), and traced as every step is
+(:mod:`helpers.traced`; a deep model written from two shallow steps, :func:`helpers.depth.write`).  Every storage's
+``untyped_storage().nbytes()`` is then an expression such as ``16*B*S**2``;
+:class:`helpers.symbolic_sizes.SymbolicTracker` logs each change as ``(serial, kind, expression)`` and compares no
+sizes (a comparison of symbolic sizes records a guard).
 
 :meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it with
 :func:`helpers.written.profile_of_log`, as a written step is read: the peak, its event and allocation, the categories,
@@ -27,107 +28,22 @@ import contextlib
 import dataclasses
 import gc
 import operator
-import weakref
 from dataclasses import dataclass
-from typing import Callable
 
 import sympy
-import torch
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from . import depth, models
+from . import depth, models, traced
 from .allocator.rules import round_up
 from .config import StepConfig
 from .engine.backends import collector_paused, resolve_backend
-from .engine.counting import LogEntry, StorageTracker
-from .engine.meter import Meter
 from .engine.workspaces import workspace_bound
 from .errors import first_line
-from .record import Allocation, Storage, StepProfile, frees_in_allocation_order, label_storages
-from .shallow import NotRepeated, ShallowStep, ShallowStepTracer, ShallowStepTracker, read_shallow_step, traced_log
-from .step import StepRunner, owned_storages
-from .symbolic_sizes import HIGH, LOW, canonical, storage_bytes
+from .record import StepProfile
+from .shallow import traced_log
+from .symbolic_sizes import HIGH, LOW, NotSymbolic, SymbolicRecord, Symbols
 from .written import profile_of_log
 
-class NotSymbolic(ValueError):
-    """This step cannot be traced with symbolic sizes, or its log does not hold at this point (the message says why)."""
-
-
-class SymbolicTracker(ShallowStepTracker):
-    """The simulated GPU's tracker (:class:`helpers.shallow.ShallowStepTracker`, which also notes markers and parents) for
-    symbolic sizes: each storage's bytes an expression (:func:`storage_bytes`), each change logged and nothing
-    compared: ``allocated`` and ``peak`` stay 0 (the peak is the replay's, :func:`helpers.written.profile_of_log`).
-
-    Raises:
-        NotSymbolic: for a storage resized in place (FSDP's), whose change in bytes would be a comparison.
-    """
-
-    def track(self, t: torch.Tensor) -> int | None:
-        if is_traceable_wrapper_subclass(t):
-            return StorageTracker.track(self, t)  # its inner tensors, each through this method
-        st = t.untyped_storage()
-        serial = self._live.get(id(st))
-        if serial is not None:
-            return serial
-        serial = len(self.sizes)
-        nbytes = storage_bytes(st.nbytes())
-        self.sizes[serial], self.dtypes[serial] = nbytes, t.dtype
-        self.shapes[serial] = tuple(map(canonical, t.shape))
-        self._live[id(st)] = serial
-        self._change(serial, "alloc", nbytes)
-        weakref.finalize(st, self._free, id(st))
-        return serial
-
-    def transient(self, nbytes, dtype: torch.dtype, shape) -> int:
-        serial = len(self.sizes)
-        nbytes = canonical(nbytes)
-        self.sizes[serial], self.dtypes[serial], self.shapes[serial] = nbytes, dtype, tuple(map(canonical, shape))
-        self._change(serial, "alloc", nbytes)
-        return serial
-
-    def _change(self, serial: int, kind: str, delta) -> None:
-        self._now[serial] = delta if kind == "alloc" else 0  # only allocations and frees: resizes raise
-        self.log.append(LogEntry(serial, kind, delta))
-
-    def _resized(self, storage) -> None:
-        if self._live.get(id(storage)) is not None and not self.paused:
-            raise NotSymbolic("a storage is resized in place (FSDP): its change in bytes needs a comparison")
-
-    def live_serials(self) -> tuple[int, ...]:
-        return tuple(s for s in self._live.values() if self._now[s] != 0)
-
-
-@dataclass
-class SymbolicRecord:
-    """What :func:`record` keeps of a step traced with symbolic sizes, with the attributes :mod:`helpers.depth` reads
-    of a profile: ``allocation_log`` and ``storages`` (bytes and shapes as expressions), and the fields of
-    :class:`helpers.record.StepProfile` that do not depend on the sizes; ``conv_bytes``, each 2-D convolution pass's
-    input + weight + output bytes (expressions), from which a point's ``cudnn_bound_bytes`` is worked out."""
-
-    model: str
-    config: StepConfig
-    input_shape: tuple
-    parameter_count: int
-    params_without_grad: list
-    paged_bytes: int
-    allocation_log: list
-    storages: dict
-    conv_bytes: tuple = ()
-
-
-def record(meter: Meter, events, roles: dict, *, config: StepConfig, model: str, input_shape: tuple,
-           parameter_count: int, params_without_grad: list, reset_at: int | None = None,
-           paged_bytes: int = 0) -> SymbolicRecord:
-    """:func:`helpers.record.record_step` for a symbolic trace (its arguments, the same categories and the same order
-    of frees), summing and comparing nothing; the events are kept as the tracker's markers."""
-    storages = meter.storages()
-    labels = label_storages({s: n for s, (n, _, _) in storages.items()}, roles)
-    cuts = [e.log_position for e in events] + ([] if reset_at is None else [reset_at])
-    log = frees_in_allocation_order(meter.allocation_log(), cuts)
-    return SymbolicRecord(
-        model, config, tuple(map(canonical, input_shape)), parameter_count, list(params_without_grad), paged_bytes,
-        [Allocation(serial, kind, delta, labels[serial], 0) for serial, kind, delta in log],
-        {s: Storage(s, labels[s], dtype, shape, n) for s, (n, dtype, shape) in storages.items()})
+__all__ = ["HIGH", "LOW", "NotSymbolic", "SymbolicStep", "applies", "dimensions", "key", "trace"]
 
 
 def key(config: StepConfig) -> StepConfig:
@@ -328,11 +244,10 @@ def _compiled(expressions: list, symbols: list):
         return None
 
 
-def trace(config: StepConfig, trace_step: Callable, spec: models.ModelSpec | None = None) -> SymbolicStep:
+def trace(config: StepConfig, spec: models.ModelSpec | None = None) -> SymbolicStep:
     """``config``'s step traced once with its batch size (and sequence length) as symbols, in the regime of its point
-    (a size of 1 fixed); a model of alike blocks written from two shallow symbolic traces (:mod:`helpers.depth`).
-    ``trace_step``: the profile layer's :func:`helpers.profile.trace` (this module sits below it), called as
-    ``trace_step(runner, make_tracer, first_tracer, record=record)``.
+    (a size of 1 fixed); a model of alike blocks written from two shallow symbolic traces (:func:`helpers.depth.write`),
+    any other traced whole (:func:`helpers.traced.symbolic_step`).
 
     Raises:
         NotSymbolic: where it cannot be (:func:`applies`, :func:`dimensions`), or the trace fails (a resize in place,
@@ -356,7 +271,7 @@ def trace(config: StepConfig, trace_step: Callable, spec: models.ModelSpec | Non
         values.append(env.create_symintnode(symbols[name], hint=hint))
     try:
         with collector_paused():
-            triple, like, how, conv_bytes = _traced(config, spec, env, tuple(values), trace_step)
+            triple, like, how, conv_bytes = _traced(config, spec, Symbols(env, tuple(values)))
     except NotSymbolic:
         raise
     except Exception as e:  # an operation that needs concrete sizes: say which, in one line
@@ -368,23 +283,17 @@ def trace(config: StepConfig, trace_step: Callable, spec: models.ModelSpec | Non
     return SymbolicStep(config, spec, fixed, symbols, ranges, *triple, like, guards, how, conv_bytes)
 
 
-def _traced(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple,
-            trace_step: Callable) -> tuple[tuple, StepProfile, str, tuple]:
+def _traced(config: StepConfig, spec: models.ModelSpec, symbols: Symbols) -> tuple[tuple, StepProfile, str, tuple]:
     """``(log, storages, markers)`` of the symbolic step, a profile holding its other fields, how it was made, and its
-    convolution passes' bytes (:attr:`SymbolicRecord.conv_bytes`)."""
-    can, note = depth.applies(config, spec)
-    if can:
-        try:
-            shallow, deeper = (_symbolic_trace(config, spec, env, sizes, trace_step, n) for n in depth.DEPTHS)
-            written = depth.write_step(shallow, deeper, spec.blocks)
-            like = _like(deeper.profile, spec.name, parameter_count=written.parameter_count,
-                         paged_bytes=written.paged_bytes)
-            return (written.log, written.storages, written.markers), like, (
-                f"written exactly from its steps with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks "
-                f"(helpers.depth), traced once with symbolic sizes"), deeper.profile.conv_bytes
-        except NotRepeated as e:
-            note = f"every one of its {spec.blocks} blocks traced: {e}"
-    rec, tracker = _symbolic_trace(config, spec, env, sizes, trace_step)
+    convolution passes' bytes (:attr:`helpers.symbolic_sizes.SymbolicRecord.conv_bytes`)."""
+    written, note = depth.write(config, spec, symbols)
+    if written is not None:
+        like = _like(written.like, spec.name, parameter_count=written.parameter_count,
+                     paged_bytes=written.paged_bytes)
+        return (written.log, written.storages, written.markers), like, (
+            f"written exactly from its steps with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks "
+            f"(helpers.depth), traced once with symbolic sizes"), written.like.conv_bytes
+    rec, tracker = traced.symbolic_step(config, spec, symbols)
     how = "traced once with symbolic sizes" + (f" ({note})" if note else "")
     return traced_log(rec, tracker.markers), _like(rec, spec.name), how, rec.conv_bytes
 
@@ -397,54 +306,3 @@ def _like(rec: SymbolicRecord, model: str, **fields) -> StepProfile:
                   paged_bytes=rec.paged_bytes)
     values.update(fields)
     return StepProfile(**values)
-
-
-@contextlib.contextmanager
-def _no_cpu_kernel_choice():
-    """oneDNN (mkldnn) and NNPACK off, then as they were: a CPU convolution then runs PyTorch's own kernel at every
-    batch size.
-
-    A fake convolution asks which CPU kernel would run (``torch._C._select_conv_backend``) only to give its output that
-    kernel's memory format (``conv`` in ``torch/_subclasses/fake_impls.py``).  With oneDNN on, the choice reads the batch
-    (``ConvParams::use_mkldnn``, ``aten/src/ATen/native/Convolution.cpp``: ``input.size(0) >= 16``, "for 1x1 filters,
-    MKLDNN is faster than THNN when multi-threaded, but THNN is faster when single-threaded"; ``use_nnpack`` has the same
-    rule): a guard ``B < 16`` on every symbolic trace of a CNN.  Both kernels give a contiguous input a contiguous
-    output (``_determine_backend_memory_format``: oneDNN goes channels-last only for a channels-last input or weight), so
-    no allocation depends on the choice, and a GPU runs cuDNN anyway; ``tests/test_symbolic.py`` checks CNN steps on
-    both sides of 16 against concrete traces, which make the choice.
-    """
-    mkldnn = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
-    (nnpack,) = torch.backends.nnpack.set_flags(False)
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.enabled = mkldnn
-        torch.backends.nnpack.set_flags(nnpack)
-
-
-def _symbolic_trace(config: StepConfig, spec: models.ModelSpec, env, sizes: tuple, trace_step: Callable,
-                    blocks: int | None = None) -> tuple[SymbolicRecord, SymbolicTracker] | ShallowStep:
-    """``config``'s step traced with symbolic ``sizes`` by ``trace_step``, counted by a :class:`SymbolicTracker`
-    whose event markers' shapes are made canonical: its record and tracker; or, with ``blocks``, the same step with
-    that many blocks (:func:`helpers.depth.shallow`) read block by block (:func:`helpers.shallow.read_shallow_step`).
-
-    The CPU's convolution kernels are chosen without the sizes (:func:`_no_cpu_kernel_choice`).
-    """
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    if blocks is not None:
-        config, spec = depth.shallow(config, spec, blocks)
-    tracker = SymbolicTracker()
-    meter = Meter(config.device, attention=config.attention, tracker=tracker, fake_mode=FakeTensorMode(shape_env=env))
-    runner = StepRunner(config, meter, spec=spec, sizes=sizes)
-    with _no_cpu_kernel_choice(), meter:
-        rec = trace_step(runner, ShallowStepTracer, ShallowStepTracer.of_first_step, record=record)
-        tracker.markers[:] = [(pos, kind, e if e is None or e.shape is None else
-                               dataclasses.replace(e, shape=tuple(map(canonical, e.shape))))
-                              for pos, kind, e in tracker.markers]
-        rec.conv_bytes = tuple(canonical(p.input_bytes + p.weight_bytes + p.output_bytes)
-                               for p in tracker.kernels.passes)
-        if blocks is None:
-            return rec, tracker
-        return read_shallow_step(blocks, rec, tracker, runner.model, *owned_storages(runner))

@@ -39,6 +39,8 @@ SLOW = {
         "the fine-tuning widget's search, every step of it traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    "tests/test_walk.py::test_a_written_step_then_one_evaluated_each_go_down":
+        "GPT-2 medium written, then traced with symbolic sizes, every call recorded (sys.setprofile)",
     "tests/test_vllm_written.py::test_every_setup_written_equals_its_full_trace_to_the_byte":
         "14 setups of vLLM's profile run (7-8B and 70B models) traced in full and written",
     "tests/test_vllm_written.py::test_the_first_quantized_run_of_a_process_counts_what_the_next_ones_do":

@@ -20,7 +20,8 @@ README = (ROOT / "README.md").read_text()
 
 #: The core: what every number rests on (issue 49); the part to keep small.
 CORE = ("engine/", "allocator/", "techniques/", "models/", "config.py", "record.py", "written.py", "shallow.py",
-        "depth.py", "symbolic.py", "symbolic_sizes.py", "symbolic_store.py", "evaluated.py", "step.py", "profile.py")
+        "depth.py", "symbolic.py", "symbolic_sizes.py", "symbolic_store.py", "evaluated.py", "step.py", "traced.py",
+        "profile.py")
 #: The command line, and the package's face (which only hands names on).
 COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "cli_batches.py", "__init__.py")
 #: What every layer reads: bytes and formatting, the cards, the weight formats, a snapshot file's bytes, a Hugging Face

@@ -13,7 +13,7 @@ import sympy
 
 from helpers import depth, symbolic
 from helpers.config import StepConfig
-from helpers.profile import forget_kept, obtain_concrete, profile_step, trace as trace_step
+from helpers.profile import forget_kept, obtain_concrete, profile_step
 from test_depth import _tiny, assert_same
 
 
@@ -32,7 +32,7 @@ def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | 
     """Trace once at the first point (or take ``step``); at every point, the evaluated profile equals
     ``profile_step``'s."""
     first = _config(model, *points[0], **options)
-    step = step if step is not None else symbolic.trace(first, trace_step)
+    step = step if step is not None else symbolic.trace(first)
     for batch_size, seq_len in points:
         config = first.replace(batch_size=batch_size, **({} if seq_len is None else {"seq_len": seq_len}))
         assert step.outside(config) is None, (config, step.outside(config))
@@ -48,7 +48,7 @@ def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | 
 @pytest.fixture(scope="module")
 def resnet18():
     """ResNet18's step traced once with a symbolic batch (at batch 8)."""
-    return symbolic.trace(_config("resnet18", 8, None), trace_step)
+    return symbolic.trace(_config("resnet18", 8, None))
 
 
 def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
@@ -69,7 +69,7 @@ def test_batch_1_is_its_own_regime(resnet18):
     assert step.outside(one) == "B = 1 is its own program (another regime)"
     with pytest.raises(symbolic.NotSymbolic, match="own program"):
         step.evaluate(one)
-    fixed = symbolic.trace(one, trace_step)
+    fixed = symbolic.trace(one)
     assert fixed.fixed == ("B",) and fixed.symbols == {}
     assert_same(fixed.evaluate(one), obtain_concrete(one))
 
@@ -93,7 +93,7 @@ def test_a_written_lora_step_with_checkpointing_in_steady_state(low_minimum):
 def test_a_guard_bounds_the_region():
     """GPT-2's learned positions stop at 1,024: the trace records ``S <= 1024``, which narrows S's range, and a longer
     sequence is outside."""
-    step = symbolic.trace(_config("gpt2", 2, 64), trace_step)
+    step = symbolic.trace(_config("gpt2", 2, 64))
     assert step.guards_named() == ["S <= 1024"]
     assert step.ranges["S"] == (symbolic.LOW, 1024)
     longer = _config("gpt2", 2, 1025)
@@ -104,11 +104,11 @@ def test_a_guard_bounds_the_region():
 
 def test_what_cannot_be_traced_symbolically_says_why():
     with pytest.raises(symbolic.NotSymbolic, match="capacity"):
-        symbolic.trace(_config("resnet18", 8, None, capacity=8 * 2**30), trace_step)
+        symbolic.trace(_config("resnet18", 8, None, capacity=8 * 2**30))
     with pytest.raises(symbolic.NotSymbolic, match="workspaces"):
-        symbolic.trace(_config("resnet18", 8, None, workspaces="bound"), trace_step)
+        symbolic.trace(_config("resnet18", 8, None, workspaces="bound"))
     with pytest.raises(symbolic.NotSymbolic, match="full_trace"):
-        symbolic.trace(_config("resnet18", 8, None, full_trace=True), trace_step)
+        symbolic.trace(_config("resnet18", 8, None, full_trace=True))
 
 
 #: The full-size step kept in the slow group: Llama-3.1 8B QLoRA, written from shallow symbolic traces, with
@@ -130,6 +130,18 @@ def test_a_full_size_step_evaluated_equals_its_concrete_trace(name):
         assert_evaluated_exactly(model, [(1, rng.randint(16, 512))], **options)
 
 
+def _answer(config: StepConfig, spec, asked: list, **options):
+    """As the profile layer asks (:func:`helpers.profile.obtain`): :func:`helpers.evaluated.answer`, else a concrete
+    answer (its batch size noted in ``asked``) handed to :func:`helpers.evaluated.remember`."""
+    from helpers import evaluated
+
+    got = evaluated.answer(config, spec, **options)
+    if got is None:
+        asked.append(config.batch_size)
+        got = evaluated.remember(config, obtain_concrete(config))
+    return got
+
+
 def test_answers_are_concrete_first_then_evaluated_once_checked(symbolic_logs):
     """:func:`helpers.evaluated.answer` for a caller that asks many points: the first question traced, the second
     evaluated from a symbolic log checked against the first answer, batch 1 (another regime) checked against its own
@@ -140,8 +152,7 @@ def test_answers_are_concrete_first_then_evaluated_once_checked(symbolic_logs):
 
     def ask(batch_size: int):
         config = _config("resnet18", batch_size, None)
-        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step,
-                                many=True)
+        return _answer(config, spec, asked, many=True)
 
     first = ask(8)
     assert asked == [8] and first.depth_note is None and not evaluated.was_evaluated(first)
@@ -164,7 +175,7 @@ def test_a_single_question_is_concrete_and_the_third_point_evaluated(symbolic_lo
 
     def ask(batch_size: int):
         config = _config("mobilenet_v2", batch_size, None)
-        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step)
+        return _answer(config, spec, asked)
 
     assert evaluated.AT_POINT == 3
     assert not evaluated.was_evaluated(ask(4)) and not evaluated.was_evaluated(ask(6)) and asked == [4, 6]
@@ -185,8 +196,7 @@ def test_a_checked_log_is_kept_on_disk_and_loaded_without_tracing(symbolic_logs,
 
     def ask(batch_size: int):
         config = _config("resnet18", batch_size, None)
-        return evaluated.answer(config, spec, lambda: asked.append(batch_size) or obtain_concrete(config), trace_step,
-                                many=True)
+        return _answer(config, spec, asked, many=True)
 
     ask(8), ask(20)
     files = list(symbolic_logs.iterdir())

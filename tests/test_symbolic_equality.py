@@ -26,9 +26,9 @@ import torch
 from helpers import symbolic
 from helpers.allocator import replay
 from helpers.config import StepConfig
-from helpers.evaluated import answer, differs, forget_kept
+from helpers.evaluated import answer, differs, forget_kept, remember
 from helpers.models import OUTPUT_CHUNKS, resolve_model
-from helpers.profile import obtain_concrete, trace as trace_step
+from helpers.profile import obtain_concrete
 from test_depth import _tiny, assert_same
 
 #: The seed of every draw of points (with the configuration's name).
@@ -72,7 +72,7 @@ class Case:
 _WRITTEN = "written exactly from its steps with 6 and 7 blocks (helpers.depth), traced once with symbolic sizes"
 #: Cheap configurations (``make test``): each a few seconds, one or two drawn points.
 CHEAP = {
-    # traced at 8, drawn from 16 up: both sides of oneDNN's batch rule (helpers.symbolic._no_cpu_kernel_choice)
+    # traced at 8, drawn from 16 up: both sides of oneDNN's batch rule (helpers.symbolic_sizes.no_cpu_kernel_choice)
     "ResNet18 by batch, SGD with momentum": Case("resnet18", (8, None), batch=(16, 200), points=2),
     "AlexNet by batch, AMP float16": Case("alexnet", (4, None), dict(amp=True), points=1, one=False),
     "tiny Llama, AMP float16 (GradScaler), AdamW, steady state": Case(
@@ -162,7 +162,7 @@ _TRACED: dict = {}
 def traced(config: StepConfig) -> symbolic.SymbolicStep:
     """``config``'s step traced with symbolic sizes, once per test session (the chunked loss's is asked twice)."""
     if repr(config) not in _TRACED:  # a Hugging Face config dict: not hashable
-        _TRACED[repr(config)] = symbolic.trace(config, trace_step)
+        _TRACED[repr(config)] = symbolic.trace(config)
     return _TRACED[repr(config)]
 
 
@@ -183,7 +183,7 @@ def check_case(name: str, case: Case) -> None:
     if case.one:
         at_1 = _at(first, 1, case.first[1])
         assert step.outside(at_1) == "B = 1 is its own program (another regime)"
-        one = symbolic.trace(at_1, trace_step)
+        one = symbolic.trace(at_1)
         assert one.fixed == ("B",) and set(one.symbols) == ({"S"} if tokens else set())
         assert one.guards_named() == case.guards_at_1
         drawn = draw(one, rng, 2 if tokens else 1, (1, 1), case.seq)
@@ -242,7 +242,7 @@ def test_what_is_refused_a_symbolic_trace_says_why_and_is_answered_concretely(tm
     for why, options in refused.items():
         config = StepConfig(model="resnet18", batch_size=4, device="simulated", **options)
         with pytest.raises(symbolic.NotSymbolic) as caught:
-            symbolic.trace(config, trace_step)
+            symbolic.trace(config)
         assert str(caught.value) == why
     forget_kept()
     spec, config = resolve_model("resnet18"), StepConfig(model="resnet18", batch_size=4, device="simulated",
@@ -250,7 +250,8 @@ def test_what_is_refused_a_symbolic_trace_says_why_and_is_answered_concretely(tm
     for batch_size in (4, 6):  # many points: the second is due a symbolic trace (evaluated.AT_POINT_WHEN_MANY);
         config = config.replace(batch_size=batch_size)  # it is refused, so the answer is concrete, with the reason
         concrete = obtain_concrete(config)
-        got = answer(config, spec, lambda: obtain_concrete(config), trace_step, many=True)
+        got = answer(config, spec, many=True)  # None: the profile layer's concrete answer, then remember()
+        got = got if got is not None else remember(config, obtain_concrete(config))
         assert differs(got, concrete) is None and (got.depth_note is None) == (batch_size == 4)
     assert got.depth_note == ("not evaluated from a symbolic log: its inputs are made by a function (inputs=), not "
                               "by a batch size")

@@ -20,7 +20,6 @@ from torch import nn
 from helpers import symbolic
 from helpers.config import StepConfig
 from helpers.models.presets import mlp
-from helpers.profile import trace as trace_step
 from test_depth import _tiny
 from test_symbolic_equality import _at, assert_exact
 
@@ -84,7 +83,7 @@ def evaluated_equals_concrete(config: StepConfig, points: list[tuple[int, int]])
     """``config`` traced symbolically once; at its point and at each of ``points`` (batch, sequence) inside the
     region, the evaluated profile equals the concrete one; outside, the log says why."""
     try:
-        step = symbolic.trace(config, trace_step)
+        step = symbolic.trace(config)
     except symbolic.NotSymbolic as e:
         assert str(e).startswith(REFUSALS), str(e)
         return
