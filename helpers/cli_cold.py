@@ -15,6 +15,7 @@ command line asks ``profile_step`` as before, which imports them.
 
 from __future__ import annotations
 
+
 def from_disk(options: dict):
     """The :class:`helpers.record.StepProfile` that :func:`helpers.profile.profile_step` with ``options`` (its
     keyword arguments) would evaluate from a symbolic log on disk, or None where it would not.

@@ -22,7 +22,8 @@ README = (ROOT / "README.md").read_text()
 CORE = ("engine/", "allocator/", "techniques/", "models/", "config.py", "record.py", "written.py", "shallow.py",
         "depth.py", "symbolic.py", "symbolic_sizes.py", "symbolic_store.py", "evaluated.py", "step.py", "profile.py")
 #: The command line, and the package's face (which only hands names on).
-COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "cli_batches.py", "__init__.py")
+COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "cli_batches.py", "cli_cold.py", "cli_defaults.py",
+                "__init__.py")
 #: What every layer reads: bytes and formatting, the cards, the weight formats, a snapshot file's bytes, a Hugging Face
 #: config read from its name.
 FOUNDATIONS = ("units.py", "errors.py", "palette.py", "versions.py", "gpus.py", "alignment.py", "formats.py",
