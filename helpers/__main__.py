@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import sys
 
-from . import cli_batches, config, hf_config  # no torch import: `check` must run when torch is broken
+from . import cli_batches, cli_cold, config, hf_config  # no torch import: `check` must run when torch is broken
+from .cli_defaults import LIBRARY_DEFAULTS, library_defaults
 from .flags import CLI_OPTIONS
 
 
@@ -103,16 +105,6 @@ examples:
 TOKEN_BATCH = 1
 
 
-#: The options whose default ``profile`` takes from the libraries for a Hugging Face model (:func:`library_defaults`),
-#: as its help says them.
-LIBRARY_DEFAULTS = {
-    "optimizer": "a Hugging Face model's default: adamw with --fused, what the pinned transformers' Trainer uses "
-                 "(TrainingArguments.optim: adamw_torch_fused with torch 2.8 or later)",
-    "param_dtype": "a Hugging Face model's default: its config's dtype, as from_pretrained's dtype=\"auto\" loads "
-                   "it (float32 where the config says nothing)",
-}
-
-
 def _card(text: str) -> str:
     """``--gpu``: a card of :data:`helpers.gpus.GPU_CARDS` by its name, in any case."""
     from .gpus import GPU_CARDS
@@ -121,41 +113,6 @@ def _card(text: str) -> str:
         if card.lower() == text.strip().lower():
             return card
     raise argparse.ArgumentTypeError(f"unknown card {text!r}; the cards: {', '.join(GPU_CARDS)}")
-
-
-def library_defaults(options: dict) -> list[str]:
-    """Fill ``options``' unset ``optimizer`` and ``param_dtype`` (None) as the pinned libraries would, and say how.
-
-    For a Hugging Face causal LM (:func:`helpers.hf_config.is_hf_config`): its parameters in its config's ``dtype``, as
-    transformers 5's ``from_pretrained(dtype="auto")`` loads them (``modeling_utils.py``), where that is one of
-    :data:`helpers.config.PARAM_DTYPES` (float32 otherwise, said); and fused AdamW, the optimizer the ``Trainer``
-    of the pinned transformers uses by default (``TrainingArguments.optim``, ``"adamw_torch_fused"`` from torch 2.8,
-    ``training_args.py``). Other models keep :class:`helpers.config.StepConfig`'s defaults and say nothing; so does
-    ``profile_step`` itself. Returns the lines that say each default taken; a config that cannot be read is left to
-    the step to refuse.
-    """
-    hf_model = hf_config.is_hf_config(options["model"])
-    said = []
-    if options["param_dtype"] is None:
-        options["param_dtype"] = config.StepConfig.param_dtype
-        dtype = None
-        if hf_model:
-            try:
-                dtype = str(getattr(hf_config.load_config(options["model"]), "dtype", None) or "").removeprefix("torch.")
-            except ValueError:  # said by profile_step, in one line
-                dtype = None
-        if dtype in config.PARAM_DTYPES:
-            options["param_dtype"] = dtype
-            said.append(f"parameters in {dtype}: the config's dtype, as from_pretrained's dtype=\"auto\" loads them")
-        elif dtype is not None:
-            said.append(f"parameters in float32: the config says {dtype or 'no dtype'}, which these steps do not store "
-                        f"parameters in (--param-dtype bfloat16 for 16-bit weights)")
-    if options["optimizer"] is None:
-        options["optimizer"] = "adamw" if hf_model else config.StepConfig.optimizer
-        if hf_model:
-            options["fused"] = True
-            said.append("fused AdamW: the Trainer's default optimizer (adamw_torch_fused)")
-    return said
 
 
 def _step_options(p: argparse.ArgumentParser, twin: bool = False) -> None:
@@ -316,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = AllocatorSettings.parse(args.alloc_conf)  # checked before the step runs
         if isinstance(options["batch_size"], tuple):
             return _several(args, options, settings)
-        profile = profile_step(**options)  # a log on disk answers at once (helpers.symbolic_store)
+        profile = cli_cold.from_disk(options)  # a log on disk answers without transformers (helpers.cli_cold)
+        if profile is None:
+            profile = profile_step(**options)
     except DoesNotFit as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
@@ -595,5 +554,17 @@ def _beyond_any_card(verdicts: dict) -> str:
     return f"this step needs {size} ({v.judged}), more than any GPU in helpers' list has {largest}"
 
 
+def _end(code: int | None) -> None:
+    """End the process with ``code`` once stdout and stderr are flushed, without the interpreter's teardown: freeing
+    the modules of torch and sympy object by object took 1.2-1.6 s of CPU after a cold answer of about 4 s on the
+    2-core machine (``benchmarks/cli_cold.py``).  Every file a command writes is closed before it returns."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe (| head): nothing more can be said
+        pass
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _end(main())

@@ -133,6 +133,29 @@ def shipped_configs() -> list[str]:
     return list(SHIPPED)
 
 
+def shipped_json(name: Any) -> dict | None:
+    """The ``config.json`` of a shipped config (:data:`SHIPPED` or :data:`FOR_LOGS`) by its Hub name, as the dict the
+    ``json`` module reads (no ``transformers``: the keys the file holds, none of its config class's defaults); None for
+    any other name or object."""
+    if not isinstance(name, str) or (name not in SHIPPED and name not in FOR_LOGS):
+        return None
+    return json.loads((CONFIG_DIR / {**SHIPPED, **FOR_LOGS}[name].file).read_text())
+
+
+def json_dtype(data: dict) -> str:
+    """The dtype a ``config.json``'s dict gives the ``PretrainedConfig`` that ``transformers`` makes of it, by torch's
+    name without ``torch.`` (``"bfloat16"``), or ``""`` where it gives none: its ``dtype``, else its older
+    ``torch_dtype``, a name turned into the torch dtype of that name (``PretrainedConfig.__post_init__``,
+    ``transformers/configuration_utils.py``, 5.x), so an alias such as ``"half"`` is ``"float16"``."""
+    import torch
+
+    dtype = data.get("dtype")
+    dtype = dtype if dtype is not None else data.get("torch_dtype")
+    if isinstance(dtype, str) and dtype:
+        dtype = getattr(torch, dtype, dtype)
+    return str(dtype or "").removeprefix("torch.")
+
+
 def load_config(config: Any):
     """A ``transformers.PretrainedConfig`` from any of :data:`ACCEPTED` (a ``PretrainedConfig`` is copied).
 
@@ -151,8 +174,8 @@ def load_config(config: Any):
     if not isinstance(config, (str, Path)):
         raise ValueError(f"a Hugging Face config must be {ACCEPTED}; got {type(config).__name__}")
     name = str(config)
-    if name in SHIPPED or name in FOR_LOGS:
-        data = json.loads((CONFIG_DIR / {**SHIPPED, **FOR_LOGS}[name].file).read_text())
+    data = shipped_json(name)
+    if data is not None:
         return _from_dict(data, name, name_or_path=name)
     path = Path(name)
     if path.is_dir():

@@ -23,7 +23,8 @@ CORE = ("engine/", "allocator/", "techniques/", "models/", "config.py", "record.
         "depth.py", "symbolic.py", "symbolic_sizes.py", "symbolic_store.py", "evaluated.py", "step.py", "traced.py",
         "profile.py")
 #: The command line, and the package's face (which only hands names on).
-COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "cli_batches.py", "__init__.py")
+COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "cli_batches.py", "cli_cold.py", "cli_defaults.py",
+                "__init__.py")
 #: What every layer reads: bytes and formatting, the cards, the weight formats, a snapshot file's bytes, a Hugging Face
 #: config read from its name.
 FOUNDATIONS = ("units.py", "errors.py", "palette.py", "versions.py", "gpus.py", "alignment.py", "formats.py",

@@ -13,6 +13,7 @@ from typing import Callable
 
 from torch import nn
 
+from .. import hf_config
 from ..hf_config import is_hf_config
 from ..errors import first_line
 from .copies import copy_for_step
@@ -31,6 +32,24 @@ def hf_spec(config, name: str | None = None) -> ModelSpec:
     from . import hf  # only for a Hugging Face config: no transformers on the path of other models
 
     return _hf_spec(config if isinstance(config, hf.CausalLMBuilder) else hf.causal_lm(config), name)
+
+
+def shipped_task_spec(model, name: str | None = None) -> ModelSpec | None:
+    """What a step's task (:func:`helpers.models.task.resolve_task`) reads of the :class:`ModelSpec` of a shipped
+    Hugging Face config (:func:`helpers.hf_config.shipped_json`), read from its ``config.json`` with ``json``, without
+    ``transformers``: the name, ``vocab_size``, ``seq_len`` (the context, ``max_position_embeddings``) and
+    ``seq_len_required``, equal to :func:`hf_spec`'s (``tests/test_cli_cold.py`` checks every shipped config).
+
+    Enough to evaluate a symbolic log at a point (:meth:`helpers.symbolic.SymbolicStep.evaluate`), never to trace:
+    it knows no blocks (``blocks``, ``at_depth`` None), and its ``build`` resolves :func:`hf_spec` first, so that it
+    builds the same model.  None for any other model, and for a shipped config that leaves either size to its config
+    class's defaults or nests them in a ``text_config`` (the file alone does not say them).
+    """
+    data = hf_config.shipped_json(model)
+    if data is None or "text_config" in data or not {"vocab_size", "max_position_embeddings"} <= data.keys():
+        return None
+    return ModelSpec(name or hf_config.config_label(model), lambda: hf_spec(model).build(),
+                     vocab_size=data["vocab_size"], seq_len=data["max_position_embeddings"], seq_len_required=True)
 
 
 def _hf_spec(builder, name: str | None) -> ModelSpec:

@@ -1,0 +1,145 @@
+"""The command line's cold answer from a symbolic log on disk (:mod:`helpers.cli_cold`): no transformers, peft or
+bitsandbytes imported, and the same answer as a concrete trace, line by line and in JSON.
+
+A log is made the command line's own way (``--batch-size 2,3``: traced symbolically at the second size, checked
+against the first and written to ``$GPU_MEMORY_SYMBOLIC_CACHE``); then a fresh process asks one batch size inside the
+log's region.  Each symbolic trace costs half a minute or more, so those tests (SmolLM2, and Llama-3.1 8B LoRA and
+QLoRA with checkpointing) are in the slow group (``tests/conftest.py``); the fast ones check what the evaluation reads of
+a shipped config, and that without a log the command line takes ``profile_step``'s route.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_cold, hf_config, profile
+from helpers.__main__ import main
+from helpers.models import hf_spec, resolve_model
+from helpers.models.resolve import shipped_task_spec
+
+REPO = Path(__file__).resolve().parents[1]
+SMOL = "HuggingFaceTB/SmolLM2-135M"
+#: The libraries a cold answer must not import.
+UNIMPORTED = ("transformers", "peft", "bitsandbytes", "torchvision", "matplotlib", "ipywidgets")
+#: ``main`` run in a fresh process, then the names of :data:`UNIMPORTED` it imported, as JSON, the last line on stderr.
+WRAPPER = ("import json, sys\n"
+           "from helpers.__main__ import main\n"
+           "code = main(sys.argv[1:])\n"
+           "sys.stdout.flush()\n"
+           f"print(json.dumps([m for m in {UNIMPORTED!r} if m in sys.modules]), file=sys.stderr)\n"
+           "sys.exit(code)\n")
+
+
+def _fresh(logs: Path, *argv: str, wrapped: bool = True) -> tuple[str, list[str] | None]:
+    """``python -m helpers ARGV`` (``wrapped``: :data:`WRAPPER`, which also says what was imported) in a fresh process
+    with its symbolic logs in ``logs``: its stdout, and the watched libraries it imported (None unwrapped)."""
+    env = {**os.environ, "GPU_MEMORY_SYMBOLIC_CACHE": str(logs),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    command = [sys.executable, "-c", WRAPPER, *argv] if wrapped else [sys.executable, "-m", "helpers", *argv]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert run.returncode == 0, run.stderr
+    return run.stdout, json.loads(run.stderr.strip().splitlines()[-1]) if wrapped else None
+
+
+def _here(capsys, *argv: str) -> str:
+    """``main(ARGV)`` in this process: its stdout."""
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def _cold_against_concrete(capsys, monkeypatch, logs: Path, step: list[str], batch_sizes: tuple[int, ...]) -> None:
+    """Make ``step``'s log the command line's way, then at each of ``batch_sizes``: the cold answer in a fresh process
+    imports none of :data:`UNIMPORTED` and equals the answer of ``profile_step``'s own route from the same log byte for
+    byte; its JSON equals a concrete trace's (no logs on disk) byte for byte, and so does its text but for the line
+    that says how it was obtained (a concrete step's note, then how it was evaluated)."""
+    monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", str(logs))
+    profile.forget_kept()
+    _here(capsys, "profile", *step, "--batch-size", "2,3")
+    assert len(list(logs.iterdir())) == 1
+    for b in batch_sizes:
+        argv = ("profile", *step, "--batch-size", str(b))
+        text, imported = _fresh(logs, *argv)
+        as_json, _ = _fresh(logs, *argv, "--json", wrapped=False)
+        assert imported == [], f"a cold answer from the log on disk imported {imported}"
+        with monkeypatch.context() as route:  # profile_step's own route from the log (transformers imported)
+            route.setattr(cli_cold, "from_disk", lambda options: None)
+            profile.forget_kept()
+            assert _here(capsys, *argv) == text
+        monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", "off")
+        profile.forget_kept()
+        concrete, concrete_json = _here(capsys, *argv), _here(capsys, *argv, "--json")  # the second kept
+        monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", str(logs))
+        assert as_json == concrete_json
+        lines, concrete_lines = text.splitlines(), concrete.splitlines()
+        differ = [i for i, (a, c) in enumerate(zip(lines, concrete_lines)) if a != c]
+        assert len(lines) == len(concrete_lines) and len(differ) == 1, differ
+        cold, traced = lines[differ[0]], concrete_lines[differ[0]]
+        assert traced.startswith("  simulated: ") and cold.startswith(traced + ", traced once with symbolic sizes; "
+                                                                      f"evaluated at batch {b}, sequence "), cold
+
+
+@pytest.mark.parametrize("name", [*hf_config.SHIPPED, *hf_config.FOR_LOGS])
+def test_what_an_evaluation_reads_of_a_shipped_config_is_what_transformers_makes_of_it(name):
+    """The spec read from a shipped config.json with json (``shipped_task_spec``) has the name, vocabulary, context
+    and required sequence length of the spec resolved through transformers (``hf_spec``), and its dtype as the
+    command line's default (``json_dtype``) is the one transformers' config gives."""
+    light, full = shipped_task_spec(name), hf_spec(name)
+    if "text_config" in hf_config.shipped_json(name):  # Gemma-3's: a multimodal config nests its sizes
+        assert light is None
+    else:
+        for field in ("name", "vocab_size", "seq_len", "seq_len_required", "input_shape", "num_classes"):
+            assert getattr(light, field) == getattr(full, field), field
+        assert light.blocks is None and light.at_depth is None  # never given to a trace
+        assert shipped_task_spec(name, "mine").name == resolve_model(name, name="mine").name == "mine"
+    loaded = hf_config.load_config(name)
+    expected = str(getattr(loaded, "dtype", None) or "").removeprefix("torch.")
+    assert hf_config.json_dtype(hf_config.shipped_json(name)) == expected
+
+
+def test_other_models_and_configs_have_no_light_spec(tmp_path):
+    """Only a shipped name has one: a config.json path, a Hub name, a preset or a dict takes transformers' route."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf_config.shipped_json(SMOL)))
+    for model in (str(path), "someorg/somemodel", "gpt2", "resnet18", hf_config.shipped_json(SMOL)):
+        assert shipped_task_spec(model) is None and hf_config.shipped_json(model) is None
+    assert hf_config.json_dtype({"torch_dtype": "half"}) == "float16"
+    assert hf_config.json_dtype({"dtype": "bfloat16", "torch_dtype": "float16"}) == "bfloat16"
+    assert hf_config.json_dtype({}) == ""
+
+
+def test_no_log_on_disk_leaves_the_answer_to_profile_step(symbolic_logs):
+    """Without a log on disk, ``from_disk`` answers None (the command line then asks profile_step, as before), and so
+    it does for a model that is not a shipped config; a bad option is refused as profile_step refuses it."""
+    options = dict(model=SMOL, batch_size=2, seq_len=16, device="simulated")
+    assert cli_cold.from_disk(options) is None
+    assert not symbolic_logs.exists() or not any(symbolic_logs.iterdir())
+    assert cli_cold.from_disk({**options, "model": "gpt2"}) is None
+    with pytest.raises(ValueError, match="unknown option"):
+        cli_cold.from_disk({**options, "nonsense": 1})
+
+
+def test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_trace(capsys, monkeypatch, tmp_path):
+    """SmolLM2's first step at 16 tokens with SGD (cheap): at batch 5, in the region of the log made at 2 and 3; at
+    batch 1 (its own regime, not in the log) the command line takes profile_step's route, transformers imported."""
+    step = ["--model", SMOL, "--seq-len", "16", "--first-step", "--optimizer", "sgd", "--device", "simulated"]
+    _cold_against_concrete(capsys, monkeypatch, tmp_path / "logs", step, (5,))
+    options = dict(model=SMOL, batch_size=1, seq_len=16, steady_state=False, optimizer="sgd", device="simulated",
+                   param_dtype="bfloat16")
+    assert cli_cold.from_disk(options) is None  # batch 1 is another program: not in the log
+    assert cli_cold.from_disk({**options, "batch_size": 5, "full_trace": True}) is None
+    assert cli_cold.from_disk({**options, "batch_size": 5}) is not None
+
+
+_8B_LORA = ["--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--amp", "--amp-dtype", "bfloat16",
+            "--lora-rank", "16", "--checkpoint", "1", "--device", "simulated"]
+
+
+@pytest.mark.parametrize("quantization", ["none", "nf4"], ids=["LoRA", "QLoRA"])
+def test_a_cold_answer_of_an_8b_step_equals_a_concrete_trace(capsys, monkeypatch, tmp_path, quantization):
+    """Llama-3.1 8B LoRA and QLoRA, steady state, checkpointing, 2,048 tokens, the libraries' defaults (bfloat16
+    parameters, fused AdamW): at batch 4 and 7, from the log made at 2 and 3."""
+    _cold_against_concrete(capsys, monkeypatch, tmp_path / "logs", [*_8B_LORA, "--quantization", quantization], (4, 7))
