@@ -45,8 +45,6 @@ SLOW = {
         "14 setups of vLLM's profile run (7-8B and 70B models) traced in full and written",
     "tests/test_vllm_written.py::test_the_first_quantized_run_of_a_process_counts_what_the_next_ones_do":
         "a fresh Python process imports transformers, bitsandbytes and peft",
-    "tests/test_symbolic.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
-        "Llama-3.1 8B QLoRA traced with symbolic sizes and concretely at random points",
     "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
     "tests/test_cli_cold.py::test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_trace":
         "SmolLM2 traced with symbolic sizes (30 s), then answered in two fresh processes and concretely",

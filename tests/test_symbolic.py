@@ -3,7 +3,8 @@ inside the region where its log holds, equals the concrete step there: every fie
 entry for entry, and the allocator's replay (reserved memory) byte for byte (issue 50).
 
 Batch 1 is its own regime (the batch fixed, the sequence a symbol).  The cheap configurations run in ``make test``;
-GPT-2's guard, a written tiny LoRA step and Llama-3.1 8B QLoRA in the slow group (``tests/conftest.py``).
+GPT-2's guard and a written tiny LoRA step in the slow group (``tests/conftest.py``); the full-size steps (Llama-3.1
+8B LoRA and QLoRA, batch 1 included) are ``tests/test_symbolic_equality.py``'s.
 """
 
 import random
@@ -109,25 +110,6 @@ def test_what_cannot_be_traced_symbolically_says_why():
         symbolic.trace(_config("resnet18", 8, None, workspaces="bound"))
     with pytest.raises(symbolic.NotSymbolic, match="full_trace"):
         symbolic.trace(_config("resnet18", 8, None, full_trace=True))
-
-
-#: The full-size step kept in the slow group: Llama-3.1 8B QLoRA, written from shallow symbolic traces, with
-#: bitsandbytes' NF4 subclass tensors (156 s, the written LoRA step 86 s, the guard 13 s, on a 2-core machine at load 4).
-SLOW_CONFIGS = {
-    "Llama-3.1 8B, QLoRA (bitsandbytes' NF4), checkpointing, steady state": (
-        "meta-llama/Llama-3.1-8B", True, dict(amp=True, amp_dtype="bfloat16", quantization="nf4", lora_rank=16,
-                                              checkpoint=1, steady_state=True)),
-}
-
-
-@pytest.mark.parametrize("name", SLOW_CONFIGS)
-def test_a_full_size_step_evaluated_equals_its_concrete_trace(name):
-    model, tokens, options = SLOW_CONFIGS[name]
-    rng = random.Random(name)
-    points = _points(rng, tokens, 2, (2, 4), (16, 512))
-    assert_evaluated_exactly(model, points, **options)
-    if tokens:
-        assert_evaluated_exactly(model, [(1, rng.randint(16, 512))], **options)
 
 
 def _answer(config: StepConfig, spec, asked: list, **options):
