@@ -1,4 +1,4 @@
-"""helpers.teaching.training: the small training loop of lessons 01 and 04, and the one step of lessons 04 and 04b."""
+"""helpers.teaching.training: the small training loop of lessons 01 and 04b, and the one step of lessons 04 and 04b."""
 
 import pytest
 import torch

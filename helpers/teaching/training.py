@@ -1,4 +1,4 @@
-"""Train a small classifier on the CPU and record what each epoch cost and achieved (lessons 01, 04); one step's
+"""Train a small classifier on the CPU and record what each epoch cost and achieved (lessons 01, 04b); one step's
 gradients in a chosen configuration (lessons 04, 04b)."""
 
 from __future__ import annotations
