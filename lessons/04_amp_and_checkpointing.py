@@ -26,7 +26,7 @@
 # - Assert that checkpointing gives the same gradients as the baseline and AMP close ones, and fix BatchNorm's double update.
 # - Sweep the number of checkpoint segments, count the recomputed FLOPs, and test the √n rule of Chen et al. (2016).
 #
-# **Time:** about 60 minutes alone: 25 of reading, 25 of code, 3 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, gradients and timings on the CPU).
+# **Time:** about 65 minutes alone: 22 of reading, 21 of code, 3 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated, gradients and timings on the CPU).
 #
 # Read lesson 03 first: this lesson uses its step profiles and vocabulary.
 

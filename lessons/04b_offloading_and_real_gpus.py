@@ -26,7 +26,7 @@
 # - Get the same figures from the command line.
 # - Compare CUDA's autocast lists with the CPU's, and the simulated configurations with a recorded H200: the peaks, the `GradScaler`'s skipped step, and the workspaces of cuDNN, reductions and cuBLAS.
 #
-# **Time:** about 60 minutes alone: 25 of reading, 15 of code, 3 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (memory simulated, training on the CPU, a GPU's figures recorded); section 4 measures a GPU if you have one.
+# **Time:** about 70 minutes alone: 28 of reading, 23 of code, 2 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (memory simulated, training on the CPU, a GPU's figures recorded); section 4 measures a GPU if you have one.
 #
 # Read lesson 04 first: this lesson continues with its four configurations of ResNet18 at batch 128, its `Checkpointed` segments and its reentrant trap.
 
