@@ -446,6 +446,8 @@ assert max(ratios) > 20 and all(not after for granted, after in capped.values() 
 # import subprocess
 # import sys
 #
+# from helpers import round_up
+#
 # flags = ["--model", "resnet18", "--batch-size", "128", "--amp", "--offload", "--checkpoint", "10", "--device", "simulated"]
 # answer = subprocess.run([sys.executable, "-m", "helpers", "profile", *flags], capture_output=True, text=True,
 #                         check=True).stdout.splitlines()
@@ -457,7 +459,9 @@ assert max(ratios) > 20 and all(not after for granted, after in capped.values() 
 # print(f"steady state - first step: {fmt_bytes(steady.peak_allocated_bytes - first.peak_allocated_bytes)}")
 # assert answer[0] == f"peak allocated: {steady.peak_allocated_bytes / MiB:,.1f} MiB (simulated)"
 # assert steady.peak_allocated_bytes - first.peak_allocated_bytes == steady.categories["optimizer_states"]
-# assert steady.categories["optimizer_states"] == steady.categories["parameters"]   # one momentum buffer per parameter
+# with torch.device("meta"):
+#     weights = sum(round_up(p.numel() * p.element_size()) for p in build_model("resnet18").parameters())
+# assert steady.categories["optimizer_states"] == weights   # one momentum buffer per parameter
 # assert [fmt_bytes(p.peak_allocated_bytes) for p in (steady, first)] == ["1077.1 MiB", "1032.5 MiB"]
 # assert fmt_bytes(steady.peak_allocated_bytes - first.peak_allocated_bytes) == "44.6 MiB"
 # assert v100.split()[3] == "fits"
