@@ -30,7 +30,7 @@ GPU's figures (:func:`resimulate`).  ``--dry-run`` runs steps 1 and 2 with the s
 of ``cuda`` (into a new temporary folder unless ``--out`` is given; the
 allocation log of the ResNet18 step stands in for the snapshot) and lists the
 commands of step 3 without running them: the tests run it so (CI has no GPU).
-After a real run, refresh lessons 00, 03, 04, 06 and 09 (``make refresh-notebooks``),
+After a real run, refresh lessons 00, 03, 04b, 06 and 09 (``make refresh-notebooks``),
 whose GPU-reference cells then show the figures, and commit the folder.
 
 Through the ``device`` tool (a machine with PyTorch but without this
@@ -102,7 +102,7 @@ _QLORA = {"QLoRA r16": _NF4, "QLoRA r16, checkpointing": {**_NF4, "checkpoint": 
           "QLoRA r16, checkpointing, 8,192 tokens, chunked loss": {**_NF4, "checkpoint": 1, "seq_len": 8192,
                                                                    "loss": "chunked"}}
 
-#: The steps recorded: ResNet18 in lesson 04's configurations at three batch
+#: The steps recorded: ResNet18 in lesson 04's and 04b's configurations at three batch
 #: sizes; five other vision models with and without AMP; GPT-2 124M at its full
 #: context; lesson 02's dropout MLP; lesson 09's LoRA step of Llama-3.1 8B, with and without
 #: activation checkpointing (last: the slowest to build).

@@ -146,7 +146,7 @@ assert allocated == 100 * GiB
 # %% [markdown]
 # ## 4. What the simulation counts, and what it cannot see
 #
-# The simulation runs PyTorch's **CPU kernels** on fake tensors. Where a CUDA kernel keeps other tensors for backward than the CPU's, it follows **CUDA's rules** (`helpers/engine/cuda_rules.py`): dropout keeps a 1-byte mask (lesson 02 measures it), autocast runs CUDA's list of operations in 16 bits (lesson 04), and attention uses the kernel you name (lesson 08). Lessons 02 and 04 check their rules against forward passes on fake CUDA tensors, which need no GPU.
+# The simulation runs PyTorch's **CPU kernels** on fake tensors. Where a CUDA kernel keeps other tensors for backward than the CPU's, it follows **CUDA's rules** (`helpers/engine/cuda_rules.py`): dropout keeps a 1-byte mask (lesson 02 measures it), autocast runs CUDA's list of operations in 16 bits (lesson 04b), and attention uses the kernel you name (lesson 08). Lessons 02 and 04b check their rules against forward passes on fake CUDA tensors, which need no GPU.
 #
 # | | simulated | real GPU (`cuda`) |
 # |---|---|---|

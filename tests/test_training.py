@@ -1,10 +1,11 @@
-"""helpers.teaching.training: the small training loop of lessons 01 and 04."""
+"""helpers.teaching.training: the small training loop of lessons 01 and 04b, and the one step of lessons 04 and 04b."""
 
 import pytest
+import torch
 
 from helpers.teaching.data import load_digits
-from helpers.models import digits_mlp
-from helpers.teaching.training import train
+from helpers.models import digits_cnn, digits_mlp
+from helpers.teaching.training import one_step, train
 
 
 def test_training_is_seeded_and_checked():
@@ -21,3 +22,25 @@ def test_training_is_seeded_and_checked():
     for epochs in (0, 1.5, True):
         with pytest.raises(ValueError, match=rf"^epochs must be an integer >= 1, got {epochs!r}$"):
             train(digits_mlp, data, 128, epochs)
+
+
+def test_one_step_offloaded_and_checkpointed_gives_the_baseline_gradients_and_leaves_the_reference():
+    """Lesson 04b's correctness check of offloading, on the digits CNN: bit-identical, as lesson 04 asserts for
+    checkpointing; the reentrant trap loses the gradients of what it checkpoints; the reference is not trained."""
+    torch.manual_seed(0)
+    reference = digits_cnn()
+    before = [p.detach().clone() for p in reference.parameters()]
+    x, y = torch.randn(16, 64), torch.randint(0, 10, (16,))
+    base_loss, base = one_step(reference, x, y)
+    for kw in ({"offload": True}, {"checkpoint": 2, "freeze_bn_stats": True, "offload": True}):
+        loss, model = one_step(reference, x, y, **kw)
+        assert loss == base_loss, kw
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(model.parameters(), base.parameters())), kw
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad"):   # the trap, on purpose
+        _, trapped = one_step(reference, x, y, checkpoint=2, reentrant=True)
+    assert any(p.grad is None for p in trapped.parameters())
+    amp_loss, _ = one_step(reference, x, y, amp=True)
+    assert amp_loss != base_loss and abs(amp_loss - base_loss) / base_loss < 0.05
+    assert all(torch.equal(p, q) and p.grad is None for p, q in zip(reference.parameters(), before))
+    with pytest.raises(ValueError, match="non-reentrant"):
+        one_step(reference, x, y, checkpoint=2, reentrant=True, freeze_bn_stats=True)

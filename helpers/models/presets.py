@@ -1,6 +1,6 @@
 """The course's own models by name, and torchvision's classifiers: what :data:`PRESETS` and :func:`build_model` build.
 
-Lesson 01's MLP (:func:`mlp`, :func:`digits_mlp`), lesson 02's :func:`dropout_mlp`, lesson 04's :func:`digits_cnn`,
+Lesson 01's MLP (:func:`mlp`, :func:`digits_mlp`), lesson 02's :func:`dropout_mlp`, lesson 04b's :func:`digits_cnn`,
 the GPT-2 sizes (:mod:`helpers.models.gpt`) and lesson 08's Llama-3 8B (:mod:`helpers.models.llama`), with random
 weights (nothing is downloaded; memory does not depend on values); and :func:`sequential_form`, the model as the
 sequence of modules that checkpointing by segments cuts.
@@ -149,7 +149,7 @@ def dropout_mlp(relu: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequential:
 
 
 def digits_cnn(num_classes: int = 10) -> nn.Sequential:
-    """A small CNN for the 8x8 digits (lesson 04): ``(batch, 64)`` pixels -> ``(batch, num_classes)`` logits.
+    """A small CNN for the 8x8 digits (lesson 04b): ``(batch, 64)`` pixels -> ``(batch, num_classes)`` logits.
 
     Narrow, so that bfloat16 autocast trains it in seconds on a CPU without bfloat16 instructions (PyTorch's slow
     reference kernel, ``_slow_conv2d_forward``), and above 95% test accuracy in 8 epochs."""

@@ -1,4 +1,4 @@
-"""Real data for the lessons, offline by default (lessons 01, 04).
+"""Real data for the lessons, offline by default (lessons 01, 04b).
 
 :func:`load_digits`: scikit-learn's 1,797 8x8 digits, shipped inside the
 package (what the lessons and tests use); :func:`load_mnist`: MNIST through

@@ -1,4 +1,4 @@
-"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04, 06, 09).
+"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04b, 06, 09).
 
 ``benchmarks/gpu_reference.py`` runs each step of its list on the GPU (``max_memory_allocated``,
 ``max_memory_reserved``) and simulated, on one machine, and writes ``lessons/data/gpu_reference.json``: ``device``,
@@ -81,7 +81,7 @@ CUDNN_FILES = {"workspaces": REFERENCE_FILE.parent / "cudnn_workspaces_h200.json
 
 
 def cudnn_measurements() -> dict[str, dict]:
-    """The two files of :data:`CUDNN_FILES`, read: ``{"workspaces": ..., "settings": ...}`` (lesson 04, section 9)."""
+    """The two files of :data:`CUDNN_FILES`, read: ``{"workspaces": ..., "settings": ...}`` (lesson 04b, section 5)."""
     return {name: json.loads(path.read_text()) for name, path in CUDNN_FILES.items()}
 
 

@@ -1,7 +1,10 @@
-"""Train a small classifier on the CPU and record what each epoch cost and achieved (lessons 01, 04)."""
+"""Train a small classifier on the CPU and record what each epoch cost and achieved (lessons 01, 04b); one step's
+gradients in a chosen configuration (lessons 04, 04b)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -96,3 +99,39 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
         history.samples_seen.append(seen)
         history.updates.append(updates)
     return model, history
+
+
+def one_step(reference: nn.Module, x: torch.Tensor, y: torch.Tensor, checkpoint: int = 0, reentrant: bool = False,
+             amp: bool = False, freeze_bn_stats: bool = False, offload: bool = False) -> tuple[float, nn.Module]:
+    """One forward and backward pass of a copy of ``reference``, on real tensors: lesson 04's ``one_step``, reused by 04b.
+
+    Lesson 04, section 3 writes this function out in a cell (checkpointing, the reentrant trap, AMP and BatchNorm's
+    double update are compared there); lesson 04b recomputes its baseline from here and adds ``offload``.  The
+    reference model is left as it is: a deep copy takes the step, so each configuration starts from the same weights.
+
+    Args:
+        reference: the model whose weights every configuration starts from; it maps ``x`` to logits
+            ``(batch, classes)`` and, when ``checkpoint`` is set, has a :func:`helpers.models.sequential_form`.
+        x, y: the input batch and its integer class targets ``(batch,)``.
+        checkpoint: checkpoint segments (0: none), as :class:`helpers.techniques.Checkpointed` splits them.
+        reentrant, freeze_bn_stats: passed on to :class:`helpers.techniques.Checkpointed`.
+        amp: forward and loss under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
+        offload: every tensor saved for backward goes through ``torch.autograd.graph.save_on_cpu()``
+            (on CPU tensors a copy within host memory: the same hooks as on a GPU).
+
+    Returns:
+        The cross-entropy loss (a float) and the copy, its ``.grad`` filled by ``backward``
+        (``None`` for a parameter that got no gradient).
+
+    Raises:
+        ValueError: as :class:`helpers.techniques.Checkpointed` does for bad ``checkpoint`` options.
+    """
+    model = copy.deepcopy(reference)
+    runner = model
+    if checkpoint:
+        runner = Checkpointed(sequential_form(model), checkpoint, reentrant=reentrant, freeze_bn_stats=freeze_bn_stats)
+    saving = torch.autograd.graph.save_on_cpu() if offload else contextlib.nullcontext()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp), saving:
+        loss = F.cross_entropy(runner(x), y)
+    loss.backward()
+    return loss.item(), model
