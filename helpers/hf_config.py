@@ -74,6 +74,13 @@ SHIPPED: dict[str, ShippedConfig] = {
 
 _MAXTEXT = ("AI-Hypercomputer/maxtext MaxText/utils/ckpt_conversion/utils/hf_model_configs.py (commit 94959d0: "
             "Google's own Gemma-2 configs as transformers.Gemma2Config arguments)")
+_MAXTEXT_GEMMA3 = ("AI-Hypercomputer/maxtext src/MaxText/utils/ckpt_conversion/utils/hf_model_configs.py (commit "
+                   "14b30db: Gemma-3 configs as transformers.Gemma3Config arguments)")
+_GEMMA3_REST = ("sliding_window 1024 and linear rope scaling by 8 on the full-attention layers; the vision tower SigLIP "
+                "(27 layers of 1152, MLP 4304, 16 heads, 896-pixel images in 14-pixel patches, no head) and 256 tokens "
+                "per image, as there; the rest Gemma3TextConfig's defaults, as the Hub's short file relies on them "
+                "(vocabulary 262,208, where maxtext writes 262,144; 131,072 positions; rope_theta 1e6, 1e4 on "
+                "sliding layers)")
 #: Configs shipped for vLLM's published start-up logs only (:mod:`helpers.teaching.vllm_logs`): they build offline
 #: as the :data:`SHIPPED` ones do, but are not among them, so lesson 10's table of the shipped configs and the
 #: widgets' menus leave them out.  The Hub's files are gated and no stored copy of them was found: each file holds the
@@ -99,6 +106,21 @@ FOR_LOGS: dict[str, ShippedConfig] = {
         "Gemma 7B as UbiquitousLearning/mllm src/models/gemma/README.md (commit d4adb0c) lists it: vocabulary "
         "256,000, 8,192 positions, 28 layers, 16 heads, 16 KV heads, 3072 wide, MLP 24576, head_dim 256, "
         "rms_norm_eps 1e-6 (GemmaConfig's defaults too); tied; 8.54B as the Hub's model page counts it"),
+    "google/gemma-3-4b-it": ShippedConfig(
+        "gemma-3-4b-it.json", "4.3B",
+        f"{_MAXTEXT_GEMMA3}: 34 layers of 2560, MLP 10240, 8 heads, 4 KV heads, head_dim 256; {_GEMMA3_REST}; 4.3B as "
+        f"the Hub's model page counts it (4,300,079,472 built: 3,880,263,168 language model, 416,866,032 tower, "
+        f"2,950,272 projector)"),
+    "google/gemma-3-12b-it": ShippedConfig(
+        "gemma-3-12b-it.json", "12.2B",
+        f"{_MAXTEXT_GEMMA3}: 48 layers of 3840, MLP 15360, 16 heads, 8 KV heads, head_dim 256; {_GEMMA3_REST}; 12.2B "
+        f"as the Hub's model page counts it (12,187,325,040 built)"),
+    "google/gemma-3-27b-it": ShippedConfig(
+        "gemma-3-27b-it.json", "27.4B",
+        f"{_MAXTEXT_GEMMA3}: 62 layers of 5376, MLP 21504, 32 heads, 16 KV heads, head_dim 128, "
+        f"query_pre_attn_scalar 168 (as NVIDIA/TensorRT-LLM tests/unittest/_torch/modeling/test_modeling_gemma3.py, "
+        f"commit fe6fa01, quotes the Hub's file); {_GEMMA3_REST}; 27.4B as the Hub's model page counts it "
+        f"(27,432,406,640 built)"),
 }
 
 #: What :func:`load_config` accepts, for messages.

@@ -433,8 +433,8 @@ def vllm_startup(model, *, gpu: str | int = DEFAULT_GPU, gpu_memory_utilization:
             its ``account`` holds the figures.
         ValueError: in one line, for an unknown model, GPU, dtype or version, a utilization outside (0, 1], a
             ``max_model_len`` beyond the model's positions (``max_position_embeddings``, which it must have), a count
-            below 1, a V0 default that is not known (above), or a model whose KV cache :func:`kv_bytes_per_token`
-            refuses.
+            below 1, a V0 default that is not known (above), a model whose KV cache :func:`kv_bytes_per_token`
+            refuses, or one with a vision tower (its start-up: :func:`helpers.vllm_mm.vllm_startup_mm`).
     """
     _check_formats(version, dtype, kv_cache_dtype, quantization, double_quant, gpu_memory_utilization)
     card, total = _gpu(gpu)
@@ -486,6 +486,8 @@ def _ranks_account(model, config, common: dict, weights_format: tuple[str, bool]
     windows are sized by v0.19.0's groups on one card and under tensor parallelism (every rank holds every layer), not
     under V0's rules nor pipeline parallelism (each stage's groups are the whole model's, projected on its layers:
     ``_project_kv_cache_groups_to_worker``, not reproduced): refused in one line."""
+    if getattr(config, "vision_config", None) is not None:  # vLLM loads and profiles the tower too
+        raise ValueError(f"{common['model']} has a vision tower: its start-up is helpers.vllm_mm.vllm_startup_mm's")
     groups = kv_cache_groups(config)
     kv_bytes_per_token(config, common["dtype"], common["kv_cache_dtype"])
     if groups.sliding and (pp > 1 or common["version"] == "0.6.5"):

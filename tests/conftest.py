@@ -67,7 +67,9 @@ SLOW = {
     "tests/test_widget_serving.py::test_the_gpus_menu_shows_one_gpus_account_and_vllms_refusals":
         "the serving widget: LLaMA 65B's profile run traced on one GPU and on one GPU's shard of 2",
     "tests/test_vllm_groups.py::test_the_engine_beside_the_sliding_logs":
-        "vLLM's profile run traced for Gemma-2 2B, 9B, 27B and Gemma 7B (256,000-row vocabulary)",
+        "vLLM's profile run traced for Gemma-2 2B, 9B, 27B, Gemma-3 4B, 12B, 27B and Gemma 7B (large vocabularies)",
+    "tests/test_vllm_groups.py::test_the_gemma3_rows_as_close_as_measured":
+        "the same rows (one module fixture): Gemma-3's text run and SigLIP encoder traced",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import transformers
 
 from helpers.hf_config import FOR_LOGS, SHIPPED, load_config
 from helpers.models import hf
@@ -45,10 +46,9 @@ def test_a_request_needs_its_window_not_its_length_in_a_sliding_group():
     assert groups.pages_per_request(8192, 8192, 16) == 512 + 5 * 513
     # a budget of 2,048 tokens a step: a sliding layer holds 1,023 + 2,048 tokens, 192 + 1 pages
     assert groups.pages_per_request(32768, 2048, 16) == 2048 + 5 * 193
-    # llm-d-planner's v0.19.0 logs of Gemma-3 4B, 12B and 27B (34, 48 and 62 layers; not traced here: multimodal,
-    # SHIPPED has no config), by their logged blocks: the tokens are blocks // groups x 16 and the concurrency the
-    # blocks over a request's pages, exactly as printed (which the groups of 34, 48 and 62 layers of this pattern
-    # give: 7, 6 and 7)
+    # llm-d-planner's v0.19.0 logs of Gemma-3 4B, 12B and 27B (34, 48 and 62 layers; traced as engine rows in
+    # SLIDING_LOGS), by their logged blocks: the tokens are blocks // groups x 16 and the concurrency the blocks over
+    # a request's pages, exactly as printed (which the groups of 34, 48 and 62 layers of this pattern give: 7, 6, 7)
     for layers, blocks, tokens, concurrency in ((34, 204_817, 468_144, 57.05), (48, 48_867, 130_304, 15.88),
                                                 (62, 15_997, 36_560, 4.46)):
         three = kv_groups(_gemma3(layers))
@@ -119,12 +119,16 @@ def test_every_config_for_the_logs_builds_with_its_published_count(name):
     rounds (2.61B, 9.24B, 27.2B, 8.54B); Gemma-2 2B's 2,614,341,888 by hand: 26 layers of q, k, v, o (2304 x 2048,
     2 x 2304 x 1024, 2048 x 2304), the MLP (3 x 2304 x 9216) and four norms, the embedding, the final norm."""
     with torch.device("meta"):
-        model = hf.build_causal_lm(name, attn_implementation="eager")
+        if "gemma-3" in name:  # multimodal: the language model, the vision tower and the projector
+            model = transformers.Gemma3ForConditionalGeneration(load_config(name))
+        else:
+            model = hf.build_causal_lm(name, attn_implementation="eager")
     count = sum(p.numel() for p in model.parameters())
     published = FOR_LOGS[name].parameters
     assert f"{count / 1e9:.{len(published.split('.')[1]) - 1}f}B" == published
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    assert type(model).__name__ == ("Gemma2ForCausalLM" if "gemma-2" in name else "GemmaForCausalLM")
+    assert type(model).__name__ == ("Gemma2ForCausalLM" if "gemma-2" in name else "GemmaForCausalLM" if "gemma-7b" in
+                                    name else "Gemma3ForConditionalGeneration")
     if name == "google/gemma-2-2b-it":
         layer = 2 * 2304 * 2048 + 2 * 2304 * 1024 + 3 * 2304 * 9216 + 4 * 2304
         assert count == 26 * layer + 256_000 * 2304 + 2304 == 2_614_341_888
@@ -168,6 +172,20 @@ def test_the_engine_beside_the_sliding_logs(rows):
     one, two = rows[SLIDING_LOGS[1].name].account, vllm_startup(GEMMA2, max_model_len=8192, tensor_parallel_size=2)
     assert two.kv_groups == one.kv_groups and two.kv_bytes_per_token * 2 == one.kv_bytes_per_token
     assert two.weights_bytes < one.weights_bytes / 2 + 0.6 * GiB  # the 256,000 x 3,584 embedding split too
+
+
+def test_the_gemma3_rows_as_close_as_measured(rows):
+    """Gemma-3 4B, 12B and 27B with their vision tower (helpers.vllm_mm): the weights 0.09-0.20% under the logged
+    ones (the tower, the projector and vLLM's rotary tables counted), the activation peak 0.86-1.07% under (the
+    sampler's float32 logits after the text pass, the encoder's pixels and embeddings held beside them), the tokens
+    0.08-0.57% over."""
+    for log in SLIDING_LOGS[3:]:
+        row = rows[log.name]
+        engine, logged = row.engine(), log.logged
+        assert row.account.model == log.model and row.account.groups == (6 if "12b" in log.model else 7)
+        assert 0.997 < engine["weights"] / logged["weights"] < 1.0, log.name
+        assert 0.985 < engine["activation"] / logged["activation"] < 0.995, log.name
+        assert 1.0 < engine["tokens"] / logged["tokens"] < 1.007, log.name
 
 
 def _account(blocks: int) -> StartupAccount:

@@ -21,11 +21,14 @@ within 3% of the logged one, the KV tokens within 0.2% (float32 weights: the for
 is 18% lighter than vLLM's: tokens within 1.1%).  V0's profile (the logits' float32 copy only) of 20,000 and 29,000
 tokens (256 requests) logged 7-8% less than the engine traces.
 
-Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B; :data:`GEMMA_7B`, all full attention,
-beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`); their configs ship for these logs
-only (:data:`helpers.hf_config.FOR_LOGS`).  The weights within 0.6%, the activation peak 1-1.2% under the logged one
-(the sampler's float32 [1,024, 256,000] tensors set it), the tokens and the concurrency within 0.2%
-(``tests/test_vllm_groups.py``).
+Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B, Gemma-3 4B, 12B and 27B;
+:data:`GEMMA_7B`, all full attention, beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`);
+their configs ship for these logs only (:data:`helpers.hf_config.FOR_LOGS`).  Gemma-2: the weights within 0.6%, the
+activation peak 1-1.2% under the logged one (the sampler's float32 [1,024, 256,000] tensors set it), the tokens and the
+concurrency within 0.2%.  Gemma-3 is multimodal: vLLM also loads its SigLIP vision tower, keeps rotary tables of
+1,048,576 positions for its linearly scaled layers, and profiles the encoder on 32 dummy images whose pixel values and
+embeddings stay alive through the text pass (:mod:`helpers.vllm_mm`): the weights 0.1-0.2% under, the activation peak
+0.9-1.1% under, the tokens 0.1-0.7% over (``tests/test_vllm_groups.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from ..serving import StartupAccount, WouldNotStart, vllm_startup
 from ..units import GiB
+from ..vllm_mm import is_multimodal, vllm_startup_mm
 
 _PLANNER = ("https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e059da88662db39a926a3ead964be97359b/"
             "accuracy/results/v0.19.0/logs/")
@@ -207,8 +211,9 @@ class Beside:
 
 
 def engine_beside_logs(logs=LOGS) -> list[Beside]:
-    """Each log of ``logs`` with :func:`helpers.serving.vllm_startup`'s account of the same start-up: the card's total
-    as logged (rounded to the byte), the log's options and version rules, and its logged non-torch memory.
+    """Each log of ``logs`` with :func:`helpers.serving.vllm_startup`'s account of the same start-up (for a model with a
+    vision tower, :func:`helpers.vllm_mm.vllm_startup_mm`'s): the card's total as logged (rounded to the byte), the log's
+    options and version rules, and its logged non-torch memory.
 
     Raises:
         ValueError: as :func:`helpers.serving.vllm_startup` does for an option it refuses (not for a refusal to
@@ -217,9 +222,9 @@ def engine_beside_logs(logs=LOGS) -> list[Beside]:
     rows = []
     for log in logs:
         try:
-            account, refusal = vllm_startup(log.model, gpu=round(log.total_gib * GiB), version=log.rules,
-                                            non_torch_bytes=round(log.logged["non_torch"] * GiB),
-                                            **log.options), None
+            startup = vllm_startup_mm if is_multimodal(log.model) else vllm_startup
+            account, refusal = startup(log.model, gpu=round(log.total_gib * GiB), version=log.rules,
+                                       non_torch_bytes=round(log.logged["non_torch"] * GiB), **log.options), None
         except WouldNotStart as e:
             account, refusal = e.account, str(e)
         rows.append(Beside(log, account, refusal))
@@ -325,11 +330,15 @@ def _planner_single(name: str, file: str, repo: str, logged: dict, note: str = "
 
 _GEMMA_NOTE = ("layers alternate sliding window (4,096 tokens) and full attention: two KV cache groups; ``blocks`` is "
                "the num_gpu_blocks the log's cache_config_info prints, the tokens num_blocks // 2 x 16")
+_GEMMA3_NOTE = ("five sliding-window layers (1,024 tokens) to one full-attention layer: 7, 6 and 7 KV cache groups; "
+                "``blocks`` is the num_gpu_blocks the log's cache_config_info prints; multimodal: vLLM loads the SigLIP "
+                "vision tower and projector too and profiles the encoder on 32 dummy images (the log: \"Encoder cache "
+                "will be initialized with a budget of 8192 tokens, and profiled with 32 image items of the maximum "
+                "feature size\"), which the engine traces (:func:`helpers.vllm_mm.vllm_startup_mm`)")
 #: Start-ups of models with sliding-window layers, every option printed (vLLM v0.19.0, H100 80GB, llm-d-planner's
-#: validation runs at commit d3121e0): Gemma-2 2B, 9B and 27B (instruction-tuned; text only), each sized by vLLM's KV
-#: cache groups (:mod:`helpers.vllm_kv`).  The same runs' Gemma-3 4B, 12B and 27B are left out: they are multimodal,
-#: and vLLM loads and profiles their SigLIP vision encoder too ("profiled with 32 image items of the maximum feature
-#: size"), which the engine does not model.
+#: validation runs at commit d3121e0): Gemma-2 2B, 9B and 27B (instruction-tuned; text only) and Gemma-3 4B, 12B and
+#: 27B (instruction-tuned; with their vision tower), each sized by vLLM's KV cache groups (:mod:`helpers.vllm_kv`);
+#: the Gemma-3 start-ups by :func:`helpers.vllm_mm.vllm_startup_mm` (:func:`engine_beside_logs` picks it).
 SLIDING_LOGS = (
     _planner_single("Gemma-2 2B, 8,192 tokens", "google-gemma-2-2b-it--h100-80gb--tp1pp1dp1--8192.log",
                     "google/gemma-2-2b-it", dict(weights=4.9, activation=3.62, non_torch=0.24, kv=66.47,
@@ -340,6 +349,15 @@ SLIDING_LOGS = (
     _planner_single("Gemma-2 27B, 8,192 tokens", "google-gemma-2-27b-it--h100-80gb--tp1pp1dp1--8192.log",
                     "google/gemma-2-27b-it", dict(weights=50.72, activation=3.66, non_torch=0.26, kv=20.59,
                                                   tokens=58_672, blocks=7_335, concurrency=7.16), _GEMMA_NOTE),
+    _planner_single("Gemma-3 4B, 8,192 tokens", "google-gemma-3-4b-it--h100-80gb--tp1pp1dp1--8192.log",
+                    "google/gemma-3-4b-it", dict(weights=8.58, activation=3.89, non_torch=0.25, kv=62.51,
+                                                 tokens=468_144, blocks=204_817, concurrency=57.05), _GEMMA3_NOTE),
+    _planner_single("Gemma-3 12B, 8,192 tokens", "google-gemma-3-12b-it--h100-80gb--tp1pp1dp1--8192.log",
+                    "google/gemma-3-12b-it", dict(weights=23.31, activation=3.94, non_torch=0.25, kv=47.72,
+                                                  tokens=130_304, blocks=48_867, concurrency=15.88), _GEMMA3_NOTE),
+    _planner_single("Gemma-3 27B, 8,192 tokens", "google-gemma-3-27b-it--h100-80gb--tp1pp1dp1--8192.log",
+                    "google/gemma-3-27b-it", dict(weights=51.45, activation=3.99, non_torch=0.26, kv=19.53,
+                                                  tokens=36_560, blocks=15_997, concurrency=4.46), _GEMMA3_NOTE),
 )
 #: Gemma 7B in the same runs, for contrast: the same 256,000-row vocabulary, every layer full attention (one group).
 GEMMA_7B = _planner_single("Gemma 7B, 8,192 tokens", "google-gemma-7b--h100-80gb--tp1pp1dp1--8192.log",
