@@ -9,9 +9,10 @@ layer's trace function, passed in (:func:`helpers.profile.trace`, with this modu
 ``untyped_storage().nbytes()`` is then an expression such as ``16*B*S**2``; :class:`SymbolicTracker` logs each change
 as ``(serial, kind, expression)`` and compares no sizes (a comparison of symbolic sizes records a guard).
 
-:meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it with
-:func:`helpers.written.profile_of_log`, as a written step is read: the peak, its event and allocation, the categories,
-the events and every storage are what a concrete trace gives (``tests/test_symbolic.py`` checks it field by field).
+:meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it as a written step is read
+(:func:`helpers.written.profile_of_log`'s replay, done as sums by a :class:`helpers.written.NumberedLog` made once per
+log): the peak, its event and allocation, the categories, the events and every storage are what a concrete trace
+gives (``tests/test_symbolic.py`` and ``tests/test_symbolic_equality.py`` check it field by field).
 
 Where the log holds (:meth:`SymbolicStep.outside`): each symbol in its range, and every guard that the trace recorded
 true at the point.  Python or C++ code that branches on a size records a guard (``ShapeEnv.guards``), so a point where
