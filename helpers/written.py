@@ -117,8 +117,9 @@ def _profile_of(log, storages, events, peak, peak_log, peak_at, like, fields) ->
 
 def numbered_log(log: list, storages: list, markers: tuple, constants: dict, negated: dict) -> NumberedLog | None:
     """A :class:`NumberedLog` of a log whose sizes are numbers, or None where :func:`profile_of_log`'s replay of it is
-    not a sum of its changes: an entry neither an allocation nor a free, a storage allocated twice or freed twice or
-    before it is allocated, an allocation that is not its storage's bytes or a free that is not their negation.
+    not a sum of its changes: a storage of no category of :data:`helpers.record.CATEGORIES`, an entry neither an
+    allocation nor a free, a storage allocated twice or freed twice or before it is allocated, an allocation that is
+    not its storage's bytes or a free that is not their negation.
 
     Args:
         log: entries ``(serial, kind, number of the change)``.
@@ -127,6 +128,8 @@ def numbered_log(log: list, storages: list, markers: tuple, constants: dict, neg
         constants: number -> value, for the numbers whose value is the same at every point.
         negated: number of a storage's bytes -> number of their negation (where it is numbered).
     """
+    if any(category not in CATEGORIES for category, _, _, _ in storages):
+        return None
     log = frees_in_allocation_order(log, [pos for pos, kind, _ in markers if kind != "first"])
     made, freed = {}, {}
     for i, (serial, kind, number) in enumerate(log):
@@ -160,7 +163,10 @@ class NumberedLog:
         self._positions = [pos for pos, kind in self._marks if kind == "event"]
         self._categories = tuple(storages[s][0] for s in self._serials)
         self._events = tuple(bisect.bisect_right(self._positions, i) for i in range(len(log)))
-        self._of = [[i for i, cat in enumerate(self._categories) if cat == c] for c in CATEGORIES]
+        self._of = [[] for _ in CATEGORIES]  # the entries of each category
+        slot = {c: self._of[i] for i, c in enumerate(CATEGORIES)}
+        for i, category in enumerate(self._categories):
+            slot[category].append(i)
         self._before = [[bisect.bisect_left(of, pos) for pos in self._positions] for of in self._of]
         empty = {s for s in made if constants.get(storages[s][3], 1) == 0}  # never alive
         self._sizes = tuple({storages[s][3] for s in made} - set(constants))  # checked at each point

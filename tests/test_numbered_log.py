@@ -88,3 +88,6 @@ def test_a_log_that_is_not_a_sum_of_its_changes_is_not_numbered():
                 [(0, "alloc", 0), (0, "free", 0)],  # a free that is not their negation
                 [(0, "alloc", 0), (0, "resize", 1)]):
         assert numbered_log(log, storages, markers, {}, {0: 1}) is None, log
+    assert numbered_log([(0, "alloc", 0), (0, "free", 1)], storages, markers, {}, {0: 1}) is not None
+    weights = [("weights", torch.float32, (0,), 0)]  # no category of CATEGORIES: the replay fails on it
+    assert numbered_log([(0, "alloc", 0), (0, "free", 1)], weights, markers, {}, {0: 1}) is None
