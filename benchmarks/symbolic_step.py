@@ -132,6 +132,7 @@ def main() -> None:
     parser.add_argument("--only", choices=list(CONFIGURATIONS), help="one configuration")
     args = parser.parse_args()
     names = [args.only] if args.only else list(CONFIGURATIONS)
+    print(f"load average before: {_load()}")
     print(f"{'configuration':<46} {'concrete s':>10} {'symbolic trace s':>16} {'ratio':>6} {'1st eval s':>10} "
           f"{'new point s':>11} {'load s':>7}")
     results = []
@@ -158,6 +159,16 @@ def main() -> None:
           f"{'symbolic':>18}")
     for what, target, today, now in rows:
         print(f"{'':<4}{what:<56} {target:>18} {today:>18} {now:>18}")
+    print(f"load average after: {_load()}")
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages (``/proc/loadavg``; the machine is shared), or why not."""
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError as e:
+        return f"unknown ({e.strerror})"
 
 
 if __name__ == "__main__":

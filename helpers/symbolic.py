@@ -10,9 +10,10 @@ the one step runner as its batch's sizes (:class:`helpers.step.StepRunner`'s ``s
 :class:`helpers.symbolic_sizes.SymbolicTracker` logs each change as ``(serial, kind, expression)`` and compares no
 sizes (a comparison of symbolic sizes records a guard).
 
-:meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it with
-:func:`helpers.written.profile_of_log`, as a written step is read: the peak, its event and allocation, the categories,
-the events and every storage are what a concrete trace gives (``tests/test_symbolic.py`` checks it field by field).
+:meth:`SymbolicStep.evaluate` substitutes a concrete (B, S) into the log and reads it as a written step is read
+(:func:`helpers.written.profile_of_log`'s replay, done as sums by a :class:`helpers.written.NumberedLog` made once per
+log): the peak, its event and allocation, the categories, the events and every storage are what a concrete trace
+gives (``tests/test_symbolic.py`` and ``tests/test_symbolic_equality.py`` check it field by field).
 
 Where the log holds (:meth:`SymbolicStep.outside`): each symbol in its range, and every guard that the trace recorded
 true at the point.  Python or C++ code that branches on a size records a guard (``ShapeEnv.guards``), so a point where
@@ -41,7 +42,7 @@ from .errors import first_line
 from .record import StepProfile
 from .shallow import traced_log
 from .symbolic_sizes import HIGH, LOW, NotSymbolic, SymbolicRecord, Symbols
-from .written import profile_of_log
+from .written import NumberedLog, numbered_log, profile_of_log
 
 __all__ = ["HIGH", "LOW", "NotSymbolic", "SymbolicStep", "applies", "dimensions", "key", "trace"]
 
@@ -111,8 +112,9 @@ class SymbolicStep:
     how: str
     conv_bytes: tuple = ()
     _index: dict | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
-    _log_numbers: list = dataclasses.field(default=None, init=False, repr=False, compare=False)
-    _storage_numbers: list = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _constants: list = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _numbered: tuple = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _read: NumberedLog | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _function: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _checked: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
 
@@ -126,21 +128,29 @@ class SymbolicStep:
 
     def _prepare(self) -> None:
         """Number every expression of the log, the storages, the events, the input shape and the convolutions once
-        (:attr:`_index`), and keep the log and the storages with each expression's number beside it (-1: an int), so
-        that a point's values are read by position; compile them into one function (:func:`_compiled`)."""
-        index: dict = {}
+        (:attr:`_index`), then every int of the log, the storages and the events (:attr:`_constants`, their values),
+        so that a point's values are read by position: the log, storages and markers so numbered (:attr:`_numbered`),
+        read as a :class:`helpers.written.NumberedLog` where they are one (:attr:`_read`); compile the expressions
+        into one function (:func:`_compiled`)."""
+        index, ints = {}, {}
+        for x in (*(d for _, _, d in self.log), *(x for _, _, shape, nbytes in self.storages for x in (nbytes, *shape)),
+                  *self.like.input_shape, *self.conv_bytes,
+                  *(x for _, _, p in self.markers if p is not None and p[4] is not None for x in p[4])):
+            if type(x) is not int:
+                index.setdefault(x, len(index))
 
         def number(x) -> int:
-            return -1 if type(x) is int else index.setdefault(x, len(index))
+            return ints.setdefault(x, len(index) + len(ints)) if type(x) is int else index[x]
 
-        self._log_numbers = [(serial, kind, delta, number(delta)) for serial, kind, delta in self.log]
-        self._storage_numbers = [(category, dtype, shape, nbytes, number(nbytes),
-                                  None if all(type(x) is int for x in shape) else tuple(map(number, shape)))
-                                 for category, dtype, shape, nbytes in self.storages]
-        for x in (*self.like.input_shape, *self.conv_bytes,
-                  *(x for _, _, p in self.markers if p is not None and p[4] is not None for x in p[4])):
-            number(x)
-        self._index = index
+        log = [(serial, kind, number(delta)) for serial, kind, delta in self.log]
+        storages = [(category, dtype, tuple(map(number, shape)), number(nbytes))
+                    for category, dtype, shape, nbytes in self.storages]
+        markers = tuple((pos, kind, p if p is None or p[4] is None else (*p[:4], tuple(map(number, p[4]))))
+                        for pos, kind, p in self.markers)
+        every = [*index, *ints]
+        negated = {n: (ints if type(every[n]) is int else index).get(-every[n]) for _, _, _, n in storages}
+        self._index, self._constants, self._numbered = index, list(ints), (log, storages, markers)
+        self._read = numbered_log(log, storages, markers, {n: v for v, n in ints.items()}, negated)
         self._function = _compiled(list(index), list(self.symbols.values()))
 
     def _values(self, point: tuple) -> list[int]:
@@ -196,25 +206,30 @@ class SymbolicStep:
             return self._evaluated(config)
 
     def _evaluated(self, config: StepConfig) -> StepProfile:
-        """:meth:`evaluate` at a point where the log holds."""
+        """:meth:`evaluate` at a point where the log holds: the numbered log read there (:attr:`_read`), else each
+        value put in and the log replayed (:func:`helpers.written.profile_of_log`)."""
         sizes = dimensions(config, self.spec)
-        values, index = self._values(tuple(sizes[n] for n in self.symbols)), self._index
+        values = self._values(tuple(sizes[n] for n in self.symbols)) + self._constants
+        index = self._index
 
         def value(x):
             return x if type(x) is int else values[index[x]]
 
-        log = [(serial, kind, delta if i < 0 else values[i]) for serial, kind, delta, i in self._log_numbers]
-        storages = [(category, dtype, shape if numbers is None else
-                     tuple(x if i < 0 else values[i] for x, i in zip(shape, numbers)), nbytes if j < 0 else values[j])
-                    for category, dtype, shape, nbytes, j, numbers in self._storage_numbers]
-        markers = [(pos, kind, payload if payload is None or payload[4] is None
-                    else (*payload[:4], tuple(map(value, payload[4])))) for pos, kind, payload in self.markers]
         at = ", ".join(f"{'batch' if n == 'B' else 'sequence'} {v}" for n, v in sizes.items())
         like = dataclasses.replace(self.like, config=config, input_shape=tuple(map(value, self.like.input_shape)),
                                    cudnn_bound_bytes=max((workspace_bound(value(n)) for n in self.conv_bytes),
                                                          default=None))
-        return profile_of_log(log, storages, markers, like,
-                              depth_note=f"{self.how}; evaluated at {at} (helpers.symbolic)")
+        note = f"{self.how}; evaluated at {at} (helpers.symbolic)"
+        profile = None if self._read is None else self._read.profile(values, like, depth_note=note)
+        if profile is not None:
+            return profile
+        log, storages, markers = self._numbered
+        at_point = values.__getitem__
+        return profile_of_log([(serial, kind, values[n]) for serial, kind, n in log],
+                              [(category, dtype, tuple(map(at_point, shape)), values[n])
+                               for category, dtype, shape, n in storages],
+                              [(pos, kind, p if p is None or p[4] is None else (*p[:4], tuple(map(at_point, p[4]))))
+                               for pos, kind, p in markers], like, depth_note=note)
 
 
 @contextlib.contextmanager
