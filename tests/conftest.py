@@ -49,7 +49,7 @@ SLOW = {
     "tests/test_cli_cold.py::test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_trace":
         "SmolLM2 traced with symbolic sizes (30 s), then answered in two fresh processes and concretely",
     "tests/test_cli_cold.py::test_a_cold_answer_of_an_8b_step_equals_a_concrete_trace":
-        "Llama-3.1 8B LoRA and QLoRA traced with symbolic sizes, then answered cold and concretely at two batch sizes",
+        "Llama-3.1 8B QLoRA traced with symbolic sizes, then answered cold and concretely at two batch sizes",
     "tests/test_symbolic_equality.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
         "MobileNetV2, GPT-2, SmolLM2, the Llama preset, Qwen2.5 7B and Llama-3.1 8B traced with symbolic sizes and at drawn points",
     "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Llama, AMP float16 (GradScaler), AdamW, steady state, seed 50]":
