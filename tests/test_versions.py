@@ -28,7 +28,7 @@ HISTORICAL = {
     ("lessons/09_fine_tuning_on_one_gpu.py", "peft 0.8.2"): "the version peft #1514's reporter ran",
     ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.8"):
         "from torch 2.8 on, transformers' TrainingArguments defaults to adamw_torch_fused (training_args.py)",
-    ("helpers/__main__.py", "torch 2.8"):
+    ("helpers/cli_defaults.py", "torch 2.8"):
         "from torch 2.8 on, transformers' TrainingArguments defaults to adamw_torch_fused (training_args.py)",
     ("helpers/gpus.py", "PyTorch 1.13"): "the release of pytorch #86509 (lazy loading)",
     ("helpers/gpus.py", "PyTorch 2.10"): "the version unsloth-zoo #1053 measured",

@@ -25,7 +25,7 @@ Where the forward pass sets the peak, vLLM v0.19.0 logs more than the engine tra
 Llama-3.1 8B in float32 (no sampler tensor is larger there), 1.10 against 0.91 on the first stage of its
 pipeline-parallel runs (no sampler at all), in both dtypes 17.6-17.7 units of tokens × hidden × dtype bytes (8,192 ×
 4,096) against the engine's 14.56 (Hugging Face's forward at its MLP: four hidden-sized tensors and three of the MLP's
-width).  Read in v0.19.0's wheel and in Inductor (torch 2.14.1 as installed here, not the release vLLM pins), and
+width).  Read in v0.19.0's wheel and in Inductor (the pinned PyTorch's, not the release vLLM pins), and
 ruled out:
 
 * the window: ``memory_profiling`` (``vllm/utils/mem_utils.py``) resets the peak before
