@@ -51,19 +51,20 @@ ruled out:
 * Inductor's combo-kernel benchmark (vLLM sets ``combo_kernels`` and ``benchmark_combo_kernel``:
   ``CompilationConfig.__post_init__``, ``vllm/config/compilation.py``), read in torch 2.10.0, the release v0.19.0's
   wheel requires: ``Scheduler.create_combo_kernel_nodes`` benchmarks a group (``speedup_by_combo_kernel``: each kernel,
-  then the group, on random arguments from the generated module's ``get_args``, cloning only mutated ones) only when
-  two kernels share a topological level (``_default_group_nodes_for_combo_kernels``; ``combinable_nodes`` drops matmuls
-  and no-op nodes).  The first piece (embedding, the first RMSNorm, ``qkv_proj``, the rotary, the attention's ``empty``
-  output), written from vLLM's code at small widths and compiled by the pinned PyTorch's Inductor on the CPU, has the
-  embedding-and-norm kernel alone at its level beside ``empty``, a no-op (every other kernel reads the norm's output):
-  it is never benchmarked.  The one group benchmarked, the query's and key's rotary, takes 3.25 units (``qkv`` 1.5,
-  the 0.5-unit cos/sin table, the outputs 1.25) during compilation, when no activation is alive; were the cos/sin
-  gather its own kernel beside the embedding's, the group's copies would be 18.19 units (1.14 and 2.27 GiB), over both
-  logged figures.  Inductor's other compile-time benchmarks (``benchmark_fusion``, epilogue fusion of templates,
-  ``max_autotune``) are off for vLLM's range of 1-8,192 tokens (``set_inductor_config``,
-  ``vllm/compilation/compiler_interface.py``); Inductor's ``memory_planning`` is off, and its buffer reuse only takes
-  freed buffers; the split graph (``split_graph``, ``vllm/compilation/backends.py``) is FX code, which drops each value
-  after its last use, so only a piece's inputs (the attention's output and the residual, 2 units) are held around it.
+  then the group, on random arguments from the generated module's ``get_args``, cloning only mutated ones) only when two
+  kernels share a topological level (``_default_group_nodes_for_combo_kernels``; ``combinable_nodes`` drops matmuls and
+  no-op nodes).  The first piece (embedding, the first RMSNorm, ``qkv_proj``, the rotary, the attention's ``empty``
+  output), written from vLLM's code at small widths and scheduled by the pinned PyTorch's Inductor for CUDA (fake CUDA
+  tensors, no GPU; the CPU backend groups it the same), has the embedding and the norm fused in one Triton kernel, alone
+  at its level beside ``empty``, a no-op (every other kernel reads the norm's output): it is never benchmarked.  Its one
+  group benchmarked, the query's and key's rotary, takes 3.25 units (``qkv`` 1.5, the 0.5-unit cos/sin table, the
+  outputs 1.25) during compilation, when no activation is alive; were the cos/sin gather its own kernel beside the
+  embedding's, the group's copies would be 18.19 units (1.14 and 2.27 GiB), over both logged figures.  Inductor's other
+  compile-time benchmarks (``benchmark_fusion``, epilogue fusion of templates, ``max_autotune``) are off for vLLM's
+  range of 1-8,192 tokens (``set_inductor_config``, ``vllm/compilation/compiler_interface.py``); Inductor's
+  ``memory_planning`` is off, and its buffer reuse only takes freed buffers; the split graph (``split_graph``,
+  ``vllm/compilation/backends.py``) is FX code, which drops each value after its last use, so only a piece's inputs (the
+  attention's output and the residual, 2 units) are held around it.
 
 What the logs do settle: a middle stage of the pipeline-parallel 4 run logs 1.05 GiB (16.72-16.88 units), two
 ``[tokens, hidden]`` buffers received (:func:`helpers.vllm_profile.intermediate_buffers`) plus its layers, so vLLM's
