@@ -72,11 +72,16 @@ layers hold at most 14.72-14.88 units (the engine's 14.56 is 1-2% under that).  
 without those buffers, logs 17.52-17.68: its peak is not in its layers but where only a stage holding the embedding
 has something, and the first piece's own tensors stay under 6 units.  The embedding table (128,256 / 8,192 = 15.66
 units) and two ``[tokens, hidden]`` tensors make 17.66, inside both dtypes' rounding (17.64-17.68): a copy of the
-table during compilation or the first compiled run fits every row, but no code path read makes it; the engine does
-not model it.  A GPU run of vLLM v0.19.0 would decide it: ``torch.cuda.memory._record_memory_history()`` before
-``GPUModelRunner.profile_run`` and ``torch.cuda.memory._dump_snapshot()`` after it (the stack of the block alive at
-the peak), or a first stage's logged peak with ``--max-num-batched-tokens 2048`` (a table copy stays 0.98 GiB in
-bfloat16, a forward pass's tensors shrink 4 times) and with ``inductor_compile_config`` setting ``combo_kernels`` off.
+table while the first piece's fused embedding-and-norm kernel writes its two outputs fits every row.  One route makes
+exactly that: Inductor clones an input whose address is not a multiple of 16 bytes before a compiled piece runs
+(``align_inputs_from_check_idxs``, ``copy_misaligned_inputs``: ``torch/_inductor/utils.py``), and the piece's code
+drops the clone after the one kernel that reads it (the first piece's code, generated for CUDA as above, allocates the
+kernel's two outputs before it); but ``VocabParallelEmbedding.create_weights`` allocates the table on its own, aligned,
+and nothing read moves it.  The engine does not model it.  A GPU run of vLLM v0.19.0 would decide it:
+``torch.cuda.memory._record_memory_history()`` before ``GPUModelRunner.profile_run`` and
+``torch.cuda.memory._dump_snapshot()`` after it (the stack of the block alive at the peak), the table's
+``data_ptr() % 16``, or a first stage's logged peak with ``--max-num-batched-tokens 2048`` (a table copy stays 0.98
+GiB in bfloat16, a forward pass's tensors shrink 4 times).
 
 Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B, Gemma-3 4B, 12B and 27B;
 :data:`GEMMA_7B`, all full attention, beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`);
