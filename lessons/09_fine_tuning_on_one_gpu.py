@@ -45,6 +45,7 @@ import torch
 from helpers import GPU_CARDS, GiB, fit_affine, fmt_bytes, profile_step
 from helpers.batch import Estimate
 from helpers.models import hf
+from helpers.profile import many_points
 from helpers.techniques.lora import apply_lora
 from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens, plot_published_comparison
 from helpers.teaching.published import finetune_comparison
@@ -257,11 +258,12 @@ assert verdicts(ckpt_lora) == ["yes"] * 3
 QLORA_CKPT = dict(lora_rank=16, quantization="nf4", double_quant=True, param_dtype="bfloat16", checkpoint=1,
                   **STEP)
 qlora_2k = techniques["QLoRA r16, checkpointing"]
-qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
-line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
-longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
-beside = {card: judged(qlora_2k, card).overhead + judged(qlora_2k, card).unseen for card in CARDS}  # overhead, cuBLAS
-confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
+with many_points():  # one step at five lengths: traced once with symbolic sizes, checked equal to the 2,048-token
+    qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)  # trace, then evaluated: the same bytes as a trace
+    line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
+    longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
+    beside = {card: judged(qlora_2k, card).overhead + judged(qlora_2k, card).unseen for card in CARDS}  # overhead, cuBLAS
+    confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
 for card, p in confirmed.items():
     assert judged(p, card).fits                                          # the answer, traced, fits
     assert abs(p.peak_allocated_bytes - line.predict(longest[card])) < 0.01 * GiB  # the line holds there
