@@ -7,8 +7,9 @@ cell over ``--min`` CPU seconds, prints its seconds, then one line per step conf
 (:func:`helpers.profile.obtain`, or a kept answer, :func:`helpers.profile.recall`): the batch size and sequence length,
 the options that differ from :class:`helpers.config.StepConfig`'s defaults, how the answer came (``kept``: an answer
 kept in the process; ``evaluated``: from a symbolic log; ``written``: from the 6- and 7-block traces; ``traced``: a
-full concrete trace; ``depth_note`` says why), the concrete traces it made (shallow ones counted one each), the
-symbolic traces it made, and its CPU seconds.
+full concrete trace; ``depth_note`` says why), the concrete traces it made (:func:`helpers.traced.trace`: a written
+step's two shallow traces count two), the symbolic traces it made (:func:`helpers.symbolic.trace`), and its CPU
+seconds.
 
 Run with ``PYTHONPATH=$PWD python benchmarks/lesson_cells.py [--evaluate] [--min SECONDS] NOTEBOOK`` from the
 repository root (the kernel starts in ``lessons/`` and must import this checkout's helpers); ``--evaluate`` sets
@@ -50,7 +51,16 @@ def _wrap(module, name, counter):
         _COUNT[counter] += 1
         return orig(*a, **k)
     setattr(module, name, wrapped)
-_wrap(_T, "trace", "concrete"); _wrap(_T, "shallow_step", "concrete"); _wrap(_S, "trace", "symbolic")
+_wrap(_T, "trace", "concrete")  # a full trace, or one of a written step's two shallow ones
+_symbolic_trace = _S.trace
+def _symbolic_watched(*a, **k):  # its own shallow traces (with symbolic sizes) are not concrete ones
+    n0 = _COUNT["concrete"]
+    try:
+        return _symbolic_trace(*a, **k)
+    finally:
+        _COUNT["symbolic"] += 1
+        _COUNT["concrete"] = n0
+_S.trace = _E.trace = _symbolic_watched  # evaluated.py imports it by name
 _obtain, _recall = _P.obtain, _P.recall
 def _obtain_watched(config, spec=None, evaluate=True):
     c0, n0, s0 = _cpu(), _COUNT["concrete"], _COUNT["symbolic"]

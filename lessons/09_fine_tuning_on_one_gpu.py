@@ -55,8 +55,9 @@ _ = torch.manual_seed(0)
 L8 = "meta-llama/Llama-3.1-8B"
 #: The cards of this lesson: GPU_CARDS' 24 and 80 GB cards, and a 48 GB card (CARD_48GB: an RTX A6000's total_memory).
 CARDS = {"RTX 4090 24 GB": GPU_CARDS["RTX 4090 24 GB"], **CARD_48GB, "H100 80 GB": GPU_CARDS["H100 80 GB"]}
-#: Every step of this lesson: steady state (the optimizer's states exist), bfloat16 autocast, AdamW, simulated.
-STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
+#: Every step of this lesson: steady state (the optimizer's states exist), bfloat16 autocast, AdamW, the next-token
+#: loss over the whole logits (what "auto" picks for a causal LM, named as the widget of section 6 names it), simulated.
+STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", loss="next_token", steady_state=True, device="simulated")
 
 
 def gib(nbytes):
@@ -290,7 +291,7 @@ assert logits == 10 * 8192 * vocab and 0.75 < 10 * vocab / line.per_sample_bytes
 # torchtune's recipes compute this loss with `CEWithChunkedOutputLoss`: the LM head runs on 8 chunks of the sequence, and each chunk's logits are upcast to float32 on their own, so one chunk's float32 copy exists at a time (`loss="chunked"`; the default, `"next_token"`, frees the model's output before backward, as Hugging Face's `Trainer` and torchtune's loop both do):
 
 # %%
-chunked_8k = profile_step(L8, 1, seq_len=8192, loss="chunked", **QLORA_CKPT)
+chunked_8k = profile_step(L8, 1, seq_len=8192, **(QLORA_CKPT | dict(loss="chunked")))
 alive = set(chunked_8k.peak_serials)
 chunked_logits = sum(st.nbytes for st in chunked_8k.storages.values()
                      if st.serial in alive and st.shape[-1:] == (vocab,))
