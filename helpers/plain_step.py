@@ -116,11 +116,20 @@ class PlainStep:
         for n, (low, high) in self.ranges.items():
             if not low <= sizes[n] <= high:
                 return f"{n} = {sizes[n]} is outside the range [{low}, {high}] where the log holds"
-        values = generators([sizes[n] for n in self.symbols], self.calls)
+        values = self._generators(sizes)
+        if values is None:
+            return "a call is not defined there"
         for terms, comparison in self.guards:
             if not COMPARISONS[comparison](polynomial_value(terms, values), 0):
                 return "a guard that the symbolic trace recorded is false there"
         return None
+
+    def _generators(self, sizes: dict[str, int]) -> list[int] | None:
+        """:func:`generators` at ``sizes``, or None where a call raises there (``round_up`` of a negative size)."""
+        try:
+            return generators([sizes[n] for n in self.symbols], self.calls)
+        except (ValueError, ZeroDivisionError):
+            return None
 
     def evaluate(self, config: StepConfig) -> StepProfile | None:
         """The profile of ``config`` read from this log evaluated at its point, or None where the log does not hold
@@ -129,7 +138,7 @@ class PlainStep:
         if self.outside(config) is not None:
             return None
         sizes = self.point(config)
-        point = generators([sizes[n] for n in self.symbols], self.calls)
+        point = self._generators(sizes)
         values = [polynomial_value(terms, point) for terms in self.expressions] + self.constants
         start = len(self.expressions)
         storages = [(category, dtype, tuple(shape), nbytes) for category, dtype, shape, nbytes in self.storages]

@@ -131,6 +131,10 @@ def test_other_models_and_configs_have_no_light_spec(tmp_path):
     assert hf_config.json_dtype({"torch_dtype": "half"}) == "float16"
     assert hf_config.json_dtype({"dtype": "bfloat16", "torch_dtype": "float16"}) == "bfloat16"
     assert hf_config.json_dtype({}) == ""
+    import torch
+
+    for name in hf_config.DTYPE_NAMES:  # said without torch: each is torch's own name of its dtype
+        assert str(getattr(torch, name)) == f"torch.{name}" and hf_config.json_dtype({"dtype": name}) == name
 
 
 def test_no_log_on_disk_leaves_the_answer_to_profile_step(symbolic_logs):
