@@ -148,7 +148,7 @@ def main() -> None:
           f"load average {' '.join(load_before)} before, {' '.join(load_after)} after)")
     print(f"{'answer':<60} {'wall s':>8} {'CPU s':>8}")
     for what, (wall, cpu, *_) in (("cold, plain form (helpers.cli_cold.from_plain)", cold),
-                                  ("cold, the log itself (torch and sympy; as before the plain form)", from_log),
+                                  ("cold, the log itself (torch, sympy: before the plain form)", from_log),
                                   ("profile_step's route, log on disk (as before: transformers)", route),
                                   ("no log on disk (written from shallow traces)", none),
                                   ("the log made: --batch-size 2,3 (once)", made)):

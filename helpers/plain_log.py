@@ -1,14 +1,15 @@
-"""A checked symbolic log written again in plain values (:mod:`helpers.plain_step` reads it without torch or sympy):
-the file the command line's cold answer reads (:mod:`helpers.cli_cold`, issue 50).
+"""A checked symbolic log written again in plain values (:mod:`helpers.plain_step` reads it without torch or sympy): the
+file the command line's cold answer reads (:mod:`helpers.cli_cold`, issue 50).
 
 :func:`write` is called by :func:`helpers.symbolic_store.save` once a configuration's symbolic steps are checked equal
-to a concrete answer.  For a shipped Hugging Face config (:func:`helpers.hf_config.shipped_json`, the only models the
+to a concrete answer. For a shipped Hugging Face config (:func:`helpers.hf_config.shipped_json`, the only models the
 cold answer resolves without ``transformers``) it writes, beside the pickle and named by the same hash, a JSON file of
-every regime that has a plain form (:func:`plain`): each size expression an integer polynomial in the symbols and in
-the calls it holds (512-byte rounding, :data:`helpers.plain_step.FUNCTIONS`), checked equal to the expression with
-``sympy.expand``; each guard such a polynomial compared with 0; the dtypes by name.  A regime without one (a step with
-convolutions, whose cuDNN bound is another rule; an expression that calls another function) is left out, and the command line answers it as before.  Each regime written is
-checked first: its plain evaluation at the point traced equals the symbolic step's, field by field.
+every regime that has a plain form (:func:`plain`): each size expression an integer polynomial in the symbols and in the
+calls it holds (512-byte rounding, :data:`helpers.plain_step.FUNCTIONS`), checked equal to the expression with
+``sympy.expand``; each guard such a polynomial compared with 0; the dtypes by name. A regime without one (a step with
+convolutions, whose cuDNN bound is another rule; an expression that calls another function) is left out, and the command
+line answers it as before. Each regime written is checked first: its plain evaluation at the point traced equals the
+symbolic step's, field by field.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ def plain(step: SymbolicStep) -> dict | None:
     if kept != step.like:  # a field the plain form would lose
         return None
     return dict(fixed=list(step.fixed), sizes=list(sizes), symbols=list(step.symbols),
-                ranges={n: list(r) for n, r in step.ranges.items()}, calls=made.calls, guards=guards, expressions=polynomials,
-                constants=constants, log=log,
+                ranges={n: list(r) for n, r in step.ranges.items()}, calls=made.calls, guards=guards,
+                expressions=polynomials, constants=constants, log=log,
                 storages=[(category, _dtype_name(dtype), shape, n) for category, dtype, shape, n in storages],
                 markers=markers, negated=[[n, m] for n, m in negated.items() if m is not None], input_shape=shape,
                 like=like, how=step.how)
@@ -148,6 +149,11 @@ def write(where: pathlib.Path, config, steps: list[SymbolicStep]) -> bool:
         path.unlink(missing_ok=True)
         return False
     with tempfile.NamedTemporaryFile("w", dir=where, suffix=".part", delete=False) as f:
-        json.dump({"format": FORMAT, "key": key_text(config), "steps": kept}, f, separators=(",", ":"))
+        try:
+            json.dump({"format": FORMAT, "key": key_text(config), "steps": kept}, f, separators=(",", ":"))
+        except BaseException:  # a full disk: no half file left behind
+            f.close()
+            os.unlink(f.name)
+            raise
     os.replace(f.name, path)
     return True

@@ -2,14 +2,14 @@
 sympy: the command line's cold answer (:mod:`helpers.cli_cold`, issue 50).
 
 :class:`helpers.symbolic.SymbolicStep` holds its log with sympy expressions and torch's dtypes, so reading it imports
-both (3.8 s of a 4.7 s cold answer on the 2-core machine).  Its plain form, a JSON file beside it (named by the same
+both (3.8 s of a 4.7 s cold answer on the 2-core machine). Its plain form, a JSON file beside it (named by the same
 hash, :func:`helpers.log_names.name`), holds each distinct size expression as the integer coefficients of a polynomial
-in the batch size B, the sequence length S and the calls of :data:`FUNCTIONS` (512-byte rounding), the log, storages and markers with those expressions numbered as
-:meth:`helpers.symbolic.SymbolicStep.numbered` numbers them, the dtypes by name, the guards as polynomials compared
-with 0, and the profile's fields that do not depend on the sizes.  :meth:`PlainStep.evaluate` computes every
-expression at a point and reads the log as the symbolic step reads it (:class:`helpers.written.NumberedLog`): the
-same profile, field by field, but that a storage's ``dtype`` is its name (``"bfloat16"``) rather than a
-``torch.dtype``.
+in the batch size B, the sequence length S and the calls of :data:`FUNCTIONS` (512-byte rounding), the log, storages and
+markers with those expressions numbered as :meth:`helpers.symbolic.SymbolicStep.numbered` numbers them, the dtypes by
+name, the guards as polynomials compared with 0, and the profile's fields that do not depend on the sizes.
+:meth:`PlainStep.evaluate` computes every expression at a point and reads the log as the symbolic step reads it
+(:class:`helpers.written.NumberedLog`): the same profile, field by field, but that a storage's ``dtype`` is its name
+(``"bfloat16"``) rather than a ``torch.dtype``.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class PlainStep:
             ``constants``: the values numbered after them.
         log, storages, markers, negated: :func:`helpers.written.numbered_log`'s arguments (``negated`` as pairs), a
             storage's dtype by name.
-        input_shape: one sample's shape, each size a polynomial; ``like``: :data:`LIKE_FIELDS`; ``how``: how the log was made.
+        input_shape: one sample's shape, each size a polynomial; ``like``: :data:`LIKE_FIELDS`; ``how``: how the log
+            was made.
     """
 
     fixed: list
