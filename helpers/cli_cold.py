@@ -42,7 +42,8 @@ def from_plain(options: dict):
     """The :class:`helpers.record.StepProfile` that :func:`from_disk` gives, read from a log's plain form without
     importing torch or sympy (:mod:`helpers.plain_step`), or None where there is none that holds.
 
-    It answers only a simulated step (``device="simulated"``: ``"auto"`` asks torch whether there is a GPU) of a
+    It answers only a simulated step (``device="simulated"``, or ``"auto"`` where no GPU can be here:
+    :func:`helpers.symbolic_scope.cuda_ruled_out`; else torch is asked whether there is a GPU) of a
     shipped config named as shipped (no file or folder of that name here, which ``profile_step`` would read), whose
     step may be evaluated from a symbolic log (:func:`helpers.symbolic_scope.applies`, not ``frozen``).
 
@@ -50,13 +51,15 @@ def from_plain(options: dict):
         ValueError: as :func:`helpers.profile.profile_step` does for a bad option.
     """
     from . import hf_config, plain_step
-    from .symbolic_scope import applies
+    from .symbolic_scope import applies, cuda_ruled_out
 
     model = options.get("model")
     if hf_config.shipped_json(model) is None or os.path.exists(model):
         return None
     config = _config(options)
-    if config.device != "simulated" or config.frozen or applies(config) is not None:
+    if config.device == "auto" and not cuda_ruled_out():  # torch must say whether there is a GPU
+        return None
+    if config.frozen or applies(config) is not None:
         return None
     for step in plain_step.load(config):
         profile = step.evaluate(config)

@@ -10,6 +10,7 @@ a shipped config, and that without a log the command line takes ``profile_step``
 """
 
 import dataclasses
+import glob
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_cold, hf_config, profile
+from helpers import cli_cold, hf_config, profile, symbolic_scope
 from helpers.__main__ import main
 from helpers.models import hf_spec, resolve_model
 from helpers.models.resolve import shipped_task_spec
@@ -164,7 +165,37 @@ def test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_
         route.setattr(cli_cold, "from_plain", lambda options: None)
         _same_profile(plain, cli_cold.from_disk({**options, "batch_size": 5}))
     for other in ({"batch_size": 1}, {"batch_size": 5, "full_trace": True}, {"batch_size": 5, "device": "auto"}):
-        assert cli_cold.from_plain({**options, **other}) is None  # another regime; a trace asked; torch asked
+        assert cli_cold.from_plain({**options, **other}) is None  # another regime; a trace asked; auto's own log
+    # The command line's default device, auto, where no GPU can be here: its own log (the key names the device),
+    # answered cold without torch, as profile_step answers it
+    assert symbolic_scope.cuda_ruled_out(), "this test needs a machine without a GPU"
+    auto = [word if word != "simulated" else "auto" for word in step]
+    _here(capsys, "profile", *auto, "--batch-size", "2,3")
+    text, imported = _fresh(tmp_path / "logs", "profile", *auto, "--batch-size", "5")
+    assert imported == [], f"a cold answer for device auto imported {imported}"
+    with monkeypatch.context() as route:
+        route.setattr(cli_cold, "from_disk", lambda options: None)
+        profile.forget_kept()
+        assert _here(capsys, "profile", *auto, "--batch-size", "5") == text
+
+
+def test_cuda_is_ruled_out_only_where_torch_sees_no_gpu(monkeypatch):
+    """Without importing torch, ``device="auto"`` is known to be simulated only where torch would say so: on Linux
+    without a GPU's device files, and on macOS; never on Windows, nor with a GPU's device file present."""
+    import torch
+
+    if symbolic_scope.cuda_ruled_out():
+        assert not torch.cuda.is_available()
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert symbolic_scope.cuda_ruled_out()
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert not symbolic_scope.cuda_ruled_out()
+    monkeypatch.setattr(sys, "platform", "linux")
+    for present in symbolic_scope.GPU_DEVICE_FILES:
+        monkeypatch.setattr(glob, "glob", lambda pattern, present=present: [pattern] if pattern == present else [])
+        assert not symbolic_scope.cuda_ruled_out(), present
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
+    assert symbolic_scope.cuda_ruled_out() == os.path.isdir("/dev")
 
 
 _8B_LORA = ["--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--amp", "--amp-dtype", "bfloat16",

@@ -42,6 +42,7 @@ HISTORICAL = {
     ("lessons/06b_reading_a_gpu_snapshot.py", "transformers 5.17.0"): "the H200 recording's transformers",
     ("lessons/06b_reading_a_gpu_snapshot.py", "peft 0.21.0"): "the H200 recording's peft",
     ("helpers/gpus.py", "torch 2.11"): "the PyTorch of the H200 whose threads per SM were measured",
+    ("helpers/teaching/vllm_logs.py", "torch 2.10.0"): "the PyTorch that vLLM v0.19.0 requires, whose Inductor it runs",
     ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.11.0"):
         "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 5.17.0"):
