@@ -25,7 +25,7 @@
 # - Measure peak memory against batch size, fit M(b) = M0 + b·m, name M0 and m, and derive them exactly from one symbolic trace.
 # - Predict the largest batch that fits a V100, an RTX 4090, an A100 or an H100, and check the prediction.
 #
-# **Time:** about 100 minutes alone: 39 of reading, 35 of code, 4 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU).
+# **Time:** about 60 minutes alone: 22 of reading, 20 of code, 4 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (memory is simulated, training runs on the CPU).
 
 # %% [markdown]
 # ## Setup
@@ -52,6 +52,7 @@ import torchvision
 print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, scikit-learn {sklearn.__version__}, "
       f"GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
+# %% [markdown]
 # ## 1. Real data, offline
 #
 # We use scikit-learn's handwritten digits: 1,797 grey-scale images of 8 × 8 pixels, ten classes. The data ships inside the scikit-learn package, so this lesson runs without a network. `load_digits` flattens each image to 64 features in [0, 1] and holds out a fifth of the images, stratified by class, for testing.

@@ -12,7 +12,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # 01b · Out of memory: the message, allocated versus reserved, and how deep an MLP can get
 #
@@ -27,7 +26,7 @@
 # - Count the bytes per parameter of fp32 training with Adam, tell them from ZeRO's mixed-precision sum, and find by measuring the deepest MLP that fits a V100.
 # - Drive the batch-size widget, by hand and from code.
 #
-# **Time:** about 60 minutes alone: 25 of reading, 20 of code, 0 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (memory is simulated); sections 2 and 3 also measure a real GPU if you have one.
+# **Time:** about 50 minutes alone: 20 of reading, 16 of code, 1 to run all, 15 for the two exercises. **GPU:** not needed (memory is simulated); sections 2 and 3 also measure a real GPU if you have one.
 #
 # Read lesson 01 first: this lesson continues with its straight line M(b) = M0 + b·m for ResNet18 and the largest batches it predicts.
 
