@@ -51,7 +51,7 @@ _ = torch.manual_seed(0)
 print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 
 # %% [markdown]
-# Recomputed from lesson 01: the size of the digits' training set (`n_train`), ResNet18's straight line fitted on batches 128 to 1024 (`fit`, section 3) and the V100's capacity (`V100`):
+# Recomputed from lesson 01: the size of the digits' training set (`n_train`), ResNet18's straight line fitted on batches 128 to 1024 (`fit`, its section 3) and the V100's capacity (`V100`):
 
 # %%
 n_train = len(load_digits().x_train)
