@@ -47,19 +47,41 @@ ruled out:
   hidden-sized buffer where five are alive;
 * any buffer of fixed size (a benchmarker's cache-flush buffer, a cuBLAS workspace): the excess is the same in units
   of both dtypes within the logs' rounding (bfloat16 17.52-17.68, float32 17.64-17.72), which leaves 5 MiB at most to
-  anything whose size does not follow the dtype.
+  anything whose size does not follow the dtype;
+* Inductor's combo-kernel benchmark (vLLM sets ``combo_kernels`` and ``benchmark_combo_kernel``:
+  ``CompilationConfig.__post_init__``, ``vllm/config/compilation.py``), read in torch 2.10.0, the release v0.19.0's
+  wheel requires: ``Scheduler.create_combo_kernel_nodes`` benchmarks a group (``speedup_by_combo_kernel``: each kernel,
+  then the group, on random arguments from the generated module's ``get_args``, cloning only mutated ones) only when two
+  kernels share a topological level (``_default_group_nodes_for_combo_kernels``; ``combinable_nodes`` drops matmuls and
+  no-op nodes).  The first piece (embedding, the first RMSNorm, ``qkv_proj``, the rotary, the attention's ``empty``
+  output), written from vLLM's code at small widths and scheduled by the pinned PyTorch's Inductor for CUDA (fake CUDA
+  tensors, no GPU; the CPU backend groups it the same), has the embedding and the norm fused in one Triton kernel, alone
+  at its level beside ``empty``, a no-op (every other kernel reads the norm's output): it is never benchmarked.  Its one
+  group benchmarked, the query's and key's rotary, takes 3.25 units (``qkv`` 1.5, the 0.5-unit cos/sin table, the
+  outputs 1.25) during compilation, when no activation is alive; were the cos/sin gather its own kernel beside the
+  embedding's, the group's copies would be 18.19 units (1.14 and 2.27 GiB), over both logged figures.  Inductor's other
+  compile-time benchmarks (``benchmark_fusion``, epilogue fusion of templates, ``max_autotune``) are off for vLLM's
+  range of 1-8,192 tokens (``set_inductor_config``, ``vllm/compilation/compiler_interface.py``); Inductor's
+  ``memory_planning`` is off, and its buffer reuse only takes freed buffers; the split graph (``split_graph``,
+  ``vllm/compilation/backends.py``) is FX code, which drops each value after its last use, so only a piece's inputs (the
+  attention's output and the residual, 2 units) are held around it.
 
-A candidate fits every figure but is not shown: vLLM turns on Inductor's combo kernels and their benchmark
-(``combo_kernels``, ``benchmark_combo_kernel``: ``vllm/config/compilation.py``), and Inductor benchmarks a combo group
-while it compiles (``Scheduler.speedup_by_combo_kernel``, ``TritonScheduling.benchmark_fused_nodes`` and
-``benchmark_combo_kernel``) on random copies of every argument, made by the generated module's ``get_args`` at the
-size hint (8,192 tokens).  A kernel that gathers the embedding and computes the first layer's RMSNorm takes the whole
-table as an argument: its copy (128,256 / 8,192 = 15.66 units) and the kernel's two ``[tokens, hidden]`` outputs are
-17.66 units, 1.104 GiB in bfloat16 and 2.207 in float32, both logged figures, at any depth, and only where a stage
-holds the embedding (a middle stage logs 1.05 GiB, the engine 0.97).  Combo groups are the pointwise and reduction
-nodes of one topological level (``_default_group_nodes_for_combo_kernels``), and which kernel would share that level
-(and why the group's own benchmark, which would also copy the 0.5-unit rotary table, stays under the logged figure)
-cannot be settled without Inductor's CUDA code: the engine does not model it.
+What the logs do settle: a middle stage of the pipeline-parallel 4 run logs 1.05 GiB (16.72-16.88 units), two
+``[tokens, hidden]`` buffers received (:func:`helpers.vllm_profile.intermediate_buffers`) plus its layers, so vLLM's
+layers hold at most 14.72-14.88 units (the engine's 14.56 is 1-2% under that).  The first stage, the same layers
+without those buffers, logs 17.52-17.68: its peak is not in its layers but where only a stage holding the embedding
+has something, and the first piece's own tensors stay under 6 units.  The embedding table (128,256 / 8,192 = 15.66
+units) and two ``[tokens, hidden]`` tensors make 17.66, inside both dtypes' rounding (17.64-17.68): a copy of the
+table while the first piece's fused embedding-and-norm kernel writes its two outputs fits every row.  One route makes
+exactly that: Inductor clones an input whose address is not a multiple of 16 bytes before a compiled piece runs
+(``align_inputs_from_check_idxs``, ``copy_misaligned_inputs``: ``torch/_inductor/utils.py``), and the piece's code
+drops the clone after the one kernel that reads it (the first piece's code, generated for CUDA as above, allocates the
+kernel's two outputs before it); but ``VocabParallelEmbedding.create_weights`` allocates the table on its own, aligned,
+and nothing read moves it.  The engine does not model it.  A GPU run of vLLM v0.19.0 would decide it:
+``torch.cuda.memory._record_memory_history()`` before ``GPUModelRunner.profile_run`` and
+``torch.cuda.memory._dump_snapshot()`` after it (the stack of the block alive at the peak), the table's
+``data_ptr() % 16``, or a first stage's logged peak with ``--max-num-batched-tokens 2048`` (a table copy stays 0.98
+GiB in bfloat16, a forward pass's tensors shrink 4 times).
 
 Models with sliding-window layers (:data:`SLIDING_LOGS`: Gemma-2 2B, 9B and 27B, Gemma-3 4B, 12B and 27B;
 :data:`GEMMA_7B`, all full attention, beside them) are sized by vLLM v0.19.0's KV cache groups (:mod:`helpers.vllm_kv`);
