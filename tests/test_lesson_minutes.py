@@ -155,3 +155,11 @@ def test_no_day_is_longer_than_the_guide_says_and_its_totals_add_up():
         for _, what, length in rows:
             stretch = 0 if what in ("break", "lunch") else stretch + length
             assert stretch <= LONGEST_STRETCH, f"day {number}: {stretch} minutes of teaching without a break"
+
+
+def test_the_readme_states_the_course_total():
+    """README's "The course is 17 hours 15 minutes in all." is the lessons' minutes added up."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    match = re.search(r"The course is (\d+) hours (\d+) minutes in all", text)
+    assert match, "README states the course's total"
+    assert 60 * int(match.group(1)) + int(match.group(2)) == sum(guide_totals().values())
