@@ -50,11 +50,14 @@ reset-lessons: setup
 # run faster so than on threads that contend for the same cores. Each lesson runs
 # once, under strict nbval, its exercise solutions after it in the same kernel.
 # The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them.
+# The files are handed out in tests/conftest.py's order (--no-loadscope-reorder:
+# the longest lessons first, then the test files; heaviest_files_first), so that
+# no long lesson is left to run alone at the end.
 # Progress a person can read: how many items are done ([412/1310]) at each line's
 # end, and the 15 slowest before pytest's closing line.
 PROGRESS = -o console_output_style=count --durations=15
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile -m "not slow" $(PROGRESS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not slow" $(PROGRESS)
 
 # The slow groups, which .ci/run runs after make test: the website and the lessons
 # in Chromium, the stub-driver oracle, the published figures, the short paths run

@@ -258,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return _explain(args)
     if args.command == "serve":
         return _serve(args)
-    from .batch import card_verdicts
-    from .profile import DoesNotFit, profile_step
+    from .verdicts import card_verdicts  # no torch: a cold answer imports neither torch nor sympy (helpers.cli_cold)
 
     prog = "python -m helpers profile"
     options = {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
@@ -275,10 +274,13 @@ def main(argv: list[str] | None = None) -> int:
             return _several(args, options, settings)
         profile = cli_cold.from_disk(options)  # a log on disk answers without transformers (helpers.cli_cold)
         if profile is None:
-            profile = profile_step(**options)
-    except DoesNotFit as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 1
+            from .profile import DoesNotFit, profile_step
+
+            try:
+                profile = profile_step(**options)
+            except DoesNotFit as e:
+                print(f"{prog}: {e}", file=sys.stderr)
+                return 1
     except ValueError as e:
         print(f"{prog}: error: {in_flags(str(e))}", file=sys.stderr)
         return 2

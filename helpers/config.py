@@ -387,3 +387,20 @@ class StepConfig:
                 value = list(value)
             out[f.name] = value
         return out
+
+
+def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
+    """The :class:`StepConfig` of ``profile_step(model, batch_size, image_size, **options)``
+    (:func:`helpers.profile.profile_step`; a :class:`StepConfig` ``model`` as it is).
+
+    Raises:
+        ValueError: for an option :class:`StepConfig` does not have (naming ``caller``), or a bad value.
+    """
+    if isinstance(model, StepConfig):
+        return model
+    known = {f.name for f in dataclasses.fields(StepConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
+                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
+    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)

@@ -142,16 +142,23 @@ def shipped_json(name: Any) -> dict | None:
     return json.loads((CONFIG_DIR / {**SHIPPED, **FOR_LOGS}[name].file).read_text())
 
 
+#: torch's dtypes named by their own name (``str(torch.bfloat16) == "torch.bfloat16"``; ``tests/test_cli_cold.py``
+#: holds the list against the pinned torch): a config that names one is answered without importing torch.
+DTYPE_NAMES = frozenset(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64",
+                         "bool", "complex64", "complex128"))
+
+
 def json_dtype(data: dict) -> str:
     """The dtype a ``config.json``'s dict gives the ``PretrainedConfig`` that ``transformers`` makes of it, by torch's
     name without ``torch.`` (``"bfloat16"``), or ``""`` where it gives none: its ``dtype``, else its older
     ``torch_dtype``, a name turned into the torch dtype of that name (``PretrainedConfig.__post_init__``,
-    ``transformers/configuration_utils.py``, 5.x), so an alias such as ``"half"`` is ``"float16"``."""
-    import torch
-
+    ``transformers/configuration_utils.py``, 5.x), so an alias such as ``"half"`` is ``"float16"`` (torch is asked
+    but for a name of :data:`DTYPE_NAMES`, which is its own)."""
     dtype = data.get("dtype")
     dtype = dtype if dtype is not None else data.get("torch_dtype")
-    if isinstance(dtype, str) and dtype:
+    if isinstance(dtype, str) and dtype and dtype not in DTYPE_NAMES:
+        import torch
+
         dtype = getattr(torch, dtype, dtype)
     return str(dtype or "").removeprefix("torch.")
 

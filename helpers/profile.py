@@ -38,7 +38,7 @@ from typing import Any, Hashable
 import torch
 
 from . import depth, evaluated, traced
-from .config import StepConfig, check_int
+from .config import StepConfig, check_int, step_config  # noqa: F401 (step_config: this module's name too)
 from .engine.backends import collector_paused, resolve_backend
 from .engine.meter import Meter
 from .errors import first_line
@@ -95,22 +95,6 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
     return kept if kept is not None else keep(key, obtain(config))
 
 
-def step_config(model, batch_size: int, image_size: int, caller: str, **options) -> StepConfig:
-    """The :class:`helpers.config.StepConfig` of ``profile_step(model, batch_size, image_size, **options)`` (a :class:`helpers.config.StepConfig` ``model`` as it is).
-
-    Raises:
-        ValueError: for an option :class:`helpers.config.StepConfig` does not have (naming ``caller``), or a bad value.
-    """
-    if isinstance(model, StepConfig):
-        return model
-    known = {f.name for f in dataclasses.fields(StepConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(f"unknown option {unknown[0]!r} for {caller}; the options are "
-                         f"{', '.join(sorted(known - {'model', 'batch_size', 'image_size'}))}")
-    return StepConfig(model=model, batch_size=batch_size, image_size=image_size, **options)
-
-
 # -- the one decision -------------------------------------------------------------------------------
 def obtain(config: StepConfig, spec: ModelSpec | None = None, evaluate: bool = True) -> StepProfile:
     """``config``'s profile, obtained the one way that applies (the module's list, tried in its order); its
@@ -148,7 +132,9 @@ def many_points():
     :func:`helpers.batch.largest_fit`).  :func:`obtain` then makes symbolic traces whatever
     :data:`EVALUATE` says, and :func:`helpers.evaluated.answer` traces a configuration symbolically at its second
     point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the later points are
-    evaluated; nothing else changes, and an answer is the same either way."""
+    evaluated; nothing else changes, and an answer is the same either way (each log is checked equal to a concrete
+    answer before it answers).  Lesson 09 (section 5) asks its QLoRA step at five sequence lengths inside it: one
+    symbolic trace instead of four concrete ones (``benchmarks/lesson_cells.py``)."""
     _MANY[0] += 1
     try:
         yield

@@ -19,14 +19,16 @@ import bisect
 import dataclasses
 import html
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, NamedTuple
 
 from .config import StepConfig
-from .engine.meter import Meter
-from .engine.trace import Event
+from .engine.event import Event
 from .units import MiB, fmt_bytes
+
+if TYPE_CHECKING:  # annotations only: a profile is read without importing torch (helpers.cli_cold)
+    import torch
+
+    from .engine.meter import Meter
 
 
 CATEGORIES = ("parameters", "gradients", "optimizer_states", "input", "activations", "other")

@@ -28,28 +28,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import operator
 from dataclasses import dataclass
 
 import sympy
 
 from . import depth, models, traced
-from .allocator.rules import round_up
 from .config import StepConfig
-from .engine.backends import collector_paused, resolve_backend
+from .engine.backends import collector_paused
 from .engine.workspaces import workspace_bound
 from .errors import first_line
+from .plain_step import FUNCTIONS, evaluated_note
 from .record import StepProfile
 from .shallow import traced_log
+from .symbolic_scope import applies, key
 from .symbolic_sizes import HIGH, LOW, NotSymbolic, SymbolicRecord, Symbols
 from .written import NumberedLog, numbered_log, profile_of_log
 
 __all__ = ["HIGH", "LOW", "NotSymbolic", "SymbolicStep", "applies", "dimensions", "key", "trace"]
-
-
-def key(config: StepConfig) -> StepConfig:
-    """``config`` without its batch size and sequence length: the configurations one symbolic log answers."""
-    return config.replace(batch_size=1, seq_len=None if config.seq_len is None else 1)
 
 
 def dimensions(config: StepConfig, spec: models.ModelSpec) -> dict[str, int]:
@@ -66,20 +61,6 @@ def dimensions(config: StepConfig, spec: models.ModelSpec) -> dict[str, int]:
     if task.inputs == "tokens":
         sizes["S"] = task.sample_shape[0]
     return sizes
-
-
-def applies(config: StepConfig) -> str | None:
-    """Why ``config``'s step cannot be traced with symbolic sizes, or None if it can: a real GPU measures, a
-    simulated ``capacity`` stops the step where the bytes run out (a comparison), ``full_trace`` asks for a trace."""
-    if resolve_backend(config.device) != "simulated":
-        return "a real GPU measures each step"
-    if config.capacity is not None:
-        return "a simulated capacity (capacity=) stops the step where it runs out, a comparison of sizes"
-    if config.full_trace:
-        return "a full trace was asked for (full_trace=True)"
-    if config.workspaces != "none":
-        return "kernels' own bytes (workspaces=) follow rules that compare sizes"
-    return None
 
 
 @dataclass
@@ -114,6 +95,7 @@ class SymbolicStep:
     _index: dict | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _constants: list = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _numbered: tuple = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _negated: dict = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _read: NumberedLog | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _function: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _checked: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
@@ -150,8 +132,17 @@ class SymbolicStep:
         every = [*index, *ints]
         negated = {n: (ints if type(every[n]) is int else index).get(-every[n]) for _, _, _, n in storages}
         self._index, self._constants, self._numbered = index, list(ints), (log, storages, markers)
+        self._negated = negated
         self._read = numbered_log(log, storages, markers, {n: v for v, n in ints.items()}, negated)
         self._function = _compiled(list(index), list(self.symbols.values()))
+
+    def numbered(self) -> tuple[list, list, tuple, dict]:
+        """The log by numbers (:meth:`_prepare`): the expressions, each numbered by its position; the constants' values,
+        numbered after them; the numbered ``(log, storages, markers)``; and the number of each storage's bytes -> the
+        number of their negation (None where it has none).  What :mod:`helpers.plain_log` writes in plain values."""
+        if self._index is None:
+            self._prepare()
+        return list(self._index), list(self._constants), self._numbered, dict(self._negated)
 
     def _values(self, point: tuple) -> list[int]:
         """Every expression's int value at ``point`` (the symbols' values, in :attr:`symbols`' order), by its number
@@ -215,11 +206,10 @@ class SymbolicStep:
         def value(x):
             return x if type(x) is int else values[index[x]]
 
-        at = ", ".join(f"{'batch' if n == 'B' else 'sequence'} {v}" for n, v in sizes.items())
         like = dataclasses.replace(self.like, config=config, input_shape=tuple(map(value, self.like.input_shape)),
                                    cudnn_bound_bytes=max((workspace_bound(value(n)) for n in self.conv_bytes),
                                                          default=None))
-        note = f"{self.how}; evaluated at {at} (helpers.symbolic)"
+        note = evaluated_note(self.how, sizes)
         profile = None if self._read is None else self._read.profile(values, like, depth_note=note)
         if profile is not None:
             return profile
@@ -251,10 +241,8 @@ def _compiled(expressions: list, symbols: list):
     an expression has a coefficient that is not an integer (Python's ``/`` would make it a float)."""
     if any(not r.is_Integer for e in expressions for r in e.atoms(sympy.Rational)):
         return None
-    names = {"RoundUp": round_up, "FloorDiv": operator.floordiv, "PythonMod": operator.mod, "Mod": operator.mod,
-             "CeilDiv": lambda a, b: -(-a // b), "Max": max, "Min": min}
     try:
-        return sympy.lambdify(symbols, expressions, modules=[names, "math"])
+        return sympy.lambdify(symbols, expressions, modules=[dict(FUNCTIONS), "math"])
     except (TypeError, NameError, SyntaxError):
         return None
 

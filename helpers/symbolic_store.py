@@ -14,6 +14,9 @@ directory specification says).  A file that cannot be read, was written by anoth
 configuration (a hash collision) is ignored, and the next log checked replaces it; a directory that cannot be written
 keeps nothing, silently: the answer is the same either way, only slower.
 
+Beside the pickle, a shipped Hugging Face config's log in plain values (:mod:`helpers.plain_log`), which the command
+line reads without torch or sympy (:mod:`helpers.plain_step`).
+
 The file is a pickle read by :class:`_Unpickler`, which builds only sympy's, this package's and a few builtin types (and
 torch's dtypes), so a foreign file cannot run code while it is read (``pickle``'s documentation, "Restricting
 Globals").
@@ -22,9 +25,6 @@ Globals").
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import importlib.metadata
 import io
 import os
 import pathlib
@@ -33,58 +33,12 @@ import tempfile
 
 import torch
 
+from . import plain_log
+from .log_names import DISTRIBUTIONS, VARIABLE, code_hash, directory, name  # noqa: F401 (this module's names too)
 from .symbolic import SymbolicStep, key
 
-#: The environment variable that moves the directory (a path) or turns logs on disk off (``off``, ``0``).
-VARIABLE = "GPU_MEMORY_SYMBOLIC_CACHE"
-#: The distributions whose versions name a log: what the engine traces through.
-DISTRIBUTIONS = ("torch", "transformers", "peft", "bitsandbytes")
 #: The first bytes of every file: this format's name and version.
 MAGIC = b"gpu-memory-lessons symbolic log 1\n"
-
-
-def directory() -> pathlib.Path | None:
-    """Where the logs are kept (the module's list), or None where ``$GPU_MEMORY_SYMBOLIC_CACHE`` turns them off."""
-    chosen = os.environ.get(VARIABLE)
-    if chosen is not None:
-        return None if chosen.strip().lower() in ("", "0", "off", "no", "false") else pathlib.Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "gpu-memory-lessons" / "symbolic"
-
-
-@functools.lru_cache(maxsize=1)
-def code_hash() -> str:
-    """SHA-256 of the installed versions of :data:`DISTRIBUTIONS` and of every ``.py`` file of this package (path and
-    bytes, in sorted order): what a log was made by."""
-    digest = hashlib.sha256()
-    for name in DISTRIBUTIONS:
-        try:
-            version = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            version = "absent"
-        digest.update(f"{name}=={version}\n".encode())
-    root = pathlib.Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def _stable(value) -> str:
-    """A text naming ``value`` the same in every process: a function by its module and name (its ``repr`` holds an
-    address), a tuple item by item, anything else by ``repr``."""
-    if isinstance(value, tuple):
-        return "(" + ", ".join(map(_stable, value)) + ")"
-    if callable(value) and hasattr(value, "__qualname__") and not isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    return repr(value)
-
-
-def name(config) -> str:
-    """The file name of ``config``'s logs: a hash of :func:`code_hash` and of its configuration without batch and
-    sequence (:func:`helpers.symbolic.key`), field by field."""
-    fields = key(config)
-    text = code_hash() + "".join(f"\n{f.name}={_stable(getattr(fields, f.name))}" for f in dataclasses.fields(fields))
-    return hashlib.sha256(text.encode()).hexdigest()[:32] + ".pickle"
 
 
 #: Builtins a log is made of (containers and numbers; nothing that calls or imports).
@@ -142,9 +96,13 @@ def save(config, steps: list[SymbolicStep]) -> bool:
             f.write(MAGIC)
             pickle.dump(kept, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(f.name, where / name(config))
-        return True
     except Exception:  # not writable, full, a step that cannot be pickled: keep nothing
         with_part = locals().get("f")
         if with_part is not None:
             pathlib.Path(with_part.name).unlink(missing_ok=True)
         return False
+    try:  # beside it, in plain values: what the command line's cold answer reads (helpers.plain_log)
+        plain_log.write(where, config, steps)
+    except Exception:  # an addition: without it the command line answers from the pickle, as before
+        pass
+    return True

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Sequence
 from itertools import accumulate
 
-from .engine.trace import Event
+from .engine.event import Event
 from .record import CATEGORIES, Allocation, Storage, StepProfile, frees_in_allocation_order
 
 

@@ -45,6 +45,7 @@ import torch
 from helpers import GPU_CARDS, GiB, fit_affine, fmt_bytes, profile_step
 from helpers.batch import Estimate
 from helpers.models import hf
+from helpers.profile import many_points
 from helpers.techniques.lora import apply_lora
 from helpers.teaching.plots import plot_finetune_peaks, plot_peak_vs_tokens, plot_published_comparison
 from helpers.teaching.published import finetune_comparison
@@ -54,8 +55,9 @@ _ = torch.manual_seed(0)
 L8 = "meta-llama/Llama-3.1-8B"
 #: The cards of this lesson: GPU_CARDS' 24 and 80 GB cards, and a 48 GB card (CARD_48GB: an RTX A6000's total_memory).
 CARDS = {"RTX 4090 24 GB": GPU_CARDS["RTX 4090 24 GB"], **CARD_48GB, "H100 80 GB": GPU_CARDS["H100 80 GB"]}
-#: Every step of this lesson: steady state (the optimizer's states exist), bfloat16 autocast, AdamW, simulated.
-STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
+#: Every step of this lesson: steady state (the optimizer's states exist), bfloat16 autocast, AdamW, the next-token
+#: loss over the whole logits (what "auto" picks for a causal LM, named as the widget of section 6 names it), simulated.
+STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", loss="next_token", steady_state=True, device="simulated")
 
 
 def gib(nbytes):
@@ -257,11 +259,12 @@ assert verdicts(ckpt_lora) == ["yes"] * 3
 QLORA_CKPT = dict(lora_rank=16, quantization="nf4", double_quant=True, param_dtype="bfloat16", checkpoint=1,
                   **STEP)
 qlora_2k = techniques["QLoRA r16, checkpointing"]
-qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)
-line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
-longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
-beside = {card: judged(qlora_2k, card).overhead + judged(qlora_2k, card).unseen for card in CARDS}  # overhead, cuBLAS
-confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
+with many_points():  # one step at five lengths: traced once with symbolic sizes, checked equal to the 2,048-token
+    qlora_8k = profile_step(L8, 1, seq_len=8192, **QLORA_CKPT)  # trace, then evaluated: the same bytes as a trace
+    line = fit_affine([2048, 8192], [qlora_2k.peak_allocated_bytes, qlora_8k.peak_allocated_bytes])
+    longest = {card: line.largest_batch(capacity) // 256 * 256 for card, capacity in CARDS.items()}  # tokens, not samples
+    beside = {card: judged(qlora_2k, card).overhead + judged(qlora_2k, card).unseen for card in CARDS}  # overhead, cuBLAS
+    confirmed = {card: profile_step(L8, 1, seq_len=n, **QLORA_CKPT) for card, n in longest.items()}
 for card, p in confirmed.items():
     assert judged(p, card).fits                                          # the answer, traced, fits
     assert abs(p.peak_allocated_bytes - line.predict(longest[card])) < 0.01 * GiB  # the line holds there
@@ -288,7 +291,7 @@ assert logits == 10 * 8192 * vocab and 0.75 < 10 * vocab / line.per_sample_bytes
 # torchtune's recipes compute this loss with `CEWithChunkedOutputLoss`: the LM head runs on 8 chunks of the sequence, and each chunk's logits are upcast to float32 on their own, so one chunk's float32 copy exists at a time (`loss="chunked"`; the default, `"next_token"`, frees the model's output before backward, as Hugging Face's `Trainer` and torchtune's loop both do):
 
 # %%
-chunked_8k = profile_step(L8, 1, seq_len=8192, loss="chunked", **QLORA_CKPT)
+chunked_8k = profile_step(L8, 1, seq_len=8192, **(QLORA_CKPT | dict(loss="chunked")))
 alive = set(chunked_8k.peak_serials)
 chunked_logits = sum(st.nbytes for st in chunked_8k.storages.values()
                      if st.serial in alive and st.shape[-1:] == (vocab,))

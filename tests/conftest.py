@@ -147,6 +147,40 @@ def pytest_collection_modifyitems(items):
         file, _, rest = item.nodeid.partition("::")
         if file in SLOW or f"{file}::{rest.split('[')[0]}" in SLOW or f"{file}::{rest}" in SLOW:
             item.add_marker(pytest.mark.slow)
+    items[:] = heaviest_files_first(items)
+
+
+def heaviest_files_first(items: list) -> list:
+    """``items`` with whole files reordered, each file's own items in their order: the lessons first, the longest
+    run-all first (the instructor guide's measured seconds, ``tools/lesson_minutes.py``), then the test files, the
+    most items outside the slow groups first.
+
+    pytest-xdist's ``--dist loadfile`` hands each worker a whole file at a time, in this order when
+    ``--no-loadscope-reorder`` is given (``make test``): a lesson is one file that no worker can share, so the longest
+    ones start first and the many short test files fill in beside them, rather than one lesson running alone at
+    the end (longest processing time first).  Without that option xdist orders the files by their number of items.
+    """
+    import pathlib
+    import sys
+
+    tools = str(pathlib.Path(__file__).resolve().parent.parent / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    from lesson_minutes import measured
+
+    run_all = {number: seconds for number, (seconds, _) in measured().items()}
+    fast = {}
+    for item in items:
+        file = item.nodeid.partition("::")[0]
+        fast[file] = fast.get(file, 0) + (item.get_closest_marker("slow") is None)
+
+    def key(item):
+        file = item.nodeid.partition("::")[0]
+        if file.startswith("lessons/"):
+            return 0, -run_all.get(pathlib.PurePath(file).name.split("_", 1)[0], 0.0)
+        return 1, -fast[file]
+
+    return sorted(items, key=key)
 
 
 @pytest.fixture(autouse=True, scope="module")

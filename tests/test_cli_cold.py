@@ -1,5 +1,6 @@
-"""The command line's cold answer from a symbolic log on disk (:mod:`helpers.cli_cold`): no transformers, peft or
-bitsandbytes imported, and the same answer as a concrete trace, line by line and in JSON.
+"""The command line's cold answer from a symbolic log on disk (:mod:`helpers.cli_cold`): from the log's plain form, no
+torch, sympy, transformers, peft or bitsandbytes imported; from the log itself where there is no plain form, no
+transformers, peft or bitsandbytes; either way the same answer as a concrete trace, line by line and in JSON.
 
 A log is made the command line's own way (``--batch-size 2,3``: traced symbolically at the second size, checked
 against the first and written to ``$GPU_MEMORY_SYMBOLIC_CACHE``); then a fresh process asks one batch size inside the
@@ -8,6 +9,7 @@ with checkpointing) are in the slow group (``tests/conftest.py``); the fast ones
 a shipped config, and that without a log the command line takes ``profile_step``'s route.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,23 +25,29 @@ from helpers.models.resolve import shipped_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SMOL = "HuggingFaceTB/SmolLM2-135M"
-#: The libraries a cold answer must not import.
+#: The libraries a cold answer must not import; from the log's plain form, not :data:`HEAVY` either.
 UNIMPORTED = ("transformers", "peft", "bitsandbytes", "torchvision", "matplotlib", "ipywidgets")
-#: ``main`` run in a fresh process, then the names of :data:`UNIMPORTED` it imported, as JSON, the last line on stderr.
+HEAVY = ("torch", "sympy")
+#: ``main`` run in a fresh process, then the names of :data:`UNIMPORTED` and :data:`HEAVY` it imported, as JSON, the
+#: last line on stderr.
 WRAPPER = ("import json, sys\n"
            "from helpers.__main__ import main\n"
            "code = main(sys.argv[1:])\n"
            "sys.stdout.flush()\n"
-           f"print(json.dumps([m for m in {UNIMPORTED!r} if m in sys.modules]), file=sys.stderr)\n"
+           f"print(json.dumps([m for m in {UNIMPORTED + HEAVY!r} if m in sys.modules]), file=sys.stderr)\n"
            "sys.exit(code)\n")
+#: :data:`WRAPPER` with the plain form not read (:func:`helpers.cli_cold.from_plain` answers None): the log itself.
+NOT_PLAIN = "import helpers.cli_cold\nhelpers.cli_cold.from_plain = lambda options: None\n" + WRAPPER
 
 
-def _fresh(logs: Path, *argv: str, wrapped: bool = True) -> tuple[str, list[str] | None]:
-    """``python -m helpers ARGV`` (``wrapped``: :data:`WRAPPER`, which also says what was imported) in a fresh process
-    with its symbolic logs in ``logs``: its stdout, and the watched libraries it imported (None unwrapped)."""
+def _fresh(logs: Path, *argv: str, wrapped: bool = True, plain: bool = True) -> tuple[str, list[str] | None]:
+    """``python -m helpers ARGV`` (``wrapped``: :data:`WRAPPER`, which also says what was imported; not ``plain``:
+    :data:`NOT_PLAIN`) in a fresh process with its symbolic logs in ``logs``: its stdout, and the watched libraries it
+    imported (None unwrapped)."""
     env = {**os.environ, "GPU_MEMORY_SYMBOLIC_CACHE": str(logs),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-c", WRAPPER, *argv] if wrapped else [sys.executable, "-m", "helpers", *argv]
+    wrapper = WRAPPER if plain else NOT_PLAIN
+    command = [sys.executable, "-c", wrapper, *argv] if wrapped else [sys.executable, "-m", "helpers", *argv]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert run.returncode == 0, run.stderr
     return run.stdout, json.loads(run.stderr.strip().splitlines()[-1]) if wrapped else None
@@ -51,20 +59,34 @@ def _here(capsys, *argv: str) -> str:
     return capsys.readouterr().out
 
 
+def _same_profile(plain, symbolic) -> None:
+    """``plain`` (read from a log's plain form) is ``symbolic`` (evaluated from the log) in every field, but that a
+    storage's dtype is its name."""
+    named = {s: dataclasses.replace(v, dtype=str(v.dtype).removeprefix("torch.")) for s, v in symbolic.storages.items()}
+    assert plain.storages == named
+    assert dataclasses.replace(plain, storages={}) == dataclasses.replace(symbolic, storages={})
+
+
 def _cold_against_concrete(capsys, monkeypatch, logs: Path, step: list[str], batch_sizes: tuple[int, ...]) -> None:
-    """Make ``step``'s log the command line's way, then at each of ``batch_sizes``: the cold answer in a fresh process
-    imports none of :data:`UNIMPORTED` and equals the answer of ``profile_step``'s own route from the same log byte for
-    byte; its JSON equals a concrete trace's (no logs on disk) byte for byte, and so does its text but for the line
-    that says how it was obtained (a concrete step's note, then how it was evaluated)."""
+    """Make ``step``'s log the command line's way (the symbolic steps and their plain form), then at each of
+    ``batch_sizes``: the cold answer in a fresh process imports none of :data:`UNIMPORTED` and :data:`HEAVY`, and
+    equals byte for byte the answer from the log itself (which imports none of :data:`UNIMPORTED`) and the answer of
+    ``profile_step``'s own route from the same log; its JSON equals a concrete trace's (no logs on disk) byte for byte,
+    and so does its text but for the line that says how it was obtained (a concrete step's note, then how it was
+    evaluated)."""
     monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", str(logs))
     profile.forget_kept()
     _here(capsys, "profile", *step, "--batch-size", "2,3")
-    assert len(list(logs.iterdir())) == 1
+    assert sorted(f.suffix for f in logs.iterdir()) == [".json", ".pickle"]  # the same name: helpers.log_names
+    assert len({f.stem for f in logs.iterdir()}) == 1
     for b in batch_sizes:
         argv = ("profile", *step, "--batch-size", str(b))
         text, imported = _fresh(logs, *argv)
         as_json, _ = _fresh(logs, *argv, "--json", wrapped=False)
-        assert imported == [], f"a cold answer from the log on disk imported {imported}"
+        assert imported == [], f"a cold answer from the log's plain form imported {imported}"
+        from_log, imported = _fresh(logs, *argv, plain=False)
+        assert from_log == text
+        assert set(imported) <= set(HEAVY), f"a cold answer from the log on disk imported {imported}"
         with monkeypatch.context() as route:  # profile_step's own route from the log (transformers imported)
             route.setattr(cli_cold, "from_disk", lambda options: None)
             profile.forget_kept()
@@ -109,6 +131,10 @@ def test_other_models_and_configs_have_no_light_spec(tmp_path):
     assert hf_config.json_dtype({"torch_dtype": "half"}) == "float16"
     assert hf_config.json_dtype({"dtype": "bfloat16", "torch_dtype": "float16"}) == "bfloat16"
     assert hf_config.json_dtype({}) == ""
+    import torch
+
+    for name in hf_config.DTYPE_NAMES:  # said without torch: each is torch's own name of its dtype
+        assert str(getattr(torch, name)) == f"torch.{name}" and hf_config.json_dtype({"dtype": name}) == name
 
 
 def test_no_log_on_disk_leaves_the_answer_to_profile_step(symbolic_logs):
@@ -124,7 +150,8 @@ def test_no_log_on_disk_leaves_the_answer_to_profile_step(symbolic_logs):
 
 def test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_trace(capsys, monkeypatch, tmp_path):
     """SmolLM2's first step at 16 tokens with SGD (cheap): at batch 5, in the region of the log made at 2 and 3; at
-    batch 1 (its own regime, not in the log) the command line takes profile_step's route, transformers imported."""
+    batch 1 (its own regime, not in the log) the command line takes profile_step's route, transformers imported.  The
+    plain form's profile is the log's, field by field; it answers only a simulated step that the log holds."""
     step = ["--model", SMOL, "--seq-len", "16", "--first-step", "--optimizer", "sgd", "--device", "simulated"]
     _cold_against_concrete(capsys, monkeypatch, tmp_path / "logs", step, (5,))
     options = dict(model=SMOL, batch_size=1, seq_len=16, steady_state=False, optimizer="sgd", device="simulated",
@@ -132,6 +159,12 @@ def test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_
     assert cli_cold.from_disk(options) is None  # batch 1 is another program: not in the log
     assert cli_cold.from_disk({**options, "batch_size": 5, "full_trace": True}) is None
     assert cli_cold.from_disk({**options, "batch_size": 5}) is not None
+    plain = cli_cold.from_plain({**options, "batch_size": 5})
+    with monkeypatch.context() as route:  # the log itself, without its plain form
+        route.setattr(cli_cold, "from_plain", lambda options: None)
+        _same_profile(plain, cli_cold.from_disk({**options, "batch_size": 5}))
+    for other in ({"batch_size": 1}, {"batch_size": 5, "full_trace": True}, {"batch_size": 5, "device": "auto"}):
+        assert cli_cold.from_plain({**options, **other}) is None  # another regime; a trace asked; torch asked
 
 
 _8B_LORA = ["--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--amp", "--amp-dtype", "bfloat16",

@@ -20,8 +20,8 @@ README = (ROOT / "README.md").read_text()
 
 #: The core: what every number rests on (issue 49); the part to keep small.
 CORE = ("engine/", "allocator/", "techniques/", "models/", "config.py", "record.py", "written.py", "shallow.py",
-        "depth.py", "symbolic.py", "symbolic_sizes.py", "symbolic_store.py", "evaluated.py", "step.py", "traced.py",
-        "profile.py")
+        "depth.py", "symbolic.py", "symbolic_sizes.py", "symbolic_store.py", "symbolic_scope.py", "log_names.py",
+        "plain_log.py", "plain_step.py", "evaluated.py", "step.py", "traced.py", "profile.py")
 #: The command line, and the package's face (which only hands names on).
 COMMAND_LINE = ("__main__.py", "check.py", "flags.py", "cli_batches.py", "cli_cold.py", "cli_defaults.py",
                 "__init__.py")
