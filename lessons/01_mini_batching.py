@@ -13,43 +13,36 @@
 # ---
 
 # %% [markdown]
-# # 01 · Mini-batches: why we use them, and how big one can be
+# # 01 · Mini-batches: why we use them, and how memory grows with them
 #
 # **Questions**
 # - Why do we train on mini-batches rather than one sample, or the whole data set, at a time?
 # - How does the memory of a training step grow with the batch size, and what is the largest batch a GPU can take?
-# - What does a CUDA out-of-memory message say, field by field?
 #
 # **Objectives**
 # - Train the same network with batch sizes 1, 16, 128 and the whole training set, and compare loss, accuracy and time per epoch.
 # - Measure the noise of a mini-batch gradient and relate it to the batch size.
-# - Measure peak memory against batch size, fit M(b) = M0 + b·m, and name M0 and m.
+# - Measure peak memory against batch size, fit M(b) = M0 + b·m, name M0 and m, and derive them exactly from one symbolic trace.
 # - Predict the largest batch that fits a V100, an RTX 4090, an A100 or an H100, and check the prediction.
-# - Read an out-of-memory message, including the one a capped GPU prints, and tell *allocated* from *reserved* memory.
 #
-# **Time:** about 100 minutes alone: 39 of reading, 35 of code, 4 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory is simulated, training runs on the CPU); sections 5 and 6 also measure a real GPU if you have one.
+# **Time:** about 65 minutes alone: 22 of reading, 20 of code, 4 for the figures, 2 to run all, 15 for the two exercises. **GPU:** not needed (memory is simulated, training runs on the CPU).
 
 # %% [markdown]
 # ## Setup
 
 # %%
 # %matplotlib inline
-import functools
 import math
-import re
-import time
 
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from helpers import (CUDA_OVERHEAD_BYTES, OKABE_ITO, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, mlp,
-                     peak_polynomial, profile_step)
+from helpers import CUDA_OVERHEAD_BYTES, OKABE_ITO, DoesNotFit, GiB, MiB, PeakCurve, fit_affine, fmt_bytes, peak_polynomial, profile_step
 from helpers.teaching.data import load_digits
-from helpers.gpus import GPU_CARDS, oom_message
+from helpers.gpus import GPU_CARDS
 from helpers.models import digits_mlp
 from helpers.teaching.training import train
-from helpers.teaching.widgets import MemoryExplorer
 
 _ = torch.manual_seed(0)
 
@@ -338,14 +331,14 @@ fig
 # %% [markdown]
 # Look at the right panel: from batch 128 up the measured peaks sit on the line, and below 128 they rise above it, the more the smaller the batch.
 #
-# Why? The memory alive at *each* moment of the step is affine in b, with its own M0 and m. The peak is the highest of them. At large b the moment with the most activations alive wins (early in backward). At small b, activations are cheap and the winner is a later moment of backward, when most of the parameters' gradients have been allocated (42 MiB of them at batch 1, against 2 MiB at batch 128). A maximum of straight lines is convex, so the measured curve bends upward toward small b and is straight once one moment dominates. (This is also how the widget at the end of the lesson answers instantly: between two traced batch sizes whose peaks happened at the same moment, the straight line is exact.)
+# Why? The memory alive at *each* moment of the step is affine in b, with its own M0 and m. The peak is the highest of them. At large b the moment with the most activations alive wins (early in backward). At small b, activations are cheap and the winner is a later moment of backward, when most of the parameters' gradients have been allocated (42 MiB of them at batch 1, against 2 MiB at batch 128). A maximum of straight lines is convex, so the measured curve bends upward toward small b and is straight once one moment dominates. (This is also how lesson 01b's batch-size widget answers instantly: between two traced batch sizes whose peaks happened at the same moment, the straight line is exact.)
 #
 # ### How big a batch fits?
 #
 # Solve M0 + b·m ≤ capacity − overhead for b. Two numbers need care:
 #
 # * The **capacity** is less than the card's name says. A "16 GB" card carries 16 GiB of memory chips, and the driver keeps part of them: PyTorch sees what `torch.cuda.get_device_properties(0).total_memory` reports, which `helpers.gpus.GPU_CARDS` lists for five common cards (as printed on real machines; it moves by a few MiB with the driver).
-# * The **overhead** is memory a process uses on a GPU besides its tensors: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the caching allocator's free-but-reserved blocks (section 6). The simulation cannot measure any of these; we *assume* 1 GiB, a round and generous figure, and say so next to every result.
+# * The **overhead** is memory a process uses on a GPU besides its tensors: the CUDA context (a few hundred MiB), cuBLAS and cuDNN workspaces, and the caching allocator's free-but-reserved blocks (lesson 01b, section 3). The simulation cannot measure any of these; we *assume* 1 GiB, a round and generous figure, and say so next to every result.
 
 # %%
 print(f"assumed overhead: {fmt_bytes(CUDA_OVERHEAD_BYTES, 'GiB')}")
@@ -369,271 +362,8 @@ try:
 except DoesNotFit:
     print(f"batch {largest['V100 16 GB'] + 1}: does not fit")
 
-# %% [markdown]
-# ## 4. The whole training set as one batch
-#
-# For our MLP, the whole training set as one batch needed less than 8 MiB (section 3). For an image network it is another story. Suppose we fine-tuned ResNet18 on the digits, scaled up to 224 × 224 as ImageNet models expect, and took all 1,437 images as one batch. The line predicts:
-
-# %%
-need = fit.predict(n_train)
-print(f"ResNet18, batch {n_train}: about {fmt_bytes(need, 'GiB')} at the peak, plus the overhead")
-assert need > V100
 
 # %% [markdown]
-# On a V100 that fails. Here is the failure, from the simulated V100 (on a real GPU, section 5 shows the real one):
-
-# %%
-try:
-    profile_step("resnet18", n_train, device="simulated", steady_state=True, capacity=V100)
-except DoesNotFit as e:
-    oom = e.cuda_message
-print(oom)
-
-
-# %% [markdown]
-# Read it field by field:
-
-# %%
-def size(text):
-    """'1.07 GiB' -> bytes (the units CUDA's messages use)."""
-    value, unit = text.split()
-    return float(value) * {"bytes": 1, "KiB": 2**10, "MiB": MiB, "GiB": GiB}[unit]
-
-
-FIELDS = {
-    "tried to allocate": r"Tried to allocate ([\d.]+ \w+)",
-    "total capacity": r"total capacity of ([\d.]+ \w+)",
-    "free": r"of which ([\d.]+ \w+) is free",
-    "in use by this process": r"this process has ([\d.]+ \w+) memory in use",
-    "allowed (a cap)": r"([\d.]+ \w+) allowed;",
-    "allocated by PyTorch": r"Of the allocated memory ([\d.]+ \w+) is allocated",
-    "reserved but unallocated": r"and ([\d.]+ \w+|0 bytes) is reserved by PyTorch but unallocated",
-}
-
-
-def read_oom(message):
-    """The fields of a CUDA out-of-memory message, in bytes; a field the message lacks is left out."""
-    found = {name: re.search(pattern, message) for name, pattern in FIELDS.items()}
-    return {name: size(m.group(1)) for name, m in found.items() if m}
-
-
-value = read_oom(oom)
-for name, v in value.items():
-    print(f"{name:<25} {fmt_bytes(v, 'GiB'):>10}")
-
-assert "allowed (a cap)" not in value
-assert abs(value["free"] - (value["total capacity"] - value["in use by this process"])) < 0.01 * GiB
-assert value["tried to allocate"] > value["free"]
-
-# %% [markdown]
-# * **Tried to allocate**: the one request that failed, here a single activation tensor of the forward pass, rounded up to the 2 MiB segment the allocator asked the driver for (lesson 00). It is not the total the step needs; it is the straw that broke the camel's back.
-# * **Total capacity**: the GPU's memory, as the driver reports it (15.78 GiB for a "16 GB" V100).
-# * **Free**: what the *driver* still had; always total minus what all processes hold, and here smaller than the request.
-# * **This process has … in use**: everything this process holds on the GPU, PyTorch's tensors plus its cache plus the CUDA context (here the assumed 1 GiB overhead).
-# * **Allocated by PyTorch**: the bytes in live tensors, what `torch.cuda.memory_allocated()` reports.
-# * **Reserved by PyTorch but unallocated**: memory the caching allocator holds but no tensor uses (section 6). The simulation has no cache, so it is 0 here; on a real GPU it is often hundreds of MiB, and when it is large the message suggests `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
-#
-# A message can carry one more field. Section 5 runs this step on your GPU, if you have one, capped at 16 GiB with `torch.cuda.set_per_process_memory_fraction` so that every GPU fails the same way. A capped allocator fails when its own memory plus the request would pass the cap, however much the card has free, and its message then reports the card's total, the driver's free memory, and the cap as "*… allowed;*". Here is that message as the simulation gives it for an H100 capped at 16 GiB (the tensors may use the 16 GiB; the process also holds the assumed overhead):
-
-# %%
-cap16 = 16 * GiB
-try:
-    profile_step("resnet18", n_train, device="simulated", steady_state=True, capacity=cap16 + CUDA_OVERHEAD_BYTES)
-except DoesNotFit as e:
-    capped_failure = e
-H100 = GPU_CARDS["H100 80 GB"]
-in_use = capped_failure.allocated + CUDA_OVERHEAD_BYTES
-capped = oom_message(capped_failure.requested, H100, in_use, capped_failure.allocated, capped_failure.allocated,
-                     allowed=cap16)
-print(capped)
-print()
-capped_value = read_oom(capped)
-for name, v in capped_value.items():
-    print(f"{name:<25} {fmt_bytes(v, 'GiB'):>10}")
-assert capped_value["free"] > capped_value["tried to allocate"]   # the card had room ...
-assert capped_failure.allocated + capped_failure.requested > cap16   # ... the cap did not
-
-# %% [markdown]
-# Read the capped message the other way round: *free* is now large, larger than the request, because the card has 79 GiB and the process uses a fraction of it. The binding field is **allowed**: what PyTorch already holds (allocated plus reserved-but-unallocated) plus the request would pass it. On a card without a cap, *allowed* is absent and *free* is the field to compare with the request.
-#
-# Older PyTorch versions printed the same facts in another order. The HSF lesson quotes this one, from a "16 GB" card that reported 15.90 GiB: *"Tried to allocate 8.74 GiB (GPU 0; 15.90 GiB total capacity; 8.84 GiB already allocated; 6.32 GiB free; 8.86 GiB reserved in total by PyTorch)"*. Its numbers say more than it seems:
-
-# %%
-total, allocated, free, reserved, tried = 15.90, 8.84, 6.32, 8.86, 8.74  # GiB, from the quoted message
-print(f"reserved but unallocated: {reserved - allocated:.2f} GiB")
-print(f"held outside PyTorch's allocator (CUDA context, other processes): {total - reserved - free:.2f} GiB")
-print(f"the request needed {tried:.2f} GiB but only {free:.2f} GiB was free")
-assert tried > free and round(total - reserved - free, 2) == 0.72
-
-# %% [markdown]
-# 0.72 GiB of the 15.90 GiB was neither free nor PyTorch's: that is the CUDA context and whatever else ran on the GPU, the "overhead" we assumed. And the failing request alone was larger than all the free memory: halving the batch size would have halved it.
-#
-# ## 5. On a real GPU
-#
-# If this notebook runs on a GPU, the next cell does the same thing for real. `profile_step` catches `torch.OutOfMemoryError`, releases the step's memory (model, tensors, allocator cache) and raises `DoesNotFit` with CUDA's own message; a 16 GiB cap is imposed with `torch.cuda.set_per_process_memory_fraction` so that the result does not depend on how big your GPU is, and its message has the "allowed" field read above (on a GPU smaller than 16 GiB, the card itself is the limit and there is no cap). Without a GPU the cell says so. (Its output is not checked: it depends on the GPU.)
-
-# %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
-if torch.cuda.is_available():
-    try:
-        total = torch.cuda.get_device_properties(0).total_memory
-        budget = 16 * GiB if total > 16 * GiB else None   # a smaller GPU is its own limit: no cap
-        profile_step("resnet18", n_train, device="cuda", steady_state=True, capacity=budget)
-        print("it fit")
-    except DoesNotFit as e:
-        print(e.cuda_message)
-        print({name: fmt_bytes(v, "GiB") for name, v in read_oom(e.cuda_message).items()})
-    print(f"after the error: {fmt_bytes(torch.cuda.memory_allocated())} allocated, "
-          f"{fmt_bytes(torch.cuda.memory_reserved())} reserved")
-else:
-    print("no GPU: the simulated message above is the one to read")
-
-# %% [markdown]
-# ## 6. Allocated versus reserved
-#
-# On a GPU, PyTorch does not return freed memory to the driver. Its **caching allocator** keeps freed blocks *reserved* and hands them to the next tensors of a fitting size, because asking the driver (`cudaMalloc`, `cudaFree`) is slow and synchronises the device. So there are two numbers:
-#
-# * `torch.cuda.memory_allocated()`: bytes in live tensors (what this lesson's peaks are);
-# * `torch.cuda.memory_reserved()`: bytes the allocator holds from the driver, allocated or cached. This is closer to what `nvidia-smi` shows, which also adds the CUDA context.
-#
-# **What the simulation cannot show.** Without a GPU there is no allocator and no cache: simulated memory is exactly the allocated bytes, and "reserved" has no value (`None`). The cell below shows the difference on a GPU; without one it prints nothing else. Lesson 06 studies the allocator, and its fragmentation, in depth.
-
-# %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
-if torch.cuda.is_available():
-    def show(when):
-        print(f"{when:<34} allocated {fmt_bytes(torch.cuda.memory_allocated()):>10}   "
-              f"reserved {fmt_bytes(torch.cuda.memory_reserved()):>10}")
-    show("start")
-    x = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
-    show("after a 256 MiB tensor")
-    del x
-    show("after del: cached, still reserved")
-    y = torch.empty(128 * MiB, dtype=torch.uint8, device="cuda")
-    show("a 128 MiB tensor reuses the cache")
-    del y
-    torch.cuda.empty_cache()
-    show("after torch.cuda.empty_cache()")
-else:
-    print("no GPU: reserved memory cannot be shown here (simulated memory has no cache)")
-
-# %% [markdown]
-# ## 7. How deep can an MLP get?
-#
-# The HSF lesson asks: *how many hidden layers of 5,000 neurons can a network have at batch size 32 before a GPU runs out of memory?*, and answers that it typically happens at about 5 layers. Let us compute it for a "16 GB" V100, with the Adam optimizer.
-#
-# A network with d hidden layers of 5,000 has d − 1 `Linear(5000, 5000)` layers between them, each with 5000 × 5000 weights and 5000 biases (the first and last layers, from the input and to the classes, are small). In fp32 training with Adam every parameter costs 4 bytes, its gradient 4 more, and Adam's two moment estimates 8 more: **16 bytes per parameter**. Beware: "16 bytes per parameter" is also the ZeRO paper's figure for model states, but there it is another sum, for mixed-precision training that keeps 16-bit weights and gradients and a 32-bit master copy of the weights:
-
-# %%
-conventions = {
-    "fp32 training with Adam (this section)": {"weights": 4, "gradients": 4, "Adam's two moments": 8},
-    "ZeRO's mixed precision (Rajbhandari et al., sec. 3)": {
-        "fp16 weights": 2, "fp16 gradients": 2, "fp32 master weights": 4, "Adam's two moments": 8},
-}
-for name, parts in conventions.items():
-    print(f"{name}:\n    {' + '.join(f'{b} ({part})' for part, b in parts.items())} = {sum(parts.values())} bytes per parameter")
-assert [sum(parts.values()) for parts in conventions.values()] == [16, 16]
-
-# %% [markdown]
-# Same total, different tensors: which convention applies depends on the training loop. PyTorch's `torch.autocast` (lesson 04) keeps no master copy: its weights and gradients are fp32, so it is the first sum plus temporary 16-bit copies of the weights. Lesson 05a (section 2) sets the conventions side by side (16, 18, 20 bytes per parameter). Activations at batch 32 are small by comparison: 32 × 5000 × 4 bytes = 625 KiB per tensor.
-
-# %%
-per_layer = 5000 * 5000 + 5000
-print(f"parameters per hidden layer: {per_layer:,}")
-print(f"model states per layer at 16 bytes/parameter: {fmt_bytes(16 * per_layer)}")
-print(f"activation of one layer at batch 32: {fmt_bytes(32 * 5000 * 4, 'KiB')}")
-by_formula = 1 + int((V100 - CUDA_OVERHEAD_BYTES) // (16 * per_layer))
-print(f"hidden layers that fit in a V100's {fmt_bytes(V100, 'GiB')} minus the overhead, by the formula: {by_formula}")
-
-
-# %% [markdown]
-# The formula forgets one thing. Measure the real step instead, and search for the deepest network that fits the simulated V100 (the input is our 64 digit features, the output 10 classes):
-
-# %%
-def deep_mlp(depth):
-    builder = functools.partial(mlp, 64, (5000,) * depth, 10)
-    builder.__name__ = f"mlp with {depth} hidden layers of 5000"
-    return builder
-
-
-def fits(depth, capacity):
-    """Does a deep MLP's steady-state Adam step at batch 32 fit a simulated GPU of this capacity?"""
-    try:
-        profile_step(deep_mlp(depth), 32, input_shape=(64,), num_classes=10, optimizer="adam",
-                     steady_state=True, device="simulated", capacity=capacity)
-        return True
-    except DoesNotFit:
-        return False
-
-
-fits_v100 = functools.partial(fits, capacity=V100)
-
-
-low, high = 1, by_formula + 1  # fits, does not fit (checked below)
-assert fits_v100(low) and not fits_v100(high)
-while high - low > 1:
-    middle = (low + high) // 2
-    low, high = (middle, high) if fits_v100(middle) else (low, middle)
-deepest = low
-step = profile_step(deep_mlp(deepest), 32, input_shape=(64,), num_classes=10, optimizer="adam",
-                    steady_state=True, device="simulated")
-print(f"deepest that fits: {deepest} hidden layers, peak {fmt_bytes(step.peak_allocated_bytes, 'GiB')} "
-      f"at {step.events[step.peak_event].phase}")
-print(step.summary())
-other = step.categories["other"]
-print(f"'other' at the peak: {other:,} bytes; parameters: {step.categories['parameters']:,} bytes")
-assert deepest < by_formula and deepest > 5 * 5
-assert abs(other - step.categories["parameters"]) < 1024
-
-# %% [markdown]
-# The peak is not in backward but in `optimizer.step()`, and "other" holds as many bytes as the parameters. PyTorch's Adam updates all parameters at once with `torch._foreach_*` operations (the default on GPUs, because it launches far fewer kernels), and one of them, the square root of the second moments, writes a temporary tensor as big as all the parameters together. So during the step Adam costs **20 bytes per parameter**, not 16.
-#
-# So is "about 5 layers" right? Five such layers need:
-
-# %%
-five = profile_step(deep_mlp(5), 32, input_shape=(64,), num_classes=10, optimizer="adam",
-                    steady_state=True, device="simulated")
-print(f"5 hidden layers: peak {fmt_bytes(five.peak_allocated_bytes, 'GiB')}; {deepest} layers fit a V100")
-assert five.peak_allocated_bytes < 2 * GiB
-
-# %% [markdown]
-# Less than 2 GiB. On a V100 the network can be more than six times deeper. For which GPU is "about 5" the answer?
-
-# %%
-for gib in (2, 3, 4):
-    cap = gib * GiB
-    depth = next(d for d in range(1, 50) if not fits(d, cap)) - 1
-    print(f"{gib} GiB GPU: {depth} hidden layers fit")
-    if gib == 3:
-        assert depth == 5
-
-# %% [markdown]
-# So the usual answer fits a GPU of about 3 GiB (with our assumed overhead), or a network whose layers are much wider. The lesson to keep is not the number, it is the method: count parameters × bytes per parameter for the model states, add batch × activations, and **measure** what the formula forgets (here Adam's temporary).
-#
-# ## 8. The batch-size widget
-#
-# Everything above in one place. Move the batch-size slider (or type a value), and choose the model, AMP, activation checkpointing (lesson 04), the optimizer and the GPU size. The bar shows the peak of one steady-state training step by category, the red line the GPU's capacity, and the verdict whether it fits with the assumed overhead and the chosen card's cuBLAS workspaces (lesson 06). On a GPU each value is measured ("this GPU" compares with your card); elsewhere it is simulated, and most slider positions are interpolated exactly between traced batch sizes (the method of section 3), so the answer is immediate.
-
-# %%
-explorer = MemoryExplorer(model="resnet18", batch_size=128, device="simulated")
-explorer
-
-# %% [markdown]
-# Widgets can be driven from code too. The widget's own traces give the straight line of section 3 (`explorer.curve()` is its `PeakCurve`); setting the slider to the largest batch the line allows on a V100 shows "fits", and one more sample does not:
-
-# %%
-curve = explorer.curve()
-line = fit_affine([512, 1024], [curve.trace(b).peak_allocated_bytes for b in (512, 1024)])
-edge = line.largest_batch(GPU_CARDS["V100 16 GB"])
-explorer.batch_size.value = edge
-print(explorer.message)
-assert explorer.message.startswith("fits in V100 16 GB")
-explorer.batch_size.value = edge + 1
-print(explorer.message)
-assert explorer.message.startswith("does not fit in V100 16 GB")
-explorer.batch_size.value = 128
-
-# %% [markdown]
-# (To measure your own GPU with the widget, build it with `device="auto"`.)
-#
 # ## Exercises
 #
 # **Exercise 1: the linear scaling rule.** Batch 128 lost to batch 16 after 10 epochs, at the same learning rate. Goyal et al. (2017) suggest scaling the learning rate with the batch size. Train batch 128 with 8 times the learning rate (0.4) and compare its final test accuracy with batch 16 at 0.05.
@@ -671,37 +401,18 @@ explorer.batch_size.value = 128
 # VGG16 has 138 million parameters (ResNet18 has 11.7 million), so its M0 is far larger, about 2 GiB against ResNet18's 136 MiB with Adam: parameters (528 MiB) and Adam's two moments (1,056 MiB), most of them in the first fully connected layer (25088 × 4096 weights), plus the gradients already computed at the peak. Its activations per image are also larger, about 70 MiB against 21 MiB (VGG keeps 64 channels at full 224 × 224 resolution for two convolutions, where ResNet18 downsamples at once). Its largest batch on an RTX 4090 is about 300, against about 1,100 for ResNet18 (section 3's table).
 # </details>
 #
-# **Exercise 3: reading a message.** A learner reports: *"CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.19 GiB is free. Including non-PyTorch memory, this process has 22.45 GiB memory in use. Of the allocated memory 15.80 GiB is allocated by PyTorch, and 6.20 GiB is reserved by PyTorch but unallocated."* Would halving the batch size be the first thing to try?
-
-# %%
-# Your code here: compute what is free, cached, and outside PyTorch
-
-# %% [markdown]
-# <details><summary>Solution</summary>
-#
-# ```python
-# total, free, in_use, allocated, cached = 23.65, 1.19, 22.45, 15.80, 6.20
-# print(f"outside PyTorch (context, libraries): {in_use - allocated - cached:.2f} GiB")
-# print(f"free plus cached: {free + cached:.2f} GiB, against a request of 2.00 GiB")
-# ```
-#
-# No. PyTorch holds 6.20 GiB of cached, unallocated memory, three times the failing request, but none of its free blocks is large enough: the cache is **fragmented**. Try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, as the full message advises, before giving up batch size (lesson 06 explains why it helps).
-# </details>
-#
-# ## Key points
+## Key points
 #
 # - Mini-batches trade gradient noise (which falls as 1/b) against the number of updates per epoch and the use of parallel hardware; with the same learning rate, small batches learn more per epoch, large ones more per update.
 # - The peak memory of a training step is affine in the batch size once one moment of the step dominates: **M(b) = M0 + b·m**, with M0 the model state alive at the peak (parameters, gradients, optimizer states) and m the activations of one sample. For ResNet18 at 224 × 224, m is about 21 MiB per image.
+# - M0 and m can be fitted from measured points or derived exactly from one trace with a symbolic batch size; below the batch where one moment dominates, the peak lies above the line (a maximum of straight lines is convex).
 # - The largest batch is (capacity − overhead − M0) / m. The overhead (CUDA context, workspaces, cache) is not in `memory_allocated()`: measure it on your GPU, or leave a margin.
-# - An out-of-memory message names one failing request, not the total need; compare it with *free* and with *reserved but unallocated* before deciding what to change.
-# - `memory_allocated` counts live tensors; `memory_reserved` adds the caching allocator's cache. Simulation can show only the first.
-# - A GPU offers PyTorch less than its name says (15.78 GiB on a "16 GB" V100); a capped GPU's message adds an "allowed" field, which then decides.
-# - Formulas for model states (16 bytes per parameter for fp32 Adam, 4 + 4 + 8; not to be confused with ZeRO's mixed-precision 2 + 2 + 12) are a floor: measure, because implementations add temporaries (20 bytes per parameter inside PyTorch's foreach Adam step).
+# - A GPU offers PyTorch less than its name says (15.78 GiB on a "16 GB" V100).
 #
 # ## Further reading
 #
-# - HSF training, *Memory considerations* (the source of the deep-MLP challenge and the OOM example).
-# - PyTorch documentation, *CUDA semantics: memory management*, https://pytorch.org/docs/stable/notes/cuda.html#memory-management
 # - N. S. Keskar et al., *On Large-Batch Training for Deep Learning: Generalization Gap and Sharp Minima*, ICLR 2017, arXiv:1609.04836.
 # - P. Goyal et al., *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour*, 2017, arXiv:1706.02677 (the linear scaling rule).
 # - S. McCandlish et al., *An Empirical Model of Large-Batch Training*, 2018, arXiv:1812.06162 (the gradient noise scale).
+#
+# Next: lesson 01b runs the whole training set as one batch into an out-of-memory error and reads the message, tells allocated from reserved memory, finds how deep an MLP can get on a V100, and ends with the batch-size widget.

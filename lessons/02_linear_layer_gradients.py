@@ -105,7 +105,7 @@ for label, model, batch, options in (
 assert r_acts > 10 * r_states and m_states > 100 * m_acts
 
 # %% [markdown]
-# ResNet18 at batch 128 is almost all activations; the wide MLP at batch 32 is almost all model states (its peak is in the optimizer step, like lesson 01's deep MLP). This lesson is about the activations; lesson 05a is about the model states.
+# ResNet18 at batch 128 is almost all activations; the wide MLP at batch 32 is almost all model states (its peak is in the optimizer step, like lesson 01b's deep MLP). This lesson is about the activations; lesson 05a is about the model states.
 #
 # ## 2. What each operation saves, measured
 #

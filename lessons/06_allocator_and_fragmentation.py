@@ -436,7 +436,7 @@ if runs:
 # %% [markdown]
 # ## 7. Does it fit, with reserved memory?
 #
-# The batch-size widget of lesson 01 has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context (section 1), and the verdict comes from the allocator (which flushes its cache and retries before it gives up) instead of the assumed 512 MiB cache allowance. The label of every verdict says which of the two it judged.
+# The batch-size widget of lesson 01b has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context (section 1), and the verdict comes from the allocator (which flushes its cache and retries before it gives up) instead of the assumed 512 MiB cache allowance. The label of every verdict says which of the two it judged.
 
 # %%
 explorer = MemoryExplorer("resnet18", batch_size=128, max_batch_size=256, reserved=True, device="simulated")
@@ -527,7 +527,7 @@ explorer
 # - PyTorch documentation, *Understanding CUDA memory usage* (`torch.cuda.memory._record_memory_history`, `_snapshot`, https://pytorch.org/memory_viz): https://pytorch.org/docs/stable/torch_cuda_memory.html
 # - S. Rajbhandari, J. Rasley, O. Ruwase, Y. He, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054: section 3.2 (memory fragmentation) and section 6.3 (memory defragmentation).
 # - pytorch/pytorch pull request #86509, *Sets CUDA_MODULE_LOADING to LAZY when not set by the user* (the context measurements of section 1); pytorch/pytorch issue #109888; unslothai/unsloth-zoo pull request #1053.
-# - HSF Training, *Machine Learning on GPU*, episode *Memory considerations* (allocated versus reserved memory, the out-of-memory message; lesson 01): https://hsf-training.github.io/hsf-training-ml-gpu-webpage/
+# - HSF Training, *Machine Learning on GPU*, episode *Memory considerations* (allocated versus reserved memory, the out-of-memory message; lesson 01b): https://hsf-training.github.io/hsf-training-ml-gpu-webpage/
 # - *Why the memory of GPU increase dramatically while training the deep learning model?*, an anonymous note among the documents this course was started from, whose claim that memory stays up "to avoid fragmentation" section 2 corrects.
 #
 # Further reading: Z. DeVito, *A guide to PyTorch's CUDA caching allocator* (2022).

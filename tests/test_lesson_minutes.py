@@ -25,7 +25,7 @@ from lesson_minutes import (Counts, counts, disagreement, guide_totals, lesson_n
 NOTEBOOKS = sorted((ROOT / "lessons").glob("[0-9][0-9]*_*.ipynb"))
 #: Lessons over the most minutes of one notebook, each to be split (a proposal of issue 34); remove a
 #: lesson from here when it is split or trimmed under the limit (the test below then requires it).
-TO_SPLIT = {"01", "06", "08", "09", "10"}
+TO_SPLIT = {"06", "08", "09", "10"}
 
 
 def _lesson(path):
@@ -126,3 +126,40 @@ def test_the_schedule_gives_each_lesson_its_minutes_and_its_times_add_up():
                 scheduled.append(number)
                 assert length == totals[number], f"lesson {number}: {length} min in the schedule, {totals[number]} by the method"
     assert sorted(scheduled) == sorted(totals), "every lesson once in the schedule"
+
+
+#: Number words the schedule's first sentence may open with ("Four days: ...").
+DAYS = {"two": 2, "three": 3, "four": 4, "five": 5}
+#: The guide's rule for a day's breaks: a pause (a break or the lunch) after at most this much teaching.
+LONGEST_STRETCH = 100
+
+
+def test_no_day_is_longer_than_the_guide_says_and_its_totals_add_up():
+    """The schedule's first sentence ("Four days: 17 hours 20 minutes of teaching in lessons, ...; 6 to 7 hours
+    a day with breaks") against its tables: the number of days, the lessons' minutes added up, each day ending
+    by the longest day it states, with one 60-minute lunch and a pause after at most 100 minutes of teaching."""
+    text = (ROOT / "docs" / "instructor_guide.md").read_text(encoding="utf-8")
+    schedule = text.split("## Schedule", 1)[1]
+    match = re.search(r"(\w+) days: (\d+) hours (\d+) minutes of teaching in lessons.*?(\d+) to (\d+) hours a day "
+                      r"with breaks", schedule, re.S)
+    assert match, "the schedule's first sentence states the days, the hours of teaching and the length of a day"
+    days = _schedules()
+    assert DAYS[match.group(1).lower()] == len(days)
+    assert 60 * int(match.group(2)) + int(match.group(3)) == sum(guide_totals().values())
+    longest = 60 * int(match.group(5))
+    for number, rows in enumerate(days, 1):
+        start, _, length = rows[-1]
+        assert start + length <= longest, f"day {number} ends at {start + length} minutes, past {longest}"
+        assert [length for _, what, length in rows if what == "lunch"] == [60], f"day {number}: one lunch of 60 min"
+        stretch = 0
+        for _, what, length in rows:
+            stretch = 0 if what in ("break", "lunch") else stretch + length
+            assert stretch <= LONGEST_STRETCH, f"day {number}: {stretch} minutes of teaching without a break"
+
+
+def test_the_readme_states_the_course_total():
+    """README's "The course is 17 hours 20 minutes in all." is the lessons' minutes added up."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    match = re.search(r"The course is (\d+) hours (\d+) minutes in all", text)
+    assert match, "README states the course's total"
+    assert 60 * int(match.group(1)) + int(match.group(2)) == sum(guide_totals().values())

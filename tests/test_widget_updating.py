@@ -54,7 +54,7 @@ def test_a_change_answered_at_once_shows_no_working_state():
 
 
 def test_the_curve_driven_from_code_leaves_the_view_alone():
-    """Lesson 01 traces the widget's curve from code: the view must not stay 'updating'."""
+    """Lesson 01b traces the widget's curve from code: the view must not stay 'updating'."""
     w = MemoryExplorer("mlp", batch_size=8, max_batch_size=64, device="simulated")
     view = w.view.value
     w.curve().trace(40)

@@ -30,7 +30,7 @@ SEGMENTS = {"off": 0, "2 segments": 2, "4 segments": 4, "8 segments": 8}
 
 
 class MemoryExplorer(StepWidget):
-    """Peak memory of one training step, by category, against a GPU's capacity (lesson 01).
+    """Peak memory of one training step, by category, against a GPU's capacity (lesson 01b).
 
     Args:
         model: a model name (``"mlp"``, a torchvision classifier, a GPT-2 preset at its 1024-token context), or your
