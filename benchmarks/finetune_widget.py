@@ -13,7 +13,7 @@ seconds are printed: a loaded machine inflates the wall time, not the CPU time.
 Then the same widget with each method's symbolic logs kept (issue 50, :func:`kept_log_rows`): made once inside
 :func:`helpers.profile.many_points` (both regimes: batch 1, and batch 2 and up), then a batch change, a sequence change
 and the two searches, each answered from the kept log where it holds and shown at once, then confirmed by its two
-concrete traces (its answer and the size just beyond, :func:`helpers.batch.confirm_fit`) in a forked child while the
+concrete traces (its answer and the size just beyond, :func:`helpers.batch.confirm_fit`) on a thread while the
 widget takes new questions: "answer shown" and "confirmed" are timed apart.  Targets (issue 50): a change at most
 0.3 s, a search (its answer shown) at most 1 s.  ``--kept-only``: only these rows.  With the machine's load
 (``/proc/loadavg``) before and after, as the CPU seconds are what to compare.
@@ -59,12 +59,6 @@ def over(seconds: float, target: float) -> str:
     return f"  <- over the target ({target:g} s)" if seconds > target else ""
 
 
-def _child_cpu() -> float:
-    """CPU seconds of this process's children reaped so far (the searches' background checks)."""
-    t = os.times()
-    return t.children_user + t.children_system
-
-
 def _set_quietly(widget, **values) -> None:
     """Ask "does it fit?" (a search's control then shows the learner's value again), then set controls without an
     update each, then update once: a benchmark's setup, not a learner's change, so that no point a row will time is
@@ -85,7 +79,8 @@ def kept_log_rows(widget) -> None:
     a sequence change (2,048 -> 3,000 at batch 5), the largest batch and the longest sequence.  A change: CPU and wall
     seconds, and whether its point was evaluated from the log.  A search: "answer shown" (setting the question, until
     the view shows the answer: the widget's own process, CPU and wall) and "confirmed" (until the background check's
-    two concrete traces have agreed or replaced it: wall seconds, and the forked child's CPU seconds), with the sizes
+    two concrete traces have agreed or replaced it, on the widget's thread: wall and CPU seconds from the question), with
+    the sizes
     judged and how many of them were traced concretely (not evaluated)."""
     from helpers.profile import many_points
 
@@ -115,19 +110,20 @@ def kept_log_rows(widget) -> None:
         for question in ("largest batch", "longest sequence"):
             _set_quietly(widget, seq=3000, batch_box=5)
             judged.clear()
-            children, wall0 = _child_cpu(), time.perf_counter()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
             cpu, wall = timed(lambda: setattr(widget.question, "value", question))
             shown, status = widget.answer, widget.status
             sizes = sorted(set(judged))
             concrete = len([p for p in sizes if p not in widget._quick])
             status = widget.wait_for_check()
-            checked_wall, checked_cpu = time.perf_counter() - wall0, _child_cpu() - children
+            checked_wall, checked_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             assert widget.largest is not None, (method, question, widget.message)
             print(f"{method}, log kept, {question}: answer shown in {cpu:.2f} s CPU, {wall:.2f} s wall "
                   f"({len(sizes)} sizes judged, {concrete} traced concretely){over(cpu, MAX_KEPT_SEARCH_SECONDS)}; "
                   f"{status or 'confirmed before it was shown'} after {checked_wall:.1f} s wall "
-                  f"({checked_cpu:.1f} s CPU in the checking process): {shown}"
-                  + ("" if widget.answer == shown else f" -> {widget.answer}"))
+                  f"({checked_cpu:.1f} s CPU, the check's thread included): {shown}"
+                  + ("" if widget.answer == shown else f" -> {widget.answer}")
+                  + (f" [{widget.status_text()}]" if status in ("failed", "replaced") else ""))
     widget.estimate_at = asked
 
 

@@ -212,16 +212,14 @@ def as_if_evaluated(monkeypatch):
     monkeypatch.setattr(finetune, "was_evaluated", lambda profile: True)
 
 
-def _nothing_fits_at(widget: FineTuneFit, seq: int, gate=None):
-    """``widget.estimate_at`` with its concrete estimates at ``seq`` tokens replaced by one that fits no card (after
-    ``gate.wait()``, in the forked child that checks): a confirmation that differs."""
+def _nothing_fits_at(widget: FineTuneFit, seq: int):
+    """``widget.estimate_at`` with its concrete estimates at ``seq`` tokens replaced by one that fits no card: a
+    confirmation that differs."""
     real = widget.estimate_at
 
     def estimate_at(at_seq: int, batch_size: int, concrete: bool = False) -> Estimate:
         if not concrete or at_seq != seq:
             return real(at_seq, batch_size, concrete=concrete)
-        if gate is not None:
-            gate.wait()
         return Estimate(batch_size, NOTHING_FITS, where="backward")
     return estimate_at
 
@@ -254,27 +252,66 @@ def test_a_confirmation_that_differs_replaces_the_answer_and_says_so(as_if_evalu
 
 def test_a_question_asked_during_a_check_gets_its_own_answer_and_the_stale_check_is_dropped(as_if_evaluated,
                                                                                           monkeypatch):
-    """The first search's check is held (a gate) while the learner changes the sequence; it is not even stopped
-    (``cancel`` made a no-op), so its result, which differs, arrives after the second question: it must not show."""
-    import multiprocessing
+    """The first search's check is not stopped (``cancel`` made a no-op) and its result, which differs, is held (an
+    Event) until after the learner's next question: it must not show; the new question's own check shows."""
+    import threading
 
+    import helpers.teaching.widgets.finetune as finetune
     from helpers.teaching.widgets.background import Background
 
-    gate = multiprocessing.get_context("fork").Event()
+    gate = threading.Event()
+
+    class Held(Background):
+        def __init__(self, work, done):
+            def late(result, error):
+                gate.wait()
+                done(result, error)
+            super().__init__(work, late)
+
     monkeypatch.setattr(Background, "cancel", lambda self: None)
+    monkeypatch.setattr(finetune, "Background", Held)
     w = _widget(method="full fine-tuning", seq=1024)
-    w.estimate_at = _nothing_fits_at(w, 1024, gate)
+    w.estimate_at = _nothing_fits_at(w, 1024)
     w.question.value = "largest batch"
     stale = w._check
     assert w.status == "checking" and stale is not None
-    w.seq.value = 512  # a new question while the first check waits
+    w.seq.value = 512  # a new question while the first check runs
     mine = (w.largest, w.answer)
-    assert w._check is not stale and w.answer.startswith("largest batch at 512 tokens")
+    assert w._check is not stale and w.answer.startswith("largest batch at 512 tokens") and w.status == "checking"
     gate.set()
     stale.join(120)
     assert not stale.thread.is_alive() and w.wait_for_check(120) == "confirmed"
     assert (w.largest, w.answer) == mine and w.seq.value == 512 and f'data-answer="{mine[0]}"' in w.view.value
     assert w.largest == w.largest_batch()[0] > 0
+
+
+def test_a_change_stops_a_check_before_its_next_trace(as_if_evaluated):
+    """A stopped check does no more work and never shows; the widget stops its check at the learner's next change."""
+    import threading
+
+    from helpers.teaching.widgets.background import Background, Stopped
+
+    done, started, release = [], threading.Event(), threading.Event()
+
+    def work(check: Background) -> int:
+        started.set()
+        release.wait()
+        check.going()  # before the next trace
+        done.append("traced")
+        return 1
+
+    check = Background(work, lambda result, error: done.append("shown"))
+    started.wait()
+    check.cancel()
+    release.set()
+    check.join(60)
+    assert done == [] and not check.thread.is_alive()
+    w = _widget(method="full fine-tuning", seq=1024, question="largest batch")
+    first = w._check
+    w.seq.value = 512
+    with pytest.raises(Stopped):
+        first.going()
+    assert w._check is not first and w.wait_for_check(120) == "confirmed"
 
 
 def test_confirm_fit_is_largest_fits_confirmation():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import threading
 
 import ipywidgets as widgets
 
@@ -14,7 +13,7 @@ from ...gpus import CARD_48GB, GPU_CARDS  # CARD_48GB: also the lessons' name fo
 from ...hf_config import SHIPPED, load_config
 from ...units import fmt_bytes
 from ..views import render
-from .background import Background, forkable
+from .background import STEPS, Background
 from .base import StepWidget, WatchedCurve
 
 #: What the view's "other" holds (:data:`helpers.record.CATEGORIES`' last): said under every figure it shows.
@@ -59,11 +58,12 @@ class FineTuneFit(StepWidget):
     that control shows the learner's own value again, so that an answer never becomes the next question's setting.
     A search whose answer (or the size just beyond) was evaluated from a symbolic log (:mod:`helpers.evaluated`) is
     shown at once, marked :data:`STATUS` ``"checking"``, and confirmed by :func:`helpers.batch.confirm_fit`'s two
-    concrete traces in a forked child process (:class:`helpers.teaching.widgets.background.Background`): then marked
-    ``"confirmed"``, or replaced by the concrete search's answer and marked ``"replaced"``.  Any change of a control
-    stops a check under way, and a check's result is shown only if no question came after it (both under one lock).
-    Elsewhere (every size traced concretely, a real GPU, no ``os.fork``) the search is confirmed before it is shown,
-    as :func:`helpers.batch.largest_fit` does.
+    concrete traces on a thread (:class:`helpers.teaching.widgets.background.Background`): then marked
+    ``"confirmed"``, or replaced by the concrete search's answer and marked ``"replaced"``.  Each of its traces and
+    each update of the widget hold one lock (:data:`helpers.teaching.widgets.background.STEPS`); an update stops a
+    check under way before its next trace, and a check's result is shown only if no update came after it.  A question
+    asked while a check traces waits for that trace (not for the rest of the check).  Elsewhere (every size traced
+    concretely, a real GPU) the search is confirmed before it is shown, as :func:`helpers.batch.largest_fit` does.
     The LoRA rank, the adapters' dtype and DoRA are disabled under full fine-tuning, the k-bit preparation but under
     QLoRA. Sizes in GiB.
 
@@ -150,7 +150,6 @@ class FineTuneFit(StepWidget):
         self.question = widgets.Dropdown(options=QUESTIONS, value=question, description="question", style=style)
         self.reserved = widgets.Checkbox(reserved, description="reserved (simulated allocator)", indent=False)
         self.answer, self.largest, self.status, self._words = "", None, "", {}
-        self._lock = threading.RLock()  # a control's change and a background check's result: one at a time
         self._check: Background | None = None  # the check under way
         self._asked = 0  # how many updates so far: a check's result is shown only if none came after it
         self._quick: set[tuple[int, int]] = set()  # (seq, batch) evaluated from a symbolic log, this search
@@ -262,7 +261,7 @@ class FineTuneFit(StepWidget):
         try:
             found, seen = largest_fit(s["at"], s["lowest"], s["highest"], s["capacity"], s["card"], start=s["start"])
             quick = {found, found + 1} & {n for n in seen if s["point"](n) in self._quick}
-            later = bool(quick) and not self.runtime.measured and forkable()
+            later = bool(quick) and not self.runtime.measured
             if not later:  # confirmed now, as largest_fit does
                 found, seen, _ = confirm_fit(found, seen, lambda n: s["at"](n, concrete=True), s["lowest"],
                                              s["highest"], s["capacity"], s["card"], s["start"])
@@ -274,15 +273,19 @@ class FineTuneFit(StepWidget):
 
     def _check_later(self, question: str, found: int, seen: dict[int, Estimate], s: dict) -> None:
         """Confirm the search's answer (``found``, ``seen``; ``s``: :meth:`_search`'s) in the background
-        (:func:`helpers.batch.confirm_fit` in a forked child), then show the result unless a newer question came."""
+        (:func:`helpers.batch.confirm_fit` on a thread, each trace under :data:`STEPS`), then show the result unless a
+        newer question came."""
         asked = self._asked
 
-        def work():
-            return confirm_fit(found, seen, lambda n: s["at"](n, concrete=True), s["lowest"], s["highest"],
-                               s["capacity"], s["card"], s["start"])
+        def work(check: Background):
+            def concrete(n: int) -> Estimate:
+                with STEPS:
+                    check.going()
+                    return s["at"](n, concrete=True)
+            return confirm_fit(found, seen, concrete, s["lowest"], s["highest"], s["capacity"], s["card"], s["start"])
 
         def done(result, error: str | None) -> None:
-            with self._lock:
+            with STEPS:
                 if asked != self._asked:  # a newer question is on display: this check's result is not wanted
                     return
                 self._check = None
@@ -292,10 +295,7 @@ class FineTuneFit(StepWidget):
                 self._show(question, n, again, s["step"], "confirmed" if same else "replaced",
                            old=f"{found * s['step']:,}")
 
-        try:
-            self._check = Background(work, done)
-        except OSError as e:  # no process could be forked: said, and the answer stays as it is
-            self._show(question, found, seen, s["step"], "failed", error=f"{type(e).__name__}: {e}")
+        self._check = Background(work, done)
 
     def _show(self, question: str, found: int, seen: dict[int, Estimate], step: int, status: str, **words) -> None:
         """Show a search's answer: ``found`` and the estimates ``seen`` in the search's unit of ``step`` tokens or
@@ -345,7 +345,7 @@ class FineTuneFit(StepWidget):
     def update(self) -> None:
         """As :meth:`helpers.teaching.widgets.base.StepWidget.update`, one at a time with a background check's result;
         a check under way is stopped first: it checks an answer no longer asked for."""
-        with self._lock:
+        with STEPS:
             self._asked += 1
             if self._check is not None:
                 self._check.cancel()
@@ -353,7 +353,7 @@ class FineTuneFit(StepWidget):
             super().update()
 
     def _on_change(self, change) -> None:
-        with self._lock:  # a background check's result sets a control quietly: wait until it has done so
+        with STEPS:  # a background check's result sets a control quietly: wait until it has done so
             super()._on_change(change)
 
     def wait_for_check(self, timeout: float | None = None) -> str:
