@@ -212,13 +212,29 @@ def largest_fit(estimate_at, lowest: int, highest: int, capacity: int, card: str
     n, seen = _search(estimate_at, lowest, highest, capacity, card, start)
     if confirm_at is None:
         return n, seen
-    for m in (n, n + 1):  # the answer and the size just beyond, traced concretely
+    n, seen, _ = confirm_fit(n, seen, confirm_at, lowest, highest, capacity, card, start)
+    return n, seen
+
+
+def confirm_fit(found: int, seen: dict[int, Estimate], confirm_at, lowest: int, highest: int, capacity: int,
+                card: str | None = None, start: int | None = None) -> tuple[int, dict[int, Estimate], bool]:
+    """``(n, estimates, same)``: :func:`largest_fit`'s answer ``found`` (with ``estimates`` ``seen``, searched without
+    ``confirm_at``) confirmed as :func:`largest_fit` confirms it: ``found`` and ``found + 1`` (those in the range)
+    estimated again by ``confirm_at`` (``n -> Estimate`` of a concrete trace); equal to ``seen``'s, the answer stands
+    (``same`` True; ``estimates`` a copy of ``seen`` holding the concrete ones); else the whole search is run again on
+    ``confirm_at`` alone, and its answer given (``same`` False).  What a widget runs after it has shown ``found``.
+
+    Raises:
+        ValueError: as ``confirm_at`` does.
+    """
+    seen = dict(seen)
+    for m in (found, found + 1):  # the answer and the size just beyond, traced concretely
         if lowest <= m <= highest:
             concrete = confirm_at(m)
             if seen.get(m) != concrete:
-                return _search(confirm_at, lowest, highest, capacity, card, start)
+                return (*_search(confirm_at, lowest, highest, capacity, card, start), False)
             seen[m] = concrete
-    return n, seen
+    return found, seen, True
 
 
 def _search(estimate_at, lowest: int, highest: int, capacity: int, card: str | None,

@@ -7,6 +7,8 @@ whole file traces about a dozen steps.
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from helpers import profile_step
@@ -195,3 +197,131 @@ def test_largest_fit_confirms_its_answer_with_two_concrete_estimates():
                               confirm_at=_affine(30 * 2**30, 2**28, confirmed))
     assert again == found and len(confirmed) > 2 and seen[found + 1] == _affine(30 * 2**30, 2**28, [])(found + 1)
     assert not judge(capacity, seen[found + 1].peak_bytes).fits
+
+
+# -- a search answered at once from a symbolic log, checked in the background (issue 50) ----------------------------
+NOTHING_FITS = 10 * 2**40  # bytes: what an injected "concrete trace" says, so that its search stops at once
+
+
+@pytest.fixture
+def as_if_evaluated(monkeypatch):
+    """Every profile the widget asks for counts as evaluated from a symbolic log, so that its searches are checked in
+    the background (the widget's rule, without the cost of a symbolic trace; :mod:`helpers.evaluated` has its tests)."""
+    import helpers.teaching.widgets.finetune as finetune
+
+    monkeypatch.setattr(finetune, "was_evaluated", lambda profile: True)
+
+
+def _nothing_fits_at(widget: FineTuneFit, seq: int):
+    """``widget.estimate_at`` with its concrete estimates at ``seq`` tokens replaced by one that fits no card: a
+    confirmation that differs."""
+    real = widget.estimate_at
+
+    def estimate_at(at_seq: int, batch_size: int, concrete: bool = False) -> Estimate:
+        if not concrete or at_seq != seq:
+            return real(at_seq, batch_size, concrete=concrete)
+        return Estimate(batch_size, NOTHING_FITS, where="backward")
+    return estimate_at
+
+
+def test_a_search_from_a_symbolic_log_is_shown_at_once_then_confirmed(as_if_evaluated):
+    w = _widget(method="full fine-tuning", seq=1024, question="largest batch")
+    shown = (w.largest, w.answer, w.result)
+    assert w.status == "checking" and w._check is not None
+    assert 'data-status="checking"' in w.view.value and "checking it with a concrete trace" in w.view.value
+    assert w.wait_for_check(120) == "confirmed" and w._check is None
+    assert (w.largest, w.answer, w.result) == shown and 'data-status="confirmed"' in w.view.value
+    assert w.largest_batch()[0] == w.largest  # today's answer, confirmed before it is given
+    assert w.summary().splitlines()[1].startswith("confirmed: concrete traces")
+
+
+def test_a_confirmation_that_differs_replaces_the_answer_and_says_so(as_if_evaluated):
+    w = _widget(method="full fine-tuning", seq=1024)
+    w.estimate_at = _nothing_fits_at(w, 1024)
+    w.question.value = "largest batch"
+    quick = w.largest
+    assert quick >= 2 and w.status == "checking"
+    assert w.wait_for_check(120) == "replaced"
+    concrete = largest_fit(lambda b: w.estimate_at(1024, b, concrete=True), 1, w.MAX_BATCH, GPU_CARDS["V100 16 GB"],
+                           "V100 16 GB", start=1)
+    assert w.largest == concrete[0] == 0 and w.answer.startswith("no batch fits V100 16 GB at 1,024 tokens")
+    said = w.status_text()
+    assert f"differed from the symbolic log's answer ({quick:,})" in said and html.escape(said) in w.view.value
+    assert w.batch_box.value == 1 and 'data-status="replaced"' in w.view.value
+
+
+def test_a_question_asked_during_a_check_gets_its_own_answer_and_the_stale_check_is_dropped(as_if_evaluated,
+                                                                                          monkeypatch):
+    """The first search's check is not stopped (``cancel`` made a no-op) and its result, which differs, is held (an
+    Event) until after the learner's next question: it must not show; the new question's own check shows."""
+    import threading
+
+    import helpers.teaching.widgets.finetune as finetune
+    from helpers.teaching.widgets.background import Background
+
+    gate = threading.Event()
+
+    class Held(Background):
+        def __init__(self, work, done):
+            def late(result, error):
+                gate.wait()
+                done(result, error)
+            super().__init__(work, late)
+
+    monkeypatch.setattr(Background, "cancel", lambda self: None)
+    monkeypatch.setattr(finetune, "Background", Held)
+    w = _widget(method="full fine-tuning", seq=1024)
+    w.estimate_at = _nothing_fits_at(w, 1024)
+    w.question.value = "largest batch"
+    stale = w._check
+    assert w.status == "checking" and stale is not None
+    w.seq.value = 512  # a new question while the first check runs
+    mine = (w.largest, w.answer)
+    assert w._check is not stale and w.answer.startswith("largest batch at 512 tokens") and w.status == "checking"
+    gate.set()
+    stale.join(120)
+    assert not stale.thread.is_alive() and w.wait_for_check(120) == "confirmed"
+    assert (w.largest, w.answer) == mine and w.seq.value == 512 and f'data-answer="{mine[0]}"' in w.view.value
+    assert w.largest == w.largest_batch()[0] > 0
+
+
+def test_a_change_stops_a_check_before_its_next_trace(as_if_evaluated):
+    """A stopped check does no more work and never shows; the widget stops its check at the learner's next change."""
+    import threading
+
+    from helpers.teaching.widgets.background import Background, Stopped
+
+    done, started, release = [], threading.Event(), threading.Event()
+
+    def work(check: Background) -> int:
+        started.set()
+        release.wait()
+        check.going()  # before the next trace
+        done.append("traced")
+        return 1
+
+    check = Background(work, lambda result, error: done.append("shown"))
+    started.wait()
+    check.cancel()
+    release.set()
+    check.join(60)
+    assert done == [] and not check.thread.is_alive()
+    w = _widget(method="full fine-tuning", seq=1024, question="largest batch")
+    first = w._check
+    w.seq.value = 512
+    with pytest.raises(Stopped):
+        first.going()
+    assert w._check is not first and w.wait_for_check(120) == "confirmed"
+
+
+def test_confirm_fit_is_largest_fits_confirmation():
+    """``largest_fit(..., confirm_at=)`` is the search on ``estimate_at``, then :func:`confirm_fit`: the same answer
+    whether the confirmation agrees (``same``) or not (the search again on ``confirm_at``)."""
+    from helpers.batch import confirm_fit
+
+    capacity = GPU_CARDS["H100 80 GB"]
+    for per in (2**28, 2**27):  # the confirmation agrees, then differs
+        quick = largest_fit(_affine(30 * 2**30, per, []), 1, 512, capacity)
+        both = largest_fit(_affine(30 * 2**30, per, []), 1, 512, capacity, confirm_at=_affine(30 * 2**30, 2**28, []))
+        n, seen, same = confirm_fit(*quick, _affine(30 * 2**30, 2**28, []), 1, 512, capacity)
+        assert (n, seen) == both and same == (per == 2**28) and (quick[0] == n) == same

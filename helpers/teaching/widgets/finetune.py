@@ -6,12 +6,14 @@ import html
 
 import ipywidgets as widgets
 
-from ...batch import Estimate, largest_fit, reserved_estimate
+from ...batch import Estimate, confirm_fit, largest_fit, reserved_estimate
+from ...evaluated import was_evaluated
 from ...config import StepConfig, check_int
 from ...gpus import CARD_48GB, GPU_CARDS  # CARD_48GB: also the lessons' name for it here
 from ...hf_config import SHIPPED, load_config
 from ...units import fmt_bytes
 from ..views import render
+from .background import STEPS, Background
 from .base import StepWidget, WatchedCurve
 
 #: What the view's "other" holds (:data:`helpers.record.CATEGORIES`' last): said under every figure it shows.
@@ -38,6 +40,13 @@ QUESTIONS = ("does it fit?", "largest batch", "longest sequence")
 LORA_RANKS = (8, 16, 32, 64, 128)
 #: The longest sequence is searched in steps of this many tokens.
 SEQ_STEP = 256
+#: What the view says under a search's answer found from a symbolic log (:attr:`FineTuneFit.status` -> words): while
+#: concrete traces check it in the background, and after.
+STATUS = {"checking": "found at once from the step's symbolic log; checking it with a concrete trace…",
+          "confirmed": "confirmed: concrete traces at the answer and one step beyond give the same figures",
+          "replaced": "a concrete trace differed from the symbolic log's answer ({old}): searched again with concrete "
+                      "traces, and this is their answer",
+          "failed": "not confirmed: the concrete trace that checks it stopped ({error})"}
 
 
 class FineTuneFit(StepWidget):
@@ -47,6 +56,14 @@ class FineTuneFit(StepWidget):
     batch" (at the sequence shown) and "longest sequence" (at the batch shown, in steps of :data:`SEQ_STEP` tokens) are
     found by :func:`helpers.batch.largest_fit` and shown in their control, disabled; once another question is asked,
     that control shows the learner's own value again, so that an answer never becomes the next question's setting.
+    A search whose answer (or the size just beyond) was evaluated from a symbolic log (:mod:`helpers.evaluated`) is
+    shown at once, marked :data:`STATUS` ``"checking"``, and confirmed by :func:`helpers.batch.confirm_fit`'s two
+    concrete traces on a thread (:class:`helpers.teaching.widgets.background.Background`): then marked
+    ``"confirmed"``, or replaced by the concrete search's answer and marked ``"replaced"``.  Each of its traces and
+    each update of the widget hold one lock (:data:`helpers.teaching.widgets.background.STEPS`); an update stops a
+    check under way before its next trace, and a check's result is shown only if no update came after it.  A question
+    asked while a check traces waits for that trace (not for the rest of the check).  Elsewhere (every size traced
+    concretely, a real GPU) the search is confirmed before it is shown, as :func:`helpers.batch.largest_fit` does.
     The LoRA rank, the adapters' dtype and DoRA are disabled under full fine-tuning, the k-bit preparation but under
     QLoRA. Sizes in GiB.
 
@@ -69,6 +86,7 @@ class FineTuneFit(StepWidget):
             batch_box, capacity, question, reserved: the controls; view, result, message: as in :class:`helpers.teaching.widgets.base.StepWidget`.
         answer, largest: the search's answer in words and its number (0: not even the smallest fits); "" and None
             for "does it fit?".
+        status: a key of :data:`STATUS` while or after a search's answer is checked in the background; else "".
 
     Raises:
         ValueError: for an initial value the controls cannot take, or a step :class:`StepConfig` refuses.
@@ -131,7 +149,10 @@ class FineTuneFit(StepWidget):
         self.batch_box.layout.width = "200px"  # the 110 px label and a box wide enough to show the number
         self.question = widgets.Dropdown(options=QUESTIONS, value=question, description="question", style=style)
         self.reserved = widgets.Checkbox(reserved, description="reserved (simulated allocator)", indent=False)
-        self.answer, self.largest = "", None
+        self.answer, self.largest, self.status, self._words = "", None, "", {}
+        self._check: Background | None = None  # the check under way
+        self._asked = 0  # how many updates so far: a check's result is shown only if none came after it
+        self._quick: set[tuple[int, int]] = set()  # (seq, batch) evaluated from a symbolic log, this search
         self._own: dict[str, int] = {}  # a search's control -> the learner's value while it shows the search's answer
         self.config()  # StepConfig checks the initial step
         controls = [self.model, self.method, self.lora_rank, self.adapters, self.dora, self.prepare_kbit,
@@ -175,24 +196,42 @@ class FineTuneFit(StepWidget):
             self._curves[key] = WatchedCurve(key, self._working)
         curve = self._curves[key]
         profile = curve.concrete(batch_size) if concrete else curve.trace(batch_size)
+        if not concrete and was_evaluated(profile):
+            self._quick.add((seq, batch_size))
         gpu = self.capacity.value
         return reserved_estimate(profile, self.capacities[gpu]) if self.reserved.value else Estimate.of(profile)
 
     def largest_batch(self) -> tuple[int, dict[int, Estimate]]:
-        """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`)."""
-        seq, gpu = self.seq.value, self.capacity.value
-        return largest_fit(lambda b: self.estimate_at(seq, b), 1, self.MAX_BATCH, self.capacities[gpu],
-                           gpu if gpu in GPU_CARDS else None, start=self.batch_box.value,
-                           confirm_at=lambda b: self.estimate_at(seq, b, concrete=True))
+        """The largest batch at the sequence shown, and the estimates judged (:func:`largest_fit`, confirmed)."""
+        return self._searched_now("largest batch")
 
     def longest_sequence(self) -> tuple[int, dict[int, Estimate]]:
-        """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged."""
-        batch, gpu = self.batch_box.value, self.capacity.value
-        steps, seen = largest_fit(lambda n: self.estimate_at(n * SEQ_STEP, batch), 1,
-                                  self._max_seq[self.model.value] // SEQ_STEP, self.capacities[gpu],
-                                  gpu if gpu in GPU_CARDS else None, start=self.seq.value // SEQ_STEP,
-                                  confirm_at=lambda n: self.estimate_at(n * SEQ_STEP, batch, concrete=True))
-        return steps * SEQ_STEP, {n * SEQ_STEP: e for n, e in seen.items()}
+        """The longest sequence at the batch shown (a multiple of :data:`SEQ_STEP`), and the estimates judged
+        (:func:`largest_fit`, confirmed)."""
+        return self._searched_now("longest sequence")
+
+    def _search(self, question: str) -> dict:
+        """:func:`largest_fit`'s arguments for ``question``, in its unit ``n`` (a batch size, or a sequence of
+        ``n * step`` tokens): ``at(n, concrete=False)``, the range, the start, the card; ``point(n)``: (seq, batch)."""
+        gpu = self.capacity.value
+        if question == "largest batch":
+            seq, top, start, step = self.seq.value, self.MAX_BATCH, self.batch_box.value, 1
+            point = lambda n: (seq, n)  # noqa: E731
+        else:
+            batch, step = self.batch_box.value, SEQ_STEP
+            top, start = self._max_seq[self.model.value] // SEQ_STEP, self.seq.value // SEQ_STEP
+            point = lambda n: (n * SEQ_STEP, batch)  # noqa: E731
+        return dict(at=lambda n, concrete=False: self.estimate_at(*point(n), concrete=concrete), lowest=1,
+                    highest=top, capacity=self.capacities[gpu], card=gpu if gpu in GPU_CARDS else None, start=start,
+                    point=point, step=step)
+
+    def _searched_now(self, question: str) -> tuple[int, dict[int, Estimate]]:
+        """``question``'s answer, confirmed before it is given (:func:`largest_fit` with ``confirm_at``), in tokens
+        or sequences."""
+        s = self._search(question)
+        n, seen = largest_fit(s["at"], s["lowest"], s["highest"], s["capacity"], s["card"], start=s["start"],
+                              confirm_at=lambda m: s["at"](m, concrete=True))
+        return n * s["step"], {m * s["step"]: e for m, e in seen.items()}
 
     def _searched(self) -> dict[str, widgets.BoundedIntText]:
         return {"largest batch": self.batch_box, "longest sequence": self.seq}
@@ -211,25 +250,65 @@ class FineTuneFit(StepWidget):
                     control.value = min(self._own.pop(asked), control.max)
                 finally:
                     self._quiet = False
-        self.answer, self.largest = "", None
-        gpu = self.capacity.value
+        self.answer, self.largest, self.status = "", None, ""
         if question == QUESTIONS[0]:
             super()._recompute()
             if self.result is not None and self.result.peak_bytes is not None:
                 self.view.value += OTHER_NOTE
             return
+        s = self._search(question)
+        self._quick = set()
         try:
-            if question == "largest batch":
-                found, seen = self.largest_batch()
-                lowest, step, what = 1, 1, f"largest batch at {self.seq.value:,} tokens"
-            else:
-                found, seen = self.longest_sequence()
-                lowest, step, what = SEQ_STEP, SEQ_STEP, f"longest sequence at batch {self.batch_box.value}"
+            found, seen = largest_fit(s["at"], s["lowest"], s["highest"], s["capacity"], s["card"], start=s["start"])
+            quick = {found, found + 1} & {n for n in seen if s["point"](n) in self._quick}
+            later = bool(quick) and not self.runtime.measured
+            if not later:  # confirmed now, as largest_fit does
+                found, seen, _ = confirm_fit(found, seen, lambda n: s["at"](n, concrete=True), s["lowest"],
+                                             s["highest"], s["capacity"], s["card"], s["start"])
         except ValueError as e:
             return self._refuse(e)
-        self.largest = found
-        shown = found or lowest
+        self._show(question, found, seen, s["step"], "checking" if later else "")
+        if later:
+            self._check_later(question, found, seen, s)
+
+    def _check_later(self, question: str, found: int, seen: dict[int, Estimate], s: dict) -> None:
+        """Confirm the search's answer (``found``, ``seen``; ``s``: :meth:`_search`'s) in the background
+        (:func:`helpers.batch.confirm_fit` on a thread, each trace under :data:`STEPS`), then show the result unless a
+        newer question came."""
+        asked = self._asked
+
+        def work(check: Background):
+            def concrete(n: int) -> Estimate:
+                with STEPS:
+                    check.going()
+                    return s["at"](n, concrete=True)
+            return confirm_fit(found, seen, concrete, s["lowest"], s["highest"], s["capacity"], s["card"], s["start"])
+
+        def done(result, error: str | None) -> None:
+            with STEPS:
+                if asked != self._asked:  # a newer question is on display: this check's result is not wanted
+                    return
+                self._check = None
+                if error is not None:
+                    return self._show(question, found, seen, s["step"], "failed", error=error)
+                n, again, same = result
+                self._show(question, n, again, s["step"], "confirmed" if same else "replaced",
+                           old=f"{found * s['step']:,}")
+
+        self._check = Background(work, done)
+
+    def _show(self, question: str, found: int, seen: dict[int, Estimate], step: int, status: str, **words) -> None:
+        """Show a search's answer: ``found`` and the estimates ``seen`` in the search's unit of ``step`` tokens or
+        sequences, ``status`` a key of :data:`STATUS` (or ""), its words filled with ``words``."""
+        gpu = self.capacity.value
+        found, seen = found * step, {n * step: e for n, e in seen.items()}
+        self.largest, self.status, self._words = found, status, words
+        shown = found or step
         capacity = self.capacities[gpu]
+        if question == "largest batch":
+            what = f"largest batch at {self.seq.value:,} tokens"
+        else:
+            what = f"longest sequence at batch {self.batch_box.value}"
         if found:
             self.answer = f"{what} that fits {gpu}: {found:,}"
             if question == "longest sequence" and found == self._max_seq[self.model.value] // SEQ_STEP * SEQ_STEP:
@@ -254,7 +333,35 @@ class FineTuneFit(StepWidget):
         self.message, view = render(self.result, gpu, capacity, False, self.UNIT)
         head = (f'<div class="gm-answer" data-question="{html.escape(question)}" data-answer="{found}" '
                 f'style="font-weight:bold;margin-bottom:4px">{html.escape(self.answer)}</div>')
+        if status:
+            head += (f'<div class="gm-status" data-status="{status}" style="font-style:italic;color:#555;'
+                     f'margin-bottom:4px">{html.escape(self.status_text())}</div>')
         self.view.value = head + view + OTHER_NOTE
+
+    def status_text(self) -> str:
+        """:attr:`status` in words (:data:`STATUS`), or "" when the answer on display needs no check."""
+        return STATUS[self.status].format(**self._words) if self.status else ""
+
+    def update(self) -> None:
+        """As :meth:`helpers.teaching.widgets.base.StepWidget.update`, one at a time with a background check's result;
+        a check under way is stopped first: it checks an answer no longer asked for."""
+        with STEPS:
+            self._asked += 1
+            if self._check is not None:
+                self._check.cancel()
+                self._check = None
+            super().update()
+
+    def _on_change(self, change) -> None:
+        with STEPS:  # a background check's result sets a control quietly: wait until it has done so
+            super()._on_change(change)
+
+    def wait_for_check(self, timeout: float | None = None) -> str:
+        """Wait for the check under way, if any (at most ``timeout`` seconds), and return :attr:`status`."""
+        check = self._check
+        if check is not None:
+            check.join(timeout)
+        return self.status
 
     def _beyond(self, need: int | None, capacity: int) -> str:
         """What a step that does not fit needs, and by how much it passes ``capacity``: in MiB where the widget's
@@ -266,6 +373,9 @@ class FineTuneFit(StepWidget):
                 f"than the card's {fmt_bytes(capacity, self.UNIT, grouped=True)}")
 
     def summary(self) -> str:
-        """The answer (if a search was asked), the verdict, then bytes by category, as text."""
+        """The answer (if a search was asked) and its check's status (if any), the verdict, then bytes by category,
+        as text."""
         text = super().summary()
+        if self.status:
+            text = f"{self.status_text()}\n{text}"
         return f"{self.answer}\n{text}" if self.answer else text
