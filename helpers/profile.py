@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import os
 import statistics
+import threading
 import time
 import types
 from typing import Any, Hashable
@@ -91,8 +92,9 @@ def profile_step(model="resnet18", batch_size: int = 128, image_size: int = 224,
         raise ValueError("frozen=True is a model served, not trained: profile_step traces a training step (see "
                          "helpers.generation.generation_memory and helpers.serving.vllm_startup)")
     key = _kept_key(config)
-    kept = recall(key)
-    return kept if kept is not None else keep(key, obtain(config))
+    with STEPS:
+        kept = recall(key)
+        return kept if kept is not None else keep(key, obtain(config))
 
 
 # -- the one decision -------------------------------------------------------------------------------
@@ -103,23 +105,24 @@ def obtain(config: StepConfig, spec: ModelSpec | None = None, evaluate: bool = T
     Raises:
         ValueError, DoesNotFit: as :func:`profile_step`.
     """
-    spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
-    evaluable = evaluate and _kept_key(config) is not None  # an answer that may be kept
-    if evaluable:  # 1. evaluated: from a kept symbolic log, or one traced now where it repays
-        many = _MANY[0] > 0
-        answer = evaluated.answer(config, spec, many=many, new_traces=EVALUATE or many)
-        if answer is not None:
-            return answer
-    with collector_paused():  # also while the step is written
-        written, note = depth.write(config, spec)  # 2. written from two shallow traces; else the note says why not
-        if written is not None:
-            profile = profile_of_log(written.log, written.storages, written.markers, written.like, config=config,
-                                     model=spec.name, parameter_count=written.parameter_count,
-                                     paged_bytes=written.paged_bytes, depth_note=f"written exactly from its steps "
-                                     f"with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks (helpers.depth)")
-    if written is None:  # 3. traced in full
-        profile = _traced(config, spec, note)
-    return evaluated.remember(config, profile) if evaluable else profile
+    with STEPS:  # one step at a time in the process
+        spec = spec if spec is not None else resolve_model(config.model, config.num_classes, config.name)
+        evaluable = evaluate and _kept_key(config) is not None  # an answer that may be kept
+        if evaluable:  # 1. evaluated: from a kept symbolic log, or one traced now where it repays
+            many = _MANY[0] > 0
+            answer = evaluated.answer(config, spec, many=many, new_traces=EVALUATE or many)
+            if answer is not None:
+                return answer
+        with collector_paused():  # also while the step is written
+            written, note = depth.write(config, spec)  # 2. written from two shallow traces; else the note says why not
+            if written is not None:
+                profile = profile_of_log(written.log, written.storages, written.markers, written.like, config=config,
+                                         model=spec.name, parameter_count=written.parameter_count,
+                                         paged_bytes=written.paged_bytes, depth_note=f"written exactly from its steps "
+                                         f"with {depth.DEPTHS[0]} and {depth.DEPTHS[1]} blocks (helpers.depth)")
+        if written is None:  # 3. traced in full
+            profile = _traced(config, spec, note)
+        return evaluated.remember(config, profile) if evaluable else profile
 
 
 _MANY = [0]  # how many many_points() blocks are open
@@ -149,10 +152,11 @@ def concrete_step(config: StepConfig) -> StepProfile:
     Raises:
         ValueError, DoesNotFit: as :func:`profile_step`.
     """
-    kept = recall(_kept_key(config))
-    if kept is not None and not evaluated.was_evaluated(kept):
-        return kept
-    return obtain_concrete(config)
+    with STEPS:
+        kept = recall(_kept_key(config))
+        if kept is not None and not evaluated.was_evaluated(kept):
+            return kept
+        return obtain_concrete(config)
 
 
 def obtain_concrete(config: StepConfig, spec: ModelSpec | None = None) -> StepProfile:
@@ -201,6 +205,13 @@ def _traced(config: StepConfig, spec: ModelSpec, note: str | None) -> StepProfil
 #: 93 -> 100 s; before that rule (the symbolic trace at the second point), 09 222 -> 322 s, 01 53 -> 59 s, 08
 #: 50 -> 50 s (issue 50).  Set ``helpers.profile.EVALUATE = True`` to use it everywhere.
 EVALUATE = False
+#: One question at a time in a process.  A widget's work after it has answered (a search's confirming traces, on a
+#: thread: :mod:`helpers.teaching.widgets.background`) and the learner's next cell may ask for steps from two threads,
+#: while the profile layer, the symbolic logs and the engine keep process-wide state during a step (the kept answers
+#: below and in :mod:`helpers.evaluated`, autocast's and ``torch.compile``'s stand-ins, the cycle collector paused):
+#: :func:`profile_step`, :func:`concrete_step` and :func:`obtain` each hold this lock, and a thread that asks
+#: meanwhile waits for the step in progress.
+STEPS = threading.RLock()
 #: How many answers a process keeps, the least recently used dropped first (an 8B step's profile is about 20 MiB):
 #: a widget's search, or a later cell, that asks for a step again gets it at once.  Keys are tuples whose first item
 #: names the question: ``("profile_step", config)``, ``("vllm profile run", ...)`` (:mod:`helpers.serving`).

@@ -19,8 +19,11 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-#: The one lock under which a widget's questions and its background work trace steps, one at a time.
-STEPS = threading.RLock()
+from ... import profile
+
+#: The one lock under which a widget's questions and its background work trace steps, one at a time: the profile
+#: layer's own (:data:`helpers.profile.STEPS`), so that a learner's cell that asks for a step meanwhile waits too.
+STEPS = profile.STEPS
 
 
 class Stopped(Exception):
