@@ -209,8 +209,8 @@ EVALUATE = False
 #: thread: :mod:`helpers.teaching.widgets.background`) and the learner's next cell may ask for steps from two threads,
 #: while the profile layer, the symbolic logs and the engine keep process-wide state during a step (the kept answers
 #: below and in :mod:`helpers.evaluated`, autocast's and ``torch.compile``'s stand-ins, the cycle collector paused):
-#: :func:`profile_step`, :func:`concrete_step` and :func:`obtain` each hold this lock, and a thread that asks
-#: meanwhile waits for the step in progress.
+#: :func:`profile_step`, :func:`concrete_step`, :func:`obtain` and vLLM's profile runs (:mod:`helpers.serving`) each
+#: hold this lock, and a thread that asks meanwhile waits for the step in progress.
 STEPS = threading.RLock()
 #: How many answers a process keeps, the least recently used dropped first (an 8B step's profile is about 20 MiB):
 #: a widget's search, or a later cell, that asks for a step again gets it at once.  Keys are tuples whose first item

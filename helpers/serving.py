@@ -35,7 +35,7 @@ from .errors import first_line
 from .formats import BY_FORMULA, FOR_SERVING, INT4_GROUP, WEIGHT_FORMATS
 from .gpus import CARD_48GB, GPU_CARDS, GPU_SPECS, SIMULATED_GPU
 from .hf_config import FOR_LOGS, SHIPPED, config_label, load_config
-from .profile import keep, recall
+from .profile import STEPS, keep, recall
 from .units import GiB
 from .vllm_kv import VERSION as GROUPS_VERSION
 from .vllm_kv import KVGroups, attention_shape
@@ -579,11 +579,13 @@ def _profile_run(model, label: str, dtype: str, weights_format: tuple[str, bool]
     every time, nothing in them is random)."""
     key = (("vllm profile run", model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, version)
            if isinstance(model, str) else None)
-    run = recall(key)
-    if run is None:
-        run = profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split, v0=version == "0.6.5")
-        keep(key, run)
-    return run
+    with STEPS:  # one step at a time in the process (helpers.profile.STEPS)
+        run = recall(key)
+        if run is None:
+            run = profile_run(model, label, dtype, weights_format, tokens, num_reqs, num_sm, split,
+                              v0=version == "0.6.5")
+            keep(key, run)
+        return run
 
 
 def sm_count(gpu: str, total: int) -> int:
