@@ -289,7 +289,7 @@ def test_a_change_stops_a_check_before_its_next_trace(as_if_evaluated):
     """A stopped check does no more work and never shows; the widget stops its check at the learner's next change."""
     import threading
 
-    from helpers.teaching.widgets.background import Background, Stopped
+    from helpers.teaching.widgets.background import STEPS, Background, Stopped
 
     done, started, release = [], threading.Event(), threading.Event()
 
@@ -306,9 +306,11 @@ def test_a_change_stops_a_check_before_its_next_trace(as_if_evaluated):
     release.set()
     check.join(60)
     assert done == [] and not check.thread.is_alive()
-    w = _widget(method="full fine-tuning", seq=1024, question="largest batch")
-    first = w._check
-    w.seq.value = 512
+    with STEPS:  # held here, the widget's check cannot begin its first trace before the learner's change
+        w = _widget(method="full fine-tuning", seq=1024, question="largest batch")
+        first = w._check
+        assert first is not None and first.thread.is_alive()
+        w.seq.value = 512
     with pytest.raises(Stopped):
         first.going()
     assert w._check is not first and w.wait_for_check(120) == "confirmed"
