@@ -213,7 +213,7 @@ fit
 # assert pp4.kv_tokens - tp[4].kv_tokens == 10_928 and pp4.non_torch_bytes < tp[4].non_torch_bytes / 30
 # ```
 #
-# The last stage decides: it holds 20 layers and the LM head, 33.83 GiB, and its profile run is the sampler's beside the two buffers its input arrives in, 2.17 GiB, as in section 1's second stage; it has 28,836 blocks of its own, where the middle stages, without the embedding or the head, have 30,623. Every GPU keeps 461,376 tokens, 10,928 more than tensor-parallel 4's 450,448, although the weights per GPU are about the same: without tensor parallelism there is no all-reduce, and vLLM v0.19.0 logged 0.07 GiB of non-torch memory for pipeline stages, not 2.13 GiB. The layouts then differ in speed, not memory: four stages pass each token through four GPUs one after another.
+# The last stage decides: it holds 20 layers and the LM head, 33.83 GiB, and its profile run is the sampler's beside the two buffers its input arrives in, 2.17 GiB, as in section 1's second stage; it has 28,836 blocks of its own, where the middle stages, without the embedding or the head, have 30,623. Every GPU keeps 461,376 tokens, 10,928 more than tensor-parallel 4's 450,448, although the weights per GPU are about the same: without tensor parallelism there is no all-reduce, and vLLM v0.19.0 logged 0.07 GiB of non-torch memory for pipeline stages, not 2.13 GiB. Beyond that, the layouts differ in speed: four stages pass each token through four GPUs one after another.
 # </details>
 #
 # ## Key points
