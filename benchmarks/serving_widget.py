@@ -1,4 +1,4 @@
-"""How fast lesson 10's serving widget answers (issue 35): one control changed at a time.
+"""How fast lesson 10b's serving widget answers (issue 35): one control changed at a time.
 
 Builds ``ServingFit()`` (Llama-3.1 8B in bfloat16 on the H100 80 GB, its whole context, vLLM's default budget; the
 first update also imports transformers and traces the profile run, and is reported apart), then changes one control at

@@ -1,5 +1,5 @@
 """How vLLM splits a model across GPUs: tensor parallelism (heads, widths and the vocabulary cut across the ranks of
-a stage) and pipeline parallelism (layers cut into stages), read in vLLM v0.19.0's source (lesson 10).
+a stage) and pipeline parallelism (layers cut into stages), read in vLLM v0.19.0's source (lesson 10b, section 1).
 
 :func:`rank_config` writes the Hugging Face config of what one rank holds, so that the engine traces that rank's
 weights and profile run as it traces a whole model on one card (:func:`helpers.serving.vllm_startup`).  Each rule

@@ -28,7 +28,7 @@ its own here), serve every check:
    judged by ``helpers.batch.Estimate.verdict`` (the widgets' rule).  A change that traces must first show the
    "updating..." state, which must then go.  Screenshots
    ``test-artifacts/widget_<lesson>.png`` (and ``..._updating.png`` while it
-   works, when caught).  Lesson 10's ``ServingFit`` answers with vLLM's
+   works, when caught).  Lesson 10b's ``ServingFit`` answers with vLLM's
    start-up account instead of a step: its batch-budget menu (a new profile
    run, "updating...") and then its context menu (arithmetic, at once) change,
    and the account it shows must be ``helpers.serving.vllm_startup``'s for the
@@ -715,7 +715,7 @@ def _direct_startup(controls: dict):
 @pytest.mark.parametrize("path, index", [(p, i) for p, i, c in WIDGETS if c == "ServingFit"],
                          ids=lambda v: getattr(v, "stem", str(v)).split("_")[0])
 def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, index):
-    """Lesson 10's widget: the batch-budget menu on 16,384 tokens (a new profile run: "updating..." must show), then
+    """Lesson 10b's widget: the batch-budget menu on 16,384 tokens (a new profile run: "updating..." must show), then
     the context menu on 8,192 tokens (vLLM's arithmetic on the kept run), or 4,096 where the lesson shows those
     already, then the GPUs menu on 2 (one GPU's shard: a new profile run, "updating..." again); each account shown is ``vllm_startup``'s for the options its controls show, its answer
     :func:`helpers.teaching.views.startup_answer`'s; no control's label is cut (:data:`_CUT_LABELS`)."""

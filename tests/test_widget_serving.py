@@ -1,4 +1,4 @@
-"""Lesson 10's widget, ServingFit: its figures are vllm_startup's for the options its controls show (the widget
+"""Lesson 10b's widget, ServingFit: its figures are vllm_startup's for the options its controls show (the widget
 computes nothing of its own), a refusal is vLLM's own line, and its view changes through traits.
 
 Most tests use SmolLM2-135M (a shipped config), whose profile runs trace in a fraction of a second; the refusals

@@ -1,4 +1,4 @@
-"""Lesson 10's widget: how many requests fit at once in the KV cache that vLLM leaves on one GPU, or on each of the
+"""Lesson 10b's widget: how many requests fit at once in the KV cache that vLLM leaves on one GPU, or on each of the
 GPUs that tensor parallelism spreads a model over?
 
 Every figure is :func:`helpers.serving.vllm_startup`'s: the widget turns its controls into that function's options
@@ -64,7 +64,7 @@ def context_options(model: str) -> tuple[int, ...]:
 
 
 class ServingFit(StepWidget):
-    """Lesson 10's widget: vLLM's start-up account of one model on one GPU or per GPU over several, and how many
+    """Lesson 10b's widget: vLLM's start-up account of one model on one GPU or per GPU over several, and how many
     requests fit at once.
 
     The controls are ``vllm serve``'s options: the model (:func:`serving_models`), its weights (a dtype, or
