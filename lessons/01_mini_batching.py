@@ -401,7 +401,7 @@ except DoesNotFit:
 # VGG16 has 138 million parameters (ResNet18 has 11.7 million), so its M0 is far larger, about 2 GiB against ResNet18's 136 MiB with Adam: parameters (528 MiB) and Adam's two moments (1,056 MiB), most of them in the first fully connected layer (25088 × 4096 weights), plus the gradients already computed at the peak. Its activations per image are also larger, about 70 MiB against 21 MiB (VGG keeps 64 channels at full 224 × 224 resolution for two convolutions, where ResNet18 downsamples at once). Its largest batch on an RTX 4090 is about 300, against about 1,100 for ResNet18 (section 3's table).
 # </details>
 #
-## Key points
+# ## Key points
 #
 # - Mini-batches trade gradient noise (which falls as 1/b) against the number of updates per epoch and the use of parallel hardware; with the same learning rate, small batches learn more per epoch, large ones more per update.
 # - The peak memory of a training step is affine in the batch size once one moment of the step dominates: **M(b) = M0 + b·m**, with M0 the model state alive at the peak (parameters, gradients, optimizer states) and m the activations of one sample. For ResNet18 at 224 × 224, m is about 21 MiB per image.

@@ -17,7 +17,8 @@ Left out of :data:`WAY`, by name: the engine (``engine/``, ``allocator/``) and t
 ``symbolic_sizes.py``), which PyTorch's dispatch enters at every operation: they are the counted bytes, the end of the
 way; ``models/`` and ``techniques/``, the model's and the recipe's own code, entered by the step as it runs, layer by
 layer; and the leaves that read a log or check an option and call nothing above them (``record.py``, ``written.py``,
-``config.py``, ``units.py`` and the other foundations).
+``config.py``, ``units.py`` and the other foundations; ``symbolic_scope.py``, which says which configurations one
+symbolic log answers).
 """
 
 import sys
@@ -91,8 +92,8 @@ def test_a_written_step_then_one_evaluated_each_go_down(fresh):
     with profile.many_points():
         written, note = ask(curve, 2)
         assert note == "written exactly from its steps with 6 and 7 blocks (helpers.depth)", note
-        assert written == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "traced.py", "step.py",
-                           "traced.py", "step.py", "evaluated.py", "symbolic.py"]
+        assert written == ["profile.py", "evaluated.py", "depth.py", "traced.py", "step.py", "traced.py", "step.py",
+                           "evaluated.py"]
         traced, note = ask(curve, 3)
         assert note.endswith("traced once with symbolic sizes; evaluated at batch 3, sequence 16 (helpers.symbolic)")
         assert traced == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "traced.py", "step.py",
@@ -108,8 +109,8 @@ def test_a_step_traced_in_full_then_evaluated_goes_down(fresh):
     curve = PeakCurve("mlp", device="simulated")
     with profile.many_points():
         traced, note = ask(curve, 2)
-        assert note == "" and traced == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "step.py",
-                                         "traced.py", "step.py", "evaluated.py", "symbolic.py"]
+        assert note == "" and traced == ["profile.py", "evaluated.py", "depth.py", "step.py", "traced.py", "step.py",
+                                         "evaluated.py"]
         symbolic, note = ask(curve, 3)
         assert note == "traced once with symbolic sizes; evaluated at batch 3 (helpers.symbolic)", note
         assert symbolic == ["profile.py", "evaluated.py", "symbolic.py", "depth.py", "traced.py", "step.py",
