@@ -25,7 +25,7 @@
 # - Replay a whole training step through that model: peak allocated, peak reserved and the segments asked for, for ResNet18 and GPT-2.
 # - Measure what `del` and `empty_cache()` change in a training loop, and what emptying the cache costs.
 #
-# **Time:** TIME_LINE. **GPU:** not needed (the allocator is simulated; lesson 06a, section 3, shows a real one beside it).
+# **Time:** about 50 minutes alone. **GPU:** not needed (the allocator is simulated; lesson 06a, section 3, shows a real one beside it).
 #
 # Lessons 01 (allocated versus reserved, the out-of-memory message) and 03 (one step, event by event) come first.
 
@@ -35,16 +35,12 @@
 # %%
 # %matplotlib inline
 import torch
-from torch import nn
 
-from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
+from helpers import CUDA_CONTEXT_BYTES, CUDA_OVERHEAD_BYTES, MiB, fmt_bytes, profile_step
 from helpers.gpus import CACHE_ALLOWANCE_BYTES, COMPUTE_CAPABILITY, cublas_workspace_bytes, unseen_lines
-from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
-                               smallest_capacity)
-from helpers.teaching.plots import (plot_memory_map, plot_recorded_runs, plot_reserved, plot_reserved_bars,
-                                    recorded_excess, recorded_label)
-from helpers.teaching.reference import load_reference, reference_report
-from helpers.teaching.widgets import MemoryExplorer
+from helpers.allocator import CachingAllocator, replay
+from helpers.teaching.plots import plot_reserved, plot_reserved_bars
+from helpers.teaching.reference import load_reference
 
 _ = torch.manual_seed(0)
 

@@ -13,10 +13,58 @@
 # ---
 
 # %% [markdown]
-# PART2_HEADER
+# # 06a · Fragmentation and reserved memory: segments over time, a real GPU, and will it fit
+#
+# **Questions**
+# - How can a GPU run out of memory with gigabytes "reserved but unallocated", and what do `expandable_segments` and `max_split_size_mb` do about it?
+# - Where in the allocator's segments do a step's tensors sit, step after step, and what keeps a segment from being given back?
+# - How close is the allocator model to a real GPU's reserved memory, and what does it miss?
+#
+# **Objectives**
+# - Produce an out-of-memory error with free memory left, in numbers, and measure what the allocator's settings change, for a toy and for a batch that grows every step.
+# - Draw the segments and blocks of a step, simulated here, and from `torch.cuda.memory._snapshot()` on a GPU with the same function.
+# - Compare the model's peaks with 31 steps recorded on an H200, and replay the GPU's own traces through it.
+# - Judge a step by its reserved peak with the batch-size widget.
+#
+# **Time:** about 50 minutes alone. **GPU:** not needed (the allocator is simulated; on a GPU, section 3 records the real one beside it).
+#
+# Read lesson 06 first: this lesson continues with its model of the caching allocator (`CachingAllocator`, `replay`), its rules for segments and blocks, and its ResNet18 step replayed over two steps.
 
 # %% [markdown]
-# ## 4. Fragmentation: out of memory with memory free
+# ## Setup
+
+# %%
+# %matplotlib inline
+import torch
+from torch import nn
+
+from helpers import GPU_CARDS, Meter, MiB, fmt_bytes, profile_step
+from helpers.allocator import (AllocatorOutOfMemory, CachingAllocator, replay, replay_on_gpu,
+                               smallest_capacity)
+from helpers.teaching.plots import plot_memory_map, plot_recorded_runs, recorded_excess, recorded_label
+from helpers.teaching.reference import load_reference, reference_report
+from helpers.teaching.widgets import MemoryExplorer
+
+_ = torch.manual_seed(0)
+
+# %% tags=["nbval-ignore-output"] nbval_reason="versions and devices differ between machines"
+print(f"torch {torch.__version__}, GPU: {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
+
+# %% [markdown]
+# Recomputed from lesson 06 with `profile_step` and `replay`: the ResNet18 step of its section 2 (batch 128, SGD with momentum, a first step and the traced one: `step`), replayed through the allocator model with the default settings (`run`), and where the second step starts in the log (`second`):
+
+# %%
+step = profile_step("resnet18", 128, device="simulated", steady_state=True)
+run = replay(step.allocation_log)
+second = step.events[0].log_position
+print(f"ResNet18, batch 128: peak allocated {fmt_bytes(run.peak_allocated)}, peak reserved {fmt_bytes(run.peak_reserved)} "
+      f"({(run.peak_reserved - run.peak_allocated) / 2**30:.1f} GiB more); segments asked for: "
+      f"{run.segments_opened(0, second)} in the first step, {run.segments_opened(second)} in the second")
+assert run.peak_reserved == 4152 * MiB and round((run.peak_reserved - run.peak_allocated) / 2**30, 1) == 1.3
+assert run.segments_opened(0, second) == 62 and run.segments_opened(second) == 0
+
+# %% [markdown]
+# ## 1. Fragmentation: out of memory with memory free
 #
 # The ZeRO paper (Rajbhandari et al., section 3.2) reports "significant memory fragmentation when training very large models", with out-of-memory errors "with over 30% of memory still available in some extreme cases"; its section 6.3 traces it to short-lived tensors interleaved with long-lived ones (discarded and checkpointed activations in the forward pass, activation and parameter gradients in the backward pass). The allocator's rules are enough to produce such an error. A GPU on which the allocator may reserve 1024 MiB: one 1000 MiB tensor is allocated and freed (its segment stays cached), then ten tensors of 98 MiB take consecutive blocks of that segment, and every second one is freed. Then a 150 MiB tensor is asked for.
 
@@ -43,7 +91,7 @@ print(f"reserved {fmt_bytes(error.reserved)}, allocated {fmt_bytes(error.allocat
 assert (error.reserved, error.allocated, error.largest_free) == (1000 * MiB, 490 * MiB, 98 * MiB)
 
 # %% [markdown]
-# 510 MiB are free, 51% of what is reserved, and a 150 MiB tensor cannot be placed: no free block is large enough, the segment cannot be given back because five live blocks pin it, and a new 150 MiB segment would take the reserved memory past the limit. The allocator tried the last resort first (it freed every cached segment with nothing in it, and retried), then raised. Every number of the message is in the figure of a real one (lesson 01): *reserved by PyTorch but unallocated* is large, and it is in pieces.
+# 510 MiB are free, 51% of what is reserved, and a 150 MiB tensor cannot be placed: no free block is large enough, the segment cannot be given back because five live blocks pin it, and a new 150 MiB segment would take the reserved memory past the limit. The allocator tried the last resort first (it freed every cached segment with nothing in it, and retried), then raised. Every number of the message is in the figure of a real one (lesson 01b): *reserved by PyTorch but unallocated* is large, and it is in pieces.
 #
 # Two settings of `PYTORCH_CUDA_ALLOC_CONF` change this:
 #
@@ -107,20 +155,20 @@ assert need[""] > need["expandable_segments:True"] > floor and need["max_split_s
 #
 # - **Without memory pressure the cache only grows.** With the default settings, the model's reserved memory climbs to over ten times what the tensors ever need, because each step's slightly larger tensors open new segments and the old ones are kept. On a GPU the same rules fill the card: the allocator gives cached memory back only when a `cudaMalloc` fails.
 # - **Under pressure it costs time, then memory.** On a GPU just large enough, the allocator runs out, empties its cache (a device synchronisation) and retries: the *cache flushes* above, `num_alloc_retries` in `torch.cuda.memory_stats()`. Below that size, fragmentation turns into an out-of-memory error although the tensors alone would fit.
-# - **`expandable_segments:True` keeps reserved memory near the tensors' peak** (without a limit, 642 MiB against the defaults' gigabytes) and needs no flushes; its 20 MiB pages cost a little at the margin. `max_split_size_mb` saves memory here but flushes the cache more. If your input shapes vary, try `expandable_segments:True` first, or make the shapes constant (exercise 2).
+# - **`expandable_segments:True` keeps reserved memory near the tensors' peak** (without a limit, 642 MiB against the defaults' gigabytes) and needs no flushes; its 20 MiB pages cost a little at the margin. `max_split_size_mb` saves memory here but flushes the cache more. If your input shapes vary, try `expandable_segments:True` first, or make the shapes constant (exercise 1).
 #
-# ## 5. A picture of segments and blocks over time
+# ## 2. A picture of segments and blocks over time
 #
-# PyTorch's memory snapshot viewer (https://pytorch.org/memory_viz) draws the allocator's state from a GPU recording. `plot_memory_map` draws the same kind of picture offline, from the model's trace of the ResNet18 step of section 2: time runs left to right over both steps; each segment is a band of addresses (light grey: reserved but free); coloured bars are the tensors' blocks, by category (the first step's tensors, which the engine does not label, in sky blue). Parameters, gradients and optimizer states are drawn at least a few pixels high so that small ones can be seen; only their heights are not to scale.
+# PyTorch's memory snapshot viewer (https://pytorch.org/memory_viz) draws the allocator's state from a GPU recording. `plot_memory_map` draws the same kind of picture offline, from the model's trace of lesson 06's ResNet18 step, recomputed in the Setup (`run`): time runs left to right over both steps; each segment is a band of addresses (light grey: reserved but free); coloured bars are the tensors' blocks, by category (the first step's tensors, which the engine does not label, in sky blue). Parameters, gradients and optimizer states are drawn at least a few pixels high so that small ones can be seen; only their heights are not to scale.
 
 # %%
 plot_memory_map(run.allocator.trace, step.categories_by_serial(), first_step_until=run.trace_position(second),
                 title="ResNet18, batch 128: segments and blocks over two steps (allocator model, defaults)")
 
 # %% [markdown]
-# Look at the reddish-purple bars in the upper segments: they are momentum buffers, and they pin segments that are otherwise free. Read the map from left to right. The parameters (blue, at the bottom) were placed before the first step. The first step's forward pass opens segment after segment for the activations it keeps (sky blue, rising), and its backward pass opens more, near the top: gradients of activations (grey, "other") that fit none of the blocks freed so far. The momentum buffers, created by the first `optimizer.step()`, landed in free blocks of those segments and stay there for the rest of training: long-lived tensors between short-lived ones are what pins a segment (section 4). In the second step every tensor (activations in green) finds a place in a segment the first step opened, and the top segments stay almost empty: most of section 2's 1.3 GiB of reserved but unallocated memory.
+# Look at the reddish-purple bars in the upper segments: they are momentum buffers, and they pin segments that are otherwise free. Read the map from left to right. The parameters (blue, at the bottom) were placed before the first step. The first step's forward pass opens segment after segment for the activations it keeps (sky blue, rising), and its backward pass opens more, near the top: gradients of activations (grey, "other") that fit none of the blocks freed so far. The momentum buffers, created by the first `optimizer.step()`, landed in free blocks of those segments and stay there for the rest of training: long-lived tensors between short-lived ones are what pins a segment (section 1). In the second step every tensor (activations in green) finds a place in a segment the first step opened, and the top segments stay almost empty: most of the 1.3 GiB of reserved but unallocated memory at the peak (the Setup's line).
 #
-# ## 6. On a real GPU
+# ## 3. On a real GPU
 #
 # On a GPU, the next cell records the real allocator's history for the same step (`torch.cuda.memory._record_memory_history()`), draws its `_snapshot()` with the same function, and replays the allocation log of that very run through the model to compare the peaks. Without a GPU it says so and does nothing; its output is not checked (it depends on the GPU).
 
@@ -143,7 +191,7 @@ if torch.cuda.is_available():
     display(plot_memory_map(snap["device_traces"][0], segments=snap["segments"],
                             title=f"ResNet18, batch 128, on {torch.cuda.get_device_name(0)} (recorded)"))
 else:
-    print("no GPU here: the real allocator cannot be recorded (section 5 shows the simulated one)")
+    print("no GPU here: the real allocator cannot be recorded (section 2 shows the simulated one)")
 
 # %% [markdown]
 # This course's recording on a GPU (`make gpu-reference`, lesson 00): each step's peaks on the GPU, allocated and reserved, beside the simulated ones. A simulated reserved figure is a claim about a GPU: this is where it is checked, over every recorded step.
@@ -226,9 +274,9 @@ if runs:
 # The Llama step's attention backward takes a 64.25 MiB block in each of its 32 layers (lesson 06b names the kernel), and the vision transformers' attention backward makes allocations that no simulated tensor matches, hundreds of MiB of them. Yet GPT-2's and Llama's peak reserved is the simulated figure to within a few percent, and Llama's is below it: those blocks found room in blocks the cache already held, so reserved memory did not grow for them. A kernel's own memory raises reserved memory only when it finds no free block large enough, as a convolution's workspace often does; and on a fuller card it is memory the margin must cover.
 
 # %% [markdown]
-# ## 7. Does it fit, with reserved memory?
+# ## 4. Does it fit, with reserved memory?
 #
-# The batch-size widget of lesson 01b has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context (section 1), and the verdict comes from the allocator (which flushes its cache and retries before it gives up) instead of the assumed 512 MiB cache allowance. The label of every verdict says which of the two it judged.
+# The batch-size widget of lesson 01b has a *reserved* toggle: with it, each step is replayed through the allocator model on the chosen card, with room left for the assumed CUDA context (lesson 06, section 1), and the verdict comes from the allocator (which flushes its cache and retries before it gives up) instead of the assumed 512 MiB cache allowance. The label of every verdict says which of the two it judged.
 
 # %%
 explorer = MemoryExplorer("resnet18", batch_size=128, max_batch_size=256, reserved=True, device="simulated")
@@ -242,7 +290,7 @@ explorer
 #
 # ## Exercises
 #
-# **Exercise 2: make the shapes constant.** Section 4's growing batch needs far more reserved memory than its tensors. Replay one step at each batch size from 64 to 96 *padded to 96* (the same shape every step, as a data loader with `drop_last=True` or padded batches gives): how much is reserved without a limit, with the default settings?
+# **Exercise 1: make the shapes constant.** Section 1's growing batch needs far more reserved memory than its tensors. Replay one step at each batch size from 64 to 96 *padded to 96* (the same shape every step, as a data loader with `drop_last=True` or padded batches gives): how much is reserved without a limit, with the default settings?
 
 # %%
 # Your code here: training_log([96] * 8), then replay(...)
@@ -263,7 +311,7 @@ explorer
 # With one shape, every step after the first finds its blocks in the cache: reserved stays at 742 MiB, 23% above the tensors' peak, instead of growing step after step. Padding costs compute on the padded samples; bucketing batches by size (a few fixed shapes) is the usual middle way for sequences.
 # </details>
 #
-# **Exercise 3: the smallest `max_split_size_mb`.** In the fragmentation example of section 4 (`toy`), which values of `max_split_size_mb` from 21 to 1024 let the 150 MiB tensor fit? Why does a value above 1000 not help?
+# **Exercise 2: the smallest `max_split_size_mb`.** In the fragmentation example of section 1 (`toy`), which values of `max_split_size_mb` from 21 to 1024 let the 150 MiB tensor fit? Why does a value above 1000 not help?
 
 # %%
 # Your code here: for mb in (...): toy(f"max_split_size_mb:{mb}")
@@ -280,4 +328,23 @@ explorer
 # Any value up to 1000 MiB keeps the 1000 MiB block whole (it is at least the limit) and so away from the 98 MiB tensors, which get segments of their own that can be given back. Above 1000 MiB the block is no longer oversize: the 98 MiB tensors split it as with the default settings, and the 150 MiB tensor fails again.
 # </details>
 #
-# PART2_END
+# ## Key points
+#
+# - Fragmentation is free memory in pieces too small for the next request, pinned between live blocks. It can raise an out-of-memory error with half the reserved memory free, and with varying shapes it makes the cache grow step after step.
+# - `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (set before the first CUDA allocation) grows one segment per pool and stream and returns free pages from anywhere in it: the first thing to try when "reserved but unallocated" is large. `max_split_size_mb` keeps large blocks whole, at the cost of more cache flushes. Constant shapes remove the cause.
+# - Long-lived tensors made among short-lived ones, such as momentum buffers created by the first `optimizer.step()`, pin segments that are otherwise free: the memory map shows where reserved but unallocated memory sits.
+# - Given the allocations a GPU made, the allocator model reserves what the GPU reserved, to the byte. What a simulated step lacks is the kernels' own memory (cuDNN workspaces, a reduction's staging buffer): for a convolutional network a simulated reserved figure is a floor.
+# - A step judged by reserved memory is replayed on the card, with room for the CUDA context: the verdict comes from the allocator, which flushes its cache and retries before it gives up.
+#
+# ## References
+#
+# Cited in this lesson by name:
+#
+# - PyTorch source, `c10/cuda/CUDACachingAllocator.cpp` (the allocator's rules, and its notes, including *Expandable Segments*), version 2.14.1: https://github.com/pytorch/pytorch
+# - PyTorch documentation, *CUDA semantics: memory management* and *Optimizing memory usage with `PYTORCH_CUDA_ALLOC_CONF`* (`max_split_size_mb`, `expandable_segments`, `garbage_collection_threshold`): https://pytorch.org/docs/stable/notes/cuda.html#memory-management
+# - PyTorch documentation, *Understanding CUDA memory usage* (`torch.cuda.memory._record_memory_history`, `_snapshot`, https://pytorch.org/memory_viz): https://pytorch.org/docs/stable/torch_cuda_memory.html
+# - S. Rajbhandari, J. Rasley, O. Ruwase, Y. He, *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*, SC20, arXiv:1910.02054: section 3.2 (memory fragmentation) and section 6.3 (memory defragmentation).
+#
+# Further reading: Z. DeVito, *A guide to PyTorch's CUDA caching allocator* (2022).
+#
+# Next: lesson 06b reads a real GPU's memory snapshot, an H200's record of a large model's training step, with the allocator fresh in mind.
