@@ -26,7 +26,7 @@
 # - Compare the model's peaks with 31 steps recorded on an H200, and replay the GPU's own traces through it.
 # - Judge a step by its reserved peak with the batch-size widget.
 #
-# **Time:** about 50 minutes alone. **GPU:** not needed (the allocator is simulated; on a GPU, section 3 records the real one beside it).
+# **Time:** about 60 minutes alone: 23 of reading, 16 of code, 2 for the figures, 1 to run all, 17 for the two exercises. **GPU:** not needed (the allocator is simulated; on a GPU, section 3 records the real one beside it).
 #
 # Read lesson 06 first: this lesson continues with its model of the caching allocator (`CachingAllocator`, `replay`), its rules for segments and blocks, and its ResNet18 step replayed over two steps.
 
