@@ -20,6 +20,11 @@ from helpers.units import fmt_bytes
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
 STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
+#: :data:`STEP` with the loss the widget names for its "whole logits" (``loss="next_token"``): the widget's own
+#: configuration, so that ``profile_step`` gives the profile the widget kept instead of tracing the step again (a
+#: widget that asked for another step would still be traced anew, and differ).  ``STEP``'s ``loss="auto"``, the
+#: command line's default, is checked to give the same step in test_its_verdict_is_the_command_lines_for_the_same_step.
+AS_THE_WIDGET = STEP | dict(loss="next_token")
 
 
 def _widget(**kw) -> FineTuneFit:
@@ -122,24 +127,25 @@ def test_it_refuses_what_its_menus_cannot_show():
 
 def test_a_searchs_answer_does_not_become_the_next_questions_setting():
     """The longest sequence shows in the sequence box while it is asked; another question finds the learner's own
-    sequence there again, and judges at it (issue 32: a search's answer leaked into later verdicts)."""
+    sequence there again, and judges at it (issue 32: a search's answer leaked into later verdicts).  The second
+    search (another card: the same step, so its sizes traced already are not traced again) starts from the first one's
+    answer, shown in the box, and must still hand back the learner's 512 tokens."""
     w = _widget(seq=512, batch_size=4, capacity="V100 16 GB", question="longest sequence")
-    assert w.seq.value == w.largest != 512 and w.seq.disabled
-    w.method.value = "full fine-tuning"  # a new search, still from the learner's 512 tokens once the question changes
-    assert w.seq.value == w.largest and w.lora_rank.disabled
+    first = w.largest
+    assert w.seq.value == first != 512 and w.seq.disabled
+    w.capacity.value = "H100 80 GB"  # a new search, still from the learner's 512 tokens once the question changes
+    assert w.seq.value == w.largest > first and w.seq.disabled
     w.question.value = "does it fit?"
     assert w.seq.value == 512 and not w.seq.disabled and w.answer == ""
-    step = profile_step(SMOL, 4, seq_len=512, **STEP)
+    step = profile_step(SMOL, 4, seq_len=512, lora_rank=16, **AS_THE_WIDGET)
     assert w.result.peak_bytes == step.peak_allocated_bytes
-    w.method.value = "LoRA"
-    assert not w.lora_rank.disabled
 
 
 def test_a_paged_optimizers_states_are_named_beside_the_verdict():
     """Full fine-tuning with bitsandbytes' paged AdamW: its 32-bit states are outside the judged peak, and the
     verdict says how much unified memory they take."""
     w = _widget(method="full fine-tuning", optimizer="paged AdamW (bitsandbytes)")
-    step = profile_step(SMOL, 1, seq_len=256, **(STEP | dict(optimizer="paged-adamw")))
+    step = profile_step(SMOL, 1, seq_len=256, **(AS_THE_WIDGET | dict(optimizer="paged-adamw")))
     assert step.paged_bytes > 0 and w.result.peak_bytes == step.peak_allocated_bytes
     paged = f"{fmt_bytes(step.paged_bytes, 'GiB', grouped=True)} of paged optimizer states in unified memory"
     assert paged in w.message and w.message.startswith("fits in V100 16 GB")
@@ -154,12 +160,14 @@ def test_the_adapters_dtype_dora_the_kbit_preparation_and_the_loss_reach_the_ste
                         lora_dtype="bfloat16", prepare_kbit=True, loss="chunked", **STEP)
     assert w.result.peak_bytes == step.peak_allocated_bytes and not w.prepare_kbit.disabled
     w.method.value = "LoRA"
-    assert w.prepare_kbit.disabled and not w.adapters.disabled and w.config().prepare_kbit is False
+    assert w.prepare_kbit.disabled and not w.adapters.disabled and not w.lora_rank.disabled
+    assert w.config().prepare_kbit is False
     w.dora.value = True
     step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, lora_dtype="bfloat16", dora=True, loss="chunked", **STEP)
     assert w.result.peak_bytes == step.peak_allocated_bytes
     w.method.value = "full fine-tuning"
-    assert w.adapters.disabled and w.dora.disabled and w.config().lora_rank == 0 and not w.config().dora
+    assert w.adapters.disabled and w.dora.disabled and w.lora_rank.disabled
+    assert w.config().lora_rank == 0 and not w.config().dora
     with pytest.raises(ValueError, match="unknown loss"):
         _widget(loss="chunked")
 
@@ -204,12 +212,23 @@ NOTHING_FITS = 10 * 2**40  # bytes: what an injected "concrete trace" says, so t
 
 
 @pytest.fixture
-def as_if_evaluated(monkeypatch):
+def widget_patch():
+    """A monkeypatch of the widget's modules only (``pytest.MonkeyPatch``): it changes how the widget reads a profile
+    and which thread runs its check, never how a step is traced, so the profiles this file's tests keep
+    (:data:`helpers.profile.KEPT`) stay right and are shared: the searches below at 1,024 and 512 tokens are traced
+    once for the file, not once per test (tests/conftest.py forgets every kept profile around a test that asks for
+    ``monkeypatch``, which may patch the engine)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture
+def as_if_evaluated(widget_patch):
     """Every profile the widget asks for counts as evaluated from a symbolic log, so that its searches are checked in
     the background (the widget's rule, without the cost of a symbolic trace; :mod:`helpers.evaluated` has its tests)."""
     import helpers.teaching.widgets.finetune as finetune
 
-    monkeypatch.setattr(finetune, "was_evaluated", lambda profile: True)
+    widget_patch.setattr(finetune, "was_evaluated", lambda profile: True)
 
 
 def _nothing_fits_at(widget: FineTuneFit, seq: int):
@@ -251,7 +270,7 @@ def test_a_confirmation_that_differs_replaces_the_answer_and_says_so(as_if_evalu
 
 
 def test_a_question_asked_during_a_check_gets_its_own_answer_and_the_stale_check_is_dropped(as_if_evaluated,
-                                                                                          monkeypatch):
+                                                                                          widget_patch):
     """The first search's check is not stopped (``cancel`` made a no-op) and its result, which differs, is held (an
     Event) until after the learner's next question: it must not show; the new question's own check shows."""
     import threading
@@ -268,8 +287,8 @@ def test_a_question_asked_during_a_check_gets_its_own_answer_and_the_stale_check
                 done(result, error)
             super().__init__(work, late)
 
-    monkeypatch.setattr(Background, "cancel", lambda self: None)
-    monkeypatch.setattr(finetune, "Background", Held)
+    widget_patch.setattr(Background, "cancel", lambda self: None)
+    widget_patch.setattr(finetune, "Background", Held)
     w = _widget(method="full fine-tuning", seq=1024)
     w.estimate_at = _nothing_fits_at(w, 1024)
     w.question.value = "largest batch"
