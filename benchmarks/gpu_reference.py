@@ -30,7 +30,7 @@ GPU's figures (:func:`resimulate`).  ``--dry-run`` runs steps 1 and 2 with the s
 of ``cuda`` (into a new temporary folder unless ``--out`` is given; the
 allocation log of the ResNet18 step stands in for the snapshot) and lists the
 commands of step 3 without running them: the tests run it so (CI has no GPU).
-After a real run, refresh lessons 00, 03, 04b, 06 and 09 (``make refresh-notebooks``),
+After a real run, refresh lessons 00, 03, 04b, 06, 06a and 09 (``make refresh-notebooks``),
 whose GPU-reference cells then show the figures, and commit the folder.
 
 Through the ``device`` tool (a machine with PyTorch but without this

@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead (the table's events included)")
     p.add_argument("--reserved", action="store_true",
                    help="replay the step through the caching-allocator model: peak reserved memory, and which "
-                        "GPUs it fits with reserved memory and an assumed CUDA context (lesson 06)")
+                        "GPUs it fits with reserved memory and an assumed CUDA context (lesson 06a)")
     p.add_argument("--gpu", type=_card, default=None, metavar="NAME",
                    help="judge the step on this card only, by its name: " + ", ".join(_cards()))
     p.add_argument("--alloc-conf", default="", metavar="CONF",

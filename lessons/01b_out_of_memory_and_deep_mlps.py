@@ -189,7 +189,7 @@ else:
 # * `torch.cuda.memory_allocated()`: bytes in live tensors (what this lesson's peaks are);
 # * `torch.cuda.memory_reserved()`: bytes the allocator holds from the driver, allocated or cached. This is closer to what `nvidia-smi` shows, which also adds the CUDA context.
 #
-# **What the simulation cannot show.** Without a GPU there is no allocator and no cache: simulated memory is exactly the allocated bytes, and "reserved" has no value (`None`). The cell below shows the difference on a GPU; without one it prints nothing else. Lesson 06 studies the allocator, and its fragmentation, in depth.
+# **What the simulation cannot show.** Without a GPU there is no allocator and no cache: simulated memory is exactly the allocated bytes, and "reserved" has no value (`None`). The cell below shows the difference on a GPU; without one it prints nothing else. Lessons 06 and 06a study the allocator, and its fragmentation, in depth.
 
 # %% tags=["nbval-ignore-output"] nbval_reason="it measures this machine's GPU, and says so when there is none"
 if torch.cuda.is_available():
@@ -346,7 +346,7 @@ explorer.batch_size.value = 128
 # assert free < 2.00 < cached / 3 + 0.01  # the request: more than what is free, a third of the cache
 # ```
 #
-# No. PyTorch holds 6.20 GiB of cached, unallocated memory, three times the failing request, but none of its free blocks is large enough: the cache is **fragmented**. Try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, as the full message advises, before giving up batch size (lesson 06 explains why it helps).
+# No. PyTorch holds 6.20 GiB of cached, unallocated memory, three times the failing request, but none of its free blocks is large enough: the cache is **fragmented**. Try `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, as the full message advises, before giving up batch size (lesson 06a explains why it helps).
 # </details>
 #
 # **Exercise 2: the 20 bytes on a bigger card.** Find the deepest MLP of 5,000-wide hidden layers that fits an RTX 4090 24 GB (`GPU_CARDS["RTX 4090 24 GB"]`) at batch 32 with Adam: section 4's `fits` takes a capacity. Which count predicts it, 16 bytes per parameter or 20?

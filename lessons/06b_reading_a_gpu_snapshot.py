@@ -28,7 +28,7 @@
 #
 # **Time:** about 60 minutes alone: 27 of reading, 12 of code, 3 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (the snapshots here were recorded on an NVIDIA H200; on a GPU, section 5 records yours).
 #
-# Lesson 06 (segments, blocks, reserved memory) comes first. The step of sections 1 to 4 is lesson 09's: a LoRA fine-tuning step of Llama-3.1 8B. Here it is simply a training step of a large model; lesson 09 explains LoRA.
+# Lessons 06 and 06a (segments, blocks, reserved memory, the allocator model's memory map) come first. The step of sections 1 to 4 is lesson 09's: a LoRA fine-tuning step of Llama-3.1 8B. Here it is simply a training step of a large model; lesson 09 explains LoRA.
 
 # %% [markdown]
 # ## Setup
@@ -64,7 +64,7 @@ first = next(e for e in trace if e["action"] == "alloc" and e["size"] > MiB)
 print({key: first[key] for key in ("action", "addr", "size", "stream")}, f"{len(first['frames'])} frames")
 
 # %% [markdown]
-# Two parts. `segments` is the allocator's state when the snapshot was taken: each segment it holds from the driver, cut into blocks, each block allocated or free (lesson 06's picture, at one moment). `device_traces` is the history: one entry per allocation (`alloc`), per free (`free_requested`, then `free_completed` once no stream still uses the block) and per segment the driver handed over (`segment_alloc`), each with an address, a size, a stream, a time and the Python frames of the call that caused it.
+# Two parts. `segments` is the allocator's state when the snapshot was taken: each segment it holds from the driver, cut into blocks, each block allocated or free (lesson 06a's picture, at one moment). `device_traces` is the history: one entry per allocation (`alloc`), per free (`free_requested`, then `free_completed` once no stream still uses the block) and per segment the driver handed over (`segment_alloc`), each with an address, a size, a stream, a time and the Python frames of the call that caused it.
 #
 # Two facts decide how to read it. An `alloc`'s size is what the tensor *asked* for; the block behind it is at least that, rounded up as lesson 06 showed, so the trace alone gives the tensors' memory, not `memory_allocated()`. And the frames are the stack at the moment of the allocation: which line of which function asked. A block allocated before the recording began has no entry and no stack.
 #
@@ -114,14 +114,14 @@ plot_snapshot(report, title="Llama-3.1 8B, LoRA r16, batch 1 x 2,048 tokens, on 
 #
 # ## 3. Segments and free space at the peak
 #
-# The same trace, drawn as lesson 06 drew the allocator model's: each segment a band of addresses, each block a bar in its category's colour, free but reserved memory light grey.
+# The same trace, drawn as lesson 06a drew the allocator model's: each segment a band of addresses, each block a bar in its category's colour, free but reserved memory light grey.
 
 # %%
 plot_memory_map(*report.memory_map(), segments=report.segments,
                 title="Llama-3.1 8B LoRA on an H200: segments and blocks over the recording")
 
 # %% [markdown]
-# Look at the lower left: the first step's activations (green) fill segment after segment, and its backward pass leaves them free (grey). Some of the optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay there, as lesson 06's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06's fragmentation, on a real GPU.
+# Look at the lower left: the first step's activations (green) fill segment after segment, and its backward pass leaves them free (grey). Some of the optimizer's states (reddish purple), made by the first `optimizer.step()`, land in those segments and stay there, as lesson 06a's momentum buffers did. At the peak, 509 segments hold 785 MiB that no tensor uses, and the largest free block is 502 MiB. A 600 MiB tensor made at that moment would not fit in any of them: the allocator would ask the driver for a new segment, with 785 MiB free in the cache. That is lesson 06a's fragmentation, on a real GPU.
 
 # %%
 assert (report.segments_at_peak, report.largest_free // MiB) == (509, 502)
@@ -292,7 +292,7 @@ explorer
 # assert peak_block.freed == peak_block.allocated + 1
 # ```
 #
-# A 198.1 MiB block allocated inside `raw_cudnn_convolution_backward_weight_out`, the weight gradient of a convolution in the backward pass, and freed at the very next entry of the trace: a cuDNN workspace, live only while its kernel runs, yet it set the step's peak. No tensor of the model asked for it, which is why lesson 06 found convolutional networks reserving more on the GPU than the simulation says.
+# A 198.1 MiB block allocated inside `raw_cudnn_convolution_backward_weight_out`, the weight gradient of a convolution in the backward pass, and freed at the very next entry of the trace: a cuDNN workspace, live only while its kernel runs, yet it set the step's peak. No tensor of the model asked for it, which is why lesson 06a found convolutional networks reserving more on the GPU than the simulation says.
 # </details>
 #
 # **Exercise 2: one more tensor at the peak.** At the peak of the LoRA step (section 3), could a 500 MiB tensor be allocated without a new segment? A 600 MiB one? How much memory did the cache hold free at that moment?

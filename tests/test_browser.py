@@ -20,7 +20,7 @@ its own here), serve every check:
    run whole takes 75 s, lesson 05 105 s; this keeps the test near 4 minutes);
    the four start at once, each in its own tab, and compute while the lessons
    are opened unrun.  Then, in each, one control changes as a learner would change it (the batch-size slider in
-   lessons 01 and 05, the batch-size box in lesson 06, whose reserved view
+   lessons 01 and 05, the batch-size box in lesson 06a, whose reserved view
    traces each batch size, the attention menu in lesson 08, the method menu in lesson 09b); once the view has
    updated, its figures (peak, categories, reserved, verdict), read from the
    view's data attributes, must equal a direct ``profile_step`` (and, for the
@@ -543,7 +543,7 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
             root.locator(".widget-dropdown", has_text="method").locator("select").select_option(
                 label="QLoRA (bitsandbytes' NF4 base)")
             expect = "the method menu on QLoRA"
-        elif reserved:  # lesson 06: each batch size is traced and replayed; type one
+        elif reserved:  # lesson 06a: each batch size is traced and replayed; type one
             box = root.locator(".widget-text input").first
             box.fill(str(before["batch"] + 72))
             box.press("Enter")

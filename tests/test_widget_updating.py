@@ -1,6 +1,6 @@
 """The widgets say that they are working while a change takes time (issue 22, section 6).
 
-Lesson 06's reserved view traces each batch size exactly and replays it
+Lesson 06a's reserved view traces each batch size exactly and replays it
 through the allocator model: 1-2 s in which the old figures used to look
 current.  Every widget (``_StepWidget``) now first shows :func:`working`: the
 previous figures dimmed under "updating...", until the new ones replace them.

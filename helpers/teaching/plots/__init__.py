@@ -4,7 +4,7 @@ In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueErro
 
 * :mod:`.steps`: one step over time, by category and by stage; peaks, bytes per parameter, gradient accumulation,
   inference and leaking loops (lessons 03-05b);
-* :mod:`.allocator`: allocated against reserved, the memory map, a real snapshot explained (lesson 06);
+* :mod:`.allocator`: allocated against reserved, the memory map, a real snapshot explained (lessons 06 and 06a);
 * :mod:`.recorded`: a real GPU's recorded steps against the simulation, and what a snapshot holds that its simulated
   twin does not (lessons 06, 06b);
 * :mod:`.sharding`: FSDP's sharded steps (lesson 07);

@@ -1,4 +1,5 @@
-"""Figures of the caching allocator: allocated against reserved, its memory map over time, two settings (lesson 06)."""
+"""Figures of the caching allocator: allocated against reserved, under two settings (lesson 06); its memory map over
+time (lesson 06a)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def _png(figure) -> bytes:
 class SnapshotExplorer(StepWidget):
     """Pick a shipped snapshot or upload one (``torch.cuda.memory._dump_snapshot``'s file, gzipped or not) and see it
     explained (:func:`helpers.snapshot.explain_snapshot`): the report, the live tensors by category over time and the
-    segments and blocks (lesson 06's map).  A file that is not a snapshot is refused in one line, and nothing else
+    segments and blocks (lesson 06a's map).  A file that is not a snapshot is refused in one line, and nothing else
     is shown: no figure, and the menu names no snapshot once a file is uploaded.
 
     Attributes:
