@@ -1,4 +1,4 @@
-"""How fast lesson 09's fine-tuning widget answers (issue 31): a change of one control, and its two searches.
+"""How fast lesson 09b's fine-tuning widget answers (issue 31): a change of one control, and its two searches.
 
 Builds ``FineTuneFit`` (Llama-3.1 8B, LoRA r16, 2,048 tokens, batch 1, checkpointing, simulated; the first
 update also imports transformers and peft, and is reported apart), then changes one control at a time and

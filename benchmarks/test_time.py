@@ -7,7 +7,7 @@ as a ratio, not as minutes of a whole run on a shared machine:
 * ``8b-lora``: a Llama-3.1 8B LoRA steady step with checkpointing, written from shallow traces (lesson 09's config);
 * ``resnet18``: ResNet18 at batch 128, simulated (the lessons' running example);
 * ``sharded``: lesson 07's cell of 16 FSDP2 steps (ResNet18 at batch 8, GPT-2 at 8 x 512, world sizes 1 to 8);
-* ``published``: lesson 09's comparison with the published figures (``finetune_comparison``), every row traced;
+* ``published``: lesson 09b's comparison with the published figures (``finetune_comparison``), every row traced;
 * ``widget-search``: the fine-tuning widget's "largest batch" search on SmolLM2-135M (``tests/test_widget_finetune.py``).
 
 For each it prints the CPU seconds of the work (``time.process_time``, imports done first: what a loaded machine

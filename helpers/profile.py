@@ -136,7 +136,7 @@ def many_points():
     :data:`EVALUATE` says, and :func:`helpers.evaluated.answer` traces a configuration symbolically at its second
     point instead of its third (:data:`helpers.evaluated.AT_POINT_WHEN_MANY`), so that the later points are
     evaluated; nothing else changes, and an answer is the same either way (each log is checked equal to a concrete
-    answer before it answers).  Lesson 09 (section 5) asks its QLoRA step at five sequence lengths inside it: one
+    answer before it answers).  Lesson 09b (section 1) asks its QLoRA step at five sequence lengths inside it: one
     symbolic trace instead of four concrete ones (``benchmarks/lesson_cells.py``)."""
     _MANY[0] += 1
     try:

@@ -21,7 +21,7 @@ its own here), serve every check:
    the four start at once, each in its own tab, and compute while the lessons
    are opened unrun.  Then, in each, one control changes as a learner would change it (the batch-size slider in
    lessons 01 and 05, the batch-size box in lesson 06a, whose reserved view
-   traces each batch size, the attention menu in lesson 08, the method menu in lesson 09); once the view has
+   traces each batch size, the attention menu in lesson 08, the method menu in lesson 09b); once the view has
    updated, its figures (peak, categories, reserved, verdict), read from the
    view's data attributes, must equal a direct ``profile_step`` (and, for the
    reserved view, ``replay_on_gpu``) with the settings its controls show,
@@ -539,7 +539,7 @@ def test_a_widget_driven_shows_what_profile_step_gives(browser, running, path, i
         if cls == "SequenceExplorer":  # the lesson's first suggestion: the math kernel
             root.locator(".widget-dropdown", has_text="attention").locator("select").select_option(label="math")
             expect = "the attention menu on math"
-        elif cls == "FineTuneFit":  # lesson 09: from LoRA to QLoRA, a new trace of an 8B model
+        elif cls == "FineTuneFit":  # lesson 09b: from LoRA to QLoRA, a new trace of an 8B model
             root.locator(".widget-dropdown", has_text="method").locator("select").select_option(
                 label="QLoRA (bitsandbytes' NF4 base)")
             expect = "the method menu on QLoRA"

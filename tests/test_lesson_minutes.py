@@ -25,7 +25,7 @@ from lesson_minutes import (Counts, counts, disagreement, guide_totals, lesson_n
 NOTEBOOKS = sorted((ROOT / "lessons").glob("[0-9][0-9]*_*.ipynb"))
 #: Lessons over the most minutes of one notebook, each to be split (a proposal of issue 34); remove a
 #: lesson from here when it is split or trimmed under the limit (the test below then requires it).
-TO_SPLIT = {"08", "09"}
+TO_SPLIT = {"08"}
 
 
 def _lesson(path):

@@ -1,4 +1,4 @@
-"""helpers.teaching.plots, lesson 09's figures: fine-tuning setups against cards, the peak against the tokens."""
+"""helpers.teaching.plots, lessons 09 and 09b's figures: fine-tuning setups against cards, the peak against the tokens."""
 
 import pytest
 from matplotlib.colors import to_hex

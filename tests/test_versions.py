@@ -36,18 +36,19 @@ HISTORICAL = {
         "4.31 to 4.45: the releases whose Llama upcast its logits to float32 (the published figures' setups)",
     ("helpers/hf_config.py", "transformers 4.31.0.dev0"): "the version a published config.json was saved with",
     ("helpers/teaching/setups.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
-    ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 4.48"): "the version of fms-acceleration's benchmark",
+    ("lessons/09b_longest_sequence_and_published_figures.py", "transformers 4.48"):
+        "the version of fms-acceleration's benchmark",
     ("docs/instructor_guide.md", "transformers 4.48"): "the version of fms-acceleration's benchmark",
     ("lessons/06b_reading_a_gpu_snapshot.py", "PyTorch 2.11.0"): "the H200 recording's own PyTorch, not the pin",
     ("lessons/06b_reading_a_gpu_snapshot.py", "transformers 5.17.0"): "the H200 recording's transformers",
     ("lessons/06b_reading_a_gpu_snapshot.py", "peft 0.21.0"): "the H200 recording's peft",
     ("helpers/gpus.py", "torch 2.11"): "the PyTorch of the H200 whose threads per SM were measured",
     ("helpers/teaching/vllm_logs.py", "torch 2.10.0"): "the PyTorch that vLLM v0.19.0 requires, whose Inductor it runs",
-    ("lessons/09_fine_tuning_on_one_gpu.py", "PyTorch 2.11.0"):
+    ("lessons/09b_longest_sequence_and_published_figures.py", "PyTorch 2.11.0"):
         "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
-    ("lessons/09_fine_tuning_on_one_gpu.py", "transformers 5.17.0"):
+    ("lessons/09b_longest_sequence_and_published_figures.py", "transformers 5.17.0"):
         "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
-    ("lessons/09_fine_tuning_on_one_gpu.py", "peft 0.21.0"):
+    ("lessons/09b_longest_sequence_and_published_figures.py", "peft 0.21.0"):
         "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("README.md", "transformers 5.17.0"): "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",
     ("README.md", "peft 0.21.0"): "the GPU machine's own, with which make gpu-reference ran (2026-11-26)",

@@ -1,4 +1,4 @@
-"""Lesson 09's widget, FineTuneFit: its verdict is every widget's, and its largest batch and longest sequence
+"""Lesson 09b's widget, FineTuneFit: its verdict is every widget's, and its largest batch and longest sequence
 are traced fits with one more that does not fit.
 
 The model is SmolLM2-135M (a shipped config, offered through ``models=``), at short sequences, so that the

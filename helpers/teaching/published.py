@@ -1,4 +1,4 @@
-"""Published real-GPU memory figures, set beside the engine's (lesson 09).
+"""Published real-GPU memory figures, set beside the engine's (lesson 09b, section 3).
 
 The figures are data, one row per figure, in ``published.json`` beside this module (source, URL, setup as stated, the
 :class:`helpers.config.StepConfig` options that reproduce it, measure, value, unit, card, tolerance, the gap explained).

@@ -1,4 +1,4 @@
-"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04b, 06, 09).
+"""Real-GPU figures recorded by ``make gpu-reference``, beside the simulated ones (lessons 00, 03, 04b, 06, 09b).
 
 ``benchmarks/gpu_reference.py`` runs each step of its list on the GPU (``max_memory_allocated``,
 ``max_memory_reserved``) and simulated, on one machine, and writes ``lessons/data/gpu_reference.json``: ``device``,

@@ -1,4 +1,4 @@
-"""Lesson 09's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?"""
+"""Lesson 09b's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?"""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ STATUS = {"checking": "found at once from the step's symbolic log; checking it w
 
 
 class FineTuneFit(StepWidget):
-    """Lesson 09's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?
+    """Lesson 09b's widget: will this fine-tuning of a 7-8B model fit this GPU, and how far can it go?
 
     One steady-state step of a shipped Hugging Face causal LM config under bfloat16 autocast, simulated. "largest
     batch" (at the sequence shown) and "longest sequence" (at the batch shown, in steps of :data:`SEQ_STEP` tokens) are
