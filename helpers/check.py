@@ -28,14 +28,15 @@ PACKAGES = {
     "nbval": f"pip install nbval=={PINS['nbval']} (needed by the tests only)",
 }
 #: The Hugging Face and quantization libraries, with the lessons that need them (lessons 00 to 08 do not): 06b
-#: simulates lesson 09's LoRA step beside its snapshot, 09 fine-tunes with LoRA and QLoRA, 10 builds the served models.
+#: simulates lesson 09's LoRA step beside its snapshot, 09 and 09b fine-tune with LoRA and QLoRA, 10 and 10b build the
+#: served models.
 #: Each is checked as :data:`PACKAGES` are; its fix names the lessons.
 LESSON_PACKAGES = {
-    "transformers": ("lessons 06b, 09 and 10", "Hugging Face models built from their configs"),
-    "peft": ("lessons 06b and 09", "LoRA adapters"),
-    "accelerate": ("lessons 06b and 09", "peft imports it"),
-    "torchao": ("lesson 09", "its 8-bit AdamW and NF4 weights"),
-    "bitsandbytes": ("lessons 09 and 10", "4-bit and 8-bit weights, paged optimizers"),
+    "transformers": ("lessons 06b, 09, 09b, 10 and 10b", "Hugging Face models built from their configs"),
+    "peft": ("lessons 06b, 09 and 09b", "LoRA adapters"),
+    "accelerate": ("lessons 06b, 09 and 09b", "peft imports it"),
+    "torchao": ("lessons 09 and 09b", "its 8-bit AdamW and NF4 weights"),
+    "bitsandbytes": ("lessons 09, 09b and 10", "4-bit and 8-bit weights, paged optimizers"),
 }
 PACKAGES.update({name: f"pip install {name}=={PINS[name]} ({lessons} need it; the others run without it)"
                  for name, (lessons, _) in LESSON_PACKAGES.items()})

@@ -89,5 +89,5 @@ def test_the_lesson_libraries_are_checked_with_the_lessons_that_need_them(monkey
                         lambda name: ModuleNotFoundError("No module named 'peft'") if name == "peft" else real(name))
     status, text = run()
     assert status == 1 and "peft         BROKEN: ModuleNotFoundError: No module named 'peft'" in text
-    assert ("problem: peft does not import. Fix: pip install peft==0.21.2 (lessons 06b and 09 need it; the others "
+    assert ("problem: peft does not import. Fix: pip install peft==0.21.2 (lessons 06b, 09 and 09b need it; the others "
             "run without it)") in text
