@@ -9,6 +9,11 @@ directory.  The widgets' first configurations are among them: a lesson builds ea
 configuration.  A configuration that cannot be traced symbolically (:class:`helpers.symbolic.NotSymbolic`), or
 whose evaluation differs from its concrete trace, is simply not shipped; its questions are answered concretely.
 
+The plain forms written beside the Hugging Face configs' logs (:mod:`helpers.plain_log`, what the command line reads
+without torch) are removed, not shipped: uncompressed JSON, about 1 MiB each (25 times what ``lzma`` makes of one),
+they would be most of the directory.  The command line answers a shipped configuration from its pickle instead
+(:func:`helpers.cli_cold.from_disk`: no transformers, peft or bitsandbytes imported).
+
 Each file is named by what made it (:func:`helpers.log_names.key_text`): an edit of the engine or of any module at or
 below :mod:`helpers.symbolic`, or another version of torch, transformers, peft, bitsandbytes, torchvision or sympy,
 leaves the shipped logs unused until this is run again (``tests/test_shipped_logs.py`` fails with a one-line message
@@ -81,11 +86,14 @@ def main() -> None:
             print(f"{stem:<40} wall {wall:6.0f} s  kernel CPU {cpu:6.0f} s  cells raised {raised}", flush=True)
     for part in SHIPPED.glob("*.part"):  # a write that a kernel's end cut short
         part.unlink()
+    plain = list(SHIPPED.glob("*.json"))
+    plain_size = sum(path.stat().st_size for path in plain)
+    for path in plain:  # the plain forms are not shipped: the module's docstring says why
+        path.unlink()
     files = sorted(SHIPPED.glob("*.pickle"))
     size = sum(f.stat().st_size for f in SHIPPED.iterdir() if f.is_file())
-    print(f"kernel CPU in all: {total:.0f} s; {len(files)} configurations shipped "
-          f"({len(list(SHIPPED.glob('*.json')))} with a plain form), {size / 2**20:.1f} MiB in {SHIPPED}")
-
+    print(f"kernel CPU in all: {total:.0f} s; {len(files)} configurations shipped, {size / 2**20:.1f} MiB in {SHIPPED} "
+          f"({len(plain)} plain forms, {plain_size / 2**20:.1f} MiB, left out)")
 
 if __name__ == "__main__":
     main()
