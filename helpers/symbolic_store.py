@@ -44,8 +44,9 @@ from .symbolic import SymbolicStep, key
 
 #: The first bytes of every file: this format's name and version (2: compressed, the configuration first).
 MAGIC = b"gpu-memory-lessons symbolic log 2\n"
-#: The ``lzma`` preset the files are written with (the ``xz`` format).  Measured on an 8B LoRA step's log (issue 50):
-#: see ``tools/ship_symbolic_logs.py``.
+#: The ``lzma`` preset the files are written with (the ``xz`` format).  Llama-3.1 8B LoRA with checkpointing, steady
+#: state: 0.91 MB as a pickle, 62 KB so (``gzip``: 127 KB), decompressed in 7.2 ms of the read
+#: (``benchmarks/shipped_logs.py``).
 PRESET = 6
 
 
