@@ -36,6 +36,7 @@ import pathlib
 import pickle
 import tempfile
 
+import sympy
 import torch
 
 from . import plain_log
@@ -56,8 +57,9 @@ _BUILTINS = {"set", "frozenset", "tuple", "list", "dict", "int", "float", "compl
 
 
 class _Unpickler(pickle.Unpickler):
-    """Builds only what a log is made of: sympy's and this package's classes and functions, torch's dtypes, and
-    :data:`_BUILTINS`; anything else is an error (a foreign file)."""
+    """Builds only what a log is made of: sympy's and this package's classes and functions, torch's dtypes and
+    sympy functions (``torch/utils/_sympy/functions.py``: ``Mod``, ``CeilToInt``, which the sizes of a step with
+    modular arithmetic hold), and :data:`_BUILTINS`; anything else is an error (a foreign file)."""
 
     def find_class(self, module: str, name: str):
         top = module.split(".")[0]
@@ -67,6 +69,10 @@ class _Unpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
+        if module == "torch.utils._sympy.functions":  # PyTorch's sympy functions of sizes (Mod, CeilToInt, ...)
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, sympy.Function):
+                return found
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a symbolic log")
 
 

@@ -45,14 +45,16 @@ def test_the_variables_are_the_ones_the_tests_set():
     assert SHIPPED_LOGS == log_names.SHIPPED_VARIABLE
 
 
-def test_the_shipped_logs_are_current():
-    """Each shipped file is named by what today's code and versions give its configuration: an engine changed
-    without ``make symbolic-logs`` fails here (its logs would be ignored, never used)."""
+def test_the_shipped_logs_are_current(tmp_path, monkeypatch, shipped_logs):
+    """Each shipped file is named by what today's code and versions give its configuration, and loads: an engine
+    changed without ``make symbolic-logs`` fails here (its logs would be ignored, never used)."""
+    monkeypatch.setenv(log_names.VARIABLE, str(tmp_path))  # an empty user directory: the shipped file is read
     files = sorted(log_names.SHIPPED.glob("*.pickle"))
     assert files, f"no symbolic log is shipped: {RUN}"
     for path in files:
         config = symbolic_store.configuration(path)
         assert log_names.name(config) == path.name, f"{path.name} was made by other code or versions: {RUN}"
+        assert symbolic_store.load(config, None), f"{path.name} cannot be read back (helpers.symbolic_store)"
     for path in sorted(log_names.SHIPPED.glob("*.json")):  # the plain form, beside its pickle and named alike
         assert path.with_suffix(".pickle") in files, f"{path.name} has no pickle beside it: {RUN}"
         key = json.loads(path.read_text())["key"]
