@@ -95,7 +95,7 @@ def _check_bool(name: str, value: Any) -> None:
 _INTEGERS = (("batch_size", 1), ("image_size", 1), ("checkpoint", 0), ("accumulation_steps", 1), ("lora_rank", 0))
 _OPTIONAL_INTEGERS = ("seq_len", "vocab_size", "num_classes", "capacity")
 _FLAGS = ("amp", "reentrant", "offload", "steady_state", "fused", "step_in_backward", "set_to_none", "optimizer_offload",
-          "full_trace", "double_quant", "prepare_kbit", "bf16_embeddings", "dora", "frozen")
+          "full_trace", "symbolic", "double_quant", "prepare_kbit", "bf16_embeddings", "dora", "frozen")
 _CHOICES = (("optimizer", OPTIMIZERS), ("device", DEVICES), ("amp_dtype", AMP_DTYPES), ("attention", ATTENTION),
             ("quantization", QUANTIZATIONS), ("param_dtype", PARAM_DTYPES), ("lora_dtype", LORA_DTYPES),
             ("compute_dtype", COMPUTE_DTYPES), ("workspaces", WORKSPACES))
@@ -274,6 +274,9 @@ class StepConfig:
         steady_state: trace the second step, when the optimizer states exist.
         full_trace: trace every block of a model of repeated blocks, instead of writing its step exactly from traces
             of 6 and 7 blocks (:mod:`helpers.depth`, the default where it applies).
+        symbolic: False: trace (or write) the step concretely, never evaluate it from a symbolic log, kept or shipped
+            (:mod:`helpers.evaluated`; :func:`helpers.symbolic_scope.applies` refuses it by name).  The bytes are the
+            same either way; only the profile's ``depth_note`` (how it was made) and the time differ.
         device, capacity: one of :data:`DEVICES`; act as a GPU of this many bytes (:class:`helpers.engine.meter.Meter`).
         workspaces: simulated only: what kernels allocate beyond the tensors, one of :data:`WORKSPACES` (default
             "none": today's figures, a floor), on the card :func:`helpers.gpus.simulated_card` names for ``capacity``.
@@ -318,6 +321,7 @@ class StepConfig:
     optimizer_offload: bool = False
     steady_state: bool = False
     full_trace: bool = False
+    symbolic: bool = True
     device: str = "auto"
     capacity: int | None = None
     workspaces: str = "none"

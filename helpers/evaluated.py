@@ -32,7 +32,9 @@ _KEPT: collections.OrderedDict = collections.OrderedDict()
 #: many, or again in a later process (its log on disk), is faster evaluated.  So a single question is answered
 #: concretely, as without symbolic logs; the trace is made at the third point, or at the second where the caller says
 #: it will ask many (:func:`helpers.profile.many_points`: the command line given several batch sizes)
-#: or where the configuration has a log on disk already (another regime of it).
+#: or where the configuration has a log on disk already (another regime of it).  A rule of 1 traces every
+#: configuration at its first point and checks the log against that point's own concrete answer (:func:`remember`):
+#: how ``tools/ship_symbolic_logs.py`` makes the logs shipped with the package.
 AT_POINT, AT_POINT_WHEN_MANY = 3, 2
 #: The profiles :func:`answer` evaluated, by ``id`` (:func:`was_evaluated`).
 _EVALUATED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -74,12 +76,12 @@ def answer(config: StepConfig, spec: models.ModelSpec, many: bool = False,
     if step is None:
         kept["points"].add((config.batch_size, config.seq_len))
         due = new_traces and len(kept["points"]) >= (AT_POINT_WHEN_MANY if many or kept["disk"] else AT_POINT)
-        if due and kept["refused"] is None and kept["checked"] is not None:
+        if due and kept["refused"] is None:
             try:
                 step = trace(config, spec)
             except NotSymbolic as e:
                 kept["refused"] = str(e)
-        if step is None or step.outside(kept["checked"].config) is not None:
+        if step is None or kept["checked"] is None or step.outside(kept["checked"].config) is not None:
             kept["waiting"] = step  # checked against this point's concrete answer (remember)
             return None
         if not _checked(kept, step, kept["checked"]):

@@ -1,5 +1,13 @@
-"""Where the symbolic logs on disk are kept and what names each file (:mod:`helpers.symbolic_store`): the directory,
-a hash of what made a log (the libraries' versions and this package's source) and of its configuration.
+"""Where the symbolic logs on disk are kept and what names each file (:mod:`helpers.symbolic_store`): the directories,
+a hash of what made a log (the libraries' versions and the source that makes or evaluates one) and of its
+configuration.
+
+Two directories are read, in order (:func:`directories`): the user's (:func:`directory`: ``$GPU_MEMORY_SYMBOLIC_CACHE``,
+else ``$XDG_CACHE_HOME/gpu-memory-lessons/symbolic``), where every log checked in a process is written, then the logs
+shipped with this package (:data:`SHIPPED`, made by ``tools/ship_symbolic_logs.py``, ``make symbolic-logs``), so that
+the lessons' configurations are evaluated from checked logs on a first run.  ``$GPU_MEMORY_SYMBOLIC_CACHE=off``
+turns both off (no logs on disk at all); ``$GPU_MEMORY_SHIPPED_LOGS=off`` the shipped ones alone (a test of what a
+machine without them does).
 
 No torch import: the command line's cold answer (:mod:`helpers.cli_cold`) finds its file with it.
 """
@@ -12,28 +20,77 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
+import sys
 
 from .symbolic_scope import key
 
-#: The environment variable that moves the directory (a path) or turns logs on disk off (``off``, ``0``).
+#: The environment variable that moves the user's directory (a path) or turns logs on disk off (``off``, ``0``).
 VARIABLE = "GPU_MEMORY_SYMBOLIC_CACHE"
-#: The distributions whose versions name a log: what the engine traces through.
-DISTRIBUTIONS = ("torch", "transformers", "peft", "bitsandbytes")
+#: The environment variable that turns the shipped logs alone off (``off``, ``0``): the user's directory is still read.
+SHIPPED_VARIABLE = "GPU_MEMORY_SHIPPED_LOGS"
+#: The logs shipped with the package (``[tool.setuptools.package-data]`` in ``pyproject.toml``).
+SHIPPED = pathlib.Path(__file__).resolve().parent / "symbolic_logs"
+#: The distributions whose versions name a log: what the engine traces through (torchvision's models, peft's
+#: adapters, bitsandbytes' kernels) and what a log is made of (sympy's expressions).
+DISTRIBUTIONS = ("torch", "torchvision", "transformers", "peft", "bitsandbytes", "sympy")
+#: The modules and packages of ``helpers`` whose source names a log: :mod:`helpers.symbolic` and every layer below it
+#: in ``.importlinter``'s ``layers`` contract, in its order (``tests/test_log_names.py`` checks the two agree).
+MAKERS = ("symbolic", "plain_step", "depth", "traced", "step", "symbolic_sizes", "shallow", "written", "log_names",
+          "symbolic_scope", "record", "techniques", "models", "engine", "allocator", "gpus", "config",
+          "snapshot_file", "hf_config", "units", "errors", "palette", "versions", "alignment", "formats")
+#: The data files below :data:`MAKERS` that a trace reads: the Hugging Face configs a model name resolves to.
+MAKERS_DATA = ("models/hf_configs/*.json",)
+_OFF = ("", "0", "off", "no", "false")
 
 
 def directory() -> pathlib.Path | None:
-    """Where the logs are kept (the module's list), or None where ``$GPU_MEMORY_SYMBOLIC_CACHE`` turns them off."""
+    """The user's directory of logs (the module's list), where every checked log is written; None where
+    ``$GPU_MEMORY_SYMBOLIC_CACHE`` turns logs on disk off."""
     chosen = os.environ.get(VARIABLE)
     if chosen is not None:
-        return None if chosen.strip().lower() in ("", "0", "off", "no", "false") else pathlib.Path(chosen)
+        return None if chosen.strip().lower() in _OFF else pathlib.Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return pathlib.Path(base) / "gpu-memory-lessons" / "symbolic"
 
 
+def directories() -> list[pathlib.Path]:
+    """The directories a log is looked for in, in order: the user's (:func:`directory`), then the shipped one
+    (:data:`SHIPPED`); none where ``$GPU_MEMORY_SYMBOLIC_CACHE`` is ``off``, only the user's where
+    ``$GPU_MEMORY_SHIPPED_LOGS`` is ``off``.  The one place that says which are read."""
+    user = directory()
+    if user is None:
+        return []
+    shipped = os.environ.get(SHIPPED_VARIABLE, "on").strip().lower() not in _OFF
+    return [user] + ([SHIPPED] if shipped and SHIPPED != user else [])
+
+
+def _maker_files() -> list[pathlib.Path]:
+    """The source files of :data:`MAKERS` (a module's file, or every ``.py`` of a package) and :data:`MAKERS_DATA`."""
+    root = pathlib.Path(__file__).resolve().parent
+    files = []
+    for module in MAKERS:
+        single = root / f"{module}.py"
+        files.extend([single] if single.is_file() else sorted((root / module).rglob("*.py")))
+    for pattern in MAKERS_DATA:
+        files.extend(sorted(root.glob(pattern)))
+    return files
+
+
 @functools.lru_cache(maxsize=1)
 def code_hash() -> str:
-    """SHA-256 of the installed versions of :data:`DISTRIBUTIONS` and of every ``.py`` file of this package (path and
-    bytes, in sorted order): what a log was made by."""
+    """SHA-256 of what makes or evaluates a log: the installed versions of :data:`DISTRIBUTIONS` (read without
+    importing them) and the source of :data:`MAKERS` with :data:`MAKERS_DATA` (path and bytes, in order).
+
+    Why this set is complete: a log is made by :func:`helpers.symbolic.trace` and evaluated by
+    :meth:`helpers.symbolic.SymbolicStep.evaluate` (:mod:`helpers.plain_step` for the command line's plain form),
+    and the ``layers`` contract of ``.importlinter``, which ``.ci/run`` checks, lets nothing at or below
+    :mod:`helpers.symbolic` import a module above it (imports inside functions included): all the code that can run
+    while a log is made or evaluated is in :data:`MAKERS` or in the distributions named.  The one exception is a
+    ``helpers`` function or frozen dataclass given as an option (a published setup's loss), which the step calls:
+    :func:`key_text` hashes its module's file into that configuration's name.  The modules above
+    (:mod:`helpers.evaluated`, which decides when a log is traced and checks it, :mod:`helpers.symbolic_store`,
+    whose format its ``MAGIC`` names, the teaching code, widgets, command line, serving) do not change a log's
+    content, so editing them keeps the logs shipped valid."""
     digest = hashlib.sha256()
     for name in DISTRIBUTIONS:
         try:
@@ -42,7 +99,7 @@ def code_hash() -> str:
             version = "absent"
         digest.update(f"{name}=={version}\n".encode())
     root = pathlib.Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
+    for path in _maker_files():
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -57,11 +114,39 @@ def _stable(value) -> str:
     return repr(value)
 
 
+def _option_modules(value) -> set[str]:
+    """The ``helpers`` modules defining ``value`` (an option's value: a function or a dataclass instance, or a tuple of
+    them), whose source the step runs; none for plain values."""
+    if isinstance(value, tuple):
+        return set().union(*map(_option_modules, value)) if value else set()
+    module = getattr(value, "__module__", None) if (callable(value) or dataclasses.is_dataclass(value)) else None
+    return {module} if isinstance(module, str) and module.split(".")[0] == "helpers" else set()
+
+
+def option_hash(fields) -> str:
+    """SHA-256 of the source files of the ``helpers`` modules whose functions or dataclasses are options of
+    ``fields`` (a :class:`helpers.config.StepConfig`), in order; of nothing where there are none.
+
+    Raises:
+        ValueError: where such a module has no source file (it cannot name a log).
+    """
+    digest = hashlib.sha256()
+    root = pathlib.Path(__file__).resolve().parent
+    for module in sorted(set().union(*(_option_modules(getattr(fields, f.name)) for f in dataclasses.fields(fields)))):
+        path = getattr(sys.modules.get(module), "__file__", None)
+        if path is None:
+            raise ValueError(f"{module} has no source file: its options cannot name a symbolic log")
+        path = pathlib.Path(path).resolve()
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def key_text(config) -> str:
-    """What names ``config``'s logs: :func:`code_hash`, then its configuration without batch and sequence
-    (:func:`helpers.symbolic_scope.key`), field by field, one per line."""
+    """What names ``config``'s logs: :func:`code_hash`, :func:`option_hash`, then its configuration without batch
+    and sequence (:func:`helpers.symbolic_scope.key`), field by field, one per line."""
     fields = key(config)
-    return code_hash() + "".join(f"\n{f.name}={_stable(getattr(fields, f.name))}" for f in dataclasses.fields(fields))
+    return code_hash() + "\n" + option_hash(fields) + "".join(
+        f"\n{f.name}={_stable(getattr(fields, f.name))}" for f in dataclasses.fields(fields))
 
 
 def name(config, suffix: str = ".pickle") -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .allocator.rules import round_up
 from .config import StepConfig
-from .log_names import directory, key_text, name
+from .log_names import directories, key_text, name
 from .record import StepProfile
 from .written import numbered_log
 
@@ -154,16 +154,16 @@ class PlainStep:
 
 
 def load(config: StepConfig) -> list[PlainStep]:
-    """The plain logs of ``config``'s configuration on disk (each regime written), ``[]`` where there are none, logs on
-    disk are off (:func:`helpers.log_names.directory`), or the file cannot be read, is of another format or names
-    another configuration (a hash collision)."""
-    where = directory()
-    if where is None:
-        return []
-    try:
-        data = json.loads((where / name(config, ".json")).read_text())
-        if data.get("format") != FORMAT or data.get("key") != key_text(config):
-            return []
-        return [PlainStep(**step) for step in data["steps"]]
-    except Exception:  # absent, unreadable, truncated, foreign: as if there were none
-        return []
+    """The plain logs of ``config``'s configuration on disk (each regime written), from the first directory that has a
+    readable one (:func:`helpers.log_names.directories`: the user's, then the shipped logs); ``[]`` where there are
+    none, logs on disk are off, or no file can be read, is of this format and names this configuration (a hash
+    collision)."""
+    for where in directories():
+        try:
+            data = json.loads((where / name(config, ".json")).read_text())
+            if data.get("format") != FORMAT or data.get("key") != key_text(config):
+                continue
+            return [PlainStep(**step) for step in data["steps"]]
+        except Exception:  # absent, unreadable, truncated, foreign: as if there were none
+            continue
+    return []

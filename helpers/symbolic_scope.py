@@ -37,7 +37,8 @@ def cuda_ruled_out() -> bool:
 
 def applies(config: StepConfig) -> str | None:
     """Why ``config``'s step cannot be traced with symbolic sizes, or None if it can: a real GPU measures, a
-    simulated ``capacity`` stops the step where the bytes run out (a comparison), ``full_trace`` asks for a trace."""
+    simulated ``capacity`` stops the step where the bytes run out (a comparison), ``full_trace`` asks for a trace,
+    ``symbolic=False`` for a concrete step (:class:`helpers.config.StepConfig`)."""
     if config.device != "simulated" and not (config.device == "auto" and cuda_ruled_out()):
         from .engine.backends import resolve_backend  # "auto" asks torch whether there is a GPU
 
@@ -47,6 +48,8 @@ def applies(config: StepConfig) -> str | None:
         return "a simulated capacity (capacity=) stops the step where it runs out, a comparison of sizes"
     if config.full_trace:
         return "a full trace was asked for (full_trace=True)"
+    if not config.symbolic:
+        return "a concrete step was asked for (symbolic=False)"
     if config.workspaces != "none":
         return "kernels' own bytes (workspaces=) follow rules that compare sizes"
     return None

@@ -2,17 +2,21 @@
 loaded by the next without tracing again.
 
 One file per configuration without its batch size and sequence length (:func:`helpers.symbolic.key`), named by a
-hash of that configuration and of what the log was made by: the installed torch, transformers, peft and bitsandbytes
-(their distributions' versions, read without importing them) and the source of this package (:func:`code_hash`, a
-hash of every ``helpers/**/*.py``, so an edited engine never reads an older engine's logs).  The file holds the
-configuration's :class:`helpers.symbolic.SymbolicStep` of each regime met (batch 1, a side of a guard), written by
-:func:`save` only after :mod:`helpers.evaluated` has checked the log's evaluation equal to a concrete answer.
+hash of that configuration and of what the log was made by (:func:`helpers.log_names.key_text`): the installed
+versions of the libraries a trace runs through, the source of the modules that make or evaluate a log, and of any
+``helpers`` function given as an option (:func:`helpers.log_names.code_hash`), so that an edited engine never reads an
+older engine's logs.  The file holds the configuration's :class:`helpers.symbolic.SymbolicStep` of each regime met
+(batch 1, a side of a guard), written by :func:`save` only after :mod:`helpers.evaluated` has checked the log's
+evaluation equal to a concrete answer: :data:`MAGIC`, then, compressed with :mod:`lzma`, two pickles, the
+configuration (:func:`configuration` reads it alone: what names the file) and the steps.
 
-Where: :func:`directory`, ``$GPU_MEMORY_SYMBOLIC_CACHE`` if set (``off`` or ``0``: no logs on disk), else
-``$XDG_CACHE_HOME/gpu-memory-lessons/symbolic`` (``~/.cache`` when ``XDG_CACHE_HOME`` is unset, as the XDG base
-directory specification says).  A file that cannot be read, was written by another version or holds another
-configuration (a hash collision) is ignored, and the next log checked replaces it; a directory that cannot be written
-keeps nothing, silently: the answer is the same either way, only slower.
+Where (:func:`helpers.log_names.directories`): the user's directory first, ``$GPU_MEMORY_SYMBOLIC_CACHE`` if set
+(``off`` or ``0``: no logs on disk), else ``$XDG_CACHE_HOME/gpu-memory-lessons/symbolic`` (``~/.cache`` when
+``XDG_CACHE_HOME`` is unset, as the XDG base directory specification says); then the logs shipped in the package
+(``helpers/symbolic_logs/``, made by ``make symbolic-logs``).  :func:`save` writes the user's directory only.  A file
+that cannot be read, was written by another version or holds another configuration (a hash collision) is ignored, and
+the next log checked replaces it in the user's directory; a directory that cannot be written keeps nothing, silently:
+the answer is the same either way, only slower.
 
 Beside the pickle, a shipped Hugging Face config's log in plain values (:mod:`helpers.plain_log`), which the command
 line reads without torch or sympy (:mod:`helpers.plain_step`).
@@ -24,21 +28,27 @@ Globals").
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import io
+import lzma
 import os
 import pathlib
 import pickle
 import tempfile
 
+import sympy
 import torch
 
 from . import plain_log
-from .log_names import DISTRIBUTIONS, VARIABLE, code_hash, directory, name  # noqa: F401 (this module's names too)
+from .log_names import DISTRIBUTIONS, VARIABLE, code_hash, directories, directory, name  # noqa: F401 (these too)
 from .symbolic import SymbolicStep, key
 
-#: The first bytes of every file: this format's name and version.
-MAGIC = b"gpu-memory-lessons symbolic log 1\n"
+#: The first bytes of every file: this format's name and version (2: compressed, the configuration first).
+MAGIC = b"gpu-memory-lessons symbolic log 2\n"
+#: The ``lzma`` preset the files are written with (the ``xz`` format).  Llama-3.1 8B LoRA with checkpointing, steady
+#: state: 0.91 MB as a pickle, 62 KB so (``gzip``: 127 KB), decompressed in 7.2 ms of the read
+#: (``benchmarks/shipped_logs.py``).
+PRESET = 6
 
 
 #: Builtins a log is made of (containers and numbers; nothing that calls or imports).
@@ -47,8 +57,9 @@ _BUILTINS = {"set", "frozenset", "tuple", "list", "dict", "int", "float", "compl
 
 
 class _Unpickler(pickle.Unpickler):
-    """Builds only what a log is made of: sympy's and this package's classes and functions, torch's dtypes, and
-    :data:`_BUILTINS`; anything else is an error (a foreign file)."""
+    """Builds only what a log is made of: sympy's and this package's classes and functions, torch's dtypes and
+    sympy functions (``torch/utils/_sympy/functions.py``: ``Mod``, ``CeilToInt``, which the sizes of a step with
+    modular arithmetic hold), and :data:`_BUILTINS`; anything else is an error (a foreign file)."""
 
     def find_class(self, module: str, name: str):
         top = module.split(".")[0]
@@ -58,34 +69,72 @@ class _Unpickler(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
+        if module == "torch.utils._sympy.functions":  # PyTorch's sympy functions of sizes (Mod, CeilToInt, ...)
+            found = super().find_class(module, name)
+            if isinstance(found, type) and issubclass(found, sympy.Function):
+                return found
         raise pickle.UnpicklingError(f"{module}.{name} is not part of a symbolic log")
+
+
+@contextlib.contextmanager
+def _reader(path: pathlib.Path):
+    """A reader of the pickles in the file at ``path``, past its :data:`MAGIC` (decompressed as it is read): each call
+    gives the next one, each read by an :class:`_Unpickler` of its own (a pickle's memo is its own); the file closed
+    when the block ends.
+
+    Raises:
+        OSError, ValueError: where the file is absent, unreadable or of another format.
+    """
+    with open(path, "rb") as raw:
+        if raw.read(len(MAGIC)) != MAGIC:
+            raise ValueError(f"{path.name} is not a symbolic log of this format")
+        with lzma.LZMAFile(raw) as packed:
+            yield lambda: _Unpickler(packed).load()
+
+
+def configuration(path: pathlib.Path):
+    """The configuration a log file was written for (its first pickle; the steps are not read): what
+    :func:`helpers.log_names.name` names it by.
+
+    Raises:
+        OSError, ValueError, EOFError, pickle.UnpicklingError, lzma.LZMAError: where it cannot be read.
+    """
+    with _reader(path) as following:
+        return following()
 
 
 def load(config, spec) -> list[SymbolicStep]:
     """The checked symbolic steps of ``config``'s configuration kept on disk (each regime met), ``spec`` (its model,
-    :func:`helpers.models.resolve_model`) attached; ``[]`` where there are none, logs on disk are off, or the file
-    cannot be read or is another configuration's."""
-    where = directory()
-    if where is None:
-        return []
+    :func:`helpers.models.resolve_model`) attached, from the first directory that has a readable file of it
+    (:func:`helpers.log_names.directories`: the user's, then the shipped logs); ``[]`` where there are none, logs on
+    disk are off, or no file can be read or holds this configuration."""
+    for where in directories():
+        steps = _read(where / name(config), config)
+        if steps:
+            return [dataclasses.replace(s, spec=spec) for s in steps]
+    return []
+
+
+def _read(path: pathlib.Path, config) -> list[SymbolicStep]:
+    """The steps in the file at ``path`` if it holds ``config``'s configuration; else ``[]``."""
     try:
-        data = (where / name(config)).read_bytes()
-        if not data.startswith(MAGIC):
+        with _reader(path) as following:
+            written, steps = following(), following()
+        if key(written) != key(config) or not isinstance(steps, list) or not steps:
             return []
-        steps = _Unpickler(io.BytesIO(data[len(MAGIC):])).load()
-        if not isinstance(steps, list) or not all(isinstance(s, SymbolicStep) for s in steps):
+        if not all(isinstance(s, SymbolicStep) and key(s.config) == key(config) for s in steps):
             return []
-        if any(key(s.config) != key(config) for s in steps):
-            return []
-        return [dataclasses.replace(s, spec=spec) for s in steps]
+        return steps
     except Exception:  # absent, unreadable, truncated, foreign: as if there were none
         return []
 
 
 def save(config, steps: list[SymbolicStep]) -> bool:
-    """Keep ``steps`` (symbolic steps of ``config``'s configuration, each checked equal to a concrete answer) on disk,
-    replacing the file; written to a temporary file first, then renamed, so that a reader never sees half of one.
-    Returns whether it was written (not where logs on disk are off or the directory cannot be written)."""
+    """Keep ``steps`` (symbolic steps of ``config``'s configuration, each checked equal to a concrete answer) on disk
+    in the user's directory (:func:`helpers.log_names.directory`; ``tools/ship_symbolic_logs.py`` points it at the
+    shipped one), replacing the file; written to a temporary file first, then renamed, so that a reader never sees
+    half of one.  Returns whether it was written (not where logs on disk are off or the directory cannot be
+    written)."""
     where = directory()
     if where is None or not steps:
         return False
@@ -94,7 +143,9 @@ def save(config, steps: list[SymbolicStep]) -> bool:
         where.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=where, suffix=".part", delete=False) as f:
             f.write(MAGIC)
-            pickle.dump(kept, f, protocol=pickle.HIGHEST_PROTOCOL)
+            with lzma.LZMAFile(f, "wb", preset=PRESET) as packed:
+                pickle.dump(key(config), packed, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(kept, packed, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(f.name, where / name(config))
     except Exception:  # not writable, full, a step that cannot be pickled: keep nothing
         with_part = locals().get("f")

@@ -286,7 +286,7 @@ from helpers.teaching.plots import plot_peak_vs_depth
 STEP_XL = dict(seq_len=512, amp=True, attention="flash", steady_state=True, device="simulated")
 traced = {n: profile_step(gpt(xl, n), 1, vocab_size=xl.vocab_size, **STEP_XL).peak_allocated_bytes for n in range(1, 9)}
 per_block = fit_affine([6, 7], [traced[6], traced[7]])
-written = profile_step("gpt2-xl", 1, **STEP_XL)  # all 48 blocks
+written = profile_step("gpt2-xl", 1, symbolic=False, **STEP_XL)  # all 48 blocks, written from two shallow traces
 print(f"each block adds {fmt_bytes(per_block.per_sample_bytes)}; 48 blocks: {fmt_bytes(written.peak_allocated_bytes)}")
 print(f"how the 48-block step was simulated: {written.depth_note}")
 assert all(traced[n] == per_block.predict(n) for n in traced)  # every depth on the line, to the byte
@@ -297,7 +297,7 @@ plot_peak_vs_depth(traced, per_block, (xl.n_layer, written.peak_allocated_bytes)
                    title="GPT-2 1.5B's width, batch 1 x 512 tokens: a steady-state step's peak against its depth")
 
 # %% [markdown]
-# Look at the dots: the eight traced steps lie on the line through the sixth and seventh, and the 48-block step (the diamond) lies on its continuation. Every traced depth is on the line to the byte, and so is the 48-block step: **memory is affine in depth**, the peak and everything under it. The engine uses this. For a model of 20 or more alike blocks, `profile_step` traces the step with 6 and 7 blocks (enough that the blocks next to the embeddings and the head, which may free their tensors otherwise than the middle ones, are in both), checks that the extra block repeats the others allocation for allocation (the same sizes, categories and lifetimes), and writes the 48-block allocation log from the two: not an estimate of the peak but the whole log, every allocation and free in order. `full_trace=True` traces every block instead. The two must agree entirely:
+# Look at the dots: the eight traced steps lie on the line through the sixth and seventh, and the 48-block step (the diamond) lies on its continuation. Every traced depth is on the line to the byte, and so is the 48-block step: **memory is affine in depth**, the peak and everything under it. The engine uses this. For a model of 20 or more alike blocks, `profile_step` traces the step with 6 and 7 blocks (enough that the blocks next to the embeddings and the head, which may free their tensors otherwise than the middle ones, are in both), checks that the extra block repeats the others allocation for allocation (the same sizes, categories and lifetimes), and writes the 48-block allocation log from the two: not an estimate of the peak but the whole log, every allocation and free in order. (`symbolic=False` asks for this written step even where a symbolic log of the configuration is on disk, which would otherwise answer: the same bytes, another `depth_note`.) `full_trace=True` traces every block instead. The two must agree entirely:
 
 # %%
 full = profile_step("gpt2-xl", 1, full_trace=True, **STEP_XL)

@@ -64,6 +64,8 @@ SLOW = {
         "the chunked loss's region checked sequence length by sequence length",
     "tests/test_symbolic_property.py::test_many_small_steps_evaluated_equal_their_concrete_traces":
         "20 random small steps, each traced with symbolic sizes and concretely at three points",
+    "tests/test_shipped_logs.py::test_a_shipped_log_evaluated_at_a_drawn_point_equals_a_concrete_trace":
+        "shipped logs of a CNN, Llama-3.1 8B LoRA and a published setup evaluated and traced concretely",
     "tests/test_symbolic.py::test_a_written_lora_step_with_checkpointing_in_steady_state":
         "two shallow steps traced symbolically, written, and compared with two written concretely",
     "tests/test_widget_serving.py::test_quantized_weights_reach_vllm_startup_and_a_65b_model_starts_in_nf4":
@@ -121,6 +123,38 @@ def pytest_unconfigure(config):
             os.environ.pop(SYMBOLIC_LOGS, None)
         else:
             os.environ[SYMBOLIC_LOGS] = config._symbolic_logs_before
+
+
+#: helpers.log_names.SHIPPED_VARIABLE, written out likewise (tests/test_shipped_logs.py checks that the two agree).
+SHIPPED_LOGS = "GPU_MEMORY_SHIPPED_LOGS"
+
+
+@pytest.fixture(autouse=True)
+def _no_shipped_logs():
+    """A unit test reads no symbolic logs shipped with the package (``helpers/symbolic_logs/``,
+    :func:`helpers.log_names.directories`), only its session's own directory: what it checks (a first question
+    answered concretely, a log written and read back, the command line without a log) is what a machine without them
+    does.  The lessons' kernels, which nbval starts outside any test, read them, as a learner's do; a test asks for
+    them with the ``shipped_logs`` fixture.  (Set in ``os.environ`` itself: ``monkeypatch`` here would make every test
+    forget the kept profiles, :func:`_traced_anew_when_patched`.)"""
+    import os
+
+    before = os.environ.get(SHIPPED_LOGS)
+    os.environ[SHIPPED_LOGS] = "off"
+    yield
+    if before is None:
+        os.environ.pop(SHIPPED_LOGS, None)
+    else:
+        os.environ[SHIPPED_LOGS] = before
+
+
+@pytest.fixture
+def shipped_logs(_no_shipped_logs):
+    """The symbolic logs shipped with the package read again, after the session's own directory (:func:`_no_shipped_logs`
+    is undone for this test)."""
+    import os
+
+    os.environ.pop(SHIPPED_LOGS, None)
 
 
 @pytest.fixture
