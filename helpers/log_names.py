@@ -1,6 +1,6 @@
 """Where the symbolic logs on disk are kept and what names each file (:mod:`helpers.symbolic_store`): the directories,
-a hash of what made a log (the libraries' versions and the source that makes or evaluates one) and of its
-configuration.
+a hash of what made a log (the libraries' versions and the code, not the prose, of the source that makes or evaluates
+one: :func:`code_text`) and of its configuration.
 
 Two directories are read, in order (:func:`directories`): the user's (:func:`directory`: ``$GPU_MEMORY_SYMBOLIC_CACHE``,
 else ``$XDG_CACHE_HOME/gpu-memory-lessons/symbolic``), where every log checked in a process is written, then the logs
