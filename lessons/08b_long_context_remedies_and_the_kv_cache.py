@@ -26,7 +26,7 @@
 # - Compute the KV cache per token, and an upper bound on the context that fits on a card.
 # - Judge a whole training step against a card with the sequence-length widget.
 #
-# **Time:** about 100 minutes alone: 35 of reading, 31 of code, 6 for the figures, 1 to run all, 27 for the two exercises. **GPU:** not needed (memory simulated on fake tensors).
+# **Time:** about 55 minutes alone: 17 of reading, 16 of code, 2 for the figures, 1 to run all, 18 for the two exercises. **GPU:** not needed (memory simulated on fake tensors).
 #
 # Read lesson 08 first: this lesson continues with its measure of what a block keeps (`measure_blocks`, every block alike, so two are measured and multiplied by the layer count), its attention kernels (math and flash) and its sequence lengths from 512 to 16k tokens.
 
