@@ -96,8 +96,9 @@ refresh-notebooks: setup
 
 # The symbolic logs shipped with the package (helpers/symbolic_logs/, issue 50): every
 # lesson and its solutions run with each configuration traced symbolically at its first
-# point and checked, the logs written there.  Again after any change at or below
-# helpers.symbolic (tests/test_shipped_logs.py says when).  Measured on the shared
+# point and checked, the logs written there.  Again after any change of code at or
+# below helpers.symbolic, not of its docstrings or comments (helpers.log_names.code_text;
+# tests/test_shipped_logs.py says when).  Measured on the shared
 # 2-core machine: lessons 00-08 23 kernel CPU-minutes, lesson 09 alone over 20
 # (each configuration traced symbolically and concretely); SHIP_ARGS="--jobs 2".
 symbolic-logs: setup

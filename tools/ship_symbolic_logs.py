@@ -14,9 +14,10 @@ without torch) are removed, not shipped: uncompressed JSON, about 1 MiB each (25
 they would be most of the directory.  The command line answers a shipped configuration from its pickle instead
 (:func:`helpers.cli_cold.from_disk`: no transformers, peft or bitsandbytes imported).
 
-Each file is named by what made it (:func:`helpers.log_names.key_text`): an edit of the engine or of any module at or
-below :mod:`helpers.symbolic`, or another version of torch, transformers, peft, bitsandbytes, torchvision or sympy,
-leaves the shipped logs unused until this is run again (``tests/test_shipped_logs.py`` fails with a one-line message
+Each file is named by what made it (:func:`helpers.log_names.key_text`): an edit of the code of the engine or of any
+module at or below :mod:`helpers.symbolic` (not of a docstring, a comment or a blank line:
+:func:`helpers.log_names.code_text`), or another version of torch, transformers, peft, bitsandbytes, torchvision or
+sympy, leaves the shipped logs unused until this is run again (``tests/test_shipped_logs.py`` fails with a one-line message
 until it is).  Prints, per lesson, its kernel's CPU seconds and the files written, then the directory's size.
 
 Run with ``PYTHONPATH=$PWD python tools/ship_symbolic_logs.py [--jobs N] [NOTEBOOK ...]`` from the repository root
