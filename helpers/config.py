@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .formats import BNB_4BIT, BNB_FORMATS, FOR_TRAINING
-from .hf_config import is_hf_config
+from .hf_config import frozen_config, is_hf_config
 
 #: Optimizers a step can use (:func:`helpers.techniques.optimizers.make_optimizer`).
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw", "adamw8bit", "bnb-adamw8bit", "paged-adamw", "paged-adamw8bit")
@@ -142,12 +142,18 @@ def _check_lora(config: "StepConfig") -> None:
 
 
 def _check_model(config: "StepConfig") -> None:
-    """The model (a name, a Hugging Face config, or something callable) and the profile's name."""
+    """The model (a name, a Hugging Face config, or something callable) and the profile's name; a config dict of JSON
+    values replaced by its read-only copy (:func:`helpers.hf_config.frozen_config`), so the step is keyed by the
+    dict's content."""
     model = config.model
     if (isinstance(model, str) and not model) or not (isinstance(model, str) or is_hf_config(model)
                                                       or callable(model)):
         got = f", got {model!r}" if not isinstance(model, str) else ""
         raise ValueError(f"model must be a model name, an nn.Module or a function returning one{got}")
+    if isinstance(model, dict):
+        frozen = frozen_config(model)
+        if frozen is not None:
+            object.__setattr__(config, "model", frozen)
     if config.name is not None and not isinstance(config.name, str):
         raise ValueError(f"name must be a string, got {config.name!r}")
 
@@ -222,6 +228,9 @@ class StepConfig:
         model: a torchvision classifier name, a preset of :mod:`helpers.models` (``"mlp"``, ``"gpt2"``, ...), an
             ``nn.Module`` (profiled on a copy), a function returning one, or a Hugging Face causal LM config
             (:mod:`helpers.models.hf`: a shipped or Hub name, a ``config.json`` path, a dict or a ``PretrainedConfig``).
+            A dict of JSON values is kept as a read-only copy (:func:`helpers.hf_config.frozen_config`): its steps are
+            kept and evaluated from symbolic logs by its content, and the learner's dict can change after the call;
+            a dict with other values (a ``torch.dtype``) and a ``PretrainedConfig`` (a mutable object) stay as given.
         name: the profile's label (default: the model's name).
     Data:
         batch_size: samples per batch, >= 1.

@@ -177,7 +177,7 @@ def load_config(config: Any):
         return _refuse_remote_code(config.__class__.from_dict(config.to_dict()), config.name_or_path or
                                    config.model_type)
     if isinstance(config, dict):
-        return _from_dict(dict(config), "the config dict")
+        return _from_dict(thawed(config), "the config dict")
     if not isinstance(config, (str, Path)):
         raise ValueError(f"a Hugging Face config must be {ACCEPTED}; got {type(config).__name__}")
     name = str(config)
@@ -291,6 +291,121 @@ def config_label(config: Any) -> str:
     if isinstance(config, dict):
         return config.get("_name_or_path") or config.get("model_type") or "config"
     return getattr(config, "name_or_path", "") or getattr(config, "model_type", "") or type(config).__name__
+
+
+class FrozenDict(dict):
+    """A read-only copy of a Hugging Face config dict whose values are JSON values (:func:`frozen_config`): still a
+    ``dict`` (every reader of a config dict takes it), but hashable, so that a step given one is kept and answered from
+    a symbolic log (:func:`helpers.profile.profile_step`, :mod:`helpers.evaluated`), like a step given a name.
+
+    Its keys are in sorted order at every depth, nested objects are :class:`FrozenDict` and arrays :class:`FrozenList`,
+    so its ``repr`` is the same in every process whatever order a learner wrote the keys in: what names its symbolic
+    log (:func:`helpers.log_names.key_text`).  Equality and the hash follow that ``repr``: two configs are equal when
+    they hold the same keys and values of the same types (``1``, ``1.0`` and ``True`` differ, as they may to
+    ``transformers``).  It pickles as itself (a symbolic log holds it; :mod:`helpers.symbolic_store` reads this
+    package's classes).  ``dict(config)`` or :func:`thawed` gives a copy that can be changed.
+
+    Raises:
+        TypeError: on any change (``config[key] = value``, ``update``, ``pop``, ...).
+    """
+
+    __slots__ = ("_text",)
+
+    def __init__(self, items=()):
+        data = dict(items)
+        super().__init__((k, _frozen_value(data[k])) for k in sorted(data))
+        self._text = dict.__repr__(self)
+
+    def __reduce__(self):
+        return type(self), (dict(self),)
+
+    def __hash__(self) -> int:
+        return hash(self._text)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, dict) and not isinstance(other, FrozenDict):
+            other = frozen_config(other)
+        return self._text == other._text if isinstance(other, FrozenDict) else NotImplemented
+
+    def __ne__(self, other) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a config dict given to a step is kept as a read-only copy (helpers.hf_config.FrozenDict): "
+                        "change the dict you gave, or a copy (dict(config)), and give that")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
+
+
+class FrozenList(list):
+    """A read-only JSON array inside a :class:`FrozenDict` (its ``repr`` a list's; the :class:`FrozenDict` holding it is
+    what is hashed).
+
+    Raises:
+        TypeError: on any change (``append``, ``sort``, item assignment, ...).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, items=()):
+        super().__init__(map(_frozen_value, items))
+
+    def __reduce__(self):
+        return type(self), (list(self),)
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a config dict given to a step is kept as a read-only copy (helpers.hf_config.FrozenDict): "
+                        "its lists cannot be changed; change the dict you gave, or a copy (thawed(config))")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = append = extend = insert = pop = remove = clear = sort = \
+        reverse = _read_only
+
+
+def _frozen_value(value):
+    """``value`` (a JSON value, checked by :func:`_is_json`) with its objects and arrays made read-only."""
+    if isinstance(value, dict):
+        return value if isinstance(value, FrozenDict) else FrozenDict(value)
+    if isinstance(value, list):
+        return value if isinstance(value, FrozenList) else FrozenList(value)
+    return value
+
+
+def _is_json(value, depth: int = 0) -> bool:
+    """Whether ``value`` is a JSON value: ``str``, ``int``, ``float``, ``bool``, None, or a list or dict (string keys)
+    of them, at most 32 deep."""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if depth >= 32 or type(value) not in (dict, list, FrozenDict, FrozenList):
+        return False
+    if isinstance(value, dict):
+        return all(type(k) is str and _is_json(v, depth + 1) for k, v in value.items())
+    return all(_is_json(v, depth + 1) for v in value)
+
+
+def frozen_config(config: Any) -> FrozenDict | None:
+    """A read-only, hashable copy of ``config`` (:class:`FrozenDict`; ``config`` itself if it is one), a dict whose
+    values are JSON values (``str``, ``int``, ``float``, ``bool``, None, lists and dicts of them); else None.  What
+    :class:`helpers.config.StepConfig` keeps of a Hugging Face config dict, so a step given one is keyed by its content:
+    the learner's dict is never changed, and changing it later changes no answer already given.
+
+    None (the config then stays as given, and its steps are not kept nor evaluated from a symbolic log, as a learner's
+    ``nn.Module`` is not): a dict holding anything else (a ``torch.dtype`` object, a tuple, a key that is not a
+    string), or an object that is not a dict: a ``PretrainedConfig`` is a mutable object of ``transformers`` whose
+    content is not plain values alone; its steps are traced anew each time."""
+    if isinstance(config, FrozenDict):
+        return config
+    return FrozenDict(config) if isinstance(config, dict) and _is_json(config) else None
+
+
+def thawed(value: Any) -> Any:
+    """A copy of ``value`` (a :class:`FrozenDict` or any JSON value) in plain, changeable dicts and lists, at every
+    depth: what ``transformers`` is given (its config classes may change a nested dict such as ``rope_scaling``)."""
+    if isinstance(value, dict):
+        return {k: thawed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [thawed(v) for v in value]
+    return value
 
 
 #: A Hub name, ``org/model``.

@@ -43,6 +43,7 @@ from .config import StepConfig, check_int, step_config  # noqa: F401 (step_confi
 from .engine.backends import collector_paused, resolve_backend
 from .engine.meter import Meter
 from .errors import first_line
+from .hf_config import FrozenDict
 from .models import ModelSpec, resolve_model
 from .record import StepProfile
 from .step import StepRunner
@@ -217,8 +218,9 @@ STEPS = threading.RLock()
 #: names the question: ``("profile_step", config)``, ``("vllm profile run", ...)`` (:mod:`helpers.serving`).
 KEPT = 16
 _KEPT: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
-#: Option values that name the same step every time they are given.
-_PLAIN = (str, int, float, bool, type(None), torch.dtype)
+#: Option values that name the same step every time they are given: a Hugging Face config dict of JSON values is one
+#: once :class:`helpers.config.StepConfig` has made it a read-only copy (:class:`helpers.hf_config.FrozenDict`).
+_PLAIN = (str, int, float, bool, type(None), torch.dtype, FrozenDict)
 
 
 def recall(key: Hashable | None) -> Any:
@@ -247,9 +249,11 @@ def forget_kept() -> None:
 
 
 def _kept_key(config: StepConfig) -> tuple[str, StepConfig] | None:
-    """``("profile_step", config)``, if its profile may be kept: a simulated step whose options are plain values,
-    tuples of them, or functions and frozen dataclasses of ``helpers`` (a published setup's loss); None for a real
-    GPU, a learner's ``nn.Module`` or function, or a model read from a file, which may change between two calls."""
+    """``("profile_step", config)``, if its profile may be kept: a simulated step whose options are plain values
+    (a config dict among them, read-only: :func:`helpers.hf_config.frozen_config`), tuples of them, or functions and
+    frozen dataclasses of ``helpers`` (a published setup's loss); None for a real GPU, a learner's ``nn.Module`` or
+    function, a ``PretrainedConfig`` or a config dict holding other values, or a model read from a file, which may
+    change between two calls."""
     def plain(value) -> bool:
         if isinstance(value, tuple):
             return all(map(plain, value))
