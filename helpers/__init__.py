@@ -25,7 +25,7 @@ lines, half of them explanation), then :mod:`helpers.engine.meter` (the one API 
   (what autograd saves, lesson 02), :mod:`helpers.masks` (ReLUs that save a mask, lesson 02), :mod:`helpers.loops`
   (inference and leaking loops, lesson 05b), :mod:`helpers.fsdp` (FSDP2 on a fake process group, lesson 07),
   :mod:`helpers.sharding` (ZeRO's and DeepSpeed's formulas, lesson 07), :mod:`helpers.transformer` (a transformer's
-  activations, lesson 08),
+  activations, lessons 08 and 08b),
   :mod:`helpers.serving` (vLLM's start-up account: weights, profile run, KV cache, lesson 10),
   :mod:`helpers.generation` (greedy generation: prefill, decode steps and the KV cache, lesson 10);
 * :mod:`helpers.teaching`: widgets, plots, the recorded real-GPU figures, data and a small training loop;

@@ -1,5 +1,5 @@
 """Activation memory of transformers: a block tensor by tensor (:func:`gpt_block_kept`, :func:`measure_blocks`), the
-published formula (:func:`korthikanti_layer_bytes`), and remedies (lesson 08).  Sizes in bytes; 1 GB = 10**9 bytes.
+published formula (:func:`korthikanti_layer_bytes`), and remedies (lessons 08 and 08b).  Sizes in bytes; 1 GB = 10**9 bytes.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def kv_cache_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_by
 
 
 def transformer_presets() -> dict:
-    """The models of lesson 08, by name: the four GPT-2 sizes and Llama-3 8B (configs)."""
+    """The models of lesson 08b's widget, by name: the four GPT-2 sizes and Llama-3 8B (configs)."""
     from .models.gpt import GPT2_PRESETS
     from .models.llama import LLAMA_PRESETS
 
@@ -316,7 +316,7 @@ class TransformerBuilder:
 
 def transformer_step(model: str, seq: int, batch: int, *, amp: bool = True, attention: str = "flash",
                      policy: str = "none", optimizer: str = "adam") -> StepConfig:
-    """The steady-state training step of lesson 08's widget, simulated, as a :class:`helpers.config.StepConfig` (its
+    """The steady-state training step of lesson 08b's widget, simulated, as a :class:`helpers.config.StepConfig` (its
     ``peak_allocated_bytes`` is what must fit, :func:`helpers.gpus.judge`).
 
     Args:

@@ -32,7 +32,7 @@
 #
 # **Time:** about 75 minutes alone: 33 of reading, 16 of code, 6 for the figures, 1 to run all, 20 for the three exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes), as vLLM logs it; a card's GB (10⁹ bytes) is named as its maker names it. The minute to run all is CPU time (the instructor guide's method): a busy machine takes longer.
 #
-# Lesson 08 (section 6: the KV cache's formula, 128 KiB per token for Llama-3 8B) comes first; lesson 09 builds Llama-3.1 8B from its config the same way. Lesson 10b continues with a model larger than one card and the serving widget.
+# Lesson 08b (section 3: the KV cache's formula, 128 KiB per token for Llama-3 8B) comes first; lesson 09 builds Llama-3.1 8B from its config the same way. Lesson 10b continues with a model larger than one card and the serving widget.
 
 # %% [markdown]
 # ## Setup
@@ -101,14 +101,14 @@ print(f"weights {gib(gen.weights_bytes)}; KV cache {gib(gen.kv_cache_bytes)} "
 print(f"prefill peak {gib(gen.prefill_peak_bytes)}: {gib(prefill_extra)} held only during it; "
       f"decode peak {gib(gen.decode_peak_bytes)}: {decode_extra / MiB:.0f} MiB held only during a step")
 assert abs(gen.weights_bytes - 2 * hf.SHIPPED[L8].parameters) < MiB        # 2 bytes a parameter (and buffers)
-assert gen.kv_cache_bytes == gen.batch_size * tokens_kept * per_token      # lesson 08's formula, in a real cache
+assert gen.kv_cache_bytes == gen.batch_size * tokens_kept * per_token      # lesson 08b's formula, in a real cache
 assert per_token == 2 * c8.num_hidden_layers * c8.num_key_value_heads * c8.head_dim * 2 == 128 * 1024
 assert 0.98 < decode_extra / layer_keys < 1.02                             # torch.cat: one layer's old keys
 assert 110 * 1024 < prefill_extra / (gen.batch_size * gen.prompt_len) < 120 * 1024  # per prompt token
 assert gen.prefill_peak_bytes > gen.decode_peak_bytes
 
 # %% [markdown]
-# The weights take 14.96 GiB, two bytes for each of 8,030,261,248 parameters. The KV cache grows by 128 KiB per token, all 32 layers together, exactly lesson 08's **2 · layers · KV heads · head size · bytes per value**: a request of 4,096 tokens holds 0.50 GiB, and these 8 hold 4.01 GiB. The peak is the **prefill**: its forward pass of 32,768 tokens holds 3.63 GiB of activations at once, about 116 KiB per prompt token (asserted), almost as much as the token's own cache. A **decode** step's forward of 8 tokens holds almost nothing; what it adds, 64 MiB, is one layer's keys: `DynamicCache` grows each layer with `torch.cat`, so for a moment the layer's old and new keys are both alive. (A `StaticCache` allocates each layer's keys and values for `prompt + new` tokens when the prefill first reaches the layer, and writes into them in place.)
+# The weights take 14.96 GiB, two bytes for each of 8,030,261,248 parameters. The KV cache grows by 128 KiB per token, all 32 layers together, exactly lesson 08b's **2 · layers · KV heads · head size · bytes per value**: a request of 4,096 tokens holds 0.50 GiB, and these 8 hold 4.01 GiB. The peak is the **prefill**: its forward pass of 32,768 tokens holds 3.63 GiB of activations at once, about 116 KiB per prompt token (asserted), almost as much as the token's own cache. A **decode** step's forward of 8 tokens holds almost nothing; what it adds, 64 MiB, is one layer's keys: `DynamicCache` grows each layer with `torch.cat`, so for a moment the layer's old and new keys are both alive. (A `StaticCache` allocates each layer's keys and values for `prompt + new` tokens when the prefill first reaches the layer, and writes into them in place.)
 #
 # One thing is almost missing from the green part: the **logits**. `generate` passes `logits_to_keep=1` to the model (`GenerationMixin`, `transformers/generation/utils.py`), so the prefill computes the vocabulary's 128,256 scores for the last position only, and `_sample` copies them to float32 (`outputs.logits[:, -1].to(copy=True, dtype=torch.float32)`). A plain forward pass over the prompts, `model(input_ids)`, computes them for every position (`logits="all"`):
 
@@ -145,7 +145,7 @@ for name in hf.SHIPPED:
 assert kv["meta-llama/Llama-2-7b-hf"] == 4 * kv[L8] and kv["Qwen/Qwen2.5-7B"] * 16 == kv[L8] * 7
 
 # %% [markdown]
-# Llama-2 7B is smaller than Llama-3.1 8B but its cache is four times larger: each of its 32 query heads has its own keys and values, where Llama-3.1 shares 8 KV heads among 32 (lesson 08, exercise 3, imagined this; Llama-2 is the real model). Qwen2.5 7B keeps 4 KV heads in 28 layers: 56 KiB a token, 7/16 of Llama-3.1's. LLaMA 65B, without grouped-query attention, needs 2.5 MiB a token: 5 GiB for one request of its 2,048 positions, and 32k tokens would take 80 GiB. The cache depends on layers × KV heads × head size, not on the parameter count.
+# Llama-2 7B is smaller than Llama-3.1 8B but its cache is four times larger: each of its 32 query heads has its own keys and values, where Llama-3.1 shares 8 KV heads among 32 (lesson 08b, exercise 2, imagined this; Llama-2 is the real model). Qwen2.5 7B keeps 4 KV heads in 28 layers: 56 KiB a token, 7/16 of Llama-3.1's. LLaMA 65B, without grouped-query attention, needs 2.5 MiB a token: 5 GiB for one request of its 2,048 positions, and 32k tokens would take 80 GiB. The cache depends on layers × KV heads × head size, not on the parameter count.
 #
 # An **fp8 KV cache** (`--kv-cache-dtype fp8` in vLLM) stores each key and value in one byte instead of two: the same memory holds twice the tokens. vLLM's page of a layer counts `2 × block_size × KV heads × head size × bytes per value` (`AttentionSpec.page_size_bytes`, `vllm/v1/kv_cache_interface.py`), so halving the bytes doubles the blocks; the weights and the profile run do not change. The price is precision: each key and value is stored as an 8-bit float, with one scale per layer's keys and one per its values in v0.11 (vLLM's *Quantized KV Cache* page).
 #

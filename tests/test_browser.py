@@ -16,12 +16,12 @@ its own here), serve every check:
 2. **Every widget a lesson displays, driven** (found by its stored output, so
    lesson 05's split into 05a/05b needs no change here): a trimmed copy of its
    lesson runs in the kernel (the setup cells before section 1, and the cells
-   the widget's cell needs, found by the names they define and read: lesson 08
-   run whole takes 75 s, lesson 05 105 s; this keeps the test near 4 minutes);
+   the widget's cell needs, found by the names they define and read: lesson 08,
+   before its split into 08 and 08b, took 75 s run whole, lesson 05 105 s; this keeps the test near 4 minutes);
    the four start at once, each in its own tab, and compute while the lessons
    are opened unrun.  Then, in each, one control changes as a learner would change it (the batch-size slider in
    lessons 01 and 05, the batch-size box in lesson 06a, whose reserved view
-   traces each batch size, the attention menu in lesson 08, the method menu in lesson 09b); once the view has
+   traces each batch size, the attention menu in lesson 08b, the method menu in lesson 09b); once the view has
    updated, its figures (peak, categories, reserved, verdict), read from the
    view's data attributes, must equal a direct ``profile_step`` (and, for the
    reserved view, ``replay_on_gpu``) with the settings its controls show,
@@ -360,7 +360,7 @@ def browser(lab):
 @pytest.fixture(scope="module")
 def running(browser):
     """The widgets' trimmed lessons, each opened in its own tab and set running at once: their kernels
-    compute (lesson 08's for about a minute) while the lessons are opened unrun.  Yields their names."""
+    compute (lesson 08b's for about a minute) while the lessons are opened unrun.  Yields their names."""
     names = []
     for path, index, _ in WIDGETS:
         name = _drive_name(path, index)

@@ -23,9 +23,6 @@ from lesson_minutes import (Counts, counts, disagreement, guide_totals, lesson_n
                             method, minutes, stated, time_line)
 
 NOTEBOOKS = sorted((ROOT / "lessons").glob("[0-9][0-9]*_*.ipynb"))
-#: Lessons over the most minutes of one notebook, each to be split (a proposal of issue 34); remove a
-#: lesson from here when it is split or trimmed under the limit (the test below then requires it).
-TO_SPLIT = {"08"}
 
 
 def _lesson(path):
@@ -56,18 +53,11 @@ def test_the_guide_states_the_same_total(path):
     assert guide_totals()[lesson_number(path)] == m.total
 
 
-@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if lesson_number(p) not in TO_SPLIT], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_notebook_takes_longer_than_the_limit(path):
+    """Every lesson, none excepted: the last one over the limit (08) was split into 08 and 08b (issue 34)."""
     _, _, m = _lesson(path)
     assert m.total <= method()["most"], f"{path.name}: {m.total} minutes; split it or trim it (NOTEBOOKS.md)"
-
-
-@pytest.mark.parametrize("number", sorted(TO_SPLIT))
-def test_a_lesson_listed_to_split_is_still_over_the_limit(number):
-    """The list above may not outlive its reason."""
-    (path,) = [p for p in NOTEBOOKS if lesson_number(p) == number]
-    _, _, m = _lesson(path)
-    assert m.total > method()["most"], f"lesson {number} now takes {m.total} minutes: take it off TO_SPLIT"
 
 
 def test_the_method_adds_its_parts_and_rounds_the_total_to_five_minutes():

@@ -14,7 +14,8 @@ def test_lessons_exist():
     for name in ("00_setup_check.ipynb", "01_mini_batching.ipynb", "01b_out_of_memory_and_deep_mlps.ipynb",
                  "02_linear_layer_gradients.ipynb", "03_resnet18_layer_by_layer.ipynb", "04_amp_and_checkpointing.ipynb",
                  "04b_offloading_and_real_gpus.ipynb", "06_allocator_and_fragmentation.ipynb",
-                 "06a_fragmentation_and_reserved_memory.ipynb", "09_fine_tuning_on_one_gpu.ipynb",
+                 "06a_fragmentation_and_reserved_memory.ipynb", "08_transformers_and_sequence_length.ipynb",
+                 "08b_long_context_remedies_and_the_kv_cache.ipynb", "09_fine_tuning_on_one_gpu.ipynb",
                  "09b_longest_sequence_and_published_figures.ipynb", "10_serving_memory.ipynb",
                  "10b_serving_beyond_one_card.ipynb"):
         assert name in names

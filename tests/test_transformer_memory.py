@@ -1,4 +1,4 @@
-"""helpers.transformer and helpers.models.llama: a transformer block's activations, formula vs engine (lesson 08)."""
+"""helpers.transformer and helpers.models.llama: a transformer block's activations, formula vs engine (lessons 08 and 08b)."""
 
 import pytest
 import torch
@@ -158,7 +158,7 @@ def test_bad_input_is_refused_in_one_line():
         Llama("llama-70b")
 
 
-# -- lesson 08's figures: a block by part, memory against the sequence length --
+# -- lessons 08 and 08b's figures: a block by part, memory against the sequence length --
 
 @pytest.mark.parametrize("amp, attention, dropout", [(False, "math", False), (True, "math", True), (True, "flash", False)])
 def test_every_kept_tensor_has_a_group_and_the_groups_sum_to_the_block(amp, attention, dropout):

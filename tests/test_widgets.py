@@ -202,7 +202,7 @@ def test_the_sequence_explorer_judges_the_whole_step_not_the_end_of_the_forward_
     direct = profile_step(transformer_step("gpt2-xl", 1024, 19))
     assert explorer.result.peak_bytes == direct.peak_allocated_bytes == 85_667_075_584  # 81,698.5 MiB
     assert explorer.message == ("does not fit in H100 80 GB: peak allocated of the whole step + 1.0 GiB assumed "
-                                "overhead + cuBLAS workspaces = 79.8 + 1.0 + 0.06 = 80.8 GiB > 79.2 GiB")  # lesson 08 writes GiB
+                                "overhead + cuBLAS workspaces = 79.8 + 1.0 + 0.06 = 80.8 GiB > 79.2 GiB")  # lesson 08b writes GiB
     assert "  optimizer states        11.6 GiB" in explorer.summary().splitlines()
     assert "peak of the whole step at the backward of LayerNorm" in explorer.view.value
     assert explorer.summary().splitlines()[0] == explorer.message

@@ -1,4 +1,4 @@
-"""A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings (lesson 08).
+"""A Llama-shaped decoder in plain ``torch.nn``: RMSNorm, SwiGLU, grouped-query attention, rotary embeddings (lesson 08b).
 
 Not a port of released code: the shapes and operations that decide memory, after Touvron et al. 2023 (LLaMA) and the
 Llama 3 report (Grattafiori et al. 2024, table 3 for 8B): a token embedding, no position embedding, an untied head;

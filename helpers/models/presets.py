@@ -1,7 +1,7 @@
 """The course's own models by name, and torchvision's classifiers: what :data:`PRESETS` and :func:`build_model` build.
 
 Lesson 01's MLP (:func:`mlp`, :func:`digits_mlp`), lesson 02's :func:`dropout_mlp`, lesson 04b's :func:`digits_cnn`,
-the GPT-2 sizes (:mod:`helpers.models.gpt`) and lesson 08's Llama-3 8B (:mod:`helpers.models.llama`), with random
+the GPT-2 sizes (:mod:`helpers.models.gpt`) and lesson 08b's Llama-3 8B (:mod:`helpers.models.llama`), with random
 weights (nothing is downloaded; memory does not depend on values); and :func:`sequential_form`, the model as the
 sequence of modules that checkpointing by segments cuts.
 """
@@ -186,7 +186,7 @@ def _llama_spec(name: str, config: LlamaConfig | None = None) -> ModelSpec:
                      at_depth=lambda n: _llama_spec(name, dataclasses.replace(config, n_layer=n)))
 
 
-#: The language models by name: the GPT-2 sizes and lesson 08's Llama-3 8B.
+#: The language models by name: the GPT-2 sizes and lesson 08b's Llama-3 8B.
 #: Their inputs are token ids, by default as many as their context holds.
 LANGUAGE_PRESETS = (*GPT2_PRESETS, "llama3-8b")
 

@@ -1,5 +1,5 @@
 """Activation checkpointing: by segments (lesson 04; the recipe's :func:`enable`), BatchNorm statistics that stay
-right, and full or selective checkpointing of transformer blocks (lesson 08)."""
+right, and full or selective checkpointing of transformer blocks (lesson 08b, section 2)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ In every function ``unit`` is ``"MiB"`` or ``"GiB"`` (another raises ``ValueErro
   twin does not (lessons 06, 06b);
 * :mod:`.sharding`: FSDP's sharded steps (lesson 07);
 * :mod:`.transformer`: a block's parts, memory against sequence length, fine-tuning setups against cards, published
-  figures beside the engine's (lessons 08, 09, 09b);
+  figures beside the engine's (lessons 08, 08b, 09, 09b);
 * :mod:`.serving`: generation over time, vLLM's start-up account, requests that fit, the profile run, published
   start-ups beside the engine (lesson 10).
 """

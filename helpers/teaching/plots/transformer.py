@@ -1,4 +1,4 @@
-"""Figures of transformers (lesson 08) and fine-tuning (lessons 09 and 09b); ``unit`` and ``title`` as :mod:`..plots` says."""
+"""Figures of transformers (lessons 08 and 08b) and fine-tuning (lessons 09 and 09b); ``unit`` and ``title`` as :mod:`..plots` says."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each is an ``ipywidgets.VBox``: display it as the last expression of a cell, or 
 
 * :class:`MemoryExplorer` (lessons 01, 06): batch size, model, AMP, checkpointing, optimizer, GPU, reserved memory;
 * :class:`WillItFit` (lesson 05b): the model or a bare parameter count, optimizer, precision, sequence or image size;
-* :class:`SequenceExplorer` (lesson 08): a transformer by sequence length;
+* :class:`SequenceExplorer` (lesson 08b): a transformer by sequence length;
 * :class:`FineTuneFit` (lesson 09b): fine-tuning a 7-8B model, and the largest batch or longest sequence that fits;
 * :class:`ServingFit` (lesson 10b): vLLM's start-up account of a model on a GPU, and how many requests fit at once;
 * :class:`SnapshotExplorer` (lesson 06b): a real GPU's memory snapshot explained, a shipped one or your own file.

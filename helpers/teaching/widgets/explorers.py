@@ -1,4 +1,4 @@
-"""Lessons 01, 05b and 08's widgets: the batch size, "will it fit?", and the sequence length.
+"""Lessons 01, 05b and 08b's widgets: the batch size, "will it fit?", and the sequence length.
 
 Each shows one steady-state training step against a GPU, by category, with :func:`helpers.teaching.views.verdict`.
 In each, ``capacity`` is a card of :data:`helpers.gpus.GPU_CARDS` (or ``"this GPU"`` on a GPU), ``device`` ``"auto"``,
@@ -193,7 +193,7 @@ class WillItFit(StepWidget):
 
 
 class SequenceExplorer(StepWidget):
-    """Lesson 08's widget: a transformer's steady-state Adam step against a GPU, by sequence length
+    """Lesson 08b's widget: a transformer's steady-state Adam step against a GPU, by sequence length
     (:func:`helpers.transformer.transformer_step`, simulated, traced at the batch size asked for)."""
 
     UNIT = "GiB"  # lessons 05b and 08 write GiB
