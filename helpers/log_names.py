@@ -112,7 +112,7 @@ def code_text(source: str) -> str:
     none), blank lines and trailing whitespace (inside a multi-line string literal too), and line endings (``\\r\\n``
     reads as ``\\n``).  Why: a log's name holds this text, so that an edit of the engine's prose keeps the shipped
     logs (:data:`SHIPPED`) named as they were, and used, instead of leaving every one of them unused until
-    ``make symbolic-logs`` makes them again (about 27 CPU-minutes).
+    ``make symbolic-logs`` makes them again (about 32 CPU-minutes on the 2-core machine).
 
     The text is the same on every Python a learner may run (3.10 to 3.13), so that it names a log as the machine that
     shipped it did: it is cut at positions, never rebuilt from ``ast.dump`` (3.13 changed its output), ``ast.unparse``
