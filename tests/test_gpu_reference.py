@@ -112,10 +112,7 @@ def test_junit_failures_are_summarised(tmp_path):
 
 
 def test_step_3_runs_its_commands_and_names_what_failed(tmp_path, monkeypatch):
-    # helpers found, not imported: where the harness runs its commands the lessons' package is there (importing it
-    # would only add a torch import to this test's seconds)
-    (tmp_path / "test_sample.py").write_text("import importlib.util\n\ndef test_ok():\n"
-                                             "    assert importlib.util.find_spec('helpers') is not None\n\n"
+    (tmp_path / "test_sample.py").write_text("import helpers\n\ndef test_ok():\n    pass\n\n"
                                              "def test_bad():\n    assert 1 == 2\n")
     junit = tmp_path / "report.xml"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
