@@ -395,11 +395,12 @@ def test_llama3_8b_is_a_preset_from_the_command_line(capsys):
     with pytest.raises(SystemExit):
         main(["profile", "--help"])
     assert "llama3-8b" in " ".join(capsys.readouterr().out.split())
+    # a first step: the preset's name, inputs and parameters are the subject (its trace about half the steady one's)
     assert main(["profile", "--device", "simulated", "--model", "llama3-8b", "--seq-len", "16", "--batch-size", "1",
-                 "--optimizer", "adamw", "--json"]) == 0
+                 "--optimizer", "adamw", "--first-step", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "llama3-8b" and data["input_shape"] == [16] and data["config"]["seq_len"] == 16
-    assert data["parameter_count"] == 8_030_261_248
+    assert data["parameter_count"] == 8_030_261_248 and data["config"]["steady_state"] is False
 
 
 def test_an_unknown_model_names_the_presets_both_forms_and_the_shipped_configs(capsys):
