@@ -10,7 +10,6 @@ tests/test_browser.py saves a learner's copy in a real JupyterLab.
 
 import pathlib
 import shutil
-import subprocess
 import sys
 
 import jupytext
@@ -59,11 +58,10 @@ def test_refresh_notebooks_builds_an_unpaired_notebook_from_an_unpaired_source(t
     notebook's jupytext metadata from the source's header: unpair both, or the next refresh pairs again."""
     notebook, source = _paired_lesson(tmp_path)
     unpair(notebook)
-    jupytext_cli = pathlib.Path(sys.executable).parent / "jupytext"
+    from jupytext.cli import jupytext as jupytext_cli  # the jupytext command's own entry point, in this process
 
     def refresh():
-        subprocess.run([str(jupytext_cli), "--quiet", "--update", "--to", "ipynb", "--output", str(notebook),
-                        str(source)], check=True, timeout=120)
+        assert jupytext_cli(["--quiet", "--update", "--to", "ipynb", "--output", str(notebook), str(source)]) == 0
 
     refresh()
     assert is_paired(notebook)  # the source's header paired it again
