@@ -364,13 +364,13 @@ fig
 # %% [markdown]
 # Look at the two panels: on the left, ResNet18's peak (solid line, left axis) stops falling at 6 segments, while the FLOPs (dashed, right axis) stay 19% to 34% above the baseline's; on the right, the chain of equal blocks (64 blocks and the final `Linear`: 65 units) is smallest at 8 segments, next to √65 ≈ 8.1 (the dotted line), with 3.4 times less memory, as the rule predicts. The bumps between come from PyTorch's segment sizes (n // k units each, the remainder in the last, unchecked segment). For real networks, use the rule as a starting point, then measure: the largest layer sets a floor no segmenting can break.
 #
-# What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 32, so that it runs in seconds. Timings vary between machines, so this output is not checked; the FLOP counts above are the deterministic version of the same claim:
+# What does the recomputation cost in **time**? Measured on this CPU, on ResNet18 with 64 × 64 images at batch 16, so that it runs in seconds. Timings vary between machines, so this output is not checked; the FLOP counts above are the deterministic version of the same claim:
 
 # %% tags=["nbval-ignore-output"] nbval_reason="wall-clock times depend on the machine and its load"
 torch.manual_seed(0)
 timed_model = build_model("resnet18", num_classes=10)
 runners = {k: Checkpointed(sequential_form(timed_model), k) if k > 1 else timed_model for k in (1, 4, 10)}
-images, labels = torch.randn(32, 3, 64, 64), torch.randint(0, 10, (32,))
+images, labels = torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,))
 samples = {k: [] for k in runners}
 for repeat in range(8):                  # interleaved, so that a slow moment hits every configuration
     for k, runner in runners.items():
