@@ -78,6 +78,6 @@ def test_a_chunked_loss_needs_token_inputs_and_is_on_the_command_line(capsys, tm
     with pytest.raises(ValueError, match="unknown loss 'chunks'"):
         StepConfig(loss="chunks")
     (tmp_path / "config.json").write_text(json.dumps(SMOL))
-    assert main(["profile", "--model", str(tmp_path / "config.json"), "--batch-size", "1", "--seq-len", "16", "--loss", "chunked",
-                 "--device", "simulated", "--json"]) == 0
+    assert main(["profile", "--model", str(tmp_path / "config.json"), "--batch-size", "1", "--seq-len", "16",
+                 "--loss", "chunked", "--device", "simulated", "--json"]) == 0
     assert '"loss": "chunked"' in capsys.readouterr().out

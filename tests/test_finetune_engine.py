@@ -164,7 +164,8 @@ def _adamw8bit_bytes(numel: int, param_bytes: int) -> int:
 
 @pytest.fixture(scope="module")
 def full():
-    """Full fine-tuning of SmolLM2-135M (2 layers), 32 tokens: AdamW in float32, AdamW in bf16, 8-bit AdamW in float32."""
+    """Full fine-tuning of SmolLM2-135M (2 layers), 32 tokens: AdamW in float32, AdamW in bf16, 8-bit AdamW in
+    float32."""
     return {"fp32": profile_step(SMOL, **FULL), "bf16": profile_step(SMOL, param_dtype="bfloat16", **FULL),
             "8bit": profile_step(SMOL, **{**FULL, "optimizer": "adamw8bit"})}
 
@@ -233,7 +234,8 @@ def test_optimizer_offload_keeps_only_the_small_parameters_states_on_the_gpu():
     the host, with their states there; the norms of 576 (5 in 2 layers) keep a GPU AdamW.  The gradients stay on the
     GPU until zero_grad (offload_gradients=False, its default).  With a vocabulary of 4,096: in 2 layers, SmolLM2's
     49,152 x 576 tied embedding would be most of the weights and move the offloaded step's peak into the backward of
-    its LM head, above the fp32 step's less its states; at 4,096 the layers hold most of the weights, as 30 layers do."""
+    its LM head, above the fp32 step's less its states; at 4,096 the layers hold most of the weights, as 30 layers
+    do."""
     model = {**SMOL, "vocab_size": 4096}
     fp32 = profile_step(model, **FULL)
     offloaded = profile_step(model, optimizer_offload=True, **FULL)
