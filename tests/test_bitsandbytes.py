@@ -2,8 +2,8 @@
 the simulation, checked against the byte formulas of bitsandbytes 0.50.2 (``functional.quantize_4bit``,
 ``backends/cuda/ops.py``) and against its CUDA kernels' allocations (``bnb_gemm_4bit``).
 
-The model is the small shipped SmolLM2-135M (30 layers, hidden 576, 3 key/value heads of 64, MLP 1536, a tied
-49152 x 576 embedding) at 32 tokens, simulated, as in ``tests/test_finetune_engine.py``.
+The model is the small shipped SmolLM2-135M's config (hidden 576, 3 key/value heads of 64, MLP 1536, a tied
+49152 x 576 embedding) cut to 2 of its 30 layers, at 32 tokens, simulated, as in ``tests/test_finetune_engine.py``.
 """
 
 from __future__ import annotations
@@ -329,11 +329,19 @@ def test_int8_lora_stores_the_frozen_linear_weights_in_one_byte_each(int8_step):
     _assert_peft_wraps("int8", LoraLinear8bitLt, "Linear8bitLt")
 
 
-def test_an_int8_step_is_the_same_written_from_shallow_traces_or_traced_in_full(int8_step):
-    """The step's peak and every category, traced block by block (``full_trace``) or written from 6 and 7 blocks."""
-    full = profile_step(SMOL, quantization="int8", full_trace=True, **BF16)
-    assert full.peak_allocated_bytes == int8_step.peak_allocated_bytes
-    assert full.categories == int8_step.categories
+def test_an_int8_step_is_the_same_written_from_shallow_traces_or_traced_in_full(monkeypatch):
+    """The step's peak and every category, traced block by block (``full_trace``) or written from 6 and 7 blocks: 10 of
+    SmolLM2's layers, written from 8 blocks on (:data:`helpers.depth.MIN_BLOCKS` lowered, as in
+    ``tests/test_depth.py``, so that the full trace is cheap too)."""
+    from helpers import depth
+
+    monkeypatch.setattr(depth, "MIN_BLOCKS", 8)
+    ten = {**SMOL, "num_hidden_layers": 10}
+    written = profile_step(ten, quantization="int8", **BF16)
+    full = profile_step(ten, quantization="int8", full_trace=True, **BF16)
+    assert written.depth_note.startswith("written exactly from its steps with"), written.depth_note
+    assert full.peak_allocated_bytes == written.peak_allocated_bytes
+    assert full.categories == written.categories
 
 
 def test_k_bit_preparation_applies_to_int8():

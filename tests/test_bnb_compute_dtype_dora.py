@@ -1,6 +1,6 @@
 """bitsandbytes' 4-bit compute dtype (``compute_dtype``, ``bnb_4bit_compute_dtype``) and peft's DoRA on its 4-bit
-weights, simulated, checked against bitsandbytes 0.50.2's and peft's sources (the model: SmolLM2-135M, as in
-``tests/test_bitsandbytes.py``)."""
+weights, simulated, checked against bitsandbytes 0.50.2's and peft's sources (the model: SmolLM2-135M's config cut to
+2 of its 30 layers, as in ``tests/test_bitsandbytes.py``)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_a_step_computing_in_float32_peaks_at_a_4_bit_layer():
     options = dict(BF16, seq_len=8)
     bf16 = profile_step(SMOL, quantization="nf4", **options)
     fp32 = profile_step(SMOL, quantization="nf4", compute_dtype="float32", **options)
-    down = "base_model.model.model.layers.29.mlp.down_proj"
+    down = f"base_model.model.model.layers.{LAYERS - 1}.mlp.down_proj"
     m, n, k = 8, H, MLP
     assert fp32.peak.module == down and bf16.peak.module == "base_model.model.lm_head"
     before = fp32.find(down, "pre").allocated_bytes
@@ -132,7 +132,7 @@ def test_dora_on_4_bit_weights_adds_its_magnitudes_and_a_dequantization_per_forw
     assert _bytes(dora, "parameters") == _bytes(lora, "parameters") + magnitudes
     assert _bytes(dora, "gradients") == _bytes(lora, "gradients") + magnitudes
     assert _bytes(dora, "optimizer_states") == _bytes(lora, "optimizer_states") + 2 * magnitudes
-    q = "base_model.model.model.layers.5.self_attn.q_proj"
+    q = "base_model.model.model.layers.1.self_attn.q_proj"
     dequantized = [s for s in dora.storages.values() if s.shape == (H, H) and s.dtype == torch.bfloat16]
     plain = [s for s in lora.storages.values() if s.shape == (H, H) and s.dtype == torch.bfloat16]
     assert len(dequantized) > len(plain)
@@ -147,7 +147,7 @@ def test_a_checkpoint_s_recompute_runs_the_4_bit_product_under_autocast_again():
     returns bfloat16 (``bnb_gemm_4bit``): the same transient as in the forward. (Found against the stub: Llama-3.1-8B,
     8 tokens, checkpointing, was 11.3 MiB over the simulation, which computed the recompute in float32.)"""
     step = profile_step(SMOL, quantization="nf4", compute_dtype="float32", checkpoint=1, **dict(BF16, seq_len=8))
-    up = "base_model.model.model.layers.3.mlp.up_proj"
+    up = "base_model.model.model.layers.1.mlp.up_proj"
     m, n, k = 8, MLP, H
     forward, recompute = step.find(up, "fwd"), step.find(up, "recompute")
     held = [step.peak_during(e) - step.events[e.index - 1].allocated_bytes for e in (forward, recompute)]

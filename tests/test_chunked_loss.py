@@ -1,8 +1,11 @@
 """``loss="chunked"``: next-token cross-entropy as torchtune's ``CEWithChunkedOutputLoss`` computes it.
 
 The same loss as the whole-logits one (on real tensors), and, simulated, one float32 chunk of the logits at a time:
-SmolLM2-135M (vocabulary 49,152, a tied head) at 2 x 256 tokens, in bfloat16 under autocast, with LoRA.
+SmolLM2-135M's config cut to 2 of its 30 layers (vocabulary 49,152, a tied head: the loss is the head's, whatever
+the depth) at 2 x 256 tokens, in bfloat16 under autocast, with LoRA.
 """
+
+import json
 
 import pytest
 import torch
@@ -10,10 +13,12 @@ import torch.nn.functional as F
 
 from helpers import StepConfig, profile_step
 from helpers.__main__ import main
+from helpers.hf_config import shipped_json
 from helpers.models import OUTPUT_CHUNKS, chunked_output_loss
 from helpers.models.hf import build_causal_lm
 
-SMOL = "HuggingFaceTB/SmolLM2-135M"
+#: SmolLM2-135M's shipped config.json with 2 of its 30 decoder layers.
+SMOL = {**shipped_json("HuggingFaceTB/SmolLM2-135M"), "num_hidden_layers": 2}
 VOCAB, TOKENS = 49152, 2 * 256
 
 
@@ -61,7 +66,7 @@ def test_the_model_runs_whole_and_only_its_head_in_chunks(profiles):
     assert len(heads) == 1 and heads[0].shape == (2, 256 // OUTPUT_CHUNKS, VOCAB)  # one call, a list of chunks
 
 
-def test_a_chunked_loss_needs_token_inputs_and_is_on_the_command_line(capsys):
+def test_a_chunked_loss_needs_token_inputs_and_is_on_the_command_line(capsys, tmp_path):
     with pytest.raises(ValueError, match="loss='chunked' is a next-token loss"):
         profile_step("mlp", loss="chunked", device="simulated")
     with pytest.raises(ValueError, match=r"^loss='chunked' .* \(llama, mistral, qwen2, gpt2, bloom\), not GPT$"):
@@ -72,6 +77,7 @@ def test_a_chunked_loss_needs_token_inputs_and_is_on_the_command_line(capsys):
         profile_step(bert, seq_len=16, loss="chunked", device="simulated")
     with pytest.raises(ValueError, match="unknown loss 'chunks'"):
         StepConfig(loss="chunks")
-    assert main(["profile", "--model", SMOL, "--batch-size", "1", "--seq-len", "16", "--loss", "chunked",
-                 "--device", "simulated", "--json"]) == 0
+    (tmp_path / "config.json").write_text(json.dumps(SMOL))
+    assert main(["profile", "--model", str(tmp_path / "config.json"), "--batch-size", "1", "--seq-len", "16",
+                 "--loss", "chunked", "--device", "simulated", "--json"]) == 0
     assert '"loss": "chunked"' in capsys.readouterr().out

@@ -41,7 +41,11 @@ def _written_and_full(model, **options):
 
 
 def assert_same(written, full) -> None:
-    """Equal field for field, the allocation log entry for entry, and the allocator's replay byte for byte."""
+    """Equal field for field, the allocation log entry for entry, and the allocator's replay byte for byte.
+
+    Where both logs are lists of :class:`helpers.record.Allocation` (every step's is), equal entry for entry (every
+    field), :func:`helpers.allocator.replay`, which reads nothing but its log, replays them alike: the written log is
+    replayed once (a replay costs about a second) and must run to the end.  Any other sequence is replayed as well."""
     assert written.config == full.config.replace(full_trace=False)
     for name in FIELDS:
         assert getattr(written, name) == getattr(full, name), name
@@ -50,10 +54,12 @@ def assert_same(written, full) -> None:
     assert [len(e.live) for e in written.events] == [len(e.live) for e in full.events]
     assert written.kept_between(written.events[0], written.events[middle]) == full.kept_between(
         full.events[0], full.events[middle])
-    a, b = replay(written.allocation_log), replay(full.allocation_log)
-    assert a.error is None and b.error is None
-    assert (a.peak_reserved, a.reserved, a.requested, a.allocator.trace) == (
-        b.peak_reserved, b.reserved, b.requested, b.allocator.trace)
+    a = replay(written.allocation_log)
+    assert a.error is None and a.peak_reserved >= full.peak_allocated_bytes
+    if not (type(written.allocation_log) is list and type(full.allocation_log) is list):
+        b = replay(full.allocation_log)
+        assert b.error is None and (a.peak_reserved, a.reserved, a.requested, a.allocator.trace) == (
+            b.peak_reserved, b.reserved, b.requested, b.allocator.trace)
 
 
 @pytest.fixture
@@ -107,11 +113,12 @@ def test_random_small_configurations_are_written_exactly(low_minimum):
         assert_same(written, full), (model, options)
 
 
-def test_lesson_08s_widget_step_is_written_exactly():
-    """transformer_step's builder (a preset with a checkpointing policy per block) says its blocks."""
-    config = transformer_step("gpt2-medium", 128, 2, policy="selective", optimizer="sgd")
+def test_lesson_08s_widget_step_is_written_exactly(low_minimum):
+    """transformer_step's builder (a preset with a checkpointing policy per block) says its blocks: GPT-2 small's 12,
+    written from 8 blocks on here (the widget's larger presets, 24 to 48 alike blocks, are written from 20 on)."""
+    config = transformer_step("gpt2", 128, 2, policy="selective", optimizer="sgd")
     written, full = profile_step(config), profile_step(config.replace(full_trace=True))
-    assert written.depth_note.startswith("written exactly from its steps with") and written.model == "gpt2-medium"
+    assert written.depth_note.startswith("written exactly from its steps with") and written.model == "gpt2"
     assert_same(written, full)
 
 

@@ -2,8 +2,10 @@
 offloaded to host memory.
 
 Model states are checked against formulas written out here by hand (from the libraries' source, cited
-at each), on the small shipped model (SmolLM2-135M: 30 layers, hidden 576, 3 key/value heads of 64,
-MLP 1536, a 49152 x 576 embedding tied to the LM head) at 32 tokens, simulated.
+at each), on the small shipped model's config (SmolLM2-135M: hidden 576, 3 key/value heads of 64, MLP 1536, a
+49152 x 576 embedding tied to the LM head) cut to 2 of its 30 decoder layers, at 32 tokens, simulated: every
+formula counts per layer, and the layers are alike, so 2 check what 30 do at a fraction of the tracing (that a
+30-layer step written from shallow traces equals its full trace is ``tests/test_depth.py``'s claim).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ import torch
 
 from helpers.allocator.rules import round_up
 from helpers.config import StepConfig
+from helpers.hf_config import shipped_json
 from helpers.models import hf
 from helpers.profile import profile_step
 from helpers.techniques import quantization, torchao_nf4
 from helpers.techniques.lora import apply_lora
 
-SMOL = "HuggingFaceTB/SmolLM2-135M"
-LAYERS, H, KV, MLP, VOCAB = 30, 576, 192, 1536, 49152
+#: SmolLM2-135M's shipped config.json with 2 of its 30 decoder layers.
+SMOL = {**shipped_json("HuggingFaceTB/SmolLM2-135M"), "num_hidden_layers": 2}
+LAYERS, H, KV, MLP, VOCAB = 2, 576, 192, 1536, 49152
+#: The RMSNorms' weights of H (two per layer and the final one): the parameters below 4,096 weights.
+NORMS = 2 * LAYERS + 1
 QV = ("q_proj", "v_proj")
 #: (out, in) of each linear layer of one decoder layer: q, k, v, o, gate, up, down.
 LINEARS = [(H, H), (KV, H), (KV, H), (H, H), (MLP, H), (MLP, H), (H, MLP)]
@@ -55,7 +61,7 @@ def _adapters(rank: int, shapes, dtype_bytes: int = 4) -> int:
 
 @pytest.fixture(scope="module")
 def steps():
-    """One step each of SmolLM2-135M at 32 tokens: LoRA r=8 on q and v in bf16, and the same in QLoRA."""
+    """One step each of SmolLM2-135M (2 layers) at 32 tokens: LoRA r=8 on q and v in bf16, and the same in QLoRA."""
     return {"lora": profile_step(SMOL, **BF16), "qlora": profile_step(SMOL, quantization="torchao-nf4", **BF16)}
 
 
@@ -135,7 +141,7 @@ FULL = dict(batch_size=1, seq_len=32, device="simulated", optimizer="adamw")
 
 
 def _shapes():
-    """Every parameter's shape of SmolLM2-135M (the tied embedding once), from its config, by hand."""
+    """Every parameter's shape of SmolLM2-135M (2 layers; the tied embedding once), from its config, by hand."""
     layer = [(o, i) for o, i in LINEARS] + [(H,), (H,)]
     return [(VOCAB, H)] + LAYERS * layer + [(H,)]
 
@@ -158,7 +164,8 @@ def _adamw8bit_bytes(numel: int, param_bytes: int) -> int:
 
 @pytest.fixture(scope="module")
 def full():
-    """Full fine-tuning of SmolLM2-135M, 32 tokens: AdamW in float32, AdamW in bf16, 8-bit AdamW in float32."""
+    """Full fine-tuning of SmolLM2-135M (2 layers), 32 tokens: AdamW in float32, AdamW in bf16, 8-bit AdamW in
+    float32."""
     return {"fp32": profile_step(SMOL, **FULL), "bf16": profile_step(SMOL, param_dtype="bfloat16", **FULL),
             "8bit": profile_step(SMOL, **{**FULL, "optimizer": "adamw8bit"})}
 
@@ -171,8 +178,8 @@ def test_bf16_parameters_halve_the_parameters_gradients_and_adamw_states(full):
     assert _bytes(bf16, "gradients") == sum(round_up(2 * _numel(s)) for s in _shapes())
     # torch/optim/adamw.py (_init_group): exp_avg and exp_avg_sq are torch.zeros_like(p): bf16 like the parameter
     assert _bytes(bf16, "optimizer_states") == 2 * _bytes(bf16, "gradients")
-    # half of float32's, but for each storage's rounding up to 512 bytes (the 61 norms of 576)
-    assert 0 <= _bytes(bf16, "optimizer_states") - _bytes(fp32, "optimizer_states") // 2 <= 2 * 61 * 512
+    # half of float32's, but for each storage's rounding up to 512 bytes (the norms of 576)
+    assert 0 <= _bytes(bf16, "optimizer_states") - _bytes(fp32, "optimizer_states") // 2 <= 2 * NORMS * 512
     assert {s.dtype for s in bf16.storages.values() if s.category == "optimizer_states"} == {torch.bfloat16}
 
 
@@ -181,7 +188,7 @@ def test_adamw8bit_keeps_about_two_bytes_of_state_per_parameter(full):
     expected = sum(_adamw8bit_bytes(_numel(s), 4) for s in _shapes())
     assert _bytes(eight, "optimizer_states") == expected
     big = sum(_numel(s) for s in _shapes() if _numel(s) >= 4096)
-    assert 2 * big <= expected <= 2.04 * big + 2 * 4 * 4 * 576 * 61  # the 61 norms of 576 stay float32
+    assert 2 * big <= expected <= 2.04 * big + 2 * 4 * 4 * 576 * NORMS  # the norms of 576 stay float32
     assert _bytes(eight, "gradients") == _bytes(full["fp32"], "gradients")
     assert eight.peak_allocated_bytes < full["fp32"].peak_allocated_bytes - 0.7 * _bytes(full["fp32"], "optimizer_states")
 
@@ -222,15 +229,20 @@ def test_the_new_options_are_in_the_json_and_in_the_widget_curve_key():
 
 # -- optimizer states in host memory ----------------------------------------------------------------------------------
 
-def test_optimizer_offload_keeps_only_the_small_parameters_states_on_the_gpu(full):
+def test_optimizer_offload_keeps_only_the_small_parameters_states_on_the_gpu():
     """torchao's CPUOffloadOptimizer (optim/cpu_offload.py): parameters of >= 4096 weights are stepped on
-    the host, with their states there; the 61 norms of 576 keep a GPU AdamW.  The gradients stay on the GPU
-    until zero_grad (offload_gradients=False, its default)."""
-    offloaded = profile_step(SMOL, optimizer_offload=True, **FULL)
+    the host, with their states there; the norms of 576 (5 in 2 layers) keep a GPU AdamW.  The gradients stay on the
+    GPU until zero_grad (offload_gradients=False, its default).  With a vocabulary of 4,096: in 2 layers, SmolLM2's
+    49,152 x 576 tied embedding would be most of the weights and move the offloaded step's peak into the backward of
+    its LM head, above the fp32 step's less its states; at 4,096 the layers hold most of the weights, as 30 layers
+    do."""
+    model = {**SMOL, "vocab_size": 4096}
+    fp32 = profile_step(model, **FULL)
+    offloaded = profile_step(model, optimizer_offload=True, **FULL)
     small = [s for s in _shapes() if _numel(s) < 4096]
-    assert len(small) == 61
-    assert _bytes(offloaded, "optimizer_states") == 2 * sum(round_up(4 * _numel(s)) for s in small) == 312_320
-    fp32 = full["fp32"]
+    assert len(small) == NORMS == 5
+    states = 2 * sum(round_up(4 * _numel(s)) for s in small)
+    assert _bytes(offloaded, "optimizer_states") == states == 25_600  # 2 states x 5 norms x 2,560 bytes
     assert _bytes(offloaded, "gradients") == _bytes(fp32, "gradients")
     assert _bytes(offloaded, "parameters") == _bytes(fp32, "parameters")  # no GPU copy of anything
     # the peak loses the states and the foreach step's temporary (one float32 per parameter: the host steps)
@@ -267,8 +279,9 @@ def test_llama_8b_qlora_weights_by_formula():
 
 
 # -- shortcuts that must change no byte ---------------------------------------------------------------
-#: A tiny Llama of 10 layers: cheap to run op by op.
-TINY = {"model_type": "llama", "vocab_size": 96, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 10,
+#: A tiny Llama of 2 layers: cheap to run op by op, and each layer's weight shapes met again (q and o, gate and up,
+#: then the second layer's), so a remembered pattern is both kept and used.
+TINY = {"model_type": "llama", "vocab_size": 96, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
 
 

@@ -1,6 +1,7 @@
 """Hugging Face models by their config, LoRA through peft, and Hugging Face's checkpointing, in the engine.
 
-The small model (SmolLM2-135M, 30 layers) runs whole steps at short sequences;
+The small model (SmolLM2-135M's config, cut to 2 of its 30 layers: what is checked counts per layer) runs whole
+steps at short sequences;
 the 7-8B configs are only built on the meta device, except one short step of
 Llama-3.1 8B against the project's own llama3-8b preset.
 """
@@ -20,7 +21,9 @@ from helpers.models import hf, resolve_model
 from helpers.profile import profile_step
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
-SMOL_LAYERS, SMOL_H, SMOL_KV = 30, 576, 192  # 9 heads of 64, 3 key/value heads
+#: SmolLM2-135M's shipped config.json with 2 of its 30 decoder layers: the steps below.
+SMOL2 = {**hf_config.shipped_json(SMOL), "num_hidden_layers": 2}
+SMOL_LAYERS, SMOL_H, SMOL_KV = 2, 576, 192  # 9 heads of 64, 3 key/value heads
 QV = ("q_proj", "v_proj")
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 STEP = dict(batch_size=1, seq_len=32, device="simulated", optimizer="adamw")
@@ -127,23 +130,26 @@ def test_configs_as_a_dict_a_file_a_folder_and_an_object_build_the_same_model(tm
 
 @pytest.fixture(scope="module")
 def smol():
-    """SmolLM2-135M, one AdamW step of 32 tokens: fully fine-tuned, with LoRA, with LoRA and checkpointing."""
+    """SmolLM2-135M (2 layers), one AdamW step of 32 tokens: fully fine-tuned, with LoRA, with LoRA and
+    checkpointing."""
     return {
-        "full": profile_step(SMOL, **STEP),
-        "lora": profile_step(SMOL, lora_rank=8, lora_targets=QV, **STEP),
-        "lora-all": profile_step(SMOL, lora_rank=8, lora_targets=ALL_LINEAR, **STEP),
-        "lora-checkpointed": profile_step(SMOL, lora_rank=8, lora_targets=QV, checkpoint=1, **STEP),
+        "full": profile_step(SMOL2, **STEP),
+        "lora": profile_step(SMOL2, lora_rank=8, lora_targets=QV, **STEP),
+        "lora-all": profile_step(SMOL2, lora_rank=8, lora_targets=ALL_LINEAR, **STEP),
+        "lora-checkpointed": profile_step(SMOL2, lora_rank=8, lora_targets=QV, checkpoint=1, **STEP),
     }
 
 
 def test_tied_weights_are_one_parameter_counted_once(smol):
-    """SmolLM2's LM head is its token embedding: 134,515,008 parameters, not 162,826,560."""
+    """SmolLM2's LM head is its token embedding: 134,515,008 parameters, not 162,826,560; in 2 layers, 35,392,320
+    (each layer 3,540,096, the embedding 28,311,552 once)."""
     with torch.device("meta"):
-        model = hf.build_causal_lm(SMOL)
+        assert sum(p.numel() for p in hf.build_causal_lm(SMOL).parameters()) == 134_515_008
+        model = hf.build_causal_lm(SMOL2)
     assert model.lm_head.weight is model.model.embed_tokens.weight
     unique = {id(t): t for t in (*model.parameters(), *model.buffers())}.values()
     full = smol["full"]
-    assert full.parameter_count == 134_515_008
+    assert full.parameter_count == 35_392_320 == 134_515_008 - 28 * 3_540_096
     assert _bytes(full, "parameters") == sum(round_up(t.numel() * 4) for t in unique)
     assert _bytes(full, "gradients") == sum(round_up(p.numel() * 4) for p in model.parameters())
 
@@ -156,7 +162,7 @@ def _adapter_bytes(rank: int, shapes: list[tuple[int, int]]) -> int:
 def test_lora_gives_gradients_and_adam_states_to_the_adapters_only(smol):
     lora = smol["lora"]
     adapters = _adapter_bytes(8, [(SMOL_H, SMOL_H), (SMOL_H, SMOL_KV)])  # q_proj, v_proj
-    assert adapters == 30 * 8 * (576 + 576 + 576 + 192) * 4 == 1_843_200
+    assert adapters == 2 * 8 * (576 + 576 + 576 + 192) * 4 == 122_880
     assert _bytes(lora, "gradients") == adapters
     assert _bytes(lora, "optimizer_states") == 2 * adapters  # exp_avg and exp_avg_sq; the step counts on the host
     assert sum(1 for s in lora.storages.values() if s.category == "gradients") == 2 * 2 * SMOL_LAYERS
