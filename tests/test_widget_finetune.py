@@ -167,17 +167,20 @@ def test_a_paged_optimizers_states_are_named_beside_the_verdict():
 def test_the_adapters_dtype_dora_the_kbit_preparation_and_the_loss_reach_the_step():
     """Hugging Face's recipe and torchtune's loss, each a control (issue 32): the widget's step is profile_step's
     with the same options, and each control is disabled where its option does not apply."""
-    w = _widget(method="QLoRA (bitsandbytes' NF4 base)", adapters="bfloat16", prepare_kbit=True,
+    w = _widget(method="QLoRA (bitsandbytes' NF4 base)", weights="bfloat16", adapters="bfloat16", prepare_kbit=True,
                 loss="chunked (torchtune)")
-    step = profile_step(SMALL_CONFIG, 1, seq_len=256, lora_rank=16, quantization="nf4", double_quant=True,
-                        lora_dtype="bfloat16", prepare_kbit=True, loss="chunked", **STEP)
+    qlora = dict(seq_len=256, lora_rank=16, quantization="nf4", double_quant=True, param_dtype="bfloat16",
+                 lora_dtype="bfloat16", loss="chunked", **STEP)
+    step = profile_step(SMALL_CONFIG, 1, prepare_kbit=True, **qlora)
+    # bfloat16 weights: the k-bit preparation casts the unquantized ones to float32, so that it shows in the peak
+    assert step.peak_allocated_bytes != profile_step(SMALL_CONFIG, 1, prepare_kbit=False, **qlora).peak_allocated_bytes
     assert w.result.peak_bytes == step.peak_allocated_bytes and not w.prepare_kbit.disabled
     w.method.value = "LoRA"
     assert w.prepare_kbit.disabled and not w.adapters.disabled and not w.lora_rank.disabled
     assert w.config().prepare_kbit is False
     w.dora.value = True
-    step = profile_step(SMALL_CONFIG, 1, seq_len=256, lora_rank=16, lora_dtype="bfloat16", dora=True, loss="chunked",
-                        **STEP)
+    step = profile_step(SMALL_CONFIG, 1, seq_len=256, lora_rank=16, param_dtype="bfloat16", lora_dtype="bfloat16",
+                        dora=True, loss="chunked", **STEP)
     assert w.result.peak_bytes == step.peak_allocated_bytes
     w.method.value = "full fine-tuning"
     assert w.adapters.disabled and w.dora.disabled and w.lora_rank.disabled
