@@ -4,9 +4,27 @@ import pytest
 
 from helpers.allocator.rules import round_up
 from helpers.generation import MAX_NEW_TOKENS, generation_memory
-from helpers.hf_config import load_config
+from helpers.hf_config import load_config, shipped_json
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
+#: SmolLM2-135M's shipped config with 2 of its 30 decoder layers (a config dict): the cache's rules per layer, traced in
+#: a fraction of the time.
+SMALL = shipped_json(SMOL) | {"num_hidden_layers": 2}
+LLAMA = "meta-llama/Llama-3.1-8B"
+
+
+@pytest.fixture(scope="module")
+def generated():
+    """:data:`SMALL`'s generation after a prompt of 64 tokens, 4 new tokens, batch 2, by cache (traced once for the
+    file: two tests read them)."""
+    return {cache: generation_memory(SMALL, 64, new_tokens=4, batch_size=2, cache=cache)
+            for cache in ("dynamic", "static")}
+
+
+@pytest.fixture(scope="module")
+def llama_8b():
+    """Llama-3.1 8B's generation after a prompt of 2,048 tokens, in bfloat16 (read by two tests)."""
+    return generation_memory(LLAMA, 2048)
 
 
 def _kv_tensor_bytes(model: str, batch_size: int, tokens: int, value_bytes: int = 2) -> int:
@@ -17,21 +35,20 @@ def _kv_tensor_bytes(model: str, batch_size: int, tokens: int, value_bytes: int 
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_the_kv_cache_is_two_tensors_per_layer_of_every_token(cache):
-    """After the prefill of 64 tokens and 3 decode steps, a dynamic cache holds 66 tokens (the last generated token
+def test_the_kv_cache_is_two_tensors_per_layer_of_every_token(cache, generated):
+    """After the prefill of 64 tokens and 3 decode steps, a dynamic cache holds 67 tokens (the last generated token
     is not fed yet), a static one the 68 it was made for; each is 2 × layers tensors of batch × KV heads × tokens ×
     head size in bfloat16."""
-    p = generation_memory(SMOL, 64, new_tokens=4, batch_size=2, cache=cache)
-    layers = load_config(SMOL).num_hidden_layers
+    p = generated[cache]
+    layers = load_config(SMALL).num_hidden_layers
     tokens = 64 + 4 - 1 if cache == "dynamic" else 64 + 4
-    assert p.kv_cache_bytes == 2 * layers * _kv_tensor_bytes(SMOL, 2, tokens)
+    assert layers == 2 and p.kv_cache_bytes == 2 * layers * _kv_tensor_bytes(SMALL, 2, tokens)
     assert [name for name, _, _ in p.timeline] == ["weights", "prefill", "decode 1", "decode 2", "decode 3"]
 
 
-def test_a_dynamic_cache_grows_by_one_token_a_step_and_a_static_one_not_at_all():
-    dynamic = generation_memory(SMOL, 64, new_tokens=4, batch_size=2)
-    static = generation_memory(SMOL, 64, new_tokens=4, batch_size=2, cache="static")
-    c = load_config(SMOL)
+def test_a_dynamic_cache_grows_by_one_token_a_step_and_a_static_one_not_at_all(generated):
+    dynamic, static = generated["dynamic"], generated["static"]
+    c = load_config(SMALL)
     per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 2
     grown = [after - before for (_, before, _), (_, after, _) in zip(dynamic.timeline[1:], dynamic.timeline[2:])]
     # each step's keys and values are new tensors (torch.cat), rounded up to 512 bytes each
@@ -41,10 +58,10 @@ def test_a_dynamic_cache_grows_by_one_token_a_step_and_a_static_one_not_at_all()
     assert dynamic.decode_peak_bytes > dynamic.timeline[-1][1]
 
 
-def test_an_8b_model_weights_and_prefill():
+def test_an_8b_model_weights_and_prefill(llama_8b):
     """Llama-3.1 8B in bfloat16: 2 bytes a parameter; 2,048 tokens of KV cache is 2,048 × 128 KiB (grouped-query
     attention: 8 KV heads of 128 over 32 layers); the prefill's peak is above weights and cache."""
-    p = generation_memory("meta-llama/Llama-3.1-8B", 2048)
+    p = llama_8b
     assert abs(p.weights_bytes - 8_030_261_248 * 2) < 2**20  # the published parameter count, plus small buffers
     assert p.kv_cache_bytes == 2048 * 128 * 1024
     assert p.prefill_peak_bytes > p.weights_bytes + p.kv_cache_bytes
@@ -68,13 +85,13 @@ def test_a_model_that_does_not_generate_is_refused():
         generation_memory("resnet18", 16)
 
 
-def test_quantized_weights_and_all_logits():
+def test_quantized_weights_and_all_logits(llama_8b):
     """bitsandbytes' NF4 weights take about a third of bfloat16's for an 8B model (the embeddings and head stay
     16-bit). The prefill's logits for every position (a plain forward) raise its peak over generate's, which asks for
     the last position's only (logits_to_keep=1); once the next token is chosen, both are dropped."""
-    base = generation_memory("meta-llama/Llama-3.1-8B", 2048)
-    nf4 = generation_memory("meta-llama/Llama-3.1-8B", 2048, quantization="nf4")
-    every = generation_memory("meta-llama/Llama-3.1-8B", 2048, logits="all")
+    base = llama_8b
+    nf4 = generation_memory(LLAMA, 2048, quantization="nf4")
+    every = generation_memory(LLAMA, 2048, logits="all")
     assert 0.3 < nf4.weights_bytes / base.weights_bytes < 0.4 and nf4.kv_cache_bytes == base.kv_cache_bytes
     assert every.weights_bytes == base.weights_bytes and every.prefill_peak_bytes > base.prefill_peak_bytes
     assert every.timeline[1][1] == base.timeline[1][1]  # the logits are dropped after the next token: the same after

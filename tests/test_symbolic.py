@@ -153,17 +153,17 @@ def test_a_single_question_is_concrete_and_the_third_point_evaluated(symbolic_lo
     against the second answer), the fourth evaluated: :data:`helpers.evaluated.AT_POINT`."""
     from helpers import evaluated, models
 
-    spec, asked = models.resolve_model("mobilenet_v2"), []
+    spec, asked = models.resolve_model("resnet18"), []
 
     def ask(batch_size: int):
-        config = _config("mobilenet_v2", batch_size, None)
+        config = _config("resnet18", batch_size, None, image_size=32)  # 32 × 32 images: the rule, traced quickly
         return _answer(config, spec, asked)
 
     assert evaluated.AT_POINT == 3
     assert not evaluated.was_evaluated(ask(4)) and not evaluated.was_evaluated(ask(6)) and asked == [4, 6]
     third, fourth = ask(9), ask(13)
     assert asked == [4, 6] and evaluated.was_evaluated(third) and evaluated.was_evaluated(fourth)
-    assert_same(fourth, obtain_concrete(_config("mobilenet_v2", 13, None)))
+    assert_same(fourth, obtain_concrete(_config("resnet18", 13, None, image_size=32)))
 
 
 def test_a_checked_log_is_kept_on_disk_and_loaded_without_tracing(symbolic_logs, monkeypatch):
@@ -237,18 +237,19 @@ def test_profile_step_evaluates_a_later_batch_when_asked_to(monkeypatch):
     monkeypatch.setattr(helpers.profile, "EVALUATE", True)
     monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", "off")
     forget_kept()
-    first = profile_step("mobilenet_v2", 4, device="simulated")
+    small = dict(image_size=32, device="simulated")  # ResNet18 on 32 × 32 images: convolutions, traced quickly
+    first = profile_step("resnet18", 4, **small)
     assert first.depth_note is None
     with helpers.profile.many_points():
-        later = profile_step("mobilenet_v2", 24, device="simulated")
+        later = profile_step("resnet18", 24, **small)
     assert later.depth_note == "traced once with symbolic sizes; evaluated at batch 24 (helpers.symbolic)"
     concrete = obtain_concrete(later.config)
     assert_same(later, concrete)
     assert later.cudnn_bound_bytes == concrete.cudnn_bound_bytes is not None
-    full = profile_step("mobilenet_v2", 24, device="simulated", full_trace=True)
+    full = profile_step("resnet18", 24, full_trace=True, **small)
     assert full.depth_note is None and full.peak_allocated_bytes == concrete.peak_allocated_bytes
     for batch_size in (4, 24):  # kernels' own bytes follow rules that compare sizes: a later batch traced too
-        bound = profile_step("mobilenet_v2", batch_size, device="simulated", workspaces="bound")
+        bound = profile_step("resnet18", batch_size, workspaces="bound", **small)
         assert bound.depth_note is None and bound.config.workspaces == "bound"
     assert bound.peak_allocated_bytes >= concrete.peak_allocated_bytes
     forget_kept()

@@ -1,8 +1,10 @@
 """Lesson 09b's widget, FineTuneFit: its verdict is every widget's, and its largest batch and longest sequence
 are traced fits with one more that does not fit.
 
-The model is SmolLM2-135M (a shipped config, offered through ``models=``), at short sequences, so that the
-whole file traces about a dozen steps.
+The searches of the slow group (tests/conftest.py) trace SmolLM2-135M (a shipped config, offered through
+``models=``); every other test checks the widget's logic (its verdict, its options reaching the step, its searches'
+background checks) on :data:`SMALL`, SmolLM2-135M cut to two decoder layers, given through ``models=`` as a config
+dict: the same code paths, its steps traced in a fraction of the time.
 """
 
 from __future__ import annotations
@@ -16,9 +18,15 @@ from helpers.batch import Estimate, card_verdicts
 from helpers.gpus import GPU_CARDS, judge
 from helpers.batch import largest_fit
 from helpers.teaching.widgets import CARD_48GB, SEQ_STEP, FineTuneFit
+from helpers.hf_config import shipped_json
 from helpers.units import fmt_bytes
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
+#: SmolLM2-135M's shipped config with 2 of its 30 decoder layers, as the widget's menu label and the config dict
+#: :func:`profile_step` takes: its 49,152-token vocabulary keeps the logits large, so that the searches below end
+#: inside the menus (a batch of about a dozen at 1,024 tokens on a V100, a few thousand tokens at batch 4).
+SMALL = "SmolLM2-135M, 2 layers"
+SMALL_CONFIG = shipped_json(SMOL) | {"num_hidden_layers": 2}
 STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True, device="simulated")
 #: :data:`STEP` with the loss the widget names for its "whole logits" (``loss="next_token"``): the widget's own
 #: configuration, so that ``profile_step`` gives the profile the widget kept instead of tracing the step again (a
@@ -27,10 +35,11 @@ STEP = dict(amp=True, amp_dtype="bfloat16", optimizer="adamw", steady_state=True
 AS_THE_WIDGET = STEP | dict(loss="next_token")
 
 
-def _widget(**kw) -> FineTuneFit:
-    options = dict(models=(SMOL,), method="LoRA", weights="float32", checkpointing=False, seq=256,
-                   capacity="V100 16 GB")
-    return FineTuneFit(SMOL, **(options | kw))
+def _widget(model: str = SMALL, **kw) -> FineTuneFit:
+    """The widget on :data:`SMALL` (or ``model=SMOL``, the shipped config), LoRA in float32 at 256 tokens."""
+    options = dict(models={SMALL: SMALL_CONFIG} if model == SMALL else (model,), method="LoRA", weights="float32",
+                   checkpointing=False, seq=256, capacity="V100 16 GB")
+    return FineTuneFit(model, **(options | kw))
 
 
 def _fits(step, card: str) -> bool:
@@ -40,7 +49,7 @@ def _fits(step, card: str) -> bool:
 
 def test_its_verdict_is_the_command_lines_for_the_same_step():
     w = _widget()
-    step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, **STEP)
+    step = profile_step(SMALL_CONFIG, 1, seq_len=256, lora_rank=16, **STEP)
     assert w.result.peak_bytes == step.peak_allocated_bytes and w.result.categories == step.categories
     assert w.message == card_verdicts(step)["V100 16 GB"].sentence("V100 16 GB", unit="GiB")
     w.capacity.value = "RTX A6000 48 GB"  # the card beside GPU_CARDS, judged by the same rule
@@ -50,7 +59,7 @@ def test_its_verdict_is_the_command_lines_for_the_same_step():
 
 
 def test_the_largest_batch_is_a_traced_fit_and_one_more_is_not():
-    w = _widget(method="full fine-tuning", seq=1024, capacity="V100 16 GB", question="largest batch")
+    w = _widget(SMOL, method="full fine-tuning", seq=1024, capacity="V100 16 GB", question="largest batch")
     n = w.largest
     assert n >= 2 and w.batch_box.value == n and w.batch_box.disabled  # the control shows the answer
     at, over = (profile_step(SMOL, b, seq_len=1024, **STEP) for b in (n, n + 1))
@@ -60,7 +69,7 @@ def test_the_largest_batch_is_a_traced_fit_and_one_more_is_not():
 
 
 def test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not():
-    w = _widget(seq=512, batch_size=4, capacity="V100 16 GB", question="longest sequence")
+    w = _widget(SMOL, seq=512, batch_size=4, capacity="V100 16 GB", question="longest sequence")
     s = w.largest
     assert s % SEQ_STEP == 0 and 2 * SEQ_STEP <= s < 8192 and w.seq.value == s and w.seq.disabled
     capacity = GPU_CARDS["V100 16 GB"]
@@ -123,6 +132,10 @@ def test_it_refuses_what_its_menus_cannot_show():
             _widget(**bad)
     with pytest.raises(ValueError, match="models must be shipped configs"):
         FineTuneFit("gpt2", models=("gpt2",))
+    with pytest.raises(ValueError, match="models as a mapping must map labels to Hugging Face config dicts"):
+        FineTuneFit("gpt2", models={"gpt2": "gpt2"})
+    with pytest.raises(ValueError, match="unknown model 'SmolLM2'"):
+        FineTuneFit("SmolLM2", models={SMALL: SMALL_CONFIG})
 
 
 def test_a_searchs_answer_does_not_become_the_next_questions_setting():
@@ -137,7 +150,7 @@ def test_a_searchs_answer_does_not_become_the_next_questions_setting():
     assert w.seq.value == w.largest > first and w.seq.disabled
     w.question.value = "does it fit?"
     assert w.seq.value == 512 and not w.seq.disabled and w.answer == ""
-    step = profile_step(SMOL, 4, seq_len=512, lora_rank=16, **AS_THE_WIDGET)
+    step = profile_step(SMALL_CONFIG, 4, seq_len=512, lora_rank=16, **AS_THE_WIDGET)
     assert w.result.peak_bytes == step.peak_allocated_bytes
 
 
@@ -145,7 +158,7 @@ def test_a_paged_optimizers_states_are_named_beside_the_verdict():
     """Full fine-tuning with bitsandbytes' paged AdamW: its 32-bit states are outside the judged peak, and the
     verdict says how much unified memory they take."""
     w = _widget(method="full fine-tuning", optimizer="paged AdamW (bitsandbytes)")
-    step = profile_step(SMOL, 1, seq_len=256, **(AS_THE_WIDGET | dict(optimizer="paged-adamw")))
+    step = profile_step(SMALL_CONFIG, 1, seq_len=256, **(AS_THE_WIDGET | dict(optimizer="paged-adamw")))
     assert step.paged_bytes > 0 and w.result.peak_bytes == step.peak_allocated_bytes
     paged = f"{fmt_bytes(step.paged_bytes, 'GiB', grouped=True)} of paged optimizer states in unified memory"
     assert paged in w.message and w.message.startswith("fits in V100 16 GB")
@@ -154,16 +167,20 @@ def test_a_paged_optimizers_states_are_named_beside_the_verdict():
 def test_the_adapters_dtype_dora_the_kbit_preparation_and_the_loss_reach_the_step():
     """Hugging Face's recipe and torchtune's loss, each a control (issue 32): the widget's step is profile_step's
     with the same options, and each control is disabled where its option does not apply."""
-    w = _widget(method="QLoRA (bitsandbytes' NF4 base)", adapters="bfloat16", prepare_kbit=True,
+    w = _widget(method="QLoRA (bitsandbytes' NF4 base)", weights="bfloat16", adapters="bfloat16", prepare_kbit=True,
                 loss="chunked (torchtune)")
-    step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, quantization="nf4", double_quant=True,
-                        lora_dtype="bfloat16", prepare_kbit=True, loss="chunked", **STEP)
+    qlora = dict(seq_len=256, lora_rank=16, quantization="nf4", double_quant=True, param_dtype="bfloat16",
+                 lora_dtype="bfloat16", loss="chunked", **STEP)
+    step = profile_step(SMALL_CONFIG, 1, prepare_kbit=True, **qlora)
+    # bfloat16 weights: the k-bit preparation casts the unquantized ones to float32, so that it shows in the peak
+    assert step.peak_allocated_bytes != profile_step(SMALL_CONFIG, 1, prepare_kbit=False, **qlora).peak_allocated_bytes
     assert w.result.peak_bytes == step.peak_allocated_bytes and not w.prepare_kbit.disabled
     w.method.value = "LoRA"
     assert w.prepare_kbit.disabled and not w.adapters.disabled and not w.lora_rank.disabled
     assert w.config().prepare_kbit is False
     w.dora.value = True
-    step = profile_step(SMOL, 1, seq_len=256, lora_rank=16, lora_dtype="bfloat16", dora=True, loss="chunked", **STEP)
+    step = profile_step(SMALL_CONFIG, 1, seq_len=256, lora_rank=16, param_dtype="bfloat16", lora_dtype="bfloat16",
+                        dora=True, loss="chunked", **STEP)
     assert w.result.peak_bytes == step.peak_allocated_bytes
     w.method.value = "full fine-tuning"
     assert w.adapters.disabled and w.dora.disabled and w.lora_rank.disabled

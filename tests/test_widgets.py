@@ -126,7 +126,8 @@ def test_a_new_trace_first_says_it_is_working():
 
 
 def test_will_it_fit_answers_for_presets_and_for_a_parameter_count():
-    w = WillItFit(model="gpt2", batch_size=2, max_batch_size=8, size=128, optimizer="adam", device="simulated")
+    # the slider's end at the batch shown: a new configuration is traced at batch 1 and 2 only (its two ends)
+    w = WillItFit(model="gpt2", batch_size=2, max_batch_size=2, size=128, optimizer="adam", device="simulated")
     direct = profile_step("gpt2", 2, seq_len=128, amp=True, optimizer="adam", steady_state=True, device="simulated")
     assert w.result.peak_bytes == direct.peak_allocated_bytes and w.summary().startswith(w.message)
     shown = []

@@ -68,7 +68,10 @@ class FineTuneFit(StepWidget):
     QLoRA. Sizes in GiB.
 
     Args:
-        model: one of ``models`` (default :data:`FINETUNE_MODELS`, names of :data:`helpers.hf_config.SHIPPED`).
+        model: one of ``models``' labels.
+        models: the model menu: names of :data:`helpers.hf_config.SHIPPED` (default :data:`FINETUNE_MODELS`), or a
+            mapping of labels to Hugging Face config dicts (``{"tiny Llama": {"model_type": "llama", ...}}``: what
+            the tests give it, a model of two layers whose steps trace in a fraction of a 7-8B model's time).
         method, optimizer: keys of :data:`FINETUNE_METHODS` and :data:`FINETUNE_OPTIMIZERS`.
         lora_rank: one of :data:`LORA_RANKS` (not for full fine-tuning).
         weights: ``"float32"`` or ``"bfloat16"``: unquantized weights' ``param_dtype``.
@@ -105,9 +108,8 @@ class FineTuneFit(StepWidget):
                  loss: str = "whole logits",
                  seq: int = 2048, batch_size: int = 1, capacity: str = "RTX 4090 24 GB",
                  question: str = QUESTIONS[0], reserved: bool = False,
-                 models: tuple[str, ...] = FINETUNE_MODELS):
-        if not models or any(m not in SHIPPED for m in models):
-            raise ValueError(f"models must be shipped configs ({', '.join(SHIPPED)}), got {models!r}")
+                 models: tuple[str, ...] | dict[str, dict] = FINETUNE_MODELS):
+        self._configs = self._models(models)
         for name, value, choices in (("model", model, models), ("method", method, FINETUNE_METHODS),
                                      ("lora_rank", lora_rank, LORA_RANKS), ("optimizer", optimizer, FINETUNE_OPTIMIZERS),
                                      ("weights", weights, ("float32", "bfloat16")), ("question", question, QUESTIONS),
@@ -119,14 +121,14 @@ class FineTuneFit(StepWidget):
                             ("prepare_kbit", prepare_kbit)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be True or False, got {value!r}")
-        self._max_seq = {m: load_config(m).max_position_embeddings for m in models}
+        self._max_seq = {m: load_config(c).max_position_embeddings for m, c in self._configs.items()}
         check_int("seq", seq, 1, self._max_seq[model])
         self._start("simulated", next(iter(GPU_CARDS)), batch_size, self.MAX_BATCH)
         self.capacities.update(CARD_48GB)
         self.capacity.options = sorted(self.capacities, key=self.capacities.get)
         self.capacity.value = capacity
         style = self._STYLE
-        self.model = widgets.Dropdown(options=list(models), value=model, description="model", style=style,
+        self.model = widgets.Dropdown(options=list(self._configs), value=model, description="model", style=style,
                                       layout=widgets.Layout(width="400px"))
         self.method = widgets.Dropdown(options=list(FINETUNE_METHODS), value=method, description="method", style=style,
                                        layout=widgets.Layout(width="360px"))  # the whole of the QLoRA label
@@ -163,6 +165,20 @@ class FineTuneFit(StepWidget):
                       widgets.HBox([self.seq, self.batch_box, self.capacity]),
                       widgets.HBox([self.question, self.reserved])], controls, batch_row=False)
 
+    @staticmethod
+    def _models(models) -> dict[str, str | dict]:
+        """``models`` as menu label -> the model :class:`StepConfig` takes: a name of
+        :data:`helpers.hf_config.SHIPPED` is its own label; a mapping gives each label a Hugging Face config dict (a
+        test's small model, traced in a fraction of a 7-8B model's time)."""
+        if isinstance(models, dict):
+            configs = dict(models)
+            if not configs or not all(isinstance(k, str) and isinstance(v, dict) for k, v in configs.items()):
+                raise ValueError(f"models as a mapping must map labels to Hugging Face config dicts, got {models!r}")
+            return configs
+        if not models or isinstance(models, str) or any(m not in SHIPPED for m in models):
+            raise ValueError(f"models must be shipped configs ({', '.join(SHIPPED)}), got {models!r}")
+        return {m: m for m in models}
+
     def config(self, seq: int | None = None) -> StepConfig:
         """The step the controls show (batch size aside), at ``seq`` tokens if given."""
         method = FINETUNE_METHODS[self.method.value]
@@ -174,7 +190,7 @@ class FineTuneFit(StepWidget):
             options.update(lora_dtype=self.adapters.value, dora=self.dora.value)
         if method.get("quantization"):
             options["prepare_kbit"] = self.prepare_kbit.value
-        return StepConfig(model=self.model.value, batch_size=1, seq_len=seq or self.seq.value, amp=True,
+        return StepConfig(model=self._configs[self.model.value], batch_size=1, seq_len=seq or self.seq.value, amp=True,
                           amp_dtype="bfloat16", checkpoint=1 if self.checkpointing.value else 0,
                           loss=FINETUNE_LOSSES[self.loss.value],
                           lora_rank=self.lora_rank.value if method.get("lora") else 0, steady_state=True,
