@@ -21,8 +21,8 @@ def mlp_steps():
 
 @pytest.fixture(scope="module")
 def gpt2_steps():
-    """GPT-2's sharded step (1 sample of 16 tokens) on 1, 2 and 4 ranks, with FSDP2's default units, measured once."""
-    return {n: sharded_step("gpt2", n, batch_size=1, seq_len=16) for n in (1, 2, 4)}
+    """GPT-2's sharded step (1 sample of 16 tokens) on 1 and 4 ranks, with FSDP2's default units, measured once."""
+    return {n: sharded_step("gpt2", n, batch_size=1, seq_len=16) for n in (1, 4)}
 
 
 def test_zero_paper_table():
@@ -115,7 +115,7 @@ def test_gpt2_model_states_and_transients(gpt2_steps):
     assert one.largest["all_gather_buffers"] == 0                 # nothing to gather at N = 1 ...
     assert abs(one.largest["unsharded_parameters"] - four.largest["unsharded_parameters"]) < 0.001 * 4 * root  # ... but copied
     # activations are not sharded
-    assert four.after_forward["other"] == gpt2_steps[2].after_forward["other"] == one.after_forward["other"]
+    assert four.after_forward["other"] == one.after_forward["other"]
 
 
 def test_other_ranks_pad_parameters_and_gradients_but_not_adam_states(mlp_steps):
@@ -159,8 +159,8 @@ def test_deeper_prefetch_holds_more_all_gather_buffers():
 def test_embeddings_and_head_as_their_own_unit(gpt2_steps):
     """fully_shard([embeddings, head]): the tied weight in one unit of its own, resharded after forward,
     so nothing stays gathered between forward and backward (the root holds no parameters)."""
-    grouped = sharded_step("gpt2", 2, batch_size=1, seq_len=16, units=lambda m: [[m.embeddings, m.head], *m.blocks])
-    default = gpt2_steps[2]
+    grouped = sharded_step("gpt2", 4, batch_size=1, seq_len=16, units=lambda m: [[m.embeddings, m.head], *m.blocks])
+    default = gpt2_steps[4]
     assert grouped.units[0] == ("Embeddings+Head", 50257 * 768 + 1024 * 768 + 2 * 768)
     assert grouped.units[-1] == ("root", 0)
     assert grouped.after_forward["unsharded_parameters"] == 0 < default.after_forward["unsharded_parameters"]
