@@ -1,5 +1,7 @@
 """helpers.sharding (ZeRO's and DeepSpeed's formulas) and helpers.fsdp (FSDP2 on a fake process group)."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -9,6 +11,18 @@ from helpers.models import digits_mlp
 from helpers.fsdp import fake_process_group, sharded_step
 from helpers.sharding import (deepspeed_zero2_gpu_bytes, deepspeed_zero3_gpu_bytes, largest_layer_parameters,
                                          shard_numel, sharded_parameter_bytes, zero_model_state_bytes)
+
+
+@pytest.fixture(scope="module")
+def mlp_steps():
+    """The MLP's sharded step at 4 samples on 1, 2, 4 and 8 ranks, measured once for the tests that read them."""
+    return {n: sharded_step("mlp", n, batch_size=4) for n in (1, 2, 4, 8)}
+
+
+@pytest.fixture(scope="module")
+def gpt2_steps():
+    """GPT-2's sharded step (1 sample of 16 tokens) on 1 and 4 ranks, with FSDP2's default units, measured once."""
+    return {n: sharded_step("gpt2", n, batch_size=1, seq_len=16) for n in (1, 4)}
 
 
 def test_zero_paper_table():
@@ -73,10 +87,10 @@ def test_no_nested_process_group():
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
-def test_model_states_shrink_as_the_formula_says(n):
+def test_model_states_shrink_as_the_formula_says(n, mlp_steps):
     """Per-rank parameters and Adam states are rank 0's padded dim-0 shards, exactly
     (each storage rounded up to 512 bytes); gradients are one flat storage per FSDP unit."""
-    step = sharded_step("mlp", n, batch_size=4)
+    step = mlp_steps[n]
     with torch.device("meta"):
         model = digits_mlp()
     params = list(model.parameters())
@@ -90,8 +104,8 @@ def test_model_states_shrink_as_the_formula_says(n):
     assert not dist.is_initialized()
 
 
-def test_gpt2_model_states_and_transients():
-    one, four = sharded_step("gpt2", 1, batch_size=1, seq_len=64), sharded_step("gpt2", 4, batch_size=1, seq_len=64)
+def test_gpt2_model_states_and_transients(gpt2_steps):
+    one, four = gpt2_steps[1], gpt2_steps[4]
     psi = one.parameter_count
     assert one.model_state_bytes == 16 * psi                       # no padding at N = 1; sizes are multiples of 128
     assert abs(four.model_state_bytes / (16 * psi / 4) - 1) < 1e-3
@@ -101,15 +115,15 @@ def test_gpt2_model_states_and_transients():
     assert one.largest["all_gather_buffers"] == 0                 # nothing to gather at N = 1 ...
     assert abs(one.largest["unsharded_parameters"] - four.largest["unsharded_parameters"]) < 0.001 * 4 * root  # ... but copied
     # activations are not sharded
-    assert four.after_forward["other"] == sharded_step("gpt2", 2, batch_size=1, seq_len=64).after_forward["other"]
+    assert four.after_forward["other"] == one.after_forward["other"]
 
 
-def test_other_ranks_pad_parameters_and_gradients_but_not_adam_states():
+def test_other_ranks_pad_parameters_and_gradients_but_not_adam_states(mlp_steps):
     """FSDP2 (_fsdp_param.py) gives every rank a parameter storage of rank 0's padded size and reduce-scatters
     into an equal flat gradient buffer per unit; Adam's states are zeros_like the unpadded local view, so only
     they are smaller on ranks with fewer (or no) rows.  The MLP's 10-row output layer on 8 ranks: chunks of 2 rows,
     ranks 5 to 7 hold none of it."""
-    first, last = sharded_step("mlp", 8, batch_size=4), sharded_step("mlp", 8, batch_size=4, rank=7)
+    first, last = mlp_steps[8], sharded_step("mlp", 8, batch_size=4, rank=7)
     assert (last.parameters, last.gradients) == (first.parameters, first.gradients)
     with torch.device("meta"):
         model = digits_mlp()
@@ -124,10 +138,10 @@ def test_other_ranks_pad_parameters_and_gradients_but_not_adam_states():
         sharded_step("mlp", 2, rank=2)
 
 
-def test_hsdp_shards_within_a_group_only():
+def test_hsdp_shards_within_a_group_only(mlp_steps):
     """HSDP: a (replicas, world_size // replicas) mesh; the model states are those of FSDP on one group."""
-    hsdp, fsdp2 = sharded_step("mlp", 4, batch_size=4, replicas=2), sharded_step("mlp", 2, batch_size=4)
-    assert hsdp.model_state_bytes == fsdp2.model_state_bytes > sharded_step("mlp", 4, batch_size=4).model_state_bytes
+    hsdp = sharded_step("mlp", 4, batch_size=4, replicas=2)
+    assert hsdp.model_state_bytes == mlp_steps[2].model_state_bytes > mlp_steps[4].model_state_bytes
     with pytest.raises(ValueError, match="replicas"):
         sharded_step("mlp", 4, replicas=3)
     assert not dist.is_initialized()
@@ -142,22 +156,22 @@ def test_deeper_prefetch_holds_more_all_gather_buffers():
         sharded_step("mlp", 2, prefetch=0)
 
 
-def test_embeddings_and_head_as_their_own_unit():
+def test_embeddings_and_head_as_their_own_unit(gpt2_steps):
     """fully_shard([embeddings, head]): the tied weight in one unit of its own, resharded after forward,
     so nothing stays gathered between forward and backward (the root holds no parameters)."""
-    grouped = sharded_step("gpt2", 2, batch_size=1, seq_len=16, units=lambda m: [[m.embeddings, m.head], *m.blocks])
-    default = sharded_step("gpt2", 2, batch_size=1, seq_len=16)
+    grouped = sharded_step("gpt2", 4, batch_size=1, seq_len=16, units=lambda m: [[m.embeddings, m.head], *m.blocks])
+    default = gpt2_steps[4]
     assert grouped.units[0] == ("Embeddings+Head", 50257 * 768 + 1024 * 768 + 2 * 768)
     assert grouped.units[-1] == ("root", 0)
     assert grouped.after_forward["unsharded_parameters"] == 0 < default.after_forward["unsharded_parameters"]
     assert grouped.model_state_bytes == default.model_state_bytes
 
 
-def test_the_sharded_figures_draw_what_the_step_measured():
+def test_the_sharded_figures_draw_what_the_step_measured(mlp_steps):
     from helpers import MiB
     from helpers.teaching.plots import plot_sharded_peaks, plot_sharded_timeline, plot_sharded_world_sizes
 
-    steps = {n: sharded_step("mlp", n, batch_size=4) for n in (1, 2)}
+    steps = {n: mlp_steps[n] for n in (1, 2)}
     fig = plot_sharded_world_sizes(steps, {"16Ψ/N": {n: 16 * steps[1].parameter_count / n for n in steps}})
     ax = fig.axes[0]
     tops = {}
@@ -174,3 +188,25 @@ def test_the_sharded_figures_draw_what_the_step_measured():
     for plot in (plot_sharded_timeline, plot_sharded_peaks):
         with pytest.raises(ValueError, match="labels"):
             plot([steps[1]], ["a", "b"])
+
+
+def test_the_quick_strided_shard_check_measures_the_same_step(monkeypatch):
+    """helpers.fsdp skips DTensor's per-tensor _StridedShard scan when no input has one (_quick_strided_shard_check):
+    the step it measures is the same, every field (the timeline: allocated bytes after each log entry), as with
+    DTensor's own scan; the sharding caches are cleared before each run, so both propagate every operator afresh."""
+    import helpers.fsdp as fsdp
+    from torch.distributed.tensor import _sharding_prop
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    scans = []
+    scan = _sharding_prop._propagate_use_strided_shard_flag
+    monkeypatch.setattr(_sharding_prop, "_propagate_use_strided_shard_flag",
+                        lambda *args: (scans.append(1), scan(*args))[1])
+    _clear_sharding_prop_cache()
+    quick = sharded_step("mlp", 3, batch_size=4)
+    skipped = len(scans)                                      # fully_shard's own operators, before the step
+    monkeypatch.setattr(fsdp, "_quick_strided_shard_check", contextlib.nullcontext)
+    _clear_sharding_prop_cache()
+    plain = sharded_step("mlp", 3, batch_size=4)
+    assert len(scans) - 2 * skipped >= 7 * 6                  # Adam's 7 foreach operators scanned per tensor (6)
+    assert quick == plain and len(plain.timeline) > 100
