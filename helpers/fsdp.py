@@ -193,44 +193,10 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
     result.units.append(("root", result.parameter_count - sum(n for _, n in result.units)))
     with fake_process_group(world_size, rank, replicas) as mesh:
         _shard(built, chosen, mesh, reshard_after_forward, mixed_precision, checkpoint, prefetch)
-        with meter, _quick_strided_shard_check():
+        with meter:
             labels, events, peak_serials = _two_steps(runner, tracker)
     _measure(result, meter, labels, events, peak_serials)
     return result
-
-
-@contextlib.contextmanager
-def _quick_strided_shard_check():
-    """DTensor's sharding propagation with its one quadratic step made linear, for the block; the same results.
-
-    Under ``FakeTensorMode`` DTensor assumes it is being traced (``_are_we_tracing``,
-    ``torch/distributed/_functional_collectives.py``), so its Python cache is off, and each operator's first call on a
-    new mesh or shape runs ``ShardingPropagator.propagate_op_sharding_non_cached``
-    (``torch/distributed/tensor/_sharding_prop.py``; later calls hit DTensor's C++ cache, keyed by the ``OpSchema``).
-    For a ``foreach`` operator (Adam's), that calls ``_propagate_use_strided_shard_flag(strategy, op_schema)`` once
-    per tensor, and each call scans every input spec of the whole schema for a ``_StridedShard``: quadratic in the
-    parameters (GPT-2: 148 tensors, three lists).  When no input spec has one (FSDP2 shards with ``Shard(0)``) the
-    function changes nothing; here that answer is found once per schema, and the function runs only otherwise.
-    """
-    from torch.distributed.tensor import _sharding_prop
-    from torch.distributed.tensor.placement_types import _StridedShard
-
-    fix_flag = _sharding_prop._propagate_use_strided_shard_flag
-    strided: dict[int, tuple] = {}  # id(schema) -> (schema, whether an input spec has a _StridedShard); kept alive
-
-    def fix_strided_flag(op_strategy, op_schema):
-        seen = strided.get(id(op_schema))
-        if seen is None or seen[0] is not op_schema:
-            seen = strided[id(op_schema)] = (op_schema, any(
-                isinstance(p, _StridedShard) for spec in op_schema.args_spec for p in spec.placements))
-        if seen[1]:
-            fix_flag(op_strategy, op_schema)
-
-    _sharding_prop._propagate_use_strided_shard_flag = fix_strided_flag
-    try:
-        yield
-    finally:
-        _sharding_prop._propagate_use_strided_shard_flag = fix_flag
 
 
 def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, str], list, tuple[int, ...]]:

@@ -1,7 +1,5 @@
 """helpers.sharding (ZeRO's and DeepSpeed's formulas) and helpers.fsdp (FSDP2 on a fake process group)."""
 
-import contextlib
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -188,25 +186,3 @@ def test_the_sharded_figures_draw_what_the_step_measured(mlp_steps):
     for plot in (plot_sharded_timeline, plot_sharded_peaks):
         with pytest.raises(ValueError, match="labels"):
             plot([steps[1]], ["a", "b"])
-
-
-def test_the_quick_strided_shard_check_measures_the_same_step(monkeypatch):
-    """helpers.fsdp skips DTensor's per-tensor _StridedShard scan when no input has one (_quick_strided_shard_check):
-    the step it measures is the same, every field (the timeline: allocated bytes after each log entry), as with
-    DTensor's own scan; the sharding caches are cleared before each run, so both propagate every operator afresh."""
-    import helpers.fsdp as fsdp
-    from torch.distributed.tensor import _sharding_prop
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-    scans = []
-    scan = _sharding_prop._propagate_use_strided_shard_flag
-    monkeypatch.setattr(_sharding_prop, "_propagate_use_strided_shard_flag",
-                        lambda *args: (scans.append(1), scan(*args))[1])
-    _clear_sharding_prop_cache()
-    quick = sharded_step("mlp", 3, batch_size=4)
-    skipped = len(scans)                                      # fully_shard's own operators, before the step
-    monkeypatch.setattr(fsdp, "_quick_strided_shard_check", contextlib.nullcontext)
-    _clear_sharding_prop_cache()
-    plain = sharded_step("mlp", 3, batch_size=4)
-    assert len(scans) - 2 * skipped >= 7 * 6                  # Adam's 7 foreach operators scanned per tensor (6)
-    assert quick == plain and len(plain.timeline) > 100
