@@ -61,10 +61,11 @@ test: setup
 
 # The slow groups, which .ci/run runs after make test: the website and the lessons
 # in Chromium, the stub-driver oracle, the published figures, the short paths run
-# in a kernel. PYTEST_WORKERS: how many at once (default one per core).
+# in a kernel. PYTEST_WORKERS: how many at once (default one per core). Its 40
+# slowest items are listed at the end: where CI's time goes.
 PYTEST_WORKERS ?= auto
 test-slow: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests $(PROGRESS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests $(PROGRESS:15=40)
 
 # The layers of helpers/ (.importlinter): no import up a layer, no circle.
 lint-imports: setup
