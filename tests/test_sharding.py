@@ -17,10 +17,31 @@ def mlp_steps():
     return {n: sharded_step("mlp", n, batch_size=4) for n in (1, 2, 4, 8)}
 
 
+class _GPT2TwoBlocks:
+    """GPT-2 124M with 2 of its 12 blocks (``ModelSpec.at_depth``, as :mod:`helpers.depth` builds it): the same
+    embeddings, tied head, widths and context, 53.6M parameters.  What the tests below assert is about the root (the
+    embeddings and head), the sharding of each unit and the activations, none of which depends on how many blocks
+    there are; a step of it costs 0.6 to 0.8 s of CPU where the 12-block one costs 2 to 6.5 s.  Lesson 07 asserts its
+    own claims on the 12 blocks (model states against 16Ψ/N, the root gathered after forward, the embeddings and head
+    as one unit resharded after forward)."""
+
+    def model_spec(self):
+        from helpers.models.presets import PRESETS
+
+        return PRESETS["gpt2"]().at_depth(2)
+
+    def __call__(self):
+        return self.model_spec().build()
+
+
+GPT2_TWO_BLOCKS = _GPT2TwoBlocks()
+
+
 @pytest.fixture(scope="module")
 def gpt2_steps():
-    """GPT-2's sharded step (1 sample of 16 tokens) on 1 and 4 ranks, with FSDP2's default units, measured once."""
-    return {n: sharded_step("gpt2", n, batch_size=1, seq_len=16) for n in (1, 4)}
+    """GPT-2's sharded step (1 sample of 16 tokens; 2 blocks, :class:`_GPT2TwoBlocks`) on 1 and 4 ranks, with FSDP2's
+    default units, measured once."""
+    return {n: sharded_step(GPT2_TWO_BLOCKS, n, batch_size=1, seq_len=16) for n in (1, 4)}
 
 
 def test_zero_paper_table():
@@ -105,6 +126,7 @@ def test_model_states_shrink_as_the_formula_says(n, mlp_steps):
 def test_gpt2_model_states_and_transients(gpt2_steps):
     one, four = gpt2_steps[1], gpt2_steps[4]
     psi = one.parameter_count
+    assert [name for name, _ in one.units] == ["Block", "Block", "root"]
     assert one.model_state_bytes == 16 * psi                       # no padding at N = 1; sizes are multiples of 128
     assert abs(four.model_state_bytes / (16 * psi / 4) - 1) < 1e-3
     # the root unit (embeddings, tied head) is not resharded after forward: it is the largest all-gather
@@ -157,7 +179,8 @@ def test_deeper_prefetch_holds_more_all_gather_buffers():
 def test_embeddings_and_head_as_their_own_unit(gpt2_steps):
     """fully_shard([embeddings, head]): the tied weight in one unit of its own, resharded after forward,
     so nothing stays gathered between forward and backward (the root holds no parameters)."""
-    grouped = sharded_step("gpt2", 4, batch_size=1, seq_len=16, units=lambda m: [[m.embeddings, m.head], *m.blocks])
+    grouped = sharded_step(GPT2_TWO_BLOCKS, 4, batch_size=1, seq_len=16,
+                           units=lambda m: [[m.embeddings, m.head], *m.blocks])
     default = gpt2_steps[4]
     assert grouped.units[0] == ("Embeddings+Head", 50257 * 768 + 1024 * 768 + 2 * 768)
     assert grouped.units[-1] == ("root", 0)
