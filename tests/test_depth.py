@@ -27,7 +27,8 @@ def _tiny(model_type: str = "llama", layers: int = 8, hidden: int = 64, heads: i
     """A tiny Hugging Face causal LM config of ``layers`` alike decoder layers.  By default 8, the fewest that
     ``low_minimum`` writes: one more than the deeper of the two shallow traces (:data:`helpers.depth.DEPTHS`, 6 and 7
     blocks), so the middle block is written 4 times, traced 2 and 3 times.  The written cost does not depend on the
-    depth, the full trace's grows with it (10 blocks cost about a fifth more); the random draws below go up to 12."""
+    depth, the full trace's grows with it (at 10 blocks the cheap cases below took a tenth more CPU); the random
+    draws below go up to 12."""
     return {"model_type": model_type, "vocab_size": 96, "hidden_size": hidden, "intermediate_size": 2 * hidden,
             "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
             "tie_word_embeddings": tied, "max_position_embeddings": 512}
