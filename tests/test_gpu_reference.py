@@ -42,6 +42,22 @@ def dry_run(tmp_path_factory):
     return out
 
 
+#: The runs whose simulated figures ``make test`` checks against the committed recording (the rest: slow group).
+CHECKED_FAST = tuple(run for run in FAST_RUNS if run.batch_size == 128 or run.model in ("gpt2", "dropout MLP"))
+
+
+@pytest.fixture(scope="module")
+def fast_steps():
+    """The simulated step of each of :data:`CHECKED_FAST`, by its key, traced once for this file: profile_step keeps
+    them (``helpers.profile.KEPT``, 16 answers; these are 8), so that the harness, asked for one of them by a test that
+    patches only its own names (``pytest.MonkeyPatch.context``, not the engine), reads the same profile again."""
+    steps = {}
+    for run in CHECKED_FAST:
+        model, options = harness._call(run)
+        steps[run.key] = profile_step(model, run.batch_size, device="simulated", **options)
+    return steps
+
+
 def test_the_dry_run_records_every_run_in_the_documented_format(dry_run):
     data = json.loads((dry_run / "gpu_reference.json").read_text())
     assert {"device", "torch", "cuda", "date", "runs"} <= set(data) and data["dry_run"] is True
@@ -79,19 +95,22 @@ def test_a_second_run_resumes_and_records_nothing_again(dry_run, capsys):
     assert "resnet18 b32" not in capsys.readouterr().out
 
 
-def test_only_tries_again_the_failed_runs_it_selects(tmp_path, monkeypatch):
-    """A failed run's record stays until a run of the harness selects it (``--only``), which records it again."""
+def test_only_tries_again_the_failed_runs_it_selects(tmp_path, fast_steps):
+    """A failed run's record stays until a run of the harness selects it (``--only``), which records it again.  (The
+    MLP's simulated step and the dry snapshot's ResNet18 step at batch 128 are ``fast_steps``', kept.)"""
     mlp = next(run for run in FAST_RUNS if run.model == "dropout MLP")
     other = harness.Run("dropout MLP", 8, "a configuration that failed", mlp.options)
-    monkeypatch.setattr(harness, "RUNS", [mlp, other])
     header = {"device": "simulated (dry run)", "torch": torch.__version__, "cuda": torch.version.cuda, "date": "x",
               "dry_run": True}
     failed = [{"model": run.model, "batch_size": run.batch_size, "config": run.config, "error": "RuntimeError: x"}
               for run in (mlp, other)]
     (tmp_path / "gpu_reference.json").write_text(json.dumps({**header, "runs": failed}))
-    assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "steady state", "--skip-tests"]) == 0
+    with pytest.MonkeyPatch.context() as patch:  # the harness's list, not the engine: the kept traces stay
+        patch.setattr(harness, "RUNS", [mlp, other])
+        assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "steady state", "--skip-tests"]) == 0
     runs = {r["config"]: r for r in json.loads((tmp_path / "gpu_reference.json").read_text())["runs"]}
-    assert runs["steady state"]["error"] is None and runs["steady state"]["simulated_peak_bytes"] > 0
+    assert runs["steady state"]["error"] is None
+    assert runs["steady state"]["simulated_peak_bytes"] == fast_steps[mlp.key].peak_allocated_bytes > 0
     assert runs["a configuration that failed"]["error"] == "RuntimeError: x"
 
 
@@ -115,8 +134,12 @@ def test_step_3_runs_its_commands_and_names_what_failed(tmp_path, monkeypatch):
     (tmp_path / "test_sample.py").write_text("import helpers\n\ndef test_ok():\n    pass\n\n"
                                              "def test_bad():\n    assert 1 == 2\n")
     junit = tmp_path / "report.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-               str(tmp_path / "test_sample.py"), "--junitxml", str(junit)]
+    # Without the plugins a two-test file needs none of (nbval imports jsonschema's format checkers, about 2 s of
+    # CPU; hypothesis's and xdist's about 1.5 s more); the harness's own commands are test_commands' (its dry run
+    # lists them).
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:xdist",
+               "-p", "no:hypothesispytest", "-o", "addopts=", str(tmp_path / "test_sample.py"), "--junitxml",
+               str(junit)]
     monkeypatch.setattr(harness, "test_commands", lambda out: [("sample", command)])
     summary = harness.run_tests(tmp_path, dry_run=False)
     assert summary[0].startswith("lessons not run: nbval is not installed here")  # one command, not two
@@ -193,23 +216,27 @@ def test_the_committed_recording_was_simulated_by_todays_engine(which, request):
     what the engine gives now, byte for byte (peak and reserved): the lessons set it beside their own figures.
 
     A change to the engine that moves one of these bytes must re-record (make gpu-reference, or at least
-    re-simulate the file's runs). "fast" traces the batch-128 ResNets, GPT-2 and the MLP. "all" (slow group) takes
-    every other run's two figures from the dry run, which records them the same way (``_simulated_figures``), and
-    traces the 8B runs (kept from the fine-tuning dry run).
+    re-simulate the file's runs). "fast" traces the batch-128 ResNets, GPT-2 and the MLP (``fast_steps``). "all"
+    (slow group) takes every other run's two figures from the dry run, which records them the same way
+    (``_simulated_figures``), and traces the 8B runs (kept from the fine-tuning dry run).
     """
-    recorded_runs = _recorded_runs(lambda run: which == "all" or run.batch_size == 128 or run.model in
-                                   ("gpt2", "dropout MLP"))
-    dry = {}
+    recorded_runs = _recorded_runs(lambda run: which == "all" or run in CHECKED_FAST)
+    dry, steps = {}, {}
     if which == "all":
         data = json.loads((request.getfixturevalue("dry_run") / "gpu_reference.json").read_text())
         dry = {(r["model"], r["batch_size"], r["config"]): r for r in data["runs"]}
         assert set(dry) == {run.key for run in FAST_RUNS}
+    else:
+        steps = request.getfixturevalue("fast_steps")
+        assert {run.key for run, _ in recorded_runs} <= set(steps)  # each read from there
     for run, recorded in recorded_runs:
         if run.key in dry:
             figures = dry[run.key]["simulated_peak_bytes"], dry[run.key]["simulated_reserved_bytes"]
         else:
-            model, options = harness._call(run)
-            step = profile_step(model, run.batch_size, device="simulated", **options)
+            step = steps.get(run.key)
+            if step is None:
+                model, options = harness._call(run)
+                step = profile_step(model, run.batch_size, device="simulated", **options)
             figures = step.peak_allocated_bytes, replay(step.allocation_log).peak_reserved
         assert figures == (recorded["simulated_peak_bytes"], recorded["simulated_reserved_bytes"]), run.key
 
@@ -228,8 +255,21 @@ def test_a_real_gpus_trace_replayed_at_the_drivers_addresses_gives_its_reserved_
     assert len(addresses) == 510 and reserved == 28_506 * MiB
     at_the_drivers = replay(log, segment_addresses=addresses)
     assert at_the_drivers.peak_reserved == reserved and at_the_drivers.allocator.num_device_alloc == 510
-    assert replay(log).peak_reserved == 29_508 * MiB  # ascending addresses break ties otherwise
-    assert replayer.main([]) == 0 and "the driver's addresses:               28506.0 MiB" in capsys.readouterr().out
+    own = replay(log)
+    assert own.peak_reserved == 29_508 * MiB  # ascending addresses break ties otherwise
+    # The script reads the same file and replays the same log both ways: it is handed the two replays above (each
+    # about a second; the allocator model reads nothing but the log and the addresses), and must ask for those.
+    replayed = {None: own, tuple(addresses): at_the_drivers}
+
+    def replayed_above(again, segment_addresses=None):
+        assert again == log
+        return replayed[None if segment_addresses is None else tuple(segment_addresses)]
+
+    replayer.replay = replayed_above  # this test's own copy of the module (_trace_replay)
+    assert replayer.main([]) == 0
+    out = capsys.readouterr().out
+    assert "model, its own ascending addresses:          29508.0 MiB" in out
+    assert "the driver's addresses:               28506.0 MiB (510 segments)" in out
 
 
 def test_every_recorded_steps_trace_replayed_at_the_drivers_addresses_gives_its_reserved_memory():

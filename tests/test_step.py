@@ -74,8 +74,8 @@ def test_adam_keeps_two_states_per_parameter():
     assert p.event_categories[-1]["optimizer_states"] == 2 * param_bytes
 
 
-def test_steady_state_adds_exactly_the_optimizer_states():
-    first = profile_step("resnet18", 128, device="simulated")
+def test_steady_state_adds_exactly_the_optimizer_states(resnet18_b128):
+    first = resnet18_b128  # profile_step("resnet18", 128, device="simulated"), the session's
     steady = profile_step("resnet18", 128, device="simulated", steady_state=True)
     assert first.categories["optimizer_states"] == 0  # momentum is created inside optimizer.step()
     momentum = sum(round_up(p.numel() * 4) for p in torchvision.models.resnet18().parameters())
@@ -323,10 +323,14 @@ def test_the_recipe_prepares_before_placing_and_counts_from_placing_on():
         assert runner.optimizer is not None and runner.scaler is not None  # float16 AMP
 
 
-def test_a_simulated_step_asked_for_again_is_kept_and_equals_a_fresh_trace():
+def test_a_simulated_step_asked_for_again_is_kept_and_equals_a_fresh_trace(monkeypatch):
     """profile_step keeps simulated profiles of plain options (helpers.profile.KEPT): the same config gives the
-    same object, equal to a fresh trace; a learner's nn.Module, a function of theirs, a GPU are traced anew."""
+    same object, equal to a fresh trace; a learner's nn.Module, a function of theirs, a GPU are traced anew.  The
+    least recently used are dropped first: checked with KEPT at 4 (helpers.profile.keep reads it at each call), 5 steps
+    traced rather than the 17 that the default of 16 needs."""
     from helpers import profile
+
+    monkeypatch.setattr(profile, "KEPT", 4)
 
     kept = profile_step("mlp", 32, optimizer="adam", device="simulated")
     assert profile_step("mlp", 32, optimizer="adam", device="simulated") is kept
