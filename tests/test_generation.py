@@ -2,7 +2,9 @@
 
 import pytest
 
+from helpers import generation
 from helpers.allocator.rules import round_up
+from helpers.depth import MIN_BLOCKS
 from helpers.generation import MAX_NEW_TOKENS, generation_memory
 from helpers.hf_config import load_config, shipped_json
 
@@ -83,6 +85,28 @@ def test_bad_input_is_one_line(kwargs, message):
 def test_a_model_that_does_not_generate_is_refused():
     with pytest.raises(ValueError, match="not a Hugging Face causal language model.s config"):
         generation_memory("resnet18", 16)
+
+
+#: SmolLM2-135M's shipped config with 20 of its 30 decoder layers: as many as helpers.depth writes from shallow traces
+#: (MIN_BLOCKS), so that the full trace it is checked against costs two thirds of the 30 layers'.
+DEEP = shipped_json(SMOL) | {"num_hidden_layers": MIN_BLOCKS}
+
+
+def test_a_deep_models_generation_written_from_shallow_traces_is_the_full_traces(monkeypatch):
+    """A model of MIN_BLOCKS alike layers: its generation with a dynamic cache is written from the same generation
+    traced with 6 and 7 layers (helpers.depth), and equals the trace of every layer in every field, each moment's
+    allocated and peak bytes and the cache's.  A prompt of 16 tokens and 3 new tokens (two decode steps, each freeing
+    the cache the one before made) keep the full trace to seconds; the lesson's and this file's Llama-3.1 8B calls
+    were checked the same way (every field equal)."""
+    written = []
+    real = generation._written
+    monkeypatch.setattr(generation, "_written", lambda *args: written.append(real(*args)) or written[-1])
+    options = dict(new_tokens=3, batch_size=2)
+    fast = generation_memory(DEEP, 16, **options)
+    assert written == [fast]  # written, not traced in full after the template failed (NotRepeated)
+    assert fast == generation_memory(DEEP, 16, full_trace=True, **options) and len(written) == 1
+    assert [name for name, _, _ in fast.timeline] == ["weights", "prefill", "decode 1", "decode 2"]
+    assert fast.kv_cache_bytes == 2 * MIN_BLOCKS * _kv_tensor_bytes(SMOL, 2, 16 + 3 - 1)
 
 
 def test_quantized_weights_and_all_logits(llama_8b):
