@@ -92,21 +92,35 @@ def test_a_model_that_does_not_generate_is_refused():
 DEEP = shipped_json(SMOL) | {"num_hidden_layers": MIN_BLOCKS}
 
 
-def test_a_deep_models_generation_written_from_shallow_traces_is_the_full_traces(monkeypatch):
-    """A model of MIN_BLOCKS alike layers: its generation with a dynamic cache is written from the same generation
-    traced with 6 and 7 layers (helpers.depth), and equals the trace of every layer in every field, each moment's
-    allocated and peak bytes and the cache's.  A prompt of 16 tokens and 3 new tokens (two decode steps, each freeing
-    the cache the one before made) keep the full trace to seconds; the lesson's and this file's Llama-3.1 8B calls
-    were checked the same way (every field equal)."""
+@pytest.fixture(scope="module")
+def deep():
+    """:data:`DEEP`'s generation after a prompt of 16 tokens, 3 new tokens (two decode steps, each freeing the cache
+    the one before made), batch 2: written from 6- and 7-layer traces, not traced in full after the template failed
+    (``NotRepeated``): the first of what ``_written`` returned (read by two tests)."""
     written = []
     real = generation._written
-    monkeypatch.setattr(generation, "_written", lambda *args: written.append(real(*args)) or written[-1])
-    options = dict(new_tokens=3, batch_size=2)
-    fast = generation_memory(DEEP, 16, **options)
-    assert written == [fast]  # written, not traced in full after the template failed (NotRepeated)
-    assert fast == generation_memory(DEEP, 16, full_trace=True, **options) and len(written) == 1
-    assert [name for name, _, _ in fast.timeline] == ["weights", "prefill", "decode 1", "decode 2"]
-    assert fast.kv_cache_bytes == 2 * MIN_BLOCKS * _kv_tensor_bytes(SMOL, 2, 16 + 3 - 1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generation, "_written", lambda *args: written.append(real(*args)) or written[-1])
+        fast = generation_memory(DEEP, 16, new_tokens=3, batch_size=2)
+    assert written == [fast]
+    return fast
+
+
+def test_a_deep_models_generation_is_written_from_shallow_traces(deep):
+    """A model of MIN_BLOCKS alike layers with a dynamic cache: its generation is written from the same generation
+    traced with 6 and 7 layers (helpers.depth's template, which first writes both traced logs again, entry for
+    entry); its cache is every layer's keys and values of the 18 tokens fed."""
+    assert [name for name, _, _ in deep.timeline] == ["weights", "prefill", "decode 1", "decode 2"]
+    assert deep.kv_cache_bytes == 2 * MIN_BLOCKS * _kv_tensor_bytes(SMOL, 2, 16 + 3 - 1)
+    assert deep.decode_peak_bytes > deep.timeline[-1][1] and deep.prefill_peak_bytes > deep.timeline[1][1]
+
+
+@pytest.mark.slow
+def test_a_deep_models_written_generation_is_the_full_traces(deep):
+    """The written generation equals the trace of every layer in every field: each moment's allocated and peak bytes,
+    and the cache's (the lesson's and this file's Llama-3.1 8B calls were checked the same way, every field equal).
+    Slow (the full trace of 20 layers is most of this file's time): the fast group checks that it is written."""
+    assert deep == generation_memory(DEEP, 16, new_tokens=3, batch_size=2, full_trace=True)
 
 
 def test_quantized_weights_and_all_logits(llama_8b):
