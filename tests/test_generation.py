@@ -115,11 +115,10 @@ def test_a_deep_models_generation_is_written_from_shallow_traces(deep):
     assert deep.decode_peak_bytes > deep.timeline[-1][1] and deep.prefill_peak_bytes > deep.timeline[1][1]
 
 
-@pytest.mark.slow
 def test_a_deep_models_written_generation_is_the_full_traces(deep):
     """The written generation equals the trace of every layer in every field: each moment's allocated and peak bytes,
     and the cache's (the lesson's and this file's Llama-3.1 8B calls were checked the same way, every field equal).
-    Slow (the full trace of 20 layers is most of this file's time): the fast group checks that it is written."""
+    The full trace of 20 layers is most of this file's time, and it is what makes the written path exact."""
     assert deep == generation_memory(DEEP, 16, new_tokens=3, batch_size=2, full_trace=True)
 
 
