@@ -2,7 +2,9 @@
 
 import pytest
 
+from helpers import generation
 from helpers.allocator.rules import round_up
+from helpers.depth import MIN_BLOCKS
 from helpers.generation import MAX_NEW_TOKENS, generation_memory
 from helpers.hf_config import load_config, shipped_json
 
@@ -83,6 +85,41 @@ def test_bad_input_is_one_line(kwargs, message):
 def test_a_model_that_does_not_generate_is_refused():
     with pytest.raises(ValueError, match="not a Hugging Face causal language model.s config"):
         generation_memory("resnet18", 16)
+
+
+#: SmolLM2-135M's shipped config with 20 of its 30 decoder layers: as many as helpers.depth writes from shallow traces
+#: (MIN_BLOCKS), so that the full trace it is checked against costs two thirds of the 30 layers'.
+DEEP = shipped_json(SMOL) | {"num_hidden_layers": MIN_BLOCKS}
+
+
+@pytest.fixture(scope="module")
+def deep():
+    """:data:`DEEP`'s generation after a prompt of 16 tokens, 3 new tokens (two decode steps, each freeing the cache
+    the one before made), batch 2: written from 6- and 7-layer traces, not traced in full after the template failed
+    (``NotRepeated``): the first of what ``_written`` returned (read by two tests)."""
+    written = []
+    real = generation._written
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generation, "_written", lambda *args: written.append(real(*args)) or written[-1])
+        fast = generation_memory(DEEP, 16, new_tokens=3, batch_size=2)
+    assert written == [fast]
+    return fast
+
+
+def test_a_deep_models_generation_is_written_from_shallow_traces(deep):
+    """A model of MIN_BLOCKS alike layers with a dynamic cache: its generation is written from the same generation
+    traced with 6 and 7 layers (helpers.depth's template, which first writes both traced logs again, entry for
+    entry); its cache is every layer's keys and values of the 18 tokens fed."""
+    assert [name for name, _, _ in deep.timeline] == ["weights", "prefill", "decode 1", "decode 2"]
+    assert deep.kv_cache_bytes == 2 * MIN_BLOCKS * _kv_tensor_bytes(SMOL, 2, 16 + 3 - 1)
+    assert deep.decode_peak_bytes > deep.timeline[-1][1] and deep.prefill_peak_bytes > deep.timeline[1][1]
+
+
+def test_a_deep_models_written_generation_is_the_full_traces(deep):
+    """The written generation equals the trace of every layer in every field: each moment's allocated and peak bytes,
+    and the cache's (the lesson's and this file's Llama-3.1 8B calls were checked the same way, every field equal).
+    The full trace of 20 layers is most of this file's time, and it is what makes the written path exact."""
+    assert deep == generation_memory(DEEP, 16, new_tokens=3, batch_size=2, full_trace=True)
 
 
 def test_quantized_weights_and_all_logits(llama_8b):
