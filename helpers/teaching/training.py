@@ -87,7 +87,9 @@ def train(make_model: Callable[[], nn.Module], data: Split, batch_size: int, epo
     params = list(model.parameters())
     runner = Checkpointed(sequential_form(model), checkpoint, freeze_bn_stats=True) if checkpoint else model
     # The whole training set's indices as one batch: the random numbers DataLoader draws for an epoch do not depend
-    # on the batch size (its iterator's base seed, then the sampler's permutation), so this yields the epoch's order.
+    # on the batch size (its iterator's base seed, the sampler's permutation, and, once the sampler is exhausted, a
+    # second permutation of which it yields nothing), so this yields the epoch's order and leaves the generator where
+    # a training epoch leaves it.
     orders = DataLoader(range(n), batch_size=n, shuffle=True, generator=torch.Generator().manual_seed(seed))
     history = History(batch_size)
     seen = updates = 0
