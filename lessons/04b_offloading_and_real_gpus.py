@@ -81,44 +81,52 @@ assert all(p.grad is not None for p in base_model.parameters())
 # %% [markdown]
 # ## 1. Speed and accuracy on real data
 #
-# The article left these "to be confirmed". Train a small CNN (two convolutions with BatchNorm) on the digits of lesson 01, 8 epochs at batch 64 from the same initial weights, in the four configurations. AMP is bfloat16 autocast on the CPU; checkpointing uses 4 segments with the BatchNorm fix of lesson 04, section 3.
+# The article left these "to be confirmed". Train a small CNN (two convolutions with BatchNorm) on the digits of lesson 01, 8 epochs at batch 64 from the same initial weights, in the four configurations. AMP is bfloat16 autocast on the CPU; checkpointing uses 4 segments with the BatchNorm fix of lesson 04, section 3, and its two configurations train for 3 epochs only: they are here to show that checkpointing computes, step by step, what the same configuration without it computes, which 3 epochs show.
 
 # %%
 digits = load_digits()
+epochs = {"baseline": 8, "AMP": 8, "checkpoint 4": 3, "AMP + checkpoint 4": 3}
 runs = {}
 for name, kw in configs.items():
-    runs[name] = train(digits_cnn, digits, batch_size=64, epochs=8, lr=0.05, seed=0, **kw)[1]
+    runs[name] = train(digits_cnn, digits, batch_size=64, epochs=epochs[name], lr=0.05, seed=0, **kw)[1]
 n_test = len(digits.y_test)
 apart = max(abs(a - b) for a, b in zip(runs["AMP"].test_accuracy, runs["baseline"].test_accuracy)) * n_test
-same = {name: runs[name].test_accuracy == runs[reference].test_accuracy and runs[name].train_loss == runs[reference].train_loss
+same = {name: runs[name].test_accuracy == runs[reference].test_accuracy[:3]
+              and runs[name].train_loss == runs[reference].train_loss[:3]
         for name, reference in (("checkpoint 4", "baseline"), ("AMP + checkpoint 4", "AMP"))}
+trained = ("baseline", "AMP")   # the two configurations trained for 8 epochs
 # bfloat16 training differs in its last bits between CPUs: print the claims, checked (the next cell has the digits)
-print("8 epochs on the digits, from the same initial weights:")
+print("8 epochs on the digits (3 for the checkpointed configurations), from the same initial weights:")
 print(f"  {'checkpoint 4 = baseline, every epoch loss and accuracy, to the last bit:':<75}{same['checkpoint 4']}")
 print(f"  {'AMP + checkpoint 4 = AMP, likewise:':<75}{same['AMP + checkpoint 4']}")
 print(f"  {f'AMP within 2 of the {n_test} test images of fp32, in every epoch:':<75}{round(apart) <= 2}")
-print(f"  {'every configuration above 95% test accuracy after 8 epochs:':<75}{all(h.test_accuracy[-1] > 0.95 for h in runs.values())}")
-assert all(same.values()) and round(apart) <= 2 and all(h.test_accuracy[-1] > 0.95 for h in runs.values())
+above_95 = all(runs[name].test_accuracy[-1] > 0.95 for name in trained)
+print(f"  {'baseline and AMP above 95% test accuracy after 8 epochs:':<75}{above_95}")
+assert [len(h.train_loss) for h in runs.values()] == [8, 8, 3, 3]
+assert all(same.values()) and round(apart) <= 2 and above_95
 
 # %% tags=["nbval-ignore-output"] nbval_reason="the bfloat16 runs' last digits and the wall-clock times depend on the machine"
 print(f"{'configuration':<20} " + " ".join(f"ep{e + 1:>2}" for e in range(8)) + "   final loss   ms per step")
 per_step = {name: sum(h.seconds) / h.updates[-1] for name, h in runs.items()}
 for name, h in runs.items():
-    print(f"{name:<20} " + " ".join(f"{100 * a:4.1f}" for a in h.test_accuracy)
-          + f"   {h.train_loss[-1]:10.4f}   {1000 * per_step[name]:6.2f} ({per_step[name] / per_step['baseline'] - 1:+.0%})")
+    accuracies = [f"{100 * a:4.1f}" for a in h.test_accuracy] + ["   -"] * (8 - len(h.test_accuracy))
+    final_loss = f"{h.train_loss[-1]:10.4f}" if len(h.train_loss) == 8 else f"{'-':>10}"
+    print(f"{name:<20} " + " ".join(accuracies)
+          + f"   {final_loss}   {1000 * per_step[name]:6.2f} ({per_step[name] / per_step['baseline'] - 1:+.0%})")
 
 # %%
 fig = Figure(figsize=(9, 3.5), layout="constrained")
 ax = fig.add_subplot()
 colours = [OKABE_ITO[c] for c in ("blue", "vermillion", "bluish green", "reddish purple")]   # as in lesson 04, section 1
 for (name, h), style, colour in zip(runs.items(), ("-", "--", ":", "-."), colours):
-    ax.plot(range(1, 9), [100 * a for a in h.test_accuracy], style, marker="o", color=colour, label=name)
+    ax.plot(range(1, len(h.test_accuracy) + 1), [100 * a for a in h.test_accuracy], style, marker="o", color=colour,
+            label=name)
 ax.set(xlabel="epoch", ylabel="test accuracy (%)", title="digits CNN: accuracy per epoch in four configurations")
 ax.legend()
 fig
 
 # %% [markdown]
-# Look at the lines in pairs: checkpoint 4 lies on the baseline and AMP + checkpoint 4 on AMP in every epoch, and the two pairs stay within a couple of test images of each other, all four above 95% after 8 epochs.
+# Look at the lines in pairs: checkpoint 4 lies on the baseline and AMP + checkpoint 4 on AMP in each of the 3 epochs they ran, and the two pairs stay within a couple of test images of each other, both 8-epoch runs above 95% at the end.
 #
 # **"Checkpointing changes training": refuted.** With the BatchNorm fix, checkpointed training is the same computation: every epoch's loss and accuracy are identical to the baseline's, to the last bit.
 #

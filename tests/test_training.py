@@ -2,10 +2,13 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
 
-from helpers.teaching.data import load_digits
-from helpers.models import digits_cnn, digits_mlp
-from helpers.teaching.training import one_step, train
+from helpers.models import digits_cnn, digits_mlp, sequential_form
+from helpers.techniques import Checkpointed
+from helpers.teaching.data import Split, load_digits
+from helpers.teaching.training import evaluate, one_step, train
 
 
 def test_training_is_seeded_and_checked():
@@ -44,3 +47,46 @@ def test_one_step_offloaded_and_checkpointed_gives_the_baseline_gradients_and_le
     assert all(torch.equal(p, q) and p.grad is None for p, q in zip(reference.parameters(), before))
     with pytest.raises(ValueError, match="non-reentrant"):
         one_step(reference, x, y, checkpoint=2, reentrant=True, freeze_bn_stats=True)
+
+
+def _textbook_train(make_model, data, batch_size, epochs, lr=0.05, seed=0, amp=False, checkpoint=0):
+    """The loop as a learner writes it, and as ``train`` wrote it until it was made faster: a shuffling
+    ``DataLoader`` over a ``TensorDataset``, ``torch.optim.SGD``, autocast entered at every step (disabled without
+    ``amp``). Returns the model and each epoch's training loss and test accuracy, as ``train`` records them."""
+    torch.manual_seed(seed)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    runner = Checkpointed(sequential_form(model), checkpoint, freeze_bn_stats=True) if checkpoint else model
+    loader = DataLoader(TensorDataset(data.x_train, data.y_train), batch_size=batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(seed))
+    losses, accuracies = [], []
+    for _ in range(epochs):
+        for xb, yb in loader:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                loss = F.cross_entropy(runner(xb), yb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        losses.append(evaluate(model, data.x_train, data.y_train)[0])
+        accuracies.append(evaluate(model, data.x_test, data.y_test)[1])
+    return model, losses, accuracies
+
+
+@pytest.mark.parametrize("make_model, first, batch_size, kw", [
+    (digits_mlp, 200, 1, {}),                              # batch 1, lesson 01's slowest run, on 200 samples
+    (digits_mlp, None, 16, {"seed": 3}),                   # a last batch of 13 (1,437 = 89 x 16 + 13)
+    (digits_cnn, 300, 64, {"amp": True, "checkpoint": 4}),   # lesson 04b's AMP + checkpoint 4; 300 = 4 x 64 + 44
+], ids=["mlp, batch 1", "mlp, batch 16, seed 3", "cnn, AMP + checkpoint 4"])
+def test_train_gives_the_textbook_loops_results_to_the_last_bit(make_model, first, batch_size, kw):
+    """``train`` draws its order from a ``DataLoader`` over the indices, indexes each batch out as one tensor and
+    writes SGD's update out: every epoch's loss and accuracy, and every trained weight, are the textbook loop's, bit
+    for bit. Two epochs: the second shows that each epoch's order is the loader's too. Batch 1 and the CNN on the
+    first 200 and 300 training samples (the whole set would take seconds; the same code runs at any length)."""
+    data = load_digits()
+    if first:
+        data = Split(data.x_train[:first], data.y_train[:first], data.x_test, data.y_test)
+    model, history = train(make_model, data, batch_size, 2, **kw)
+    reference, losses, accuracies = _textbook_train(make_model, data, batch_size, 2, **kw)
+    assert history.train_loss == losses and history.test_accuracy == accuracies
+    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), reference.state_dict().values()))
+    assert history.updates[-1] == 2 * len(range(0, len(data.x_train), batch_size))
