@@ -1,7 +1,6 @@
 """python -m helpers profile: output, JSON, and one-line errors for bad input."""
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -167,31 +166,6 @@ def test_a_step_no_gpu_can_hold_says_so(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_a_language_model_runs_batch_1_unless_told(capsys):
-    """Token inputs (--seq-len, or a GPT-2 or Llama preset) default to batch 1, and the answer says why;
-    images keep StepConfig's 128; a batch given is the batch run."""
-    from helpers.__main__ import TOKEN_BATCH, _batch_size, _parser
-
-    def options(*flags):
-        args = _parser().parse_args(["profile", *flags])
-        return {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
-
-    assert TOKEN_BATCH == 1
-    assert _batch_size(options("--model", "gpt2"))[0] == 1  # a preset at its context: token ids too
-    assert _batch_size(options("--model", "llama3-8b"))[0] == 1
-    assert _batch_size(options("--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048"))[0] == 1
-    assert _batch_size(options("--model", "resnet18")) == (128, "")
-    assert _batch_size(options("--model", "gpt2", "--batch-size", "8")) == (8, "")
-    assert main(["profile", "--model", "gpt2", "--seq-len", "16", "--device", "simulated"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert "gpt2, batch 1 of 16 tokens, SGD with momentum" in out[1]
-    assert out[2] == ("  (batch 1: the default for token inputs, whose sample is a whole sequence; --batch-size to "
-                      "change it)")
-    assert main(["profile", "--model", "gpt2", "--seq-len", "16", "--batch-size", "2", "--device", "simulated",
-                 "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["batch_size"] == 2
-
-
 def test_the_answer_says_what_the_batch_is():
     from types import SimpleNamespace
 
@@ -229,12 +203,30 @@ def test_cli_gives_lesson_04s_figures(capsys):
     assert "39 parameters got no gradient" in capsys.readouterr().err
 
 
-def test_a_learners_model_that_fails_to_build_exits_with_one_line(capsys, tmp_path, monkeypatch):
-    (tmp_path / "learner_models.py").write_text("def broken():\n    raise RuntimeError('my model is broken')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert main(["profile", "--model", "learner_models:broken", "--device", "simulated"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["python -m helpers profile: error: building broken failed: RuntimeError: my model is broken"]
+def test_a_language_model_runs_batch_1_unless_told(capsys):
+    """Token inputs (--seq-len, or a GPT-2 or Llama preset) default to batch 1, and the answer says why;
+    images keep StepConfig's 128; a batch given is the batch run."""
+    from helpers.__main__ import TOKEN_BATCH, _batch_size, _parser
+
+    def options(*flags):
+        args = _parser().parse_args(["profile", *flags])
+        return {name: getattr(args, name) for _, name, _ in CLI_OPTIONS}
+
+    assert TOKEN_BATCH == 1
+    assert _batch_size(options("--model", "gpt2"))[0] == 1  # a preset at its context: token ids too
+    assert _batch_size(options("--model", "llama3-8b"))[0] == 1
+    assert _batch_size(options("--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048"))[0] == 1
+    assert _batch_size(options("--model", "resnet18")) == (128, "")
+    assert _batch_size(options("--model", "gpt2", "--batch-size", "8")) == (8, "")
+    # the step test_gpt_presets_and_a_learners_own_model_from_the_command_line asks next (kept: traced once)
+    assert main(["profile", "--model", "gpt2", "--seq-len", "32", "--optimizer", "adam", "--device", "simulated"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "gpt2, batch 1 of 32 tokens, Adam" in out[1]
+    assert out[2] == ("  (batch 1: the default for token inputs, whose sample is a whole sequence; --batch-size to "
+                      "change it)")
+    assert main(["profile", "--model", "gpt2", "--seq-len", "32", "--optimizer", "adam", "--batch-size", "2",
+                 "--first-step", "--device", "simulated", "--json"]) == 0  # a first step: the batch run is the subject
+    assert json.loads(capsys.readouterr().out)["batch_size"] == 2
 
 
 def test_gpt_presets_and_a_learners_own_model_from_the_command_line(capsys):
@@ -347,24 +339,9 @@ REPO = Path(__file__).resolve().parents[1]
 PROG = "python -m helpers profile"
 
 
-def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """``python -m helpers profile --device simulated ARGS`` in a fresh process, run from ``cwd``
-    (a learner's folder) with this checkout's helpers."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "helpers", "profile", "--device", "simulated", *args],
-                          capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
-
-
-def _refused(run: subprocess.CompletedProcess) -> str:
-    """The one line of a refusal: exit status 2, nothing on stdout."""
-    assert run.returncode == 2 and run.stdout == "", (run.returncode, run.stdout, run.stderr)
-    err = run.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"{PROG}: error: "), run.stderr
-    return err[0].removeprefix(f"{PROG}: error: ")
-
-
 def _refused_here(capsys, *args: str) -> str:
-    """As :func:`_refused`, of ``main()`` run in this process (a message's wording needs no fresh process)."""
+    """The one line of a refusal (exit status 2, nothing on stdout), of ``main()`` run in this process (a message's
+    wording needs no fresh process)."""
     with pytest.raises(SystemExit) as exit_info:
         raise SystemExit(main(["profile", "--device", "simulated", *args]))
     out, err = capsys.readouterr()
@@ -372,23 +349,6 @@ def _refused_here(capsys, *args: str) -> str:
     err = err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{PROG}: error: "), err
     return err[0].removeprefix(f"{PROG}: error: ")
-
-
-def test_a_learners_model_from_a_file_path(tmp_path, capsys, monkeypatch):
-    (tmp_path / "mymodel.py").write_text("from torch import nn\n\n\ndef build():\n"
-                                         "    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))\n")
-    run = _cli("--model", "./mymodel.py:build", "--input-shape", "64", "--batch-size", "4", "--json", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
-    data = json.loads(run.stdout)
-    assert data["model"] == "build" and data["input_shape"] == [64]
-    assert data["peak_allocated_bytes"] == profile_step(f"{tmp_path / 'mymodel.py'}:build", 4, input_shape=(64,),
-                                                        device="simulated", steady_state=True).peak_allocated_bytes
-    monkeypatch.chdir(tmp_path)  # the refusals' wording, in this process
-    assert _refused_here(capsys, "--model", "./mymodel.py") == (
-        "name the function in ./mymodel.py that returns the model: ./mymodel.py:function")
-    assert _refused_here(capsys, "--model", "./other.py:build") == "no file './other.py' (from --model ./other.py:build)"
-    assert _refused_here(capsys, "--model", "mymodel.py:nothing") == (
-        "'mymodel.py' has no function 'nothing' (from --model mymodel.py:nothing)")
 
 
 def test_llama3_8b_is_a_preset_from_the_command_line(capsys):
@@ -432,7 +392,9 @@ def test_a_model_of_repeated_blocks_says_how_its_step_was_simulated(capsys):
     reached = next(i for i, line in enumerate(out) if line.startswith("peak reached by event "))
     assert out[reached + 1:reached + 3] == ["  simulated: written exactly from its steps with 6 and 7 blocks "
                                             "(helpers.depth)", "what fills it at the peak:"]
-    assert main(["profile", "--model", "resnet18", "--image-size", "32", "--device", "simulated"]) == 0
+    # the step the next test asks first (kept: traced once)
+    assert main(["profile", "--model", "resnet18", "--image-size", "64", "--batch-size", "8", "--device",
+                 "simulated"]) == 0
     assert not any(line.startswith("  simulated:") for line in capsys.readouterr().out.splitlines())
 
 
@@ -452,6 +414,36 @@ def test_gpu_asks_about_one_card_and_an_unknown_card_lists_the_names(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"python -m helpers profile: error: argument --gpu: unknown card 'H200'; the cards: "
                    f"{', '.join(GPU_CARDS)}"]
+
+
+# The two tests below patch (monkeypatch), which makes each forget the kept profiles (tests/conftest.py): they come after
+# the tests above, which share steps (resnet18 at 64 x 64 and batch 8, GPT-2 at 32 tokens) traced once.
+def test_a_learners_model_that_fails_to_build_exits_with_one_line(capsys, tmp_path, monkeypatch):
+    (tmp_path / "learner_models.py").write_text("def broken():\n    raise RuntimeError('my model is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["profile", "--model", "learner_models:broken", "--device", "simulated"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m helpers profile: error: building broken failed: RuntimeError: my model is broken"]
+
+
+def test_a_learners_model_from_a_file_path(tmp_path, capsys, monkeypatch):
+    """From the learner's folder (the working directory), in this process: the path is read relative to the working
+    directory, which ``monkeypatch.chdir`` sets as a fresh process's ``cwd=`` would (a fresh process, 4.4 s of CPU
+    for its imports, is test_cuda_without_gpu_exits_with_one_line's subject: the exit status and all of stderr)."""
+    (tmp_path / "mymodel.py").write_text("from torch import nn\n\n\ndef build():\n"
+                                         "    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "--device", "simulated", "--model", "./mymodel.py:build", "--input-shape", "64",
+                 "--batch-size", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "build" and data["input_shape"] == [64]
+    assert data["peak_allocated_bytes"] == profile_step(f"{tmp_path / 'mymodel.py'}:build", 4, input_shape=(64,),
+                                                        device="simulated", steady_state=True).peak_allocated_bytes
+    assert _refused_here(capsys, "--model", "./mymodel.py") == (
+        "name the function in ./mymodel.py that returns the model: ./mymodel.py:function")
+    assert _refused_here(capsys, "--model", "./other.py:build") == "no file './other.py' (from --model ./other.py:build)"
+    assert _refused_here(capsys, "--model", "mymodel.py:nothing") == (
+        "'mymodel.py' has no function 'nothing' (from --model mymodel.py:nothing)")
 
 
 @pytest.mark.parametrize("text, sizes", [("8", 8), ("1,2,4,8", (1, 2, 4, 8)), ("1-4,8", (1, 2, 3, 4, 8)),

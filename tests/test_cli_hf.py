@@ -69,6 +69,35 @@ def test_a_config_path_works_as_a_shipped_name(capsys, tmp_path):
     assert len(set(peaks)) == 1
 
 
+# Next to the test above, before any test that patches (monkeypatch: each forgets the kept profiles, tests/conftest.py):
+# SmolLM2's step at 8 tokens, written from its steps with 6 and 7 layers, is traced once for both.
+def test_a_hugging_face_model_takes_the_pinned_libraries_defaults(capsys, tmp_path):
+    """Unless told: parameters in the config's dtype (from_pretrained's dtype="auto"), fused AdamW (the Trainer's
+    adamw_torch_fused), said in the answer's first lines; a flag given wins; a float16 config trains in float16."""
+    code, out, err = _run(capsys, "--model", SMOL, *SHORT, "--json")  # the step the test above traced (kept)
+    assert code == 0 and err == ""
+    said = json.loads(out)["config"]
+    assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("adamw", True, "bfloat16")
+    assert hf_config.load_config(SMOL).dtype == torch.bfloat16  # the config's own dtype
+    expected = profile_step(SMOL, 1, seq_len=8, optimizer="adamw", fused=True, param_dtype="bfloat16",
+                            steady_state=True, device="simulated")
+    assert json.loads(out)["peak_allocated_bytes"] == expected.peak_allocated_bytes
+    code, out, _ = _run(capsys, "--model", SMOL, *SHORT)
+    lines = out.splitlines()
+    assert lines[2] == ('  defaults of the pinned libraries: parameters in bfloat16: the config\'s dtype, as '
+                        'from_pretrained\'s dtype="auto" loads them; fused AdamW: the Trainer\'s default optimizer '
+                        '(adamw_torch_fused)')
+    assert lines[3].startswith("does it fit? ")  # the verdict right after the peak and the step
+    tiny = _tiny(tmp_path)  # a float16 config: the flags given win over its dtype and the Trainer's optimizer
+    code, out, _ = _run(capsys, "--model", tiny, *SHORT, "--optimizer", "sgd", "--param-dtype", "float32", "--json")
+    said = json.loads(out)["config"]
+    assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("sgd", False, "float32")
+    code, out, _ = _run(capsys, "--model", tiny, *SHORT)
+    assert code == 0
+    assert ("parameters in float16: the config's dtype, as from_pretrained's dtype=\"auto\" loads them; "
+            "fused AdamW") in out
+
+
 def test_the_example_of_the_issue_parses():
     args = ["profile", "--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--batch-size", "1", "--amp",
             "--amp-dtype", "bfloat16", "--lora-rank", "16", "--lora-targets", "q_proj,v_proj", "--lora-dropout",
@@ -186,33 +215,6 @@ def test_a_lora_run_prints_nothing_on_stderr(tmp_path):
     assert result.returncode == 0
     assert result.stderr == ""
     assert result.stdout.splitlines()[0].startswith("peak allocated: ")
-
-
-def test_a_hugging_face_model_takes_the_pinned_libraries_defaults(capsys, tmp_path):
-    """Unless told: parameters in the config's dtype (from_pretrained's dtype="auto"), fused AdamW (the Trainer's
-    adamw_torch_fused), said in the answer's first lines; a flag given wins; a float16 config trains in float16."""
-    code, out, err = _run(capsys, "--model", SMOL, *SHORT, "--json")
-    assert code == 0 and err == ""
-    said = json.loads(out)["config"]
-    assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("adamw", True, "bfloat16")
-    assert hf_config.load_config(SMOL).dtype == torch.bfloat16  # the config's own dtype
-    expected = profile_step(SMOL, 1, seq_len=8, optimizer="adamw", fused=True, param_dtype="bfloat16",
-                            steady_state=True, device="simulated")
-    assert json.loads(out)["peak_allocated_bytes"] == expected.peak_allocated_bytes
-    code, out, _ = _run(capsys, "--model", SMOL, *SHORT)
-    lines = out.splitlines()
-    assert lines[2] == ('  defaults of the pinned libraries: parameters in bfloat16: the config\'s dtype, as '
-                        'from_pretrained\'s dtype="auto" loads them; fused AdamW: the Trainer\'s default optimizer '
-                        '(adamw_torch_fused)')
-    assert lines[3].startswith("does it fit? ")  # the verdict right after the peak and the step
-    tiny = _tiny(tmp_path)  # a float16 config: the flags given win over its dtype and the Trainer's optimizer
-    code, out, _ = _run(capsys, "--model", tiny, *SHORT, "--optimizer", "sgd", "--param-dtype", "float32", "--json")
-    said = json.loads(out)["config"]
-    assert (said["optimizer"], said["fused"], said["param_dtype"]) == ("sgd", False, "float32")
-    code, out, _ = _run(capsys, "--model", tiny, *SHORT)
-    assert code == 0
-    assert ("parameters in float16: the config's dtype, as from_pretrained's dtype=\"auto\" loads them; "
-            "fused AdamW") in out
 
 
 def test_lesson_09s_example_is_lesson_09s_step():
