@@ -25,7 +25,7 @@
 # - Measure peak memory against batch size, fit M(b) = M0 + b·m, name M0 and m, and derive them exactly from one symbolic trace.
 # - Predict the largest batch that fits a V100, an RTX 4090, an A100 or an H100, and check the prediction.
 #
-# **Time:** about 65 minutes alone: 22 of reading, 20 of code, 4 for the figures, 2 to run all, 15 for the two exercises. **GPU:** not needed (memory is simulated, training runs on the CPU).
+# **Time:** about 60 minutes alone: 23 of reading, 20 of code, 4 for the figures, 1 to run all, 15 for the two exercises. **GPU:** not needed (memory is simulated, training runs on the CPU).
 
 # %% [markdown]
 # ## Setup

@@ -25,7 +25,7 @@
 # - Explain why the first layers dominate, where the peak happens, and what it holds.
 # - Compare with the published ResNet18 figures, and say where and why they differ.
 #
-# **Time:** about 60 minutes alone: 26 of reading, 14 of code, 3 for the figures, 1 to run all, 15 for the three exercises. **GPU:** not needed (simulated); a GPU, if present, is measured in section 7.
+# **Time:** about 55 minutes alone: 26 of reading, 14 of code, 3 for the figures, 1 to run all, 15 for the three exercises. **GPU:** not needed (simulated); a GPU, if present, is measured in section 7.
 #
 # This lesson re-derives, and checks, the ResNet18 analysis of Quentin Febvre's article *Deep Learning Memory Usage and Pytorch Optimization Tricks* (Sicara, 2019).
 

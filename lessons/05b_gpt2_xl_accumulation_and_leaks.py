@@ -27,7 +27,7 @@
 # - Measure what a forward pass keeps in training and under `torch.no_grad()` and `torch.inference_mode()`, and find and fix the two classic leaks.
 # - Answer "will it fit?" for a model, an optimizer, a precision, a batch and a card.
 #
-# **Time:** about 65 minutes alone: 22 of reading, 17 of code, 3 for the figures, 2 to run all, 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
+# **Time:** about 60 minutes alone: 22 of reading, 17 of code, 3 for the figures, 1 to run all, 20 for the two exercises. **GPU:** not needed (memory simulated: nothing is downloaded, nothing of GPT-2 1.5B is allocated). Memory is in GiB (2³⁰ bytes); a source's GB (10⁹ bytes) is converted beside it.
 #
 # Lessons 01 (steady state, the assumed overhead), 04 (AMP, checkpointing) and 05a come first. What this lesson uses from 05a: under `torch.autocast` with Adam, the model states are 16 bytes per parameter (4 of parameter, 4 of gradient, 8 of Adam's two moments), and 20 while a `foreach` `optimizer.step()` runs; the ZeRO paper's 16 is another sum, 2 + 2 + 12 (a 16-bit model and an fp32 master copy). A step peaks at the optimizer step for small batches and in backward, where the activations are, for large ones.
 

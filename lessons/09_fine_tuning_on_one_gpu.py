@@ -27,7 +27,7 @@
 # - Reproduce with the engine a reported case of LoRA taking as much memory as full fine-tuning, and explain it.
 # - Measure what fused and 8-bit AdamW, bfloat16 weights and states, offloading and checkpointing each change, in bytes per parameter.
 #
-# **Time:** about 60 minutes alone: 23 of reading, 13 of code, 3 for the figures, 2 to run all, 18 for the two exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
+# **Time:** about 55 minutes alone: 23 of reading, 13 of code, 3 for the figures, 1 to run all, 18 for the two exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
 #
 # Lessons 04 (AMP, checkpointing), 05a (model states, bytes per parameter) 08 and 08b (a transformer's activations, flash attention, the logits) come first. Lesson 09b continues with the longest sequence and the largest batch, the fine-tuning widget, and published real-GPU figures.
 

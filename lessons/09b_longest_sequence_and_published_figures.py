@@ -27,7 +27,7 @@
 # - Drive the fine-tuning widget: a model, a method, an optimizer, the weights' dtype, the loss, checkpointing, the sequence, the batch and the card.
 # - Set the engine beside eight published real-GPU fine-tuning figures and three steps this course recorded on an H200, and explain each gap.
 #
-# **Time:** about 55 minutes alone: 23 of reading, 10 of code, 2 for the figures, 4 to run all, 17 for the two exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
+# **Time:** about 55 minutes alone: 23 of reading, 10 of code, 2 for the figures, 1 to run all, 17 for the two exercises. **GPU:** not needed (memory simulated on fake tensors: nothing is downloaded, no weight is allocated). Memory is in GiB (2³⁰ bytes); a card's or a source's GB (10⁹ bytes) is named as its maker names it. The minutes to run all are the kernel's CPU time (the instructor guide's method); on a machine busy with other work the wall time can be twice that or more.
 #
 # Read lesson 09 first: this lesson continues with its steps of Llama-3.1 8B (LoRA and QLoRA, checkpointing, the cards of 24, 48 and 80 GB, and the peak judged with the assumed overhead).
 
