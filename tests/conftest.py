@@ -81,8 +81,9 @@ SLOW = {
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",
     "tests/test_step.py::test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector":
         "five steps with Python's cycle collector run at every 100th allocation",
-    # make gpu-reference without a GPU: every run of the harness traced (and timed) on the simulated backend; the
-    # committed recording's simulated columns are then checked against what that dry run recorded
+    # make gpu-reference without a GPU: every run of the harness traced on the simulated backend (one of them also
+    # timed; the others' untraced timings stood in for: Timings in the file); the committed recording's simulated
+    # columns are then checked against what that dry run recorded
     "tests/test_gpu_reference.py::test_the_dry_run_records_every_run_in_the_documented_format": "the harness, dry",
     "tests/test_gpu_reference.py::test_the_dry_run_writes_the_allocation_log_and_lists_the_tests": "the harness, dry",
     "tests/test_gpu_reference.py::test_a_second_run_resumes_and_records_nothing_again": "the harness, dry",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import MiB, profile_step
+from helpers import MiB, profile_step, time_step
 from helpers.allocator import replay
 from helpers.teaching import reference
 from helpers.teaching.reference import NOT_RECORDED, load_reference, module_differences, reference_report
@@ -32,13 +32,55 @@ harness = _harness()
 FAST_RUNS = tuple(run for run in harness.RUNS if run.model != harness.L8)
 
 
+#: The one run of a dry run that ``time_step`` times for real (the others' timings: :class:`Timings`).
+TIMED = "dropout MLP"
+
+
+class Timings:
+    """``time_step`` as a dry run of the harness meets it: what it was asked, run by run, and a stand-in's seconds.
+
+    A dry run times each step untraced at full depth on the simulated backend (``time_step``: a warm-up and a timed
+    step, as long as the traced step or longer: 27 of the 44 CPU seconds of :func:`dry_run`, 33 of the 67 of the three
+    8B steps of :func:`test_the_fine_tuning_runs_dry`).  That figure is the simulation's own speed, which no test
+    checks but for being positive; on a GPU the harness times the cuda step, which
+    ``test_the_harness_measures_on_the_stub_driver_what_the_h200_measured`` runs, and ``time_step`` itself is tested in
+    tests/test_step.py.  So the run named :data:`TIMED` is timed for real, and every other call is recorded and
+    answered with a distinct stand-in (its index + 1 ms), which the record must then carry: each run asks for its own
+    step (model, batch, options, simulated, one repeat in a dry run), once."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, model, batch_size, **options):
+        self.calls.append((model, batch_size, options))
+        if options.get("name", model) == TIMED:
+            return time_step(model, batch_size, **options)
+        return len(self.calls) * 1e-3
+
+    def check(self, runs, records) -> None:
+        """Each of ``runs`` asked for its own step once, as the harness asks for it, and its record holds the answer."""
+        asked = []
+        for run in runs:
+            model, options = harness._call(run)
+            asked.append((model, run.batch_size, {**options, "device": "simulated", "repeats": 1}))
+        assert self.calls == asked
+        for i, (run, record) in enumerate(zip(runs, records, strict=True)):
+            assert record["step_seconds"] > 0
+            if run.model != TIMED:
+                assert record["step_seconds"] == (i + 1) * 1e-3, run.key
+
+
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """The whole harness but the 8B runs, the simulated backend standing in for cuda (about a minute; slow group)."""
+    """The whole harness but the 8B runs, the simulated backend standing in for cuda (about 20 s of CPU; slow group),
+    the untraced steps' timings but one answered by :class:`Timings`, which checks what the harness asked."""
     out = tmp_path_factory.mktemp("gpu-reference")
+    timings = Timings()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(harness, "RUNS", FAST_RUNS)
+        patch.setattr(harness, "time_step", timings)
         assert harness.main(["--dry-run", "--out", str(out)]) == 0
+    timings.check(FAST_RUNS, json.loads((out / "gpu_reference.json").read_text())["runs"])
     return out
 
 
@@ -188,13 +230,16 @@ def test_without_a_recording_the_lessons_say_how_to_make_one(tmp_path):
 
 def test_the_fine_tuning_runs_dry(tmp_path, monkeypatch):
     """Three of lesson 09's steps of Llama-3.1 8B through the harness: LoRA, and with checkpointing QLoRA on
-    bitsandbytes' NF4 and LoRA on its LLM.int8() (slow group: three 8B steps, twice); ``--only`` matches a run's model
-    and configuration."""
+    bitsandbytes' NF4 and LoRA on its LLM.int8() (slow group: three 8B steps traced; their untraced timings stood
+    in for, :class:`Timings`); ``--only`` matches a run's model and configuration."""
     configs = ("LoRA r16", "QLoRA r16, checkpointing", "LoRA r16 on LLM.int8(), checkpointing")
-    monkeypatch.setattr(harness, "RUNS", [run for run in harness.RUNS if run.model == harness.L8 and run.config in configs]
-                        + [run for run in FAST_RUNS if run.model == "gpt2"])
+    chosen = [run for run in harness.RUNS if run.model == harness.L8 and run.config in configs]
+    monkeypatch.setattr(harness, "RUNS", chosen + [run for run in FAST_RUNS if run.model == "gpt2"])
+    timings = Timings()  # the untraced 8B steps' timings (a third of its CPU) stood in for
+    monkeypatch.setattr(harness, "time_step", timings)
     assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "LoRA r16", "--skip-tests"]) == 0
     runs = json.loads((tmp_path / "gpu_reference.json").read_text())["runs"]
+    timings.check(chosen, runs)  # and not GPT-2's
     assert [(r["model"], r["config"]) for r in runs] == [(harness.L8, c) for c in configs]  # not GPT-2's
     assert all(r["error"] is None and r["events"] for r in runs), [r["error"] for r in runs]
     plain, qlora, int8 = (r["simulated_peak_bytes"] for r in runs)
