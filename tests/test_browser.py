@@ -371,8 +371,8 @@ def running(browser):
 def idle_kernel(browser):
     """One python3 kernel that runs nothing, started once for the lessons opened unrun (``{"id", "name"}``): each
     lesson connects to it as a notebook connects to a new one, and finds in it what it would find in a new one, no
-    widget model (nothing ever runs in it), so that a stored widget view has none to show; 22 kernels' start-up and
-    shutdown are paid once.  Shut down at the end."""
+    widget model (nothing ever runs in it), so that a stored widget view has none to show: one kernel's start-up
+    and shutdown for all the lessons instead of one per lesson.  Shut down at the end."""
     browser.run("a kernel to start for the lessons opened unrun", """async () => {
         const kernel = await window.jupyterapp.serviceManager.kernels.startNew({name: 'python3'});
         window.__idleKernel = {id: kernel.id, name: kernel.name};
