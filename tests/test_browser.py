@@ -776,10 +776,10 @@ def test_the_serving_widget_shows_vllm_startups_account(browser, running, path, 
 
 # -- 3. a learner's copy saved, and the course's JupyterLab settings ---------------------------------------------
 
-def _save(browser, path: str, cells: int) -> None:
-    """Open ``path`` as a double click does, change its first cell as a learner would, save it (Ctrl+S's
-    command), and close it."""
-    browser.open(path, cells)
+def _save(browser, path: str, cells: int, kernel: dict) -> None:
+    """Open ``path`` as a double click does (on the idle ``kernel``: what is saved does not depend on a kernel),
+    change its first cell as a learner would, save it (Ctrl+S's command), and close it."""
+    browser.open(path, cells, kernel)
     try:
         browser.run(f"{path} to be saved", """async () => {
             const w = window.jupyterapp.shell.currentWidget;
@@ -790,17 +790,17 @@ def _save(browser, path: str, cells: int) -> None:
         browser.wait(f"{path} to be saved", "() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
                      timeout=PAGE_LOAD)
     finally:
-        browser.close()
+        browser.close(shutdown=False)
 
 
-def test_saving_a_learners_copy_writes_no_other_file(browser, lab):
+def test_saving_a_learners_copy_writes_no_other_file(browser, lab, idle_kernel):
     """make lessons' copies are plain notebooks: saving one in JupyterLab (with jupytext's extension, as
     installed) writes that notebook and nothing beside it; a paired notebook, saved the same way, gets its .py."""
     _, _, work = lab
     cells = len(nbformat.read(ROOT / "lessons" / SAVED, as_version=4).cells)
     for folder, pair in ((LEARNER, None), (PAIRED, pathlib.Path(SAVED).with_suffix(".py").name)):
         before = {p.name: p.stat().st_mtime_ns for p in (work / folder).iterdir()}
-        _save(browser, f"{folder}/{SAVED}", cells)
+        _save(browser, f"{folder}/{SAVED}", cells, idle_kernel)
         after = {p.name: p.stat().st_mtime_ns for p in (work / folder).iterdir()}
         assert after[SAVED] != before[SAVED] and "My note." in (work / folder / SAVED).read_text(), f"{folder}: not saved"
         new = sorted(set(after) - set(before) - {".ipynb_checkpoints"})
