@@ -8,7 +8,12 @@ those sections; a section the guide keeps must never depend on one it skips.
 by an earlier kept cell, an import or a builtin (``lesson_runner.undefined_names``).
 The slow group (``make test-slow``, ``.ci/run``) also runs each partial lesson in
 a fresh kernel, which catches what no name shows (a skipped cell that changes an
-object a kept one reads).  Whole lessons are run by nbval.
+object a kept one reads).  Whole lessons are run by nbval.  A partial lesson that
+skips only sections after its last kept one (90 minutes of lesson 03: its setup and
+sections 1-3) is the start of its whole lesson, cell for cell: nbval's run of the
+lesson (``make test``, in a fresh kernel, failing at a cell that raises) runs exactly
+those cells first, so it is not run again here (``make test`` checks that it is such
+a start: :func:`test_a_short_path_not_run_again_is_its_lessons_start`).
 """
 
 import pathlib
@@ -87,6 +92,32 @@ def test_the_name_check_finds_what_only_a_skipped_section_defines():
     assert undefined_names([code("print(later)\nlater = 1")]) == [("print(later)", "later")]
 
 
-@pytest.mark.parametrize("path, number, chosen", PARTIAL, ids=IDS)
+def _code(cells: list) -> list[str]:
+    return [cell.source for cell in cells if cell.cell_type == "code"]
+
+
+def is_the_lessons_start(number: str, chosen: str) -> bool:
+    """Whether the path's kept code cells are the first code cells of the whole lesson, in its order: the path skips
+    nothing before its last kept cell, so nbval's run of the whole lesson runs it first."""
+    kept, whole = _code(kept_cells(number, chosen)), _code(lesson(number).cells)
+    return kept == whole[:len(kept)]
+
+
+#: The partial lessons run again in a fresh kernel (the slow group): those that are not their lesson's start.
+RUN = [row for row in PARTIAL if not is_the_lessons_start(row[1], row[2])]
+
+
+def test_a_short_path_not_run_again_is_its_lessons_start():
+    """The paths left out of the slow group's runs are, cell for cell, the start of their lesson, which nbval runs
+    whole in a fresh kernel; those that skip a section before a kept one (the ones a skipped cell could break) run."""
+    started = [f"{p} {n} {c}" for p, n, c in PARTIAL if (p, n, c) not in RUN]
+    assert started == ["half day 04 1-3", "90 minutes 03 1-3", "90 minutes 04 1, 2"], started
+    for _, number, chosen in RUN:
+        kept = numbers(chosen)
+        assert any(n not in kept for n in range(1, max(kept))), (number, chosen)  # a section skipped before a kept one
+    assert not is_the_lessons_start("01", "1, 3") and is_the_lessons_start("01", "1, 2")
+
+
+@pytest.mark.parametrize("path, number, chosen", RUN, ids=[f"{p} {n} {c}" for p, n, c in RUN])
 def test_short_path_runs_without_the_skipped_sections(path, number, chosen):
     run(kept_cells(number, chosen))

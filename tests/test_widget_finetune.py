@@ -19,6 +19,7 @@ from helpers.gpus import GPU_CARDS, judge
 from helpers.batch import largest_fit
 from helpers.teaching.widgets import CARD_48GB, SEQ_STEP, FineTuneFit
 from helpers.hf_config import shipped_json
+from helpers.evaluated import was_evaluated
 from helpers.units import fmt_bytes
 
 SMOL = "HuggingFaceTB/SmolLM2-135M"
@@ -62,7 +63,9 @@ def test_the_largest_batch_is_a_traced_fit_and_one_more_is_not():
     w = _widget(SMOL, method="full fine-tuning", seq=1024, capacity="V100 16 GB", question="largest batch")
     n = w.largest
     assert n >= 2 and w.batch_box.value == n and w.batch_box.disabled  # the control shows the answer
-    at, over = (profile_step(SMOL, b, seq_len=1024, **STEP) for b in (n, n + 1))
+    # the widget's own configuration: profile_step gives the two concrete traces its search judged and kept
+    at, over = (profile_step(SMOL, b, seq_len=1024, **AS_THE_WIDGET) for b in (n, n + 1))
+    assert not (was_evaluated(at) or was_evaluated(over))  # traced (written), not evaluated from a symbolic log
     assert _fits(at, "V100 16 GB") and not _fits(over, "V100 16 GB")
     assert w.result.peak_bytes == at.peak_allocated_bytes and w.result.traced
     assert w.answer.startswith(f"largest batch at 1,024 tokens that fits V100 16 GB: {n} ({n + 1} does not fit")
@@ -73,7 +76,8 @@ def test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not():
     s = w.largest
     assert s % SEQ_STEP == 0 and 2 * SEQ_STEP <= s < 8192 and w.seq.value == s and w.seq.disabled
     capacity = GPU_CARDS["V100 16 GB"]
-    at, over = (profile_step(SMOL, 4, seq_len=n, lora_rank=16, **STEP) for n in (s, s + SEQ_STEP))
+    at, over = (profile_step(SMOL, 4, seq_len=n, lora_rank=16, **AS_THE_WIDGET) for n in (s, s + SEQ_STEP))
+    assert not (was_evaluated(at) or was_evaluated(over))
     assert _fits(at, "V100 16 GB") and not _fits(over, "V100 16 GB")
     assert w.message == Estimate.of(at).verdict(capacity, "V100 16 GB").sentence("V100 16 GB", unit="GiB")
     w.batch_box.value = 1  # at batch 1 the whole context fits, and the answer says so
