@@ -19,7 +19,11 @@ agree on ``memory_allocated()``, ``memory_reserved()``, whether it ran out of
 memory, and the snapshot (segments in address order, each with its size,
 allocated bytes, pool, whether expandable, and its blocks' sizes, states and
 requested sizes).  ``ALLOCATOR_ORACLE_OPS`` sets the operations per setting
-(default 10,000).
+(default 10,000).  PyTorch's side of every setting and every translated test
+runs in one subprocess (the ``pytorch_states`` fixture), which imports torch once and
+runs each log in a child forked before CUDA is initialised: a fresh allocator
+each time, set by its ``PYTORCH_CUDA_ALLOC_CONF`` and the stub's capacity as a
+process started with them is (oracle.py says how).
 
 Skipped, with the reason, where it cannot run: not Linux, no C compiler, a
 CPU-only torch wheel, or no CUDA headers in the wheel's packages.
@@ -41,15 +45,23 @@ MiB, GiB = 2**20, 2**30
 OPS = int(os.environ.get("ALLOCATOR_ORACLE_OPS", "10000"))
 
 
-def run_pytorch(stub: Path, ops: list, conf: str, capacity: int, total: int | None = None,
-                fraction: float | None = None) -> list:
-    """The states after every op through PyTorch's allocator on the stub (see oracle.py)."""
-    env = stub_env(stub, STUB_CUDA_CAPACITY=str(capacity), STUB_CUDA_TOTAL=str(total or capacity),
-                   PYTORCH_CUDA_ALLOC_CONF=conf)
-    done = subprocess.run([sys.executable, str(STUB / "oracle.py")], input=json.dumps({"ops": ops, "fraction": fraction}),
-                          capture_output=True, text=True, env=env, timeout=600)
+def pytorch_job(out: Path, ops: list, conf: str, capacity: int, total: int | None = None,
+                fraction: float | None = None) -> dict:
+    """A job for oracle.py: ``ops`` through PyTorch's allocator, set by ``conf`` (``PYTORCH_CUDA_ALLOC_CONF``) and a
+    memory ``fraction``, on a stub that hands out ``capacity`` bytes and reports ``total``; its states written to
+    ``out``."""
+    return {"ops": ops, "fraction": fraction, "out": str(out),
+            "env": {"STUB_CUDA_CAPACITY": str(capacity), "STUB_CUDA_TOTAL": str(total or capacity),
+                    "PYTORCH_CUDA_ALLOC_CONF": conf}}
+
+
+def run_pytorch(stub: Path, jobs: list[dict]) -> None:
+    """Each job's states after every op through PyTorch's allocator on the stub, written to its ``out`` file: one
+    subprocess that imports torch once and runs each job in a fresh allocator, in a child forked before CUDA is
+    initialised (see oracle.py)."""
+    done = subprocess.run([sys.executable, str(STUB / "oracle.py")], input=json.dumps(jobs),
+                          capture_output=True, text=True, env=stub_env(stub), timeout=1200)
     assert done.returncode == 0, f"PyTorch on the stub failed ({done.returncode}):\n{done.stderr[-3000:]}"
-    return json.loads(done.stdout.splitlines()[-1])
 
 
 def run_model(ops: list, conf: str, capacity: int, total: int | None = None, fraction: float | None = None) -> list:
@@ -128,11 +140,37 @@ SETTINGS = {
 }
 
 
+def setting_log(setting: str) -> list:
+    """The random log of ``setting``: :data:`OPS` operations, seeded by its name."""
+    return random_log(sum(map(ord, setting)), OPS, SETTINGS[setting][-1])
+
+
+@pytest.fixture(scope="module")
+def pytorch_states(cuda_stub, tmp_path_factory) -> dict[str, Path]:
+    """The files of PyTorch's states after every op, by setting and by translated test (:data:`SETTINGS`,
+    :data:`PYTORCH_TESTS`), from one subprocess: each from a fresh allocator, set as a process started with that
+    setting is.  (Files, read by each test: the eleven settings' states together are millions of lists.)"""
+    out = tmp_path_factory.mktemp("oracle")
+    jobs = {setting: pytorch_job(out / f"setting_{i}.json", setting_log(setting), *SETTINGS[setting][:4])
+            for i, setting in enumerate(SETTINGS)}
+    jobs.update({name: pytorch_job(out / f"test_{i}.json", ops, conf, CAPACITY, TOTAL)
+                 for i, (name, (ops, conf, _)) in enumerate(PYTORCH_TESTS.items())})
+    run_pytorch(cuda_stub, list(jobs.values()))
+    return {name: Path(job["out"]) for name, job in jobs.items()}
+
+
+def states(files: dict[str, Path], name: str) -> list:
+    """PyTorch's states after every op of the setting or translated test ``name``, from :func:`pytorch_states`'s
+    file."""
+    with open(files[name]) as f:
+        return json.load(f)
+
+
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_the_model_agrees_with_pytorch_op_by_op(cuda_stub, setting):
+def test_the_model_agrees_with_pytorch_op_by_op(pytorch_states, setting):
     conf, capacity, total, fraction, largest = SETTINGS[setting]
-    ops = random_log(sum(map(ord, setting)), OPS, largest)
-    real = run_pytorch(cuda_stub, ops, conf, capacity, total, fraction)
+    ops = setting_log(setting)
+    real = states(pytorch_states, setting)
     model = run_model(ops, conf, capacity, total, fraction)
     agree, first = compare(real, model, ops)
     print(f"{setting}: {agree}/{len(ops)} ops agree; out of memory {sum(r[0] for r in real)} times")
@@ -274,9 +312,9 @@ PYTORCH_TESTS = {
 
 
 @pytest.mark.parametrize("name", list(PYTORCH_TESTS))
-def test_pytorchs_own_allocator_tests_agree(cuda_stub, name):
+def test_pytorchs_own_allocator_tests_agree(pytorch_states, name):
     ops, conf, expect = PYTORCH_TESTS[name]
-    real = run_pytorch(cuda_stub, ops, conf, CAPACITY, TOTAL)
+    real = states(pytorch_states, name)
     assert expect(real), f"the translation of {name} does not pass on PyTorch itself"
     agree, first = compare(real, run_model(ops, conf, CAPACITY, TOTAL), ops)
     print(f"{name}: {agree}/{len(ops)} ops agree")

@@ -98,9 +98,13 @@ CASES = [
 ] + [  # and with bitsandbytes' LLM.int8() (quantization="int8": real Linear8bitLt and Int8Params, its CUDA code
     # run), the loss kept to the end of the step as the simulation's loop keeps it: MatMul8bitLt's ctx.tensors (each
     # int8 layer's input) live as long as the autograd graph, which the loss holds through the optimizer step (the
-    # peak at 4 tokens; with the loss dropped after backward, as the other cases do, SmolLM2's is 761 KiB lower)
+    # peak at 4 tokens; with the loss dropped after backward, as the other cases do, SmolLM2's is 761 KiB lower).
+    # Simulated with full_trace=True: an int8 step's shallow traces do not repeat block by block (helpers.depth:
+    # "a sweep over the blocks starts at block ..."), so profile_step would trace it in full anyway, after tracing
+    # its 6- and 7-block copies for nothing; asked for directly, the full trace is the same profile, without them.
     {"name": name, "model": model, "batch": 1, "seq_len": seq_len, "amp": True, "amp_dtype": "bfloat16",
-     "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "int8", "keep_loss": True}
+     "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "int8", "keep_loss": True,
+     "full_trace": True}
     for name, model, seq_len, checkpoint in (
         ("smollm2_qlora_int8_4_tokens", "HuggingFaceTB/SmolLM2-135M", 4, False),
         ("smollm2_qlora_int8_256_tokens", "HuggingFaceTB/SmolLM2-135M", 256, False),
@@ -137,9 +141,9 @@ def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
 
 
 def simulate(case: dict):
-    """The same step simulated (``profile_step(..., device="simulated")``)."""
+    """The same step simulated (``profile_step(..., device="simulated")``; ``full_trace`` where the case asks)."""
     extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization",
-                                        "double_quant", "compute_dtype") if case.get(key)}
+                                        "double_quant", "compute_dtype", "full_trace") if case.get(key)}
     if "input_shape" in case:
         extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
     return profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),
@@ -162,9 +166,28 @@ def steps(cuda_stub, tmp_path_factory) -> dict:
     return run_steps(cuda_stub, tmp_path_factory.mktemp("snapshots"))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
-def test_the_snapshot_is_pytorchs_own(steps, case):
-    result = steps[case["name"]]
+CASE = {case["name"]: case for case in CASES}
+
+
+def by_case(names=CASE, xfail: dict | None = None):
+    """The tests' parameter: a case's name, in module scope, so that pytest runs each case's tests together and
+    :func:`explained` explains each snapshot once; ``xfail``: the names expected to fail, with the reason."""
+    return pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=xfail[n]))
+                                            if n in (xfail or {}) else n for n in names], scope="module")
+
+
+@pytest.fixture(scope="module")
+def explained(steps, name):
+    """``python -m helpers explain``'s report of the case's snapshot (:func:`helpers.snapshot.explain_snapshot`), made
+    once for the two tests that read it: beside the same step simulated where :data:`BEYOND` names the case (the
+    simulation changes only the report's ``twin``), else alone."""
+    simulated = simulate(CASE[name]) if name in BEYOND else None
+    return explain_snapshot(steps[name]["snapshot"], step=simulated)
+
+
+@by_case()
+def test_the_snapshot_is_pytorchs_own(steps, name):
+    result = steps[name]
     with open(result["snapshot"], "rb") as f:
         snapshot = pickle.load(f)
     segments = snapshot["segments"]
@@ -178,35 +201,34 @@ def test_the_snapshot_is_pytorchs_own(steps, case):
     assert {"real_step.py", "whole_step.py", "linear.py"} <= files  # the loop's lines and the model's, as on a GPU
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=REDUCTION[c["name"]]))
-                                  if c["name"] in REDUCTION else c for c in CASES], ids=lambda c: c["name"])
-def test_the_simulated_peak_is_the_real_steps_tensors(steps, case):
-    result = steps[case["name"]]
-    expected = simulate(case).peak_allocated_bytes + WORKSPACES
-    print(f"{case['name']}: real tensors {result['tensors_peak']:,} B, simulated + workspaces {expected:,} B, "
+@by_case(xfail=REDUCTION)
+def test_the_simulated_peak_is_the_real_steps_tensors(steps, name):
+    result = steps[name]
+    expected = simulate(CASE[name]).peak_allocated_bytes + WORKSPACES
+    print(f"{name}: real tensors {result['tensors_peak']:,} B, simulated + workspaces {expected:,} B, "
           f"max_memory_allocated {result['max_allocated']:,} B")
     assert abs(result["tensors_peak"] - expected) <= 0.0001 * expected
     assert result["tensors_peak"] <= result["max_allocated"] < 1.02 * result["tensors_peak"]
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if "recorded" in c], ids=lambda c: c["name"])
-def test_the_stub_step_gives_what_a_real_gpu_gave(steps, case):
+@by_case([name for name, case in CASE.items() if "recorded" in case])
+def test_the_stub_step_gives_what_a_real_gpu_gave(steps, name):
     """PyTorch's operators and allocator on the stub reach the ``max_memory_allocated`` that ``make gpu-reference``
     recorded for the same step on an H200 (``lessons/data/gpu_reference.json``; its cuBLAS workspaces were made
     before the runs, so the stub's two are taken off)."""
-    run = recorded_run(case)
+    run = recorded_run(CASE[name])
     if run is None:
         pytest.skip("no GPU recording in lessons/data/gpu_reference.json")
-    stub = steps[case["name"]]["max_allocated"] - WORKSPACES
-    print(f"{case['name']}: the GPU {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
+    stub = steps[name]["max_allocated"] - WORKSPACES
+    print(f"{name}: the GPU {run['cuda_peak_bytes']:,} B, the stub {stub:,} B")
     assert abs(stub - run["cuda_peak_bytes"]) <= 0.001 * run["cuda_peak_bytes"]  # the H200's own moved 2 MiB
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
-def test_the_allocator_model_replays_the_snapshot_to_pytorchs_reserved(steps, case):
+@by_case()
+def test_the_allocator_model_replays_the_snapshot_to_pytorchs_reserved(steps, name):
     """The replay's peak reserved against PyTorch's reserved at the end of the trace: the same figure here, since no
     segment is released during a case (no ``empty_cache`` after its recording starts)."""
-    result = steps[case["name"]]
+    result = steps[name]
     snapshot = load_snapshot(result["snapshot"])
     log, addresses, _ = trace_log(snapshot["device_traces"][0], snapshot["segments"])
     reserved = sum(s["total_size"] for s in snapshot["segments"])
@@ -214,13 +236,15 @@ def test_the_allocator_model_replays_the_snapshot_to_pytorchs_reserved(steps, ca
     assert replay(log, segment_addresses=addresses).peak_reserved == reserved
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
-def test_explain_reads_pytorchs_own_counters(steps, case):
+@by_case()
+def test_explain_reads_pytorchs_own_counters(steps, explained, name):
     """``python -m helpers explain``'s figures are PyTorch's counters in the same run, to the byte: reserved and
     allocated memory when the snapshot was taken, and ``max_memory_allocated()`` over the measured step (its peak was
-    reset just before the step began, at ``trace_start``), from the trace replayed through the allocator model."""
-    result = steps[case["name"]]
-    report = explain_snapshot(result["snapshot"])
+    reset just before the step began, at ``trace_start``), from the trace replayed through the allocator model.
+    (The report is :func:`explained`'s, made beside the simulated step for the cases of :data:`BEYOND`: these figures
+    are the snapshot's either way.)"""
+    result = steps[name]
+    report = explained
     assert report.reserved[-1] == result["reserved"]
     assert report.allocated is not None and report.allocated[-1] == result["allocated"]
     assert max(report.allocated[result["trace_start"] - 1:]) == result["max_allocated"]
@@ -235,17 +259,18 @@ BEYOND = {"gpt2_amp": {"other": -512}, "gpt2_fp32": {"other": -512}, "smollm2_lo
           "llama8b_lora_ckpt": {}}
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["name"] in BEYOND], ids=lambda c: c["name"])
-def test_explain_beside_the_simulation_finds_its_categories(steps, case):
+@by_case(BEYOND)
+def test_explain_beside_the_simulation_finds_its_categories(explained, name):
     """Aligned with the same step simulated, the snapshot's tensors at the peak of the measured step fall in the
     simulation's categories to the byte, but for cuBLAS's two workspaces and what :data:`BEYOND` names.  (Not for
     the QLoRA step, whose quantization by torchao runs op by op on the GPU, about 37,000 allocations the simulation
-    writes from a pattern, nor the steps of :data:`REDUCTION`, whose peaks hold buffers the simulation leaves out.)"""
-    simulated = simulate(case)
-    twin = explain_snapshot(steps[case["name"]]["snapshot"], step=simulated).twin
+    writes from a pattern, nor the steps of :data:`REDUCTION`, whose peaks hold buffers the simulation leaves out.)
+    The report is :func:`explained`'s, made with the simulated step (``profile_step`` keeps it: the same one)."""
+    simulated = simulate(CASE[name])
+    twin = explained.twin
     assert twin.categories_gpu["cublas_workspaces"] == WORKSPACES
     differs = {c: twin.categories_gpu[c] - simulated.categories[c] for c in CATEGORIES
                if twin.categories_gpu[c] != simulated.categories[c]}
-    assert differs == BEYOND[case["name"]]
+    assert differs == BEYOND[name]
     assert twin.peak_gpu == simulated.peak_allocated_bytes + WORKSPACES + sum(differs.values())
     assert twin.aligned > 0.8 * (twin.aligned + len(twin.extra))

@@ -1,21 +1,32 @@
-"""Replays an allocation log through PyTorch's own caching allocator on the stub driver.
+"""Replays allocation logs through PyTorch's own caching allocator on the stub driver, each in a fresh allocator.
 
 Run only in a subprocess with the stub preloaded (``tests/test_allocator_oracle.py``
-does that): ``LD_PRELOAD=<stub>/libcuda.so.1 python oracle.py < log.json``.  The
-log is a JSON object ``{"ops": [...], "fraction": f or null}``; each op is
+does that): ``LD_PRELOAD=<stub>/libcuda.so.1 python oracle.py < jobs.json``.  The
+input is a JSON list of jobs ``{"ops": [...], "fraction": f or null, "env": {...}, "out": path}``; each op is
 ``["alloc", id, nbytes]`` (``torch.cuda.caching_allocator_alloc``),
 ``["tensor", id, nbytes]`` (``torch.empty(nbytes, dtype=torch.uint8, device="cuda")``),
 ``["free", id]`` (``caching_allocator_delete``, or dropping the tensor),
 ``["empty_cache"]``, ``["settings", conf, ...]`` (``torch._C._accelerator_setAllocatorSettings``)
-or ``["fraction", f]`` (``torch.cuda.set_per_process_memory_fraction``).
-Prints one JSON line: for every op, ``[oom, allocated, reserved, segments]`` where
+or ``["fraction", f]`` (``torch.cuda.set_per_process_memory_fraction``); ``env`` holds the
+job's ``PYTORCH_CUDA_ALLOC_CONF`` and the stub's ``STUB_CUDA_CAPACITY`` and ``STUB_CUDA_TOTAL``.
+Writes each job's answer to its ``out`` file, as JSON: for every op, ``[oom, allocated, reserved, segments]`` where
 ``segments`` is the snapshot (``torch.cuda.memory_snapshot()``) reduced to
 ``[total_size, allocated_size, is_expandable, small, [[size, state, requested], ...]]``
 per segment in address order (requested only for allocated blocks).
+
+torch is imported once, and CUDA is never initialised in this process: each job runs in a child forked from it
+(``os.fork``), which sets the job's environment and then initialises CUDA itself, so that its allocator reads
+``PYTORCH_CUDA_ALLOC_CONF`` and the stub reads its capacity as a process started with that environment would,
+and it starts empty (no segment, no setting, no fraction of an earlier job).  That fresh allocator is what a
+subprocess per job gave; what the fork saves is the import of torch for each (about 2.5 s of CPU).
 """
 
+import ctypes
 import json
+import os
+import signal
 import sys
+import traceback
 
 import torch
 
@@ -33,8 +44,11 @@ def reduced_snapshot() -> list:
     return out
 
 
-def main() -> None:
-    job = json.load(sys.stdin)
+def run_job(job: dict) -> list:
+    """One job's states, in this process (a child forked for it: see the module's docstring)."""
+    if torch.cuda.is_initialized():
+        raise SystemExit("CUDA was initialised before the job's environment was set: the allocator is not fresh")
+    os.environ.update(job.get("env", {}))  # read by the allocator and the stub when CUDA initialises, next
     if not torch.cuda.is_available():
         raise SystemExit("the stub did not load: torch.cuda.is_available() is False")
     torch.cuda.init()  # the allocator's per-device state exists only after CUDA's lazy init
@@ -66,7 +80,30 @@ def main() -> None:
         stats = torch._C._cuda_memoryStats(0)  # torch.cuda.memory_stats() before its flattening
         states.append([oom, stats["allocated_bytes"]["all"]["current"], stats["reserved_bytes"]["all"]["current"],
                        reduced_snapshot()])
-    print(json.dumps(states))
+    return states
+
+
+def main() -> None:
+    jobs = json.load(sys.stdin)
+    for i, job in enumerate(jobs):
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: one job, its file, and out without running the parent's exit handlers
+            code = 0
+            try:
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: killed with the parent (a timeout)
+                states = run_job(job)
+                with open(job["out"], "w") as f:
+                    json.dump(states, f)
+            except BaseException:  # noqa: BLE001 (reported, and the exit status says it failed)
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            raise SystemExit(f"job {i} failed in its child (wait status {status})")
 
 
 if __name__ == "__main__":
