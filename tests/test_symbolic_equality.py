@@ -44,8 +44,9 @@ SEED = 50
 #: The allocator settings a replay is compared under: PyTorch's default, and expandable segments (lesson 06).
 SETTINGS = (None, "expandable_segments:True")
 _8B = "meta-llama/Llama-3.1-8B"
-#: Llama-3.1 8B's LoRA step of lesson 09, shipped with the package (``helpers/symbolic_logs/``), its batch 1 regime
-#: read from there (:func:`shipped`); with ``quantization="nf4", double_quant=True``, its QLoRA step, both regimes.
+#: Llama-3.1 8B's LoRA step of lessons 09 and 09b (their STEP), shipped with the package (``helpers/symbolic_logs/``),
+#: its batch 1 regime read from there (:func:`shipped`); with ``quantization="nf4", double_quant=True``, its QLoRA
+#: step, both regimes.
 _STEADY_CKPT = dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=16, checkpoint=1,
                     steady_state=True, optimizer="adamw", loss="next_token")
 #: The guards of the chunked loss (:func:`helpers.models.chunked_output_loss`), as the trace at (3, 40) records them:
