@@ -2,11 +2,15 @@
 torch, sympy, transformers, peft or bitsandbytes imported; from the log itself where there is no plain form, no
 transformers, peft or bitsandbytes; either way the same answer as a concrete trace, line by line and in JSON.
 
-A log is made the command line's own way (``--batch-size 2,3``: traced symbolically at the second size, checked
-against the first and written to ``$GPU_MEMORY_SYMBOLIC_CACHE``); then a fresh process asks one batch size inside the
-log's region.  Each symbolic trace costs half a minute or more, so those tests (SmolLM2, and Llama-3.1 8B QLoRA
-with checkpointing) are in the slow group (``tests/conftest.py``); the fast ones check what the evaluation reads of
-a shipped config, and that without a log the command line takes ``profile_step``'s route.
+SmolLM2's log is made the command line's own way (``--batch-size 2,3``: traced symbolically at the second size, checked
+against the first and written to ``$GPU_MEMORY_SYMBOLIC_CACHE``); Llama-3.1 8B QLoRA's is the log of the same
+configuration shipped with the package (``helpers/symbolic_logs/``, checked current, that is what today's code
+traces, by ``tests/test_shipped_logs.py``; its trace from scratch is compared with concrete traces and with this
+shipped log in ``tests/test_symbolic_equality.py``), written to ``$GPU_MEMORY_SYMBOLIC_CACHE`` as the command line
+writes a log (:func:`helpers.symbolic_store.save`: the pickle and its plain form), which saves a second 8B symbolic
+trace.  Then a fresh process asks one batch size inside the log's region.  Both tests trace concretely (and SmolLM2's
+symbolically, half a minute), so they are in the slow group (``tests/conftest.py``); the fast ones check what the
+evaluation reads of a shipped config, and that without a log the command line takes ``profile_step``'s route.
 """
 
 import dataclasses
@@ -19,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_cold, hf_config, profile, symbolic_scope
+from helpers import cli_cold, hf_config, log_names, profile, symbolic_scope, symbolic_store
 from helpers.__main__ import main
+from helpers.config import StepConfig
 from helpers.models import hf_spec, resolve_model
 from helpers.models.resolve import shipped_task_spec
 
@@ -68,16 +73,25 @@ def _same_profile(plain, symbolic) -> None:
     assert dataclasses.replace(plain, storages={}) == dataclasses.replace(symbolic, storages={})
 
 
-def _cold_against_concrete(capsys, monkeypatch, logs: Path, step: list[str], batch_sizes: tuple[int, ...]) -> None:
-    """Make ``step``'s log the command line's way (the symbolic steps and their plain form), then at each of
+def _cold_against_concrete(capsys, monkeypatch, logs: Path, step: list[str], batch_sizes: tuple[int, ...],
+                           shipped: StepConfig | None = None) -> None:
+    """Make ``step``'s log the command line's way (the symbolic steps and their plain form), or write the log shipped
+    with the package of ``shipped`` (``step``'s configuration) as the command line writes one, then at each of
     ``batch_sizes``: the cold answer in a fresh process imports none of :data:`UNIMPORTED` and :data:`HEAVY`, and
     equals byte for byte the answer from the log itself (which imports none of :data:`UNIMPORTED`) and the answer of
     ``profile_step``'s own route from the same log; its JSON equals a concrete trace's (no logs on disk) byte for byte,
     and so does its text but for the line that says how it was obtained (a concrete step's note, then how it was
     evaluated)."""
+    if shipped is not None:
+        monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", str(log_names.SHIPPED))  # the shipped directory alone
+        steps = symbolic_store.load(shipped, resolve_model(shipped.model))
+        assert steps, f"no shipped log of {shipped}: run `make symbolic-logs` (tools/ship_symbolic_logs.py)"
     monkeypatch.setenv("GPU_MEMORY_SYMBOLIC_CACHE", str(logs))
     profile.forget_kept()
-    _here(capsys, "profile", *step, "--batch-size", "2,3")
+    if shipped is not None:
+        assert symbolic_store.save(shipped, steps)
+    else:
+        _here(capsys, "profile", *step, "--batch-size", "2,3")
     assert sorted(f.suffix for f in logs.iterdir()) == [".json", ".pickle"]  # the same name: helpers.log_names
     assert len({f.stem for f in logs.iterdir()}) == 1
     for b in batch_sizes:
@@ -203,7 +217,14 @@ _8B_LORA = ["--model", "meta-llama/Llama-3.1-8B", "--seq-len", "2048", "--amp", 
 
 
 def test_a_cold_answer_of_an_8b_step_equals_a_concrete_trace(capsys, monkeypatch, tmp_path):
-    """Llama-3.1 8B QLoRA (bitsandbytes' NF4, which the cold answer must not import), steady state, checkpointing,
-    2,048 tokens, the libraries' defaults (bfloat16 parameters, fused AdamW): at batch 4 and 7, from the log made at 2
-    and 3.  (The LoRA step takes the same route: the SmolLM2 test above holds it, at a tenth of the cost.)"""
-    _cold_against_concrete(capsys, monkeypatch, tmp_path / "logs", [*_8B_LORA, "--quantization", "nf4"], (4, 7))
+    """Llama-3.1 8B QLoRA (bitsandbytes' NF4 with double quantization, which the cold answer must not import), steady
+    state, checkpointing, 2,048 tokens, bfloat16 parameters, AdamW and the next-token loss (lessons 09 and 09b's step,
+    whose log is shipped; the libraries' default optimizer would be fused AdamW, which is not): at batch 4 and 7, from
+    the shipped log written as the command line writes one (the module's text says why).  (The LoRA step takes the
+    same route: the SmolLM2 test above holds it, at a tenth of the cost.)"""
+    step = [*_8B_LORA, "--quantization", "nf4", "--double-quant", "--optimizer", "adamw", "--loss", "next_token",
+            "--param-dtype", "bfloat16"]
+    shipped = StepConfig(model="meta-llama/Llama-3.1-8B", batch_size=4, seq_len=2048, amp=True, amp_dtype="bfloat16",
+                         lora_rank=16, checkpoint=1, quantization="nf4", double_quant=True, optimizer="adamw",
+                         loss="next_token", param_dtype="bfloat16", steady_state=True, device="simulated")
+    _cold_against_concrete(capsys, monkeypatch, tmp_path / "logs", step, (4, 7), shipped=shipped)

@@ -3,18 +3,26 @@ concrete one (:func:`helpers.profile.obtain_concrete`) at points drawn at random
 for configurations across the course: every field of :data:`helpers.evaluated.COMPARED`, what a learner reads of a
 profile (its table, summary and JSON), and the caching allocator's replay of its log (reserved bytes after the step,
 peak reserved, segments asked from the driver, the allocator's whole trace), with the default settings and with
-expandable segments (issue 50, item 2).
+expandable segments (issue 50, item 2).  The evaluated log is asserted equal to the concrete one entry for entry, every
+field of the same type, and the replay reads nothing but its log (:func:`test_depth.assert_same`): the evaluated log
+is replayed under both settings, and the concrete log, the same input, is not replayed again.
 
 Each configuration is traced once at its first point with B (and S) symbolic; its points are drawn with
 ``random.Random(f"{SEED}:{name}")`` (the seed is in each test's id) until they fall inside the region
 (:meth:`~helpers.symbolic.SymbolicStep.outside` is None).  Batch 1 is its own regime, traced with B fixed at 1 and S
-symbolic.  The guards each trace records are asserted as they are, so that a change in what the trace meets fails
-here; where the region is narrower than the bounds (GPT-2's 1,024 learned positions, the Llama preset's 131,072,
-bitsandbytes' row rule, the chunked loss), the guards say which points it leaves out, and the chunked loss's region is
-asserted point by point; what is refused a symbolic trace is asserted by its message.
+symbolic; for Llama-3.1 8B LoRA and QLoRA, whose configurations are shipped with the package
+(``helpers/symbolic_logs/``), batch 1's log is the shipped one (checked current, that is what today's code traces, by
+``tests/test_shipped_logs.py``), evaluated at a drawn point and compared with a concrete trace, and where the shipped
+file also holds the batch > 1 regime (QLoRA), it is asserted to evaluate as the one traced here from scratch.  The
+guards each trace records are asserted as they are, so that a change in what the trace meets fails here; where the
+region is narrower than the bounds (GPT-2's 1,024 learned positions, the Llama preset's 131,072, bitsandbytes' row
+rule, the chunked loss), the guards say which points it leaves out, and the chunked loss's region is asserted point
+by point; what is refused a symbolic trace is asserted by its message.
 
 The cheap configurations (one-block Hugging Face configs, ResNet18 and AlexNet) run in ``make test``; MobileNetV2,
-GPT-2, the Llama preset, SmolLM2, Qwen2.5 7B and Llama-3.1 8B in the slow group (``tests/conftest.py``).
+GPT-2, the Llama preset, SmolLM2, Qwen2.5 7B and Llama-3.1 8B in the slow group (``tests/conftest.py``).  A full-size
+configuration is compared at its first point and one or two drawn points per regime: the evaluation at many points of
+one regime is what ``tests/test_symbolic_property.py`` checks, over many small configurations.
 """
 
 import random
@@ -23,7 +31,7 @@ import pytest
 import sympy
 import torch
 
-from helpers import symbolic
+from helpers import log_names, symbolic, symbolic_store
 from helpers.allocator import replay
 from helpers.config import StepConfig
 from helpers.evaluated import answer, differs, forget_kept, remember
@@ -36,8 +44,11 @@ SEED = 50
 #: The allocator settings a replay is compared under: PyTorch's default, and expandable segments (lesson 06).
 SETTINGS = (None, "expandable_segments:True")
 _8B = "meta-llama/Llama-3.1-8B"
+#: Llama-3.1 8B's LoRA step of lessons 09 and 09b (their STEP), shipped with the package (``helpers/symbolic_logs/``),
+#: its batch 1 regime read from there (:func:`shipped`); with ``quantization="nf4", double_quant=True``, its QLoRA
+#: step, both regimes.
 _STEADY_CKPT = dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", lora_rank=16, checkpoint=1,
-                    steady_state=True)
+                    steady_state=True, optimizer="adamw", loss="next_token")
 #: The guards of the chunked loss (:func:`helpers.models.chunked_output_loss`), as the trace at (3, 40) records them:
 #: ``x.chunk(8, dim=1)`` of a symbolic sequence, whose chunk is ``ceil(S / 8)`` long; the log holds where the
 #: sequence makes exactly 8 chunks, the last at least 2 long (:func:`_eight_chunks`).
@@ -56,13 +67,16 @@ CHUNKED_GUARDS = [
 
 class Case:
     """One configuration: its model and options, the first point (where it is traced), the ranges points are drawn
-    from, the guards its trace records (batch > 1 and batch 1), and how its log is made (a prefix of ``how``)."""
+    from, how many (batch > 1, and batch 1 where it has a sequence), the guards its trace records (batch > 1 and batch
+    1), how its log is made (a prefix of ``how``), and whether batch 1's log is the shipped one (``shipped_1``)."""
 
     def __init__(self, model, first: tuple, options: dict | None = None, *, batch=(2, 40), seq=(2, 160), points=3,
-                 guards=(), guards_at_1=None, how="traced once with symbolic sizes", one: bool = True):
+                 points_at_1: int = 2, guards=(), guards_at_1=None, how="traced once with symbolic sizes",
+                 one: bool = True, shipped_1: bool = False):
         self.model, self.first, self.options, self.batch, self.seq = model, first, options or {}, batch, seq
-        self.points, self.guards, self.how, self.one = points, list(guards), how, one
+        self.points, self.points_at_1, self.guards, self.how, self.one = points, points_at_1, list(guards), how, one
         self.guards_at_1 = self.guards if guards_at_1 is None else list(guards_at_1)
+        self.shipped_1 = shipped_1
 
     def config(self, batch_size: int, seq_len: int | None) -> StepConfig:
         return StepConfig(model=self.model, batch_size=batch_size, device="simulated", **self.options,
@@ -91,24 +105,27 @@ CHEAP = {
         _tiny(layers=1), (3, 40), dict(amp=True, amp_dtype="bfloat16", quantization="nf4", lora_rank=4),
         guards=["B*S > 4"], guards_at_1=["S > 4"], points=1),
 }
-#: Full-size configurations (the slow group): the 7-8B steps written from shallow symbolic traces.
+#: Full-size configurations (the slow group): the 7-8B steps written from shallow symbolic traces.  One drawn point in
+#: batch 1's regime; Llama-3.1 8B's, two points in all per regime, its batch 1 log the shipped one (the module's text).
 FULL = {
     "MobileNetV2 by batch, AMP float16": Case("mobilenet_v2", (4, None), dict(amp=True), one=False),
-    "GPT-2 124M, batch and sequence": Case("gpt2", (4, 128), guards=["S <= 1024"], seq=(2, 1100)),
+    "GPT-2 124M, batch and sequence": Case("gpt2", (4, 128), guards=["S <= 1024"], seq=(2, 1100), points_at_1=1),
     "the Llama preset (Llama-3 8B in plain PyTorch), bfloat16 parameters and autocast": Case(
         "llama3-8b", (2, 256), dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16"),
-        batch=(2, 4), seq=(16, 2048), points=2, how=_WRITTEN, guards=["S <= 131072"]),  # Llama.forward refuses longer
+        batch=(2, 4), seq=(16, 2048), points=2, points_at_1=1, how=_WRITTEN,
+        guards=["S <= 131072"]),  # Llama.forward refuses longer
     # written since canonical() decides Max(1, ...) (test_equal_sizes_are_written_alike_...); traced in full before
     "SmolLM2-135M (tied embeddings), AdamW": Case("HuggingFaceTB/SmolLM2-135M", (2, 128), dict(optimizer="adamw"),
-                                                  batch=(2, 8), seq=(16, 2048), points=2, how=_WRITTEN),
+                                                  batch=(2, 8), seq=(16, 2048), points=2, points_at_1=1, how=_WRITTEN),
     "Qwen2.5 7B, bfloat16 parameters and autocast, AdamW": Case(
         "Qwen/Qwen2.5-7B", (2, 256), dict(amp=True, amp_dtype="bfloat16", param_dtype="bfloat16", optimizer="adamw"),
-        batch=(2, 4), seq=(16, 2048), points=2, how=_WRITTEN),
+        batch=(2, 4), seq=(16, 2048), points=2, points_at_1=1, how=_WRITTEN),
     "Llama-3.1 8B LoRA, checkpointing, steady state": Case(
-        _8B, (2, 512), _STEADY_CKPT, batch=(2, 4), seq=(16, 4096), points=2, how=_WRITTEN),
-    "Llama-3.1 8B QLoRA (NF4), checkpointing, steady state": Case(
-        _8B, (2, 512), dict(_STEADY_CKPT, quantization="nf4"), batch=(2, 4), seq=(16, 4096), points=2,
-        guards=["B*S > 4"], guards_at_1=["S > 4"], how=_WRITTEN),
+        _8B, (2, 512), _STEADY_CKPT, batch=(2, 4), seq=(16, 4096), points=1, points_at_1=1, how=_WRITTEN,
+        shipped_1=True),
+    "Llama-3.1 8B QLoRA (NF4, double quantization), checkpointing, steady state": Case(
+        _8B, (2, 512), dict(_STEADY_CKPT, quantization="nf4", double_quant=True), batch=(2, 4), seq=(16, 4096),
+        points=1, points_at_1=1, guards=["B*S > 4"], guards_at_1=["S > 4"], how=_WRITTEN, shipped_1=True),
 }
 
 
@@ -130,12 +147,13 @@ def draw(step: symbolic.SymbolicStep, rng: random.Random, n: int, batch: tuple, 
     raise AssertionError(f"fewer than {n} points inside the region of {step.config}: {points}")
 
 
-def learner_sees(profile) -> dict:
-    """What a learner reads of a profile, its log replayed by the caching allocator under each of :data:`SETTINGS`:
-    memory reserved after the step, peak reserved and allocated, segments asked from the driver, the whole trace."""
+def learner_sees(profile, replayed: bool = True) -> dict:
+    """What a learner reads of a profile: its JSON, table, summary and what is live at its peak; ``replayed``, its log
+    replayed by the caching allocator under each of :data:`SETTINGS` too: memory reserved after the step, peak reserved
+    and allocated, segments asked from the driver, the whole trace."""
     seen = {"to_dict": profile.to_dict(), "table": profile.table(), "summary": profile.summary(),
             "at_peak": profile.at_peak()}
-    for settings in SETTINGS:
+    for settings in SETTINGS if replayed else ():
         run = replay(profile.allocation_log, settings=settings)
         seen[settings] = (run.error, run.reserved[-1], run.peak_reserved, run.peak_allocated, run.segments_opened(),
                           run.allocator.trace)
@@ -144,15 +162,23 @@ def learner_sees(profile) -> dict:
 
 def assert_exact(step: symbolic.SymbolicStep, config: StepConfig, where: str) -> None:
     """At ``config``'s point: the evaluated profile equals the concrete one in every compared field, field by field,
-    and in what a learner sees of it (:func:`learner_sees`)."""
+    and in what a learner sees of it (:func:`learner_sees`).  The two logs are equal lists of
+    :class:`helpers.record.Allocation`, entry for entry and every field of the same type (an int, never a sympy or numpy
+    number equal to it), and :func:`helpers.allocator.replay` reads nothing but its log: the evaluated log's replays
+    under :data:`SETTINGS` are what the concrete log's would be, so only the evaluated one is replayed (and must run
+    to the end)."""
     assert step.outside(config) is None, (where, step.outside(config))
     evaluated, concrete = step.evaluate(config), obtain_concrete(config)
     assert evaluated.depth_note.endswith("(helpers.symbolic)"), evaluated.depth_note
     assert differs(evaluated, concrete) is None, (where, differs(evaluated, concrete))
-    assert_same(evaluated, concrete)
-    a, b = learner_sees(evaluated), learner_sees(concrete)
-    assert a[None][0] is None and a.keys() == b.keys()
-    for name in a:
+    assert_same(evaluated, concrete)  # the logs equal entry for entry (and the evaluated one replayed once)
+    assert type(evaluated.allocation_log) is list and type(concrete.allocation_log) is list
+    assert [tuple(map(type, e)) for e in evaluated.allocation_log] == [tuple(map(type, e))
+                                                                       for e in concrete.allocation_log], where
+    a, b = learner_sees(evaluated), learner_sees(concrete, replayed=False)
+    assert all(a[settings][0] is None for settings in SETTINGS), where
+    assert set(a) == set(b) | set(SETTINGS)
+    for name in b:
         assert a[name] == b[name], (where, name)
 
 
@@ -166,10 +192,21 @@ def traced(config: StepConfig) -> symbolic.SymbolicStep:
     return _TRACED[repr(config)]
 
 
+def shipped(config: StepConfig) -> list[symbolic.SymbolicStep]:
+    """The symbolic steps of ``config``'s configuration shipped with the package (``helpers/symbolic_logs/``, read
+    alone: no other directory), each regime met."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(log_names.VARIABLE, str(log_names.SHIPPED))
+        steps = symbolic_store.load(config, resolve_model(config.model))
+    assert steps, f"no shipped log of {config}: run `make symbolic-logs` (tools/ship_symbolic_logs.py)"
+    return steps
+
+
 def check_case(name: str, case: Case) -> None:
     """Trace ``case`` once at its first point (B symbolic, and S for tokens), assert its guards, region and how its
     log is made, and compare evaluated and concrete profiles at its first point and at drawn points; then the same in
-    batch 1's regime (S symbolic)."""
+    batch 1's regime (S symbolic), its log traced or (``shipped_1``) the shipped one, whose batch > 1 regime, where it
+    has one, must evaluate at the drawn points as the log traced here."""
     rng = random.Random(f"{SEED}:{name}")
     first = case.config(*case.first)
     step = traced(first)
@@ -183,10 +220,20 @@ def check_case(name: str, case: Case) -> None:
     if case.one:
         at_1 = _at(first, 1, case.first[1])
         assert step.outside(at_1) == "B = 1 is its own program (another regime)"
-        one = symbolic.trace(at_1)
+        if case.shipped_1:
+            steps = shipped(at_1)
+            (one,) = [s for s in steps if s.fixed]
+            for other in [s for s in steps if not s.fixed]:  # the same regime as ``step``, traced for the lesson
+                assert other.how.startswith(case.how) and other.guards_named() == case.guards, other.how
+                for point in drawn:
+                    at = _at(first, *point)
+                    assert differs(other.evaluate(at), step.evaluate(at)) is None, (name, "shipped", point)
+        else:
+            one = symbolic.trace(at_1)
+        assert one.how.startswith(case.how), one.how
         assert one.fixed == ("B",) and set(one.symbols) == ({"S"} if tokens else set())
         assert one.guards_named() == case.guards_at_1
-        drawn = draw(one, rng, 2 if tokens else 1, (1, 1), case.seq)
+        drawn = draw(one, rng, case.points_at_1 if tokens else 1, (1, 1), case.seq)
         for point in drawn:
             assert_exact(one, _at(first, *point), f"{name}, batch 1, seed {SEED}, point {point} of {drawn}")
 
