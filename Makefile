@@ -14,7 +14,7 @@ WORK    = my-lessons
 # Which lessons `make refresh-notebooks` rebuilds (default: all).
 LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
-.PHONY: lessons test test-slow test-other-cpu lint-imports setup refresh-notebooks symbolic-logs reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
+.PHONY: lessons test test-slow test-all test-other-cpu lint-imports setup refresh-notebooks symbolic-logs reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
 
 # The editable install: pip (26) shows the build backend's warnings even with --quiet, and setuptools' flat-layout
 # strategy warns, in a box of asterisks, that a folder named like the package may take precedence during imports
@@ -49,23 +49,32 @@ reset-lessons: setup
 # one worker, and one torch thread per worker: the step's many small operations
 # run faster so than on threads that contend for the same cores. Each lesson runs
 # once, under strict nbval, its exercise solutions after it in the same kernel.
-# The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them.
-# The files are handed out in tests/conftest.py's order (--no-loadscope-reorder:
-# the longest lessons first, then the test files; heaviest_files_first), so that
-# no long lesson is left to run alone at the end.
+# The slow groups (tests/conftest.py, SLOW) are left out: make test-slow runs them,
+# make test-all runs both. Each target hands the files out in tests/conftest.py's
+# order (--no-loadscope-reorder; heaviest_files_first): the heaviest first, a
+# lesson weighing its run-all's seconds, a test file its measured seconds (COSTS),
+# so that no long file is left to run alone at the end.
 # Progress a person can read: how many items are done ([412/1310]) at each line's
-# end, and the 15 slowest before pytest's closing line.
+# end, and the 15 slowest before pytest's closing line. PYTEST_ARGS: more options
+# (PYTEST_ARGS=--durations=0 lists every item, for tools/test_costs.py).
 PROGRESS = -o console_output_style=count --durations=15
+PYTEST_ARGS ?=
+XDIST = --dist loadfile --no-loadscope-reorder
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder -m "not slow" $(PROGRESS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n auto $(XDIST) -m "not slow" $(PROGRESS) $(PYTEST_ARGS)
 
-# The slow groups, which .ci/run runs after make test: the website and the lessons
-# in Chromium, the stub-driver oracle, the published figures, the short paths run
-# in a kernel. PYTEST_WORKERS: how many at once (default one per core). Its 40
-# slowest items are listed at the end: where CI's time goes.
+# The slow groups: the website and the lessons in Chromium, the stub-driver
+# oracle, the published figures, the short paths run in a kernel.
+# PYTEST_WORKERS: how many at once (default one per core). Its 40 slowest items
+# are listed at the end: where the time goes.
 PYTEST_WORKERS ?= auto
 test-slow: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m slow tests $(PROGRESS:15=40)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(XDIST) -m slow tests $(PROGRESS:15=40) $(PYTEST_ARGS)
+
+# Both in one session (what .ci/run runs): the files of both groups share the
+# workers, so neither group's last file runs alone, and pytest starts once.
+test-all: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(XDIST) $(PROGRESS:15=40) $(PYTEST_ARGS)
 
 # The layers of helpers/ (.importlinter): no import up a layer, no circle.
 lint-imports: setup

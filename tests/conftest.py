@@ -9,7 +9,8 @@ exercise solutions run in the same kernel as items of their own
 (``lessons/01_mini_batching.ipynb::Solution 1``; ``lesson_runner.add_exercise_solutions``).
 
 The slow groups (:data:`SLOW`) carry the ``slow`` marker: ``make test`` leaves
-them out (``-m "not slow"``), ``make test-slow`` runs them, ``.ci/run`` runs both.
+them out (``-m "not slow"``), ``make test-slow`` runs them, ``make test-all`` (which
+``.ci/run`` runs) runs both in one session, the heaviest files first (:data:`COSTS`).
 
 The unit tests share one simulated ResNet18 step at batch 128 (the lessons'
 running example), made once per session, and one compiled stub driver
@@ -168,30 +169,84 @@ def symbolic_logs(tmp_path, monkeypatch):
     profile.forget_kept()
 
 
+#: Worker-seconds of the test files that cost 10 or more in a run on this project's 2-core machine: (its tests in
+#: ``make test``, its tests in the slow groups), each item's setup, call and teardown summed
+#: (``tools/test_costs.py`` prints this table from runs with ``--durations=0``).  Read only to hand the files to the
+#: workers heaviest first (:func:`heaviest_files_first`): a stale figure costs minutes, never a result.
+COSTS = {
+    "tests/test_real_step_on_stub.py": (0, 255),
+    "tests/test_symbolic_equality.py": (17, 215),
+    "tests/test_depth.py": (69, 126),
+    "tests/test_browser.py": (0, 144),
+    "tests/test_gpu_reference.py": (25, 111),
+    "tests/test_allocator_oracle.py": (0, 119),
+    "tests/test_published.py": (5, 91),
+    "tests/test_cli_cold.py": (0, 70),
+    "tests/test_symbolic_property.py": (17, 54),
+    "tests/test_fits.py": (0, 58),
+    "tests/test_widget_finetune.py": (21, 34),
+    "tests/test_short_paths.py": (0, 53),
+    "tests/test_vllm_written.py": (8, 44),
+    "tests/test_walk.py": (1, 38),
+    "tests/test_site.py": (0, 37),
+    "tests/test_step.py": (27, 10),
+    "tests/test_whole_step_reference.py": (0, 33),
+    "tests/test_widgets.py": (30, 0),
+    "tests/test_cli_hf.py": (28, 0),
+    "tests/test_symbolic.py": (23, 3),
+    "tests/test_cli.py": (22, 0),
+    "tests/test_shipped_logs.py": (5, 17),
+    "tests/test_vllm_groups.py": (1, 20),
+    "tests/test_check.py": (20, 0),
+    "tests/test_serving.py": (20, 0),
+    "tests/test_cuda_semantics.py": (19, 0),
+    "tests/test_models.py": (18, 0),
+    "tests/test_polynomial.py": (17, 0),
+    "tests/test_snapshot.py": (15, 0),
+    "tests/test_bitsandbytes.py": (14, 0),
+    "tests/test_techniques.py": (13, 0),
+    "tests/test_sharding.py": (12, 0),
+    "tests/test_transformer_memory.py": (12, 0),
+    "tests/test_finetune_engine.py": (11, 0),
+}
+
+
+def slow_reason(nodeid: str) -> str | None:
+    """Why the test ``nodeid`` (``file::test[id]``) is in the slow groups (:data:`SLOW`), or None where it is not."""
+    file, _, rest = nodeid.partition("::")
+    for key in (file, f"{file}::{rest.split('[')[0]}", f"{file}::{rest}"):
+        if key in SLOW:
+            return SLOW[key]
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items):
-    """Add the exercise solutions to their lessons' nbval items, and mark the slow groups.
+def pytest_collection_modifyitems(config, items):
+    """Add the exercise solutions to their lessons' nbval items, mark the slow groups, and put the heaviest files
+    first.
 
     A hook of the whole session (``tryfirst``: before ``-k`` and ``-m`` select),
     so it sees the lessons' items too, which this directory's hooks do not.
     """
     add_exercise_solutions(items)
     for item in items:
-        file, _, rest = item.nodeid.partition("::")
-        if file in SLOW or f"{file}::{rest.split('[')[0]}" in SLOW or f"{file}::{rest}" in SLOW:
+        if slow_reason(item.nodeid) is not None:
             item.add_marker(pytest.mark.slow)
-    items[:] = heaviest_files_first(items)
+    marks = " ".join(config.option.markexpr.split())
+    items[:] = heaviest_files_first(items, fast=marks != "slow", slow=marks != "not slow")
 
 
-def heaviest_files_first(items: list) -> list:
-    """``items`` with whole files reordered, each file's own items in their order: the lessons first, the longest
-    run-all first (the instructor guide's measured seconds, ``tools/lesson_minutes.py``), then the test files, the
-    most items outside the slow groups first.
+def heaviest_files_first(items: list, fast: bool = True, slow: bool = True) -> list:
+    """``items`` with whole files reordered, each file's own items in their order, the heaviest file first, counting
+    the groups that run (``fast``: ``make test``'s tests, ``slow``: the slow groups'): a lesson weighs its run-all's
+    seconds (the instructor guide's, ``tools/lesson_minutes.py``), a test file in :data:`COSTS` its figures there,
+    another a tenth of a second a test.
 
     pytest-xdist's ``--dist loadfile`` hands each worker a whole file at a time, in this order when
-    ``--no-loadscope-reorder`` is given (``make test``): a lesson is one file that no worker can share, so the longest
-    ones start first and the many short test files fill in beside them, rather than one lesson running alone at
-    the end (longest processing time first).  Without that option xdist orders the files by their number of items.
+    ``--no-loadscope-reorder`` is given (``make test``, ``make test-slow``, ``make test-all``): a file is work no
+    worker can share, so the longest ones start first and the many short ones fill in beside them, rather than one
+    running alone at the end (longest processing time first).  Without that option xdist orders the files by their
+    number of items.
     """
     import pathlib
     import sys
@@ -202,18 +257,16 @@ def heaviest_files_first(items: list) -> list:
     from lesson_minutes import measured
 
     run_all = {number: seconds for number, (seconds, _) in measured().items()}
-    fast = {}
+    weight: dict[str, float] = {}
     for item in items:
         file = item.nodeid.partition("::")[0]
-        fast[file] = fast.get(file, 0) + (item.get_closest_marker("slow") is None)
-
-    def key(item):
-        file = item.nodeid.partition("::")[0]
         if file.startswith("lessons/"):
-            return 0, -run_all.get(pathlib.PurePath(file).name.split("_", 1)[0], 0.0)
-        return 1, -fast[file]
-
-    return sorted(items, key=key)
+            weight[file] = run_all.get(pathlib.PurePath(file).name.split("_", 1)[0], 0.0)
+        elif file in COSTS:
+            weight[file] = fast * COSTS[file][0] + slow * COSTS[file][1]
+        elif slow if item.get_closest_marker("slow") is not None else fast:
+            weight[file] = weight.get(file, 0.0) + 0.1
+    return sorted(items, key=lambda item: -weight.get(item.nodeid.partition("::")[0], 0.0))
 
 
 @pytest.fixture(autouse=True, scope="module")

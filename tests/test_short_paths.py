@@ -6,7 +6,7 @@ those sections; a section the guide keeps must never depend on one it skips.
 
 ``make test`` checks it without a kernel: every name a kept cell reads is defined
 by an earlier kept cell, an import or a builtin (``lesson_runner.undefined_names``).
-The slow group (``make test-slow``, ``.ci/run``) also runs each partial lesson in
+The slow group (``make test-slow``, ``make test-all``) also runs each partial lesson in
 a fresh kernel, which catches what no name shows (a skipped cell that changes an
 object a kept one reads).  Whole lessons are run by nbval.  A partial lesson that
 skips only sections after its last kept one (90 minutes of lesson 03: its setup and
