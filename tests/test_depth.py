@@ -183,14 +183,14 @@ class AtDepth:
 #: above; torchao's NF4 step of Llama-3.1 8B at its full depth is also compared with its step on real CUDA tensors
 #: (``tests/test_real_step_on_stub.py``, ``llama8b_qlora_ckpt``: its peak, at 2,048 tokens).
 FULL_SIZE = {
-    "GPT-2 1.5B at 8 of its 48 blocks, fp16 autocast, a segment per block, steady state": (
+    "GPT-2 1.5B at 8 of 48 blocks, fp16 autocast, a segment per block, steady state": (
         AtDepth("gpt2-xl"), dict(batch_size=1, seq_len=128, amp=True, checkpoint=10, steady_state=True)),
-    "the Llama preset at 8 of its 32 blocks, bf16 autocast, accumulation": (
+    "the Llama preset at 8 of 32 blocks, bf16 autocast, accumulation": (
         AtDepth("llama3-8b"), dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16", accumulation_steps=2)),
     "Llama-3.1 8B, LoRA r16, checkpointing, steady state": (
         "meta-llama/Llama-3.1-8B", dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
                                         param_dtype="bfloat16", lora_rank=16, checkpoint=1, steady_state=True)),
-    "Llama-3.1 8B at 8 of its 32 blocks, QLoRA (torchao's NF4), checkpointing, steady state": (
+    "Llama-3.1 8B at 8 of 32 blocks, QLoRA (torchao's NF4), checkpointing, steady state": (
         AtDepth("meta-llama/Llama-3.1-8B"), dict(batch_size=1, seq_len=256, amp=True, amp_dtype="bfloat16",
                                                  quantization="torchao-nf4", lora_rank=16, checkpoint=1,
                                                  steady_state=True)),
@@ -201,23 +201,23 @@ FULL_SIZE = {
     "Qwen2.5 7B, bf16 autocast, checkpointing": (
         "Qwen/Qwen2.5-7B", dict(batch_size=1, seq_len=128, amp=True, amp_dtype="bfloat16", param_dtype="bfloat16",
                                 checkpoint=1)),
-    "SmolLM2 135M (tied) at 8 of its 30 blocks, QLoRA (bitsandbytes' FP4), k-bit preparation, checkpointing": (
+    "SmolLM2 135M (tied) at 8 of 30 blocks, QLoRA (bitsandbytes' FP4), k-bit preparation, checkpointing": (
         AtDepth("HuggingFaceTB/SmolLM2-135M"), dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
                                                     param_dtype="bfloat16", quantization="fp4", prepare_kbit=True,
                                                     lora_rank=8, checkpoint=1, steady_state=True)),
-    "SmolLM2 135M (tied) at 8 of its 30 blocks, QLoRA r256, paged AdamW, bfloat16 adapters": (
+    "SmolLM2 135M (tied) at 8 of 30 blocks, QLoRA r256, paged AdamW, bfloat16 adapters": (
         AtDepth("HuggingFaceTB/SmolLM2-135M"), dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
                                                     param_dtype="bfloat16", quantization="nf4", lora_rank=256,
                                                     lora_dtype="bfloat16", optimizer="paged-adamw", steady_state=True)),
-    "SmolLM2 135M (tied) at 8 of its 30 blocks, QLoRA r256, paged 8-bit AdamW": (
+    "SmolLM2 135M (tied) at 8 of 30 blocks, QLoRA r256, paged 8-bit AdamW": (
         AtDepth("HuggingFaceTB/SmolLM2-135M"), dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
                                                     param_dtype="bfloat16", quantization="nf4", lora_rank=256,
                                                     optimizer="paged-adamw8bit", steady_state=True)),
-    "SmolLM2 135M (tied) at 8 of its 30 blocks, DoRA r8, bf16 autocast, steady state": (
+    "SmolLM2 135M (tied) at 8 of 30 blocks, DoRA r8, bf16 autocast, steady state": (
         AtDepth("HuggingFaceTB/SmolLM2-135M"), dict(batch_size=1, seq_len=64, amp=True, amp_dtype="bfloat16",
                                                     param_dtype="bfloat16", lora_rank=8, dora=True,
                                                     steady_state=True)),
-    "SmolLM2 135M (tied) at 8 of its 30 blocks, float32, steady state": (
+    "SmolLM2 135M (tied) at 8 of 30 blocks, float32, steady state": (
         AtDepth("HuggingFaceTB/SmolLM2-135M"), dict(batch_size=2, seq_len=64, steady_state=True)),
 }
 
