@@ -85,12 +85,10 @@ def fresh(monkeypatch, tmp_path):
 
 
 def test_a_written_step_then_one_evaluated_each_go_down(fresh):
-    """GPT-2 medium (24 blocks) as a search asks it, with SGD: batch 2 written from two shallow traces; batch 3 traced
-    once with symbolic sizes (written from two shallow symbolic traces), checked against batch 2 and evaluated; batch
-    4 evaluated from that log.  SGD, not the default AdamW: the optimizer is the recipe's own code (``techniques/``,
-    run by the step runner whatever it is), and AdamW's step, about half of what is traced here under
-    ``sys.setprofile``, takes its way in the test below (lesson 01's MLP, traced with AdamW)."""
-    curve = PeakCurve("gpt2-medium", device="simulated", seq_len=16, optimizer="sgd")
+    """GPT-2 medium (24 blocks) as a search asks it: batch 2 written from two shallow traces; batch 3 traced once with
+    symbolic sizes (written from two shallow symbolic traces), checked against batch 2 and evaluated; batch 4
+    evaluated from that log."""
+    curve = PeakCurve("gpt2-medium", device="simulated", seq_len=16)
     with profile.many_points():
         written, note = ask(curve, 2)
         assert note == "written exactly from its steps with 6 and 7 blocks (helpers.depth)", note
