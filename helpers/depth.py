@@ -30,8 +30,9 @@ lifetimes), and only then writes the log of L blocks.
 **Checked result** (``tests/test_depth.py``): the written step equals the full trace in every field a lesson, a widget
 or the command line reads, its allocation log entry for entry and the allocator's replay byte for byte, for tiny
 configurations of Llama, Qwen2, Mistral and BLOOM (LoRA, autocast, checkpointing, accumulation, steady state, the
-chunked loss) and, in the slow group, for GPT-2 1.5B, Llama-3.1 8B (LoRA, QLoRA with torchao's and bitsandbytes' NF4)
-and Qwen2.5 7B.  The written Llama-3.1 8B step is about 1.9 times faster than its full trace
+chunked loss) and, in the slow group, for Llama-3.1 8B (LoRA, QLoRA with bitsandbytes' NF4) and Qwen2.5 7B at their
+full depth, and GPT-2 1.5B, the Llama preset, Llama-3.1 8B's QLoRA in torchao's NF4 and SmolLM2's steps at 8 of their
+blocks.  The written Llama-3.1 8B step is about 1.9 times faster than its full trace
 (``benchmarks/finetune_step.py``).
 
 **Where it does not apply** (:func:`applies`; the profile's ``depth_note`` says why, and every block is traced): a

@@ -39,7 +39,8 @@ SLOW = {
     "tests/test_widget_finetune.py::test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not":
         "the fine-tuning widget's search, every step of it traced",
     "tests/test_short_paths.py::test_short_path_runs_without_the_skipped_sections": "partial lessons run again",
-    "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace": "7-8B and 1.5B steps traced in full",
+    "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace":
+        "7-8B steps traced in full (others at 8 of their blocks)",
     "tests/test_walk.py::test_a_written_step_then_one_evaluated_each_go_down":
         "GPT-2 medium written, then traced with symbolic sizes, every call recorded (sys.setprofile)",
     "tests/test_vllm_written.py::test_every_setup_written_equals_its_full_trace_to_the_byte":
