@@ -152,11 +152,11 @@ def default_units(model: nn.Module) -> list[nn.Module]:
 def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_len: int | None = None,
                  image_size: int = 224, optimizer: str = "adam", reshard_after_forward: bool | None = None,
                  mixed_precision: bool = False, checkpoint: bool = False, units=None, rank: int = 0,
-                 replicas: int = 1, prefetch: int | None = None) -> ShardedStep:
+                 replicas: int = 1, prefetch: int | None = None, first_step: str = "primed") -> ShardedStep:
     """One steady-state training step of ``model`` under FSDP2 on rank 0 of ``world_size``, simulated.
 
     Built on ``meta``, wrapped with ``fully_shard`` (``units``, then the root), then its shards given fake storage, as
-    a real job does; a first step makes the optimizer states, the second is measured.
+    a real job does; what a first training step leaves behind is made (``first_step``), then a step is measured.
 
     Args:
         model: a name :func:`helpers.models.resolve_model` accepts.
@@ -170,16 +170,24 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
         rank, replicas: the rank this process plays; HSDP with ``replicas`` groups (1: plain FSDP).
         prefetch: None for FSDP2's default; k >= 1 prefetches the next k units in forward and backward
             (``set_modules_to_forward_prefetch``, ``set_modules_to_backward_prefetch``).
+        first_step: how the state the measured step starts from is made: ``"trained"``, a whole training step (forward,
+            backward, optimizer step, ``zero_grad``); ``"primed"`` (the default), the same state without the model's
+            forward and backward (:func:`_prime`; about 1 s less of CPU per call for GPT-2 124M).  Every field of the
+            result is the same both ways for every model and option lesson 07 and ``tests/test_sharding.py`` use
+            (checked there on small configurations); a model whose forward makes tensors that outlive the step, or with
+            parameters that get no gradient, needs ``"trained"``.
 
     Raises:
-        ValueError: for a bad count (world size, rank, replicas, prefetch), an unknown model or optimizer, or a process
-            group already initialised.
+        ValueError: for a bad count (world size, rank, replicas, prefetch), an unknown model, optimizer or first step,
+            or a process group already initialised.
     """
     from torch.distributed.tensor import DTensor
 
     check_int("world_size", world_size, 1)
     if prefetch is not None:
         check_int("prefetch", prefetch, 1)
+    if first_step not in ("primed", "trained"):
+        raise ValueError(f"first_step must be 'primed' or 'trained', got {first_step!r}")
     config = StepConfig(model=model, batch_size=batch_size, image_size=image_size, seq_len=seq_len,
                         optimizer=optimizer, device="simulated")
     tracker = _FSDPTracker()
@@ -194,16 +202,21 @@ def sharded_step(model="mlp", world_size: int = 2, batch_size: int = 8, *, seq_l
     with fake_process_group(world_size, rank, replicas) as mesh:
         _shard(built, chosen, mesh, reshard_after_forward, mixed_precision, checkpoint, prefetch)
         with meter:
-            labels, events, peak_serials = _two_steps(runner, tracker)
+            labels, events, peak_serials = _two_steps(runner, tracker, first_step == "primed")
     _measure(result, meter, labels, events, peak_serials)
     return result
 
 
-def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, str], list, tuple[int, ...]]:
-    """In the meter: place the sharded model, run a first step, then the traced one: (labels, events, peak serials)."""
+def _two_steps(runner: StepRunner, tracker: "_FSDPTracker", primed: bool) -> tuple[dict[int, str], list,
+                                                                                  tuple[int, ...]]:
+    """In the meter: place the sharded model, make what a first step leaves (:func:`_prime` if ``primed``, else a
+    whole first step), then run the traced step: (labels, events, peak serials)."""
     meter = runner.meter
     net = runner.place()
-    runner.run(free_batch=True)
+    if primed:
+        _prime(runner, net)
+    else:
+        runner.run(free_batch=True)
     meter.reset_peak()
     marks = StepTracer(meter, net)  # not entered: the step's own events, no module hooks
     roles = runner.run(marks, free_batch=True)
@@ -215,6 +228,32 @@ def _two_steps(runner: StepRunner, tracker: "_FSDPTracker") -> tuple[dict[int, s
         known[role] = {serial for serial, r in tracker.roles.items() if r == role}
     labels = label_storages({serial: nbytes for serial, (nbytes, _, _) in meter.storages().items()}, known)
     return labels, marks.events, meter.peak_serials()
+
+
+def _prime(runner: StepRunner, net: nn.Module) -> None:
+    """What a first training step leaves on the device for the next, without the model's forward and backward (most of
+    a step's operators): FSDP2's lazy initialisation, which the root's first forward runs (``FSDPState._lazy_init``);
+    each unit gathered once and resharded (``FSDPModule.unshard``, ``reshard``), which makes the all-gather outputs and
+    unsharded parameters that FSDP2 keeps, their storage freed, from then on; then one optimizer step on zero gradients
+    of the sharded parameters' shapes, which makes the optimizer's states (``zeros_like`` of each parameter, whatever its
+    gradient holds), and ``zero_grad``, which drops the gradients as after a real step.  The collectives' buffers and
+    the activations of a real first step are all freed by its end.  ``sharded_step(..., first_step="trained")`` runs the
+    real step instead; ``tests/test_sharding.py`` checks that both give the same measured step."""
+    from torch.distributed.fsdp import FSDPModule
+
+    net._get_fsdp_state()._lazy_init()
+    seen = set()
+    for module in net.modules():
+        state = module._get_fsdp_state() if isinstance(module, FSDPModule) else None
+        if state is not None and id(state) not in seen:  # a grouped unit: one state for its modules
+            seen.add(id(state))
+            module.unshard()
+            module.reshard()
+    for p in net.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    runner.step()
+    runner.zero_grad()
 
 
 def _shard(model: nn.Module, units: list, mesh, reshard_after_forward: bool | None, mixed_precision: bool,

@@ -80,6 +80,8 @@ def test_bad_stage_and_optimizer():
         sharded_step("no-such-model", 2)
     with pytest.raises(ValueError, match="default FSDP units"):
         sharded_step("vit_b_16", 2)
+    with pytest.raises(ValueError, match="first_step"):
+        sharded_step("mlp", 2, first_step="none")
     assert not dist.is_initialized()
 
 
@@ -92,8 +94,10 @@ def test_process_group_torn_down_when_body_raises():
 
 
 def test_process_group_torn_down_when_step_fails():
-    with pytest.raises(Exception):
-        sharded_step("gpt2", 2, batch_size=1, seq_len=4096)   # longer than GPT-2's context
+    """The step fails in its forward (4,096 tokens, longer than GPT-2's context of 1,024; 2 of its blocks, which
+    have the same context: the optimizer's first step, made before the measured one, costs less)."""
+    with pytest.raises(ValueError, match="longer than the model.s context"):
+        sharded_step(GPT2_TWO_BLOCKS, 2, batch_size=1, seq_len=4096)
     assert not dist.is_initialized()
 
 
@@ -167,8 +171,14 @@ def test_hsdp_shards_within_a_group_only(mlp_steps):
     assert not dist.is_initialized()
 
 
-def test_deeper_prefetch_holds_more_all_gather_buffers():
-    default = sharded_step("resnet18", 4, batch_size=2, image_size=32)
+@pytest.fixture(scope="module")
+def resnet_step():
+    """ResNet18's sharded step (2 images of 32 x 32) on 4 ranks with FSDP2's defaults, measured once."""
+    return sharded_step("resnet18", 4, batch_size=2, image_size=32)
+
+
+def test_deeper_prefetch_holds_more_all_gather_buffers(resnet_step):
+    default = resnet_step
     assert sharded_step("resnet18", 4, batch_size=2, image_size=32, prefetch=1).largest == default.largest
     deeper = sharded_step("resnet18", 4, batch_size=2, image_size=32, prefetch=2)
     assert deeper.largest["all_gather_buffers"] > default.largest["all_gather_buffers"]
@@ -186,6 +196,37 @@ def test_embeddings_and_head_as_their_own_unit(gpt2_steps):
     assert grouped.units[-1] == ("root", 0)
     assert grouped.after_forward["unsharded_parameters"] == 0 < default.after_forward["unsharded_parameters"]
     assert grouped.model_state_bytes == default.model_state_bytes
+
+
+_GROUPED = (lambda m: [[m.embeddings, m.head], *m.blocks])
+
+
+@pytest.mark.parametrize("case", ["mlp", "gpt2", "gpt2 options", "resnet18"])
+def test_a_primed_first_step_measures_what_a_trained_one_does(case, mlp_steps, gpt2_steps, resnet_step):
+    """sharded_step makes the state its measured step starts from without a first forward and backward
+    (first_step="primed", helpers.fsdp._prime): every field of the result, the timeline included, is the one a whole
+    first training step gives, on each path the lesson takes: world size 1 (FSDP copies, not gathers); the last rank
+    (smaller Adam states, here SGD's momentum) with reshard_after_forward=True; the default units; HSDP, the embeddings
+    and head as one unit, deeper prefetch, checkpointing, the bf16 policy and reshard_after_forward=False together; a
+    ResNet (BatchNorm buffers, 20 units).  Small configurations (2 of GPT-2's 12 blocks at 1 x 16 tokens, ResNet18 on
+    32 x 32 images): the state depends on the parameters and units, not on the batch; lesson 07's 45 calls at full
+    size were compared field by field when the primed step was introduced."""
+    if case == "mlp":
+        assert sharded_step("mlp", 1, batch_size=4, first_step="trained") == mlp_steps[1]
+        options = dict(batch_size=4, rank=7, reshard_after_forward=True, optimizer="sgd-momentum")
+        primed, trained = (sharded_step("mlp", 8, **options, first_step=f) for f in ("primed", "trained"))
+    elif case == "gpt2":
+        primed, trained = gpt2_steps[4], sharded_step(GPT2_TWO_BLOCKS, 4, batch_size=1, seq_len=16,
+                                                      first_step="trained")
+    elif case == "resnet18":
+        primed, trained = resnet_step, sharded_step("resnet18", 4, batch_size=2, image_size=32, first_step="trained")
+    else:
+        options = dict(batch_size=1, seq_len=16, replicas=2, units=_GROUPED, prefetch=2, checkpoint=True,
+                       mixed_precision=True, reshard_after_forward=False)
+        primed, trained = (sharded_step(GPT2_TWO_BLOCKS, 4, **options, first_step=f) for f in ("primed", "trained"))
+    assert primed.timeline and primed.optimizer_states > 0
+    assert primed == trained
+    assert not dist.is_initialized()
 
 
 def test_the_sharded_figures_draw_what_the_step_measured(mlp_steps):
