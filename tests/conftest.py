@@ -33,7 +33,9 @@ SLOW = {
         "the harness's cuda path, GPT-2 at batch 8 x 1,024, on the stub driver",
     "tests/test_published.py::test_the_fast_rows_land_where_their_rows_say": "published figures: 7B models traced",
     "tests/test_fits.py::test_every_widget_judges_as_profile_step_and_the_command_line":
-        "16 random widget configurations, each judged by its widget, by profile_step and by the command line",
+        "random widget configurations (5 with its seed, at most 16), each judged by its widget, by profile_step and "
+        "by the command line, drawn until each widget and model, the command line beside each widget, both answers "
+        "and both bases are covered",
     "tests/test_widget_finetune.py::test_the_largest_batch_is_a_traced_fit_and_one_more_is_not":
         "the fine-tuning widget's search, every step of it traced",
     "tests/test_widget_finetune.py::test_the_longest_sequence_is_a_traced_fit_and_one_step_more_is_not":
@@ -76,9 +78,11 @@ SLOW = {
         "vLLM's profile run traced for Gemma-2 2B, 9B, 27B, Gemma-3 4B, 12B, 27B and Gemma 7B (large vocabularies)",
     "tests/test_vllm_groups.py::test_the_gemma3_rows_as_close_as_measured":
         "the same rows (one module fixture): Gemma-3's text run and SigLIP encoder traced",
-    "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds": "LLaMA 65B's QLoRA step",
+    "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds":
+        "four LLaMA 65B QLoRA steps written concretely (the row's also evaluated from its shipped log)",
     "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
-    "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures": "two Mistral-7B QLoRA steps",
+    "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures":
+        "Mistral-7B QLoRA's shipped log evaluated at batch 4 and 8, and batch 4 written concretely",
     "tests/test_step.py::test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector":
         "five steps with Python's cycle collector run at every 100th allocation",
     # make gpu-reference without a GPU: every run of the harness traced on the simulated backend (one of them also

@@ -92,11 +92,24 @@ def _draw(rng: random.Random) -> dict:
     return dict(kind=kind, card=card, make=make, step=step, cli=cli, reserved=reserved)
 
 
+#: What the random configurations must have covered between them: each widget with each of its models, the command
+#: line beside each widget, the memory explorer with checkpointing and Will it fit? with AMP, both bases of a verdict
+#: (the simulated allocator's peak reserved, the peak allocated) and both answers.
+COVERED = {("memory", "gpt2"), ("memory", "resnet18"), ("will", "gpt2"), ("will", "resnet18"), ("sequence", "gpt2"),
+           ("command line", "memory"), ("command line", "will"), ("command line", "sequence"),
+           ("memory", "checkpointing"), ("will", "AMP"), "reserved", "allocated", "fits", "does not fit"}
+
+
 def test_every_widget_judges_as_profile_step_and_the_command_line(capsys):
-    rng = random.Random(22)
-    verdicts, cli_runs = [], 0
-    for _ in range(16):
+    """Random configurations, each judged by its widget, by profile_step and by the command line, drawn until they
+    have covered :data:`COVERED` (at most 16 draws).  Its seed, 146, covers it in 5 draws: seed 22's 16 covered it
+    too, each draw after the first dozen repeating a kind of configuration already checked, at 3 to 9 s of CPU each
+    (58 s in all; :data:`COVERED` is what the claim needs, not a count)."""
+    rng = random.Random(146)
+    seen, draws = set(), 0
+    while draws < 16 and not COVERED <= seen:
         draw = _draw(rng)
+        draws += 1
         card, capacity = draw["card"], GPU_CARDS[draw["card"]]
         step = draw["step"]
         profile = (profile_step(step) if not isinstance(step, dict) else
@@ -121,12 +134,14 @@ def test_every_widget_judges_as_profile_step_and_the_command_line(capsys):
             out = json.loads(capsys.readouterr().out)
             assert out["peak_allocated_bytes"] == profile.peak_allocated_bytes, where
             assert out["fits"]["cards"][card] == truth.fits and out["fits"]["judged"] == truth.judged, where
-            cli_runs += 1
-        verdicts.append((draw["kind"], truth.basis, truth.fits))
-    kinds = {kind for kind, _, _ in verdicts}
-    assert kinds == {"memory", "will", "sequence"} and cli_runs >= 5
-    assert {ok for _, _, ok in verdicts} == {True, False}  # both answers were checked
-    assert {basis for _, basis, _ in verdicts} == {"allocated", "reserved"}
+            seen.add(("command line", draw["kind"]))
+        options = step if isinstance(step, dict) else {"model": "gpt2"}  # the sequence widget's GPT-2
+        seen |= {(draw["kind"], options["model"]), truth.basis, "fits" if truth.fits else "does not fit"}
+        if options.get("checkpoint"):
+            seen.add((draw["kind"], "checkpointing"))
+        if options.get("amp"):
+            seen.add((draw["kind"], "AMP"))
+    assert COVERED <= seen, f"{draws} draws left {COVERED - seen} unchecked"
 
 
 def test_a_verdict_in_gib_says_the_same_in_another_unit():

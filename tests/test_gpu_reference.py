@@ -228,16 +228,19 @@ def test_without_a_recording_the_lessons_say_how_to_make_one(tmp_path):
         load_reference(tmp_path / "bad.json")
 
 
-def test_the_fine_tuning_runs_dry(tmp_path, monkeypatch):
+def test_the_fine_tuning_runs_dry(tmp_path):
     """Three of lesson 09's steps of Llama-3.1 8B through the harness: LoRA, and with checkpointing QLoRA on
     bitsandbytes' NF4 and LoRA on its LLM.int8() (slow group: three 8B steps traced; their untraced timings stood
-    in for, :class:`Timings`); ``--only`` matches a run's model and configuration."""
+    in for, :class:`Timings`); ``--only`` matches a run's model and configuration.  Only the harness's names are
+    patched (``pytest.MonkeyPatch.context``, not the engine), so that profile_step keeps the steps traced here:
+    ``test_the_committed_recording_was_simulated_by_todays_engine[all]`` reads LoRA's and QLoRA's again."""
     configs = ("LoRA r16", "QLoRA r16, checkpointing", "LoRA r16 on LLM.int8(), checkpointing")
     chosen = [run for run in harness.RUNS if run.model == harness.L8 and run.config in configs]
-    monkeypatch.setattr(harness, "RUNS", chosen + [run for run in FAST_RUNS if run.model == "gpt2"])
     timings = Timings()  # the untraced 8B steps' timings (a third of its CPU) stood in for
-    monkeypatch.setattr(harness, "time_step", timings)
-    assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "LoRA r16", "--skip-tests"]) == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "RUNS", chosen + [run for run in FAST_RUNS if run.model == "gpt2"])
+        patch.setattr(harness, "time_step", timings)
+        assert harness.main(["--dry-run", "--out", str(tmp_path), "--only", "LoRA r16", "--skip-tests"]) == 0
     runs = json.loads((tmp_path / "gpu_reference.json").read_text())["runs"]
     timings.check(chosen, runs)  # and not GPT-2's
     assert [(r["model"], r["config"]) for r in runs] == [(harness.L8, c) for c in configs]  # not GPT-2's
@@ -263,7 +266,8 @@ def test_the_committed_recording_was_simulated_by_todays_engine(which, request):
     A change to the engine that moves one of these bytes must re-record (make gpu-reference, or at least
     re-simulate the file's runs). "fast" traces the batch-128 ResNets, GPT-2 and the MLP (``fast_steps``). "all"
     (slow group) takes every other run's two figures from the dry run, which records them the same way
-    (``_simulated_figures``), and traces the 8B runs (kept from the fine-tuning dry run).
+    (``_simulated_figures``), and traces the 8B runs: LoRA's and QLoRA's kept from the fine-tuning dry run (its test
+    runs before this one), LoRA's with checkpointing traced here.
     """
     recorded_runs = _recorded_runs(lambda run: which == "all" or run in CHECKED_FAST)
     dry, steps = {}, {}
