@@ -23,7 +23,10 @@ requested sizes).  ``ALLOCATOR_ORACLE_OPS`` sets the operations per setting
 runs in one subprocess (the ``pytorch_states`` fixture), which imports torch once and
 runs each log in a child forked before CUDA is initialised: a fresh allocator
 each time, set by its ``PYTORCH_CUDA_ALLOC_CONF`` and the stub's capacity as a
-process started with them is (oracle.py says how).
+process started with them is (oracle.py says how).  Each state is one line of
+compact JSON (oracle.py's ``state_line``), written by PyTorch's side as it goes
+and made the same way from the model's side: the two agree after an op when
+their lines are the same string.
 
 Skipped, with the reason, where it cannot run: not Linux, no C compiler, a
 CPU-only torch wheel, or no CUDA headers in the wheel's packages.
@@ -34,12 +37,14 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from helpers.allocator import AllocatorOutOfMemory, AllocatorSettings, CachingAllocator
 from cuda_stub.build import STUB, stub_env
+from cuda_stub.oracle import state_line
 
 MiB, GiB = 2**20, 2**30
 OPS = int(os.environ.get("ALLOCATOR_ORACLE_OPS", "10000"))
@@ -56,16 +61,17 @@ def pytorch_job(out: Path, ops: list, conf: str, capacity: int, total: int | Non
 
 
 def run_pytorch(stub: Path, jobs: list[dict]) -> None:
-    """Each job's states after every op through PyTorch's allocator on the stub, written to its ``out`` file: one
-    subprocess that imports torch once and runs each job in a fresh allocator, in a child forked before CUDA is
-    initialised (see oracle.py)."""
+    """Each job's states after every op through PyTorch's allocator on the stub, written to its ``out`` file (one
+    :func:`state_line` per op): one subprocess that imports torch once and runs each job in a fresh allocator, in a
+    child forked before CUDA is initialised (see oracle.py)."""
     done = subprocess.run([sys.executable, str(STUB / "oracle.py")], input=json.dumps(jobs),
                           capture_output=True, text=True, env=stub_env(stub), timeout=1200)
     assert done.returncode == 0, f"PyTorch on the stub failed ({done.returncode}):\n{done.stderr[-3000:]}"
 
 
-def run_model(ops: list, conf: str, capacity: int, total: int | None = None, fraction: float | None = None) -> list:
-    """The same states through :class:`helpers.allocator.CachingAllocator`."""
+def run_model(ops: list, conf: str, capacity: int, total: int | None = None,
+              fraction: float | None = None) -> list[str]:
+    """The same states through :class:`helpers.allocator.CachingAllocator`, each its :func:`state_line`."""
     alloc, live, states = CachingAllocator(capacity, conf, total, fraction), {}, []
     for op in ops:
         oom = False
@@ -89,7 +95,7 @@ def run_model(ops: list, conf: str, capacity: int, total: int | None = None, fra
         segments = [[s["total_size"], s["allocated_size"], s["is_expandable"], s["segment_type"] == "small",
                      [[b["size"], b["state"], b["requested_size"] if b["state"] == "active_allocated" else 0]
                       for b in s["blocks"]]] for s in alloc.snapshot()]
-        states.append([oom, alloc.allocated, alloc.reserved, segments])
+        states.append(state_line([oom, alloc.allocated, alloc.reserved, segments]))
     return states
 
 
@@ -113,13 +119,13 @@ def random_log(seed: int, n: int, largest: int = 200 * MiB, live: int = 24) -> l
     return ops
 
 
-def compare(real: list, model: list, ops: list) -> tuple[int, str]:
-    """How many states agree, and the first disagreement in words ('' when none)."""
+def compare(real: list[str], model: list[str], ops: list) -> tuple[int, str]:
+    """How many states agree (the same :func:`state_line`), and the first disagreement in words ('' when none)."""
     agree = sum(r == m for r, m in zip(real, model))
     first = next((i for i, (r, m) in enumerate(zip(real, model)) if r != m), None)
     if first is None:
         return agree, ""
-    r, m = real[first], model[first]
+    r, m = json.loads(real[first]), json.loads(model[first])
     return agree, (f"first disagreement after op {first} {ops[first]}: PyTorch (oom, allocated, reserved, "
                    f"segments) = {r[:3]}, {len(r[3])}; model = {m[:3]}, {len(m[3])}")
 
@@ -149,21 +155,35 @@ def setting_log(setting: str) -> list:
 def pytorch_states(cuda_stub, tmp_path_factory) -> dict[str, Path]:
     """The files of PyTorch's states after every op, by setting and by translated test (:data:`SETTINGS`,
     :data:`PYTORCH_TESTS`), from one subprocess: each from a fresh allocator, set as a process started with that
-    setting is.  (Files, read by each test: the eleven settings' states together are millions of lists.)"""
+    setting is.  (Files of lines, read by each test: the eleven settings' states together are millions of lists,
+    which the tests compare as lines and never parse but where a check looks at one.)"""
     out = tmp_path_factory.mktemp("oracle")
-    jobs = {setting: pytorch_job(out / f"setting_{i}.json", setting_log(setting), *SETTINGS[setting][:4])
+    jobs = {setting: pytorch_job(out / f"setting_{i}.jsonl", setting_log(setting), *SETTINGS[setting][:4])
             for i, setting in enumerate(SETTINGS)}
-    jobs.update({name: pytorch_job(out / f"test_{i}.json", ops, conf, CAPACITY, TOTAL)
+    jobs.update({name: pytorch_job(out / f"test_{i}.jsonl", ops, conf, CAPACITY, TOTAL)
                  for i, (name, (ops, conf, _)) in enumerate(PYTORCH_TESTS.items())})
     run_pytorch(cuda_stub, list(jobs.values()))
     return {name: Path(job["out"]) for name, job in jobs.items()}
 
 
-def states(files: dict[str, Path], name: str) -> list:
+def states(files: dict[str, Path], name: str) -> list[str]:
     """PyTorch's states after every op of the setting or translated test ``name``, from :func:`pytorch_states`'s
-    file."""
-    with open(files[name]) as f:
-        return json.load(f)
+    file: one :func:`state_line` each."""
+    return files[name].read_text().splitlines()
+
+
+class Parsed(Sequence):
+    """States given as lines (:func:`state_line`), each read back as ``[oom, allocated, reserved, segments]`` when
+    it is looked at (a translated test's checks look at a few of them)."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, i: int) -> list:
+        return json.loads(self.lines[i])
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
@@ -173,7 +193,7 @@ def test_the_model_agrees_with_pytorch_op_by_op(pytorch_states, setting):
     real = states(pytorch_states, setting)
     model = run_model(ops, conf, capacity, total, fraction)
     agree, first = compare(real, model, ops)
-    print(f"{setting}: {agree}/{len(ops)} ops agree; out of memory {sum(r[0] for r in real)} times")
+    print(f"{setting}: {agree}/{len(ops)} ops agree; out of memory {sum(r.startswith('[true,') for r in real)} times")
     assert agree == len(ops), first
     assert len(real) == len(ops) == OPS
 
@@ -315,7 +335,7 @@ PYTORCH_TESTS = {
 def test_pytorchs_own_allocator_tests_agree(pytorch_states, name):
     ops, conf, expect = PYTORCH_TESTS[name]
     real = states(pytorch_states, name)
-    assert expect(real), f"the translation of {name} does not pass on PyTorch itself"
+    assert expect(Parsed(real)), f"the translation of {name} does not pass on PyTorch itself"
     agree, first = compare(real, run_model(ops, conf, CAPACITY, TOTAL), ops)
     print(f"{name}: {agree}/{len(ops)} ops agree")
     assert agree == len(ops), first

@@ -10,6 +10,15 @@ tokens, each from 2 up), field by field and in the allocator's replay (:func:`te
 A point outside the region must say why (a guard or a range); a configuration that cannot be traced symbolically
 must raise :class:`helpers.symbolic.NotSymbolic` with one of the documented reasons.  ``derandomize=True``: the
 same examples on every run.  A small profile in ``make test``, a larger one in the slow group.
+
+Hypothesis draws some configurations more than once (its later examples are mutations of earlier ones: of the slow
+profile's 20, five repeat an earlier configuration with other points), and some points twice (two equal points, a
+point equal to the configuration's own, or, without tokens, points that differ only in the S that such a step does not
+have).  The same check is made once per test session: a configuration is traced symbolically once (:data:`_TRACED`, by
+its repr, which names its model's function and arguments), and a point whose evaluation was compared for that
+configuration (:data:`_CHECKED`) is not traced and compared again; every distinct (configuration, point) drawn is
+still compared.  The traces are deterministic (FakeTensorMode, no
+random state), so a repeat could only give the same answer.
 """
 
 import functools
@@ -79,23 +88,43 @@ def configurations(draw) -> StepConfig:
 REFUSALS = ("a storage is resized in place", "the symbolic trace failed: ")
 
 
+#: The symbolic trace of each configuration drawn in this process (or its :class:`helpers.symbolic.NotSymbolic`), by
+#: ``repr`` (a Hugging Face config dict is not hashable), and the points at which its evaluation was compared.
+_TRACED: dict[str, object] = {}
+_CHECKED: dict[str, set[tuple[int, int | None]]] = {}
+
+
 def evaluated_equals_concrete(config: StepConfig, points: list[tuple[int, int]]) -> None:
     """``config`` traced symbolically once; at its point and at each of ``points`` (batch, sequence) inside the
-    region, the evaluated profile equals the concrete one; outside, the log says why."""
-    try:
-        step = symbolic.trace(config)
-    except symbolic.NotSymbolic as e:
-        assert str(e).startswith(REFUSALS), str(e)
+    region, the evaluated profile equals the concrete one; outside, the log says why.  A configuration drawn again
+    is not traced again, and a point already compared for it is not compared again (the module's docstring)."""
+    key = repr(config)
+    if key not in _TRACED:
+        try:
+            _TRACED[key] = symbolic.trace(config)
+        except symbolic.NotSymbolic as e:
+            _TRACED[key] = e
+    step = _TRACED[key]
+    if isinstance(step, symbolic.NotSymbolic):
+        assert str(step).startswith(REFUSALS), str(step)
         return
+    # A configuration drawn again is equal field for field and in its repr, but its model is another
+    # functools.partial object (equal only to itself): the points are taken of the configuration traced, which
+    # builds the same model (the same function of the same arguments, its repr).
+    assert repr(step.config) == key, (repr(step.config), key)
+    config = step.config
     tokens = config.seq_len is not None
     assert step.fixed == () and set(step.symbols) == ({"B", "S"} if tokens else {"B"})
+    checked = _CHECKED.setdefault(key, set())
     for b, s in [(config.batch_size, config.seq_len), *points]:
         at = _at(config, b, s if tokens else None)
         why = step.outside(at)
         if why is not None:  # only a guard's or a range's reason, never another configuration's
             assert why.startswith(("the guard ", "S = ", "B = ")) and "own program" not in why, why
             continue
-        assert_exact(step, at, f"{config}, point {(b, s)}")
+        if (b, s if tokens else None) not in checked:
+            assert_exact(step, at, f"{config}, point {(b, s)}")
+            checked.add((b, s if tokens else None))  # only once it passed: a failure is checked again
 
 
 _points = st.lists(st.tuples(st.integers(2, 24), st.integers(2, 64)), min_size=2, max_size=2)
