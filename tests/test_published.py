@@ -159,14 +159,14 @@ def test_the_65b_rows_gap_states_what_its_peak_holds(shipped_logs):
     embedding and head, the bfloat16 copy of a 8192 x 22016 projection at the peak, the paged states, and the same
     step with PyTorch's AdamW, with peft's float32 adapters, and in the row's earlier setup with torchao's NF4).
 
-    The row's own step is the answer lesson 09b shows, evaluated from its shipped symbolic log (current:
-    tests/test_shipped_logs.py), asserted equal field for field to the step written concretely here: no other test
-    compares that log with a concrete trace, so this one 65B concrete step stays (13 s of CPU).  The three other steps
-    have no shipped log and are written concretely."""
+    The row's own step is the answer lesson 09b shows, evaluated from its shipped symbolic log: current (what today's
+    code traces) by tests/test_shipped_logs.py, and equal to a concrete trace of the step where it was made
+    (tools/ship_symbolic_logs.py).  It is not compared with a concrete 65B trace again here: that comparison costs
+    about 31 s of CPU (the trace 14 s, comparing the two profiles' 12,826 events 17 s), more than the rest of this
+    test.  The three other steps have no shipped log and are written concretely."""
     row = P.ROWS["qlora-guanaco-65b"]
     lesson = profile_step(row.config())
     assert evaluated.was_evaluated(lesson)
-    assert evaluated.differs(lesson, profile.obtain_concrete(row.config())) is None
     c = P.compare(row)
     assert c.verdict.fits and round((row.published - c.after) / 1e9, 1) == 6.6 and "with 6.6 GB to spare" in row.gap
     head = [s for s in lesson.at_peak() if s.category == "parameters" and s.shape == (32000, 8192)]
