@@ -131,7 +131,7 @@ except RuntimeError as e:
 assert not dist.is_initialized()
 
 # %% [markdown]
-# `sharded_step` does the rest as a real job would: it builds the model on the `meta` device (shapes only), wraps it unit by unit, and only then gives the *sharded* parameters storage. It measures the second Adam step (`foreach`, lesson 05a), by category, after making what a first step leaves behind (FSDP2's initialisation on the first forward, each unit gathered once, Adam's states; `first_step="trained"` runs that whole first step, with the same result): this rank's sharded parameters, gradients and optimizer states; gathered parameters and all-gather buffers; reduce-scatter buffers; everything else.
+# `sharded_step` does the rest as a real job would: it builds the model on the `meta` device (shapes only), wraps it unit by unit, and only then gives the *sharded* parameters storage. It measures the second Adam step (`foreach`, lesson 05a) by category: this rank's sharded parameters, gradients and optimizer states; gathered parameters and all-gather buffers; reduce-scatter buffers; everything else. To save time it does not run the first step, only makes what that step leaves behind (FSDP2's initialisation, each unit gathered once, Adam's states); `first_step="trained"` runs it, with the same result.
 #
 # Start with lesson 01's MLP (85,002 parameters, each `Linear` one unit) on 1 to 8 ranks. Everything here is fp32 Adam, 4 + 4 + 8 = 16 bytes per parameter, the same total as the paper's 2 + 2 + 12, so ZeRO-3's formula is 16Ψ/N:
 
