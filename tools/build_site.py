@@ -1,8 +1,11 @@
 """Build the course's website from the committed notebooks and their stored outputs (``make site``).
 
-Usage: ``python tools/build_site.py [OUT]`` (default ``build/site``), run with the
+Usage: ``python tools/build_site.py [OUT [LESSON ...]]`` (default ``build/site``), run with the
 website's environment (``requirements-site.txt``: Sphinx, myst-nb and the book
-theme).  Nothing is executed.  Steps:
+theme).  Nothing is executed.  Named lessons (``01b_out_of_memory_and_deep_mlps``)
+build a site of those lessons only, with the same landing, guide, references,
+changelog and licence pages (``tests/test_site.py`` checks a page's launch links on
+such a site, in a third of a whole build's time).  Steps:
 
 1. Stage the pages in ``OUT/src``, all in one folder (so every page links to every
    other page the same way):
@@ -216,14 +219,20 @@ To cite it, use `CITATION.cff` (GitHub's "Cite this repository" reads it):
 """
 
 
-def main(out: pathlib.Path) -> None:
-    """Stage the pages in ``out/src`` and build the HTML into ``out/html`` (warnings are errors)."""
+def main(out: pathlib.Path, only: list[str] | None = None) -> None:
+    """Stage the pages in ``out/src`` and build the HTML into ``out/html`` (warnings are errors): every lesson, or
+    the lessons named in ``only`` (their file names' stems)."""
     start = time.perf_counter()
     src, html = out / "src", out / "html"
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(html, ignore_errors=True)
     src.mkdir(parents=True)
     paths = lesson_pages.lesson_paths()
+    if only:
+        unknown = set(only) - {path.stem for path in paths}
+        if unknown:
+            raise SystemExit(f"no lesson named {', '.join(sorted(unknown))}")
+        paths = [path for path in paths if path.stem in only]
     if not paths:
         raise SystemExit("no lessons/*.ipynb to build")
     services = publish.launch_services(publish.settings())
@@ -239,4 +248,4 @@ def main(out: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-    main(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build" / "site")
+    main(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build" / "site", sys.argv[2:])
