@@ -65,10 +65,17 @@ def off_palette_colours(png: bytes) -> list[tuple[tuple[int, int, int], float]]:
     import matplotlib.image
 
     rgb = matplotlib.image.imread(io.BytesIO(png), format="png")[..., :3].reshape(-1, 3) * 255
-    chromatic = rgb[rgb.max(axis=1) - rgb.min(axis=1) >= GREY_CHROMA].round().astype(int)
+    # Chroma (max - min of r, g, b) channel by channel: the same values as rgb.max(axis=1) - rgb.min(axis=1), a
+    # tenth of its time on (pixels, 3) arrays (2.5 s of CPU for the lessons' 47 figures).
+    r, g, b = rgb[:, 0], rgb[:, 1], rgb[:, 2]
+    chroma = np.maximum(np.maximum(r, g), b) - np.minimum(np.minimum(r, g), b)
+    chromatic = rgb[chroma >= GREY_CHROMA].round().astype(int)
     if not len(chromatic):
         return []
-    colours, counts = np.unique(chromatic, axis=0, return_counts=True)
+    # Each colour as one integer, 0xRRGGBB: np.unique of those is the unique rows, in the same (r, g, b) order, with
+    # the same counts, where np.unique(axis=0) sorted the rows as records (6.4 of the 7.3 s of CPU for the 47 figures).
+    packed, counts = np.unique(chromatic @ np.array([1 << 16, 1 << 8, 1]), return_counts=True)
+    colours = np.stack([packed >> 16, (packed >> 8) & 0xFF, packed & 0xFF], axis=1)
     keep = counts >= MIN_SHARE * len(rgb)
     weights = np.linspace(0.05, 1, 96)[:, None, None]
     tints = weights * PALETTE + (1 - weights) * 255  # (weights, palette, rgb)
