@@ -100,7 +100,7 @@ def test_the_unsloth_rows_gap_states_its_figures(shipped_logs):
     The row's own step (Llama-3.1 8B's QLoRA) is evaluated from the symbolic log shipped for it, as lesson 09b's
     ``finetune_comparison()`` answers it: current (what today's code traces) by tests/test_shipped_logs.py,
     and equal to a concrete trace of the step where it was made (tools/ship_symbolic_logs.py); not written concretely
-    again here (about 8 s of CPU, half of this test).  The same step without k-bit preparation has no shipped log and
+    again here (about 8 s of CPU, a third of this test).  The same step without k-bit preparation has no shipped log and
     is written concretely."""
     row = P.ROWS["unsloth-hf-24gb"]
     assert evaluated.was_evaluated(profile_step(row.config()))
