@@ -80,7 +80,8 @@ SLOW = {
         "the same rows (one module fixture): Gemma-3's text run and SigLIP encoder traced",
     "tests/test_published.py::test_the_65b_rows_gap_states_what_its_peak_holds":
         "LLaMA 65B's QLoRA step evaluated from its shipped log, three variants of it written concretely",
-    "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures": "two Llama-3.1 8B QLoRA steps",
+    "tests/test_published.py::test_the_unsloth_rows_gap_states_its_figures":
+        "Llama-3.1 8B QLoRA's shipped log evaluated, and the step without k-bit preparation written concretely",
     "tests/test_published.py::test_the_mistral_rows_gap_states_its_figures":
         "Mistral-7B QLoRA's shipped log evaluated at batch 4 and 8, and batch 4 written concretely",
     "tests/test_step.py::test_no_storage_of_a_simulated_step_waits_for_the_cycle_collector":
@@ -92,7 +93,8 @@ SLOW = {
     "tests/test_gpu_reference.py::test_the_dry_run_writes_the_allocation_log_and_lists_the_tests": "the harness, dry",
     "tests/test_gpu_reference.py::test_a_second_run_resumes_and_records_nothing_again": "the harness, dry",
     "tests/test_gpu_reference.py::test_the_lessons_report_the_recorded_figures": "the harness's dry recording",
-    "tests/test_gpu_reference.py::test_the_fine_tuning_runs_dry": "three 8B steps through the harness",
+    "tests/test_gpu_reference.py::test_the_fine_tuning_runs_dry":
+        "three 8B steps through the harness (LoRA's evaluated from its shipped log, two written)",
     "tests/test_gpu_reference.py::test_a_model_built_once_on_the_gpu_gives_the_same_record":
         "a SmolLM2 step measured twice on the stub driver",
     "tests/test_gpu_reference.py::test_the_committed_recording_was_simulated_by_todays_engine[all]":

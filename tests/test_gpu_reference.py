@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import MiB, profile_step, time_step
+from helpers import MiB, evaluated, profile_step, time_step
 from helpers.allocator import replay
 from helpers.teaching import reference
 from helpers.teaching.reference import NOT_RECORDED, load_reference, module_differences, reference_report
@@ -228,11 +228,15 @@ def test_without_a_recording_the_lessons_say_how_to_make_one(tmp_path):
         load_reference(tmp_path / "bad.json")
 
 
-def test_the_fine_tuning_runs_dry(tmp_path):
+def test_the_fine_tuning_runs_dry(tmp_path, shipped_logs):
     """Three of lesson 09's steps of Llama-3.1 8B through the harness: LoRA, and with checkpointing QLoRA on
-    bitsandbytes' NF4 and LoRA on its LLM.int8() (slow group: three 8B steps traced; their untraced timings stood
-    in for, :class:`Timings`); ``--only`` matches a run's model and configuration.  Only the harness's names are
-    patched (``pytest.MonkeyPatch.context``, not the engine), so that profile_step keeps the steps traced here:
+    bitsandbytes' NF4 and LoRA on its LLM.int8() (slow group; their untraced timings stood in for, :class:`Timings`);
+    ``--only`` matches a run's model and configuration.  With the shipped symbolic logs, as ``make gpu-reference``
+    runs (and as :func:`dry_run`, a module fixture set up before the autouse ``_no_shipped_logs``, does): LoRA's step
+    is evaluated from its shipped log (current by tests/test_shipped_logs.py, equal to a concrete trace where it was
+    made, tools/ship_symbolic_logs.py; asserted here), not written concretely again (the test's CPU: 41 -> 37 s), and
+    the two others, which have none, are written from shallow traces.  Only the harness's names are patched
+    (``pytest.MonkeyPatch.context``, not the engine), so that profile_step keeps the steps made here:
     ``test_the_committed_recording_was_simulated_by_todays_engine[all]`` reads LoRA's and QLoRA's again."""
     configs = ("LoRA r16", "QLoRA r16, checkpointing", "LoRA r16 on LLM.int8(), checkpointing")
     chosen = [run for run in harness.RUNS if run.model == harness.L8 and run.config in configs]
@@ -247,6 +251,10 @@ def test_the_fine_tuning_runs_dry(tmp_path):
     assert all(r["error"] is None and r["events"] for r in runs), [r["error"] for r in runs]
     plain, qlora, int8 = (r["simulated_peak_bytes"] for r in runs)
     assert qlora < int8 < plain
+    steps = [profile_step(model, run.batch_size, device="simulated", **options)  # kept: the harness's own
+             for run in chosen for model, options in [harness._call(run)]]
+    assert [evaluated.was_evaluated(step) for step in steps] == [True, False, False]  # LoRA's log is shipped
+    assert [step.peak_allocated_bytes for step in steps] == [plain, qlora, int8]
 
 
 def _recorded_runs(keep):
@@ -266,8 +274,8 @@ def test_the_committed_recording_was_simulated_by_todays_engine(which, request):
     A change to the engine that moves one of these bytes must re-record (make gpu-reference, or at least
     re-simulate the file's runs). "fast" traces the batch-128 ResNets, GPT-2 and the MLP (``fast_steps``). "all"
     (slow group) takes every other run's two figures from the dry run, which records them the same way
-    (``_simulated_figures``), and traces the 8B runs: LoRA's and QLoRA's kept from the fine-tuning dry run (its test
-    runs before this one), LoRA's with checkpointing traced here.
+    (``_simulated_figures``), and the 8B runs: LoRA's (evaluated from its shipped log) and QLoRA's kept from the
+    fine-tuning dry run (its test runs before this one), LoRA's with checkpointing traced here.
     """
     recorded_runs = _recorded_runs(lambda run: which == "all" or run in CHECKED_FAST)
     dry, steps = {}, {}
@@ -364,7 +372,9 @@ print(json.dumps(record))
 
 
 #: One run measured twice on the stub driver: its model built once on the GPU (the harness's default for a Hugging Face
-#: config), and built on the CPU for each step.
+#: config), and built on the CPU for each step.  The harness's LoRA options (``_LORA``) but a first step, not the
+#: steady state: the build (where, how often) comes before the step, and a steady state only runs a second step of the
+#: same built model (the subprocess's CPU: 44 s in the steady state, 31 s for a first step).
 BUILT_ONCE = """
 import contextlib, json, sys, torch
 sys.path.insert(0, "benchmarks")
@@ -372,7 +382,7 @@ import gpu_reference as g
 torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN is not stubbed
 g.warm_up_cublas()
 run = g.Run("HuggingFaceTB/SmolLM2-135M", 2, "LoRA r16", {"seq_len": 256, "lora_rank": 16, "param_dtype": "bfloat16",
-            "amp": True, "amp_dtype": "bfloat16", "optimizer": "adamw", "steady_state": True})
+            "amp": True, "amp_dtype": "bfloat16", "optimizer": "adamw"})
 from helpers.models import hf
 model, options = g._call(run)
 g.profile_step(model, run.batch_size, device="simulated", **options)  # measure's simulated step, cached from here on

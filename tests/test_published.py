@@ -94,9 +94,16 @@ def test_a_card_row_is_judged_by_the_verdict_rule():
     assert c.ratio == pytest.approx(41 / 48) and c.agrees is False  # 15% below the card: not "just fits"
 
 
-def test_the_unsloth_rows_gap_states_its_figures():
-    """Unsloth's row: about 20 GB for 5,789 tokens with peft's k-bit preparation, about 17 GB without."""
+def test_the_unsloth_rows_gap_states_its_figures(shipped_logs):
+    """Unsloth's row: about 20 GB for 5,789 tokens with peft's k-bit preparation, about 17 GB without.
+
+    The row's own step (Llama-3.1 8B's QLoRA) is evaluated from the symbolic log shipped for it, as lesson 09b's
+    ``finetune_comparison()`` answers it: current (what today's code traces) by tests/test_shipped_logs.py,
+    and equal to a concrete trace of the step where it was made (tools/ship_symbolic_logs.py); not written concretely
+    again here (about 8 s of CPU, a third of this test).  The same step without k-bit preparation has no shipped log and
+    is written concretely."""
     row = P.ROWS["unsloth-hf-24gb"]
+    assert evaluated.was_evaluated(profile_step(row.config()))
     assert row.config().prepare_kbit and P.compare(row).verdict.fits
     assert round(P.compare(row).allocated / 1e9) == 20 and "needs about 20 GB for 5,789 tokens" in row.gap
     without = profile_step(row.config().replace(prepare_kbit=False))
