@@ -354,6 +354,7 @@ class SnapshotReport:
         allocated: ``memory_allocated()`` after each entry (blocks: requests rounded up, unsplit rests), when the
             allocator model replays the trace to the snapshot's own end; else None and ``notes`` say why.
         largest_free, free_in_segments, segments_at_peak: at ``peak``, from that replay (None without it).
+        replayed_peak_reserved: the highest ``memory_reserved()`` of that replay (None without it).
         twin: the :class:`Twin` when a simulated step was given.
         notes: what the snapshot cannot tell, in sentences.
         blocks, trace, segments: every :class:`Block`, the device's trace, its segments at the end.
@@ -371,6 +372,7 @@ class SnapshotReport:
     largest_free: int | None = None
     free_in_segments: int | None = None
     segments_at_peak: int | None = None
+    replayed_peak_reserved: int | None = None
     twin: Twin | None = None
     notes: list[str] = field(default_factory=list)
     blocks: list[Block] = field(default_factory=list, repr=False)
@@ -556,6 +558,7 @@ def _replay_blocks(report: SnapshotReport, settings: dict) -> None:
                                   "allocator, or segments released otherwise than by empty_cache())")
         return
     report.allocated = [run.allocated[k - 1] if k else 0 for k in lengths]
+    report.replayed_peak_reserved = run.peak_reserved
     at_peak = replay(log[:lengths[report.peak]], segment_addresses=addresses, empty_cache_at=emptied).allocator
     report.largest_free, report.segments_at_peak = at_peak.largest_free(), len(at_peak.segments)
     report.free_in_segments = at_peak.reserved - at_peak.allocated

@@ -8,8 +8,6 @@ allocator makes on the stub driver, beside PyTorch's counters and the simulated 
 import gzip
 import io
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -210,11 +208,12 @@ def test_a_gzipped_snapshot_reads_as_the_pickle(tmp_path):
         explain_snapshot(RESNET, device=1)
 
 
-def test_the_command_prints_the_answer_first_and_draws(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "helpers", "explain", str(H200 / "llama_lora.pickle.gz"), "--plots",
-                           str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+def test_the_command_prints_the_answer_first_and_draws(tmp_path, capsys):
+    """``python -m helpers explain FILE --plots DIR``, run as the command line's :func:`helpers.__main__.main` in this
+    process (``python -m helpers`` in a process of its own, the module's entry point, is run by
+    ``tests/test_cli.py``; a subprocess here cost a second torch import for the same output)."""
+    assert main(["explain", str(H200 / "llama_lora.pickle.gz"), "--plots", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("peak of live tensors: 27,717.8 MiB")
     assert any(line.startswith("memory_allocated() at the peak") for line in lines)
     assert {p.name for p in tmp_path.iterdir()} == {"timeline.png", "memory_map.png"}

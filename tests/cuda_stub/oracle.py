@@ -9,6 +9,8 @@ input is a JSON list of jobs ``{"ops": [...], "fraction": f or null, "env": {...
 ``["empty_cache"]``, ``["settings", conf, ...]`` (``torch._C._accelerator_setAllocatorSettings``)
 or ``["fraction", f]`` (``torch.cuda.set_per_process_memory_fraction``); ``env`` holds the
 job's ``PYTORCH_CUDA_ALLOC_CONF`` and the stub's ``STUB_CUDA_CAPACITY`` and ``STUB_CUDA_TOTAL``.
+A job ``{"refusals": [conf, ...], "out": path}`` instead writes, as one JSON list, whether PyTorch refuses each
+setting with ValueError (:func:`run_refusals`).
 Writes each job's answer to its ``out`` file as it goes, one line per op: the state after it,
 :func:`state_line` of ``[oom, allocated, reserved, segments]``, where ``segments`` is the snapshot
 (``torch.cuda.memory_snapshot(include_traces=False)``) reduced to
@@ -103,6 +105,22 @@ def run_job(job: dict, out) -> None:
         out.write("\n")
 
 
+def run_refusals(job: dict, out) -> None:
+    """A job ``{"refusals": [conf, ...], "out": path}``: for each setting, whether PyTorch refuses it with ValueError
+    (``torch._C._accelerator_setAllocatorSettings``), written to ``out`` as one JSON list; in a child forked for it
+    (see the module's docstring), so that no setting it accepts reaches a later job's allocator."""
+    import torch
+
+    refused = []
+    for conf in job["refusals"]:
+        try:
+            torch._C._accelerator_setAllocatorSettings(conf)
+            refused.append(False)
+        except ValueError:
+            refused.append(True)
+    out.write(json.dumps(refused))
+
+
 def main() -> None:
     import torch  # noqa: F401 (once, here: each job's child is forked with it imported)
 
@@ -115,7 +133,7 @@ def main() -> None:
             try:
                 ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: killed with the parent (a timeout)
                 with open(job["out"], "w") as out:
-                    run_job(job, out)
+                    (run_refusals if "refusals" in job else run_job)(job, out)
             except BaseException:  # noqa: BLE001 (reported, and the exit status says it failed)
                 traceback.print_exc()
                 code = 1
