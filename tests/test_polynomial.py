@@ -1,6 +1,7 @@
 """A step's peak as a polynomial in batch and sequence (:func:`helpers.peak_polynomial`, lessons 01 and 08): exact
 where the moment it counts is the peak, below the peak elsewhere, and one-line errors for what it cannot do."""
 
+import dataclasses
 import random
 
 import pytest
@@ -54,8 +55,12 @@ def test_batch_1_is_its_own_regime_and_points_outside_are_refused():
         p(2, 32)
     with pytest.raises(ValueError, match="outside"):
         p(1, 1)
-    with pytest.raises(ValueError, match="different points"):
-        p - peak_polynomial(_tiny(layers=2), 1, seq_len=40, device="simulated")
+    # the same polynomial said to be traced at 40 tokens (not traced again: what __sub__ compares is the point in
+    # config, the batch size, sequence length and fixed sizes, which another trace at 40 tokens would give it)
+    at_40 = dataclasses.replace(p, config=dataclasses.replace(p.config, seq_len=40))
+    with pytest.raises(ValueError, match=r"different points or regimes \(batch, sequence, fixed sizes\): "
+                                         r"\(1, 32, \('B',\)\) and \(1, 40, \('B',\)\)"):
+        p - at_40
 
 
 def test_categories_and_one_line_errors(mlp_poly):
