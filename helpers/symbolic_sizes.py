@@ -206,8 +206,8 @@ def no_cpu_kernel_choice():
     MKLDNN is faster than THNN when multi-threaded, but THNN is faster when single-threaded"; ``use_nnpack`` has the same
     rule): a guard ``B < 16`` on every symbolic trace of a CNN.  Both kernels give a contiguous input a contiguous
     output (``_determine_backend_memory_format``: oneDNN goes channels-last only for a channels-last input or weight), so
-    no allocation depends on the choice, and a GPU runs cuDNN anyway; ``tests/test_symbolic.py`` checks CNN steps on
-    both sides of 16 against concrete traces, which make the choice.
+    no allocation depends on the choice, and a GPU runs cuDNN anyway; ``tests/test_symbolic_equality.py`` checks CNN
+    steps on both sides of 16 against concrete traces, which make the choice.
     """
     mkldnn = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False

@@ -44,12 +44,13 @@ SLOW = {
     "tests/test_depth.py::test_a_full_size_step_written_equals_its_full_trace":
         "7-8B steps traced in full (others at 8 of their blocks)",
     "tests/test_walk.py::test_a_written_step_then_one_evaluated_each_go_down":
-        "GPT-2 medium written, then traced with symbolic sizes, every call recorded (sys.setprofile)",
+        "GPT-2 medium written, then traced with symbolic sizes, every call recorded (sys.settrace)",
     "tests/test_vllm_written.py::test_every_setup_written_equals_its_full_trace_to_the_byte":
         "14 setups of vLLM's profile run (7-8B and 70B models) traced in full and written",
     "tests/test_vllm_written.py::test_the_first_quantized_run_of_a_process_counts_what_the_next_ones_do":
         "a fresh Python process imports transformers, bitsandbytes and peft",
-    "tests/test_symbolic.py::test_a_guard_bounds_the_region": "GPT-2 traced with symbolic sizes",
+    "tests/test_symbolic_equality.py::test_a_guard_bounds_the_region":
+        "GPT-2 traced with symbolic sizes (the full-size GPT-2 case's trace where both run)",
     "tests/test_cli_cold.py::test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_trace":
         "SmolLM2 traced with symbolic sizes (30 s), then answered in two fresh processes and concretely",
     "tests/test_cli_cold.py::test_a_cold_answer_of_an_8b_step_equals_a_concrete_trace":

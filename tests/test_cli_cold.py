@@ -2,15 +2,16 @@
 torch, sympy, transformers, peft or bitsandbytes imported; from the log itself where there is no plain form, no
 transformers, peft or bitsandbytes; either way the same answer as a concrete trace, line by line and in JSON.
 
-SmolLM2's log is made the command line's own way (``--batch-size 2,3``: traced symbolically at the second size, checked
-against the first and written to ``$GPU_MEMORY_SYMBOLIC_CACHE``); Llama-3.1 8B QLoRA's is the log of the same
-configuration shipped with the package (``helpers/symbolic_logs/``, checked current, that is what today's code
-traces, by ``tests/test_shipped_logs.py``; its trace from scratch is compared with concrete traces and with this
-shipped log in ``tests/test_symbolic_equality.py``), written to ``$GPU_MEMORY_SYMBOLIC_CACHE`` as the command line
-writes a log (:func:`helpers.symbolic_store.save`: the pickle and its plain form), which saves a second 8B symbolic
-trace.  Then a fresh process asks one batch size inside the log's region.  Both tests trace concretely (and SmolLM2's
-symbolically, half a minute), so they are in the slow group (``tests/conftest.py``); the fast ones check what the
-evaluation reads of a shipped config, and that without a log the command line takes ``profile_step``'s route.
+SmolLM2's log, on the command line's default device (auto, where no GPU can be), is made the command line's own way
+(``--batch-size 2,3``: traced symbolically at the second size, checked against the first and written to
+``$GPU_MEMORY_SYMBOLIC_CACHE``); Llama-3.1 8B QLoRA's, on the simulated device, is the log of the same configuration
+shipped with the package (``helpers/symbolic_logs/``, checked current, that is what today's code traces, by
+``tests/test_shipped_logs.py``; its trace from scratch is compared with concrete traces and with this shipped log in
+``tests/test_symbolic_equality.py``), written to ``$GPU_MEMORY_SYMBOLIC_CACHE`` as the command line writes a log
+(:func:`helpers.symbolic_store.save`: the pickle and its plain form), which saves a second 8B symbolic trace.  Then a
+fresh process asks one batch size inside the log's region.  Both tests trace concretely (and SmolLM2's symbolically,
+half a minute), so they are in the slow group (``tests/conftest.py``); the fast ones check what the evaluation reads
+of a shipped config, and that without a log the command line takes ``profile_step``'s route.
 """
 
 import dataclasses
@@ -164,12 +165,17 @@ def test_no_log_on_disk_leaves_the_answer_to_profile_step(symbolic_logs):
 
 
 def test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_trace(capsys, monkeypatch, tmp_path):
-    """SmolLM2's first step at 16 tokens with SGD (cheap): at batch 5, in the region of the log made at 2 and 3; at
-    batch 1 (its own regime, not in the log) the command line takes profile_step's route, transformers imported.  The
-    plain form's profile is the log's, field by field; it answers only a simulated step that the log holds."""
-    step = ["--model", SMOL, "--seq-len", "16", "--first-step", "--optimizer", "sgd", "--device", "simulated"]
+    """SmolLM2's first step at 16 tokens with SGD (cheap), on the command line's default device, auto, where no GPU can
+    be here: at batch 5, in the region of the log made at 2 and 3; at batch 1 (its own regime, not in the log) the
+    command line takes profile_step's route, transformers imported.  The plain form's profile is the log's, field by
+    field; it answers only a step of the device that the log holds (the key names the device: a simulated step has
+    its own log).  A step asked with ``--device simulated`` takes the same cold route: the 8B test below holds it.
+    (This test made a second SmolLM2 log the same way, one device each, that is a second symbolic trace, half this
+    test's time.)"""
+    assert symbolic_scope.cuda_ruled_out(), "this test needs a machine without a GPU"
+    step = ["--model", SMOL, "--seq-len", "16", "--first-step", "--optimizer", "sgd", "--device", "auto"]
     _cold_against_concrete(capsys, monkeypatch, tmp_path / "logs", step, (5,))
-    options = dict(model=SMOL, batch_size=1, seq_len=16, steady_state=False, optimizer="sgd", device="simulated",
+    options = dict(model=SMOL, batch_size=1, seq_len=16, steady_state=False, optimizer="sgd", device="auto",
                    param_dtype="bfloat16")
     assert cli_cold.from_disk(options) is None  # batch 1 is another program: not in the log
     assert cli_cold.from_disk({**options, "batch_size": 5, "full_trace": True}) is None
@@ -178,19 +184,9 @@ def test_a_cold_answer_of_smollm2_imports_no_transformers_and_equals_a_concrete_
     with monkeypatch.context() as route:  # the log itself, without its plain form
         route.setattr(cli_cold, "from_plain", lambda options: None)
         _same_profile(plain, cli_cold.from_disk({**options, "batch_size": 5}))
-    for other in ({"batch_size": 1}, {"batch_size": 5, "full_trace": True}, {"batch_size": 5, "device": "auto"}):
-        assert cli_cold.from_plain({**options, **other}) is None  # another regime; a trace asked; auto's own log
-    # The command line's default device, auto, where no GPU can be here: its own log (the key names the device),
-    # answered cold without torch, as profile_step answers it
-    assert symbolic_scope.cuda_ruled_out(), "this test needs a machine without a GPU"
-    auto = [word if word != "simulated" else "auto" for word in step]
-    _here(capsys, "profile", *auto, "--batch-size", "2,3")
-    text, imported = _fresh(tmp_path / "logs", "profile", *auto, "--batch-size", "5")
-    assert imported == [], f"a cold answer for device auto imported {imported}"
-    with monkeypatch.context() as route:
-        route.setattr(cli_cold, "from_disk", lambda options: None)
-        profile.forget_kept()
-        assert _here(capsys, "profile", *auto, "--batch-size", "5") == text
+    for other in ({"batch_size": 1}, {"batch_size": 5, "full_trace": True}, {"batch_size": 5, "device": "simulated"}):
+        assert cli_cold.from_plain({**options, **other}) is None  # another regime; a trace asked; simulated's own log
+        assert cli_cold.from_disk({**options, **other}) is None
 
 
 def test_cuda_is_ruled_out_only_where_torch_sees_no_gpu(monkeypatch):

@@ -1,19 +1,23 @@
 """A step traced once with symbolic batch and sequence (:mod:`helpers.symbolic`), evaluated at points drawn at random
 inside the region where its log holds, equals the concrete step there: every field of the profile, the allocation log
-entry for entry, and the allocator's replay (reserved memory) byte for byte (issue 50).
+entry for entry, and the allocator's replay (reserved memory) byte for byte (issue 50).  Here: what is refused a
+symbolic trace, how the profile layer asks for one (:mod:`helpers.evaluated`: concrete first, then evaluated once
+checked; logs on disk), and :func:`helpers.evaluated.differs`, which gives the verdict of ``!=`` field by field.
 
-Batch 1 is its own regime (the batch fixed, the sequence a symbol).  The cheap configurations run in ``make test``;
-GPT-2's guard in the slow group (``tests/conftest.py``); the full-size steps (Llama-3.1 8B LoRA and QLoRA, batch 1
-included) are ``tests/test_symbolic_equality.py``'s.  A LoRA step with checkpointing in steady state written from
-its shallow symbolic traces (:mod:`helpers.depth`) is its Llama-3.1 8B LoRA case, the same options (bfloat16
-autocast and parameters) at full size: the tiny one that was here (8 blocks written from the same 6- and 7-block
-symbolic traces, half a minute) asserted nothing that case does not.
+Every configuration's trace compared with concrete traces at drawn points is ``tests/test_symbolic_equality.py``'s,
+where each is traced once per session: ResNet18 by batch, both sides of the CPU kernels' batch rule (traced at 8,
+drawn from 16 up), its batch 1 regime (its own program, refused by the batch > 1 log), and the log's own facts (no
+guard, B's whole range, one workspace bound per convolution pass), which were asserted here on a second trace of the
+same configuration; GPT-2's guard ``S <= 1024``, which bounds the region, likewise (its slow full-size case's trace);
+the full-size steps (Llama-3.1 8B LoRA and QLoRA, batch 1 included).  A LoRA step with checkpointing in steady state
+written from its shallow symbolic traces (:mod:`helpers.depth`) is its Llama-3.1 8B LoRA case, the same options
+(bfloat16 autocast and parameters) at full size: the tiny one that was here (8 blocks written from the same 6- and
+7-block symbolic traces, half a minute) asserted nothing that case does not.
 """
 
-import random
+import dataclasses
 
 import pytest
-import sympy
 
 from helpers import symbolic
 from helpers.config import StepConfig
@@ -24,65 +28,6 @@ from test_depth import assert_same
 def _config(model, batch_size: int, seq_len: int | None, **options) -> StepConfig:
     return StepConfig(model=model, batch_size=batch_size, device="simulated",
                       **({} if seq_len is None else {"seq_len": seq_len}), **options)
-
-
-def assert_evaluated_exactly(model, points: list, step: symbolic.SymbolicStep | None = None,
-                             **options) -> symbolic.SymbolicStep:
-    """Trace once at the first point (or take ``step``); at every point, the evaluated profile equals
-    ``profile_step``'s."""
-    first = _config(model, *points[0], **options)
-    step = step if step is not None else symbolic.trace(first)
-    for batch_size, seq_len in points:
-        config = first.replace(batch_size=batch_size, **({} if seq_len is None else {"seq_len": seq_len}))
-        assert step.outside(config) is None, (config, step.outside(config))
-        evaluated = step.evaluate(config)
-        assert evaluated.depth_note.endswith("(helpers.symbolic)"), evaluated.depth_note
-        concrete = obtain_concrete(config)
-        assert_same(evaluated, concrete)
-        assert (evaluated.cudnn_bound_bytes, evaluated.cudnn_missing) == (concrete.cudnn_bound_bytes,
-                                                                          concrete.cudnn_missing)
-    return step
-
-
-@pytest.fixture(scope="module")
-def resnet18():
-    """ResNet18's step traced once with a symbolic batch (at batch 8)."""
-    return symbolic.trace(_config("resnet18", 8, None))
-
-
-def test_resnet18_by_batch_both_sides_of_the_cpu_kernels_batch_rule(resnet18):
-    """No guard (the oneDNN rule ``B >= 16`` is kept out of the trace): points on both sides of 16 are exact."""
-    rng = random.Random(50)
-    points = [(8, None), (rng.randint(2, 15), None), (rng.randint(16, 200), None)]
-    step = assert_evaluated_exactly("resnet18", points, step=resnet18)
-    assert step.guards == () and step.fixed == () and set(step.symbols) == {"B"}
-    assert step.ranges == {"B": (symbolic.LOW, symbolic.HIGH)} == {"B": (2, 2**31 - 1)}
-    assert len(step.conv_bytes) == 3 * 20 - 1  # 20 convolutions, 3 passes each (the stem's input: no gradient)
-    bytes_ = [s[3] for s in step.storages]
-    assert any(isinstance(n, sympy.Expr) and step.symbols["B"] in n.free_symbols for n in bytes_)
-
-
-def test_batch_1_is_its_own_regime(resnet18):
-    step = resnet18
-    one = _config("resnet18", 1, None)
-    assert step.outside(one) == "B = 1 is its own program (another regime)"
-    with pytest.raises(symbolic.NotSymbolic, match="own program"):
-        step.evaluate(one)
-    fixed = symbolic.trace(one)
-    assert fixed.fixed == ("B",) and fixed.symbols == {}
-    assert_same(fixed.evaluate(one), obtain_concrete(one))
-
-
-def test_a_guard_bounds_the_region():
-    """GPT-2's learned positions stop at 1,024: the trace records ``S <= 1024``, which narrows S's range, and a longer
-    sequence is outside."""
-    step = symbolic.trace(_config("gpt2", 2, 64))
-    assert step.guards_named() == ["S <= 1024"]
-    assert step.ranges["S"] == (symbolic.LOW, 1024)
-    longer = _config("gpt2", 2, 1025)
-    assert step.outside(longer) == "S = 1025 is outside the range [2, 1024] where the log holds"
-    assert step.outside(_config("gpt2", 2, 1024)) is None
-    assert step.outside(_config("gpt2", 2, 64, amp=True)) == "another configuration than the one traced"
 
 
 def test_what_cannot_be_traced_symbolically_says_why():
@@ -260,3 +205,46 @@ def test_without_evaluate_a_kept_log_answers_and_no_new_trace_is_made(symbolic_l
     later = ask(11)
     assert traces == [7] and evaluated.was_evaluated(later)
     assert_same(later, obtain_concrete(later.config))
+
+
+def test_differs_gives_the_verdict_of_the_plain_comparison():
+    """:func:`helpers.evaluated.differs` names the first field of :data:`helpers.evaluated.COMPARED` where ``!=``
+    holds (None where none does), as the plain comparison does, for profiles equal and perturbed: an evaluated
+    profile (its events' live storages worked out when read, :class:`helpers.written._LiveAt`) against a concrete one
+    (tuples), either way round, against another evaluation whose live storages are new objects, and with one event's
+    live storages, another field of an event, the list of events, or another field of the profile changed, each live
+    storage as a tuple, a ``_LiveAt`` or a list (which a ``_LiveAt`` equals and a tuple does not)."""
+    from helpers import evaluated as module
+    from helpers.written import _LiveAt
+
+    def plain(a, b):
+        return next((name for name in module.COMPARED if getattr(a, name) != getattr(b, name)), None)
+
+    config = _config("mlp", 4, None)
+    step = symbolic.trace(config)
+    ev, co = step.evaluate(config.replace(batch_size=6)), obtain_concrete(config.replace(batch_size=6))
+    assert type(ev.events[1].live) is _LiveAt and type(co.events[1].live) is tuple and len(co.events[1].live) > 1
+
+    def anew(live, k):  # a _LiveAt of its own holding ``live``'s serials
+        return _LiveAt([None, None, {k: tuple(live)}], k)
+
+    other = dataclasses.replace(ev, events=[dataclasses.replace(e, live=anew(e.live, e.index)) for e in ev.events])
+    pairs = [(ev, co), (co, ev), (ev, other), (other, co), (co, co), (ev, ev)]
+    k = next(i for i, e in enumerate(co.events) if len(e.live) > 1)
+    for base in (ev, co, other):
+        live = tuple(base.events[k].live)
+        changed = (live[:-1] + (live[-1] + 1,), live[:-1], list(live), live)
+        for to in [*changed, *(anew(c, k) for c in changed[:2])]:
+            events = [*base.events[:k], dataclasses.replace(base.events[k], live=to), *base.events[k + 1:]]
+            pairs += [(dataclasses.replace(base, events=events), p) for p in (ev, co)]
+        for events in (base.events[:-1], base.events[::-1], [*base.events[:k], dataclasses.replace(
+                base.events[k], allocated_bytes=base.events[k].allocated_bytes + 512), *base.events[k + 1:]],
+                       tuple(base.events)):
+            pairs += [(dataclasses.replace(base, events=events), p) for p in (ev, co)]
+        pairs += [(dataclasses.replace(base, peak_allocated_bytes=base.peak_allocated_bytes + 512), co),
+                  (dataclasses.replace(base, allocation_log=base.allocation_log[:-1]), co),
+                  (dataclasses.replace(base, config=base.config.replace(amp=True)), co),
+                  (dataclasses.replace(base, depth_note="another"), co)]
+    verdicts = [(module.differs(a, b), plain(a, b)) for a, b in pairs]
+    assert all(got == want for got, want in verdicts), verdicts
+    assert {want for _, want in verdicts} == {None, "events", "config", "peak_allocated_bytes", "allocation_log"}

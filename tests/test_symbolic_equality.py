@@ -4,8 +4,8 @@ for configurations across the course: every field of :data:`helpers.evaluated.CO
 profile (its table, summary and JSON), and the caching allocator's replay of its log (reserved bytes after the step,
 peak reserved, segments asked from the driver, the allocator's whole trace), with the default settings and with
 expandable segments (issue 50, item 2).  The evaluated log is asserted equal to the concrete one entry for entry, every
-field of the same type, and the replay reads nothing but its log (:func:`test_depth.assert_same`): the evaluated log
-is replayed under both settings, and the concrete log, the same input, is not replayed again.
+field of the same type, and the replay reads nothing but its log: the evaluated log is replayed under both settings,
+and the concrete log, the same input, is not replayed.  Each comparison is made once (:func:`assert_exact`).
 
 Each configuration is traced once at its first point with B (and S) symbolic; its points are drawn with
 ``random.Random(f"{SEED}:{name}")`` (the seed is in each test's id) until they fall inside the region
@@ -17,7 +17,10 @@ file also holds the batch > 1 regime (QLoRA), it is asserted to evaluate as the 
 guards each trace records are asserted as they are, so that a change in what the trace meets fails here; where the
 region is narrower than the bounds (GPT-2's 1,024 learned positions, the Llama preset's 131,072, bitsandbytes' row
 rule, the chunked loss), the guards say which points it leaves out, and the chunked loss's region is asserted point
-by point; what is refused a symbolic trace is asserted by its message.
+by point; what is refused a symbolic trace is asserted by its message.  At batch 1 a batch > 1 log refuses to be
+evaluated.  ResNet18's log has no guard (its points lie on both sides of the CPU kernels' batch rule) and GPT-2's
+guard bounds its region: asserted on the cases' own traces (each configuration is traced once per session,
+:func:`traced`), not on second traces of the same configurations in ``tests/test_symbolic.py``, as they were.
 
 The cheap configurations (one-block Hugging Face configs, ResNet18 and AlexNet) run in ``make test``; MobileNetV2,
 GPT-2, the Llama preset, SmolLM2, Qwen2.5 7B and Llama-3.1 8B in the slow group (``tests/conftest.py``).  A full-size
@@ -37,7 +40,8 @@ from helpers.config import StepConfig
 from helpers.evaluated import answer, differs, forget_kept, remember
 from helpers.models import OUTPUT_CHUNKS, resolve_model
 from helpers.profile import obtain_concrete
-from test_depth import _tiny, assert_same
+from helpers.record import StepProfile
+from test_depth import _tiny
 
 #: The seed of every draw of points (with the configuration's name).
 SEED = 50
@@ -160,33 +164,46 @@ def learner_sees(profile, replayed: bool = True) -> dict:
     return seen
 
 
-def assert_exact(step: symbolic.SymbolicStep, config: StepConfig, where: str) -> None:
+def assert_exact(step: symbolic.SymbolicStep, config: StepConfig, where: str) -> StepProfile:
     """At ``config``'s point: the evaluated profile equals the concrete one in every compared field, field by field,
-    and in what a learner sees of it (:func:`learner_sees`).  The two logs are equal lists of
-    :class:`helpers.record.Allocation`, entry for entry and every field of the same type (an int, never a sympy or numpy
-    number equal to it), and :func:`helpers.allocator.replay` reads nothing but its log: the evaluated log's replays
-    under :data:`SETTINGS` are what the concrete log's would be, so only the evaluated one is replayed (and must run
-    to the end)."""
+    and in what a learner sees of it (:func:`learner_sees`); the evaluated profile.
+
+    Each claim is asserted once.  :func:`helpers.evaluated.differs` compares every field of
+    :data:`helpers.evaluated.COMPARED` (``==``'s verdict; the events faster, ``tests/test_symbolic.py`` checks it
+    against ``!=`` field by field): ``test_depth.FIELDS``, the configuration itself, and the logs, equal lists of
+    :class:`helpers.record.Allocation` entry for entry; each entry's fields are of the same type (an int, never a sympy
+    or numpy number equal to it).  What a reader of the events' live storages gets
+    (:meth:`~helpers.record.StepProfile.kept_between`) is compared, and what a learner sees.
+    :func:`helpers.allocator.replay` reads nothing but its log: the evaluated log's replays under :data:`SETTINGS`
+    are what the concrete log's would be, so only the evaluated one is replayed (and must run to the end, its peak
+    reserved at least the peak allocated).  (``test_depth.assert_same`` is not called here: it compares the same
+    fields again, and replays the log under the default settings a third time.)"""
     assert step.outside(config) is None, (where, step.outside(config))
     evaluated, concrete = step.evaluate(config), obtain_concrete(config)
     assert evaluated.depth_note.endswith("(helpers.symbolic)"), evaluated.depth_note
-    assert differs(evaluated, concrete) is None, (where, differs(evaluated, concrete))
-    assert_same(evaluated, concrete)  # the logs equal entry for entry (and the evaluated one replayed once)
+    field = differs(evaluated, concrete)
+    assert field is None, (where, field)
     assert type(evaluated.allocation_log) is list and type(concrete.allocation_log) is list
     assert [tuple(map(type, e)) for e in evaluated.allocation_log] == [tuple(map(type, e))
                                                                        for e in concrete.allocation_log], where
+    middle = len(concrete.events) // 2  # what a reader of the events' live storages gets (evaluated: worked out)
+    assert evaluated.kept_between(evaluated.events[0], evaluated.events[middle]) == concrete.kept_between(
+        concrete.events[0], concrete.events[middle]), where
     a, b = learner_sees(evaluated), learner_sees(concrete, replayed=False)
     assert all(a[settings][0] is None for settings in SETTINGS), where
+    assert a[None][2] >= concrete.peak_allocated_bytes, where  # peak reserved, peak allocated
     assert set(a) == set(b) | set(SETTINGS)
     for name in b:
         assert a[name] == b[name], (where, name)
+    return evaluated
 
 
 _TRACED: dict = {}
 
 
 def traced(config: StepConfig) -> symbolic.SymbolicStep:
-    """``config``'s step traced with symbolic sizes, once per test session (the chunked loss's is asked twice)."""
+    """``config``'s step traced with symbolic sizes, once per test session (the chunked loss's, ResNet18's and GPT-2's
+    are asked twice)."""
     if repr(config) not in _TRACED:  # a Hugging Face config dict: not hashable
         _TRACED[repr(config)] = symbolic.trace(config)
     return _TRACED[repr(config)]
@@ -215,19 +232,21 @@ def check_case(name: str, case: Case) -> None:
     assert step.fixed == () and set(step.symbols) == ({"B", "S"} if tokens else {"B"})
     assert step.guards_named() == case.guards
     drawn = draw(step, rng, case.points, case.batch, case.seq if tokens else None)
-    for point in [case.first, *drawn]:
-        assert_exact(step, _at(first, *point), f"{name}, seed {SEED}, point {point} of {drawn}")
+    evaluated = {point: assert_exact(step, _at(first, *point), f"{name}, seed {SEED}, point {point} of {drawn}")
+                 for point in [case.first, *drawn]}
     if case.one:
         at_1 = _at(first, 1, case.first[1])
         assert step.outside(at_1) == "B = 1 is its own program (another regime)"
+        with pytest.raises(symbolic.NotSymbolic, match="own program"):
+            step.evaluate(at_1)
         if case.shipped_1:
             steps = shipped(at_1)
             (one,) = [s for s in steps if s.fixed]
             for other in [s for s in steps if not s.fixed]:  # the same regime as ``step``, traced for the lesson
                 assert other.how.startswith(case.how) and other.guards_named() == case.guards, other.how
                 for point in drawn:
-                    at = _at(first, *point)
-                    assert differs(other.evaluate(at), step.evaluate(at)) is None, (name, "shipped", point)
+                    field = differs(other.evaluate(_at(first, *point)), evaluated[point])
+                    assert field is None, (name, "shipped", point, field)
         else:
             one = symbolic.trace(at_1)
         assert one.how.startswith(case.how), one.how
@@ -246,6 +265,30 @@ def test_a_cheap_step_evaluated_equals_its_concrete_trace(name):
 @pytest.mark.parametrize("name", FULL, ids=[f"{n}, seed {SEED}" for n in FULL])
 def test_a_full_size_step_evaluated_equals_its_concrete_trace(name):
     check_case(name, FULL[name])
+
+
+def test_resnet18s_log_has_no_guard_and_a_bound_per_convolution_pass():
+    """ResNet18 by batch (the cheap case's trace): no guard, the oneDNN rule ``B >= 16`` kept out of the trace (the
+    case's points, traced at 8 and drawn from 16 up, are exact on both sides of it); B's whole range; one cuDNN
+    workspace bound per convolution and pass; storages whose bytes are polynomials in B."""
+    case = CHEAP["ResNet18 by batch, SGD with momentum"]
+    step = traced(case.config(*case.first))
+    assert step.guards == () and step.fixed == () and set(step.symbols) == {"B"}
+    assert step.ranges == {"B": (symbolic.LOW, symbolic.HIGH)} == {"B": (2, 2**31 - 1)}
+    assert len(step.conv_bytes) == 3 * 20 - 1  # 20 convolutions, 3 passes each (the stem's input: no gradient)
+    assert any(isinstance(s[3], sympy.Expr) and step.symbols["B"] in s[3].free_symbols for s in step.storages)
+
+
+def test_a_guard_bounds_the_region():
+    """GPT-2's learned positions stop at 1,024 (the full-size case's trace): the trace records ``S <= 1024``, which
+    narrows S's range, and a longer sequence is outside."""
+    case = FULL["GPT-2 124M, batch and sequence"]
+    step = traced(case.config(*case.first))
+    assert step.guards_named() == ["S <= 1024"]
+    assert step.ranges["S"] == (symbolic.LOW, 1024)
+    assert step.outside(_at(step.config, 2, 1025)) == "S = 1025 is outside the range [2, 1024] where the log holds"
+    assert step.outside(_at(step.config, 2, 1024)) is None
+    assert step.outside(step.config.replace(amp=True)) == "another configuration than the one traced"
 
 
 def _eight_chunks(seq_len: int) -> bool:

@@ -4,7 +4,7 @@ A widget changes the batch size of one step (:meth:`helpers.batch.PeakCurve.trac
 question travels down: the profile layer decides how it is answered (:mod:`helpers.profile`), asks the symbolic logs
 (:mod:`helpers.evaluated`, :mod:`helpers.symbolic`), writes a deep step from shallow ones (:mod:`helpers.depth`) or
 traces it (:mod:`helpers.traced`), and the step runner runs it (:mod:`helpers.step`).  This test records, with
-``sys.setprofile``, every call into a file of ``helpers/`` made from a function of another file (a file *entered*: a
+``sys.settrace``, every call into a file of ``helpers/`` made from a function of another file (a file *entered*: a
 call within a file does not leave it, and a return goes back to a caller that is still running), and holds two
 things of the files of :data:`WAY`, question by question:
 
@@ -40,20 +40,22 @@ def entries(call) -> list[tuple[str, str]]:
     from a function of another file while ``call()`` runs (the caller's file ``""`` when outside ``helpers/``)."""
     seen = []
 
-    def entered(frame, event, arg):
-        if event != "call" or not frame.f_code.co_filename.startswith(HELPERS):
-            return
+    def entered(frame, event, arg):  # only "call" comes here: returning None traces no line of the frame
+        if not frame.f_code.co_filename.startswith(HELPERS):
+            return None
         callee = frame.f_code.co_filename[len(HELPERS):]
         caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
         caller = caller[len(HELPERS):] if caller.startswith(HELPERS) else ""
         if caller != callee:
             seen.append((caller, callee))
+        return None
 
-    sys.setprofile(entered)
+    before = sys.gettrace()
+    sys.settrace(entered)
     try:
         call()
     finally:
-        sys.setprofile(None)
+        sys.settrace(before)
     return seen
 
 
