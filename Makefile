@@ -16,15 +16,19 @@ LESSONS ?= $(wildcard lessons/[0-9][0-9]*_*.py)
 
 .PHONY: lessons test test-slow test-all test-other-cpu lint-imports setup refresh-notebooks symbolic-logs reset-lessons benchmark benchmark-published gpu-reference gpu-wheels site
 
+# Bytecode: pip compiles every installed module on one core (about 70 s of CPU here, 16,577 files); compileall -j 0
+# does the same on every core. A file that does not compile on this Python (torch's py312_intrinsics.py before 3.12)
+# is left without bytecode, as pip leaves it, hence -qq and `|| true`: it is only read from source if imported.
 # The editable install: pip (26) shows the build backend's warnings even with --quiet, and setuptools' flat-layout
 # strategy warns, in a box of asterisks, that a folder named like the package may take precedence during imports
 # (editable_wheel.py, _TopLevelFinder); here that folder is the package itself, so the box is silenced, by its message.
 $(BIN)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet --index-url $(TORCH_INDEX_URL) \
+	$(if $(TORCH_INDEX_URL),$(BIN)/python -m pip install --quiet --no-compile --index-url $(TORCH_INDEX_URL) \
 	    $$(grep -E '^(torch|torchvision)==' requirements.txt))
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-compile -r requirements.txt
+	$(BIN)/python -m compileall -qq -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
 	$(BIN)/python -W "ignore:Editable installation:UserWarning" -m pip install --quiet --no-deps -e .
 	touch $@
 

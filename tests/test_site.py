@@ -25,8 +25,8 @@ where it runs.  It saves screenshots of the landing page
 and of a lesson page with a figure and a widget stand-in to ``test-artifacts/``.
 
 Without the website's environment, the playwright package or a Chromium it is
-skipped with the reason, unless ``BROWSER_TEST=required`` (``.ci/run``, which runs
-``make site`` first), where it fails instead.
+skipped with the reason, unless ``BROWSER_TEST=required`` (``.ci/run``, which makes
+the website's environment first), where it fails instead.
 """
 
 from __future__ import annotations
