@@ -56,7 +56,8 @@ SLOW = {
     "tests/test_cli_cold.py::test_a_cold_answer_of_an_8b_step_equals_a_concrete_trace":
         "Llama-3.1 8B QLoRA's shipped log answered cold in fresh processes, and traced concretely, at two batch sizes",
     "tests/test_symbolic_equality.py::test_a_full_size_step_evaluated_equals_its_concrete_trace":
-        "MobileNetV2, GPT-2, SmolLM2, the Llama preset, Qwen2.5 7B and Llama-3.1 8B traced with symbolic sizes and at drawn points",
+        "MobileNetV2, GPT-2, SmolLM2, the Llama preset, Qwen2.5 7B and Llama-3.1 8B LoRA traced with symbolic sizes "
+        "(8B QLoRA's shipped log read), and concretely at drawn points",
     "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Llama, AMP float16 (GradScaler), AdamW, steady state, seed 50]":
         "a small step traced symbolically and concretely (make test's budget: two of its kind stay fast)",
     "tests/test_symbolic_equality.py::test_a_cheap_step_evaluated_equals_its_concrete_trace[tiny Qwen2, LoRA, checkpointing, bfloat16 parameters, seed 50]":
