@@ -90,7 +90,9 @@ CHECKED_FAST = tuple(run for run in FAST_RUNS if run.batch_size == 128 or run.mo
 
 @pytest.fixture(scope="module")
 def fast_steps():
-    """The simulated step of each of :data:`CHECKED_FAST`, by its key, traced once for this file: profile_step keeps
+    """The simulated step of each of :data:`CHECKED_FAST`, by its key, made once for this file (a module fixture, set
+    up before the autouse ``_no_shipped_logs``: where a symbolic log is shipped, evaluated from it, as ``make
+    gpu-reference`` makes it, equal to a concrete trace by tests/test_shipped_logs.py; else traced): profile_step keeps
     them (``helpers.profile.KEPT``, 16 answers; these are 8), so that the harness, asked for one of them by a test that
     patches only its own names (``pytest.MonkeyPatch.context``, not the engine), reads the same profile again."""
     steps = {}
@@ -272,7 +274,7 @@ def test_the_committed_recording_was_simulated_by_todays_engine(which, request):
     what the engine gives now, byte for byte (peak and reserved): the lessons set it beside their own figures.
 
     A change to the engine that moves one of these bytes must re-record (make gpu-reference, or at least
-    re-simulate the file's runs). "fast" traces the batch-128 ResNets, GPT-2 and the MLP (``fast_steps``). "all"
+    re-simulate the file's runs). "fast" simulates the batch-128 ResNets, GPT-2 and the MLP (``fast_steps``). "all"
     (slow group) takes every other run's two figures from the dry run, which records them the same way
     (``_simulated_figures``), and the 8B runs: LoRA's (evaluated from its shipped log) and QLoRA's kept from the
     fine-tuning dry run (its test runs before this one), LoRA's with checkpointing traced here.
