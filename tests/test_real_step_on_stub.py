@@ -13,12 +13,12 @@ Checked, for GPT-2 under float16 AMP and in float32 and for SmolLM2-135M with pe
 embeddings, grouped-query attention), batch 2 x 256 tokens, for lesson 09's Llama-3.1 8B LoRA steps (bfloat16
 weights and autocast, 2,048 tokens, with and without checkpointing) and its QLoRA step (checkpointing; with
 torchao's NF4 base, and with bitsandbytes', whose CUDA code runs too; and bitsandbytes' at 8 tokens computing in
-float32, with and without checkpointing), the same QLoRA steps with bitsandbytes'
-LLM.int8() base (``quantization="int8"``: its ``Linear8bitLt`` and ``Int8Params`` quantized by ``.to("cuda")``, its
-``MatMul8bitLt`` on the CUDA path, its CUDA library's kernels no-ops; a copy to the host reads zeros, so no input
-column is an outlier, as the simulation assumes) for SmolLM2-135M at 4 and 256 tokens and the 8B at 2,048 and 4
-tokens (checkpointing), and ResNet18 at batch 8 with PyTorch's own convolutions (cuDNN off: it has no stub), AdamW, the
-second step:
+float32, with and without checkpointing: at 8 of the 8B's 32 blocks, :data:`BLOCKS` says why), the same QLoRA
+steps with bitsandbytes' LLM.int8() base (``quantization="int8"``: its ``Linear8bitLt`` and ``Int8Params``
+quantized by ``.to("cuda")``, its ``MatMul8bitLt`` on the CUDA path, its CUDA library's kernels no-ops; a copy to the
+host reads zeros, so no input column is an outlier, as the simulation assumes) for SmolLM2-135M at 4 and 256 tokens
+and the 8B at 2,048 and 4 tokens (checkpointing; at 8 of its blocks), and ResNet18 at batch 8 with PyTorch's own
+convolutions (cuDNN off: it has no stub), AdamW, the second step:
 
 * the snapshot is PyTorch's: its segments add up to ``torch.cuda.memory_reserved()`` and its allocated blocks to
   ``memory_allocated()``, and its trace holds the step's allocations with their Python frames;
@@ -59,11 +59,23 @@ from cuda_stub.build import STUB, stub_env
 from helpers import profile_step
 from helpers.engine.backends import collector_paused
 from helpers.gpus import COMPUTE_CAPABILITY, cublas_workspace_bytes
+from helpers.models import resolve_model
 from helpers.record import CATEGORIES
 from helpers.snapshot import explain_snapshot, load_snapshot
 from helpers.teaching.reference import load_reference
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The blocks of Llama-3.1 8B (of its 32) in the cases that no GPU recorded and that test a kind of step, not the
+#: 8B's depth: bitsandbytes' NF4 computing in float32 at 8 tokens, and LLM.int8() at 2,048 and 4 tokens.  A case's
+#: ``"blocks"`` builds the model with that many of its blocks (``ModelSpec.at_depth``, as ``tests/test_depth.py``'s
+#: ``AtDepth``: its own widths, dtypes and code, block for block), on the stub and in the simulation alike; what
+#: each kind of step adds (the quantized base, its compute dtype, checkpointing, the token count) runs the same in
+#: every block, and at 8 blocks, under ``helpers.depth.MIN_BLOCKS``, the simulation is the step traced in full.
+#: That a 32-block step is written exactly from 6 and 7 of its blocks is ``tests/test_depth.py``'s claim.  The
+#: recorded 8B steps (compared with an H200) stay at full depth, and so does torchao's NF4 step
+#: (``llama8b_qlora_ckpt``): ``tests/test_depth.py`` checks that kind at 8 blocks and leaves its full depth to this
+#: file, and ``benchmarks/explain_snapshot.py`` explains its full-size snapshot.
+BLOCKS = 8
 CASES = [
     {"name": "gpt2_amp", "model": "gpt2", "batch": 2, "seq_len": 256, "amp": True},
     {"name": "gpt2_fp32", "model": "gpt2", "batch": 2, "seq_len": 256, "amp": False},
@@ -91,10 +103,10 @@ CASES = [
      "amp": True, "amp_dtype": "bfloat16", "param_dtype": "bfloat16", "lora_rank": 16, "quantization": "nf4",
      "double_quant": True},
 ] + [  # and computing in float32 (bnb_4bit_compute_dtype) at 8 tokens: the fallback, its F.linear under bfloat16 autocast,
-    # in the forward and in a checkpoint's recompute
+    # in the forward and in a checkpoint's recompute; at 8 of the 8B's 32 blocks (see BLOCKS)
     {"name": name, "model": "meta-llama/Llama-3.1-8B", "batch": 1, "seq_len": 8, "amp": True, "amp_dtype": "bfloat16",
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "nf4", "double_quant": True,
-     "compute_dtype": "float32"}
+     "compute_dtype": "float32", "blocks": BLOCKS}
     for name, checkpoint in (("llama8b_qlora_bnb_fp32_8_tokens", False), ("llama8b_qlora_bnb_fp32_8_tokens_ckpt", True))
 ] + [  # and with bitsandbytes' LLM.int8() (quantization="int8": real Linear8bitLt and Int8Params, its CUDA code
     # run), the loss kept to the end of the step as the simulation's loop keeps it: MatMul8bitLt's ctx.tensors (each
@@ -103,14 +115,15 @@ CASES = [
     # Simulated with full_trace=True: an int8 step's shallow traces do not repeat block by block (helpers.depth:
     # "a sweep over the blocks starts at block ..."), so profile_step would trace it in full anyway, after tracing
     # its 6- and 7-block copies for nothing; asked for directly, the full trace is the same profile, without them.
+    # The 8B's at 8 of its 32 blocks (see BLOCKS).
     {"name": name, "model": model, "batch": 1, "seq_len": seq_len, "amp": True, "amp_dtype": "bfloat16",
      "param_dtype": "bfloat16", "lora_rank": 16, "checkpoint": checkpoint, "quantization": "int8", "keep_loss": True,
-     "full_trace": True}
-    for name, model, seq_len, checkpoint in (
-        ("smollm2_qlora_int8_4_tokens", "HuggingFaceTB/SmolLM2-135M", 4, False),
-        ("smollm2_qlora_int8_256_tokens", "HuggingFaceTB/SmolLM2-135M", 256, False),
-        ("llama8b_qlora_int8_ckpt", "meta-llama/Llama-3.1-8B", 2048, True),
-        ("llama8b_qlora_int8_ckpt_4_tokens", "meta-llama/Llama-3.1-8B", 4, True))
+     "full_trace": True, **({"blocks": blocks} if blocks else {})}
+    for name, model, seq_len, checkpoint, blocks in (
+        ("smollm2_qlora_int8_4_tokens", "HuggingFaceTB/SmolLM2-135M", 4, False, None),
+        ("smollm2_qlora_int8_256_tokens", "HuggingFaceTB/SmolLM2-135M", 256, False, None),
+        ("llama8b_qlora_int8_ckpt", "meta-llama/Llama-3.1-8B", 2048, True, BLOCKS),
+        ("llama8b_qlora_int8_ckpt_4_tokens", "meta-llama/Llama-3.1-8B", 4, True, BLOCKS))
 ] + [  # ResNet18 with PyTorch's own convolutions (cuDNN has no stub), whose im2col buffers it allocates (see REDUCTION)
     {"name": "resnet18_native_conv", "model": "resnet18", "batch": 8, "amp": False, "input_shape": [3, 224, 224],
      "num_classes": 1000, "cudnn": False},
@@ -141,13 +154,30 @@ def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
     return {case["name"]: result for case, result in zip(cases, json.loads(done.stdout.splitlines()[-1]))}
 
 
+class AtDepth:
+    """``model`` with only ``blocks`` of its blocks, as :func:`helpers.models.resolve_model` takes a builder (callable,
+    as a step's model must be): its ``model_spec()`` (``ModelSpec.at_depth``, what ``tests/cuda_stub/real_step.py``
+    builds for a case's ``"blocks"``), as ``tests/test_depth.py``'s ``AtDepth``."""
+
+    def __init__(self, model: str, blocks: int):
+        self.model, self.blocks = model, blocks
+
+    def model_spec(self):
+        return resolve_model(self.model).at_depth(self.blocks)
+
+    def __call__(self):
+        return self.model_spec().build()
+
+
 def simulate(case: dict):
-    """The same step simulated (``profile_step(..., device="simulated")``; ``full_trace`` where the case asks)."""
+    """The same step simulated (``profile_step(..., device="simulated")``; ``full_trace`` where the case asks; the
+    model at the case's ``"blocks"`` where it gives them)."""
     extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization",
                                         "double_quant", "compute_dtype", "full_trace") if case.get(key)}
     if "input_shape" in case:
         extra.update(input_shape=tuple(case["input_shape"]), num_classes=case["num_classes"])
-    return profile_step(case["model"], case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),
+    model = AtDepth(case["model"], case["blocks"]) if case.get("blocks") else case["model"]
+    return profile_step(model, case["batch"], amp=case["amp"], checkpoint=int(case.get("checkpoint", False)),
                         optimizer=case.get("optimizer", "adamw"), steady_state=True, device="simulated", **extra)
 
 

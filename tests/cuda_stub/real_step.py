@@ -31,6 +31,7 @@ of https://pytorch.org/memory_viz, made by PyTorch itself.
 
 Input (stdin): a JSON list of cases ``{"name": str, "model": name, "batch": n,
 "seq_len": n, "amp": bool}`` and optionally ``"amp_dtype"``, ``"param_dtype"``, ``"lora_rank"``,
+``"blocks"`` (the model with only that many of its blocks: ``ModelSpec.at_depth``),
 ``"checkpoint"`` (Hugging Face's, each decoder layer), ``"keep_loss"`` (the loss alive to the end of the step, as
 the simulation's loop keeps it: ``whole_step.training_step``), ``"quantization"`` (``"torchao-nf4"``, or bitsandbytes'
 ``"nf4"`` or ``"fp4"`` with ``"double_quant"``, or its LLM.int8() ``"int8"``), ``"optimizer"``, and for
@@ -151,6 +152,8 @@ def run_case(case: dict, out: Path) -> dict:
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     spec = resolve_model(case["model"])
+    if case.get("blocks"):  # the same model with fewer of its blocks (ModelSpec.at_depth: its own widths and code)
+        spec = spec.at_depth(case["blocks"])
     with torch.device("meta"):
         net = spec.build().train()
         if case.get("param_dtype"):
