@@ -59,10 +59,10 @@ from cuda_stub.build import STUB, stub_env
 from helpers import profile_step
 from helpers.engine.backends import collector_paused
 from helpers.gpus import COMPUTE_CAPABILITY, cublas_workspace_bytes
-from helpers.models import resolve_model
 from helpers.record import CATEGORIES
 from helpers.snapshot import explain_snapshot, load_snapshot
 from helpers.teaching.reference import load_reference
+from test_depth import AtDepth
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The blocks of Llama-3.1 8B (of its 32) in the cases that no GPU recorded and that test a kind of step, not the
@@ -154,24 +154,10 @@ def run_steps(stub: Path, out: Path, cases: list[dict] = CASES) -> dict:
     return {case["name"]: result for case, result in zip(cases, json.loads(done.stdout.splitlines()[-1]))}
 
 
-class AtDepth:
-    """``model`` with only ``blocks`` of its blocks, as :func:`helpers.models.resolve_model` takes a builder (callable,
-    as a step's model must be): its ``model_spec()`` (``ModelSpec.at_depth``, what ``tests/cuda_stub/real_step.py``
-    builds for a case's ``"blocks"``), as ``tests/test_depth.py``'s ``AtDepth``."""
-
-    def __init__(self, model: str, blocks: int):
-        self.model, self.blocks = model, blocks
-
-    def model_spec(self):
-        return resolve_model(self.model).at_depth(self.blocks)
-
-    def __call__(self):
-        return self.model_spec().build()
-
-
 def simulate(case: dict):
     """The same step simulated (``profile_step(..., device="simulated")``; ``full_trace`` where the case asks; the
-    model at the case's ``"blocks"`` where it gives them)."""
+    model at the case's ``"blocks"`` where it gives them: ``tests/test_depth.py``'s :class:`AtDepth`, the
+    ``ModelSpec.at_depth`` that ``tests/cuda_stub/real_step.py`` builds)."""
     extra = {key: case[key] for key in ("seq_len", "lora_rank", "amp_dtype", "param_dtype", "quantization",
                                         "double_quant", "compute_dtype", "full_trace") if case.get(key)}
     if "input_shape" in case:
